@@ -1,0 +1,92 @@
+// Command hone finds the cheapest LLM-serving configuration that still meets
+// latency SLOs for coding-agent workloads, and keeps it from regressing.
+//
+// This package only wires cobra commands to hone's packages; logic lives in
+// the packages, where tests can reach it.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes shared by every command (documented in --help).
+const (
+	exitOK       = 0
+	exitFailed   = 1 // the check failed: regression, SLO violation
+	exitBadInput = 2 // bad input, unusable data, incomparable baseline
+)
+
+// usageError marks an error caused by the user's input: exit code 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// badInput wraps err (or a formatted message) as a usage error.
+func badInput(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// checkFailed marks a completed check whose verdict is negative: exit code 1.
+type checkFailed struct{ msg string }
+
+func (e checkFailed) Error() string { return e.msg }
+
+func main() {
+	root := newRootCmd()
+	err := root.Execute()
+	os.Exit(exitCode(err))
+}
+
+func exitCode(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintln(os.Stderr, "hone:", err)
+	var ue usageError
+	var cf checkFailed
+	switch {
+	case errors.As(err, &cf):
+		return exitFailed
+	case errors.As(err, &ue):
+		return exitBadInput
+	default:
+		return exitFailed
+	}
+}
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "hone",
+		Short: "Find the cheapest LLM-serving config that meets latency SLOs, and keep it there",
+		Long: `hone replays a coding-agent workload against a serving deployment, attributes
+each request's latency, picks the next configuration to try, and gates CI on
+stored baselines.
+
+Every number hone prints is labelled with where it came from:
+  simulation_only  the brief's exact queueing model (hone sim)
+  emulated         hone's vLLM-compatible engine emulator (hone sim serve)
+  device           real vLLM on GPUs
+
+Exit codes: 0 success; 1 the check failed (regression, SLO violation);
+2 bad input, unusable data, or an incomparable baseline.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	// Flag parse errors are bad input: exit 2 with the flag named.
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageError{fmt.Errorf("%s: %w (see '%s --help')", c.CommandPath(), err, c.CommandPath())}
+	})
+	for _, add := range subcommands {
+		root.AddCommand(add())
+	}
+	return root
+}
+
+// subcommands is filled by each command file's init, so files for separate
+// nouns do not have to touch one shared list.
+var subcommands []func() *cobra.Command

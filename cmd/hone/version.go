@@ -1,0 +1,61 @@
+package main
+
+import (
+	"fmt"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+)
+
+// Set by the Makefile through -ldflags "-X main.version=... -X main.commit=...".
+var (
+	version = ""
+	commit  = ""
+)
+
+func init() { subcommands = append(subcommands, newVersionCmd) }
+
+// buildVersion returns hone's version and git commit, from ldflags when the
+// Makefile built the binary, else from the module's build info.
+func buildVersion() (ver, rev string) {
+	ver, rev = version, commit
+	if info, ok := debug.ReadBuildInfo(); ok {
+		if ver == "" && info.Main.Version != "" {
+			ver = info.Main.Version
+		}
+		dirty := false
+		for _, s := range info.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				if rev == "" {
+					rev = s.Value
+				}
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+		if dirty && rev != "" && commit == "" {
+			rev += "-dirty"
+		}
+	}
+	if ver == "" {
+		ver = "(devel)"
+	}
+	if rev == "" {
+		rev = "unknown"
+	}
+	return ver, rev
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print hone's version and git commit",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			v, r := buildVersion()
+			fmt.Fprintf(c.OutOrStdout(), "hone %s (commit %s)\n", v, r)
+			return nil
+		},
+	}
+}

@@ -1,0 +1,106 @@
+package replay
+
+import (
+	"fmt"
+	"math"
+)
+
+// The brief's fixed schedule constants. They are part of the exercise's
+// interface and do not change between public and private instances.
+const (
+	// Sessions is the number of distinct code prefixes (session = id % Sessions).
+	Sessions = 8
+	// WarmupSpacingMillis separates the cold warm-up requests 0..7.
+	WarmupSpacingMillis = 2000.0
+	// MeasureStartMillis is the arrival time of request 8, the first
+	// measured request.
+	MeasureStartMillis = 16000.0
+	// DefaultUncachedTokens is the number of input tokens of a measurement
+	// request that are not covered by its session's prefix.
+	DefaultUncachedTokens = 128
+)
+
+// Request is one request of the replayed workload, with the brief's field
+// names in JSON.
+type Request struct {
+	ID           int     `json:"id"`
+	ArrivalMs    float64 `json:"arrival_ms"`
+	Session      int     `json:"session"`
+	InputTokens  int     `json:"input_tokens"`
+	CachedTokens int     `json:"cached_tokens"`
+	OutputTokens int     `json:"output_tokens"`
+}
+
+// Warmup reports whether r is one of the eight cold warm-up requests, which
+// occupy the queues but never enter statistics.
+func (r Request) Warmup() bool { return r.ID < Sessions }
+
+// Params sets the shape of one load level of the workload.
+type Params struct {
+	Requests       int     // total requests, warm-up included (128 in the public instance)
+	InputTokens    int     // tokens per prompt (4096; privately 4096, 6144 or 8192)
+	UncachedTokens int     // tokens of a measurement prompt beyond its session prefix (128)
+	OutputTokens   int     // tokens generated per request (128; privately 64, 128 or 256)
+	OfferedQPS     float64 // arrival rate of the measurement phase
+}
+
+// DefaultParams is the brief's public instance at the given offered QPS.
+func DefaultParams(qps float64) Params {
+	return Params{Requests: 128, InputTokens: 4096, UncachedTokens: DefaultUncachedTokens, OutputTokens: 128, OfferedQPS: qps}
+}
+
+// ParamError is a rejected workload parameter. Field is the user-facing
+// name (the flag or JSON field), so callers can report it as is.
+type ParamError struct {
+	Field string
+	Value any
+	Want  string
+}
+
+func (e *ParamError) Error() string {
+	return fmt.Sprintf("invalid %s %v: want %s", e.Field, e.Value, e.Want)
+}
+
+// Validate rejects parameters that cannot describe the brief's workload.
+func (p Params) Validate() error {
+	switch {
+	case p.Requests < Sessions+1:
+		return &ParamError{"requests", p.Requests, fmt.Sprintf("at least %d (8 warm-up requests and one measured)", Sessions+1)}
+	case p.InputTokens < 1:
+		return &ParamError{"input-tokens", p.InputTokens, "at least 1"}
+	case p.UncachedTokens < 1:
+		return &ParamError{"uncached-tokens", p.UncachedTokens, "at least 1 (cached tokens must be fewer than input tokens)"}
+	case p.UncachedTokens > p.InputTokens:
+		return &ParamError{"input-tokens", p.InputTokens, fmt.Sprintf("more than the %d uncached measurement tokens (cached tokens must be >= 0)", p.UncachedTokens)}
+	case p.OutputTokens < 1:
+		return &ParamError{"output-tokens", p.OutputTokens, "at least 1"}
+	case math.IsNaN(p.OfferedQPS) || math.IsInf(p.OfferedQPS, 0):
+		return &ParamError{"qps", p.OfferedQPS, "a finite number"}
+	case p.OfferedQPS <= 0:
+		return &ParamError{"qps", p.OfferedQPS, "greater than 0"}
+	}
+	return nil
+}
+
+// Generate returns the brief's workload for one load level: requests 0..7
+// warm the eight sessions cold (arrival i*2000 ms, nothing cached); request
+// i >= 8 arrives at 16000+(i-8)*1000/qps ms with all but UncachedTokens of
+// its input cached. The expressions keep the brief's order of operations so
+// arrival times are bit-for-bit those of the original generator.
+func Generate(p Params) ([]Request, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	reqs := make([]Request, p.Requests)
+	for i := range reqs {
+		r := Request{ID: i, Session: i % Sessions, InputTokens: p.InputTokens, OutputTokens: p.OutputTokens}
+		if i < Sessions {
+			r.ArrivalMs = float64(i * 2000)
+		} else {
+			r.ArrivalMs = MeasureStartMillis + float64((i-Sessions)*1000)/p.OfferedQPS
+			r.CachedTokens = p.InputTokens - p.UncachedTokens
+		}
+		reqs[i] = r
+	}
+	return reqs, nil
+}
