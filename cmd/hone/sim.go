@@ -1,0 +1,171 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/sim"
+)
+
+func init() { subcommands = append(subcommands, newSimCmd) }
+
+// simSubcommands holds `hone sim` subcommands defined in other files
+// (e.g. `hone sim serve`).
+var simSubcommands []func() *cobra.Command
+
+// workloadFlags are the workload flags shared by hone sim and hone replay.
+type workloadFlags struct {
+	qps          string
+	requests     int
+	inputTokens  int
+	outputTokens int
+	ttftSLO      float64
+	tpotSLO      float64
+}
+
+func (w *workloadFlags) register(c *cobra.Command) {
+	f := c.Flags()
+	f.StringVar(&w.qps, "qps", "1,2,4,8,16,32", "offered load levels, comma-separated requests/s")
+	f.IntVar(&w.requests, "requests", 128, "requests per level, the 8 warm-up requests included")
+	f.IntVar(&w.inputTokens, "input-tokens", 4096, "input tokens per request (128 of them uncached in the measurement phase)")
+	f.IntVar(&w.outputTokens, "output-tokens", 128, "output tokens per request")
+	f.Float64Var(&w.ttftSLO, "ttft-slo-ms", replay.DefaultSLO.TTFTMillis, "SLO on p99 time to first token, ms")
+	f.Float64Var(&w.tpotSLO, "tpot-slo-ms", replay.DefaultSLO.TPOTMillis, "SLO on p99 time per output token, ms")
+}
+
+// parseQPS parses the --qps list, naming the flag on error.
+func parseQPS(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			return nil, badInput("--qps: %q is not a number", f)
+		}
+		out = append(out, v)
+	}
+	if len(out) == 0 {
+		return nil, badInput("--qps: want at least one offered rate, got %q", s)
+	}
+	return out, nil
+}
+
+// params validates the workload flags for every level, so a bad value is
+// reported with its flag before any work starts.
+func (w *workloadFlags) scan(cfg sim.Config) (sim.ScanConfig, error) {
+	qps, err := parseQPS(w.qps)
+	if err != nil {
+		return sim.ScanConfig{}, err
+	}
+	for _, q := range qps {
+		p := replay.Params{Requests: w.requests, InputTokens: w.inputTokens, UncachedTokens: replay.DefaultUncachedTokens,
+			OutputTokens: w.outputTokens, OfferedQPS: q}
+		if err := p.Validate(); err != nil {
+			return sim.ScanConfig{}, paramErr(err)
+		}
+	}
+	for name, v := range map[string]float64{"--ttft-slo-ms": w.ttftSLO, "--tpot-slo-ms": w.tpotSLO} {
+		if !(v > 0) || v != v || v > 1e300 {
+			return sim.ScanConfig{}, badInput("%s: want a positive finite number of milliseconds, got %v", name, v)
+		}
+	}
+	return sim.ScanConfig{Config: cfg, Requests: w.requests, InputTokens: w.inputTokens, OutputTokens: w.outputTokens,
+		QPS: qps, SLO: replay.SLO{TTFTMillis: w.ttftSLO, TPOTMillis: w.tpotSLO}}, nil
+}
+
+// paramErr turns a replay.ParamError into a usage error naming the flag.
+func paramErr(err error) error {
+	if pe, ok := err.(*replay.ParamError); ok {
+		return badInput("--%s: %v is invalid: want %s", pe.Field, pe.Value, pe.Want)
+	}
+	return usageError{err}
+}
+
+func newSimCmd() *cobra.Command {
+	var (
+		wf     workloadFlags
+		mode   string
+		cache  bool
+		output string
+	)
+	c := &cobra.Command{
+		Use:   "sim",
+		Short: "Run the brief's exact queueing model over load levels (simulation_only)",
+		Long: `hone sim runs the CPU exercise's deterministic queueing model: the brief's
+workload at each offered rate, through one FCFS queue (colocated) or separate
+prefill and decode queues with an 8 ms transfer (disaggregated). It prints
+p99 TTFT and TPOT (nearest rank, measurement requests only), effective QPS,
+pass/fail against the SLOs, and the objective: the largest effective QPS among
+passing levels, 0 if none.
+
+Results are simulation_only: the two modes have different resource models, so
+their ratio is not a claim about performance at equal GPU cost.
+
+Exit codes: 0 success; 2 bad input.`,
+		Example: `  hone sim --mode disaggregated
+  hone sim --mode colocated --prefix-cache=false --qps 1,2 --output json
+  hone sim --requests 192 --input-tokens 8192 --output-tokens 256 --qps 3,7,29`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			m, err := sim.ParseMode(mode)
+			if err != nil {
+				return badInput("--mode: %q is invalid: want colocated or disaggregated", mode)
+			}
+			sc, err := wf.scan(sim.Config{Mode: m, PrefixCache: cache})
+			if err != nil {
+				return err
+			}
+			res, err := sim.Scan(sc)
+			if err != nil {
+				return paramErr(err)
+			}
+			switch output {
+			case "json":
+				return writeJSON(c.OutOrStdout(), res)
+			case "table":
+				return writeSimTable(c.OutOrStdout(), res)
+			}
+			return badInput("--output: %q is invalid: want table or json", output)
+		},
+	}
+	wf.register(c)
+	c.Flags().StringVar(&mode, "mode", "colocated", "colocated | disaggregated")
+	c.Flags().BoolVar(&cache, "prefix-cache", true, "reuse cached prefix tokens (false: effective cached tokens are 0)")
+	c.Flags().StringVar(&output, "output", "table", "table | json")
+	for _, add := range simSubcommands {
+		c.AddCommand(add())
+	}
+	return c
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func writeSimTable(w io.Writer, res sim.Result) error {
+	fmt.Fprintf(w, "kind: %s  mode: %s  prefix_cache: %t  SLO: p99 TTFT <= %g ms, p99 TPOT <= %g ms\n",
+		res.Kind, res.Config.Mode, res.Config.PrefixCache, res.Config.TTFTMillis, res.Config.TPOTMillis)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "offered_qps\tp99_ttft_ms\tp99_tpot_ms\teffective_qps\tpassed\t")
+	for _, l := range res.Levels {
+		fmt.Fprintf(tw, "%g\t%.3f\t%.3f\t%.4f\t%t\t\n", l.OfferedQPS, l.P99TTFTMs, l.P99TPOTMs, l.EffectiveQPS, l.Passed)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "objective: %s req/s (largest effective QPS among passing levels)\n",
+		strconv.FormatFloat(res.Objective, 'g', -1, 64))
+	return err
+}
