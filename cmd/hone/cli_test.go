@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files in testdata/")
+
+// runCLI runs hone in process and returns stdout, stderr and the exit code.
+func runCLI(t *testing.T, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	root := newRootCmd()
+	var out, errb bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	root.SetIn(strings.NewReader(stdin))
+	root.SetArgs(args)
+	err := root.Execute()
+	if err != nil {
+		errb.WriteString("hone: " + err.Error() + "\n")
+	}
+	return out.String(), errb.String(), exitCodeQuiet(err)
+}
+
+func exitCodeQuiet(err error) int {
+	old := os.Stderr
+	os.Stderr, _ = os.Open(os.DevNull)
+	defer func() { os.Stderr = old }()
+	return exitCode(err)
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs from golden:\n got: %s\nwant: %s", name, got, want)
+	}
+}
+
+func TestSimJSONGolden(t *testing.T) {
+	for _, tc := range []struct{ file, mode, cache string }{
+		{"sim_colocated.json", "colocated", "true"},
+		{"sim_disaggregated.json", "disaggregated", "true"},
+		{"sim_disaggregated_nocache.json", "disaggregated", "false"},
+	} {
+		out, errs, code := runCLI(t, "", "sim", "--mode", tc.mode, "--prefix-cache="+tc.cache, "--output", "json")
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+		golden(t, tc.file, out)
+	}
+	out, _, _ := runCLI(t, "", "sim", "--mode", "disaggregated", "--output", "json")
+	// Floats in full, shortest round-trip form.
+	if !strings.Contains(out, `"objective": 15.91670258978015`) || !strings.Contains(out, `"p99_ttft_ms": 39.73828125`) {
+		t.Errorf("JSON lacks the brief's golden values:\n%s", out)
+	}
+}
+
+func TestSimTable(t *testing.T) {
+	out, _, code := runCLI(t, "", "sim")
+	if code != 0 || !strings.Contains(out, "objective: 8.01670146137787 req/s") || !strings.Contains(out, "kind: simulation_only") {
+		t.Errorf("exit %d, table:\n%s", code, out)
+	}
+}
+
+func TestBadInputExitsTwoNamingTheFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"--requests", "8"}, "--requests"},
+		{[]string{"--requests", "abc"}, "--requests"},
+		{[]string{"--input-tokens", "100"}, "--input-tokens"},
+		{[]string{"--output-tokens", "0"}, "--output-tokens"},
+		{[]string{"--qps", "0"}, "--qps"},
+		{[]string{"--qps", "-1,2"}, "--qps"},
+		{[]string{"--qps", "NaN"}, "--qps"},
+		{[]string{"--qps", "Inf"}, "--qps"},
+		{[]string{"--qps", "fast"}, "--qps"},
+		{[]string{"--qps", ""}, "--qps"},
+		{[]string{"--mode", "batched"}, "--mode"},
+		{[]string{"--output", "xml"}, "--output"},
+		{[]string{"--ttft-slo-ms", "-5"}, "--ttft-slo-ms"},
+		{[]string{"--tpot-slo-ms", "0"}, "--tpot-slo-ms"},
+		{[]string{"--prefix-cache=maybe"}, "--prefix-cache"},
+		{[]string{"--no-such-flag"}, "--no-such-flag"},
+	} {
+		_, errs, code := runCLI(t, "", append([]string{"sim"}, tc.args...)...)
+		if code != 2 || !strings.Contains(errs, tc.flag) {
+			t.Errorf("hone sim %v: exit %d, stderr %q; want exit 2 naming %s", tc.args, code, errs, tc.flag)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, _, code := runCLI(t, "", "version")
+	if code != 0 || !strings.HasPrefix(out, "hone ") || !strings.Contains(out, "commit ") {
+		t.Errorf("exit %d: %q", code, out)
+	}
+}
+
+func TestBridgeProtocol(t *testing.T) {
+	// A full exchange cannot be scripted up front (answers depend on the
+	// requests), but a broken peer must end in a fatal message and exit 2.
+	out, _, code := runCLI(t, `{"type":"start","baseline":{"mode":"colocated","prefix_cache":true}}`+"\n", "exercise", "bridge")
+	if code != 2 || !strings.Contains(out, `"type":"evaluate"`) || !strings.Contains(out, `"type":"fatal"`) {
+		t.Errorf("exit %d, out %s", code, out)
+	}
+	out, _, code = runCLI(t, `{"type":"start","baseline":{"cache":true}}`+"\n", "exercise", "bridge")
+	if code != 2 || !strings.Contains(out, "no deployment-mode value") {
+		t.Errorf("exit %d, out %s", code, out)
+	}
+}

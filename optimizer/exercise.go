@@ -1,0 +1,364 @@
+package optimizer
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// ExerciseBudget is the brief's limit on evaluate calls in the CPU exercise.
+const ExerciseBudget = 4
+
+// Evaluator runs one configuration and returns its result object exactly as
+// the backend produced it. An error makes that candidate failed; the policy
+// goes on within its budget.
+type Evaluator func(ctx context.Context, cfg Config) (map[string]any, error)
+
+// Evaluation is one call of the Evaluator: the experiment log's entry.
+type Evaluation struct {
+	Call   int            `json:"call"` // 1-based, in call order
+	Role   string         `json:"role"` // baseline, disaggregated, ablation, verify, ...
+	Config Config         `json:"config"`
+	Result map[string]any `json:"result,omitempty"` // exactly as returned
+	Error  string         `json:"error,omitempty"`
+	View   *ResultView    `json:"-"`
+}
+
+// Failed reports whether the call raised or its result was unreadable.
+func (e Evaluation) Failed() bool { return e.Error != "" || e.View == nil }
+
+// The rules the exercise policy applies, stated once for the report, the
+// decision output and exercise/README.md.
+const (
+	SelectionRule = "Eligible: an evaluated config whose call succeeded and that passed its SLOs at one or more load levels " +
+		"(objective > 0). Selected: the eligible config with the highest objective (largest effective QPS among passing " +
+		"levels); ties go to the config closest to the baseline (fewest changed settings), then to the earliest call. " +
+		"With no eligible config, the baseline is kept."
+	RegressionRule = "The selected config is re-run once. It is rejected if the re-run fails, passes no level, passes a " +
+		"different set of levels, or reports an objective that differs from its first result (exactly, for deterministic " +
+		"simulation_only results). A rejected selection falls back to the next eligible config in selection order, " +
+		"and finally to the baseline."
+)
+
+// ExerciseDecision is the policy's outcome.
+type ExerciseDecision struct {
+	Selected     Config       `json:"selected"`
+	SelectedCall int          `json:"selected_call"` // the call whose config was selected; 0 if none succeeded
+	Verified     bool         `json:"verified"`      // the selection survived its re-run
+	Log          []Evaluation `json:"log"`
+	Diagnosis    []string     `json:"diagnosis"`
+	Selection    string       `json:"selection_rule"`
+	Regression   string       `json:"regression_rule"`
+	Knobs        Knobs        `json:"-"`
+}
+
+// Exercise spends at most budget calls of eval, in this order:
+//
+//  1. the baseline;
+//  2. the baseline with the deployment mode flipped (disaggregated);
+//  3. the better of those two with the prefix cache off (ablation);
+//  4. (budget >= 5 only) the other mode with the cache off, completing the
+//     2x2 mode × cache design so their interaction can be read;
+//  5. last, a verification re-run of the selected config.
+//
+// It diagnoses each result from which levels fail and by which SLO, selects
+// by SelectionRule and applies RegressionRule. budget below 1 is an error;
+// smaller budgets drop steps from the end of the list above, but the
+// verification re-run is kept whenever budget >= 4. When ctx is cancelled
+// (the evaluator's peer is gone) it stops and returns context.Cause(ctx).
+func Exercise(ctx context.Context, baseline Config, eval Evaluator, budget int) (*ExerciseDecision, error) {
+	if budget < 1 {
+		return nil, fmt.Errorf("budget %d: want at least 1 evaluate call", budget)
+	}
+	knobs, err := FindKnobs(baseline)
+	if err != nil {
+		return nil, err
+	}
+	// The log never outgrows budget, so pointers into it stay valid.
+	d := &ExerciseDecision{Knobs: knobs, Selection: SelectionRule, Regression: RegressionRule, Log: make([]Evaluation, 0, budget)}
+	run := func(role string, cfg Config) *Evaluation {
+		e := Evaluation{Call: len(d.Log) + 1, Role: role, Config: cfg}
+		res, err := eval(ctx, clone(cfg))
+		switch {
+		case err != nil:
+			e.Error = err.Error()
+		case res == nil:
+			e.Error = "evaluate returned no result"
+		default:
+			e.Result = res
+			if v, err := ReadResult(res); err != nil {
+				e.Error = err.Error()
+			} else {
+				e.View = &v
+			}
+		}
+		if ctx.Err() != nil {
+			return nil // the evaluator can no longer answer; Exercise stops
+		}
+		d.Log = append(d.Log, e)
+		d.Diagnosis = append(d.Diagnosis, diagnose(e, knobs))
+		return &d.Log[len(d.Log)-1]
+	}
+	left := func() int { return budget - len(d.Log) }
+	// Reserve the last call for verification when the budget allows it.
+	explore := budget
+	if budget >= ExerciseBudget {
+		explore = budget - 1
+	}
+
+	stopped := func() error { return context.Cause(ctx) }
+	base := run("baseline", clone(baseline))
+	if base == nil {
+		return nil, stopped()
+	}
+	mode, _ := Get(baseline, knobs.Mode)
+	flipped := modeDisaggregated
+	if strings.EqualFold(mode.(string), modeDisaggregated) {
+		flipped = modeColocated
+	}
+	var alt *Evaluation
+	if len(d.Log) < explore {
+		if alt = run(flipped, With(baseline, knobs.Mode, flipped)); alt == nil {
+			return nil, stopped()
+		}
+	}
+	if len(d.Log) < explore {
+		better := base
+		if alt != nil && objective(alt) > objective(base) {
+			better = alt
+		}
+		cache, _ := Get(better.Config, knobs.Cache)
+		on, _ := cache.(bool)
+		if run("ablation (prefix cache "+onOff(!on)+")", With(better.Config, knobs.Cache, !on)) == nil {
+			return nil, stopped()
+		}
+		if len(d.Log) < explore && alt != nil {
+			other := alt
+			if better == alt {
+				other = base
+			}
+			if run("ablation (prefix cache "+onOff(!on)+", completes mode × cache)", With(other.Config, knobs.Cache, !on)) == nil {
+				return nil, stopped()
+			}
+		}
+	}
+
+	d.Diagnosis = append(d.Diagnosis, effects(d.Log, knobs)...)
+	order := ranked(d.Log, baseline)
+	if len(order) == 0 {
+		d.Selected, d.SelectedCall = clone(baseline), 0
+		if !base.Failed() {
+			d.SelectedCall = base.Call
+		}
+		d.Diagnosis = append(d.Diagnosis, "decision: no evaluated config passed its SLOs at any level; keeping the baseline")
+		return d, nil
+	}
+	pick := order[0]
+	if left() > 0 && budget >= ExerciseBudget {
+		v := run("verify", clone(pick.Config))
+		if v == nil {
+			return nil, stopped()
+		}
+		if reason := regressed(pick, v); reason != "" {
+			d.Diagnosis = append(d.Diagnosis, fmt.Sprintf("decision: call %d (%s) rejected by the regression rule: %s",
+				pick.Call, describe(pick.Config, knobs), reason))
+			if len(order) > 1 {
+				pick = order[1]
+				d.Diagnosis = append(d.Diagnosis, fmt.Sprintf("decision: falling back to call %d (%s), the next eligible config; no budget is left to re-run it",
+					pick.Call, describe(pick.Config, knobs)))
+			} else {
+				pick = base
+				d.Diagnosis = append(d.Diagnosis, "decision: no other eligible config; falling back to the baseline")
+			}
+		} else {
+			d.Verified = true
+		}
+	}
+	d.Selected, d.SelectedCall = pick.Config, pick.Call
+	d.Diagnosis = append(d.Diagnosis, fmt.Sprintf("decision: select call %d (%s), objective %s req/s%s",
+		pick.Call, describe(pick.Config, knobs), fmtF(objective(pick)), map[bool]string{true: ", confirmed by its re-run", false: ""}[d.Verified]))
+	return d, nil
+}
+
+func objective(e *Evaluation) float64 {
+	if e == nil || e.Failed() {
+		return math.Inf(-1)
+	}
+	return e.View.Objective
+}
+
+// ranked orders the eligible evaluations by SelectionRule. Re-runs are not
+// candidates of their own.
+func ranked(log []Evaluation, baseline Config) []*Evaluation {
+	var out []*Evaluation
+	for i := range log {
+		e := &log[i]
+		if e.Failed() || !e.View.Passing() || e.Role == "verify" {
+			continue
+		}
+		out = append(out, e)
+	}
+	less := func(a, b *Evaluation) bool {
+		if a.View.Objective != b.View.Objective {
+			return a.View.Objective > b.View.Objective
+		}
+		if da, db := Distance(baseline, a.Config), Distance(baseline, b.Config); da != db {
+			return da < db
+		}
+		return a.Call < b.Call
+	}
+	for i := 1; i < len(out); i++ { // insertion sort: a handful of entries, stable
+		for j := i; j > 0 && less(out[j], out[j-1]); j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
+// regressed applies RegressionRule to a selection and its re-run.
+func regressed(first, again *Evaluation) string {
+	switch {
+	case again.Failed():
+		return "the re-run failed: " + again.Error
+	case !again.View.Passing():
+		return "the re-run passed no load level"
+	case again.View.PassSet() != first.View.PassSet():
+		return fmt.Sprintf("the re-run passed levels {%s}, the first run {%s}", again.View.PassSet(), first.View.PassSet())
+	case again.View.Objective != first.View.Objective:
+		return fmt.Sprintf("the re-run's objective %s differs from the first run's %s", fmtF(again.View.Objective), fmtF(first.View.Objective))
+	}
+	return ""
+}
+
+// diagnose explains one result: which levels fail and by which SLO, and
+// what that says about the bottleneck (queueing, prefill or decode).
+func diagnose(e Evaluation, k Knobs) string {
+	head := fmt.Sprintf("call %d, %s (%s): ", e.Call, e.Role, describe(e.Config, k))
+	if e.Failed() {
+		return head + "failed: " + e.Error + " — counted as a failed candidate"
+	}
+	v := e.View
+	if len(v.Levels) == 0 {
+		return head + fmt.Sprintf("objective %s req/s (no per-level figures to diagnose)", fmtF(v.Objective))
+	}
+	var pass, ttft, tpot []string
+	for _, l := range v.Levels {
+		q := fmtF(l.OfferedQPS)
+		switch {
+		case l.Passed:
+			pass = append(pass, q)
+		case l.HasLatency && l.P99TPOTMs > v.SLO.TPOTMillis:
+			tpot = append(tpot, q)
+		default:
+			ttft = append(ttft, q)
+		}
+	}
+	s := head + fmt.Sprintf("objective %s req/s; passes {%s}", fmtF(v.Objective), strings.Join(pass, ","))
+	if len(ttft)+len(tpot) == 0 {
+		return s + "; every level meets both SLOs"
+	}
+	if len(ttft) > 0 {
+		s += fmt.Sprintf("; fails {%s} on p99 TTFT", strings.Join(ttft, ","))
+	}
+	if len(tpot) > 0 {
+		s += fmt.Sprintf("; fails {%s} on p99 TPOT", strings.Join(tpot, ","))
+	}
+	low := v.Levels[0]
+	switch {
+	case len(tpot) > 0:
+		s += " → decode-bound: per-token time exceeds its SLO; more decode capacity or smaller decode batches would help"
+	case !low.HasLatency:
+		s += " → TTFT-bound (no latency figures to separate queueing from prefill)"
+	case low.P99TTFTMs > v.SLO.TTFTMillis:
+		s += fmt.Sprintf(" → prefill-bound: even at %s req/s p99 TTFT is %s ms, so a single prefill is too slow; cutting uncached prefill work (prefix caching) is what helps",
+			fmtF(low.OfferedQPS), fmtF(round3(low.P99TTFTMs)))
+	default:
+		worst := v.Levels[len(v.Levels)-1]
+		for _, l := range v.Levels {
+			if !l.Passed {
+				worst = l
+				break
+			}
+		}
+		s += fmt.Sprintf(" → queueing-bound: p99 TTFT is %s ms at %s req/s but %s ms at %s req/s while TPOT stays within its SLO, so requests wait behind others",
+			fmtF(round3(low.P99TTFTMs)), fmtF(low.OfferedQPS), fmtF(round3(worst.P99TTFTMs)), fmtF(worst.OfferedQPS))
+		if low.P99TTFTMs > v.SLO.TTFTMillis/4 {
+			s += fmt.Sprintf("; an unloaded request already spends %s%% of the TTFT SLO in prefill, so uncached prefill work is the service time to cut (prefix caching)",
+				fmtF(math.Round(100*low.P99TTFTMs/v.SLO.TTFTMillis)))
+		} else if m, _ := Get(e.Config, k.Mode); m == modeDisaggregated {
+			s += "; prefill and decode already queue separately, so the prefill queue saturates: more prefill capacity is what helps"
+		} else {
+			s += "; in one FCFS queue each prefill waits for whole decodes, so separating prefill and decode queues (disaggregation) is what helps"
+		}
+	}
+	return s
+}
+
+func describe(c Config, k Knobs) string {
+	m, _ := Get(c, k.Mode)
+	on, _ := Get(c, k.Cache)
+	return fmt.Sprintf("%s=%v, %s=%v", k.Mode, m, k.Cache, on)
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+func fmtF(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+
+func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
+
+// effects states, for every pair of successful explorations that differ in
+// exactly one knob, how the objective moved; with the full 2x2 design it
+// also reads the mode × cache interaction.
+func effects(log []Evaluation, k Knobs) []string {
+	var out []string
+	type cell struct {
+		mode  string
+		cache bool
+	}
+	obj := map[cell]float64{}
+	for i := range log {
+		a := &log[i]
+		if a.Failed() || a.Role == "verify" {
+			continue
+		}
+		m, _ := Get(a.Config, k.Mode)
+		c, _ := Get(a.Config, k.Cache)
+		ms, _ := m.(string)
+		cb, _ := c.(bool)
+		obj[cell{strings.ToLower(ms), cb}] = a.View.Objective
+		for j := 0; j < i; j++ {
+			b := &log[j]
+			if b.Failed() || b.Role == "verify" || Distance(a.Config, b.Config) != 1 {
+				continue
+			}
+			out = append(out, fmt.Sprintf("effect: %s → %s moves the objective %s → %s req/s (%s)",
+				describe(b.Config, k), describe(a.Config, k), fmtF(b.View.Objective), fmtF(a.View.Objective), change(b.View.Objective, a.View.Objective)))
+		}
+	}
+	cc, okCC := obj[cell{modeColocated, true}]
+	dc, okDC := obj[cell{modeDisaggregated, true}]
+	cn, okCN := obj[cell{modeColocated, false}]
+	dn, okDN := obj[cell{modeDisaggregated, false}]
+	if okCC && okDC && okCN && okDN {
+		out = append(out, fmt.Sprintf("interaction: disaggregation gains %s req/s with the prefix cache on and %s req/s with it off; the mode × cache interaction is %s req/s",
+			fmtF(dc-cc), fmtF(dn-cn), fmtF((dc-cc)-(dn-cn))))
+	}
+	return out
+}
+
+func change(from, to float64) string {
+	if from == 0 {
+		if to == 0 {
+			return "no change"
+		}
+		return "from zero"
+	}
+	return fmt.Sprintf("%+.1f%%", 100*(to-from)/from)
+}
