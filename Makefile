@@ -34,3 +34,12 @@ demo: deps-test build
 
 clean:
 	rm -rf bin demo-results.json
+
+# generate regenerates bpf/'s eBPF objects and Go bindings from the C sources
+# (committed, so building needs no clang); it installs clang, llvm,
+# libbpf-dev and bpftool when missing. vmlinux.h is committed too: refresh it
+# with `bpftool btf dump file /sys/kernel/btf/vmlinux format c > bpf/vmlinux.h`.
+.PHONY: generate
+generate:
+	@./scripts/ensure-bpf-toolchain.sh
+	$(GO) generate ./bpf/

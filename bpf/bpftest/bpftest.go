@@ -1,0 +1,131 @@
+// Package bpftest is the one gate for hone's privileged tests, and builds the
+// small C workloads they drive.
+//
+// Require skips a test with the reason when the kernel or privilege is
+// missing, and fails it instead when HONE_REQUIRE_BPF=1 (CI runs as root on
+// a BTF kernel, so there the tests must run).
+package bpftest
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
+)
+
+// Require gates a privileged test.
+func Require(tb testing.TB) {
+	tb.Helper()
+	reason := missing()
+	if reason == "" {
+		return
+	}
+	if os.Getenv("HONE_REQUIRE_BPF") == "1" {
+		tb.Fatalf("HONE_REQUIRE_BPF=1 but this test cannot run: %s", reason)
+	}
+	tb.Skipf("privileged eBPF test skipped: %s (HONE_REQUIRE_BPF=1 makes this a failure)", reason)
+}
+
+var (
+	missingOnce   sync.Once
+	missingReason string
+)
+
+func missing() string {
+	missingOnce.Do(func() {
+		switch {
+		case runtime.GOOS != "linux":
+			missingReason = "not Linux"
+		case os.Geteuid() != 0:
+			missingReason = "not running as root"
+		default:
+			if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+				missingReason = "no kernel BTF at /sys/kernel/btf/vmlinux"
+				return
+			}
+			for _, pt := range []ebpf.ProgramType{ebpf.RawTracepoint, ebpf.Kprobe} {
+				if err := features.HaveProgramType(pt); err != nil {
+					missingReason = fmt.Sprintf("program type %s: %v", pt, err)
+					return
+				}
+			}
+			if err := features.HaveMapType(ebpf.RingBuf); err != nil {
+				missingReason = fmt.Sprintf("ring buffer maps: %v", err)
+			}
+		}
+	})
+	return missingReason
+}
+
+//go:embed testdata/workload.c
+var workloadC string
+
+//go:embed testdata/fakecuda.c
+var fakeCUDAC string
+
+// Workload builds the C workload program (see testdata/workload.c for its
+// modes) into a temporary directory, linked against a fake libcuda.so.1
+// that exports cuLaunchKernel, cuGraphLaunch and cuStreamSynchronize stubs.
+// It returns the program's path and the library's.
+func Workload(tb testing.TB) (prog, libcuda string) {
+	tb.Helper()
+	if _, err := exec.LookPath("gcc"); err != nil {
+		if os.Getenv("HONE_REQUIRE_BPF") == "1" {
+			tb.Fatalf("gcc is needed to build the test workload: %v", err)
+		}
+		tb.Skipf("gcc not found: %v", err)
+	}
+	dir := tb.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+		return p
+	}
+	run := func(args ...string) {
+		out, err := exec.Command("gcc", args...).CombinedOutput()
+		if err != nil {
+			tb.Fatalf("gcc %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	libdir := filepath.Join(dir, "lib")
+	if err := os.Mkdir(libdir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	libcuda = filepath.Join(libdir, "libcuda.so.1")
+	run("-O1", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", libcuda, write("fakecuda.c", fakeCUDAC))
+	if err := os.Symlink("libcuda.so.1", filepath.Join(libdir, "libcuda.so")); err != nil {
+		tb.Fatal(err)
+	}
+	prog = filepath.Join(dir, "workload")
+	run("-O1", "-o", prog, write("workload.c", workloadC), "-L"+libdir, "-lcuda", "-Wl,-rpath,"+libdir)
+	return prog, libcuda
+}
+
+// WaitBlockedInRead waits until pid is blocked in read(0, ...), so that
+// making it a target from now on counts none of its earlier syscalls: the
+// pending read entered before it was a target and is not counted.
+func WaitBlockedInRead(pid int) error {
+	for range 2000 {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid))
+		if err != nil {
+			return err
+		}
+		f := strings.Fields(string(b))
+		if len(f) > 2 && f[0] == "0" && f[1] == "0x0" {
+			return nil
+		}
+		runtimeSleep()
+	}
+	return errors.New("process never blocked in read(0)")
+}

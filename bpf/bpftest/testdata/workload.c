@@ -1,0 +1,186 @@
+/* Test workloads with exactly known kernel-visible behaviour. Every mode
+ * first blocks in read(0) until the test writes a line, so that the test can
+ * make it a target while it waits (the pending read is not counted).
+ *
+ *   workload syscalls N      N futex, N poll, N ioctl, 2N socket (N sendto +
+ *                            N recvfrom), 2N file (N write + N read) and N
+ *                            other (getppid) syscalls, then _exit.
+ *   workload fork N          raw fork(); the child makes N getppid calls and
+ *                            exits; the parent waits, prints the child's pid.
+ *   workload cuda L G S GAP_US   L cuLaunchKernel, G cuGraphLaunch and S
+ *                            cuStreamSynchronize calls, GAP_US apart.
+ *   workload tcp-server B    listens on 127.0.0.1 (port 0), prints the port,
+ *                            receives until EOF, prints the byte count.
+ *   workload tcp-client PORT B PAUSE_MS   connects, sends B/2 bytes, sleeps,
+ *                            sends the rest, prints CLOCK_MONOTONIC ns
+ *                            before and after each half, closes.
+ *   workload spin N          N getppid calls in a loop (benchmarks).
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+		   unsigned by, unsigned bz, unsigned shmem, void *stream,
+		   void **params, void **extra);
+int cuGraphLaunch(void *exec, void *stream);
+int cuStreamSynchronize(void *stream);
+
+static void wait_go(void)
+{
+	char c;
+	if (syscall(SYS_read, 0, &c, 1) != 1)
+		_exit(3);
+}
+
+static unsigned long long mono(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts); /* vDSO: no syscall */
+	return (unsigned long long)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+static void die(const char *what)
+{
+	perror(what);
+	_exit(2);
+}
+
+static void send_all(int fd, const char *buf, long n)
+{
+	while (n > 0) {
+		long w = send(fd, buf, n > 65536 ? 65536 : n, 0);
+		if (w <= 0)
+			die("send");
+		n -= w;
+	}
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		return 2;
+	const char *mode = argv[1];
+	if (!strcmp(mode, "syscalls") && argc == 3) {
+		long n = atol(argv[2]);
+		int word = 0, sv[2], null = open("/dev/null", O_WRONLY), zero = open("/dev/zero", O_RDONLY);
+		char c = 'x';
+		if (null < 0 || zero < 0 || socketpair(AF_UNIX, SOCK_DGRAM, 0, sv))
+			die("setup");
+		wait_go();
+		for (long i = 0; i < n; i++)
+			syscall(SYS_futex, &word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+		for (long i = 0; i < n; i++)
+			syscall(SYS_poll, NULL, 0, 0);
+		for (long i = 0; i < n; i++) {
+			int avail;
+			syscall(SYS_ioctl, zero, FIONREAD, &avail);
+		}
+		for (long i = 0; i < n; i++) {
+			syscall(SYS_sendto, sv[0], &c, 1, 0, NULL, 0);
+			syscall(SYS_recvfrom, sv[1], &c, 1, 0, NULL, NULL);
+		}
+		for (long i = 0; i < n; i++) {
+			syscall(SYS_write, null, &c, 1);
+			syscall(SYS_read, zero, &c, 1);
+		}
+		for (long i = 0; i < n; i++)
+			syscall(SYS_getppid);
+		syscall(SYS_exit_group, 0);
+	}
+	if (!strcmp(mode, "fork") && argc == 3) {
+		long n = atol(argv[2]);
+		wait_go();
+		long pid = syscall(SYS_fork);
+		if (pid < 0)
+			die("fork");
+		if (pid == 0) {
+			for (long i = 0; i < n; i++)
+				syscall(SYS_getppid);
+			syscall(SYS_exit_group, 0);
+		}
+		int st;
+		waitpid(pid, &st, 0);
+		printf("%ld\n", pid);
+		return 0;
+	}
+	if (!strcmp(mode, "cuda") && argc == 6) {
+		long l = atol(argv[2]), g = atol(argv[3]), s = atol(argv[4]), gap = atol(argv[5]);
+		wait_go();
+		for (long i = 0; i < l; i++) {
+			if (i)
+				usleep(gap);
+			cuLaunchKernel(0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);
+		}
+		for (long i = 0; i < g; i++) {
+			if (i)
+				usleep(gap);
+			cuGraphLaunch(0, 0);
+		}
+		for (long i = 0; i < s; i++) {
+			if (i)
+				usleep(gap);
+			cuStreamSynchronize(0);
+		}
+		return 0;
+	}
+	if (!strcmp(mode, "tcp-server") && argc == 2) {
+		int ls = socket(AF_INET, SOCK_STREAM, 0);
+		struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		socklen_t al = sizeof(a);
+		if (ls < 0 || bind(ls, (void *)&a, sizeof(a)) || listen(ls, 1) || getsockname(ls, (void *)&a, &al))
+			die("listen");
+		printf("%d\n", ntohs(a.sin_port));
+		fflush(stdout);
+		int fd = accept(ls, NULL, NULL);
+		if (fd < 0)
+			die("accept");
+		static char buf[65536];
+		long total = 0, r;
+		while ((r = recv(fd, buf, sizeof(buf), 0)) > 0)
+			total += r;
+		printf("%ld\n", total);
+		return 0;
+	}
+	if (!strcmp(mode, "tcp-client") && argc == 5) {
+		int port = atoi(argv[2]);
+		long b = atol(argv[3]), pause_ms = atol(argv[4]);
+		char *buf = calloc(1, b);
+		wait_go();
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		if (fd < 0 || connect(fd, (void *)&a, sizeof(a)))
+			die("connect");
+		unsigned long long t0 = mono();
+		send_all(fd, buf, b / 2);
+		unsigned long long t1 = mono();
+		usleep(pause_ms * 1000);
+		unsigned long long t2 = mono();
+		send_all(fd, buf + b / 2, b - b / 2);
+		unsigned long long t3 = mono();
+		printf("%llu %llu %llu %llu\n", t0, t1, t2, t3);
+		fflush(stdout);
+		close(fd);
+		return 0;
+	}
+	if (!strcmp(mode, "spin") && argc == 3) {
+		long n = atol(argv[2]);
+		wait_go();
+		for (long i = 0; i < n; i++)
+			syscall(SYS_getppid);
+		return 0;
+	}
+	return 2;
+}

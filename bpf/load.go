@@ -1,0 +1,385 @@
+//go:build linux
+
+package bpf
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+)
+
+// The map and event layouts the daemon reads, named for callers outside
+// this package.
+type (
+	SysKey     = syscallsHoneThreadKey
+	SysStats   = syscallsHoneSysStats
+	SchedStats = schedHoneSchedStats
+	ConnKey    = socketsHoneConnKey
+	ConnStats  = socketsHoneConnStats
+	Burst      = socketsHoneBurst
+	BurstEvent = socketsHoneBurstEvent
+	ProcEvent  = procsHoneProcEvent
+	CUDAKey    = cudaHoneCudaKey
+	CUDAStats  = cudaHoneCudaStats
+)
+
+// Event kinds in the ring buffer (the first uint32 of every record).
+const (
+	EventFork  = 1
+	EventExec  = 2
+	EventExit  = 3
+	EventBurst = 4
+)
+
+// Values of the targets map.
+const (
+	TargetSelected = 1 // chosen by the daemon
+	TargetFollowed = 2 // a child of a target, added at fork
+)
+
+// Syscall classes (SysKey.Class), in the order of SyscallClasses.
+const (
+	SysFutex = iota
+	SysPoll
+	SysIoctl
+	SysSocket
+	SysFile
+	SysOther
+)
+
+// SyscallClasses names the syscall classes by their index.
+var SyscallClasses = []string{"futex", "poll", "ioctl", "socket", "file", "other"}
+
+// CUDA call kinds (CUDAKey.Call), in the order of CUDACalls.
+const (
+	CUDALaunch = iota
+	CUDAGraph
+	CUDAStreamSync
+	CUDACtxSync
+	CUDAMemcpy
+)
+
+// CUDACalls names the CUDA call kinds by their index.
+var CUDACalls = []string{"launch", "graph_launch", "stream_synchronize", "ctx_synchronize", "memcpy_async"}
+
+// Drop counters (index into the drops map).
+const (
+	DropRingbuf = 0
+	DropMapFull = 1
+)
+
+// Direction of a burst.
+const (
+	DirTX = 0
+	DirRX = 1
+)
+
+// Options configure the programs before they are loaded.
+type Options struct {
+	// BurstGap is the silence that ends a burst on a KV-transfer connection.
+	BurstGap time.Duration
+}
+
+// Objects are hone's loaded programs and maps. The shared maps (targets,
+// events, drops, inflight) are created once, by the first object, and
+// handed to the others.
+type Objects struct {
+	procs    procsObjects
+	syscalls syscallsObjects
+	sched    schedObjects
+	sockets  socketsObjects
+	cuda     cudaObjects
+}
+
+// Load loads every program and map into the kernel. Nothing is attached yet.
+func Load(opts Options) (_ *Objects, err error) {
+	o := &Objects{}
+	defer func() {
+		if err != nil {
+			o.Close()
+		}
+	}()
+	if err := loadProcsObjects(&o.procs, nil); err != nil {
+		return nil, fmt.Errorf("load procs: %w", verifierDetail(err))
+	}
+	shared := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
+		"targets":  o.procs.Targets,
+		"events":   o.procs.Events,
+		"drops":    o.procs.Drops,
+		"inflight": o.procs.Inflight,
+	}}
+	if err := loadSyscallsObjects(&o.syscalls, shared); err != nil {
+		return nil, fmt.Errorf("load syscalls: %w", verifierDetail(err))
+	}
+	if err := loadSchedObjects(&o.sched, shared); err != nil {
+		return nil, fmt.Errorf("load sched: %w", verifierDetail(err))
+	}
+	spec, err := loadSockets()
+	if err != nil {
+		return nil, fmt.Errorf("load sockets spec: %w", err)
+	}
+	gap := opts.BurstGap
+	if gap <= 0 {
+		gap = 100 * time.Millisecond
+	}
+	if err := spec.Variables["burst_gap_ns"].Set(uint64(gap.Nanoseconds())); err != nil {
+		return nil, fmt.Errorf("set burst_gap_ns: %w", err)
+	}
+	if err := spec.LoadAndAssign(&o.sockets, shared); err != nil {
+		return nil, fmt.Errorf("load sockets: %w", verifierDetail(err))
+	}
+	if err := loadCudaObjects(&o.cuda, shared); err != nil {
+		return nil, fmt.Errorf("load cuda: %w", verifierDetail(err))
+	}
+	return o, nil
+}
+
+func verifierDetail(err error) error {
+	var ve *ebpf.VerifierError
+	if errors.As(err, &ve) {
+		return fmt.Errorf("%+v", ve)
+	}
+	return err
+}
+
+// Close releases every program and map (links are closed by their owners).
+func (o *Objects) Close() error {
+	return errors.Join(o.cuda.Close(), o.sockets.Close(), o.sched.Close(), o.syscalls.Close(), o.procs.Close())
+}
+
+// Maps the daemon reads.
+func (o *Objects) Targets() *ebpf.Map    { return o.procs.Targets }
+func (o *Objects) Events() *ebpf.Map     { return o.procs.Events }
+func (o *Objects) Drops() *ebpf.Map      { return o.procs.Drops }
+func (o *Objects) SysStats() *ebpf.Map   { return o.syscalls.SysStats }
+func (o *Objects) SchedStats() *ebpf.Map { return o.sched.SchedStats }
+func (o *Objects) Conns() *ebpf.Map      { return o.sockets.Conns }
+func (o *Objects) KVPorts() *ebpf.Map    { return o.sockets.KvPorts }
+func (o *Objects) CUDAStats() *ebpf.Map  { return o.cuda.CudaStats }
+
+// AddTarget makes a process (by its pid, the kernel's tgid) a target.
+func (o *Objects) AddTarget(pid uint32) error {
+	v := uint32(TargetSelected)
+	if err := o.procs.Targets.Update(pid, v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("add target %d: %w", pid, err)
+	}
+	return nil
+}
+
+// RemoveTarget stops tracing a process.
+func (o *Objects) RemoveTarget(pid uint32) error {
+	err := o.procs.Targets.Delete(pid)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("remove target %d: %w", pid, err)
+	}
+	return nil
+}
+
+// SetKVPort adds a port to, or removes it from, the KV-transfer set.
+func (o *Objects) SetKVPort(port uint16, on bool) error {
+	var v uint8
+	if on {
+		v = 1
+	}
+	return o.sockets.KvPorts.Update(uint32(port), v, ebpf.UpdateAny)
+}
+
+// Programs returns every program by name, for run-time statistics.
+func (o *Objects) Programs() map[string]*ebpf.Program {
+	return map[string]*ebpf.Program{
+		"sys_enter":        o.syscalls.SysEnter,
+		"sys_exit":         o.syscalls.SysExit,
+		"on_fork":          o.procs.OnFork,
+		"on_exec":          o.procs.OnExec,
+		"on_exit":          o.procs.OnExit,
+		"on_switch":        o.sched.OnSwitch,
+		"on_wakeup":        o.sched.OnWakeup,
+		"on_wakeup_new":    o.sched.OnWakeupNew,
+		"on_send":          o.sockets.OnSend,
+		"on_recv":          o.sockets.OnRecv,
+		"on_state":         o.sockets.OnState,
+		"cuda_launch":      o.cuda.CudaLaunch,
+		"cuda_graph":       o.cuda.CudaGraph,
+		"cuda_stream_sync": o.cuda.CudaStreamSync,
+		"cuda_ctx_sync":    o.cuda.CudaCtxSync,
+		"cuda_memcpy":      o.cuda.CudaMemcpy,
+		"cuda_sync_return": o.cuda.CudaSyncReturn,
+	}
+}
+
+// Links are attached programs; Close detaches them.
+type Links []link.Link
+
+// Close detaches every link.
+func (ls Links) Close() error {
+	var errs []error
+	for _, l := range ls {
+		errs = append(errs, l.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Probe sets for Attach.
+type Probes struct {
+	Syscalls bool // raw_syscalls sys_enter/sys_exit
+	Procs    bool // sched_process_fork/exec/exit (needed to follow children)
+	Sched    bool // sched_switch, sched_wakeup(_new)
+	Sockets  bool // sock_send_length/sock_recv_length, inet_sock_set_state
+}
+
+// Attach attaches the chosen tracepoint programs. None of them needs
+// tracefs or kprobes: raw tracepoints and BTF tracepoints only.
+func (o *Objects) Attach(p Probes) (_ Links, err error) {
+	var ls Links
+	defer func() {
+		if err != nil {
+			ls.Close()
+		}
+	}()
+	raw := func(name string, prog *ebpf.Program) error {
+		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: name, Program: prog})
+		if err != nil {
+			return fmt.Errorf("attach raw_tp/%s: %w", name, err)
+		}
+		ls = append(ls, l)
+		return nil
+	}
+	btf := func(name string, prog *ebpf.Program) error {
+		l, err := link.AttachTracing(link.TracingOptions{Program: prog, AttachType: ebpf.AttachTraceRawTp})
+		if err != nil {
+			return fmt.Errorf("attach tp_btf/%s: %w", name, err)
+		}
+		ls = append(ls, l)
+		return nil
+	}
+	if p.Procs {
+		for _, a := range []struct {
+			n string
+			p *ebpf.Program
+		}{{"sched_process_fork", o.procs.OnFork}, {"sched_process_exec", o.procs.OnExec}, {"sched_process_exit", o.procs.OnExit}} {
+			if err := btf(a.n, a.p); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if p.Syscalls {
+		if err := raw("sys_enter", o.syscalls.SysEnter); err != nil {
+			return nil, err
+		}
+		if err := raw("sys_exit", o.syscalls.SysExit); err != nil {
+			return nil, err
+		}
+	}
+	if p.Sched {
+		for _, a := range []struct {
+			n string
+			p *ebpf.Program
+		}{{"sched_switch", o.sched.OnSwitch}, {"sched_wakeup", o.sched.OnWakeup}, {"sched_wakeup_new", o.sched.OnWakeupNew}} {
+			if err := btf(a.n, a.p); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if p.Sockets {
+		for _, a := range []struct {
+			n string
+			p *ebpf.Program
+		}{{"sock_send_length", o.sockets.OnSend}, {"sock_recv_length", o.sockets.OnRecv}, {"inet_sock_set_state", o.sockets.OnState}} {
+			if err := btf(a.n, a.p); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return ls, nil
+}
+
+// cudaSymbols matches the libcuda entry points hone probes, by call kind.
+var cudaSymbols = []struct {
+	call int
+	re   *regexp.Regexp
+}{
+	{CUDALaunch, regexp.MustCompile(`^cuLaunchKernel(Ex)?(_ptsz|_ptds)?$`)},
+	{CUDAGraph, regexp.MustCompile(`^cuGraphLaunch(_ptsz|_ptds)?$`)},
+	{CUDAStreamSync, regexp.MustCompile(`^cuStreamSynchronize(_ptsz|_ptds)?$`)},
+	{CUDACtxSync, regexp.MustCompile(`^cuCtxSynchronize(_v2)?$`)},
+	{CUDAMemcpy, regexp.MustCompile(`^cuMemcpy[A-Za-z0-9]*Async(_v2)?(_ptsz|_ptds)?$`)},
+}
+
+// CUDASymbols lists, by call kind, the probed entry points a library
+// exports: one name per address, so aliases are not counted twice.
+func CUDASymbols(path string) (map[int][]string, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		return nil, fmt.Errorf("%s: dynamic symbols: %w", path, err)
+	}
+	sort.Slice(syms, func(i, j int) bool { return syms[i].Name < syms[j].Name })
+	seen := map[uint64]bool{}
+	out := map[int][]string{}
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Value == 0 || s.Section == elf.SHN_UNDEF {
+			continue
+		}
+		for _, c := range cudaSymbols {
+			if c.re.MatchString(s.Name) && !seen[s.Value] {
+				seen[s.Value] = true
+				out[c.call] = append(out[c.call], s.Name)
+			}
+		}
+	}
+	return out, nil
+}
+
+// AttachCUDA puts uprobes on the given call kinds' entry points in one
+// libcuda file (all processes mapping it hit them; the programs keep only
+// targets). Synchronize calls get a uretprobe too, for their wait time. It
+// returns the links and the symbols probed.
+func (o *Objects) AttachCUDA(path string, calls []int) (_ Links, probed []string, err error) {
+	syms, err := CUDASymbols(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	ex, err := link.OpenExecutable(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	var ls Links
+	defer func() {
+		if err != nil {
+			ls.Close()
+		}
+	}()
+	progs := map[int]*ebpf.Program{
+		CUDALaunch: o.cuda.CudaLaunch, CUDAGraph: o.cuda.CudaGraph,
+		CUDAStreamSync: o.cuda.CudaStreamSync, CUDACtxSync: o.cuda.CudaCtxSync,
+		CUDAMemcpy: o.cuda.CudaMemcpy,
+	}
+	for _, call := range calls {
+		for _, sym := range syms[call] {
+			l, err := ex.Uprobe(sym, progs[call], nil)
+			if err != nil {
+				return nil, nil, fmt.Errorf("uprobe %s:%s: %w", path, sym, err)
+			}
+			ls = append(ls, l)
+			if call == CUDAStreamSync || call == CUDACtxSync {
+				l, err := ex.Uretprobe(sym, o.cuda.CudaSyncReturn, nil)
+				if err != nil {
+					return nil, nil, fmt.Errorf("uretprobe %s:%s: %w", path, sym, err)
+				}
+				ls = append(ls, l)
+			}
+			probed = append(probed, sym)
+		}
+	}
+	return ls, probed, nil
+}

@@ -1,0 +1,196 @@
+//go:build ignore
+
+// SPDX-License-Identifier: (MIT OR GPL-2.0)
+/* Socket traffic of target processes, per connection (local view of the
+ * 4-tuple): bytes, operations and first/last timestamps. On connections with
+ * a port in the KV-transfer set, sends and receives are grouped into bursts
+ * separated by more than burst_gap_ns of silence, and each burst is sent to
+ * the ring buffer when the next one starts or the connection closes. */
+#include "hone.h"
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+/* Referenced so that the type is in the BTF bpf2go reads. */
+const struct hone_burst_event *unused_burst_event __attribute__((unused));
+
+const volatile __u64 burst_gap_ns = 100000000; /* set by the loader */
+
+struct hone_burst {
+	__u64 start_ns;
+	__u64 last_ns;
+	__u64 bytes;
+	__u64 ops;
+};
+
+struct hone_conn_stats {
+	__u32 tgid; /* the last target process that used it; 0 before any */
+	__u32 kv;   /* a port is in the KV-transfer set */
+	__u64 tx_bytes;
+	__u64 rx_bytes;
+	__u64 tx_ops;
+	__u64 rx_ops;
+	__u64 first_ns;
+	__u64 last_ns;
+	__u64 established_ns;
+	__u64 closed_ns;
+	struct hone_burst tx; /* the burst in progress, if ops > 0 */
+	struct hone_burst rx;
+	__u64 bursts; /* bursts sent to the ring buffer */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct hone_conn_key);
+	__type(value, struct hone_conn_stats);
+} conns SEC(".maps");
+
+/* kv_ports[port] != 0: the port is in the KV-transfer set. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u8);
+} kv_ports SEC(".maps");
+
+static __always_inline bool is_kv(__u32 port)
+{
+	__u8 *v = bpf_map_lookup_elem(&kv_ports, &port);
+	return v && *v;
+}
+
+static __always_inline bool read_key(const struct sock *sk, struct hone_conn_key *k)
+{
+	__u16 family = sk->__sk_common.skc_family;
+	if (family == AF_INET) {
+		__builtin_memcpy(k->laddr, &sk->__sk_common.skc_rcv_saddr, 4);
+		__builtin_memcpy(k->raddr, &sk->__sk_common.skc_daddr, 4);
+	} else if (family == AF_INET6) {
+		BPF_CORE_READ_INTO(&k->laddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
+		BPF_CORE_READ_INTO(&k->raddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
+	} else {
+		return false;
+	}
+	k->family = family;
+	k->lport = sk->__sk_common.skc_num;
+	k->rport = bpf_ntohs(sk->__sk_common.skc_dport);
+	return true;
+}
+
+static __always_inline void flush(const struct hone_conn_key *k, struct hone_conn_stats *c, struct hone_burst *b, __u32 dir)
+{
+	if (b->ops == 0)
+		return;
+	struct hone_burst_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (e) {
+		e->kind = EVENT_BURST;
+		e->tgid = c->tgid;
+		e->dir = dir;
+		e->pad = 0;
+		__builtin_memcpy(&e->conn, k, sizeof(*k));
+		e->start_ns = b->start_ns;
+		e->end_ns = b->last_ns;
+		e->bytes = b->bytes;
+		e->ops = b->ops;
+		bpf_ringbuf_submit(e, 0);
+		c->bursts++;
+	} else {
+		count_drop(DROP_RINGBUF);
+	}
+	b->start_ns = 0;
+	b->last_ns = 0;
+	b->bytes = 0;
+	b->ops = 0;
+}
+
+static __always_inline int on_io(struct sock *sk, int ret, int flags, __u32 dir)
+{
+	if (ret <= 0)
+		return 0;
+	if (dir == DIR_RX && (flags & MSG_PEEK))
+		return 0;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!is_target(tgid))
+		return 0;
+	struct hone_conn_key k = {};
+	if (!read_key(sk, &k))
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	struct hone_conn_stats zero = {
+		.kv = is_kv(k.lport) || is_kv(k.rport),
+		.first_ns = now,
+	};
+	struct hone_conn_stats *c = lookup_or_init(&conns, &k, &zero);
+	if (!c)
+		return 0;
+	c->tgid = tgid;
+	if (c->first_ns == 0)
+		c->first_ns = now;
+	c->last_ns = now;
+	struct hone_burst *b;
+	if (dir == DIR_TX) {
+		__sync_fetch_and_add(&c->tx_bytes, ret);
+		__sync_fetch_and_add(&c->tx_ops, 1);
+		b = &c->tx;
+	} else {
+		__sync_fetch_and_add(&c->rx_bytes, ret);
+		__sync_fetch_and_add(&c->rx_ops, 1);
+		b = &c->rx;
+	}
+	if (!c->kv)
+		return 0;
+	if (b->ops && now - b->last_ns > burst_gap_ns)
+		flush(&k, c, b, dir);
+	if (b->ops == 0)
+		b->start_ns = now;
+	b->last_ns = now;
+	b->bytes += ret;
+	b->ops++;
+	return 0;
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(on_send, struct sock *sk, int ret, int flags)
+{
+	return on_io(sk, ret, flags, DIR_TX);
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(on_recv, struct sock *sk, int ret, int flags)
+{
+	return on_io(sk, ret, flags, DIR_RX);
+}
+
+#define TCP_ESTABLISHED_STATE 1
+#define TCP_CLOSE_STATE 7
+
+/* Connection lifetimes. Server-side transitions run in softirq, where the
+ * current task means nothing: a connection is recorded at ESTABLISHED when
+ * its port is in the KV-transfer set or the current task is a target. */
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(on_state, const struct sock *sk, int oldstate, int newstate)
+{
+	if (newstate != TCP_ESTABLISHED_STATE && newstate != TCP_CLOSE_STATE)
+		return 0;
+	struct hone_conn_key k = {};
+	if (!read_key(sk, &k))
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	if (newstate == TCP_ESTABLISHED_STATE) {
+		bool kv = is_kv(k.lport) || is_kv(k.rport);
+		if (!kv && !is_target(bpf_get_current_pid_tgid() >> 32))
+			return 0;
+		struct hone_conn_stats zero = { .kv = kv };
+		struct hone_conn_stats *c = lookup_or_init(&conns, &k, &zero);
+		if (c && c->established_ns == 0)
+			c->established_ns = now;
+		return 0;
+	}
+	struct hone_conn_stats *c = bpf_map_lookup_elem(&conns, &k);
+	if (!c)
+		return 0;
+	c->closed_ns = now;
+	flush(&k, c, &c->tx, DIR_TX);
+	flush(&k, c, &c->rx, DIR_RX);
+	return 0;
+}

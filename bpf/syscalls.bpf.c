@@ -1,0 +1,141 @@
+//go:build ignore
+
+// SPDX-License-Identifier: (MIT OR GPL-2.0)
+/* Syscalls of target processes: per thread and class, count, total time,
+ * slowest call and a log2 latency histogram. Filtered in the kernel by the
+ * targets map; a syscall is counted when it returns. */
+#include "hone.h"
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+enum sys_class {
+	SYS_FUTEX = 0,
+	SYS_POLL = 1,   /* poll, select, epoll */
+	SYS_IOCTL = 2,  /* the GPU driver's path */
+	SYS_SOCKET = 3, /* send/recv families */
+	SYS_FILE = 4,   /* read/write families, on any fd */
+	SYS_OTHER = 5,
+};
+
+struct hone_thread_key {
+	__u32 tgid;
+	__u32 tid;
+	__u32 class;
+	__u32 pad;
+};
+
+struct hone_sys_stats {
+	__u64 count;
+	__u64 total_ns;
+	__u64 max_ns;
+	__u64 first_ns; /* CLOCK_MONOTONIC at the first call's entry */
+	__u64 last_ns;  /* CLOCK_MONOTONIC at the last call's return */
+	__u32 hist[HIST_SLOTS]; /* slot i: latency in [2^i, 2^(i+1)) ns */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_THREADS * 2);
+	__type(key, struct hone_thread_key);
+	__type(value, struct hone_sys_stats);
+} sys_stats SEC(".maps");
+
+/* x86_64 syscall numbers. */
+static __always_inline __u32 classify(__u32 id)
+{
+	switch (id) {
+	case 202: /* futex */
+	case 449: /* futex_waitv */
+	case 454: /* futex_wake */
+	case 455: /* futex_wait */
+	case 456: /* futex_requeue */
+		return SYS_FUTEX;
+	case 7:   /* poll */
+	case 23:  /* select */
+	case 232: /* epoll_wait */
+	case 233: /* epoll_ctl */
+	case 270: /* pselect6 */
+	case 271: /* ppoll */
+	case 281: /* epoll_pwait */
+	case 441: /* epoll_pwait2 */
+		return SYS_POLL;
+	case 16: /* ioctl */
+		return SYS_IOCTL;
+	case 44:  /* sendto */
+	case 45:  /* recvfrom */
+	case 46:  /* sendmsg */
+	case 47:  /* recvmsg */
+	case 299: /* recvmmsg */
+	case 307: /* sendmmsg */
+		return SYS_SOCKET;
+	case 0:   /* read */
+	case 1:   /* write */
+	case 17:  /* pread64 */
+	case 18:  /* pwrite64 */
+	case 19:  /* readv */
+	case 20:  /* writev */
+	case 295: /* preadv */
+	case 296: /* pwritev */
+	case 327: /* preadv2 */
+	case 328: /* pwritev2 */
+		return SYS_FILE;
+	}
+	return SYS_OTHER;
+}
+
+SEC("raw_tp/sys_enter")
+int sys_enter(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u64 pt = bpf_get_current_pid_tgid();
+	__u32 tgid = pt >> 32;
+	if (!is_target(tgid))
+		return 0;
+	__u32 tid = (__u32)pt;
+	struct hone_inflight in = {
+		.start_ns = bpf_ktime_get_ns(),
+		.id = (__u32)ctx->args[1],
+		.tgid = tgid,
+	};
+	if (bpf_map_update_elem(&inflight, &tid, &in, BPF_ANY))
+		count_drop(DROP_MAP_FULL);
+	return 0;
+}
+
+SEC("raw_tp/sys_exit")
+int sys_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u64 pt = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pt;
+	struct hone_inflight *in = bpf_map_lookup_elem(&inflight, &tid);
+	if (!in)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 start = in->start_ns;
+	struct hone_thread_key key = {
+		.tgid = in->tgid,
+		.tid = tid,
+		.class = classify(in->id),
+	};
+	bpf_map_delete_elem(&inflight, &tid);
+	if (key.tgid != (__u32)(pt >> 32))
+		return 0; /* a stale entry: the thread id was reused */
+
+	static const struct hone_sys_stats zero;
+	struct hone_sys_stats *st = lookup_or_init(&sys_stats, &key, &zero);
+	if (!st)
+		return 0;
+	__u64 d = now - start;
+	/* One thread runs on one CPU at a time and its entries are its own,
+	 * so plain increments are safe. */
+	if (st->count == 0)
+		st->first_ns = start;
+	st->count++;
+	st->total_ns += d;
+	if (d > st->max_ns)
+		st->max_ns = d;
+	st->last_ns = now;
+	__u32 slot = log2_slot(d);
+	if (slot < HIST_SLOTS)
+		st->hist[slot]++;
+	return 0;
+}
