@@ -1,0 +1,540 @@
+package deploy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Engines a spec can name.
+const (
+	EngineVLLM     = "vllm"
+	EngineEmulator = "emulator"
+)
+
+// Topology kinds.
+const (
+	Colocated     = "colocated"
+	Disaggregated = "disaggregated"
+)
+
+// KV connectors for disaggregated topologies.
+const (
+	NixlConnector    = "NixlConnector"
+	P2pNcclConnector = "P2pNcclConnector"
+)
+
+// Routing policies of the proxy.
+const (
+	SessionAffinity = "session_affinity"
+	RoundRobin      = "round_robin"
+)
+
+// Spec is a deployment: which engine serves which model on which GPUs, split
+// how, with which knobs, behind which routing. It is the unit the optimizer
+// compares; a YAML file holds one.
+type Spec struct {
+	Name      string      `yaml:"name" json:"name"`
+	Engine    string      `yaml:"engine" json:"engine"`
+	Model     Model       `yaml:"model" json:"model"`
+	Precision Precision   `yaml:"precision" json:"precision"`
+	GPUs      GPUs        `yaml:"gpus" json:"gpus"`
+	Topology  Topology    `yaml:"topology" json:"topology"`
+	KV        KVConnector `yaml:"kv_connector" json:"kv_connector"`
+	Knobs     Knobs       `yaml:"knobs" json:"knobs"`
+	Routing   Routing     `yaml:"routing" json:"routing"`
+	Network   Network     `yaml:"network" json:"network"`
+	Emulator  Emulator    `yaml:"emulator" json:"emulator"`
+}
+
+// Model names the weights. Exactly one of ID (a hub id, with a pinned
+// Revision) and Path (a local directory, whose file hashes are recorded at
+// deploy time) is set.
+type Model struct {
+	ID         string `yaml:"id" json:"id,omitempty"`
+	Revision   string `yaml:"revision" json:"revision,omitempty"`
+	Path       string `yaml:"path" json:"path,omitempty"`
+	ServedName string `yaml:"served_name" json:"served_name,omitempty"`
+}
+
+// Precision of weights and KV cache.
+type Precision struct {
+	DType        string `yaml:"dtype" json:"dtype,omitempty"`
+	KVCacheDType string `yaml:"kv_cache_dtype" json:"kv_cache_dtype,omitempty"`
+}
+
+// GPUs is the budget: how many GPUs the deployment may use and which.
+type GPUs struct {
+	Budget int   `yaml:"budget" json:"budget"`
+	IDs    []int `yaml:"ids" json:"ids,omitempty"`
+}
+
+// Topology splits the GPUs. Colocated: Replicas engines of TP GPUs each
+// (one engine with TP=N is Replicas 1). Disaggregated: Prefill and Decode
+// pools.
+type Topology struct {
+	Kind     string `yaml:"kind" json:"kind"`
+	Replicas int    `yaml:"replicas" json:"replicas,omitempty"`
+	TP       int    `yaml:"tp" json:"tp,omitempty"`
+	Prefill  *Pool  `yaml:"prefill" json:"prefill,omitempty"`
+	Decode   *Pool  `yaml:"decode" json:"decode,omitempty"`
+}
+
+// Pool is one role's workers in a disaggregated topology.
+type Pool struct {
+	Replicas int `yaml:"replicas" json:"replicas"`
+	TP       int `yaml:"tp" json:"tp"`
+}
+
+// KVConnector configures KV transfer between prefill and decode workers.
+type KVConnector struct {
+	Name string `yaml:"name" json:"name,omitempty"`
+	// SideChannelPort is the first VLLM_NIXL_SIDE_CHANNEL_PORT; worker i
+	// gets SideChannelPort+i so no two workers on a host share one.
+	SideChannelPort int `yaml:"side_channel_port" json:"side_channel_port,omitempty"`
+	// KVPort is P2pNcclConnector's first kv_port; worker i gets KVPort+i.
+	KVPort int `yaml:"kv_port" json:"kv_port,omitempty"`
+	// BufferSize is P2pNcclConnector's kv_buffer_size in bytes ("1e9").
+	BufferSize string `yaml:"buffer_size" json:"buffer_size,omitempty"`
+	// LoadFailurePolicy is vLLM's kv_load_failure_policy (recompute | fail);
+	// empty leaves vLLM's default.
+	LoadFailurePolicy string `yaml:"load_failure_policy" json:"load_failure_policy,omitempty"`
+}
+
+// Knobs are the engine settings the optimizer turns. Nil pointers leave the
+// engine's default.
+type Knobs struct {
+	PrefixCaching        *bool    `yaml:"prefix_caching" json:"prefix_caching,omitempty"`
+	MaxNumSeqs           int      `yaml:"max_num_seqs" json:"max_num_seqs,omitempty"`
+	MaxNumBatchedTokens  int      `yaml:"max_num_batched_tokens" json:"max_num_batched_tokens,omitempty"`
+	GPUMemoryUtilization float64  `yaml:"gpu_memory_utilization" json:"gpu_memory_utilization,omitempty"`
+	BlockSize            int      `yaml:"block_size" json:"block_size,omitempty"`
+	MaxModelLen          int      `yaml:"max_model_len" json:"max_model_len,omitempty"`
+	EnforceEager         bool     `yaml:"enforce_eager" json:"enforce_eager,omitempty"`
+	CUDAGraphMode        string   `yaml:"cudagraph_mode" json:"cudagraph_mode,omitempty"`
+	SpeculativeNgram     *Ngram   `yaml:"speculative_ngram" json:"speculative_ngram,omitempty"`
+	ExtraArgs            []string `yaml:"extra_args" json:"extra_args,omitempty"`
+}
+
+// Ngram is prompt-lookup speculative decoding.
+type Ngram struct {
+	NumSpeculativeTokens int `yaml:"num_speculative_tokens" json:"num_speculative_tokens"`
+	PromptLookupMax      int `yaml:"prompt_lookup_max" json:"prompt_lookup_max"`
+	PromptLookupMin      int `yaml:"prompt_lookup_min" json:"prompt_lookup_min,omitempty"`
+}
+
+// Routing configures the proxy in front of the workers.
+type Routing struct {
+	Policy string `yaml:"policy" json:"policy"`
+	// SessionHeader, when a request carries it, is the affinity key;
+	// otherwise the prompt's leading AffinityTokens tokens are.
+	SessionHeader  string `yaml:"session_header" json:"session_header,omitempty"`
+	AffinityTokens int    `yaml:"affinity_tokens" json:"affinity_tokens,omitempty"`
+	// Per-leg timeouts: a prefill answer; a decode worker's first byte; the
+	// longest silence inside a decode stream.
+	PrefillTimeout    Duration `yaml:"prefill_timeout" json:"prefill_timeout,omitempty"`
+	DecodeTimeout     Duration `yaml:"decode_timeout" json:"decode_timeout,omitempty"`
+	StreamIdleTimeout Duration `yaml:"stream_idle_timeout" json:"stream_idle_timeout,omitempty"`
+	HealthInterval    Duration `yaml:"health_interval" json:"health_interval,omitempty"`
+}
+
+// Network places the proxy and workers.
+type Network struct {
+	Host       string `yaml:"host" json:"host"`
+	ProxyPort  int    `yaml:"proxy_port" json:"proxy_port"`
+	WorkerPort int    `yaml:"worker_port" json:"worker_port"` // first worker's; worker i gets WorkerPort+i
+}
+
+// Emulator settings, for engine: emulator.
+type Emulator struct {
+	Profile   string   `yaml:"profile" json:"profile,omitempty"`
+	TimeScale float64  `yaml:"time_scale" json:"time_scale,omitempty"`
+	TraceDir  string   `yaml:"trace_dir" json:"trace_dir,omitempty"`
+	Faults    []string `yaml:"faults" json:"faults,omitempty"` // per worker name: "prefill-0=crash-after=5"
+}
+
+// Duration is a time.Duration written as "30s" in YAML and JSON.
+type Duration time.Duration
+
+// UnmarshalYAML reads a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("line %d: want a duration like 30s, got %q", n.Line, s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return []byte(`"` + time.Duration(d).String() + `"`), nil
+}
+
+// UnmarshalJSON reads a duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	s := strings.Trim(string(b), `"`)
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Defaults filled in by Parse when a field is absent.
+const (
+	DefaultHost            = "127.0.0.1"
+	DefaultProxyPort       = 8000
+	DefaultWorkerPort      = 8100
+	DefaultSideChannelPort = 5600
+	DefaultKVPort          = 21001
+	DefaultAffinityTokens  = 256
+	DefaultSessionHeader   = "X-Session-Id"
+)
+
+// LoadSpec reads and validates a spec file.
+func LoadSpec(path string) (*Spec, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read spec: %w", err)
+	}
+	s, err := ParseSpec(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, nil
+}
+
+// ParseSpec decodes YAML strictly (an unknown field is an error), fills
+// defaults and validates.
+func ParseSpec(b []byte) (*Spec, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	var s Spec
+	if err := dec.Decode(&s); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("spec: empty document")
+		}
+		return nil, fmt.Errorf("spec: %w", err)
+	}
+	s.fillDefaults()
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+func (s *Spec) fillDefaults() {
+	n := &s.Network
+	if n.Host == "" {
+		n.Host = DefaultHost
+	}
+	if n.ProxyPort == 0 {
+		n.ProxyPort = DefaultProxyPort
+	}
+	if n.WorkerPort == 0 {
+		n.WorkerPort = DefaultWorkerPort
+	}
+	if s.Topology.Kind == Disaggregated {
+		if s.KV.Name == "" {
+			s.KV.Name = NixlConnector
+		}
+		if s.KV.Name == NixlConnector && s.KV.SideChannelPort == 0 {
+			s.KV.SideChannelPort = DefaultSideChannelPort
+		}
+		if s.KV.Name == P2pNcclConnector && s.KV.KVPort == 0 {
+			s.KV.KVPort = DefaultKVPort
+		}
+	}
+	if s.Routing.Policy == "" {
+		s.Routing.Policy = SessionAffinity
+	}
+	if s.Routing.SessionHeader == "" {
+		s.Routing.SessionHeader = DefaultSessionHeader
+	}
+	if s.Routing.AffinityTokens == 0 {
+		s.Routing.AffinityTokens = DefaultAffinityTokens
+	}
+	if len(s.GPUs.IDs) == 0 && s.GPUs.Budget > 0 {
+		for i := range s.GPUs.Budget {
+			s.GPUs.IDs = append(s.GPUs.IDs, i)
+		}
+	}
+	if s.Engine == EngineEmulator && s.Emulator.TimeScale == 0 {
+		s.Emulator.TimeScale = 1
+	}
+}
+
+var (
+	nameRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+	commitRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
+)
+
+// GPUsNeeded is the number of GPUs the topology's workers use.
+func (s *Spec) GPUsNeeded() int {
+	t := s.Topology
+	if t.Kind == Disaggregated && t.Prefill != nil && t.Decode != nil {
+		return t.Prefill.Replicas*t.Prefill.TP + t.Decode.Replicas*t.Decode.TP
+	}
+	return t.Replicas * t.TP
+}
+
+// Validate checks every field and returns the first problem, naming the
+// field by its YAML path ("spec.topology.prefill.replicas: want >= 1").
+func (s *Spec) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("spec.%s: %s", field, fmt.Sprintf(format, args...))
+	}
+	if !nameRE.MatchString(s.Name) {
+		return bad("name", "want lowercase letters, digits, '.', '_' or '-' (1-63, starting alphanumeric), got %q", s.Name)
+	}
+	switch s.Engine {
+	case EngineVLLM, EngineEmulator:
+	default:
+		return bad("engine", "want vllm or emulator, got %q", s.Engine)
+	}
+	m := s.Model
+	switch {
+	case m.ID == "" && m.Path == "":
+		return bad("model", "want id (a hub id) or path (a local directory)")
+	case m.ID != "" && m.Path != "":
+		return bad("model", "want id or path, not both")
+	case m.Path != "":
+		if m.Revision != "" {
+			return bad("model.revision", "a local path has no revision; its file hashes are recorded instead")
+		}
+		if s.Engine == EngineVLLM {
+			if fi, err := os.Stat(m.Path); err != nil || !fi.IsDir() {
+				return bad("model.path", "want an existing directory, got %q", m.Path)
+			}
+		}
+	case s.Engine == EngineVLLM && !commitRE.MatchString(m.Revision):
+		return bad("model.revision", "a hub model must be pinned to a 40-hex commit, got %q", m.Revision)
+	}
+	if strings.ContainsAny(m.ServedName, " \t\n") {
+		return bad("model.served_name", "want no whitespace, got %q", m.ServedName)
+	}
+	switch s.Precision.DType {
+	case "", "auto", "bfloat16", "float16", "float32", "half", "float":
+	default:
+		return bad("precision.dtype", "want auto, bfloat16, float16 or float32, got %q", s.Precision.DType)
+	}
+	switch s.Precision.KVCacheDType {
+	case "", "auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16":
+	default:
+		return bad("precision.kv_cache_dtype", "want auto, fp8, fp8_e4m3, fp8_e5m2 or bfloat16, got %q", s.Precision.KVCacheDType)
+	}
+
+	g := s.GPUs
+	if g.Budget < 1 {
+		return bad("gpus.budget", "want >= 1, got %d", g.Budget)
+	}
+	if len(g.IDs) != g.Budget {
+		return bad("gpus.ids", "want %d ids (the budget), got %d", g.Budget, len(g.IDs))
+	}
+	seen := map[int]bool{}
+	for i, id := range g.IDs {
+		if id < 0 {
+			return bad(fmt.Sprintf("gpus.ids[%d]", i), "want >= 0, got %d", id)
+		}
+		if seen[id] {
+			return bad(fmt.Sprintf("gpus.ids[%d]", i), "GPU %d listed twice", id)
+		}
+		seen[id] = true
+	}
+
+	t := s.Topology
+	switch t.Kind {
+	case Colocated:
+		if t.Prefill != nil || t.Decode != nil {
+			return bad("topology", "a colocated topology has replicas and tp, not prefill/decode")
+		}
+		if t.Replicas < 1 {
+			return bad("topology.replicas", "want >= 1, got %d", t.Replicas)
+		}
+		if t.TP < 1 {
+			return bad("topology.tp", "want >= 1, got %d", t.TP)
+		}
+		if s.KV.Name != "" {
+			return bad("kv_connector", "only a disaggregated topology transfers KV")
+		}
+	case Disaggregated:
+		if t.Replicas != 0 || t.TP != 0 {
+			return bad("topology", "a disaggregated topology has prefill and decode pools, not replicas/tp")
+		}
+		for _, p := range []struct {
+			name string
+			pool *Pool
+		}{{"prefill", t.Prefill}, {"decode", t.Decode}} {
+			if p.pool == nil {
+				return bad("topology."+p.name, "missing: want {replicas, tp}")
+			}
+			if p.pool.Replicas < 1 {
+				return bad("topology."+p.name+".replicas", "want >= 1, got %d", p.pool.Replicas)
+			}
+			if p.pool.TP < 1 {
+				return bad("topology."+p.name+".tp", "want >= 1, got %d", p.pool.TP)
+			}
+		}
+		switch s.KV.Name {
+		case NixlConnector, P2pNcclConnector:
+		default:
+			return bad("kv_connector.name", "want NixlConnector or P2pNcclConnector, got %q", s.KV.Name)
+		}
+		switch s.KV.LoadFailurePolicy {
+		case "", "recompute", "fail":
+		default:
+			return bad("kv_connector.load_failure_policy", "want recompute or fail, got %q", s.KV.LoadFailurePolicy)
+		}
+		if s.KV.BufferSize != "" && s.KV.Name != P2pNcclConnector {
+			return bad("kv_connector.buffer_size", "only P2pNcclConnector takes a buffer size")
+		}
+	default:
+		return bad("topology.kind", "want colocated or disaggregated, got %q", t.Kind)
+	}
+	if need := s.GPUsNeeded(); need > g.Budget {
+		return bad("topology", "workers need %d GPUs, over the budget of %d (spec.gpus.budget)", need, g.Budget)
+	}
+
+	k := s.Knobs
+	if k.MaxNumSeqs < 0 {
+		return bad("knobs.max_num_seqs", "want >= 1, got %d", k.MaxNumSeqs)
+	}
+	if k.MaxNumBatchedTokens < 0 {
+		return bad("knobs.max_num_batched_tokens", "want >= 1, got %d", k.MaxNumBatchedTokens)
+	}
+	if k.GPUMemoryUtilization < 0 || k.GPUMemoryUtilization > 1 {
+		return bad("knobs.gpu_memory_utilization", "want a fraction in (0, 1], got %v", k.GPUMemoryUtilization)
+	}
+	if k.BlockSize < 0 || k.BlockSize&(k.BlockSize-1) != 0 {
+		return bad("knobs.block_size", "want a power of two, got %d", k.BlockSize)
+	}
+	if k.MaxModelLen < 0 {
+		return bad("knobs.max_model_len", "want >= 1, got %d", k.MaxModelLen)
+	}
+	switch k.CUDAGraphMode {
+	case "", "FULL_AND_PIECEWISE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "NONE":
+	default:
+		return bad("knobs.cudagraph_mode", "want FULL_AND_PIECEWISE, PIECEWISE, FULL, FULL_DECODE_ONLY or NONE, got %q", k.CUDAGraphMode)
+	}
+	if k.EnforceEager && k.CUDAGraphMode != "" && k.CUDAGraphMode != "NONE" {
+		return bad("knobs.cudagraph_mode", "enforce_eager disables CUDA graphs; got mode %s", k.CUDAGraphMode)
+	}
+	if n := k.SpeculativeNgram; n != nil {
+		if n.NumSpeculativeTokens < 1 {
+			return bad("knobs.speculative_ngram.num_speculative_tokens", "want >= 1, got %d", n.NumSpeculativeTokens)
+		}
+		if n.PromptLookupMax < 1 {
+			return bad("knobs.speculative_ngram.prompt_lookup_max", "want >= 1, got %d", n.PromptLookupMax)
+		}
+		if n.PromptLookupMin < 0 || n.PromptLookupMin > n.PromptLookupMax {
+			return bad("knobs.speculative_ngram.prompt_lookup_min", "want 1..prompt_lookup_max, got %d", n.PromptLookupMin)
+		}
+	}
+	if len(k.ExtraArgs) > 0 && s.Engine != EngineVLLM {
+		return bad("knobs.extra_args", "only the vllm engine takes extra arguments")
+	}
+
+	r := s.Routing
+	switch r.Policy {
+	case SessionAffinity, RoundRobin:
+	default:
+		return bad("routing.policy", "want session_affinity or round_robin, got %q", r.Policy)
+	}
+	if r.AffinityTokens < 1 {
+		return bad("routing.affinity_tokens", "want >= 1, got %d", r.AffinityTokens)
+	}
+	for name, d := range map[string]Duration{"prefill_timeout": r.PrefillTimeout, "decode_timeout": r.DecodeTimeout,
+		"stream_idle_timeout": r.StreamIdleTimeout, "health_interval": r.HealthInterval} {
+		if d < 0 {
+			return bad("routing."+name, "want a positive duration, got %s", time.Duration(d))
+		}
+	}
+
+	n := s.Network
+	if n.Host != "127.0.0.1" && n.Host != "localhost" && n.Host != "::1" && n.Host != "0.0.0.0" && net4(n.Host) == false {
+		return bad("network.host", "want an IP address or localhost, got %q", n.Host)
+	}
+	for name, p := range map[string]int{"proxy_port": n.ProxyPort, "worker_port": n.WorkerPort} {
+		if p < 1 || p > 65535 {
+			return bad("network."+name, "want 1..65535, got %d", p)
+		}
+	}
+	workers := s.Topology.Replicas
+	if t.Kind == Disaggregated {
+		workers = t.Prefill.Replicas + t.Decode.Replicas
+	}
+	if n.WorkerPort+workers-1 > 65535 {
+		return bad("network.worker_port", "%d workers from port %d run past 65535", workers, n.WorkerPort)
+	}
+	if n.ProxyPort >= n.WorkerPort && n.ProxyPort < n.WorkerPort+workers {
+		return bad("network.proxy_port", "port %d collides with the workers' ports %d..%d", n.ProxyPort, n.WorkerPort, n.WorkerPort+workers-1)
+	}
+	if t.Kind == Disaggregated {
+		base, field := s.KV.SideChannelPort, "kv_connector.side_channel_port"
+		if s.KV.Name == P2pNcclConnector {
+			base, field = s.KV.KVPort, "kv_connector.kv_port"
+		}
+		if base < 1 || base+workers-1 > 65535 {
+			return bad(field, "want 1..%d, got %d", 65535-workers+1, base)
+		}
+		lo, hi := base, base+workers-1
+		if lo <= n.WorkerPort+workers-1 && n.WorkerPort <= hi || n.ProxyPort >= lo && n.ProxyPort <= hi {
+			return bad(field, "ports %d..%d collide with the proxy or worker ports", lo, hi)
+		}
+	}
+
+	e := s.Emulator
+	if s.Engine == EngineEmulator {
+		if e.Profile == "" {
+			return bad("emulator.profile", "want a profile name for the emulator")
+		}
+		if !(e.TimeScale > 0) || e.TimeScale > 1000 {
+			return bad("emulator.time_scale", "want a positive factor, got %v", e.TimeScale)
+		}
+		for i, f := range e.Faults {
+			if w, _, ok := strings.Cut(f, "="); !ok || w == "" {
+				return bad(fmt.Sprintf("emulator.faults[%d]", i), "want WORKER=FAULT (e.g. prefill-0=crash-after=5), got %q", f)
+			}
+		}
+	} else if e.Profile != "" || e.TimeScale != 0 || e.TraceDir != "" || len(e.Faults) > 0 {
+		return bad("emulator", "only for engine: emulator")
+	}
+	return nil
+}
+
+// net4 reports whether h is a dotted IPv4 address.
+func net4(h string) bool {
+	parts := strings.Split(h, ".")
+	if len(parts) != 4 {
+		return false
+	}
+	for _, p := range parts {
+		if p == "" || len(p) > 3 {
+			return false
+		}
+		v := 0
+		for _, c := range p {
+			if c < '0' || c > '9' {
+				return false
+			}
+			v = v*10 + int(c-'0')
+		}
+		if v > 255 {
+			return false
+		}
+	}
+	return true
+}
