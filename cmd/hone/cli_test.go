@@ -125,3 +125,41 @@ func TestBridgeProtocol(t *testing.T) {
 		t.Errorf("exit %d, out %s", code, out)
 	}
 }
+
+func TestGateExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	on, _, _ := runCLI(t, "", "sim", "--output", "json", "--qps", "4,16")
+	off, _, _ := runCLI(t, "", "sim", "--output", "json", "--qps", "4,16", "--prefix-cache=false")
+	dis, _, _ := runCLI(t, "", "sim", "--output", "json", "--qps", "4,16", "--mode", "disaggregated")
+	onP, disP := write("on.json", on), write("dis.json", dis)
+	// Plant a regression under the same scenario name.
+	offP := write("off.json", strings.Replace(off, `"prefix_cache": false`, `"prefix_cache": true`, 1))
+	bl := filepath.Join(dir, "baselines", "b.json")
+	if _, errs, code := runCLI(t, "", "gate", "baseline", "create", onP, "-o", bl); code != 0 {
+		t.Fatalf("create: %d %s", code, errs)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"--baseline", bl, "--candidate", onP}, 0},
+		{[]string{"--baseline", bl, "--candidate", offP}, 1},
+		{[]string{"--baseline", bl, "--candidate", disP}, 2}, // another scenario: metrics missing
+		{[]string{"--baseline", bl}, 2},
+		{[]string{"--baseline", bl, "--candidate", onP, "--format", "xml"}, 2},
+		{[]string{"--baseline", write("bad.json", "{"), "--candidate", onP}, 2},
+		{[]string{"--baseline", bl, "--candidate", write("junk.json", `{"x":1}`)}, 2},
+	} {
+		_, errs, code := runCLI(t, "", append([]string{"gate", "check"}, tc.args...)...)
+		if code != tc.code {
+			t.Errorf("gate check %v: exit %d, want %d (%s)", tc.args, code, tc.code, errs)
+		}
+	}
+}

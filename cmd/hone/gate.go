@@ -1,0 +1,191 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hone-llm/hone/gate"
+)
+
+func init() { subcommands = append(subcommands, newGateCmd) }
+
+func readRuns(paths []string) ([]gate.Run, error) {
+	if len(paths) == 0 {
+		return nil, badInput("no run records given: pass one or more RECORD files")
+	}
+	var all []gate.Run
+	for _, p := range paths {
+		runs, err := gate.ReadRuns(p)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		all = append(all, runs...)
+	}
+	return all, nil
+}
+
+func newGateCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "gate",
+		Short: "Block regressions in CI against stored baselines",
+		Long: `hone gate keeps baselines of run records (raw per-run values for every
+scenario × load level × metric) and checks candidates against them.
+
+Exit codes: 0 pass, warn or improved; 1 a regression; 2 bad input or an
+incomparable baseline (different environment fingerprint, missing metrics).`,
+	}
+	c.AddCommand(newGateBaselineCmd(), newGateCheckCmd())
+	return c
+}
+
+func newGateBaselineCmd() *cobra.Command {
+	c := &cobra.Command{Use: "baseline", Short: "Create or update a baseline from run records"}
+	var out, name string
+	create := &cobra.Command{
+		Use:     "create RECORD... -o baselines/NAME.json",
+		Short:   "Build a baseline from run records (hone replay or hone sim --output json)",
+		Example: `  hone gate baseline create run1.json run2.json run3.json -o baselines/disagg.json`,
+		Args:    cobra.ArbitraryArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			if out == "" {
+				return badInput("-o/--output: required (where to write the baseline)")
+			}
+			runs, err := readRuns(args)
+			if err != nil {
+				return err
+			}
+			n := name
+			if n == "" {
+				n = strings.TrimSuffix(filepath.Base(out), filepath.Ext(out))
+			}
+			bl, err := gate.NewBaseline(n, runs, gate.DefaultCompared)
+			if err != nil {
+				return usageError{err}
+			}
+			if err := bl.Write(out); err != nil {
+				return fmt.Errorf("write baseline %s: %w", out, err)
+			}
+			fmt.Fprintf(c.ErrOrStderr(), "baseline %q: %d runs, %d series (%s) → %s\n", bl.Name, bl.Runs, len(bl.Series), bl.Kind, out)
+			return nil
+		},
+	}
+	create.Flags().StringVarP(&out, "output", "o", "", "baseline file to write")
+	create.Flags().StringVar(&name, "name", "", "baseline name (default: the file name)")
+
+	var path string
+	var keep int
+	update := &cobra.Command{
+		Use:     "update --baseline B RECORD...",
+		Short:   "Add runs to a baseline, keeping the newest --keep runs",
+		Example: `  hone gate baseline update --baseline baselines/disagg.json run4.json`,
+		Args:    cobra.ArbitraryArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			if path == "" {
+				return badInput("--baseline: required")
+			}
+			if keep < 1 {
+				return badInput("--keep: %d: want at least 1", keep)
+			}
+			bl, err := gate.ReadBaseline(path)
+			if err != nil {
+				return usageError{err}
+			}
+			runs, err := readRuns(args)
+			if err != nil {
+				return err
+			}
+			if err := bl.Update(runs, gate.DefaultCompared, keep); err != nil {
+				return usageError{err}
+			}
+			if err := bl.Write(path); err != nil {
+				return fmt.Errorf("write baseline %s: %w", path, err)
+			}
+			fmt.Fprintf(c.ErrOrStderr(), "baseline %q: now %d runs → %s\n", bl.Name, bl.Runs, path)
+			return nil
+		},
+	}
+	update.Flags().StringVar(&path, "baseline", "", "baseline file to update in place (atomically)")
+	update.Flags().IntVar(&keep, "keep", 10, "runs to keep per series (the newest)")
+	c.AddCommand(create, update)
+	return c
+}
+
+func newGateCheckCmd() *cobra.Command {
+	var baseline, config, format string
+	var candidates []string
+	c := &cobra.Command{
+		Use:   "check --baseline B --candidate RECORD...",
+		Short: "Compare candidate run records against a baseline and give a verdict per metric",
+		Long: `hone gate check gives each metric a verdict: pass, improved, warn, fail or
+incomparable. A metric fails only when its change is significant (one-sided,
+α 0.05, Holm-adjusted over all tested metrics; Mann–Whitney U with >= 4 runs a
+side, else Welch's t on logs) AND larger than max(its threshold, the noise
+floor from the baseline's own spread). Defaults: throughput −5% fails, −3%
+warns; p99 latency +10% fails; cost +5% fails. Hard failures: an SLO
+violation at a level the baseline passed, more failed requests, the highest
+passing level dropping. simulation_only records compare exactly.
+
+A --config file (YAML or JSON) overrides alpha, thresholds per metric and the
+fingerprint fields compared:
+
+  alpha: 0.05
+  metrics:
+    p99_ttft_ms: {fail: 0.15, warn: 0.08}
+  compare_fingerprint: [kind, engine, model, revision, precision, gpu_model, gpu_count, workload, slo, time_scale]
+
+Exit codes: 0 pass, warn or improved; 1 regression; 2 bad input or incomparable.`,
+		Example: `  hone gate check --baseline baselines/disagg.json --candidate run.json --format md >> "$GITHUB_STEP_SUMMARY"
+  hone gate check --baseline baselines/disagg.json --candidate a.json --candidate b.json --format github`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			if baseline == "" {
+				return badInput("--baseline: required")
+			}
+			candidates = append(candidates, args...)
+			if len(candidates) == 0 {
+				return badInput("--candidate: required (one or more run records)")
+			}
+			valid := false
+			for _, f := range gate.Formats {
+				valid = valid || f == format
+			}
+			if !valid {
+				return badInput("--format: %q: want one of %s", format, strings.Join(gate.Formats, ", "))
+			}
+			var cfg gate.Config
+			if config != "" {
+				var err error
+				if cfg, err = gate.ReadConfig(config); err != nil {
+					return usageError{err}
+				}
+			}
+			bl, err := gate.ReadBaseline(baseline)
+			if err != nil {
+				return usageError{err}
+			}
+			runs, err := readRuns(candidates)
+			if err != nil {
+				return err
+			}
+			rep := gate.Check(bl, runs, cfg)
+			if err := rep.Write(c.OutOrStdout(), format); err != nil {
+				return err
+			}
+			switch rep.ExitCode() {
+			case 1:
+				return checkFailed{fmt.Sprintf("gate: regression against baseline %q", bl.Name)}
+			case 2:
+				return usageError{fmt.Errorf("gate: candidate is not comparable with baseline %q: %s", bl.Name, strings.Join(rep.Incomparable, "; "))}
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&baseline, "baseline", "", "baseline file")
+	c.Flags().StringSliceVar(&candidates, "candidate", nil, "candidate run record (repeatable)")
+	c.Flags().StringVar(&config, "config", "", "gate config file (YAML or JSON)")
+	c.Flags().StringVar(&format, "format", "table", "table | md | junit | github | json")
+	return c
+}

@@ -1,0 +1,489 @@
+package gate
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+	"golang.org/x/perf/benchmath"
+)
+
+// Verdict is the outcome for one metric or a whole check.
+type Verdict string
+
+const (
+	Pass         Verdict = "pass"
+	Improved     Verdict = "improved"
+	Warn         Verdict = "warn"
+	Fail         Verdict = "fail"
+	Incomparable Verdict = "incomparable"
+)
+
+// Config tunes a check. The zero value means the defaults.
+type Config struct {
+	Alpha    float64              `yaml:"alpha" json:"alpha"`
+	Compared []string             `yaml:"compare_fingerprint" json:"compare_fingerprint"`
+	Metrics  map[string]Threshold `yaml:"metrics" json:"metrics"`
+}
+
+// Threshold overrides a metric's relative fail and warn changes.
+type Threshold struct {
+	Fail *float64 `yaml:"fail" json:"fail"`
+	Warn *float64 `yaml:"warn" json:"warn"`
+}
+
+// ReadConfig reads a gate config file (YAML or JSON).
+func ReadConfig(path string) (Config, error) {
+	var c Config
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("read gate config: %w", err)
+	}
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return c, fmt.Errorf("gate config %s: %w", path, err)
+	}
+	if c.Alpha < 0 || c.Alpha >= 0.5 {
+		return c, fmt.Errorf("gate config %s: alpha %v: want 0 < alpha < 0.5", path, c.Alpha)
+	}
+	for name, t := range c.Metrics {
+		if _, ok := Metrics[name]; !ok {
+			return c, fmt.Errorf("gate config %s: metrics.%s: unknown metric (known: %s)", path, name, knownMetrics())
+		}
+		for field, v := range map[string]*float64{"fail": t.Fail, "warn": t.Warn} {
+			if v != nil && (*v < 0 || math.IsNaN(*v)) {
+				return c, fmt.Errorf("gate config %s: metrics.%s.%s: %v: want a relative change >= 0 (0.05 = 5%%)", path, name, field, *v)
+			}
+		}
+	}
+	return c, nil
+}
+
+func knownMetrics() string {
+	var s []string
+	for m := range Metrics {
+		s = append(s, m)
+	}
+	sort.Strings(s)
+	return strings.Join(s, ", ")
+}
+
+func (c Config) alpha() float64 {
+	if c.Alpha > 0 {
+		return c.Alpha
+	}
+	return 0.05
+}
+
+func (c Config) compared() []string {
+	if len(c.Compared) > 0 {
+		return c.Compared
+	}
+	return DefaultCompared
+}
+
+func (c Config) thresholds(metric string) (fail, warn float64) {
+	m := Metrics[metric]
+	fail, warn = m.Fail, m.Warn
+	if m.Fail == 0 && !m.Hard { // an unknown metric
+		fail, warn = 0.10, 0.05
+	}
+	if t, ok := c.Metrics[metric]; ok {
+		if t.Fail != nil {
+			fail = *t.Fail
+		}
+		if t.Warn != nil {
+			warn = *t.Warn
+		}
+	}
+	return fail, warn
+}
+
+// Result is the comparison of one series.
+type Result struct {
+	Series     Series    `json:"series"`
+	Candidate  []float64 `json:"candidate"`
+	BaseCenter float64   `json:"baseline_center"`
+	CandCenter float64   `json:"candidate_center"`
+	Change     float64   `json:"change"` // relative, (cand−base)/base; positive is an increase
+	Worse      bool      `json:"worse"`
+	Test       string    `json:"test"`
+	P          float64   `json:"p,omitempty"`          // one-sided, in the direction of the change; tested metrics only
+	PAdjusted  float64   `json:"p_adjusted,omitempty"` // Holm
+	Threshold  float64   `json:"threshold"`
+	NoiseFloor float64   `json:"noise_floor"`
+	Verdict    Verdict   `json:"verdict"`
+	Reason     string    `json:"reason"`
+	tested     bool
+}
+
+// Report is the outcome of a check.
+type Report struct {
+	Baseline     string   `json:"baseline"`
+	Kind         string   `json:"kind"`
+	BaseRuns     int      `json:"baseline_runs"`
+	CandRuns     int      `json:"candidate_runs"`
+	Verdict      Verdict  `json:"verdict"`
+	Incomparable []string `json:"incomparable,omitempty"`
+	Results      []Result `json:"results"`
+	Notes        []string `json:"notes"`
+}
+
+// ExitCode is 0 for pass, warn or improved; 1 for a regression; 2 when
+// the candidate cannot be compared.
+func (r *Report) ExitCode() int {
+	switch r.Verdict {
+	case Fail:
+		return 1
+	case Incomparable:
+		return 2
+	}
+	return 0
+}
+
+// Check compares candidate runs against a baseline.
+func Check(bl *Baseline, runs []Run, cfg Config) *Report {
+	rep := &Report{Baseline: bl.Name, Kind: bl.Kind, BaseRuns: bl.Runs, CandRuns: len(runs)}
+	if len(runs) == 0 {
+		rep.Verdict, rep.Incomparable = Incomparable, []string{"no candidate runs"}
+		return rep
+	}
+	for i, r := range runs {
+		if r.Kind != bl.Kind {
+			rep.Incomparable = append(rep.Incomparable, fmt.Sprintf("run %d: kind %q, baseline kind %q", i+1, r.Kind, bl.Kind))
+		}
+		for _, d := range DiffFingerprints(bl.Fingerprint, r.Fingerprint, cfg.compared()) {
+			rep.Incomparable = append(rep.Incomparable, fmt.Sprintf("run %d: %s", i+1, d))
+		}
+	}
+	cand := map[string]*Series{}
+	var order []string
+	for _, r := range runs {
+		for _, s := range r.Series() {
+			if c, ok := cand[s.Key()]; ok {
+				c.Values = append(c.Values, s.Values...)
+				continue
+			}
+			s := s
+			cand[s.Key()] = &s
+			order = append(order, s.Key())
+		}
+	}
+	for _, s := range bl.Series {
+		if _, ok := cand[s.Key()]; !ok {
+			rep.Incomparable = append(rep.Incomparable, "missing metric in the candidate: "+s.Key())
+		}
+	}
+	if len(rep.Incomparable) > 0 {
+		rep.Verdict = Incomparable
+		return rep
+	}
+	exact := bl.Kind == "simulation_only"
+	for _, s := range bl.Series {
+		c := cand[s.Key()]
+		rep.Results = append(rep.Results, compare(s, c.Values, exact, cfg))
+	}
+	holm(rep.Results, cfg.alpha())
+	for i := range rep.Results {
+		decide(&rep.Results[i], cfg)
+	}
+	rep.Verdict = Pass
+	counts := map[Verdict]int{}
+	for _, r := range rep.Results {
+		counts[r.Verdict]++
+	}
+	switch {
+	case counts[Fail] > 0:
+		rep.Verdict = Fail
+	case counts[Warn] > 0:
+		rep.Verdict = Warn
+	case counts[Improved] > 0:
+		rep.Verdict = Improved
+	}
+	tested := 0
+	for _, r := range rep.Results {
+		if r.tested {
+			tested++
+		}
+	}
+	if exact {
+		rep.Notes = append(rep.Notes, "simulation_only records are deterministic: every metric is compared exactly")
+	} else {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("significance: one-sided at α=%g, Holm-adjusted over %d tested metrics (family-wise false-alarm rate ≤ α)", cfg.alpha(), tested))
+	}
+	if counts[Improved] > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d metrics improved beyond their thresholds: consider `hone gate baseline update`", counts[Improved]))
+	}
+	extra := 0
+	for _, k := range order {
+		if !bl.has(k) {
+			extra++
+		}
+	}
+	if extra > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d candidate metrics have no baseline and were not compared", extra))
+	}
+	return rep
+}
+
+func (bl *Baseline) has(key string) bool {
+	for _, s := range bl.Series {
+		if s.Key() == key {
+			return true
+		}
+	}
+	return false
+}
+
+// compare computes centers, change and the one-sided p-value of a series.
+func compare(base Series, cand []float64, exact bool, cfg Config) Result {
+	r := Result{Series: base, Candidate: cand}
+	b := append([]float64(nil), base.Values...)
+	c := append([]float64(nil), cand...)
+	r.BaseCenter, r.CandCenter = median(b), median(c)
+	r.Change = relChange(r.BaseCenter, r.CandCenter)
+	r.Worse = (base.Direction == HigherIsBetter && r.CandCenter < r.BaseCenter) ||
+		(base.Direction == LowerIsBetter && r.CandCenter > r.BaseCenter)
+	r.NoiseFloor = 2 * cv(b)
+	r.Threshold, _ = cfg.thresholds(base.Metric)
+	switch {
+	case Metrics[base.Metric].Hard:
+		r.Test = "hard rule"
+	case exact:
+		r.Test = "exact"
+	case len(b) < 2 || len(c) < 2:
+		r.Test = fmt.Sprintf("threshold only (%d vs %d runs: too few for a test)", len(b), len(c))
+	case spread(b) == 0 && spread(c) == 0:
+		r.Test = "threshold only (no run-to-run spread on either side)"
+	default:
+		th := &benchmath.Thresholds{CompareAlpha: cfg.alpha()}
+		var cmp benchmath.Comparison
+		if len(b) >= 4 && len(c) >= 4 {
+			cmp = benchmath.AssumeNothing.Compare(benchmath.NewSample(b, th), benchmath.NewSample(c, th))
+			r.Test = fmt.Sprintf("Mann–Whitney U (%d vs %d runs)", len(base.Values), len(cand))
+		} else if positive(b) && positive(c) {
+			lb, lc := logs(b), logs(c)
+			cmp = benchmath.AssumeNormal.Compare(benchmath.NewSample(lb, th), benchmath.NewSample(lc, th))
+			r.BaseCenter, r.CandCenter = math.Exp(mean(lb)), math.Exp(mean(lc)) // geometric means
+			r.Change = relChange(r.BaseCenter, r.CandCenter)
+			r.Test = fmt.Sprintf("Welch t on logs (%d vs %d runs)", len(base.Values), len(cand))
+		} else {
+			cmp = benchmath.AssumeNormal.Compare(benchmath.NewSample(b, th), benchmath.NewSample(c, th))
+			r.BaseCenter, r.CandCenter = mean(b), mean(c)
+			r.Change = relChange(r.BaseCenter, r.CandCenter)
+			r.Test = fmt.Sprintf("Welch t (%d vs %d runs; values not all positive)", len(base.Values), len(cand))
+		}
+		r.P = cmp.P / 2 // one-sided, in the observed direction: both statistics are symmetric under H0
+		r.tested = true
+	}
+	return r
+}
+
+// holm adjusts the tested p-values with Holm's step-down method.
+func holm(rs []Result, alpha float64) {
+	var idx []int
+	for i, r := range rs {
+		if r.tested {
+			idx = append(idx, i)
+		}
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return rs[idx[a]].P < rs[idx[b]].P })
+	m := len(idx)
+	running := 0.0
+	for k, i := range idx {
+		adj := math.Min(1, float64(m-k)*rs[i].P)
+		running = math.Max(running, adj) // adjusted p-values are monotone
+		rs[i].PAdjusted = running
+	}
+	_ = alpha
+}
+
+// decide turns a compared series into a verdict.
+func decide(r *Result, cfg Config) {
+	fail, warn := cfg.thresholds(r.Series.Metric)
+	size := math.Abs(r.Change)
+	pct := func(x float64) string { return fmt.Sprintf("%.1f%%", 100*x) }
+	if Metrics[r.Series.Metric].Hard {
+		hardRule(r)
+		return
+	}
+	bar := math.Max(fail, r.NoiseFloor)
+	switch {
+	case r.Test == "exact":
+		switch {
+		case r.CandCenter == r.BaseCenter && allEqual(r.Series.Values, r.Candidate):
+			r.Verdict, r.Reason = Pass, "identical"
+		case r.Worse:
+			r.Verdict, r.Reason = Fail, fmt.Sprintf("worse by %s (deterministic: any change counts)", pct(size))
+		default:
+			r.Verdict, r.Reason = Improved, fmt.Sprintf("better by %s", pct(size))
+		}
+	case !r.tested:
+		switch {
+		case r.Worse && size > fail:
+			r.Verdict, r.Reason = Fail, fmt.Sprintf("worse by %s > %s threshold (%s)", pct(size), pct(fail), r.Test)
+		case r.Worse && warn > 0 && size > warn:
+			r.Verdict, r.Reason = Warn, fmt.Sprintf("worse by %s > %s warn threshold (%s)", pct(size), pct(warn), r.Test)
+		case !r.Worse && size > fail:
+			r.Verdict, r.Reason = Improved, fmt.Sprintf("better by %s (%s)", pct(size), r.Test)
+		default:
+			r.Verdict, r.Reason = Pass, fmt.Sprintf("change %s within threshold (%s)", pct(r.Change), r.Test)
+		}
+	default:
+		sig := r.PAdjusted < cfg.alpha()
+		switch {
+		case r.Worse && sig && size > bar:
+			r.Verdict, r.Reason = Fail, fmt.Sprintf("worse by %s, significant (p=%.3g adjusted) and beyond max(threshold %s, noise floor %s)", pct(size), r.PAdjusted, pct(fail), pct(r.NoiseFloor))
+		case r.Worse && warn > 0 && size > warn:
+			why := "not significant"
+			if sig {
+				why = "significant but within max(threshold, noise floor) " + pct(bar)
+			}
+			r.Verdict, r.Reason = Warn, fmt.Sprintf("worse by %s > %s warn threshold; %s (p=%.3g adjusted)", pct(size), pct(warn), why, r.PAdjusted)
+		case !r.Worse && sig && size > bar:
+			r.Verdict, r.Reason = Improved, fmt.Sprintf("better by %s, significant (p=%.3g adjusted)", pct(size), r.PAdjusted)
+		default:
+			r.Verdict, r.Reason = Pass, fmt.Sprintf("change %s (p=%.3g adjusted)", pct(r.Change), r.PAdjusted)
+		}
+	}
+}
+
+func hardRule(r *Result) {
+	b, c := r.Series.Values, r.Candidate
+	switch r.Series.Metric {
+	case "passed":
+		if minOf(b) == 1 && minOf(c) == 0 {
+			r.Verdict, r.Reason = Fail, fmt.Sprintf("SLO violated at %s req/s in %d of %d candidate runs; the baseline passed it in every run",
+				fmtQPS(r.Series.OfferedQPS), countZero(c), len(c))
+			return
+		}
+		if minOf(b) == 0 && minOf(c) == 1 {
+			r.Verdict, r.Reason = Improved, "passes a level the baseline did not always pass"
+			return
+		}
+	case "failed_requests":
+		if maxOf(c) > maxOf(b) {
+			r.Verdict, r.Reason = Fail, fmt.Sprintf("%g failed requests in the worst candidate run, baseline at most %g", maxOf(c), maxOf(b))
+			return
+		}
+	case "objective_level_qps":
+		if minOf(c) < minOf(b) {
+			r.Verdict, r.Reason = Fail, fmt.Sprintf("highest passing level dropped from %s to %s req/s", fmtQPS(minOf(b)), fmtQPS(minOf(c)))
+			return
+		}
+		if minOf(c) > minOf(b) {
+			r.Verdict, r.Reason = Improved, fmt.Sprintf("highest passing level rose from %s to %s req/s", fmtQPS(minOf(b)), fmtQPS(minOf(c)))
+			return
+		}
+	}
+	r.Verdict, r.Reason = Pass, "hard rule holds"
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	n := len(s)
+	if n == 0 {
+		return math.NaN()
+	}
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+func mean(v []float64) float64 {
+	t := 0.0
+	for _, x := range v {
+		t += x
+	}
+	return t / float64(len(v))
+}
+
+// cv is the sample coefficient of variation; 0 for fewer than two values
+// or a zero mean.
+func cv(v []float64) float64 {
+	if len(v) < 2 {
+		return 0
+	}
+	m := mean(v)
+	if m == 0 {
+		return 0
+	}
+	ss := 0.0
+	for _, x := range v {
+		ss += (x - m) * (x - m)
+	}
+	return math.Sqrt(ss/float64(len(v)-1)) / math.Abs(m)
+}
+
+func spread(v []float64) float64 { return maxOf(v) - minOf(v) }
+
+func relChange(base, cand float64) float64 {
+	switch {
+	case base == cand:
+		return 0
+	case base == 0:
+		return math.Copysign(1, cand) // from zero: count as a 100% change
+	}
+	return (cand - base) / math.Abs(base)
+}
+
+func positive(v []float64) bool {
+	for _, x := range v {
+		if !(x > 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func logs(v []float64) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = math.Log(x)
+	}
+	return out
+}
+
+func minOf(v []float64) float64 {
+	m := math.Inf(1)
+	for _, x := range v {
+		m = math.Min(m, x)
+	}
+	return m
+}
+
+func maxOf(v []float64) float64 {
+	m := math.Inf(-1)
+	for _, x := range v {
+		m = math.Max(m, x)
+	}
+	return m
+}
+
+func countZero(v []float64) int {
+	n := 0
+	for _, x := range v {
+		if x == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// allEqual reports whether every value of a and b is the same number.
+func allEqual(a, b []float64) bool {
+	for _, x := range b {
+		for _, y := range a {
+			if x != y {
+				return false
+			}
+		}
+	}
+	return true
+}

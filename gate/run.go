@@ -1,0 +1,183 @@
+package gate
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Run is one run of one scenario: what the gate reads of a run record.
+type Run struct {
+	Kind        string
+	Scenario    string
+	Fingerprint Fingerprint
+	Objective   float64
+	Levels      []LevelRun
+}
+
+// LevelRun is one load level of one run.
+type LevelRun struct {
+	OfferedQPS float64
+	Passed     bool
+	Failed     int                // failed + timed-out requests
+	Metrics    map[string]float64 // by metric name; see Metrics
+}
+
+// Metric describes a gated metric: its direction and default thresholds as
+// relative changes (0.05 = 5%). Warn 0 means no warn band.
+type Metric struct {
+	Direction Direction
+	Fail      float64
+	Warn      float64
+	Hard      bool // judged by a hard rule, not statistics
+}
+
+// Metrics are the metrics the gate knows, with the defaults: throughput −5%
+// fails and −3% warns, p99 latency +10% fails, cost +5% fails.
+var Metrics = map[string]Metric{
+	"objective":               {Direction: HigherIsBetter, Fail: 0.05, Warn: 0.03},
+	"effective_qps":           {Direction: HigherIsBetter, Fail: 0.05, Warn: 0.03},
+	"p50_ttft_ms":             {Direction: LowerIsBetter, Fail: 0.10, Warn: 0.05},
+	"p99_ttft_ms":             {Direction: LowerIsBetter, Fail: 0.10, Warn: 0.05},
+	"p50_tpot_ms":             {Direction: LowerIsBetter, Fail: 0.10, Warn: 0.05},
+	"p99_tpot_ms":             {Direction: LowerIsBetter, Fail: 0.10, Warn: 0.05},
+	"gpu_seconds_per_request": {Direction: LowerIsBetter, Fail: 0.05, Warn: 0.03},
+	"cache_hit_rate":          {Direction: HigherIsBetter, Fail: 0.05, Warn: 0.02},
+	"failed_requests":         {Direction: LowerIsBetter, Hard: true},
+	"passed":                  {Direction: HigherIsBetter, Hard: true},
+	"objective_level_qps":     {Direction: HigherIsBetter, Hard: true},
+}
+
+// Series flattens a run into one-value series: scenario-wide metrics at
+// offered QPS 0, then each level's metrics, pass flag and failure count.
+func (r Run) Series() []Series {
+	one := func(q float64, m string, v float64) Series {
+		return Series{Scenario: r.Scenario, OfferedQPS: q, Metric: m, Direction: direction(m), Values: []float64{v}}
+	}
+	top := 0.0
+	for _, l := range r.Levels {
+		if l.Passed {
+			top = max(top, l.OfferedQPS)
+		}
+	}
+	out := []Series{one(0, "objective", r.Objective), one(0, "objective_level_qps", top)}
+	for _, l := range r.Levels {
+		names := make([]string, 0, len(l.Metrics))
+		for m := range l.Metrics {
+			names = append(names, m)
+		}
+		sort.Strings(names)
+		for _, m := range names {
+			out = append(out, one(l.OfferedQPS, m, l.Metrics[m]))
+		}
+		out = append(out, one(l.OfferedQPS, "passed", b2f(l.Passed)), one(l.OfferedQPS, "failed_requests", float64(l.Failed)))
+	}
+	return out
+}
+
+func direction(metric string) Direction {
+	if m, ok := Metrics[metric]; ok {
+		return m.Direction
+	}
+	if strings.Contains(metric, "qps") || strings.Contains(metric, "hit") {
+		return HigherIsBetter
+	}
+	return LowerIsBetter
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// ReadRuns reads the runs in a record file. It understands hone's
+// simulation records (`hone sim --output json`, kind simulation_only) and
+// any reader registered with RegisterReader (the replay run record).
+func ReadRuns(path string) ([]Run, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read record: %w", err)
+	}
+	runs, err := ParseRuns(b)
+	if err != nil {
+		return nil, fmt.Errorf("record %s: %w", path, err)
+	}
+	return runs, nil
+}
+
+// A RecordReader turns one record format into runs; ok is false when the
+// document is not of its format.
+type RecordReader func(doc []byte) (runs []Run, ok bool, err error)
+
+var readers = []RecordReader{readSimRecord}
+
+// RegisterReader adds a record format. Packages that own a record format
+// (replay) register theirs, so gate does not import them.
+func RegisterReader(r RecordReader) { readers = append(readers, r) }
+
+// ParseRuns decodes a record document with the first reader that knows it.
+func ParseRuns(b []byte) ([]Run, error) {
+	if !json.Valid(bytes.TrimSpace(b)) {
+		return nil, fmt.Errorf("not a valid JSON document (truncated or corrupt?)")
+	}
+	for _, r := range readers {
+		runs, ok, err := r(b)
+		if !ok {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(runs) == 0 {
+			return nil, fmt.Errorf("no runs in the record")
+		}
+		return runs, nil
+	}
+	return nil, fmt.Errorf("not a record hone knows: want `hone sim --output json` or `hone replay` output")
+}
+
+// simRecord is `hone sim --output json`.
+type simRecord struct {
+	Kind   string         `json:"kind"`
+	Config map[string]any `json:"config"`
+	Levels []struct {
+		OfferedQPS   *float64 `json:"offered_qps"`
+		P99TTFTMs    *float64 `json:"p99_ttft_ms"`
+		P99TPOTMs    *float64 `json:"p99_tpot_ms"`
+		EffectiveQPS *float64 `json:"effective_qps"`
+		Passed       *bool    `json:"passed"`
+	} `json:"levels"`
+	Objective *float64 `json:"objective"`
+}
+
+func readSimRecord(b []byte) ([]Run, bool, error) {
+	var r simRecord
+	if err := json.Unmarshal(b, &r); err != nil || r.Kind != "simulation_only" {
+		return nil, false, nil
+	}
+	if r.Objective == nil {
+		return nil, true, fmt.Errorf("objective: missing")
+	}
+	cfg := r.Config
+	scenario := fmt.Sprintf("%v/prefix-cache=%v", cfg["mode"], cfg["prefix_cache"])
+	fp := Fingerprint{"kind": r.Kind, "engine": "sim",
+		"workload": fmt.Sprintf("requests=%v input=%v output=%v qps=%v", cfg["requests"], cfg["input_tokens"], cfg["output_tokens"], cfg["qps"]),
+		"slo":      fmt.Sprintf("ttft<=%vms tpot<=%vms", cfg["ttft_slo_ms"], cfg["tpot_slo_ms"])}
+	run := Run{Kind: r.Kind, Scenario: scenario, Fingerprint: fp, Objective: *r.Objective}
+	for i, l := range r.Levels {
+		if l.OfferedQPS == nil || l.P99TTFTMs == nil || l.P99TPOTMs == nil || l.EffectiveQPS == nil || l.Passed == nil {
+			return nil, true, fmt.Errorf("levels[%d]: want offered_qps, p99_ttft_ms, p99_tpot_ms, effective_qps and passed", i)
+		}
+		run.Levels = append(run.Levels, LevelRun{OfferedQPS: *l.OfferedQPS, Passed: *l.Passed, Metrics: map[string]float64{
+			"p99_ttft_ms": *l.P99TTFTMs, "p99_tpot_ms": *l.P99TPOTMs, "effective_qps": *l.EffectiveQPS}})
+	}
+	return []Run{run}, true, nil
+}
+
+func fmtQPS(q float64) string { return strconv.FormatFloat(q, 'g', -1, 64) }
