@@ -1,0 +1,357 @@
+package replay
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+)
+
+// Outcomes of one request. Every request ends in exactly one; failed ones
+// are counted and kept in the record, never dropped.
+const (
+	OutcomeOK           = "ok"            // a complete stream ending in [DONE]
+	OutcomeHTTPError    = "http_error"    // a non-200 status, or an error event in the stream
+	OutcomeConnectError = "connect_error" // no HTTP response: refused, reset, DNS
+	OutcomeStreamCut    = "stream_cut"    // the stream ended before [DONE]
+	OutcomeMalformed    = "malformed"     // not an event stream, or an event that is not a chunk
+	OutcomeTimeout      = "timeout"       // the per-request timeout ran out
+	OutcomeCanceled     = "canceled"      // the run was interrupted while it was in flight
+)
+
+// completionBody is the JSON body of POST /v1/completions. go-openai's
+// CompletionRequest supplies the OpenAI fields; vLLM's own fields sit beside
+// it in this wrapper instead of a fork, so the upstream type can be updated
+// freely. Temperature is shadowed because go-openai tags it omitempty: a 0
+// would be dropped and vLLM would sample at its default temperature.
+// encoding/json prefers the shallower field, so this one is the one written.
+type completionBody struct {
+	openai.CompletionRequest
+	Temperature    float32 `json:"temperature"`
+	MinTokens      int     `json:"min_tokens"`
+	IgnoreEOS      bool    `json:"ignore_eos"`
+	ReturnTokenIDs bool    `json:"return_token_ids"`
+}
+
+// encodeCompletion renders the body of one request: the prompt as token
+// ids, greedy, exactly outputTokens tokens, streamed with a usage chunk.
+func encodeCompletion(model string, prompt []int, outputTokens int) ([]byte, error) {
+	return json.Marshal(completionBody{
+		CompletionRequest: openai.CompletionRequest{
+			Model: model, Prompt: prompt, MaxTokens: outputTokens, Stream: true,
+			StreamOptions: &openai.StreamOptions{IncludeUsage: true},
+		},
+		Temperature: 0, MinTokens: outputTokens, IgnoreEOS: true, ReturnTokenIDs: true,
+	})
+}
+
+// streamChunk is one event of a vLLM completion stream. Only the fields
+// hone reads are declared, so decoding skips the rest (notably the prompt
+// echo of the first chunk). Usage is go-openai's type, which already has
+// prompt_tokens_details.cached_tokens.
+type streamChunk struct {
+	Choices []streamChoice  `json:"choices"`
+	Usage   *openai.Usage   `json:"usage"`
+	Metrics json.RawMessage `json:"metrics"`
+	Error   json.RawMessage `json:"error"`
+}
+
+type streamChoice struct {
+	Text         string  `json:"text"`
+	TokenIDs     []int   `json:"token_ids"`
+	FinishReason *string `json:"finish_reason"`
+}
+
+// Chunks holds the arrival of every streamed chunk that carried output, in
+// columns: chunk k arrived at MonoNs[k] (CLOCK_MONOTONIC) = UnixNs[k] (wall)
+// carrying TokenIDs[k] (empty when the engine does not return token ids).
+type Chunks struct {
+	MonoNs   []int64 `json:"mono_ns"`
+	UnixNs   []int64 `json:"unix_ns"`
+	TokenIDs [][]int `json:"token_ids"`
+}
+
+// RequestRecord is everything measured about one request. Durations (_ms)
+// are model time: real time divided by the run's time scale, measured from
+// the start of the level. Stamps are raw clock readings, never scaled.
+type RequestRecord struct {
+	ID            int     `json:"id"`
+	Session       int     `json:"session"`
+	RequestID     string  `json:"request_id"` // sent as X-Request-Id
+	InputTokens   int     `json:"input_tokens"`
+	PromptSHA256  string  `json:"prompt_sha256"`
+	Outcome       string  `json:"outcome"`
+	Error         string  `json:"error,omitempty"`
+	Status        int     `json:"status,omitempty"` // HTTP status, 0 when none came
+	ScheduledMs   float64 `json:"scheduled_ms"`
+	SentMs        float64 `json:"sent_ms"`
+	DispatchLagMs float64 `json:"dispatch_lag_ms"`
+	Scheduled     Stamp   `json:"scheduled"`
+	Sent          Stamp   `json:"sent"`
+	// FirstMs and FinishMs are the arrivals of the first and last chunk
+	// that carried output; TTFT is from the actual send, TPOT is
+	// (finish-first)/(output_tokens-1).
+	FirstMs       *float64        `json:"first_ms"`
+	FinishMs      *float64        `json:"finish_ms"`
+	TTFTMs        *float64        `json:"ttft_ms"`
+	TPOTMs        *float64        `json:"tpot_ms"`
+	OutputTokens  int             `json:"output_tokens"`
+	OutputSHA256  string          `json:"output_sha256,omitempty"`
+	FinishReason  string          `json:"finish_reason,omitempty"`
+	PromptTokens  *int            `json:"prompt_tokens"` // usage.prompt_tokens
+	CachedTokens  *int            `json:"cached_tokens"` // usage.prompt_tokens_details.cached_tokens
+	EngineMetrics json.RawMessage `json:"engine_metrics,omitempty"`
+	Valid         bool            `json:"valid"`
+	Invalid       string          `json:"invalid,omitempty"` // why the output failed validation
+	Chunks        Chunks          `json:"chunks"`
+}
+
+// client sends completion requests and reads their streams.
+type client struct {
+	http    *http.Client
+	url     string // .../v1/completions
+	scale   float64
+	timeout time.Duration // real time
+	tb      timebase
+}
+
+// newTransport is tuned for an open loop: enough idle connections that a
+// burst never waits for a dial, no compression on the event stream.
+func newTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        4096,
+		MaxIdleConnsPerHost: 4096,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+		ReadBufferSize:      32 << 10,
+		WriteBufferSize:     32 << 10,
+	}
+}
+
+// ms converts a real duration since the level start to model milliseconds.
+func (c *client) ms(d time.Duration) float64 { return float64(d) / 1e6 / c.scale }
+
+// do sends one prepared request and streams its answer into rr, which the
+// caller filled with the request's identity and schedule. start is the
+// level's start; outputTokens is what validation expects.
+func (c *client) do(ctx context.Context, body []byte, rr *RequestRecord, start, due time.Time, outputTokens int, sse *sseReader) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
+	if err != nil {
+		rr.fail(OutcomeMalformed, fmt.Errorf("build request: %w", err))
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("X-Request-Id", rr.RequestID)
+
+	sent := time.Now()
+	rr.Sent = c.tb.stamp(sent)
+	rr.SentMs = c.ms(sent.Sub(start))
+	rr.DispatchLagMs = c.ms(sent.Sub(due))
+	resp, err := c.http.Do(req)
+	if err != nil {
+		rr.fail(classify(ctx, err, OutcomeConnectError), fmt.Errorf("POST %s: %w", c.url, err))
+		return
+	}
+	defer resp.Body.Close()
+	rr.Status = resp.StatusCode
+	if resp.StatusCode != http.StatusOK {
+		rr.fail(OutcomeHTTPError, fmt.Errorf("POST %s: HTTP %d: %s", c.url, resp.StatusCode, errorMessage(resp.Body)))
+		return
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
+		rr.fail(OutcomeMalformed, fmt.Errorf("POST %s: reply is not an event stream (Content-Type %q): %s",
+			c.url, resp.Header.Get("Content-Type"), errorMessage(resp.Body)))
+		return
+	}
+	c.stream(ctx, resp.Body, rr, start, outputTokens, sse)
+}
+
+// stream reads events until [DONE], timing each chunk as it is parsed.
+func (c *client) stream(ctx context.Context, body io.Reader, rr *RequestRecord, start time.Time, outputTokens int, sse *sseReader) {
+	sse.reset(body)
+	ch := &rr.Chunks
+	ch.MonoNs = make([]int64, 0, outputTokens)
+	ch.UnixNs = make([]int64, 0, outputTokens)
+	ch.TokenIDs = make([][]int, 0, outputTokens)
+	var first, last time.Time
+	var chunk streamChunk
+	for n := 0; ; n++ {
+		data, err := sse.next()
+		now := time.Now()
+		if err != nil {
+			switch {
+			case err == io.EOF || err == io.ErrUnexpectedEOF:
+				rr.fail(OutcomeStreamCut, fmt.Errorf("stream ended after %d events without [DONE]", n))
+			default:
+				rr.fail(classify(ctx, err, OutcomeStreamCut), fmt.Errorf("stream cut after %d events: %w", n, err))
+			}
+			break
+		}
+		if string(data) == "[DONE]" {
+			rr.Outcome = OutcomeOK
+			break
+		}
+		// A fresh value each time: decoding into reused slices would
+		// overwrite token ids already kept in rr.Chunks.
+		chunk = streamChunk{}
+		if err := json.Unmarshal(data, &chunk); err != nil {
+			rr.fail(OutcomeMalformed, fmt.Errorf("event %d is not a completion chunk: %v: %.200q", n, err, data))
+			break
+		}
+		if len(chunk.Error) > 0 && string(chunk.Error) != "null" {
+			rr.fail(OutcomeHTTPError, fmt.Errorf("error event in stream: %s", apiErrorText(chunk.Error)))
+			break
+		}
+		if chunk.Usage != nil {
+			rr.PromptTokens = &chunk.Usage.PromptTokens
+			if d := chunk.Usage.PromptTokensDetails; d != nil {
+				rr.CachedTokens = &d.CachedTokens
+			}
+		}
+		if len(chunk.Metrics) > 0 && string(chunk.Metrics) != "null" {
+			rr.EngineMetrics = append(json.RawMessage(nil), chunk.Metrics...)
+		}
+		for _, choice := range chunk.Choices {
+			if choice.FinishReason != nil {
+				rr.FinishReason = *choice.FinishReason
+			}
+			if len(choice.TokenIDs) == 0 && choice.Text == "" {
+				continue
+			}
+			if first.IsZero() {
+				first = now
+			}
+			last = now
+			ch.MonoNs = append(ch.MonoNs, c.tb.monoNs(now))
+			ch.UnixNs = append(ch.UnixNs, now.UnixNano())
+			ids := choice.TokenIDs
+			if ids == nil {
+				ids = []int{}
+			}
+			ch.TokenIDs = append(ch.TokenIDs, ids)
+		}
+	}
+	rr.finish(start, first, last, c.ms)
+	rr.validate(outputTokens)
+}
+
+// finish derives the output count, hash and timings from the chunks.
+func (rr *RequestRecord) finish(start, first, last time.Time, ms func(time.Duration) float64) {
+	var ids []int
+	for _, c := range rr.Chunks.TokenIDs {
+		ids = append(ids, c...)
+	}
+	rr.OutputTokens = len(ids)
+	if len(ids) > 0 {
+		rr.OutputSHA256 = HashTokens(ids)
+	} else if len(rr.Chunks.MonoNs) > 0 {
+		// An engine without return_token_ids: count chunks, one token each.
+		rr.OutputTokens = len(rr.Chunks.MonoNs)
+	}
+	if first.IsZero() {
+		return
+	}
+	f, l := ms(first.Sub(start)), ms(last.Sub(start))
+	ttft := f - rr.SentMs
+	rr.FirstMs, rr.FinishMs, rr.TTFTMs = &f, &l, &ttft
+	o := Outcome{ID: rr.ID, ArrivalMs: rr.SentMs, FirstMs: f, FinishMs: l, OutputTokens: rr.OutputTokens}
+	tpot := o.TPOT()
+	rr.TPOTMs = &tpot
+}
+
+// validate checks the output against what the request asked for.
+func (rr *RequestRecord) validate(outputTokens int) {
+	switch {
+	case rr.Outcome != OutcomeOK:
+		rr.Invalid = "request failed: " + rr.Outcome
+	case rr.OutputTokens != outputTokens:
+		rr.Invalid = fmt.Sprintf("got %d output tokens, want %d", rr.OutputTokens, outputTokens)
+	case rr.FinishReason != "length":
+		rr.Invalid = fmt.Sprintf("finish_reason %q, want \"length\"", rr.FinishReason)
+	case rr.PromptTokens != nil && *rr.PromptTokens != rr.InputTokens:
+		rr.Invalid = fmt.Sprintf("engine counted %d prompt tokens, sent %d", *rr.PromptTokens, rr.InputTokens)
+	default:
+		rr.Valid = true
+		return
+	}
+	rr.Valid = false
+}
+
+// fail records the first failure; later ones do not overwrite it.
+func (rr *RequestRecord) fail(outcome string, err error) {
+	if rr.Outcome != "" && rr.Outcome != OutcomeOK {
+		return
+	}
+	rr.Outcome, rr.Error = outcome, err.Error()
+	if rr.Invalid == "" {
+		rr.Invalid = "request failed: " + outcome
+	}
+}
+
+// classify maps a transport error to an outcome: the request's own
+// deadline is a timeout, the run's cancellation is canceled.
+func classify(ctx context.Context, err error, otherwise string) string {
+	var ne net.Error
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
+		return OutcomeTimeout
+	case errors.Is(ctx.Err(), context.Canceled), errors.Is(err, context.Canceled):
+		return OutcomeCanceled
+	case errors.As(err, &ne) && ne.Timeout():
+		return OutcomeTimeout
+	}
+	return otherwise
+}
+
+// errorMessage reads an error body (at most 64 KiB) and returns the
+// engine's message: OpenAI's {"error":{"message"}}, vLLM's older
+// {"object":"error","message"}, or the text itself.
+func errorMessage(r io.Reader) string {
+	b, _ := io.ReadAll(io.LimitReader(r, 64<<10))
+	var v struct {
+		openai.ErrorResponse
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(b, &v) == nil {
+		if v.Error != nil && v.Error.Message != "" {
+			return v.Error.Message
+		}
+		if v.Message != "" {
+			return v.Message
+		}
+	}
+	s := strings.TrimSpace(string(b))
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	if s == "" {
+		return "(empty body)"
+	}
+	return s
+}
+
+func apiErrorText(raw json.RawMessage) string {
+	var e openai.APIError
+	if json.Unmarshal(raw, &e) == nil && e.Message != "" {
+		return e.Message
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	return string(raw)
+}

@@ -1,0 +1,310 @@
+package replay
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// SchemaVersion is the version of the run record layout. Readers reject
+// records of another version instead of guessing at their fields.
+const SchemaVersion = 1
+
+// Kinds of live records. A record's kind is set when it is made and never
+// changed: emulated and device numbers stay in separate columns everywhere.
+const (
+	KindEmulated = "emulated" // hone's engine emulator (hone sim serve)
+	KindDevice   = "device"   // real vLLM on GPUs
+)
+
+// Build identifies the hone binary that made a record.
+type Build struct {
+	Version string `json:"version"`
+	Commit  string `json:"commit"`
+}
+
+// Model identifies the weights served, as the deployment knows them.
+type Model struct {
+	ID          string            `json:"id"`
+	Revision    string            `json:"revision,omitempty"`
+	Precision   string            `json:"precision,omitempty"`
+	FilesSHA256 map[string]string `json:"files_sha256,omitempty"`
+}
+
+// WorkloadRecord is the workload's recipe and fingerprint: enough to
+// regenerate every prompt and to prove two records used identical inputs.
+type WorkloadRecord struct {
+	Workload
+	QPS           []float64       `json:"qps"`
+	Runs          int             `json:"runs"`
+	Generator     string          `json:"generator"`
+	Sessions      []SessionPrefix `json:"sessions"`
+	SuffixVocab   int             `json:"suffix_vocab_size"`
+	SuffixRecipe  string          `json:"suffix_recipe"`
+	PrewarmPolicy string          `json:"prewarm"`
+}
+
+// Validation sums up output checks over the whole record.
+type Validation struct {
+	Valid   int            `json:"valid"`
+	Invalid int            `json:"invalid"`
+	Reasons map[string]int `json:"reasons"` // invalid requests by first reason
+}
+
+// Record is one replay: every request of every level of every run, with
+// the summaries the gate, diagnose and the optimizer read.
+type Record struct {
+	SchemaVersion int    `json:"schema_version"`
+	Kind          string `json:"kind"`
+	Backend       string `json:"backend"`
+	// Incomplete is true when the run stopped early (interrupted, or a
+	// setup step failed); Error says why.
+	Incomplete bool   `json:"incomplete"`
+	Error      string `json:"error,omitempty"`
+
+	Hone     Build          `json:"hone"`
+	Engine   EngineInfo     `json:"engine"`
+	Model    Model          `json:"model"`
+	Config   map[string]any `json:"config"`
+	Hardware map[string]any `json:"hardware"`
+	GPUs     int            `json:"gpus"`
+
+	// TimeScale is the engine's time scale: the schedule ran S times
+	// faster and every _ms figure is real time / S (model time).
+	TimeScale        float64        `json:"time_scale"`
+	RequestTimeoutMs float64        `json:"request_timeout_ms"`
+	SLO              SLO            `json:"slo"`
+	Workload         WorkloadRecord `json:"workload"`
+
+	// Clock pairs the wall and CLOCK_MONOTONIC clocks at the start.
+	Clock      Stamp     `json:"clock"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+
+	Runs       []RunRecord    `json:"runs"`
+	Outcomes   map[string]int `json:"outcomes"` // every request sent, by outcome
+	Validation Validation     `json:"validation"`
+	// Attribution is diagnose's per-request attribution, when it ran.
+	Attribution json.RawMessage `json:"attribution,omitempty"`
+}
+
+// RunRecord is one pass over all levels; --runs repeats it so the gate has
+// per-run values.
+type RunRecord struct {
+	Run       int     `json:"run"`
+	Objective float64 `json:"objective"`
+	// GPUSecondsPerRequest is the cost at the objective's level; nil when
+	// no level passed.
+	GPUSecondsPerRequest *float64      `json:"gpu_seconds_per_request"`
+	Levels               []LevelRecord `json:"levels"`
+}
+
+// LevelRecord is one load level: its summary and every request.
+type LevelRecord struct {
+	// Level holds the exercise's fields: offered_qps, p99_ttft_ms,
+	// p99_tpot_ms, effective_qps and passed. Percentiles are nearest rank
+	// over the measured requests (ids >= 8) that completed; passed also
+	// requires that every measured request completed with a valid output
+	// and that the level ran to the end.
+	Level
+	P50TTFTMs float64 `json:"p50_ttft_ms"`
+	P90TTFTMs float64 `json:"p90_ttft_ms"`
+	P50TPOTMs float64 `json:"p50_tpot_ms"`
+	P90TPOTMs float64 `json:"p90_tpot_ms"`
+	SLOMet    bool    `json:"slo_met"` // the percentiles alone meet the SLO
+
+	Complete  bool           `json:"complete"`
+	Planned   int            `json:"requests_planned"`
+	Sent      int            `json:"requests_sent"`
+	Measured  int            `json:"measured_ok"` // measured requests with outcome ok
+	Outcomes  map[string]int `json:"outcomes"`    // all sent requests
+	Failures  map[string]int `json:"measured_failures"`
+	Invalid   int            `json:"invalid"`
+	StartedAt Stamp          `json:"started_at"`
+
+	// WindowSeconds runs from request 8's scheduled arrival to the last
+	// measured completion (model time); cost = gpus x window / measured.
+	WindowSeconds        float64  `json:"window_seconds"`
+	GPUSecondsPerRequest *float64 `json:"gpu_seconds_per_request"`
+
+	// Prefix-cache hit rates: from /metrics deltas over the whole level
+	// and over the measurement phase (from the scrape after the warm-up
+	// requests finished), and from summed cached_tokens / prompt_tokens of
+	// the measured requests. nil where the engine did not report.
+	HitRateMetrics        *float64 `json:"hit_rate_metrics"`
+	HitRateMetricsMeasure *float64 `json:"hit_rate_metrics_measure"`
+	WarmupOverlap         bool     `json:"warmup_overlap"` // warm-ups ran into the measurement phase
+	HitRateCachedTokens   *float64 `json:"hit_rate_cached_tokens"`
+	// CachePromiseMet checks the workload's promise (measurement-phase hit
+	// rate > 90%) on what was measured: metrics when present, else
+	// cached_tokens; nil when neither was reported.
+	CachePromiseMet *bool `json:"cache_promise_met"`
+
+	DispatchLagP50Ms float64 `json:"dispatch_lag_p50_ms"`
+	DispatchLagP99Ms float64 `json:"dispatch_lag_p99_ms"`
+	DispatchLagMaxMs float64 `json:"dispatch_lag_max_ms"`
+
+	// PromptsSHA256 hashes every request's prompt hash in id order: equal
+	// values mean identical inputs.
+	PromptsSHA256 string          `json:"prompts_sha256"`
+	Counters      LevelCounters   `json:"counters"`
+	Requests      []RequestRecord `json:"requests"`
+}
+
+// LevelCounters are the engine's /metrics counters around a level.
+type LevelCounters struct {
+	Before Counters `json:"before"`
+	Warmup Counters `json:"warmup"` // after the warm-up requests finished
+	After  Counters `json:"after"`
+}
+
+//go:embed schema/record.schema.json
+var recordSchemaJSON []byte
+
+// RecordSchema returns the JSON Schema (draft 2020-12) of run records.
+func RecordSchema() []byte { return bytes.Clone(recordSchemaJSON) }
+
+var compiledSchema = sync.OnceValues(func() (*jsonschema.Schema, error) {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(recordSchemaJSON))
+	if err != nil {
+		return nil, err
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("record.schema.json", doc); err != nil {
+		return nil, err
+	}
+	return c.Compile("record.schema.json")
+})
+
+// ValidateRecord checks a record's JSON against the schema.
+func ValidateRecord(data []byte) error {
+	sch, err := compiledSchema()
+	if err != nil {
+		return fmt.Errorf("compile record schema: %w", err)
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+	if err != nil {
+		return fmt.Errorf("not JSON: %w", err)
+	}
+	return sch.Validate(inst)
+}
+
+// WriteRecord writes rec to path atomically: a temporary file in the same
+// directory, fsynced, then renamed over path (and the directory fsynced),
+// so a reader never sees half a record.
+func WriteRecord(path string, rec *Record) error {
+	data, err := json.MarshalIndent(rec, "", " ")
+	if err != nil {
+		return fmt.Errorf("encode record: %w", err)
+	}
+	data = append(data, '\n')
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write record %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // no-op after the rename
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("write record %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("write record %s: fsync: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write record %s: %w", path, err)
+	}
+	if err := os.Chmod(tmp, 0o644); err != nil {
+		return fmt.Errorf("write record %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write record %s: %w", path, err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync() // best effort: some filesystems refuse directory fsync
+		d.Close()
+	}
+	return nil
+}
+
+// ReadRecord reads and validates a record. A record of another schema
+// version, or one that does not match the schema, is an error naming the
+// file.
+func ReadRecord(path string) (*Record, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read record: %w", err)
+	}
+	var head struct {
+		SchemaVersion *int `json:"schema_version"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return nil, fmt.Errorf("read record %s: not JSON: %w", path, err)
+	}
+	if head.SchemaVersion == nil || *head.SchemaVersion != SchemaVersion {
+		v := "none"
+		if head.SchemaVersion != nil {
+			v = fmt.Sprint(*head.SchemaVersion)
+		}
+		return nil, fmt.Errorf("read record %s: schema_version %s, want %d", path, v, SchemaVersion)
+	}
+	if err := ValidateRecord(data); err != nil {
+		return nil, fmt.Errorf("read record %s: %w", path, err)
+	}
+	var rec Record
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return nil, fmt.Errorf("read record %s: %w", path, err)
+	}
+	return &rec, nil
+}
+
+// Agreement compares the outputs of two records request by request: among
+// requests present in both (same run, offered rate and id) with the same
+// prompt and a valid output in both, the fraction whose output ids are
+// identical. Engines are not batch-invariant, so at temperature 0 this is
+// a rate to report, not a pass/fail check. compared is 0 (and rate 0) when
+// nothing was comparable.
+func Agreement(a, b *Record) (rate float64, compared int) {
+	type key struct {
+		run int
+		qps float64
+		id  int
+	}
+	outs := map[key]*RequestRecord{}
+	for _, r := range a.Runs {
+		for _, l := range r.Levels {
+			for i := range l.Requests {
+				outs[key{r.Run, l.OfferedQPS, l.Requests[i].ID}] = &l.Requests[i]
+			}
+		}
+	}
+	same := 0
+	for _, r := range b.Runs {
+		for _, l := range r.Levels {
+			for i := range l.Requests {
+				y := &l.Requests[i]
+				x := outs[key{r.Run, l.OfferedQPS, y.ID}]
+				if x == nil || !x.Valid || !y.Valid || x.PromptSHA256 != y.PromptSHA256 || x.OutputSHA256 == "" {
+					continue
+				}
+				compared++
+				if x.OutputSHA256 == y.OutputSHA256 {
+					same++
+				}
+			}
+		}
+	}
+	if compared == 0 {
+		return 0, 0
+	}
+	return float64(same) / float64(compared), compared
+}

@@ -1,0 +1,532 @@
+package replay
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Options configure a live replay. Zero values take the documented
+// defaults; Endpoint, Model, Kind and QPS are required.
+type Options struct {
+	Endpoint string // base URL of the OpenAI-compatible server, e.g. http://127.0.0.1:8000
+	// TokenizeEndpoint serves POST /tokenize when it is not Endpoint
+	// (e.g. a proxy that only forwards /v1). Empty: Endpoint.
+	TokenizeEndpoint string
+	Model            string    // the served model name
+	Kind             string    // KindEmulated or KindDevice; never inferred
+	Backend          string    // what serves the endpoint, e.g. "vllm", "emulator"
+	Workload         Workload  // zero: DefaultWorkload()
+	QPS              []float64 // offered rates, one level each, in order
+	Runs             int       // passes over all levels; 0: 1
+	SLO              SLO       // zero: DefaultSLO
+	// TimeScale compresses the schedule for an engine whose modelled
+	// durations are scaled the same way (hone sim serve --time-scale): sends
+	// happen at arrival x S and every measured duration is divided by S, so
+	// the record is in model time. 0: 1 (real time).
+	TimeScale float64
+	// RequestTimeout bounds one request, connect to [DONE], in model time.
+	// 0: 10 minutes.
+	RequestTimeout time.Duration
+	GPUs           int            // GPUs behind the endpoint, for cost; 0: cost not computed
+	Config         map[string]any // the deployment spec or whatever the caller compares
+	Hardware       map[string]any // GPU names, CPU, ... as the caller knows them
+	ModelInfo      Model          // revision, precision, file hashes; ID is set from Model
+	Hone           Build
+	HTTPClient     *http.Client   // nil: a client tuned for an open loop
+	Progress       func(Progress) // called from one goroutine, a few times a second
+}
+
+// Progress reports where a replay is. Done and Failed count this level's
+// finished requests; failed ones are included in Done.
+type Progress struct {
+	Run, Runs     int // Run is 0-based
+	Level, Levels int // Level is 0-based
+	QPS           float64
+	Done, Failed  int
+	Planned       int
+	TotalDone     int
+	TotalPlanned  int
+	Elapsed, ETA  time.Duration
+	LevelDone     *LevelRecord // set once, when a level has drained
+}
+
+func (o *Options) defaults() error {
+	if o.Workload == (Workload{}) {
+		o.Workload = DefaultWorkload()
+	}
+	if o.Runs == 0 {
+		o.Runs = 1
+	}
+	if o.SLO == (SLO{}) {
+		o.SLO = DefaultSLO
+	}
+	if o.TimeScale == 0 {
+		o.TimeScale = 1
+	}
+	if o.RequestTimeout == 0 {
+		o.RequestTimeout = 10 * time.Minute
+	}
+	switch {
+	case o.Endpoint == "":
+		return &ParamError{"endpoint", `""`, "the server's base URL, e.g. http://127.0.0.1:8000"}
+	case o.Model == "":
+		return &ParamError{"model", `""`, "the served model name"}
+	case o.Kind != KindEmulated && o.Kind != KindDevice:
+		return &ParamError{"kind", fmt.Sprintf("%q", o.Kind), `"emulated" (hone sim serve) or "device" (real vLLM)`}
+	case len(o.QPS) == 0:
+		return &ParamError{"qps", "[]", "at least one offered rate"}
+	case o.Runs < 1:
+		return &ParamError{"runs", o.Runs, "at least 1"}
+	case !(o.TimeScale > 0) || math.IsInf(o.TimeScale, 0):
+		return &ParamError{"time-scale", o.TimeScale, "a positive finite factor"}
+	case o.RequestTimeout < 0:
+		return &ParamError{"request-timeout", o.RequestTimeout, "a positive duration"}
+	case o.GPUs < 0:
+		return &ParamError{"gpus", o.GPUs, "0 or more"}
+	case !(o.SLO.TTFTMillis > 0) || !(o.SLO.TPOTMillis > 0):
+		return &ParamError{"slo", o.SLO, "positive TTFT and TPOT objectives"}
+	}
+	for _, e := range []*string{&o.Endpoint, &o.TokenizeEndpoint} {
+		if *e == "" {
+			continue
+		}
+		u, err := url.Parse(*e)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return &ParamError{"endpoint", *e, "an http(s) URL with a host, e.g. http://127.0.0.1:8000"}
+		}
+		*e = strings.TrimSuffix(strings.TrimSuffix(u.String(), "/"), "/v1")
+	}
+	if o.TokenizeEndpoint == "" {
+		o.TokenizeEndpoint = o.Endpoint
+	}
+	for _, q := range o.QPS {
+		if err := o.Workload.Params(q).Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Run replays the workload against the endpoint: for each run, each level
+// in order, open loop, each level after the previous one drained. It
+// returns the record of what was measured. On a setup failure (endpoint
+// unreachable, model not served, no /tokenize) or when ctx is canceled it
+// returns the record so far, marked incomplete with the reason, together
+// with the error; only invalid options give a nil record.
+func Run(ctx context.Context, opts Options) (*Record, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	hc := opts.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Transport: newTransport()}
+	}
+	tb := newTimebase()
+	model := opts.ModelInfo
+	model.ID = opts.Model
+	rec := &Record{
+		SchemaVersion: SchemaVersion, Kind: opts.Kind, Backend: opts.Backend, Hone: opts.Hone,
+		Engine: EngineInfo{Endpoint: opts.Endpoint}, Model: model, Config: opts.Config, Hardware: opts.Hardware,
+		GPUs: opts.GPUs, TimeScale: opts.TimeScale, RequestTimeoutMs: float64(opts.RequestTimeout) / 1e6, SLO: opts.SLO,
+		Workload: WorkloadRecord{Workload: opts.Workload, QPS: opts.QPS, Runs: opts.Runs, Generator: PrefixGenerator,
+			SuffixRecipe:  "uniform over the prefixes' distinct token ids, PCG(seed ^ (run+1)*0x9E3779B97F4A7C15, float64bits(qps) ^ id<<1)",
+			PrewarmPolicy: "the schedule's 8 warm-up requests (ids 0-7) open every level"},
+		Clock: tb.stamp(tb.t0), StartedAt: tb.t0.UTC(), Outcomes: map[string]int{}, Validation: Validation{Reasons: map[string]int{}},
+	}
+	if rec.Config == nil {
+		rec.Config = map[string]any{}
+	}
+	if rec.Hardware == nil {
+		rec.Hardware = map[string]any{}
+	}
+	fail := func(err error) (*Record, error) {
+		rec.Incomplete, rec.Error = true, err.Error()
+		rec.finish()
+		return rec, err
+	}
+	eng := &engine{http: hc, base: opts.Endpoint, model: opts.Model}
+	info, err := eng.info(ctx)
+	rec.Engine = info
+	var me *ModelError
+	switch {
+	case errors.As(err, &me):
+		return fail(fmt.Errorf("engine at %s: %w", opts.Endpoint, err))
+	case err != nil:
+		// Requests will say what is wrong, one outcome each.
+		rec.Engine.Error = err.Error()
+	}
+	tok := &engine{http: hc, base: opts.TokenizeEndpoint, model: opts.Model}
+	prompts, err := BuildPrompts(ctx, opts.Workload, tok.tokenize)
+	if err != nil {
+		return fail(fmt.Errorf("build prompts: %w", err))
+	}
+	rec.Workload.Sessions = prompts.Prefixes
+	rec.Workload.SuffixVocab = prompts.VocabSize()
+
+	r := &runner{opts: opts, eng: eng, prompts: prompts, tb: tb,
+		cl: &client{http: hc, url: opts.Endpoint + "/v1/completions", scale: opts.TimeScale,
+			timeout: time.Duration(float64(opts.RequestTimeout) * opts.TimeScale), tb: tb}}
+	for _, q := range opts.QPS {
+		r.totalPlanned += opts.Workload.Requests * opts.Runs
+		r.remaining += r.levelSpan(q) * time.Duration(opts.Runs)
+	}
+	stopProgress := r.startProgress()
+	defer stopProgress()
+	for run := range opts.Runs {
+		rr := RunRecord{Run: run}
+		for li, q := range opts.QPS {
+			lr := r.level(ctx, run, li, q)
+			rr.Levels = append(rr.Levels, lr)
+			r.report(&rr.Levels[len(rr.Levels)-1])
+			if ctx.Err() != nil {
+				break
+			}
+		}
+		rr.summarize(opts.GPUs)
+		rec.Runs = append(rec.Runs, rr)
+		if ctx.Err() != nil {
+			return fail(fmt.Errorf("interrupted during run %d: %w", run, context.Cause(ctx)))
+		}
+	}
+	rec.finish()
+	return rec, nil
+}
+
+// finish sums outcomes and validation over every request.
+func (rec *Record) finish() {
+	rec.FinishedAt = time.Now().UTC()
+	for _, r := range rec.Runs {
+		for _, l := range r.Levels {
+			for _, q := range l.Requests {
+				rec.Outcomes[q.Outcome]++
+				if q.Valid {
+					rec.Validation.Valid++
+				} else {
+					rec.Validation.Invalid++
+					reason := q.Invalid
+					if i := strings.IndexAny(reason, "0123456789\""); i > 0 && !strings.HasPrefix(reason, "request failed") {
+						reason = strings.TrimSpace(reason[:i])
+					}
+					rec.Validation.Reasons[reason]++
+				}
+			}
+		}
+	}
+}
+
+// summarize sets the run's objective and its cost.
+func (rr *RunRecord) summarize(gpus int) {
+	levels := make([]Level, len(rr.Levels))
+	for i, l := range rr.Levels {
+		levels[i] = l.Level
+	}
+	rr.Objective = Objective(levels)
+	for _, l := range rr.Levels {
+		if l.Passed && l.EffectiveQPS == rr.Objective && l.GPUSecondsPerRequest != nil {
+			rr.GPUSecondsPerRequest = l.GPUSecondsPerRequest
+			break
+		}
+	}
+}
+
+type runner struct {
+	opts    Options
+	eng     *engine
+	cl      *client
+	prompts *Prompts
+	tb      timebase
+
+	mu           sync.Mutex
+	cur          Progress
+	started      time.Time
+	levelStart   time.Time
+	levelSpanCur time.Duration
+	totalPlanned int
+	remaining    time.Duration // schedule time of levels not yet started
+	totalDone    int
+	done, failed atomic.Int64
+	progressCh   chan *LevelRecord
+
+	ssePool sync.Pool
+}
+
+// levelSpan is how long a level's schedule lasts in real time.
+func (r *runner) levelSpan(qps float64) time.Duration {
+	n := r.opts.Workload.Requests
+	last := MeasureStartMillis + float64((n-1-Sessions)*1000)/qps
+	return time.Duration(last * r.opts.TimeScale * 1e6)
+}
+
+// spinWindow is how long before a send the dispatcher stops sleeping and
+// polls: Go's timers can wake a millisecond or more late on a busy host,
+// which alone would break a 1 ms dispatch-lag budget.
+const spinWindow = 3 * time.Millisecond
+
+// waitUntil blocks until due; false if ctx ended first.
+func waitUntil(ctx context.Context, t *time.Timer, due time.Time) bool {
+	for {
+		d := time.Until(due)
+		if d <= 0 {
+			return ctx.Err() == nil
+		}
+		if d > spinWindow {
+			t.Reset(d - spinWindow)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return false
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		runtime.Gosched()
+	}
+}
+
+// level runs one load level open loop and summarizes it.
+func (r *runner) level(ctx context.Context, run, li int, qps float64) LevelRecord {
+	w := r.opts.Workload
+	reqs, _ := Generate(w.Params(qps)) // validated in defaults
+	lr := LevelRecord{Level: Level{OfferedQPS: qps}, Planned: len(reqs), Outcomes: map[string]int{}, Failures: map[string]int{}}
+	records := make([]RequestRecord, len(reqs))
+	bodies := make([][]byte, len(reqs))
+	hashes := sha256.New()
+	for i, q := range reqs {
+		ids := r.prompts.Prompt(run, qps, q)
+		body, err := encodeCompletion(r.opts.Model, ids, q.OutputTokens)
+		if err != nil {
+			panic(err) // ints and strings always encode
+		}
+		bodies[i] = body
+		records[i] = RequestRecord{ID: q.ID, Session: q.Session, RequestID: fmt.Sprintf("hone-%d-%g-%d", run, qps, q.ID),
+			InputTokens: len(ids), PromptSHA256: HashTokens(ids), ScheduledMs: q.ArrivalMs}
+		hashes.Write([]byte(records[i].PromptSHA256))
+	}
+	lr.PromptsSHA256 = hex.EncodeToString(hashes.Sum(nil))
+
+	bg := context.WithoutCancel(ctx)
+	lr.Counters.Before, _ = r.eng.scrape(bg)
+
+	r.beginLevel(run, li, qps, len(reqs))
+	start := time.Now()
+	lr.StartedAt = r.tb.stamp(start)
+	scale := r.opts.TimeScale
+	at := func(ms float64) time.Time { return start.Add(time.Duration(ms * scale * 1e6)) }
+
+	var wg, warm sync.WaitGroup
+	nWarm := min(Sessions, len(reqs))
+	warm.Add(nWarm)
+	midDone := make(chan struct{})
+	go func() {
+		defer close(midDone)
+		warm.Wait()
+		if ctx.Err() != nil {
+			return
+		}
+		lr.Counters.Warmup, _ = r.eng.scrape(bg)
+		lr.WarmupOverlap = time.Now().After(at(MeasureStartMillis))
+	}()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	sent := 0
+	for i := range reqs {
+		due := at(reqs[i].ArrivalMs)
+		if !waitUntil(ctx, timer, due) {
+			break
+		}
+		rr := &records[i]
+		rr.Scheduled = r.tb.stamp(due)
+		wg.Add(1)
+		sent++
+		go func(body []byte, warmup bool) {
+			defer wg.Done()
+			sse, _ := r.ssePool.Get().(*sseReader)
+			if sse == nil {
+				sse = newSSEReader(nil)
+			}
+			r.cl.do(ctx, body, rr, start, due, w.OutputTokens, sse)
+			sse.reset(nil)
+			r.ssePool.Put(sse)
+			r.done.Add(1)
+			if rr.Outcome != OutcomeOK {
+				r.failed.Add(1)
+			}
+			if warmup {
+				warm.Done()
+			}
+		}(bodies[i], i < Sessions)
+	}
+	for i := sent; i < nWarm; i++ {
+		warm.Done()
+	}
+	wg.Wait()
+	<-midDone
+	lr.Counters.After, _ = r.eng.scrape(bg)
+	lr.Requests = records[:sent]
+	lr.Sent = sent
+	lr.Complete = sent == len(reqs) && ctx.Err() == nil
+	lr.summarize(reqs, r.opts.SLO, r.opts.GPUs)
+	r.endLevel(len(reqs))
+	return lr
+}
+
+// summarize computes the level's figures from its requests.
+func (lr *LevelRecord) summarize(reqs []Request, slo SLO, gpus int) {
+	var ttft, tpot, lag []float64
+	var cached, prompt float64
+	haveCached := false
+	last := math.Inf(-1)
+	measuredPlanned := 0
+	for _, q := range reqs {
+		if q.ID >= Sessions {
+			measuredPlanned++
+		}
+	}
+	for i := range lr.Requests {
+		q := &lr.Requests[i]
+		lr.Outcomes[q.Outcome]++
+		lag = append(lag, q.DispatchLagMs)
+		if !q.Valid {
+			lr.Invalid++
+		}
+		if q.ID < Sessions {
+			continue
+		}
+		if q.Outcome != OutcomeOK || q.TTFTMs == nil {
+			lr.Failures[q.Outcome]++
+			continue
+		}
+		lr.Measured++
+		ttft = append(ttft, *q.TTFTMs)
+		tpot = append(tpot, *q.TPOTMs)
+		last = math.Max(last, *q.FinishMs)
+		if q.CachedTokens != nil && q.PromptTokens != nil {
+			haveCached = true
+			cached += float64(*q.CachedTokens)
+			prompt += float64(*q.PromptTokens)
+		}
+	}
+	measuredInvalid := 0
+	for _, q := range lr.Requests {
+		if q.ID >= Sessions && !q.Valid {
+			measuredInvalid++
+		}
+	}
+	if len(lag) > 0 {
+		lr.DispatchLagP50Ms = NearestRank(lag, 50)
+		lr.DispatchLagP99Ms = NearestRank(lag, 99)
+		lr.DispatchLagMaxMs = NearestRank(lag, 100)
+	}
+	if len(ttft) > 0 {
+		lr.P50TTFTMs, lr.P90TTFTMs, lr.P99TTFTMs = NearestRank(ttft, 50), NearestRank(ttft, 90), NearestRank(ttft, 99)
+		lr.P50TPOTMs, lr.P90TPOTMs, lr.P99TPOTMs = NearestRank(tpot, 50), NearestRank(tpot, 90), NearestRank(tpot, 99)
+		lr.WindowSeconds = (last - reqs[Sessions].ArrivalMs) / 1000
+		if lr.WindowSeconds > 0 {
+			lr.EffectiveQPS = float64(lr.Measured) / lr.WindowSeconds
+			if gpus > 0 {
+				c := float64(gpus) * lr.WindowSeconds / float64(lr.Measured)
+				lr.GPUSecondsPerRequest = &c
+			}
+		}
+		lr.SLOMet = lr.P99TTFTMs <= slo.TTFTMillis && lr.P99TPOTMs <= slo.TPOTMillis
+	}
+	lr.Passed = lr.SLOMet && lr.Complete && lr.Measured == measuredPlanned && measuredInvalid == 0
+	lr.HitRateMetrics = HitRate(lr.Counters.Before, lr.Counters.After)
+	if lr.Counters.Warmup != nil {
+		lr.HitRateMetricsMeasure = HitRate(lr.Counters.Warmup, lr.Counters.After)
+	}
+	if haveCached && prompt > 0 {
+		h := cached / prompt
+		lr.HitRateCachedTokens = &h
+	}
+	rate := lr.HitRateMetricsMeasure
+	if rate == nil {
+		rate = lr.HitRateCachedTokens
+	}
+	if rate != nil {
+		met := *rate > 0.9
+		lr.CachePromiseMet = &met
+	}
+}
+
+func (r *runner) beginLevel(run, li int, qps float64, planned int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.done.Store(0)
+	r.failed.Store(0)
+	r.levelStart = time.Now()
+	r.levelSpanCur = r.levelSpan(qps)
+	r.remaining -= r.levelSpanCur
+	r.cur = Progress{Run: run, Runs: r.opts.Runs, Level: li, Levels: len(r.opts.QPS), QPS: qps, Planned: planned,
+		TotalPlanned: r.totalPlanned}
+}
+
+func (r *runner) endLevel(planned int) {
+	r.mu.Lock()
+	r.totalDone += planned
+	r.mu.Unlock()
+}
+
+// snapshot is the current progress.
+func (r *runner) snapshot() Progress {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.cur
+	p.Done, p.Failed = int(r.done.Load()), int(r.failed.Load())
+	p.TotalDone = r.totalDone + p.Done
+	p.Elapsed = time.Since(r.started)
+	left := r.levelSpanCur - time.Since(r.levelStart)
+	p.ETA = max(left, 0) + r.remaining
+	return p
+}
+
+// startProgress calls opts.Progress from one goroutine: every 250 ms and
+// once per finished level.
+func (r *runner) startProgress() (stop func()) {
+	r.started = time.Now()
+	if r.opts.Progress == nil {
+		return func() {}
+	}
+	r.progressCh = make(chan *LevelRecord)
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case lr := <-r.progressCh:
+				p := r.snapshot()
+				p.LevelDone = lr
+				r.opts.Progress(p)
+			case <-t.C:
+				r.opts.Progress(r.snapshot())
+			}
+		}
+	}()
+	return func() { close(quit); wg.Wait() }
+}
+
+// report hands a finished level to the progress goroutine.
+func (r *runner) report(lr *LevelRecord) {
+	if r.progressCh != nil {
+		r.progressCh <- lr
+	}
+}
