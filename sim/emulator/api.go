@@ -1,0 +1,292 @@
+package emulator
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+)
+
+// APIError is vLLM's error body: {"object":"error","message",...,"type",
+// "param","code"}, sent with HTTP status Code.
+type APIError struct {
+	Object  string  `json:"object"`
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    int     `json:"code"`
+}
+
+func (e *APIError) Error() string { return e.Message }
+
+func badRequest(format string, args ...any) *APIError {
+	return &APIError{Object: "error", Message: fmt.Sprintf(format, args...), Type: "BadRequestError", Code: http.StatusBadRequest}
+}
+
+func writeError(w http.ResponseWriter, e *APIError) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.Code)
+	_ = json.NewEncoder(w).Encode(e)
+}
+
+// Limits are what a request is validated against.
+type Limits struct {
+	Model       string // served model name; "" in the request means this one
+	MaxModelLen int
+	Vocab       int
+}
+
+// CompletionRequest is a validated POST /v1/completions body.
+type CompletionRequest struct {
+	Model            string
+	Prompt           []int  // token ids (tokenized when the prompt was text)
+	PromptText       string // the text prompt, if one was sent
+	MaxTokens        int
+	MinTokens        int
+	IgnoreEOS        bool
+	Temperature      float64
+	Stream           bool
+	IncludeUsage     bool
+	ReturnTokenIDs   bool
+	KVTransferParams *KVTransferParams
+	RequestID        string
+}
+
+type rawStreamOptions struct {
+	IncludeUsage *bool `json:"include_usage"`
+}
+
+type rawCompletion struct {
+	Model            *string           `json:"model"`
+	Prompt           json.RawMessage   `json:"prompt"`
+	MaxTokens        *int              `json:"max_tokens"`
+	MinTokens        *int              `json:"min_tokens"`
+	IgnoreEOS        *bool             `json:"ignore_eos"`
+	Temperature      *float64          `json:"temperature"`
+	N                *int              `json:"n"`
+	Stream           *bool             `json:"stream"`
+	StreamOptions    *rawStreamOptions `json:"stream_options"`
+	ReturnTokenIDs   *bool             `json:"return_token_ids"`
+	KVTransferParams *KVTransferParams `json:"kv_transfer_params"`
+	RequestID        *string           `json:"request_id"`
+}
+
+// DefaultMaxTokens is vLLM's default for /v1/completions (OpenAI's 16).
+const DefaultMaxTokens = 16
+
+// ParseCompletion decodes and validates a /v1/completions body the way vLLM
+// does, returning a 400 (or 404 for an unknown model, as vLLM does) with
+// vLLM's wording. It never panics on any input; tok may be nil when the
+// prompt is token ids.
+func ParseCompletion(body []byte, lim Limits, tok *Tokenizer) (*CompletionRequest, *APIError) {
+	var raw rawCompletion
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&raw); err != nil {
+		return nil, badRequest("JSON decode error: %v", err)
+	}
+	if dec.More() {
+		return nil, badRequest("JSON decode error: unexpected data after the request object")
+	}
+	req := &CompletionRequest{Model: lim.Model, MaxTokens: DefaultMaxTokens}
+	if raw.Model != nil && *raw.Model != "" && *raw.Model != lim.Model {
+		p := "model"
+		return nil, &APIError{Object: "error", Message: fmt.Sprintf("The model `%s` does not exist.", *raw.Model),
+			Type: "NotFoundError", Param: &p, Code: http.StatusNotFound}
+	}
+	if err := parsePrompt(raw.Prompt, req, tok); err != nil {
+		return nil, err
+	}
+	for _, id := range req.Prompt {
+		if id < 0 || id >= lim.Vocab {
+			return nil, badRequest("Token id %d is out of vocabulary", id)
+		}
+	}
+	if raw.N != nil && *raw.N != 1 {
+		return nil, badRequest("n must be 1: the emulator generates one choice per request, got %d.", *raw.N)
+	}
+	if raw.Temperature != nil {
+		t := *raw.Temperature
+		if t < 0 || math.IsNaN(t) {
+			return nil, badRequest("temperature must be non-negative, got %v.", t)
+		}
+		req.Temperature = t
+	}
+	if raw.Stream != nil {
+		req.Stream = *raw.Stream
+	}
+	if raw.StreamOptions != nil {
+		if !req.Stream {
+			return nil, badRequest("Stream options can only be defined when `stream=True`.")
+		}
+		req.IncludeUsage = raw.StreamOptions.IncludeUsage != nil && *raw.StreamOptions.IncludeUsage
+	}
+	if raw.IgnoreEOS != nil {
+		req.IgnoreEOS = *raw.IgnoreEOS
+	}
+	if raw.ReturnTokenIDs != nil {
+		req.ReturnTokenIDs = *raw.ReturnTokenIDs
+	}
+	n := len(req.Prompt)
+	if n >= lim.MaxModelLen {
+		return nil, badRequest("This model's maximum context length is %d tokens. However, your request has %d input tokens. Please reduce the length of the input messages.", lim.MaxModelLen, n)
+	}
+	if raw.MaxTokens != nil {
+		req.MaxTokens = *raw.MaxTokens
+		if req.MaxTokens < 1 {
+			return nil, badRequest("max_tokens must be at least 1, got %d.", req.MaxTokens)
+		}
+	} else {
+		req.MaxTokens = min(DefaultMaxTokens, lim.MaxModelLen-n)
+	}
+	if req.MaxTokens > lim.MaxModelLen-n {
+		return nil, badRequest("'max_tokens' is too large: %d. This model's maximum context length is %d tokens and your request has %d input tokens (%d > %d - %d).",
+			req.MaxTokens, lim.MaxModelLen, n, req.MaxTokens, lim.MaxModelLen, n)
+	}
+	if raw.MinTokens != nil {
+		req.MinTokens = *raw.MinTokens
+		if req.MinTokens < 0 {
+			return nil, badRequest("min_tokens must be greater than or equal to 0, got %d.", req.MinTokens)
+		}
+		if req.MinTokens > req.MaxTokens {
+			return nil, badRequest("min_tokens must be less than or equal to max_tokens=%d, got %d.", req.MaxTokens, req.MinTokens)
+		}
+	}
+	if p := raw.KVTransferParams; p != nil {
+		if p.DoRemoteDecode && p.DoRemotePrefill {
+			return nil, badRequest("kv_transfer_params: do_remote_decode and do_remote_prefill cannot both be true")
+		}
+		if p.DoRemotePrefill && (p.RemoteRequestID == nil || p.RemoteHost == nil || p.RemotePort == nil) {
+			return nil, badRequest("kv_transfer_params: do_remote_prefill needs remote_request_id, remote_host and remote_port")
+		}
+		for _, b := range p.RemoteBlockIDs {
+			if b < 0 {
+				return nil, badRequest("kv_transfer_params: remote_block_ids must be >= 0, got %d", b)
+			}
+		}
+		req.KVTransferParams = p
+	}
+	if raw.RequestID != nil {
+		req.RequestID = *raw.RequestID
+	}
+	return req, nil
+}
+
+// parsePrompt accepts a string, a list of token ids, or a one-element
+// list of either.
+func parsePrompt(raw json.RawMessage, req *CompletionRequest, tok *Tokenizer) *APIError {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return badRequest("Either prompt or prompt_embeds must be provided and non-empty.")
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		if s == "" {
+			return badRequest("Prompt cannot be empty.")
+		}
+		req.PromptText = s
+		if tok == nil {
+			tok = NewTokenizer()
+		}
+		req.Prompt, _ = tok.Tokenize(s)
+		return nil
+	}
+	var ids []int
+	if json.Unmarshal(raw, &ids) == nil {
+		if len(ids) == 0 {
+			return badRequest("Prompt cannot be empty.")
+		}
+		req.Prompt = ids
+		return nil
+	}
+	var list []json.RawMessage
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return badRequest("prompt: want a string, a list of token ids, or a list of one of these: %v", err)
+	}
+	if len(list) != 1 {
+		return badRequest("prompt: the emulator serves one prompt per request, got a batch of %d", len(list))
+	}
+	inner := bytes.TrimSpace(list[0])
+	if len(inner) > 0 && (inner[0] == '"' || inner[0] == '[') {
+		return parsePrompt(inner, req, tok)
+	}
+	return badRequest("prompt: want a string, a list of token ids, or a list of one of these")
+}
+
+// Usage is the OpenAI usage object. PromptTokensDetails is set only with
+// --enable-prompt-tokens-details.
+type Usage struct {
+	PromptTokens        int                  `json:"prompt_tokens"`
+	TotalTokens         int                  `json:"total_tokens"`
+	CompletionTokens    int                  `json:"completion_tokens"`
+	PromptTokensDetails *PromptTokensDetails `json:"prompt_tokens_details"`
+}
+
+// PromptTokensDetails carries cached_tokens: the prompt tokens whose KV
+// this engine took from its own prefix cache, exactly.
+type PromptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+// RequestMetrics is the per-request "metrics" object
+// (--enable-per-request-metrics), in model milliseconds. The first five
+// keys are vLLM's; the rest are the emulator's ground truth.
+type RequestMetrics struct {
+	TimeToFirstTokenMs float64 `json:"time_to_first_token_ms"` // arrival -> first token
+	GenerationTimeMs   float64 `json:"generation_time_ms"`     // first scheduled -> last token
+	QueueTimeMs        float64 `json:"queue_time_ms"`          // arrival (KV ready on decode) -> first scheduled
+	MeanITLMs          float64 `json:"mean_itl_ms"`            // (last - first token)/(tokens - 1)
+	TokensPerSecond    float64 `json:"tokens_per_second"`      // output tokens / generation time
+	PrefillTimeMs      float64 `json:"prefill_time_ms"`        // first scheduled -> first token
+	KVTransferTimeMs   float64 `json:"kv_transfer_time_ms"`    // decode worker's KV pull
+	DecodeTimeMs       float64 `json:"decode_time_ms"`         // first -> last token
+	E2ETimeMs          float64 `json:"e2e_time_ms"`            // arrival -> last token
+	TimeScale          float64 `json:"time_scale"`             // wall = model x time_scale
+}
+
+func requestMetrics(res *Result, scale float64) *RequestMetrics {
+	t := res.Timing
+	m := &RequestMetrics{TimeToFirstTokenMs: t.TTFTMs, GenerationTimeMs: t.PrefillMs + t.DecodeMs, QueueTimeMs: t.QueueMs,
+		PrefillTimeMs: t.PrefillMs, KVTransferTimeMs: t.TransferMs, DecodeTimeMs: t.DecodeMs, E2ETimeMs: t.E2EMs, TimeScale: scale}
+	if res.OutputTokens > 1 {
+		m.MeanITLMs = t.DecodeMs / float64(res.OutputTokens-1)
+	}
+	if m.GenerationTimeMs > 0 {
+		m.TokensPerSecond = float64(res.OutputTokens) / (m.GenerationTimeMs / 1000)
+	}
+	return m
+}
+
+// CompletionChoice is one choice of a completion or stream chunk.
+type CompletionChoice struct {
+	Index          int     `json:"index"`
+	Text           string  `json:"text"`
+	Logprobs       any     `json:"logprobs"`
+	FinishReason   *string `json:"finish_reason"`
+	StopReason     any     `json:"stop_reason"`
+	TokenIDs       []int   `json:"token_ids,omitempty"`
+	PromptTokenIDs []int   `json:"prompt_token_ids,omitempty"`
+}
+
+// CompletionResponse is a non-streaming /v1/completions answer.
+type CompletionResponse struct {
+	ID               string             `json:"id"`
+	Object           string             `json:"object"`
+	Created          int64              `json:"created"`
+	Model            string             `json:"model"`
+	Choices          []CompletionChoice `json:"choices"`
+	Usage            *Usage             `json:"usage"`
+	KVTransferParams *KVTransferParams  `json:"kv_transfer_params"`
+	Metrics          *RequestMetrics    `json:"metrics,omitempty"`
+}
+
+// CompletionChunk is one streamed event.
+type CompletionChunk struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []CompletionChoice `json:"choices"`
+	Usage   *Usage             `json:"usage,omitempty"`
+	Metrics *RequestMetrics    `json:"metrics,omitempty"`
+}

@@ -1,0 +1,628 @@
+package emulator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Role is what a worker does in a deployment.
+type Role string
+
+const (
+	// RoleColocated prefills and decodes; kv_transfer_params are ignored.
+	RoleColocated Role = "colocated"
+	// RolePrefill answers do_remote_decode requests with kv_transfer_params
+	// and serves the KV over its side channel.
+	RolePrefill Role = "prefill"
+	// RoleDecode pulls the KV named by do_remote_prefill params.
+	RoleDecode Role = "decode"
+)
+
+// ParseRole accepts colocated, prefill or decode.
+func ParseRole(s string) (Role, error) {
+	switch Role(s) {
+	case RoleColocated, RolePrefill, RoleDecode:
+		return Role(s), nil
+	}
+	return "", fmt.Errorf("unknown role %q: want colocated, prefill or decode", s)
+}
+
+// Config is one emulated engine. Zero values take the documented default.
+type Config struct {
+	Role    Role   // default colocated
+	Profile string // default DefaultProfile
+	Model   string // served model name; default the profile's model id
+	Host    string // default 127.0.0.1
+	Port    int    // 0: any free port
+	// KVHost and KVPort are the prefill worker's side channel (vLLM's
+	// VLLM_NIXL_SIDE_CHANNEL_HOST/PORT); port 0 picks a free one.
+	// KVAdvertiseHost is what kv_transfer_params.remote_host says
+	// (default KVHost, or 127.0.0.1 for an unspecified address).
+	KVHost          string
+	KVPort          int
+	KVAdvertiseHost string
+	EngineID        string  // default a random id
+	TimeScale       float64 // wall = model × TimeScale; default 1
+	BlockSize       int     // default 16
+	// Defaults from the profile: MaxNumSeqs, MaxNumBatchedTokens;
+	// MaxModelLen from the model.
+	MaxNumSeqs           int
+	MaxNumBatchedTokens  int
+	MaxModelLen          int
+	GPUMemoryUtilization float64 // default 0.9
+	NumGPUBlocksOverride int     // > 0 replaces the profile's capacity
+	DisablePrefixCaching bool
+	EnforceEager         bool
+	// EnablePromptTokensDetails fills usage.prompt_tokens_details.
+	EnablePromptTokensDetails bool
+	// EnablePerRequestMetrics adds the "metrics" object.
+	EnablePerRequestMetrics bool
+	KVLease                 time.Duration // prefill side; default 480 s (wall)
+	KVLoadFailurePolicy     string        // "fail" (default) or "recompute"
+	Trace                   io.Writer     // JSON lines, see TraceHelp; nil: none
+	Faults                  Faults
+	Logger                  *slog.Logger
+	// OnCrash runs when the crash-after fault fires, after the server has
+	// dropped every connection; the CLI exits the process here.
+	OnCrash func()
+	// Version is reported by GET /version.
+	Version string
+
+	faults          faultState
+	kvAdvertiseHost string
+	kvPort          int
+}
+
+// Server is a running emulated engine.
+type Server struct {
+	cfg    Config
+	prof   *Profile
+	eng    *engine
+	tok    *Tokenizer
+	hs     *http.Server
+	ln     net.Listener
+	kvLn   net.Listener
+	cancel context.CancelFunc
+	done   chan struct{}
+	served atomic.Int64
+	crash  sync.Once
+	seq    atomic.Int64
+	lim    Limits
+}
+
+func (c *Config) resolve() (*Profile, error) {
+	if c.Role == "" {
+		c.Role = RoleColocated
+	}
+	if _, err := ParseRole(string(c.Role)); err != nil {
+		return nil, err
+	}
+	if c.Profile == "" {
+		c.Profile = DefaultProfile
+	}
+	p, err := LookupProfile(c.Profile)
+	if err != nil {
+		return nil, err
+	}
+	if c.Model == "" {
+		c.Model = p.Model.Name
+	}
+	if c.Host == "" {
+		c.Host = "127.0.0.1"
+	}
+	if c.KVHost == "" {
+		c.KVHost = c.Host
+	}
+	if c.KVAdvertiseHost == "" {
+		c.KVAdvertiseHost = c.KVHost
+		if ip := net.ParseIP(c.KVHost); ip != nil && ip.IsUnspecified() {
+			c.KVAdvertiseHost = "127.0.0.1"
+		}
+	}
+	if c.EngineID == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		c.EngineID = "hone-emu-" + hex.EncodeToString(b[:])
+	}
+	if c.TimeScale == 0 {
+		c.TimeScale = 1
+	}
+	if !(c.TimeScale > 0) || c.TimeScale > 1e6 {
+		return nil, fmt.Errorf("time scale %v: want a positive number", c.TimeScale)
+	}
+	if c.BlockSize == 0 {
+		c.BlockSize = 16
+	}
+	if c.BlockSize < 1 || c.BlockSize > 1024 {
+		return nil, fmt.Errorf("block size %d: want 1..1024", c.BlockSize)
+	}
+	if c.MaxNumSeqs == 0 {
+		c.MaxNumSeqs = p.MaxNumSeqs
+	}
+	if c.MaxNumBatchedTokens == 0 {
+		c.MaxNumBatchedTokens = p.MaxNumBatchedTokens
+	}
+	if c.MaxModelLen == 0 {
+		c.MaxModelLen = p.Model.MaxModelLen
+	}
+	if c.MaxNumSeqs < 1 || c.MaxNumBatchedTokens < 1 || c.MaxModelLen < 2 {
+		return nil, fmt.Errorf("max-num-seqs %d, max-num-batched-tokens %d, max-model-len %d: want >= 1, >= 1, >= 2",
+			c.MaxNumSeqs, c.MaxNumBatchedTokens, c.MaxModelLen)
+	}
+	if c.GPUMemoryUtilization == 0 {
+		c.GPUMemoryUtilization = 0.9
+	}
+	if !(c.GPUMemoryUtilization > 0 && c.GPUMemoryUtilization <= 1) {
+		return nil, fmt.Errorf("gpu memory utilization %v: want (0, 1]", c.GPUMemoryUtilization)
+	}
+	if c.KVLease == 0 {
+		c.KVLease = 480 * time.Second
+	}
+	switch c.KVLoadFailurePolicy {
+	case "":
+		c.KVLoadFailurePolicy = "fail"
+	case "fail", "recompute":
+	default:
+		return nil, fmt.Errorf("kv load failure policy %q: want fail or recompute", c.KVLoadFailurePolicy)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Version == "" {
+		c.Version = "hone-emulator"
+	}
+	c.faults = c.Faults.state()
+	return p, nil
+}
+
+// Start validates cfg, binds the HTTP port (and, for a prefill worker, the
+// KV side channel), and starts serving until ctx ends or Close is called.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	prof, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	blocks := prof.NumBlocks(cfg.BlockSize, cfg.GPUMemoryUtilization)
+	if cfg.NumGPUBlocksOverride > 0 {
+		blocks = cfg.NumGPUBlocksOverride
+	}
+	if blocks*cfg.BlockSize < cfg.MaxModelLen {
+		return nil, fmt.Errorf("KV cache of %d blocks × %d tokens cannot hold one sequence of max-model-len %d",
+			blocks, cfg.BlockSize, cfg.MaxModelLen)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
+	if err != nil {
+		return nil, fmt.Errorf("listen on --host %s --port %d: %w", cfg.Host, cfg.Port, err)
+	}
+	s := &Server{cfg: cfg, prof: prof, tok: NewTokenizer(), ln: ln, done: make(chan struct{}),
+		lim: Limits{Model: cfg.Model, MaxModelLen: cfg.MaxModelLen, Vocab: prof.Model.Vocab}}
+	if cfg.Role == RolePrefill {
+		s.kvLn, err = net.Listen("tcp", net.JoinHostPort(cfg.KVHost, strconv.Itoa(cfg.KVPort)))
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("listen on KV side channel %s:%d: %w", cfg.KVHost, cfg.KVPort, err)
+		}
+		s.cfg.kvPort = s.kvLn.Addr().(*net.TCPAddr).Port
+	}
+	s.cfg.kvAdvertiseHost = s.cfg.KVAdvertiseHost
+	ctx, cancel := context.WithCancel(ctx)
+	s.cancel = cancel
+	e := &engine{cfg: &s.cfg, prof: prof, scale: cfg.TimeScale, log: cfg.Logger,
+		kv: newKVCache(blocks, cfg.BlockSize, !cfg.DisablePrefixCaching), inbox: make(chan msg, 1024),
+		clock: newClock(cfg.TimeScale), metrics: newMetrics(cfg.Model), holds: map[string]*hold{}}
+	if cfg.Trace != nil {
+		e.trace = &traceWriter{w: cfg.Trace}
+	}
+	e.puller = func(r *request, from int) { e.pull(ctx, r, from) }
+	e.done = ctx.Done()
+	s.eng = e
+	s.hs = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return ctx }}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); e.run(ctx) }()
+	go func() { defer wg.Done(); _ = s.hs.Serve(ln) }()
+	if s.kvLn != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); e.serveSideChannel(ctx, s.kvLn) }()
+	}
+	go func() {
+		<-ctx.Done()
+		sctx, c := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = s.hs.Shutdown(sctx)
+		c()
+		_ = s.hs.Close()
+		if s.kvLn != nil {
+			s.kvLn.Close()
+		}
+	}()
+	go func() { wg.Wait(); close(s.done) }()
+	cfg.Logger.Info("emulator serving", "addr", ln.Addr().String(), "role", cfg.Role, "profile", prof.Name,
+		"kv_blocks", blocks, "block_size", cfg.BlockSize, "time_scale", cfg.TimeScale, "kv_side_channel", s.KVAddr())
+	return s, nil
+}
+
+// URL is the server's base URL, e.g. http://127.0.0.1:8000.
+func (s *Server) URL() string { return "http://" + s.ln.Addr().String() }
+
+// Addr is the HTTP listen address.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// KVAddr is the side channel's address (prefill role), else "".
+func (s *Server) KVAddr() string {
+	if s.kvLn == nil {
+		return ""
+	}
+	return s.kvLn.Addr().String()
+}
+
+// EngineID is the id a prefill worker puts in remote_engine_id.
+func (s *Server) EngineID() string { return s.cfg.EngineID }
+
+// Profile is the resolved cost model.
+func (s *Server) Profile() *Profile { return s.prof }
+
+// NumBlocks is the KV cache's capacity in blocks.
+func (s *Server) NumBlocks() int { return len(s.eng.kv.blocks) }
+
+// StepLateness is every step's completion lateness so far, sorted: how
+// long after its modelled end (in wall time) the engine finished it.
+func (s *Server) StepLateness() []time.Duration { return s.eng.stepLateness() }
+
+// Close stops the server and waits for its goroutines.
+func (s *Server) Close() error {
+	s.cancel()
+	<-s.done
+	return nil
+}
+
+// Done is closed when the server has stopped.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+func (s *Server) crashNow() {
+	s.crash.Do(func() {
+		s.cfg.Logger.Warn("fault crash-after fired: dropping every connection", "after", s.cfg.Faults.CrashAfter)
+		s.ln.Close()
+		if s.kvLn != nil {
+			s.kvLn.Close()
+		}
+		_ = s.hs.Close()
+		s.cancel()
+		if s.cfg.OnCrash != nil {
+			s.cfg.OnCrash()
+		}
+	})
+}
+
+// Handler serves vLLM's API subset.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/completions", s.completions)
+	mux.HandleFunc("POST /tokenize", s.tokenize)
+	mux.HandleFunc("POST /detokenize", s.detokenize)
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("GET /version", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, map[string]string{"version": s.cfg.Version})
+	})
+	mux.HandleFunc("GET /v1/models", s.models)
+	mux.HandleFunc("POST /reset_prefix_cache", func(w http.ResponseWriter, r *http.Request) {
+		done := make(chan struct{})
+		if !s.eng.post(msg{kind: msgReset, done: done}) {
+			writeError(w, &APIError{Object: "error", Message: "engine stopped", Type: "ServiceUnavailableError", Code: 503})
+			return
+		}
+		select {
+		case <-done:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.eng.metrics.reg, promhttp.HandlerOpts{}))
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, map[string]any{"object": "list", "data": []map[string]any{{
+		"id": s.cfg.Model, "object": "model", "created": time.Now().Unix(), "owned_by": "vllm",
+		"root": s.prof.Model.Name, "parent": nil, "max_model_len": s.cfg.MaxModelLen,
+	}}})
+}
+
+const maxBody = 32 << 20
+
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *APIError) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		return nil, badRequest("read request body: %v", err)
+	}
+	return b, nil
+}
+
+func (s *Server) checkModel(m *string) *APIError {
+	if m != nil && *m != "" && *m != s.cfg.Model {
+		p := "model"
+		return &APIError{Object: "error", Message: fmt.Sprintf("The model `%s` does not exist.", *m),
+			Type: "NotFoundError", Param: &p, Code: http.StatusNotFound}
+	}
+	return nil
+}
+
+func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
+	body, aerr := readBody(w, r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	var req struct {
+		Model            *string `json:"model"`
+		Prompt           *string `json:"prompt"`
+		AddSpecialTokens *bool   `json:"add_special_tokens"`
+		ReturnTokenStrs  bool    `json:"return_token_strs"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeError(w, badRequest("JSON decode error: %v", err))
+		return
+	}
+	if e := s.checkModel(req.Model); e != nil {
+		writeError(w, e)
+		return
+	}
+	if req.Prompt == nil {
+		writeError(w, badRequest("prompt: field required (the emulator does not tokenize chat messages)"))
+		return
+	}
+	ids, pieces := s.tok.Tokenize(*req.Prompt)
+	out := map[string]any{"count": len(ids), "max_model_len": s.cfg.MaxModelLen, "tokens": ids, "token_strs": nil}
+	if req.ReturnTokenStrs {
+		out["token_strs"] = pieces
+	}
+	writeJSON(w, out)
+}
+
+func (s *Server) detokenize(w http.ResponseWriter, r *http.Request) {
+	body, aerr := readBody(w, r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	var req struct {
+		Model  *string `json:"model"`
+		Tokens []int   `json:"tokens"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeError(w, badRequest("JSON decode error: %v", err))
+		return
+	}
+	if e := s.checkModel(req.Model); e != nil {
+		writeError(w, e)
+		return
+	}
+	for _, id := range req.Tokens {
+		if id < 0 || id >= s.prof.Model.Vocab {
+			writeError(w, badRequest("Token id %d is out of vocabulary", id))
+			return
+		}
+	}
+	writeJSON(w, map[string]string{"prompt": s.tok.Detokenize(req.Tokens)})
+}
+
+// post hands m to the engine unless it has stopped.
+func (e *engine) post(m msg) bool {
+	select {
+	case e.inbox <- m:
+		return true
+	case <-e.done:
+		return false
+	}
+}
+
+func (s *Server) text(id int) string {
+	if id == TokenIMEnd || id == TokenEndOfText {
+		return "" // skip_special_tokens, as vLLM does by default
+	}
+	return s.tok.Piece(id)
+}
+
+func (s *Server) completions(w http.ResponseWriter, hr *http.Request) {
+	body, aerr := readBody(w, hr)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	arrival := time.Now()
+	req, aerr := ParseCompletion(body, s.lim, s.tok)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	base := hr.Header.Get("X-Request-Id")
+	if base == "" {
+		base = req.RequestID
+	}
+	if base == "" {
+		base = fmt.Sprintf("%s-%d", s.cfg.EngineID, s.seq.Add(1))
+	}
+	if h := hr.Header.Get("X-Request-Id"); h != "" {
+		w.Header().Set("X-Request-Id", h)
+	}
+	id := "cmpl-" + base
+	e := s.eng
+	r := &request{id: id, prompt: req.Prompt, maxTokens: req.MaxTokens, minTokens: req.MinTokens,
+		ignoreEOS: req.IgnoreEOS, arrival: arrival, arrivalMs: e.clock.modelMs(arrival),
+		promptHash: hashTokens(0, req.Prompt), seq: e.arrivals.Add(1), out: newStream()}
+	if p := req.KVTransferParams; p != nil {
+		switch {
+		case s.cfg.Role == RolePrefill && p.DoRemoteDecode:
+			r.remoteDecode = true
+		case s.cfg.Role == RoleDecode && p.DoRemotePrefill:
+			r.remote = p
+		}
+	}
+	if !e.post(msg{kind: msgAdd, req: r}) {
+		writeError(w, &APIError{Object: "error", Message: "engine stopped", Type: "ServiceUnavailableError", Code: 503})
+		return
+	}
+	ctx := hr.Context()
+	abort := func() { e.post(msg{kind: msgAbort, req: r}) }
+	if req.Stream {
+		s.stream(ctx, w, req, r, abort)
+		return
+	}
+	var res *Result
+	for res == nil {
+		select {
+		case <-r.out.notify:
+			_, res = r.out.take(0)
+		case <-ctx.Done():
+			abort()
+			return
+		}
+	}
+	if res.Err != nil {
+		writeError(w, &APIError{Object: "error", Message: res.Err.Error(), Type: "InternalServerError", Code: 500})
+		return
+	}
+	toks, _ := r.out.take(0)
+	text := make([]byte, 0, len(toks)*4)
+	for _, t := range toks {
+		text = append(text, s.text(t)...)
+	}
+	fr := res.FinishReason
+	ch := CompletionChoice{Text: string(text), FinishReason: &fr}
+	if req.ReturnTokenIDs {
+		ch.TokenIDs = toks
+		ch.PromptTokenIDs = req.Prompt
+	}
+	resp := CompletionResponse{ID: id, Object: "text_completion", Created: arrival.Unix(), Model: s.cfg.Model,
+		Choices: []CompletionChoice{ch}, Usage: s.usage(res), KVTransferParams: res.KVTransferParams}
+	if s.cfg.EnablePerRequestMetrics {
+		resp.Metrics = requestMetrics(res, s.cfg.TimeScale)
+	}
+	writeJSON(w, resp)
+	s.responded()
+}
+
+func (s *Server) usage(res *Result) *Usage {
+	u := &Usage{PromptTokens: res.PromptTokens, CompletionTokens: res.OutputTokens, TotalTokens: res.PromptTokens + res.OutputTokens}
+	if s.cfg.EnablePromptTokensDetails {
+		u.PromptTokensDetails = &PromptTokensDetails{CachedTokens: res.CachedTokens}
+	}
+	return u
+}
+
+func (s *Server) responded() {
+	if n := s.cfg.Faults.CrashAfter; n > 0 && s.served.Add(1) == int64(n) {
+		go s.crashNow()
+	}
+}
+
+func (s *Server) stream(ctx context.Context, w http.ResponseWriter, req *CompletionRequest, r *request, abort func()) {
+	fl, _ := w.(http.Flusher)
+	created := r.arrival.Unix()
+	started := false
+	sent := 0
+	buf := make([]byte, 0, 512)
+	writeEvent := func(v any) error {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		buf = append(buf[:0], "data: "...)
+		buf = append(buf, b...)
+		buf = append(buf, "\n\n"...)
+		_, err = w.Write(buf)
+		return err
+	}
+	for {
+		select {
+		case <-r.out.notify:
+		case <-ctx.Done():
+			abort()
+			return
+		}
+		toks, res := r.out.take(sent)
+		if !started {
+			if res != nil && res.Err != nil && len(toks) == 0 {
+				writeError(w, &APIError{Object: "error", Message: res.Err.Error(), Type: "InternalServerError", Code: 500})
+				return
+			}
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Header().Set("Cache-Control", "no-cache")
+			w.WriteHeader(http.StatusOK)
+			started = true
+		}
+		for i, t := range toks {
+			ch := CompletionChoice{Text: s.text(t)}
+			if req.ReturnTokenIDs {
+				ch.TokenIDs = []int{t}
+				if sent == 0 {
+					ch.PromptTokenIDs = req.Prompt
+				}
+			}
+			last := res != nil && i == len(toks)-1 && res.Err == nil && res.FinishReason != "abort"
+			var metrics *RequestMetrics
+			if last {
+				fr := res.FinishReason
+				ch.FinishReason = &fr
+				if !req.IncludeUsage && s.cfg.EnablePerRequestMetrics {
+					metrics = requestMetrics(res, s.cfg.TimeScale)
+				}
+			}
+			if err := writeEvent(CompletionChunk{ID: r.id, Object: "text_completion", Created: created, Model: s.cfg.Model,
+				Choices: []CompletionChoice{ch}, Metrics: metrics}); err != nil {
+				abort()
+				return
+			}
+			sent++
+			if k := s.cfg.Faults.CutAfter; k > 0 && sent == k && !last {
+				if fl != nil {
+					fl.Flush()
+				}
+				s.eng.metrics.faultCuts.Inc()
+				abort()
+				panic(http.ErrAbortHandler) // closes the connection without a terminating chunk
+			}
+		}
+		if res != nil {
+			if res.Err != nil {
+				_ = writeEvent(&APIError{Object: "error", Message: res.Err.Error(), Type: "InternalServerError", Code: 500})
+			} else if req.IncludeUsage {
+				chunk := CompletionChunk{ID: r.id, Object: "text_completion", Created: created, Model: s.cfg.Model,
+					Choices: []CompletionChoice{}, Usage: s.usage(res)}
+				if s.cfg.EnablePerRequestMetrics {
+					chunk.Metrics = requestMetrics(res, s.cfg.TimeScale)
+				}
+				_ = writeEvent(chunk)
+			}
+			_, err := w.Write([]byte("data: [DONE]\n\n"))
+			if fl != nil {
+				fl.Flush()
+			}
+			if err == nil && res.Err == nil && res.FinishReason != "abort" {
+				s.responded()
+			}
+			return
+		}
+		if fl != nil {
+			fl.Flush()
+		}
+	}
+}

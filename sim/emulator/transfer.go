@@ -1,0 +1,340 @@
+package emulator
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"time"
+)
+
+// KVTransferParams is vLLM's kv_transfer_params object (NixlConnector).
+// The proxy sends {"do_remote_decode": true} to a prefill worker, which
+// answers with the remote_* fields; the proxy forwards those to a decode
+// worker, which pulls the KV it lacks from remote_host:remote_port.
+type KVTransferParams struct {
+	DoRemoteDecode  bool    `json:"do_remote_decode"`
+	DoRemotePrefill bool    `json:"do_remote_prefill"`
+	RemoteEngineID  *string `json:"remote_engine_id"`
+	RemoteBlockIDs  []int   `json:"remote_block_ids"`
+	RemoteHost      *string `json:"remote_host"`
+	RemotePort      *int    `json:"remote_port"`
+	RemoteRequestID *string `json:"remote_request_id,omitempty"`
+	TPSize          int     `json:"tp_size,omitempty"`
+}
+
+// holdBlocks keeps a finished prefill's blocks for the decode worker's
+// pull, until the pull is acknowledged or the lease expires, and returns
+// the params that tell the decode worker where to pull from.
+func (e *engine) holdBlocks(r *request) *KVTransferParams {
+	h := &hold{blocks: r.blocks, promptLen: len(r.prompt)}
+	id := r.id
+	h.timer = time.AfterFunc(e.cfg.KVLease, func() {
+		e.post(msg{kind: msgRelease, id: id})
+	})
+	e.holdsMu.Lock()
+	if old, ok := e.holds[id]; ok { // a reused request id: the old pull never came
+		old.timer.Stop()
+		e.kv.free(old.blocks)
+	}
+	e.holds[id] = h
+	e.holdsMu.Unlock()
+	ids := make([]int, len(r.blocks))
+	for i, b := range r.blocks {
+		ids[i] = int(b)
+	}
+	host, port, eng := e.cfg.kvAdvertiseHost, e.cfg.kvPort, e.cfg.EngineID
+	return &KVTransferParams{DoRemotePrefill: true, RemoteEngineID: &eng, RemoteBlockIDs: ids,
+		RemoteHost: &host, RemotePort: &port, RemoteRequestID: &id, TPSize: 1}
+}
+
+// release frees a held prefill's blocks (after the pull, or at lease end).
+func (e *engine) release(id string) {
+	e.holdsMu.Lock()
+	h, ok := e.holds[id]
+	delete(e.holds, id)
+	e.holdsMu.Unlock()
+	if ok {
+		h.timer.Stop()
+		e.kv.free(h.blocks)
+	}
+}
+
+// allocRemote, on a decode worker, matches r's prompt against the local
+// prefix cache, allocates blocks for the whole prompt and starts pulling
+// the tokens beyond the local hit. It reports false when blocks are short.
+func (e *engine) allocRemote(r *request) bool {
+	e.extendHashes(r)
+	bs := e.kv.blockSize
+	hit := e.kv.match(r.hashes, (len(r.prompt)-1)/bs)
+	need := e.blocksFor(len(r.prompt)) - len(hit)
+	if !e.kv.canAllocate(hit, need) {
+		return false
+	}
+	e.kv.touch(hit)
+	r.blocks = append(hit, e.kv.allocate(need)...)
+	r.committed = len(hit)
+	r.cached = len(hit) * bs
+	r.computed = r.cached
+	r.hitDone = true
+	e.metrics.prefixQueries.Add(float64(len(r.prompt)))
+	e.metrics.prefixHits.Add(float64(r.cached))
+	r.transferFromMs = e.clock.modelMs(time.Now())
+	go e.puller(r, r.cached)
+	return true
+}
+
+func (e *engine) retryPending() {
+	for len(e.pending) > 0 {
+		if !e.allocRemote(e.pending[0]) {
+			return
+		}
+		e.pending = e.pending[1:]
+	}
+}
+
+// loaded takes the end of a pull: the request becomes ready to decode at
+// the transfer's end, or on failure recomputes locally or fails, per
+// --kv-load-failure-policy.
+func (e *engine) loaded(m msg) {
+	r := m.req
+	if r.finished {
+		return
+	}
+	if r.aborted {
+		e.abortNow(r)
+		return
+	}
+	r.transferToMs = m.endMs
+	r.transferFromMs = m.fromMs
+	r.kvBytesIn = m.bytes
+	r.transferModel = m.model
+	if m.err != nil {
+		e.metrics.nixlFailed.Inc()
+		if e.cfg.KVLoadFailurePolicy == "recompute" {
+			r.readyMs = m.endMs
+			e.enqueue(r)
+			return
+		}
+		e.finish(r, "error", fmt.Errorf("KV transfer from %s failed: %w", remoteAddr(r.remote), m.err))
+		return
+	}
+	r.pulledTokens = len(r.prompt) - r.cached
+	e.metrics.nixlBytes.Observe(float64(m.bytes))
+	e.metrics.nixlXfer.Observe((m.endMs - m.fromMs) / 1000)
+	e.metrics.kvBytesReceived.Add(float64(m.bytes))
+	// Every prompt token's KV is now here; the last one is recomputed by
+	// the first decode step, which samples the first output token.
+	r.computed = len(r.prompt) - 1
+	bs := e.kv.blockSize
+	for ; r.committed < r.computed/bs; r.committed++ {
+		e.kv.commit(r.blocks[r.committed], r.hashes[r.committed])
+	}
+	r.readyMs = m.endMs
+	e.enqueue(r)
+}
+
+func remoteAddr(p *KVTransferParams) string {
+	if p == nil || p.RemoteHost == nil || p.RemotePort == nil {
+		return "?"
+	}
+	return net.JoinHostPort(*p.RemoteHost, strconv.Itoa(*p.RemotePort))
+}
+
+// The side channel. A decode worker opens one TCP connection per pull and
+// sends one JSON line, pullRequest; the prefill worker answers with one
+// JSON line, pullHeader, then exactly Bytes bytes of KV (the model's
+// per-token KV size × tokens), paced to the profile's link bandwidth in
+// model time, then one JSON line, pullTrailer, sent no earlier than the
+// transfer's modelled end. The decode worker answers with one line
+// {"ack":true}, after which the prefill worker frees its blocks.
+type pullRequest struct {
+	RequestID string `json:"request_id"`
+	BlockIDs  []int  `json:"block_ids"`
+	// FromToken is the first prompt token the decode side lacks.
+	FromToken int `json:"from_token"`
+}
+
+type pullHeader struct {
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+	Bytes int64  `json:"bytes"`
+}
+
+type pullTrailer struct {
+	End     bool    `json:"end"`
+	ModelMs float64 `json:"model_ms"`
+}
+
+// kvPayload is the pattern the KV bytes are cut from.
+var kvPayload = func() []byte {
+	b := make([]byte, 256<<10)
+	x := uint64(0x5eed)
+	for i := range b {
+		x = x*6364136223846793005 + 1442695040888963407
+		b[i] = byte(x >> 56)
+	}
+	return b
+}()
+
+// serveSideChannel answers pulls on ln until it is closed.
+func (e *engine) serveSideChannel(ctx context.Context, ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go e.servePull(ctx, c)
+	}
+}
+
+func (e *engine) servePull(ctx context.Context, c net.Conn) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	line, err := br.ReadBytes('\n')
+	if err != nil {
+		return
+	}
+	var pr pullRequest
+	enc := json.NewEncoder(c)
+	if err := json.Unmarshal(line, &pr); err != nil {
+		_ = enc.Encode(pullHeader{Error: "bad pull request: " + err.Error()})
+		return
+	}
+	e.holdsMu.Lock()
+	h, ok := e.holds[pr.RequestID]
+	var tokens int
+	if ok {
+		tokens = h.promptLen - pr.FromToken
+		valid := pr.FromToken >= 0 && tokens >= 0
+		held := map[int]bool{}
+		for _, b := range h.blocks {
+			held[int(b)] = true
+		}
+		for _, b := range pr.BlockIDs {
+			valid = valid && held[b]
+		}
+		if !valid {
+			ok = false
+		}
+	}
+	e.holdsMu.Unlock()
+	if !ok {
+		_ = enc.Encode(pullHeader{Error: fmt.Sprintf("no held KV for request %q with those blocks", pr.RequestID)})
+		return
+	}
+	bytes := int64(tokens) * int64(e.prof.Model.KVBytesPerToken())
+	factor := e.cfg.faults.slowTransfer
+	modelMs := e.prof.TransferMs(bytes) * factor
+	rate := e.prof.LinkBytesPerSec() / factor / e.scale // real bytes/s
+	start := time.Now()
+	_ = c.SetWriteDeadline(time.Now().Add(time.Minute + time.Duration(modelMs*e.scale*2e6)))
+	if err := enc.Encode(pullHeader{OK: true, Bytes: bytes}); err != nil {
+		return
+	}
+	var sent int64
+	for sent < bytes {
+		n := min(int64(len(kvPayload)), bytes-sent)
+		w, err := c.Write(kvPayload[:n])
+		sent += int64(w)
+		e.metrics.kvBytesSent.Add(float64(w))
+		if err != nil {
+			e.trace.kvSend(e, pr.RequestID, sent, start, err)
+			return
+		}
+		if rate > 0 {
+			if d := time.Until(start.Add(time.Duration(float64(sent) / rate * 1e9))); d > 0 {
+				sleepCtx(ctx, d)
+			}
+		}
+	}
+	if d := time.Until(start.Add(time.Duration(modelMs * e.scale * 1e6))); d > 0 {
+		sleepCtx(ctx, d)
+	}
+	if err := enc.Encode(pullTrailer{End: true, ModelMs: modelMs}); err != nil {
+		e.trace.kvSend(e, pr.RequestID, sent, start, err)
+		return
+	}
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := br.ReadBytes('\n'); err != nil {
+		e.trace.kvSend(e, pr.RequestID, sent, start, fmt.Errorf("no ack: %w", err))
+		return
+	}
+	e.trace.kvSend(e, pr.RequestID, sent, start, nil)
+	e.post(msg{kind: msgRelease, id: pr.RequestID})
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// pull fetches r's missing KV from the prefill worker named in r.remote and
+// reports the outcome to the engine.
+func (e *engine) pull(ctx context.Context, r *request, from int) {
+	start := time.Now()
+	bytes, modelMs, err := e.pullOnce(ctx, r, from)
+	end := time.Now()
+	e.post(msg{kind: msgLoaded, req: r, fromMs: e.clock.modelMs(start), endMs: e.clock.modelMs(end),
+		bytes: bytes, model: modelMs, err: err})
+}
+
+func (e *engine) pullOnce(ctx context.Context, r *request, from int) (int64, float64, error) {
+	p := r.remote
+	if p.RemoteRequestID == nil || p.RemoteHost == nil || p.RemotePort == nil {
+		return 0, 0, errors.New("kv_transfer_params lack remote_request_id, remote_host or remote_port")
+	}
+	d := net.Dialer{Timeout: 10 * time.Second}
+	c, err := d.DialContext(ctx, "tcp", remoteAddr(p))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	bs := e.kv.blockSize
+	var blocks []int
+	if first := from / bs; first < len(p.RemoteBlockIDs) {
+		blocks = p.RemoteBlockIDs[first:]
+	}
+	if err := json.NewEncoder(c).Encode(pullRequest{RequestID: *p.RemoteRequestID, BlockIDs: blocks, FromToken: from}); err != nil {
+		return 0, 0, err
+	}
+	br := bufio.NewReaderSize(c, 256<<10)
+	var h pullHeader
+	line, err := br.ReadBytes('\n')
+	if err != nil {
+		return 0, 0, fmt.Errorf("read pull header: %w", err)
+	}
+	if err := json.Unmarshal(line, &h); err != nil {
+		return 0, 0, fmt.Errorf("bad pull header: %w", err)
+	}
+	if !h.OK {
+		return 0, 0, errors.New(h.Error)
+	}
+	n, err := io.CopyN(io.Discard, br, h.Bytes)
+	if err != nil {
+		return n, 0, fmt.Errorf("KV payload cut after %d of %d bytes: %w", n, h.Bytes, err)
+	}
+	line, err = br.ReadBytes('\n')
+	if err != nil {
+		return n, 0, fmt.Errorf("read pull trailer: %w", err)
+	}
+	var t pullTrailer
+	if err := json.Unmarshal(line, &t); err != nil || !t.End {
+		return n, 0, fmt.Errorf("bad pull trailer %q", line)
+	}
+	if _, err := c.Write([]byte("{\"ack\":true}\n")); err != nil {
+		return n, t.ModelMs, err
+	}
+	return n, t.ModelMs, nil
+}
