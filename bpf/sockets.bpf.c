@@ -72,7 +72,9 @@ static __always_inline bool read_key(const struct sock *sk, struct hone_conn_key
 		return false;
 	}
 	k->family = family;
-	k->lport = sk->__sk_common.skc_num;
+	/* inet_sport, not skc_num: TCP clears skc_num (inet_put_port) before
+	 * the TCP_CLOSE transition is traced. */
+	k->lport = bpf_ntohs(BPF_CORE_READ((const struct inet_sock *)sk, inet_sport));
 	k->rport = bpf_ntohs(sk->__sk_common.skc_dport);
 	return true;
 }

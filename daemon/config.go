@@ -1,0 +1,89 @@
+package daemon
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultMatch selects vLLM's API server, EngineCore and worker processes
+// and hone's engine emulator when no --pid, --cgroup or --match-cmdline is
+// given.
+const DefaultMatch = `vllm serve|vllm\.entrypoints|VLLM::|EngineCore|VllmWorker|hone sim serve`
+
+// DefaultKVPorts are the ports whose connections count as KV transfers:
+// vLLM's NIXL side channel (5600 plus one per rank), vLLM's P2pNccl default,
+// and the range hone's engine emulator uses for its prefill-to-decode KV
+// stream.
+const DefaultKVPorts = "5600-5663,14579-14580,5700-5763"
+
+// Config selects targets and probes.
+type Config struct {
+	PIDs    []int          // processes to trace, with their existing descendants
+	Cgroups []string       // cgroup v2 directories whose processes are traced
+	Match   *regexp.Regexp // command lines to trace (NUL separators read as spaces)
+
+	KVPorts  []uint16      // ports of KV-transfer connections
+	BurstGap time.Duration // silence that ends a burst on a KV-transfer connection
+
+	// CUDALaunches probes every kernel launch for this long after start
+	// (0: never). Each uprobe hit costs microseconds in the traced thread;
+	// graph launches, synchronizes and async copies are always probed.
+	CUDALaunches time.Duration
+
+	Sched      bool          // sched_switch/wakeup: on-CPU, off-CPU, run-queue time
+	BPFStats   bool          // enable kernel BPF run-time statistics
+	ScanPeriod time.Duration // how often /proc, cgroups and mapped libraries are rescanned
+	NVMLPeriod time.Duration // NVML sampling period (0: no sampling)
+	NVML       NVMLOpener    // nil: the real libnvidia-ml
+}
+
+func (c *Config) defaults() {
+	if c.Match == nil && len(c.PIDs) == 0 && len(c.Cgroups) == 0 {
+		c.Match = regexp.MustCompile(DefaultMatch)
+	}
+	if c.KVPorts == nil {
+		c.KVPorts, _ = ParsePorts(DefaultKVPorts)
+	}
+	if c.BurstGap <= 0 {
+		c.BurstGap = 100 * time.Millisecond
+	}
+	if c.ScanPeriod <= 0 {
+		c.ScanPeriod = time.Second
+	}
+}
+
+// ParsePorts parses a comma-separated list of ports and ranges
+// ("5600-5663,8100").
+func ParsePorts(s string) ([]uint16, error) {
+	set := map[uint16]bool{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.ParseUint(strings.TrimSpace(lo), 10, 16)
+		if err != nil || a == 0 {
+			return nil, fmt.Errorf("port %q: want 1-65535", lo)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.ParseUint(strings.TrimSpace(hi), 10, 16); err != nil || b < a {
+				return nil, fmt.Errorf("port range %q: want LOW-HIGH within 1-65535", part)
+			}
+		}
+		for p := a; p <= b; p++ {
+			set[uint16(p)] = true
+		}
+	}
+	out := make([]uint16, 0, len(set))
+	for p := range set {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out, nil
+}

@@ -1,0 +1,344 @@
+//go:build linux
+
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hone-llm/hone/bpf/bpftest"
+)
+
+// child is a workload process waiting in read(0) for the test's go-ahead.
+type child struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Reader
+}
+
+func startChild(t *testing.T, prog string, env []string, args ...string) *child {
+	t.Helper()
+	c := exec.Command(prog, args...)
+	c.Env = env
+	in, err := c.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	return &child{cmd: c, in: in, out: bufio.NewReader(out)}
+}
+
+func (c *child) pid() int { return c.cmd.Process.Pid }
+
+func (c *child) waitReady(t *testing.T) {
+	t.Helper()
+	if err := bpftest.WaitBlockedInRead(c.pid()); err != nil {
+		t.Fatalf("pid %d: %v", c.pid(), err)
+	}
+}
+
+func (c *child) goAhead(t *testing.T) {
+	t.Helper()
+	if _, err := c.in.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *child) line(t *testing.T) string {
+	t.Helper()
+	s, err := c.out.ReadString('\n')
+	if err != nil {
+		t.Fatalf("pid %d output: %v", c.pid(), err)
+	}
+	return strings.TrimSpace(s)
+}
+
+func (c *child) wait(t *testing.T) {
+	t.Helper()
+	if err := c.cmd.Wait(); err != nil {
+		t.Fatalf("workload %v: %v", c.cmd.Args, err)
+	}
+}
+
+func startDaemon(t *testing.T, cfg Config) *Daemon {
+	t.Helper()
+	if cfg.ScanPeriod == 0 {
+		cfg.ScanPeriod = 100 * time.Millisecond
+	}
+	d, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return d
+}
+
+func threadsOf(s *Snapshot, pid int) []Thread {
+	var out []Thread
+	for _, th := range s.Threads {
+		if th.PID == pid {
+			out = append(out, th)
+		}
+	}
+	return out
+}
+
+func syscallCounts(s *Snapshot, pid int) map[string]uint64 {
+	got := map[string]uint64{}
+	for _, th := range threadsOf(s, pid) {
+		for c, st := range th.Syscalls {
+			got[c] += st.Count
+		}
+	}
+	return got
+}
+
+// eventually polls f until it returns "" or the time is up.
+func eventually(t *testing.T, d time.Duration, f func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		msg := f()
+		if msg == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(msg)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestDaemonSyscallsExactPerClass(t *testing.T) {
+	bpftest.Require(t)
+	prog, _ := bpftest.Workload(t)
+	const n = 300
+	target := startChild(t, prog, nil, "syscalls", strconv.Itoa(n))
+	other := startChild(t, prog, nil, "syscalls", strconv.Itoa(n))
+	target.waitReady(t)
+	other.waitReady(t)
+	d := startDaemon(t, Config{PIDs: []int{target.pid()}, Sched: true})
+	target.goAhead(t)
+	other.goAhead(t)
+	target.wait(t)
+	other.wait(t)
+	want := map[string]uint64{"futex": n, "poll": n, "ioctl": n, "socket": 2 * n, "file": 2 * n, "other": n}
+	eventually(t, 3*time.Second, func() string {
+		s := d.Snapshot()
+		got := syscallCounts(s, target.pid())
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Sprintf("target syscalls by class = %v, want exactly %v", got, want)
+		}
+		if o := threadsOf(s, other.pid()); len(o) != 0 {
+			return fmt.Sprintf("non-target process traced: %+v", o)
+		}
+		var exited bool
+		for _, tg := range s.Targets {
+			if tg.PID == target.pid() && tg.How == "pid" && tg.ExitMonotonicNS > tg.AddedMonotonicNS {
+				exited = true
+			}
+		}
+		if !exited {
+			return fmt.Sprintf("target exit not recorded: %+v", s.Targets)
+		}
+		for _, th := range threadsOf(s, target.pid()) {
+			for c, st := range th.Syscalls {
+				if st.FirstMonotonicNS < s.StartedMonotonicNS || st.LastMonotonicNS > s.TakenMonotonicNS || st.FirstMonotonicNS > st.LastMonotonicNS {
+					return fmt.Sprintf("%s: timestamps %d..%d outside the daemon's run %d..%d", c, st.FirstMonotonicNS, st.LastMonotonicNS, s.StartedMonotonicNS, s.TakenMonotonicNS)
+				}
+			}
+		}
+		return ""
+	})
+}
+
+func TestDaemonFollowsForks(t *testing.T) {
+	bpftest.Require(t)
+	prog, _ := bpftest.Workload(t)
+	const n = 250
+	parent := startChild(t, prog, nil, "fork", strconv.Itoa(n))
+	parent.waitReady(t)
+	d := startDaemon(t, Config{PIDs: []int{parent.pid()}})
+	parent.goAhead(t)
+	kid, err := strconv.Atoi(parent.line(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent.wait(t)
+	eventually(t, 3*time.Second, func() string {
+		s := d.Snapshot()
+		// The child made exactly n getppid calls after the fork, then
+		// exit_group (which never returns, so is not counted).
+		got := syscallCounts(s, kid)
+		if fmt.Sprint(got) != fmt.Sprint(map[string]uint64{"other": n}) {
+			return fmt.Sprintf("forked child %d syscalls = %v, want exactly other:%d", kid, got, n)
+		}
+		for _, tg := range s.Targets {
+			if tg.PID == kid {
+				if tg.How != "fork" || tg.PPID != parent.pid() {
+					return fmt.Sprintf("child target = %+v, want how=fork ppid=%d", tg, parent.pid())
+				}
+				return ""
+			}
+		}
+		return fmt.Sprintf("child %d not among targets %+v", kid, s.Targets)
+	})
+}
+
+func TestDaemonKVTransferBytesAndBursts(t *testing.T) {
+	bpftest.Require(t)
+	prog, _ := bpftest.Workload(t)
+	const b = 4 << 20
+	const pause = 300 * time.Millisecond
+	server := startChild(t, prog, nil, "tcp-server")
+	port, err := strconv.Atoi(server.line(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := startChild(t, prog, nil, "tcp-client", strconv.Itoa(port), strconv.Itoa(b), strconv.Itoa(int(pause/time.Millisecond)))
+	client.waitReady(t)
+	d := startDaemon(t, Config{PIDs: []int{server.pid(), client.pid()}, KVPorts: []uint16{uint16(port)}, BurstGap: 100 * time.Millisecond})
+	client.goAhead(t)
+	var ts [4]uint64
+	if _, err := fmt.Sscan(client.line(t), &ts[0], &ts[1], &ts[2], &ts[3]); err != nil {
+		t.Fatal(err)
+	}
+	client.wait(t)
+	if got := server.line(t); got != strconv.Itoa(b) {
+		t.Fatalf("server received %s bytes, want %d", got, b)
+	}
+	server.wait(t)
+	const tol = uint64(100 * time.Millisecond) // scheduling tolerance for the receiver
+	eventually(t, 3*time.Second, func() string {
+		s := d.Snapshot()
+		var cl, sv *Connection
+		for i, c := range s.Connections {
+			switch {
+			case c.PID == client.pid() && strings.HasSuffix(c.Remote, ":"+strconv.Itoa(port)):
+				cl = &s.Connections[i]
+			case c.PID == server.pid() && strings.HasSuffix(c.Local, ":"+strconv.Itoa(port)):
+				sv = &s.Connections[i]
+			}
+		}
+		if cl == nil || sv == nil {
+			return fmt.Sprintf("connections: client %v server %v in %+v", cl, sv, s.Connections)
+		}
+		if cl.TXBytes != b || sv.RXBytes != b || cl.RXBytes != 0 || sv.TXBytes != 0 {
+			return fmt.Sprintf("bytes: client tx %d rx %d, server rx %d tx %d; want exactly %d one way", cl.TXBytes, cl.RXBytes, sv.RXBytes, sv.TXBytes, b)
+		}
+		if !cl.KVTransfer || !sv.KVTransfer {
+			return "connections not marked as KV transfers"
+		}
+		if cl.Local != sv.Remote || cl.Remote != sv.Local {
+			return fmt.Sprintf("the two ends do not mirror: %s->%s vs %s->%s", cl.Local, cl.Remote, sv.Local, sv.Remote)
+		}
+		if len(cl.Bursts) != 2 || len(sv.Bursts) != 2 {
+			return fmt.Sprintf("bursts: client %+v server %+v, want 2 each", cl.Bursts, sv.Bursts)
+		}
+		for i, bu := range cl.Bursts {
+			lo, hi := ts[2*i], ts[2*i+1]
+			if bu.Direction != "tx" || bu.Bytes != b/2 || bu.StartMonotonicNS < lo || bu.EndMonotonicNS > hi || bu.Open {
+				return fmt.Sprintf("client burst %d = %+v, want tx of %d bytes closed within the sender's clock readings [%d, %d]; client %+v server %+v", i, bu, b/2, lo, hi, *cl, *sv)
+			}
+		}
+		for i, bu := range sv.Bursts {
+			lo, hi := ts[2*i], ts[2*i+1]+tol
+			if bu.Direction != "rx" || bu.Bytes != b/2 || bu.StartMonotonicNS < lo || bu.EndMonotonicNS > hi || bu.Open {
+				return fmt.Sprintf("server burst %d = %+v, want rx of %d bytes within [%d, %d]", i, bu, b/2, lo, hi)
+			}
+		}
+		if gap := cl.Bursts[1].StartMonotonicNS - cl.Bursts[0].EndMonotonicNS; gap < uint64(pause) || gap > uint64(pause)+tol {
+			return fmt.Sprintf("gap between client bursts %v, want the %v pause within %v", time.Duration(gap), pause, time.Duration(tol))
+		}
+		if cl.ClosedMonotonicNS == 0 || cl.EstablishedMonotonic == 0 || cl.EstablishedMonotonic > cl.FirstMonotonicNS {
+			return fmt.Sprintf("client lifetime: established %d first %d closed %d", cl.EstablishedMonotonic, cl.FirstMonotonicNS, cl.ClosedMonotonicNS)
+		}
+		return ""
+	})
+}
+
+func TestDaemonCUDAUprobes(t *testing.T) {
+	bpftest.Require(t)
+	prog, lib := bpftest.Workload(t)
+	const launches, graphs, syncs = 40, 25, 10
+	const gap = 20 * time.Millisecond
+	const syncSleep = 15 * time.Millisecond
+	env := []string{fmt.Sprintf("FAKECUDA_SYNC_US=%d", syncSleep/time.Microsecond)}
+	w := startChild(t, prog, env, "cuda", strconv.Itoa(launches), strconv.Itoa(graphs), strconv.Itoa(syncs), strconv.Itoa(int(gap/time.Microsecond)))
+	w.waitReady(t)
+	d := startDaemon(t, Config{PIDs: []int{w.pid()}, CUDALaunches: time.Minute})
+	s := d.Snapshot()
+	if len(s.CUDA.Libraries) != 1 || s.CUDA.Libraries[0].Error != "" {
+		t.Fatalf("libcuda not probed: %+v", s.CUDA)
+	}
+	l := s.CUDA.Libraries[0]
+	if !strings.HasSuffix(l.Path, "/libcuda.so.1") || !strings.HasPrefix(l.Path, lib[:len(lib)-len("/libcuda.so.1")]) {
+		t.Errorf("probed %s, want %s", l.Path, lib)
+	}
+	if fmt.Sprint(l.Symbols) != "[cuGraphLaunch cuStreamSynchronize]" || fmt.Sprint(l.Launch) != "[cuLaunchKernel]" {
+		t.Errorf("symbols = %v, launch symbols = %v", l.Symbols, l.Launch)
+	}
+	w.goAhead(t)
+	w.wait(t)
+	// Sleeps overshoot by scheduling delay, never undershoot: the minimum
+	// gap is at least the sleep, the mean within tol of it, and a single gap
+	// (one descheduling on a busy 2-core runner) within 100ms.
+	const tol = 15 * time.Millisecond
+	s = d.Snapshot()
+	ths := threadsOf(s, w.pid())
+	if len(ths) != 1 {
+		t.Fatalf("threads of the CUDA workload: %+v", ths)
+	}
+	want := map[string]uint64{"launch": launches, "graph_launch": graphs, "stream_synchronize": syncs}
+	got := map[string]uint64{}
+	for call, st := range ths[0].CUDA {
+		got[call] = st.Count
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("CUDA calls = %v, want exactly %v", got, want)
+	}
+	for call, st := range ths[0].CUDA {
+		minGap := gap
+		if call == "stream_synchronize" {
+			minGap = gap + syncSleep // the previous call's own wait is between entries
+		}
+		mean := time.Duration(st.GapSumNS / st.GapCount)
+		if st.GapCount != st.Count-1 || time.Duration(st.GapMinNS) < minGap || time.Duration(st.GapMaxNS) > minGap+100*time.Millisecond || mean > minGap+tol {
+			t.Errorf("%s gaps: n=%d min %v mean %v max %v, want %d gaps of %v (+%v)", call, st.GapCount,
+				time.Duration(st.GapMinNS), mean, time.Duration(st.GapMaxNS), st.Count-1, minGap, tol)
+		}
+		var h uint64
+		for _, c := range st.GapHistLog2NS {
+			h += uint64(c)
+		}
+		if h != st.GapCount {
+			t.Errorf("%s gap histogram holds %d, want %d", call, h, st.GapCount)
+		}
+	}
+	sy := ths[0].CUDA["stream_synchronize"]
+	if sy.WaitCount != syncs || time.Duration(sy.WaitMinNS) < syncSleep || time.Duration(sy.WaitSumNS/sy.WaitCount) > syncSleep+tol {
+		t.Errorf("synchronize waits: n=%d min %v mean %v, want %d of %v", sy.WaitCount, time.Duration(sy.WaitMinNS),
+			time.Duration(sy.WaitSumNS/max(sy.WaitCount, 1)), syncs, syncSleep)
+	}
+}

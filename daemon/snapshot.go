@@ -1,0 +1,192 @@
+package daemon
+
+import (
+	"net/netip"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// SchemaVersion is the version of the snapshot JSON layout (see doc.go).
+const SchemaVersion = 1
+
+// Snapshot is everything the daemon has measured so far. Timestamps named
+// *_monotonic_ns are CLOCK_MONOTONIC nanoseconds, the clock of
+// bpf_ktime_get_ns, so they join with other CLOCK_MONOTONIC records.
+type Snapshot struct {
+	SchemaVersion      int          `json:"schema_version"`
+	Clock              string       `json:"clock"`
+	TakenMonotonicNS   uint64       `json:"taken_monotonic_ns"`
+	TakenWall          time.Time    `json:"taken_wall"`
+	StartedMonotonicNS uint64       `json:"started_monotonic_ns"`
+	Targets            []Target     `json:"targets"`
+	Threads            []Thread     `json:"threads"`
+	Connections        []Connection `json:"connections"`
+	CUDA               CUDAReport   `json:"cuda"`
+	NVML               NVMLReport   `json:"nvml"`
+	BPF                BPFReport    `json:"bpf"`
+	Daemon             SelfUsage    `json:"daemon"`
+}
+
+// Target is a traced process.
+type Target struct {
+	PID              int    `json:"pid"`
+	PPID             int    `json:"ppid,omitempty"`
+	Comm             string `json:"comm"`
+	Cmdline          string `json:"cmdline,omitempty"`
+	How              string `json:"how"` // pid | descendant | cgroup | cmdline | fork
+	AddedMonotonicNS uint64 `json:"added_monotonic_ns"`
+	ExitMonotonicNS  uint64 `json:"exit_monotonic_ns,omitempty"`
+
+	retired bool
+}
+
+// Thread holds one traced thread's measurements.
+type Thread struct {
+	PID      int                      `json:"pid"`
+	TID      int                      `json:"tid"`
+	Comm     string                   `json:"comm,omitempty"`
+	Syscalls map[string]*SyscallStats `json:"syscalls,omitempty"`
+	Sched    *SchedStats              `json:"sched,omitempty"`
+	CUDA     map[string]*CUDAStats    `json:"cuda,omitempty"`
+}
+
+// SyscallStats are one thread's syscalls of one class.
+type SyscallStats struct {
+	Count            uint64   `json:"count"`
+	TotalNS          uint64   `json:"total_ns"`
+	MaxNS            uint64   `json:"max_ns"`
+	FirstMonotonicNS uint64   `json:"first_monotonic_ns"`
+	LastMonotonicNS  uint64   `json:"last_monotonic_ns"`
+	HistLog2NS       []uint32 `json:"latency_log2_ns_histogram"`
+}
+
+// SchedStats are one thread's scheduling times.
+type SchedStats struct {
+	OnCPUNS     uint64 `json:"on_cpu_ns"`
+	OffCPUNS    uint64 `json:"off_cpu_ns"`
+	RunQueueNS  uint64 `json:"run_queue_ns"`
+	Switches    uint64 `json:"switches"`
+	Preemptions uint64 `json:"preemptions"`
+}
+
+// CUDAStats are one thread's calls of one CUDA call kind.
+type CUDAStats struct {
+	Count            uint64   `json:"count"`
+	FirstMonotonicNS uint64   `json:"first_monotonic_ns"`
+	LastMonotonicNS  uint64   `json:"last_monotonic_ns"`
+	GapCount         uint64   `json:"gap_count"`
+	GapSumNS         uint64   `json:"gap_sum_ns"`
+	GapMinNS         uint64   `json:"gap_min_ns"`
+	GapMaxNS         uint64   `json:"gap_max_ns"`
+	GapHistLog2NS    []uint32 `json:"gap_log2_ns_histogram"`
+	WaitCount        uint64   `json:"wait_count,omitempty"`
+	WaitSumNS        uint64   `json:"wait_sum_ns,omitempty"`
+	WaitMinNS        uint64   `json:"wait_min_ns,omitempty"`
+	WaitMaxNS        uint64   `json:"wait_max_ns,omitempty"`
+	WaitHistLog2NS   []uint32 `json:"wait_log2_ns_histogram,omitempty"`
+}
+
+// Connection is one socket, seen from its own side (local, remote).
+type Connection struct {
+	PID                  int     `json:"pid"`
+	Local                string  `json:"local"`
+	Remote               string  `json:"remote"`
+	KVTransfer           bool    `json:"kv_transfer"`
+	TXBytes              uint64  `json:"tx_bytes"`
+	RXBytes              uint64  `json:"rx_bytes"`
+	TXOps                uint64  `json:"tx_ops"`
+	RXOps                uint64  `json:"rx_ops"`
+	FirstMonotonicNS     uint64  `json:"first_monotonic_ns,omitempty"`
+	LastMonotonicNS      uint64  `json:"last_monotonic_ns,omitempty"`
+	EstablishedMonotonic uint64  `json:"established_monotonic_ns,omitempty"`
+	ClosedMonotonicNS    uint64  `json:"closed_monotonic_ns,omitempty"`
+	Bursts               []Burst `json:"bursts,omitempty"`
+}
+
+// Burst is a run of sends or receives on a KV-transfer connection with no
+// silence longer than the burst gap. Open bursts may still grow.
+type Burst struct {
+	Direction        string `json:"direction"` // tx | rx
+	StartMonotonicNS uint64 `json:"start_monotonic_ns"`
+	EndMonotonicNS   uint64 `json:"end_monotonic_ns"`
+	Bytes            uint64 `json:"bytes"`
+	Ops              uint64 `json:"ops"`
+	Open             bool   `json:"open,omitempty"`
+}
+
+// CUDAReport says which libcuda files are probed.
+type CUDAReport struct {
+	Libraries         []CUDALibrary `json:"libraries"`
+	LaunchProbesUntil uint64        `json:"launch_probes_until_monotonic_ns,omitempty"`
+}
+
+// CUDALibrary is one probed libcuda file (deduplicated by device and inode).
+type CUDALibrary struct {
+	Path    string   `json:"path"`
+	Dev     uint64   `json:"dev"`
+	Inode   uint64   `json:"inode"`
+	Symbols []string `json:"symbols"`
+	Launch  []string `json:"launch_symbols,omitempty"`
+	Error   string   `json:"error,omitempty"`
+}
+
+// BPFReport is the daemon's own kernel-side cost and losses.
+type BPFReport struct {
+	StatsEnabled bool         `json:"stats_enabled"`
+	Programs     []ProgramRun `json:"programs"`
+	RingbufDrops uint64       `json:"ringbuf_dropped_events"`
+	MapFullDrops uint64       `json:"map_full_updates"`
+	EventsRead   uint64       `json:"events_read"`
+}
+
+// ProgramRun is one program's run statistics (zero unless stats are on).
+type ProgramRun struct {
+	Name      string `json:"name"`
+	Runs      uint64 `json:"runs"`
+	RunTimeNS uint64 `json:"run_time_ns"`
+}
+
+// SelfUsage is the daemon process's own resource use.
+type SelfUsage struct {
+	PID           int     `json:"pid"`
+	CPUSeconds    float64 `json:"cpu_seconds"`
+	MaxRSSBytes   uint64  `json:"max_rss_bytes"`
+	UptimeSeconds float64 `json:"uptime_seconds"`
+	Capabilities  string  `json:"capabilities,omitempty"`
+}
+
+// monotonicNow reads CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns.
+func monotonicNow() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
+}
+
+func trimHist(h []uint32) []uint32 {
+	n := len(h)
+	for n > 0 && h[n-1] == 0 {
+		n--
+	}
+	return append([]uint32{}, h[:n]...)
+}
+
+func addrPort(family uint8, addr [16]uint8, port uint16) string {
+	var a netip.Addr
+	if family == 2 {
+		a = netip.AddrFrom4([4]byte(addr[:4]))
+	} else {
+		a = netip.AddrFrom16(addr)
+	}
+	return netip.AddrPortFrom(a, port).String()
+}
+
+func dirName(d uint32) string {
+	if d == 0 {
+		return "tx"
+	}
+	return "rx"
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
