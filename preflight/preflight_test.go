@@ -1,0 +1,214 @@
+package preflight
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
+)
+
+// TestMain doubles as the unprivileged child of TestDaemonTargetAsNonRoot.
+func TestMain(m *testing.M) {
+	if os.Getenv("HONE_PREFLIGHT_CHILD") == "1" {
+		json.NewEncoder(os.Stdout).Encode(EBPFChecks())
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// privileged skips a test that needs root and a BTF kernel, or fails it
+// when HONE_REQUIRE_BPF=1 (CI runs as root and must run these).
+func privileged(t *testing.T) {
+	t.Helper()
+	var why string
+	switch {
+	case os.Geteuid() != 0:
+		why = "not running as root"
+	case !exists("/sys/kernel/btf/vmlinux"):
+		why = "kernel has no BTF (/sys/kernel/btf/vmlinux)"
+	default:
+		return
+	}
+	if os.Getenv("HONE_REQUIRE_BPF") == "1" {
+		t.Fatalf("HONE_REQUIRE_BPF=1 but %s", why)
+	}
+	t.Skip(why)
+}
+
+func find(t *testing.T, cs []Check, name string) Check {
+	t.Helper()
+	for _, c := range cs {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no check %q in %+v", name, cs)
+	return Check{}
+}
+
+func TestDaemonTargetPassesHere(t *testing.T) {
+	privileged(t)
+	r := Run(context.Background(), Options{Target: TargetDaemon, HoneVersion: "test", HoneCommit: "abc"})
+	for _, name := range []string{"privileges", "btf", "raw-tracepoint", "tp_btf-sock_send_length", "tp_btf-sock_recv_length", "uprobe", "ringbuf", "bpf-stats", "simulator-golden"} {
+		if c := find(t, r.Checks, name); c.Status != Pass {
+			t.Errorf("%s: %s — %s", name, c.Status, c.Detail)
+		}
+	}
+	// This kernel family has no kprobes: reported, not failed.
+	k := find(t, r.Checks, "kprobes")
+	if k.Status == Fail {
+		t.Errorf("kprobes must never fail the daemon target: %+v", k)
+	}
+	if _, err := os.Stat("/sys/bus/event_source/devices/kprobe/type"); err != nil && (k.Status != Skip || !strings.Contains(k.Detail, "absent")) {
+		t.Errorf("kprobes absent here but reported %+v", k)
+	}
+	if !r.Passed {
+		t.Errorf("daemon target failed: %v", r.Failed())
+	}
+}
+
+func TestDaemonTargetAsNonRoot(t *testing.T) {
+	privileged(t) // root is needed to become someone else
+	dir := t.TempDir()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "preflight.test")
+	b, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = []string{"HONE_PREFLIGHT_CHILD=1", "PATH=/usr/bin:/bin"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("child as uid 65534: %v", err)
+	}
+	var cs []Check
+	if err := json.Unmarshal(out, &cs); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	p := find(t, cs, "privileges")
+	if p.Status != Fail || !strings.Contains(p.Detail, "CAP_BPF") || !strings.Contains(p.Detail, "CAP_PERFMON") || !strings.Contains(p.Detail, "uid 65534") {
+		t.Errorf("privileges as nobody: %+v", p)
+	}
+	if c := find(t, cs, "raw-tracepoint"); c.Status != Fail {
+		t.Errorf("raw tracepoint as nobody: %+v", c)
+	}
+}
+
+func TestGPUTargetWithoutNVML(t *testing.T) {
+	// No NVIDIA driver here (nor in CI): a failed check with the reason.
+	if exists("/dev/nvidiactl") {
+		t.Skip("this host has an NVIDIA driver")
+	}
+	r := Run(context.Background(), Options{Target: TargetGPU, Python: "python3"})
+	c := find(t, r.Checks, "nvml")
+	if c.Status != Fail || !strings.HasPrefix(c.Detail, "nvml: unavailable (") {
+		t.Errorf("nvml check: %+v", c)
+	}
+	if r.Passed {
+		t.Error("gpu target passed without a GPU")
+	}
+}
+
+func TestGPUInventoryFromH200Mock(t *testing.T) {
+	srv := dgxh200.New()
+	for _, d := range srv.Devices {
+		dev := &d.(*server.Device).Device
+		dev.GetPersistenceModeFunc = func() (nvml.EnableState, nvml.Return) { return nvml.FEATURE_ENABLED, nvml.SUCCESS }
+		dev.GetTopologyCommonAncestorFunc = func(nvml.Device) (nvml.GpuTopologyLevel, nvml.Return) { return nvml.TOPOLOGY_NODE, nvml.SUCCESS }
+	}
+	gpus, cs := GPUChecks(srv)
+	if len(gpus) != 8 {
+		t.Fatalf("%d GPUs, want 8: %+v", len(gpus), cs)
+	}
+	g := gpus[0]
+	if g.Name != "NVIDIA H200 141GB HBM3e" || g.MemoryBytes != 144384*1024*1024 || g.Persistence != "enabled" || g.MIG != "disabled" {
+		t.Errorf("gpu0 %+v", g)
+	}
+	if len(g.TopologyToGP) != 7 || !strings.Contains(g.TopologyToGP[0], "same NUMA node") {
+		t.Errorf("topology %v", g.TopologyToGP)
+	}
+	for _, c := range cs {
+		if c.Status == Fail {
+			t.Errorf("failed check on the mock: %+v", c)
+		}
+	}
+	// A device whose persistence query is unimplemented reports unsupported.
+	srv2 := dgxh200.New()
+	gpus, _ = GPUChecks(srv2)
+	if gpus[0].Persistence != "unsupported" {
+		t.Errorf("persistence without support: %q", gpus[0].Persistence)
+	}
+}
+
+func TestServingChecks(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"a":1}`), 0o644)
+	os.MkdirAll(filepath.Join(dir, "sub"), 0o755)
+	os.WriteFile(filepath.Join(dir, "sub", "w.bin"), []byte("abc"), 0o644)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	busyPort := busy.Addr().(*net.TCPAddr).Port
+	free, _ := net.Listen("tcp", "127.0.0.1:0")
+	freePort := free.Addr().(*net.TCPAddr).Port
+	free.Close()
+	r := Run(context.Background(), Options{Target: TargetCPU, ModelDir: dir, Ports: []int{busyPort, freePort}})
+	if got := r.Serving.ModelFiles["sub/w.bin"]; got != "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" {
+		t.Errorf("sha256(abc) = %q", got)
+	}
+	if c := find(t, r.Checks, fmt.Sprintf("port-%d", busyPort)); c.Status != Fail {
+		t.Errorf("busy port: %+v", c)
+	}
+	if c := find(t, r.Checks, fmt.Sprintf("port-%d", freePort)); c.Status != Pass {
+		t.Errorf("free port: %+v", c)
+	}
+	if _, err := HashDir(t.TempDir()); err == nil {
+		t.Error("an empty model dir hashed fine")
+	}
+}
+
+func TestCPUTargetAndReport(t *testing.T) {
+	r := Run(context.Background(), Options{Target: TargetCPU, HoneVersion: "v", HoneCommit: "c"})
+	if !r.Passed {
+		t.Fatalf("cpu target failed: %v", r.Failed())
+	}
+	if r.Host.CPUs < 1 || r.Host.Kernel == "" || r.Host.MemoryBytes == 0 || r.Host.HoneCommit != "c" {
+		t.Errorf("host %+v", r.Host)
+	}
+	path := filepath.Join(t.TempDir(), "env.json")
+	if err := r.WriteJSON(path); err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	b, _ := os.ReadFile(path)
+	if err := json.Unmarshal(b, &back); err != nil || back.SchemaVersion != SchemaVersion || back.Target != TargetCPU {
+		t.Errorf("round trip: %v %+v", err, back)
+	}
+	r2 := Run(context.Background(), Options{Target: TargetCPU, Python: "/nonexistent/python3"})
+	if c := find(t, r2.Checks, "python"); c.Status != Fail || c.Fix == "" {
+		t.Errorf("missing python: %+v", c)
+	}
+}
