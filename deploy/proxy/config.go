@@ -1,0 +1,147 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+)
+
+// Modes of a deployment.
+const (
+	ModeColocated     = "colocated"
+	ModeDisaggregated = "disaggregated"
+)
+
+// Roles of a worker.
+const (
+	RoleColocated = "colocated"
+	RolePrefill   = "prefill"
+	RoleDecode    = "decode"
+)
+
+// Routing policies.
+const (
+	SessionAffinity = "session_affinity"
+	RoundRobin      = "round_robin"
+)
+
+// KV connectors.
+const (
+	NixlConnector    = "NixlConnector"
+	P2pNcclConnector = "P2pNcclConnector"
+)
+
+// Worker is one engine behind the proxy.
+type Worker struct {
+	Name string `json:"name"`
+	Role string `json:"role"`
+	URL  string `json:"url"`
+	// KVAddr is P2pNcclConnector's kv_ip:kv_port, encoded in request ids.
+	KVAddr string `json:"kv_addr,omitempty"`
+}
+
+// Config is everything the proxy needs; deploy writes it as JSON for
+// `hone proxy --config`.
+type Config struct {
+	Listen         string   `json:"listen"`
+	Mode           string   `json:"mode"`
+	Connector      string   `json:"connector,omitempty"`
+	Workers        []Worker `json:"workers"`
+	Routing        string   `json:"routing"`
+	SessionHeader  string   `json:"session_header,omitempty"`
+	AffinityTokens int      `json:"affinity_tokens,omitempty"`
+	// Per-leg timeouts (nanoseconds in JSON): the whole prefill leg; a
+	// streaming leg's response headers; the longest silence inside a stream.
+	PrefillTimeout    time.Duration `json:"prefill_timeout_ns,omitempty"`
+	DecodeTimeout     time.Duration `json:"decode_timeout_ns,omitempty"`
+	StreamIdleTimeout time.Duration `json:"stream_idle_timeout_ns,omitempty"`
+	HealthInterval    time.Duration `json:"health_interval_ns,omitempty"`
+	// TimelineCapacity is how many finished requests' timelines are kept.
+	TimelineCapacity int `json:"timeline_capacity,omitempty"`
+}
+
+// Defaults for zero Config fields.
+const (
+	DefaultPrefillTimeout    = 60 * time.Second
+	DefaultDecodeTimeout     = 60 * time.Second
+	DefaultStreamIdleTimeout = 30 * time.Second
+	DefaultHealthInterval    = time.Second
+	DefaultTimelineCapacity  = 200_000
+	DefaultAffinityTokens    = 256
+	DefaultSessionHeader     = "X-Session-Id"
+)
+
+func (c *Config) fill() error {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8000"
+	}
+	if c.Routing == "" {
+		c.Routing = SessionAffinity
+	}
+	if c.SessionHeader == "" {
+		c.SessionHeader = DefaultSessionHeader
+	}
+	if c.AffinityTokens <= 0 {
+		c.AffinityTokens = DefaultAffinityTokens
+	}
+	if c.PrefillTimeout <= 0 {
+		c.PrefillTimeout = DefaultPrefillTimeout
+	}
+	if c.DecodeTimeout <= 0 {
+		c.DecodeTimeout = DefaultDecodeTimeout
+	}
+	if c.StreamIdleTimeout <= 0 {
+		c.StreamIdleTimeout = DefaultStreamIdleTimeout
+	}
+	if c.HealthInterval <= 0 {
+		c.HealthInterval = DefaultHealthInterval
+	}
+	if c.TimelineCapacity <= 0 {
+		c.TimelineCapacity = DefaultTimelineCapacity
+	}
+	if c.Mode == ModeDisaggregated && c.Connector == "" {
+		c.Connector = NixlConnector
+	}
+	switch c.Routing {
+	case SessionAffinity, RoundRobin:
+	default:
+		return fmt.Errorf("routing: want %s or %s, got %q", SessionAffinity, RoundRobin, c.Routing)
+	}
+	var n = map[string]int{}
+	for i, w := range c.Workers {
+		u, err := url.Parse(w.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("workers[%d].url: want http://host:port, got %q", i, w.URL)
+		}
+		if w.Name == "" {
+			return fmt.Errorf("workers[%d].name: empty", i)
+		}
+		n[w.Role]++
+	}
+	switch c.Mode {
+	case ModeColocated:
+		if n[RoleColocated] == 0 || len(c.Workers) != n[RoleColocated] {
+			return errors.New("workers: a colocated deployment wants only colocated workers, at least one")
+		}
+	case ModeDisaggregated:
+		if n[RolePrefill] == 0 || n[RoleDecode] == 0 || len(c.Workers) != n[RolePrefill]+n[RoleDecode] {
+			return errors.New("workers: a disaggregated deployment wants prefill and decode workers, at least one of each")
+		}
+		switch c.Connector {
+		case NixlConnector, P2pNcclConnector:
+		default:
+			return fmt.Errorf("connector: want %s or %s, got %q", NixlConnector, P2pNcclConnector, c.Connector)
+		}
+		if c.Connector == P2pNcclConnector {
+			for i, w := range c.Workers {
+				if w.KVAddr == "" {
+					return fmt.Errorf("workers[%d].kv_addr: P2pNcclConnector needs each worker's kv_ip:kv_port", i)
+				}
+			}
+		}
+	default:
+		return fmt.Errorf("mode: want %s or %s, got %q", ModeColocated, ModeDisaggregated, c.Mode)
+	}
+	return nil
+}

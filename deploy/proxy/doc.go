@@ -1,0 +1,21 @@
+// Package proxy is hone's OpenAI-compatible front door: every request to a
+// deployment, colocated or disaggregated, passes through it, so every config
+// is measured through the same path and every request has a timeline.
+//
+// Colocated replicas are chosen by session affinity (rendezvous hashing of a
+// session header or of the prompt's leading tokens, so a session keeps its
+// prefix cache) or round-robin. Disaggregated requests follow vLLM's NIXL
+// proxy protocol: a prefill leg (stream false, max_tokens 1, min_tokens and
+// stream_options removed, kv_transfer_params with do_remote_decode), then a
+// decode leg carrying the returned kv_transfer_params under the same
+// X-Request-Id, its stream passed through unchanged and flushed as it comes.
+//
+// Failure handling: every leg has a timeout; a failed prefill (or one that
+// returns no kv_transfer_params) is retried once on another prefill worker,
+// then falls back to decode-side prefill; a failed decode is a clean error.
+// Each request ends as exactly one of success, fallback, failed or timeout,
+// counted in hone_proxy_requests_total and kept in a timeline (wall and
+// CLOCK_MONOTONIC nanoseconds) served at GET /hone/timeline.
+//
+// The proxy does not launch engines (package deploy does) nor judge configs.
+package proxy

@@ -1,0 +1,586 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Proxy routes requests to a deployment's workers.
+type Proxy struct {
+	cfg     Config
+	log     *slog.Logger
+	client  *http.Client // upstream legs; timeouts come from contexts
+	health  *http.Client
+	all     []*backend
+	pools   map[string]*pool
+	tl      *timelines
+	m       *metrics
+	mux     *http.ServeMux
+	idBase  string
+	idSeq   atomic.Uint64
+	healthy atomic.Bool // the health loop runs
+}
+
+// New validates cfg, fills its defaults and builds a proxy. Workers start in
+// rotation; Run's health checks take them out and back in.
+func New(cfg Config, log *slog.Logger) (*Proxy, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, fmt.Errorf("proxy config: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	tr := &http.Transport{
+		Proxy:               nil, // never through an HTTP(S)_PROXY: workers are local
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        4096,
+		MaxIdleConnsPerHost: 1024,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	p := &Proxy{
+		cfg:    cfg,
+		log:    log,
+		client: &http.Client{Transport: tr},
+		health: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2, DisableCompression: true}},
+		pools:  map[string]*pool{},
+		tl:     newTimelines(cfg.TimelineCapacity),
+		m:      newMetrics(),
+		mux:    http.NewServeMux(),
+		idBase: hex.EncodeToString(rnd[:]),
+	}
+	for _, w := range cfg.Workers {
+		w.URL = strings.TrimRight(w.URL, "/")
+		b := &backend{Worker: w, seed: mix64(hashString("w:" + w.Name))}
+		b.up.Store(true)
+		p.m.workerUp.WithLabelValues(w.Name, w.Role).Set(1)
+		p.all = append(p.all, b)
+		pl := p.pools[w.Role]
+		if pl == nil {
+			pl = &pool{}
+			p.pools[w.Role] = pl
+		}
+		pl.backends = append(pl.backends, b)
+	}
+	p.mux.HandleFunc("POST /v1/completions", p.serveGenerate)
+	p.mux.HandleFunc("POST /v1/chat/completions", p.serveGenerate)
+	p.mux.HandleFunc("GET /health", p.serveHealth)
+	p.mux.HandleFunc("GET /metrics", p.serveMetrics)
+	p.mux.HandleFunc("GET /hone/metrics", p.serveOwnMetrics)
+	p.mux.HandleFunc("GET /hone/timeline", p.serveTimeline)
+	p.mux.HandleFunc("GET /hone/workers", p.serveWorkers)
+	p.mux.HandleFunc("/", p.serveForward)
+	return p, nil
+}
+
+// Handler serves the proxy's routes.
+func (p *Proxy) Handler() http.Handler { return p.mux }
+
+// Config is the proxy's configuration with defaults filled in.
+func (p *Proxy) Config() Config { return p.cfg }
+
+// Run checks worker health until ctx ends.
+func (p *Proxy) Run(ctx context.Context) {
+	p.healthy.Store(true)
+	p.healthLoop(ctx)
+}
+
+// ListenAndServe serves on cfg.Listen and checks health until ctx ends, then
+// shuts down, letting in-flight requests finish for up to grace.
+func (p *Proxy) ListenAndServe(ctx context.Context, ready func(addr string), grace time.Duration) error {
+	ln, err := net.Listen("tcp", p.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("proxy listen: %w", err)
+	}
+	srv := &http.Server{Handler: p.mux, ReadHeaderTimeout: 10 * time.Second}
+	hctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go p.Run(hctx)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close()
+	}
+	return nil
+}
+
+// Counts is the number of finished requests per outcome.
+type Counts map[string]uint64
+
+// Timelines returns finished requests' timelines with Seq > after (oldest
+// first, at most limit, all when limit <= 0) and the cursor for the next
+// call.
+func (p *Proxy) Timelines(after uint64, limit int) ([]Timeline, uint64) {
+	out, cursor, _ := p.tl.since(after, limit)
+	return out, cursor
+}
+
+var (
+	errLegTimeout = errors.New("leg timed out")
+	errStalled    = errors.New("stream stalled")
+)
+
+// request is one client request in flight.
+type request struct {
+	tl      Timeline
+	path    string
+	fields  map[string]json.RawMessage
+	body    []byte
+	key     uint64
+	haveKey bool
+	header  http.Header // headers to forward upstream
+}
+
+func (p *Proxy) newRequestID() string {
+	return "hone-" + p.idBase + "-" + strconv.FormatUint(p.idSeq.Add(1), 10)
+}
+
+// forwardHeaders are passed to workers; the rest are the proxy's business.
+var forwardHeaders = []string{"Authorization", "Traceparent", "Tracestate"}
+
+func (p *Proxy) serveGenerate(w http.ResponseWriter, r *http.Request) {
+	p.m.inFlight.Inc()
+	defer p.m.inFlight.Dec()
+	rq := &request{path: r.URL.Path, header: http.Header{}}
+	rq.tl = Timeline{Path: r.URL.Path, Received: now()}
+	rq.tl.RequestID = r.Header.Get("X-Request-Id")
+	if rq.tl.RequestID == "" {
+		rq.tl.RequestID = p.newRequestID()
+	}
+	defer p.finish(&rq.tl)
+	for _, h := range forwardHeaders {
+		if v := r.Header.Get(h); v != "" {
+			rq.header.Set(h, v)
+		}
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 256<<20))
+	if err != nil {
+		p.clientError(w, &rq.tl, http.StatusBadRequest, OutcomeFailed, "read request body: "+err.Error())
+		return
+	}
+	rq.body = body
+	if err := json.Unmarshal(body, &rq.fields); err != nil || rq.fields == nil {
+		p.clientError(w, &rq.tl, http.StatusBadRequest, OutcomeFailed, "request body is not a JSON object")
+		return
+	}
+	if p.cfg.Routing == SessionAffinity {
+		rq.key, rq.haveKey = affinityKey(r.Header.Get(p.cfg.SessionHeader), rq.fields, p.cfg.AffinityTokens)
+	}
+	if p.cfg.Mode == ModeColocated {
+		b := p.pools[RoleColocated].pick(rq.key, rq.haveKey, nil)
+		p.m.overhead.Observe(now().Sub(rq.tl.Received).Seconds())
+		p.stream(w, r, rq, b, body, rq.tl.RequestID)
+		return
+	}
+	p.disaggregated(w, r, rq)
+}
+
+// disaggregated runs the NIXL two-leg protocol with retry and fallback.
+func (p *Proxy) disaggregated(w http.ResponseWriter, r *http.Request, rq *request) {
+	dec := p.pools[RoleDecode].pick(rq.key, rq.haveKey, nil)
+	prefillBody, err := prefillRequest(rq.fields)
+	if err != nil {
+		p.clientError(w, &rq.tl, http.StatusBadRequest, OutcomeFailed, err.Error())
+		return
+	}
+	var (
+		params  json.RawMessage
+		tried   []*backend
+		pre     *backend
+		spent   time.Duration // in prefill legs, excluded from the proxy's own time
+		reqID   = rq.tl.RequestID
+		p2p     = p.cfg.Connector == P2pNcclConnector
+		prefOK  bool
+		attempt int
+	)
+	for attempt = 0; attempt < 2; attempt++ {
+		b := p.pools[RolePrefill].pick(rq.key, rq.haveKey, tried)
+		if b == nil {
+			break
+		}
+		tried = append(tried, b)
+		if attempt > 0 {
+			rq.tl.Retries++
+			p.m.retries.Inc()
+		}
+		id := reqID
+		if p2p {
+			id = p2pRequestID(b.KVAddr, dec.KVAddr, reqID)
+		}
+		leg, got, status, errBody := p.prefillLeg(r.Context(), b, rq, prefillBody, id)
+		rq.tl.Prefill = append(rq.tl.Prefill, leg)
+		if leg.Answered != nil {
+			spent += leg.Answered.Sub(leg.Sent)
+		}
+		if r.Context().Err() != nil {
+			p.clientGone(&rq.tl)
+			return
+		}
+		if status >= 400 && status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests {
+			// The request itself is bad: another worker would say the same.
+			rq.tl.Status = status
+			rq.tl.Outcome = OutcomeFailed
+			rq.tl.Error = "prefill worker rejected the request"
+			writeRaw(w, status, errBody)
+			return
+		}
+		if leg.Error == "" && (p2p || got != nil) {
+			params, pre, prefOK = got, b, true
+			p.m.prefill.Observe(leg.Answered.Sub(leg.Sent).Seconds())
+			break
+		}
+	}
+	id := reqID
+	fields := rq.fields
+	if prefOK {
+		if p2p {
+			id = p2pRequestID(pre.KVAddr, dec.KVAddr, reqID)
+		} else {
+			fields = withField(fields, "kv_transfer_params", params)
+		}
+	} else {
+		// Declared fallback: the decode worker prefills locally.
+		rq.tl.Error = "prefill failed; decode-side prefill"
+		if _, ok := fields["kv_transfer_params"]; ok {
+			fields = withField(fields, "kv_transfer_params", nil)
+		}
+	}
+	body := rq.body
+	if len(fields) != len(rq.fields) || prefOK && !p2p {
+		if body, err = json.Marshal(fields); err != nil {
+			p.clientError(w, &rq.tl, http.StatusInternalServerError, OutcomeFailed, "encode decode request: "+err.Error())
+			return
+		}
+	}
+	p.m.overhead.Observe((now().Sub(rq.tl.Received) - spent).Seconds())
+	p.stream(w, r, rq, dec, body, id)
+	if !prefOK && rq.tl.Outcome == OutcomeSuccess {
+		rq.tl.Outcome = OutcomeFallback
+	}
+}
+
+// p2pRequestID spells the request id vLLM's P2pNcclConnector parses to find
+// its peer (disagg_proxy_p2p_nccl_xpyd.py).
+func p2pRequestID(prefillKV, decodeKV, id string) string {
+	if prefillKV == "" {
+		return id
+	}
+	return "___prefill_addr_" + prefillKV + "___decode_addr_" + decodeKV + "_" + id
+}
+
+// withField returns a copy of f with key set to v (removed when v is nil).
+func withField(f map[string]json.RawMessage, key string, v json.RawMessage) map[string]json.RawMessage {
+	out := make(map[string]json.RawMessage, len(f)+1)
+	for k, x := range f {
+		out[k] = x
+	}
+	if v == nil {
+		delete(out, key)
+	} else {
+		out[key] = v
+	}
+	return out
+}
+
+var (
+	rawFalse     = json.RawMessage("false")
+	rawOne       = json.RawMessage("1")
+	remoteDecode = json.RawMessage(`{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}`)
+)
+
+// prefillRequest is the prefill leg's body: the original with stream false,
+// max_tokens 1, min_tokens and stream_options removed, and
+// kv_transfer_params asking for a remote decode.
+func prefillRequest(f map[string]json.RawMessage) ([]byte, error) {
+	out := make(map[string]json.RawMessage, len(f)+2)
+	for k, v := range f {
+		switch k {
+		case "min_tokens", "stream_options":
+			continue
+		}
+		out[k] = v
+	}
+	out["stream"] = rawFalse
+	out["max_tokens"] = rawOne
+	if _, ok := f["max_completion_tokens"]; ok {
+		out["max_completion_tokens"] = rawOne
+	}
+	out["kv_transfer_params"] = remoteDecode
+	return json.Marshal(out)
+}
+
+// prefillLeg sends the prefill request and reads the whole reply. params is
+// the reply's kv_transfer_params (nil when absent or null).
+func (p *Proxy) prefillLeg(ctx context.Context, b *backend, rq *request, body []byte, id string) (leg Leg, params json.RawMessage, status int, errBody []byte) {
+	leg = Leg{Worker: b.Name}
+	ctx, cancel := context.WithTimeoutCause(ctx, p.cfg.PrefillTimeout, errLegTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL+rq.path, bytes.NewReader(body))
+	if err != nil {
+		leg.Error = err.Error()
+		return
+	}
+	req.Header = rq.header.Clone()
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Request-Id", id)
+	leg.Sent = now()
+	resp, err := p.client.Do(req)
+	if err != nil {
+		leg.Error = p.legError("prefill", b, ctx, err)
+		return
+	}
+	defer resp.Body.Close()
+	status = resp.StatusCode
+	leg.Status = status
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	a := now()
+	leg.Answered = &a
+	if err != nil {
+		leg.Error = p.legError("prefill", b, ctx, err)
+		return
+	}
+	if status != http.StatusOK {
+		leg.Error = "status " + strconv.Itoa(status)
+		p.m.legFails.WithLabelValues("prefill", "status").Inc()
+		return leg, nil, status, data
+	}
+	var reply struct {
+		KV json.RawMessage `json:"kv_transfer_params"`
+	}
+	if err := json.Unmarshal(data, &reply); err != nil {
+		leg.Error = "reply is not JSON"
+		p.m.legFails.WithLabelValues("prefill", "malformed").Inc()
+		return
+	}
+	if len(reply.KV) == 0 || string(reply.KV) == "null" || reply.KV[0] != '{' {
+		if p.cfg.Connector != P2pNcclConnector {
+			leg.Error = "no kv_transfer_params in the reply"
+			p.m.legFails.WithLabelValues("prefill", "no_params").Inc()
+		}
+		return leg, nil, status, nil
+	}
+	return leg, reply.KV, status, nil
+}
+
+// legError classifies an upstream error, counts it, and takes a worker that
+// refused the connection out of rotation at once.
+func (p *Proxy) legError(leg string, b *backend, ctx context.Context, err error) string {
+	switch {
+	case errors.Is(context.Cause(ctx), errLegTimeout):
+		p.m.legFails.WithLabelValues(leg, "timeout").Inc()
+		return "timeout"
+	case errors.Is(context.Cause(ctx), errStalled):
+		p.m.legFails.WithLabelValues(leg, "stalled").Inc()
+		return "stream stalled"
+	case ctx.Err() != nil:
+		return "client went away"
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		p.setUp(b, false, "connection refused")
+		p.m.legFails.WithLabelValues(leg, "connect").Inc()
+		return "connect: " + oe.Err.Error()
+	}
+	p.m.legFails.WithLabelValues(leg, "io").Inc()
+	return err.Error()
+}
+
+// stream sends the streaming leg (the colocated request, or disaggregated
+// decode) and passes its answer through unchanged, flushing as bytes come.
+// The response headers must come within DecodeTimeout, and the stream may be
+// silent for at most StreamIdleTimeout.
+func (p *Proxy) stream(w http.ResponseWriter, r *http.Request, rq *request, b *backend, body []byte, id string) {
+	tl := &rq.tl
+	if b == nil {
+		p.clientError(w, tl, http.StatusServiceUnavailable, OutcomeFailed, "no worker to send to")
+		return
+	}
+	leg := &Leg{Worker: b.Name}
+	tl.Decode = leg
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	timer := time.AfterFunc(p.cfg.DecodeTimeout, func() { cancel(errLegTimeout) })
+	defer timer.Stop()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL+rq.path, bytes.NewReader(body))
+	if err != nil {
+		p.clientError(w, tl, http.StatusInternalServerError, OutcomeFailed, err.Error())
+		return
+	}
+	req.Header = rq.header.Clone()
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Request-Id", id)
+	leg.Sent = now()
+	resp, err := p.client.Do(req)
+	if err != nil {
+		leg.Error = p.legError("decode", b, ctx, err)
+		switch {
+		case r.Context().Err() != nil:
+			p.clientGone(tl)
+		case errors.Is(context.Cause(ctx), errLegTimeout):
+			p.clientError(w, tl, http.StatusGatewayTimeout, OutcomeTimeout, "worker "+b.Name+" sent no response within "+p.cfg.DecodeTimeout.String())
+		default:
+			p.clientError(w, tl, http.StatusBadGateway, OutcomeFailed, "worker "+b.Name+": "+leg.Error)
+		}
+		return
+	}
+	defer resp.Body.Close()
+	a := now()
+	leg.Answered = &a
+	leg.Status = resp.StatusCode
+	timer.Stop()
+	idle := p.cfg.StreamIdleTimeout
+	timer = time.AfterFunc(idle, func() { cancel(errStalled) })
+
+	h := w.Header()
+	for _, k := range []string{"Content-Type", "Cache-Control"} {
+		if v := resp.Header.Get(k); v != "" {
+			h.Set(k, v)
+		}
+	}
+	h.Set("X-Request-Id", tl.RequestID)
+	w.WriteHeader(resp.StatusCode)
+	tl.Status = resp.StatusCode
+	fl, _ := w.(http.Flusher)
+	buf := make([]byte, 32<<10)
+	first := true
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			timer.Reset(idle)
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				p.clientGone(tl)
+				return
+			}
+			if fl != nil {
+				fl.Flush()
+			}
+			s := now()
+			if first {
+				first = false
+				fb := s
+				tl.FirstByte = &fb
+			}
+			tl.LastByte = &s
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			leg.Error = p.legError("decode", b, ctx, rerr)
+			switch {
+			case r.Context().Err() != nil:
+				p.clientGone(tl)
+			case errors.Is(context.Cause(ctx), errStalled):
+				tl.Outcome, tl.Error = OutcomeTimeout, "worker "+b.Name+" was silent for "+idle.String()
+				p.streamError(w, resp, tl.Error)
+			default:
+				tl.Outcome, tl.Error = OutcomeFailed, "worker "+b.Name+": "+leg.Error
+				p.streamError(w, resp, tl.Error)
+			}
+			return
+		}
+	}
+	if resp.StatusCode != http.StatusOK {
+		tl.Outcome = OutcomeFailed
+		if tl.Error == "" {
+			tl.Error = "worker " + b.Name + " answered " + strconv.Itoa(resp.StatusCode)
+		} else {
+			tl.Error += "; worker " + b.Name + " answered " + strconv.Itoa(resp.StatusCode)
+		}
+		p.m.legFails.WithLabelValues("decode", "status").Inc()
+		return
+	}
+	tl.Outcome = OutcomeSuccess
+}
+
+// streamError ends a response whose headers are already sent: an SSE error
+// event for streams (no [DONE], so clients see it was cut), nothing more for
+// other bodies.
+func (p *Proxy) streamError(w http.ResponseWriter, resp *http.Response, msg string) {
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		return
+	}
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": "hone_proxy_error", "code": http.StatusBadGateway}})
+	w.Write([]byte("data: "))
+	w.Write(b)
+	w.Write([]byte("\n\n"))
+	if fl, ok := w.(http.Flusher); ok {
+		fl.Flush()
+	}
+}
+
+// clientError answers with an OpenAI-style JSON error.
+func (p *Proxy) clientError(w http.ResponseWriter, tl *Timeline, status int, outcome, msg string) {
+	tl.Outcome, tl.Status = outcome, status
+	if tl.Error == "" {
+		tl.Error = msg
+	} else {
+		tl.Error += "; " + msg
+	}
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": "hone_proxy_error", "code": status}})
+	w.Header().Set("X-Request-Id", tl.RequestID)
+	writeRaw(w, status, b)
+	s := now()
+	tl.FirstByte, tl.LastByte = &s, &s
+}
+
+func writeRaw(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+// clientGone records a request whose client left: a failure, since no
+// answer was delivered.
+func (p *Proxy) clientGone(tl *Timeline) {
+	tl.Outcome = OutcomeFailed
+	if tl.Status == 0 {
+		tl.Status = 499
+	}
+	if tl.Error == "" {
+		tl.Error = "client went away"
+	} else {
+		tl.Error += "; client went away"
+	}
+}
+
+// finish stores the timeline and counts its outcome.
+func (p *Proxy) finish(tl *Timeline) {
+	if tl.Outcome == "" {
+		tl.Outcome = OutcomeFailed
+		tl.Error = "proxy bug: request ended without an outcome"
+	}
+	p.m.requests.WithLabelValues(tl.Outcome).Inc()
+	if tl.FirstByte != nil {
+		p.m.ttfb.Observe(tl.FirstByte.Sub(tl.Received).Seconds())
+	}
+	if tl.LastByte != nil {
+		p.m.duration.Observe(tl.LastByte.Sub(tl.Received).Seconds())
+	}
+	p.tl.add(tl)
+}
