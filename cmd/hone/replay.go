@@ -1,0 +1,202 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/hone-llm/hone/replay"
+)
+
+func init() { subcommands = append(subcommands, newReplayCmd) }
+
+func newReplayCmd() *cobra.Command {
+	var (
+		wf                    workloadFlags
+		endpoint, tokEndpoint string
+		model, kind, backend  string
+		revision, precision   string
+		configPath, out       string
+		seed                  uint64
+		runs, gpus            int
+		timeScale             float64
+		timeout               time.Duration
+	)
+	c := &cobra.Command{
+		Use:   "replay",
+		Short: "Replay the coding-agent workload against a live endpoint and write a run record",
+		Long: `hone replay sends the brief's workload, on real token ids, to an
+OpenAI-compatible endpoint (vLLM or hone's emulator): eight sessions with
+distinct code prefixes tokenized through the engine's /tokenize, open loop at
+each --qps level in order (each after the previous one drained), repeated
+--runs times. Every request's send and chunk arrival times (wall and
+CLOCK_MONOTONIC), TTFT, TPOT, output ids hash, cached tokens and outcome go
+into a JSON run record (-o), with per-level p50/p90/p99, effective QPS,
+pass/fail, prefix-cache hit rates from /metrics and from cached_tokens, and
+cost in GPU-seconds per request.
+
+--kind labels the numbers for good: "device" for real vLLM on GPUs,
+"emulated" for hone sim serve. It is never inferred.
+
+--time-scale S matches an engine run with the same time scale: the schedule
+runs S times as fast and every duration is divided by S, so the record is in
+model time. --request-timeout is model time too.
+
+Ctrl-C stops cleanly and writes what was measured, marked incomplete.
+
+Exit codes: 0 the record was written complete; 1 the run was interrupted or
+failed (a partial record is still written); 2 bad input (a flag, or a
+--model the endpoint does not serve).`,
+		Example: `  hone replay --endpoint http://127.0.0.1:8000 --model Qwen/Qwen3-8B --qps 1,2,4,8,16,32 --runs 3 -o run.json
+  hone replay --endpoint http://127.0.0.1:9000 --model emu --kind emulated --time-scale 0.1 --gpus 2 -o emu.json`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			qps, err := parseQPS(wf.qps)
+			if err != nil {
+				return err
+			}
+			for name, v := range map[string]float64{"--ttft-slo-ms": wf.ttftSLO, "--tpot-slo-ms": wf.tpotSLO} {
+				if !(v > 0) || v > 1e300 {
+					return badInput("%s: want a positive finite number of milliseconds, got %v", name, v)
+				}
+			}
+			if out == "" {
+				return badInput("-o/--output-file: want a path for the run record")
+			}
+			// Options treat 0 as "default"; on the command line it is a mistake.
+			if runs < 1 {
+				return badInput("--runs: want at least 1, got %d", runs)
+			}
+			if !(timeScale > 0) || timeScale > 1e6 {
+				return badInput("--time-scale: want a positive factor (0.1 for an engine run with --time-scale 0.1), got %v", timeScale)
+			}
+			if timeout <= 0 {
+				return badInput("--request-timeout: want a positive duration, got %v", timeout)
+			}
+			if endpoint == "" {
+				return badInput("--endpoint: required, e.g. http://127.0.0.1:8000")
+			}
+			if model == "" {
+				return badInput("--model: required: the served model name")
+			}
+			cfg := map[string]any{}
+			if configPath != "" {
+				b, err := os.ReadFile(configPath)
+				if err != nil {
+					return badInput("--config: %v", err)
+				}
+				if err := json.Unmarshal(b, &cfg); err != nil {
+					return badInput("--config %s: want a JSON object: %v", configPath, err)
+				}
+			}
+			if backend == "" {
+				backend = map[string]string{replay.KindDevice: "vllm", replay.KindEmulated: "emulator"}[kind]
+			}
+			ver, rev := buildVersion()
+			tty := term.IsTerminal(int(os.Stderr.Fd())) && os.Getenv("CI") == ""
+			pp := &replay.ProgressPrinter{W: c.ErrOrStderr(), TTY: tty}
+			opts := replay.Options{
+				Endpoint: endpoint, TokenizeEndpoint: tokEndpoint, Model: model, Kind: kind, Backend: backend,
+				Workload: replay.Workload{Seed: seed, Requests: wf.requests, InputTokens: wf.inputTokens,
+					UncachedTokens: replay.DefaultUncachedTokens, OutputTokens: wf.outputTokens},
+				QPS: qps, Runs: runs, SLO: replay.SLO{TTFTMillis: wf.ttftSLO, TPOTMillis: wf.tpotSLO},
+				TimeScale: timeScale, RequestTimeout: timeout, GPUs: gpus, Config: cfg, Hardware: hostHardware(),
+				ModelInfo: replay.Model{Revision: revision, Precision: precision},
+				Hone:      replay.Build{Version: ver, Commit: rev}, Progress: pp.Update,
+			}
+			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			rec, err := replay.Run(ctx, opts)
+			pp.Close()
+			var pe *replay.ParamError
+			if errors.As(err, &pe) {
+				return paramErr(pe)
+			}
+			if rec != nil {
+				if werr := replay.WriteRecord(out, rec); werr != nil {
+					return fmt.Errorf("%w (and the record could not be written: %v)", orNil(err), werr)
+				}
+			}
+			var me *replay.ModelError
+			switch {
+			case errors.As(err, &me):
+				return badInput("--model: %v; partial record written to %s", err, out)
+			case err != nil && ctx.Err() != nil:
+				return checkFailed{fmt.Sprintf("interrupted: partial record (incomplete) written to %s", out)}
+			case err != nil:
+				return checkFailed{fmt.Sprintf("%v; partial record (incomplete) written to %s", err, out)}
+			}
+			for _, r := range rec.Runs {
+				fmt.Fprintf(c.OutOrStdout(), "run %d: objective %g req/s", r.Run+1, r.Objective)
+				if r.GPUSecondsPerRequest != nil {
+					fmt.Fprintf(c.OutOrStdout(), ", %.4g GPU-s/request", *r.GPUSecondsPerRequest)
+				}
+				fmt.Fprintln(c.OutOrStdout())
+			}
+			fmt.Fprintf(c.OutOrStdout(), "record (%s, %d requests: %s) written to %s\n", rec.Kind,
+				rec.Validation.Valid+rec.Validation.Invalid, outcomeSummary(rec.Outcomes), out)
+			return nil
+		},
+	}
+	wf.register(c)
+	f := c.Flags()
+	f.StringVar(&endpoint, "endpoint", "", "base URL of the OpenAI-compatible server (required)")
+	f.StringVar(&tokEndpoint, "tokenize-endpoint", "", "base URL serving POST /tokenize, when not --endpoint")
+	f.StringVar(&model, "model", "", "served model name (required)")
+	f.StringVar(&kind, "kind", replay.KindDevice, "what serves the endpoint: device (real vLLM) | emulated (hone sim serve)")
+	f.StringVar(&backend, "backend", "", "backend label (default vllm for device, emulator for emulated)")
+	f.StringVar(&revision, "revision", "", "model revision, for the record")
+	f.StringVar(&precision, "precision", "", "model precision (e.g. bf16, fp8), for the record")
+	f.StringVar(&configPath, "config", "", "JSON file with the deployment config to store in the record")
+	f.StringVarP(&out, "output-file", "o", "run.json", "where to write the run record")
+	f.Uint64Var(&seed, "seed", replay.DefaultSeed, "workload seed (prefix text and suffix token ids)")
+	f.IntVar(&runs, "runs", 1, "repeat the whole scan this many times (the gate wants 3 or more)")
+	f.IntVar(&gpus, "gpus", 1, "GPUs behind the endpoint, for cost in GPU-seconds per request")
+	f.Float64Var(&timeScale, "time-scale", 1, "engine time scale: compress the schedule by S and divide durations by S")
+	f.DurationVar(&timeout, "request-timeout", 10*time.Minute, "per-request timeout, model time")
+	return c
+}
+
+func orNil(err error) error {
+	if err == nil {
+		return errors.New("run finished")
+	}
+	return err
+}
+
+func outcomeSummary(m map[string]int) string {
+	var parts []string
+	for _, o := range []string{replay.OutcomeOK, replay.OutcomeHTTPError, replay.OutcomeConnectError, replay.OutcomeStreamCut,
+		replay.OutcomeMalformed, replay.OutcomeTimeout, replay.OutcomeCanceled} {
+		if m[o] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", m[o], o))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// hostHardware is what the client host knows without NVML: the CPU.
+func hostHardware() map[string]any {
+	hw := map[string]any{"client_cpus": runtime.NumCPU(), "client_arch": runtime.GOARCH}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				hw["client_cpu"] = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return hw
+}
