@@ -216,35 +216,53 @@ func renderVLLM(s *Spec, bin string, w Worker, tp, index int) (argv, env []strin
 	return argv, env, nil
 }
 
-// renderEmulator spells `hone sim serve` with the flags issue 4 names; the
-// emulator reads VLLM_NIXL_SIDE_CHANNEL_PORT like vLLM does, so the KV side
-// channel is placed the same way for both engines.
+// renderEmulator spells `hone sim serve` (cmd/hone/simserve.go) with the
+// same role and knobs. The emulator reads VLLM_NIXL_SIDE_CHANNEL_HOST/PORT
+// like vLLM does, so its KV side channel is placed the same way.
 func renderEmulator(s *Spec, bin string, w Worker, index int) (argv, env []string, err error) {
+	model := s.Model.ID
+	if model == "" {
+		model = s.ServedName()
+	}
 	argv = []string{bin, "sim", "serve",
 		"--role", w.Role,
 		"--host", w.Host,
 		"--port", strconv.Itoa(w.Port),
-		"--model", s.ServedName(),
+		"--model", model,
+	}
+	if s.Model.ServedName != "" {
+		argv = append(argv, "--served-model-name", s.Model.ServedName)
+	}
+	argv = append(argv,
 		"--profile", s.Emulator.Profile,
 		"--time-scale", strconv.FormatFloat(s.Emulator.TimeScale, 'f', -1, 64),
-	}
+	)
 	k := s.Knobs
+	if k.PrefixCaching != nil && !*k.PrefixCaching {
+		argv = append(argv, "--no-enable-prefix-caching")
+	}
+	argv = append(argv, "--enable-prompt-tokens-details", "--enable-per-request-metrics")
 	if k.MaxNumSeqs > 0 {
 		argv = append(argv, "--max-num-seqs", strconv.Itoa(k.MaxNumSeqs))
 	}
 	if k.MaxNumBatchedTokens > 0 {
 		argv = append(argv, "--max-num-batched-tokens", strconv.Itoa(k.MaxNumBatchedTokens))
 	}
-	if k.BlockSize > 0 {
-		argv = append(argv, "--block-size", strconv.Itoa(k.BlockSize))
-	}
 	if k.GPUMemoryUtilization > 0 {
 		argv = append(argv, "--gpu-memory-utilization", strconv.FormatFloat(k.GPUMemoryUtilization, 'f', -1, 64))
 	}
-	if k.PrefixCaching != nil && !*k.PrefixCaching {
-		argv = append(argv, "--no-enable-prefix-caching")
+	if k.BlockSize > 0 {
+		argv = append(argv, "--block-size", strconv.Itoa(k.BlockSize))
 	}
-	argv = append(argv, "--enable-per-request-metrics")
+	if k.MaxModelLen > 0 {
+		argv = append(argv, "--max-model-len", strconv.Itoa(k.MaxModelLen))
+	}
+	if k.EnforceEager || k.CUDAGraphMode == "NONE" {
+		argv = append(argv, "--enforce-eager")
+	}
+	if w.Role == RoleDecode && s.KV.LoadFailurePolicy != "" {
+		argv = append(argv, "--kv-load-failure-policy", s.KV.LoadFailurePolicy)
+	}
 	if d := s.Emulator.TraceDir; d != "" {
 		argv = append(argv, "--trace-file", filepath.Join(d, w.Name+".jsonl"))
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/hone-llm/hone/sim/emulator"
 )
 
 // Engines a spec can name.
@@ -498,8 +500,11 @@ func (s *Spec) Validate() error {
 
 	e := s.Emulator
 	if s.Engine == EngineEmulator {
-		if e.Profile == "" {
-			return bad("emulator.profile", "want a profile name for the emulator")
+		if _, err := emulator.LookupProfile(e.Profile); err != nil {
+			return bad("emulator.profile", "want one of %s, got %q", strings.Join(emulator.ProfileNames(), ", "), e.Profile)
+		}
+		if s.Topology.Kind == Disaggregated && s.KV.Name != NixlConnector {
+			return bad("kv_connector.name", "the emulator speaks NixlConnector's protocol only, got %q", s.KV.Name)
 		}
 		if !(e.TimeScale > 0) || e.TimeScale > 1000 {
 			return bad("emulator.time_scale", "want a positive factor, got %v", e.TimeScale)

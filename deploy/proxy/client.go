@@ -1,0 +1,50 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// LoadConfig reads a JSON config written by deploy (`hone proxy --config`).
+func LoadConfig(path string) (Config, error) {
+	var c Config
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("read proxy config: %w", err)
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("proxy config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// FetchTimelines reads one page of GET /hone/timeline from a running proxy:
+// the timelines finished after cursor since, and the cursor for next time.
+// Loop until a page comes back empty to read everything.
+func FetchTimelines(ctx context.Context, proxyURL string, since uint64) (*TimelinePage, error) {
+	u := strings.TrimRight(proxyURL, "/") + "/hone/timeline?since=" + strconv.FormatUint(since, 10)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("fetch timelines: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("fetch timelines: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	var p TimelinePage
+	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+		return nil, fmt.Errorf("fetch timelines: %w", err)
+	}
+	return &p, nil
+}

@@ -1,0 +1,162 @@
+package deploy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+)
+
+// StateSchemaVersion is the version of the state file's layout.
+const StateSchemaVersion = 1
+
+// State is what `deploy up` leaves behind so `deploy down` — in another
+// process, after a crash — can stop everything it started.
+type State struct {
+	SchemaVersion int       `json:"schema_version"`
+	Name          string    `json:"name"`
+	Dir           string    `json:"dir"`
+	ProxyURL      string    `json:"proxy_url"`
+	StartedAt     time.Time `json:"started_at"`
+	Spec          *Spec     `json:"spec"`
+	// ModelFiles maps each file of a local model directory to its SHA-256.
+	ModelFiles map[string]string `json:"model_files,omitempty"`
+	Processes  []Process         `json:"processes"`
+}
+
+// Process is one started process, the leader of its own process group.
+type Process struct {
+	Name string `json:"name"` // worker name, or "proxy"
+	Role string `json:"role"`
+	PID  int    `json:"pid"`
+	PGID int    `json:"pgid"`
+	// StartTicks is the start time from /proc/PID/stat, so a recycled PID is
+	// never mistaken for ours; 0 where /proc is absent.
+	StartTicks uint64   `json:"start_ticks,omitempty"`
+	URL        string   `json:"url"`
+	Argv       []string `json:"argv"`
+	Env        []string `json:"env,omitempty"`
+	Log        string   `json:"log"`
+}
+
+// StatePath is where the state of deployment name lives under dir.
+func StatePath(dir, name string) string { return filepath.Join(dir, name, "state.json") }
+
+// DefaultStateDir is $HONE_STATE_DIR, else ~/.local/state/hone/deploy.
+func DefaultStateDir() string {
+	if d := os.Getenv("HONE_STATE_DIR"); d != "" {
+		return d
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "hone", "deploy")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "hone-deploy")
+	}
+	return filepath.Join(home, ".local", "state", "hone", "deploy")
+}
+
+// ReadState reads a state file.
+func ReadState(path string) (*State, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read deployment state: %w", err)
+	}
+	var s State
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("deployment state %s: %w", path, err)
+	}
+	if s.SchemaVersion != StateSchemaVersion {
+		return nil, fmt.Errorf("deployment state %s: schema_version %d, want %d", path, s.SchemaVersion, StateSchemaVersion)
+	}
+	return &s, nil
+}
+
+// writeAtomic writes b to path through a synced temporary file and a rename,
+// so a crash leaves the old or the new file, never half of one.
+func writeAtomic(path string, b []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+func (s *State) write(path string) error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := writeAtomic(path, append(b, '\n')); err != nil {
+		return fmt.Errorf("write deployment state: %w", err)
+	}
+	return nil
+}
+
+// HashModelDir returns the SHA-256 of every regular file under dir, keyed by
+// its slash-separated path relative to dir.
+func HashModelDir(dir string) (map[string]string, error) {
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if d.Name() == ".git" || d.Name() == ".cache" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		fi, err := os.Stat(path) // follows links: hub caches link blobs
+		if err != nil || !fi.Mode().IsRegular() {
+			return err
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		h := sha256.New()
+		if _, err := io.Copy(h, f); err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		out[filepath.ToSlash(rel)] = hex.EncodeToString(h.Sum(nil))
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("hash model directory %s: %w", dir, err)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("hash model directory %s: no files", dir)
+	}
+	return out, nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	k := make([]string, 0, len(m))
+	for x := range m {
+		k = append(k, x)
+	}
+	sort.Strings(k)
+	return k
+}

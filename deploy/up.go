@@ -1,0 +1,322 @@
+package deploy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hone-llm/hone/deploy/proxy"
+)
+
+// ProxyConfig is the proxy configuration that fronts a plan's workers.
+func ProxyConfig(p *Plan) proxy.Config {
+	s := p.Spec
+	c := proxy.Config{
+		Listen:            p.ProxyAddr,
+		Mode:              s.Topology.Kind,
+		Routing:           s.Routing.Policy,
+		SessionHeader:     s.Routing.SessionHeader,
+		AffinityTokens:    s.Routing.AffinityTokens,
+		PrefillTimeout:    time.Duration(s.Routing.PrefillTimeout),
+		DecodeTimeout:     time.Duration(s.Routing.DecodeTimeout),
+		StreamIdleTimeout: time.Duration(s.Routing.StreamIdleTimeout),
+		HealthInterval:    time.Duration(s.Routing.HealthInterval),
+	}
+	if s.Topology.Kind == Disaggregated {
+		c.Connector = s.KV.Name
+	}
+	for _, w := range p.Workers {
+		c.Workers = append(c.Workers, proxy.Worker{Name: w.Name, Role: w.Role, URL: w.URL(), KVAddr: w.KVAddr})
+	}
+	return c
+}
+
+// UpOptions says where and how to start a deployment.
+type UpOptions struct {
+	// StateDir holds <name>/state.json, the proxy config and the logs;
+	// DefaultStateDir() when empty.
+	StateDir string
+	// Hone is the hone binary that runs emulator workers and the proxy;
+	// os.Executable() when empty.
+	Hone string
+	// VLLM is the vllm binary; "vllm" on PATH when empty.
+	VLLM string
+	// HealthTimeout bounds the wait for every /health; 20 minutes for vllm
+	// (weights load, CUDA graphs compile), 60 s for the emulator, when zero.
+	HealthTimeout time.Duration
+	// Grace is how long processes get between SIGTERM and SIGKILL when Up
+	// fails part-way; 10 s when zero.
+	Grace time.Duration
+	// Progress, when set, is called as workers come up.
+	Progress func(Progress)
+	Log      *slog.Logger
+}
+
+// Progress is a step of Up.
+type Progress struct {
+	Healthy, Total int
+	Waiting        []string // processes not yet healthy
+	Elapsed        time.Duration
+	Done           bool
+}
+
+// Deployment is a running deployment started by Up in this process.
+type Deployment struct {
+	State     State
+	StatePath string
+	exited    map[int]chan struct{} // pid → closed when reaped
+}
+
+// ProxyURL is the front door every request goes through.
+func (d *Deployment) ProxyURL() string { return d.State.ProxyURL }
+
+// Down stops the deployment: see Down.
+func (d *Deployment) Down(grace time.Duration) error { return Down(d.StatePath, grace) }
+
+// Up starts a spec's workers and proxy, each the leader of its own process
+// group, records them in a state file (rewritten atomically after each
+// start, so a crash part-way still leaves every started process findable),
+// and waits until every /health answers. On failure everything started is
+// stopped. The processes outlive this one; Down stops them.
+func Up(ctx context.Context, s *Spec, o UpOptions) (*Deployment, error) {
+	if o.StateDir == "" {
+		o.StateDir = DefaultStateDir()
+	}
+	if o.Hone == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find the hone binary: %w", err)
+		}
+		o.Hone = exe
+	}
+	if o.Grace == 0 {
+		o.Grace = 10 * time.Second
+	}
+	if o.HealthTimeout == 0 {
+		o.HealthTimeout = 60 * time.Second
+		if s.Engine == EngineVLLM {
+			o.HealthTimeout = 20 * time.Minute
+		}
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	plan, err := Render(s, RenderOptions{VLLM: o.VLLM, Hone: o.Hone})
+	if err != nil {
+		return nil, err
+	}
+	// Everything that can be refused is refused before anything starts.
+	for _, w := range plan.Workers {
+		if _, err := exec.LookPath(w.Argv[0]); err != nil {
+			return nil, fmt.Errorf("worker %s: %w", w.Name, err)
+		}
+	}
+	addrs := map[string]string{plan.ProxyAddr: "the proxy"}
+	for _, w := range plan.Workers {
+		addrs[hostPort(w.Host, w.Port)] = "worker " + w.Name
+	}
+	for a, who := range addrs {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			return nil, fmt.Errorf("%s's address %s is not free: %w", who, a, err)
+		}
+		ln.Close()
+	}
+	var files map[string]string
+	if s.Model.Path != "" {
+		if files, err = HashModelDir(s.Model.Path); err != nil {
+			return nil, err
+		}
+	}
+	dir := filepath.Join(o.StateDir, s.Name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	statePath := StatePath(o.StateDir, s.Name)
+	if old, err := ReadState(statePath); err == nil {
+		for _, p := range old.Processes {
+			if p.ours() && groupAlive(p.PGID) {
+				return nil, fmt.Errorf("deployment %s is already up (%s, pid %d); run hone deploy down %s first", s.Name, p.Name, p.PID, s.Name)
+			}
+		}
+	}
+	pcfg := ProxyConfig(plan)
+	pb, _ := json.MarshalIndent(pcfg, "", "  ")
+	proxyConfig := filepath.Join(dir, "proxy.json")
+	if err := writeAtomic(proxyConfig, pb); err != nil {
+		return nil, fmt.Errorf("write proxy config: %w", err)
+	}
+	d := &Deployment{
+		StatePath: statePath,
+		exited:    map[int]chan struct{}{},
+		State: State{
+			SchemaVersion: StateSchemaVersion, Name: s.Name, Dir: dir,
+			ProxyURL: "http://" + plan.ProxyAddr, StartedAt: time.Now().UTC(), Spec: s, ModelFiles: files,
+		},
+	}
+	fail := func(err error) (*Deployment, error) {
+		if left := stopGroups(d.State.Processes, o.Grace); len(left) > 0 {
+			err = fmt.Errorf("%w (and %d process groups survived SIGKILL)", err, len(left))
+		} else {
+			os.Remove(statePath)
+		}
+		return nil, err
+	}
+	if err := d.State.write(statePath); err != nil {
+		return nil, err
+	}
+	start := func(name, role, url string, argv, env []string) error {
+		logPath := filepath.Join(dir, name+".log")
+		lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+		if err != nil {
+			return fmt.Errorf("%s log: %w", name, err)
+		}
+		defer lf.Close() // the child keeps its own descriptor
+		path, err := exec.LookPath(argv[0])
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		// exec, never a shell: argv goes to the kernel as is.
+		cmd := &exec.Cmd{
+			Path: path, Args: argv, Env: append(os.Environ(), env...),
+			Stdout: lf, Stderr: lf,
+			SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		}
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("start %s: %w", name, err)
+		}
+		pid := cmd.Process.Pid
+		done := make(chan struct{})
+		d.exited[pid] = done
+		go func() { cmd.Wait(); close(done) }() // reap, so no zombie lingers
+		d.State.Processes = append(d.State.Processes, Process{
+			Name: name, Role: role, PID: pid, PGID: pid, StartTicks: startTicks(pid),
+			URL: url, Argv: argv, Env: env, Log: logPath,
+		})
+		o.Log.Info("started", "process", name, "pid", pid, "log", logPath)
+		return d.State.write(statePath)
+	}
+	for _, w := range plan.Workers {
+		if err := start(w.Name, w.Role, w.URL(), w.Argv, w.Env); err != nil {
+			return fail(err)
+		}
+	}
+	if err := start("proxy", "proxy", d.State.ProxyURL, []string{o.Hone, "proxy", "--config", proxyConfig}, nil); err != nil {
+		return fail(err)
+	}
+	if err := d.waitHealthy(ctx, o); err != nil {
+		return fail(err)
+	}
+	return d, nil
+}
+
+// waitHealthy polls every process's /health until all answer 200, a process
+// exits, ctx ends or the timeout passes.
+func (d *Deployment) waitHealthy(ctx context.Context, o UpOptions) error {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	t0 := time.Now()
+	deadline := t0.Add(o.HealthTimeout)
+	healthy := map[string]bool{}
+	lastReport := time.Time{}
+	for {
+		var waiting []string
+		for _, p := range d.State.Processes {
+			select {
+			case <-d.exited[p.PID]:
+				return fmt.Errorf("%s exited before it was healthy; its log %s ends:\n%s", p.Name, p.Log, logTail(p.Log, 20))
+			default:
+			}
+			if healthy[p.Name] {
+				continue
+			}
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+"/health", nil)
+			resp, err := client.Do(req)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					healthy[p.Name] = true
+					continue
+				}
+			}
+			waiting = append(waiting, p.Name)
+		}
+		done := len(waiting) == 0
+		if o.Progress != nil && (done || time.Since(lastReport) >= time.Second) {
+			lastReport = time.Now()
+			o.Progress(Progress{Healthy: len(healthy), Total: len(d.State.Processes), Waiting: waiting, Elapsed: time.Since(t0), Done: done})
+		}
+		if done {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not healthy after %s: %s (logs in %s)", o.HealthTimeout, strings.Join(waiting, ", "), d.State.Dir)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for /health: %w", ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func logTail(path string, lines int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	b = bytes.TrimRight(b, "\n")
+	l := bytes.Split(b, []byte("\n"))
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return "  " + string(bytes.Join(l, []byte("\n  ")))
+}
+
+// ErrNotUp is returned by Down when there is no state file.
+var ErrNotUp = errors.New("no deployment state")
+
+// Down stops every process group a state file records — the proxy first,
+// then the workers — with SIGTERM, then SIGKILL after grace, and removes the
+// state file once no process is left. It works whether or not the process
+// that ran Up is alive, and on groups whose leader already died.
+func Down(statePath string, grace time.Duration) error {
+	s, err := ReadState(statePath)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%w at %s", ErrNotUp, statePath)
+		}
+		return err
+	}
+	procs := make([]Process, 0, len(s.Processes))
+	for i := len(s.Processes) - 1; i >= 0; i-- {
+		procs = append(procs, s.Processes[i])
+	}
+	if left := stopGroups(procs, grace); len(left) > 0 {
+		var names []string
+		for _, p := range left {
+			names = append(names, fmt.Sprintf("%s (pgid %d)", p.Name, p.PGID))
+		}
+		return fmt.Errorf("still running after SIGKILL: %s", strings.Join(names, ", "))
+	}
+	if err := os.Remove(statePath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove deployment state: %w", err)
+	}
+	return nil
+}
+
+// List returns the state files under dir.
+func List(dir string) ([]string, error) {
+	m, err := filepath.Glob(filepath.Join(dir, "*", "state.json"))
+	return m, err
+}

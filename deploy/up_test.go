@@ -1,0 +1,378 @@
+package deploy
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hone-llm/hone/deploy/proxy"
+)
+
+// The test binary doubles as the processes Up starts, chosen by
+// HONE_DEPLOY_FAKE: a fake vLLM worker (which also starts a grandchild in
+// its process group, to prove Down leaves no orphan), the real proxy, a
+// sleeper, or a whole `deploy up` that a test kills to play a crash.
+func TestMain(m *testing.M) {
+	switch os.Getenv("HONE_DEPLOY_FAKE") {
+	case "":
+		os.Exit(m.Run())
+	case "sleeper":
+		if os.Getenv("HONE_FAKE_IGNORE_TERM") == "1" {
+			signal.Ignore(syscall.SIGTERM)
+		}
+		time.Sleep(5 * time.Minute)
+		os.Exit(0)
+	case "up":
+		fakeUp()
+	default:
+		if len(os.Args) > 1 && os.Args[1] == "proxy" {
+			fakeProxy()
+		}
+		fakeWorker()
+	}
+}
+
+func argValue(args []string, flag string) string {
+	if i := slices.Index(args, flag); i >= 0 && i+1 < len(args) {
+		return args[i+1]
+	}
+	return ""
+}
+
+func fakeWorker() {
+	if os.Getenv("HONE_FAKE_EXIT") == "1" {
+		fmt.Println("fake worker: exiting on purpose")
+		os.Exit(3)
+	}
+	if os.Getenv("HONE_FAKE_IGNORE_TERM") == "1" {
+		signal.Ignore(syscall.SIGTERM)
+	}
+	child := exec.Command(os.Args[0])
+	child.Env = append(os.Environ(), "HONE_DEPLOY_FAKE=sleeper")
+	if err := child.Start(); err != nil {
+		panic(err)
+	}
+	fmt.Printf("grandchild %d\n", child.Process.Pid)
+	addr := net.JoinHostPort(argValue(os.Args, "--host"), argValue(os.Args, "--port"))
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {})
+	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"text\":\"%s\"}]}\n\ndata: [DONE]\n\n", os.Getenv("CUDA_VISIBLE_DEVICES"))
+	})
+	if err := http.ListenAndServe(addr, mux); err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+}
+
+func fakeProxy() {
+	cfg, err := proxy.LoadConfig(argValue(os.Args, "--config"))
+	if err != nil {
+		panic(err)
+	}
+	p, err := proxy.New(cfg, nil)
+	if err != nil {
+		panic(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	if err := p.ListenAndServe(ctx, nil, time.Second); err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func fakeUp() {
+	os.Setenv("HONE_DEPLOY_FAKE", "worker") // for the processes Up starts
+	s, err := LoadSpec(os.Getenv("HONE_FAKE_SPEC"))
+	if err != nil {
+		panic(err)
+	}
+	_, err = Up(context.Background(), s, UpOptions{StateDir: os.Getenv("HONE_FAKE_STATE"), VLLM: os.Args[0], Hone: os.Args[0], HealthTimeout: 20 * time.Second})
+	if err != nil {
+		fmt.Println("up failed:", err)
+		os.Exit(1)
+	}
+	fmt.Println("UP")
+	time.Sleep(5 * time.Minute)
+	os.Exit(0)
+}
+
+// freePorts finds a base port with n consecutive free ports.
+func freePorts(t *testing.T, n int) int {
+	t.Helper()
+	for range 50 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if base+n > 65535 {
+			continue
+		}
+		ok := true
+		for p := base; p < base+n && ok; p++ {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+			if err != nil {
+				ok = false
+				continue
+			}
+			l.Close()
+		}
+		if ok {
+			return base
+		}
+	}
+	t.Fatal("no free port range")
+	return 0
+}
+
+func testSpec(t *testing.T, topology string) *Spec {
+	t.Helper()
+	base := freePorts(t, 4)
+	y := fmt.Sprintf(`
+name: up-test
+engine: vllm
+model: {id: org/m, revision: 0123456789abcdef0123456789abcdef01234567}
+gpus: {budget: 2, ids: [4, 5]}
+%s
+routing: {health_interval: 100ms}
+network: {proxy_port: %d, worker_port: %d}
+`, topology, base, base+1)
+	s, err := ParseSpec([]byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+const (
+	twoReplicas = "topology: {kind: colocated, replicas: 2, tp: 1}"
+	onePoneD    = "topology: {kind: disaggregated, prefill: {replicas: 1, tp: 1}, decode: {replicas: 1, tp: 1}}"
+)
+
+// members lists every live process of the deployment's groups.
+func members(t *testing.T, st *State) []int {
+	t.Helper()
+	var pids []int
+	for _, p := range st.Processes {
+		m, ok := groupMembers(p.PGID)
+		if !ok {
+			t.Skip("no /proc: cannot check for orphans")
+		}
+		pids = append(pids, m...)
+	}
+	return pids
+}
+
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	f := statFields(b)
+	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
+}
+
+func assertAllGone(t *testing.T, pids []int) {
+	t.Helper()
+	for _, pid := range pids {
+		if alive(pid) {
+			t.Errorf("pid %d survived down", pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+func up(t *testing.T, s *Spec, dir string) *Deployment {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var steps []Progress
+	d, err := Up(ctx, s, UpOptions{StateDir: dir, VLLM: os.Args[0], Hone: os.Args[0], Grace: 2 * time.Second,
+		HealthTimeout: 20 * time.Second, Progress: func(p Progress) { steps = append(steps, p) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Down(time.Second) })
+	if len(steps) == 0 || !steps[len(steps)-1].Done || steps[len(steps)-1].Healthy != len(d.State.Processes) {
+		t.Errorf("progress: %+v", steps)
+	}
+	return d
+}
+
+func TestUpServeDown(t *testing.T) {
+	t.Setenv("HONE_DEPLOY_FAKE", "worker")
+	for _, topo := range []string{twoReplicas, onePoneD} {
+		t.Run(strings.Fields(topo)[2], func(t *testing.T) {
+			dir := t.TempDir()
+			d := up(t, testSpec(t, topo), dir)
+			st, err := ReadState(d.StatePath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(st.Processes) != 3 || st.Processes[2].Name != "proxy" {
+				t.Fatalf("state: %+v", st.Processes)
+			}
+			pids := members(t, st)
+			if len(pids) != 5 { // two workers with a grandchild each, and the proxy
+				t.Errorf("live processes %v, want 5", pids)
+			}
+			resp, err := http.Post(d.ProxyURL()+"/v1/completions", "application/json", strings.NewReader(`{"model":"m","prompt":[1,2],"stream":true,"max_tokens":1}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || !strings.Contains(string(body), "[DONE]") {
+				t.Errorf("through the proxy: %d %s", resp.StatusCode, body)
+			}
+			page, err := proxy.FetchTimelines(context.Background(), d.ProxyURL(), 0)
+			if err != nil || len(page.Timelines) != 1 {
+				t.Fatalf("timelines: %v %+v", err, page)
+			}
+			if err := d.Down(2 * time.Second); err != nil {
+				t.Fatal(err)
+			}
+			assertAllGone(t, pids)
+			if _, err := os.Stat(d.StatePath); !os.IsNotExist(err) {
+				t.Errorf("state file left: %v", err)
+			}
+			if err := Down(d.StatePath, time.Second); err == nil || !strings.Contains(err.Error(), "no deployment state") {
+				t.Errorf("second down: %v", err)
+			}
+		})
+	}
+}
+
+// TestDownAfterCrash: the process that ran Up is SIGKILLed, a worker's
+// leader is SIGKILLed (its grandchild lives on in the group), and the
+// workers ignore SIGTERM. Down from the state file still leaves nothing.
+func TestDownAfterCrash(t *testing.T) {
+	dir := t.TempDir()
+	specPath := filepath.Join(dir, "spec.yaml")
+	s := testSpec(t, onePoneD)
+	b, _ := json.Marshal(s) // JSON is YAML
+	os.WriteFile(specPath, b, 0o644)
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "HONE_DEPLOY_FAKE=up", "HONE_FAKE_SPEC="+specPath, "HONE_FAKE_STATE="+dir, "HONE_FAKE_IGNORE_TERM=1")
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	statePath := StatePath(dir, s.Name)
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait(); Down(statePath, 100*time.Millisecond) })
+	line := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if l := sc.Text(); l == "UP" || strings.HasPrefix(l, "up failed") {
+				line <- l
+			}
+		}
+		close(line)
+	}()
+	select {
+	case l := <-line:
+		if l != "UP" {
+			t.Fatal(l)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("deploy up did not finish")
+	}
+	cmd.Process.Kill() // the crash
+	cmd.Wait()
+	st, err := ReadState(statePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := members(t, st)
+	if len(pids) != 5 {
+		t.Fatalf("live processes %v, want 5", pids)
+	}
+	syscall.Kill(st.Processes[0].PID, syscall.SIGKILL) // a worker crashes; its grandchild stays
+	start := time.Now()
+	if err := Down(statePath, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > 6*time.Second {
+		t.Errorf("down took %v", el)
+	}
+	assertAllGone(t, pids)
+}
+
+func TestUpRefusesBeforeStarting(t *testing.T) {
+	t.Setenv("HONE_DEPLOY_FAKE", "worker")
+	dir := t.TempDir()
+	s := testSpec(t, twoReplicas)
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", s.Network.WorkerPort+1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, err = Up(context.Background(), s, UpOptions{StateDir: dir, VLLM: os.Args[0], Hone: os.Args[0]})
+	if err == nil || !strings.Contains(err.Error(), "worker replica-1's address") {
+		t.Errorf("busy port: %v", err)
+	}
+	if _, err := os.Stat(StatePath(dir, s.Name)); !os.IsNotExist(err) {
+		t.Errorf("a refused spec left state: %v", err)
+	}
+	ln.Close()
+	_, err = Up(context.Background(), s, UpOptions{StateDir: dir, VLLM: "/nonexistent/vllm", Hone: os.Args[0]})
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent/vllm") {
+		t.Errorf("missing binary: %v", err)
+	}
+}
+
+func TestUpWorkerDies(t *testing.T) {
+	t.Setenv("HONE_DEPLOY_FAKE", "worker")
+	t.Setenv("HONE_FAKE_EXIT", "1")
+	dir := t.TempDir()
+	s := testSpec(t, twoReplicas)
+	start := time.Now()
+	_, err := Up(context.Background(), s, UpOptions{StateDir: dir, VLLM: os.Args[0], Hone: os.Args[0], Grace: time.Second, HealthTimeout: 20 * time.Second})
+	if err == nil || !strings.Contains(err.Error(), "exited before it was healthy") || !strings.Contains(err.Error(), "exiting on purpose") {
+		t.Fatalf("err = %v", err)
+	}
+	if el := time.Since(start); el > 10*time.Second {
+		t.Errorf("failing up took %v", el)
+	}
+	if _, err := os.Stat(StatePath(dir, s.Name)); !os.IsNotExist(err) {
+		t.Errorf("failed up left state: %v", err)
+	}
+}
+
+func TestHashModelDir(t *testing.T) {
+	h, err := HashModelDir("testdata/tiny-model")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// sha256sum testdata/tiny-model/model.safetensors
+	if got := h["model.safetensors"]; got != "2e33f43c9045c19783946d2622c8deacc86f30f3f9b4568dad6ffa2e03ab95b2" {
+		t.Errorf("model.safetensors hash %s", got)
+	}
+	if len(h) != 2 || len(h["config.json"]) != 64 {
+		t.Errorf("hashes %v", h)
+	}
+	if _, err := HashModelDir(t.TempDir()); err == nil {
+		t.Errorf("empty dir: want an error")
+	}
+}
