@@ -28,12 +28,17 @@ func (d *Daemon) scanCUDA() {
 	d.mu.Unlock()
 	for _, pid := range live {
 		for _, p := range mappedLibs(pid, "libcuda.so") {
+			// The path as the target sees it, through its root, or the
+			// daemon's own view of the same path when it names the same
+			// file (shorter, and what people expect to read).
 			path := filepath.Join(fmt.Sprintf("/proc/%d/root", pid), p)
-			var st syscall.Stat_t
+			var st, own syscall.Stat_t
 			if err := syscall.Stat(path, &st); err != nil {
 				if err := syscall.Stat(p, &st); err != nil {
 					continue
 				}
+				path = p
+			} else if syscall.Stat(p, &own) == nil && own.Dev == st.Dev && own.Ino == st.Ino {
 				path = p
 			}
 			id := [2]uint64{st.Dev, st.Ino}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,8 +26,22 @@ type child struct {
 
 func startChild(t *testing.T, prog string, env []string, args ...string) *child {
 	t.Helper()
+	return startCmd(t, prog, env, nil, args...)
+}
+
+// startChildAs starts the workload as another user.
+func startChildAs(t *testing.T, cred *syscall.Credential, prog string, args ...string) *child {
+	t.Helper()
+	return startCmd(t, prog, nil, cred, args...)
+}
+
+func startCmd(t *testing.T, prog string, env []string, cred *syscall.Credential, args ...string) *child {
+	t.Helper()
 	c := exec.Command(prog, args...)
 	c.Env = env
+	if cred != nil {
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
 	in, err := c.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -191,7 +191,8 @@ func (d *Daemon) retire() {
 // Snapshot reads everything measured so far.
 func (d *Daemon) Snapshot() *Snapshot {
 	s := &Snapshot{SchemaVersion: SchemaVersion, Clock: "CLOCK_MONOTONIC",
-		TakenMonotonicNS: monotonicNow(), TakenWall: time.Now().UTC(), StartedMonotonicNS: d.startNS}
+		TakenMonotonicNS: monotonicNow(), TakenWall: time.Now().UTC(), StartedMonotonicNS: d.startNS,
+		Threads: []Thread{}, Connections: []Connection{}, CUDA: CUDAReport{Libraries: []CUDALibrary{}}}
 	s.Targets = d.Targets()
 	thr := d.readThreads(nil)
 	live, _ := d.readConns(0)

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"log/slog"
+	"os"
+	"os/signal"
+	"regexp"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hone-llm/hone/daemon"
+)
+
+func init() { subcommands = append(subcommands, newDaemonCmd) }
+
+func newDaemonCmd() *cobra.Command {
+	var (
+		cfg                    daemon.Config
+		opts                   daemon.RunOptions
+		match, kvPorts         string
+		noSched, noDropCaps    bool
+		nvmlPeriod, scanPeriod time.Duration
+	)
+	c := &cobra.Command{
+		Use:   "daemon",
+		Short: "Trace serving processes with eBPF and NVML; serve metrics, a JSON API and profiles",
+		Long: `hone daemon traces the processes of an LLM-serving deployment: syscalls per
+thread and class, scheduling, socket traffic with bursts on KV-transfer
+connections, CUDA driver calls (uprobes on libcuda.so), and GPUs through NVML.
+Children of targets are followed from their first syscall. It serves
+Prometheus metrics and a JSON API on 127.0.0.1 (/metrics, /v1/snapshot,
+/v1/connections, /v1/threads, /v1/profile). Kernel timestamps are
+CLOCK_MONOTONIC nanoseconds.
+
+It needs root (or CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN) and a kernel with
+BTF; it uses no kprobes. After attaching it keeps only the capabilities it
+needs. Without an NVIDIA driver it reports "nvml: unavailable (<reason>)" and
+carries on.
+
+Targets: --pid (with existing descendants), --cgroup, --match-cmdline; with
+none of them, processes whose command line matches vLLM's API server,
+EngineCore and workers, or "hone sim serve".
+
+Exit codes: 0 success; 1 the daemon failed (no privilege, no BTF, a write
+failed); 2 bad input (flags).`,
+		Example: `  # 10 s of measurements of a vLLM deployment, as JSON
+  sudo hone daemon --once --duration 10s -o snapshot.json
+
+  # Trace one process tree, probing every CUDA kernel launch for 30 s
+  sudo hone daemon --pid 4242 --cuda-launches 30s --bpf-stats
+  curl -s 127.0.0.1:9464/v1/connections?kv=true
+  go tool pprof -top http://127.0.0.1:9464/v1/profile?view=sched`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if match != "" {
+				re, err := regexp.Compile(match)
+				if err != nil {
+					return badInput("--match-cmdline: %v", err)
+				}
+				cfg.Match = re
+			}
+			ports, err := daemon.ParsePorts(kvPorts)
+			if err != nil {
+				return badInput("--kv-ports: %v", err)
+			}
+			cfg.KVPorts = ports
+			if opts.Once && opts.Duration <= 0 {
+				return badInput("--duration: want a positive duration with --once, got %v", opts.Duration)
+			}
+			if cfg.CUDALaunches < 0 || cfg.BurstGap < 0 || nvmlPeriod < 0 || scanPeriod < 0 {
+				return badInput("durations must not be negative")
+			}
+			cfg.Sched = !noSched
+			cfg.NVMLPeriod = nvmlPeriod
+			cfg.ScanPeriod = scanPeriod
+			opts.DropCaps = !noDropCaps
+			if _, err := daemon.New(cfg, nil); err != nil { // flag-level checks: --pid, --cgroup
+				return badInput("%v", err)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			return daemon.Run(ctx, cfg, opts, log)
+		},
+	}
+	f := c.Flags()
+	f.IntSliceVar(&cfg.PIDs, "pid", nil, "trace these processes and their descendants (repeatable)")
+	f.StringSliceVar(&cfg.Cgroups, "cgroup", nil, "trace the processes of this cgroup v2 directory (absolute or under /sys/fs/cgroup)")
+	f.StringVar(&match, "match-cmdline", "", "trace processes whose command line matches this regular expression (default with no other target: "+daemon.DefaultMatch+")")
+	f.StringVar(&kvPorts, "kv-ports", daemon.DefaultKVPorts, "ports whose connections are KV transfers (list and ranges)")
+	f.DurationVar(&cfg.BurstGap, "burst-gap", 100*time.Millisecond, "silence that ends a burst on a KV-transfer connection")
+	f.DurationVar(&cfg.CUDALaunches, "cuda-launches", 0, "probe every CUDA kernel launch for this long after start (each costs microseconds in the launching thread; 0: off)")
+	f.BoolVar(&noSched, "no-sched", false, "do not trace sched_switch/wakeup (on-CPU, off-CPU, run-queue time)")
+	f.BoolVar(&cfg.BPFStats, "bpf-stats", false, "enable kernel BPF run-time statistics and export per-program run time and count")
+	f.DurationVar(&nvmlPeriod, "nvml-period", time.Second, "NVML sampling period (0: no sampling)")
+	f.DurationVar(&scanPeriod, "scan-period", time.Second, "how often to rescan /proc, cgroups and mapped libcuda files")
+	f.StringVar(&opts.Listen, "listen", "127.0.0.1:9464", `address for /metrics and /v1 ("off": none)`)
+	f.BoolVar(&opts.Once, "once", false, "measure for --duration, write the snapshot and exit")
+	f.DurationVar(&opts.Duration, "duration", 10*time.Second, "how long --once measures")
+	f.StringVarP(&opts.Output, "output", "o", "", "snapshot JSON file (default with --once: stdout)")
+	f.StringVar(&opts.Profile, "profile", "", "write a pprof profile of traced syscall time here at the end")
+	f.BoolVar(&noDropCaps, "keep-capabilities", false, "do not drop capabilities after attaching")
+	return c
+}

@@ -1,0 +1,88 @@
+package daemon
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Handler serves the daemon's local API:
+//
+//	/metrics          Prometheus exposition (own registry)
+//	/v1/snapshot      the whole Snapshot as JSON
+//	/v1/connections   the connections; ?kv=true for KV transfers only, ?pid=N
+//	/v1/threads       the threads; ?pid=N for one process
+//	/v1/profile       pprof profile of traced time; ?view=syscalls|sched|cuda
+//
+// Bind it to loopback: it has no authentication.
+func Handler(src func() *Snapshot) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(NewRegistry(src), promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /v1/snapshot", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, src())
+	})
+	mux.HandleFunc("GET /v1/connections", func(w http.ResponseWriter, r *http.Request) {
+		pid, ok := pidParam(w, r)
+		if !ok {
+			return
+		}
+		kvOnly := r.URL.Query().Get("kv") == "true"
+		out := []Connection{}
+		for _, c := range src().Connections {
+			if (pid == 0 || c.PID == pid) && (!kvOnly || c.KVTransfer) {
+				out = append(out, c)
+			}
+		}
+		writeJSON(w, out)
+	})
+	mux.HandleFunc("GET /v1/threads", func(w http.ResponseWriter, r *http.Request) {
+		pid, ok := pidParam(w, r)
+		if !ok {
+			return
+		}
+		out := []Thread{}
+		for _, t := range src().Threads {
+			if pid == 0 || t.PID == pid {
+				out = append(out, t)
+			}
+		}
+		writeJSON(w, out)
+	})
+	mux.HandleFunc("GET /v1/profile", func(w http.ResponseWriter, r *http.Request) {
+		view := r.URL.Query().Get("view")
+		if view == "" {
+			view = ViewSyscalls
+		}
+		p, err := Profile(src(), view)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Disposition", `attachment; filename="hone-`+view+`.pb.gz"`)
+		_ = p.Write(w)
+	})
+	return mux
+}
+
+func pidParam(w http.ResponseWriter, r *http.Request) (int, bool) {
+	s := r.URL.Query().Get("pid")
+	if s == "" {
+		return 0, true
+	}
+	pid, err := strconv.Atoi(s)
+	if err != nil || pid <= 0 {
+		http.Error(w, "pid: want a positive integer, got "+strconv.Quote(s), http.StatusBadRequest)
+		return 0, false
+	}
+	return pid, true
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,73 @@
+package daemon
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// threadCollector exports syscall, scheduling and CUDA figures of the
+// traced threads, summed per process name.
+type threadCollector struct{ c *cachedSnapshot }
+
+var (
+	targetsDesc    = desc("targets", "Traced processes alive now.")
+	syscallsDesc   = desc("syscalls_total", "Syscalls made by traced threads, by class.", "process", "class")
+	syscallSecDesc = desc("syscall_seconds_total", "Time traced threads spent in syscalls, by class.", "process", "class")
+	onCPUDesc      = desc("sched_on_cpu_seconds_total", "Time traced threads ran on a CPU.", "process")
+	offCPUDesc     = desc("sched_off_cpu_seconds_total", "Time traced threads were switched out (run-queue wait included).", "process")
+	runQueueDesc   = desc("sched_run_queue_seconds_total", "Time traced threads waited runnable for a CPU.", "process")
+	cudaCallsDesc  = desc("cuda_calls_total", "CUDA driver calls by traced threads, by call kind.", "process", "call")
+	cudaWaitDesc   = desc("cuda_synchronize_wait_seconds_total", "Time traced threads waited in CUDA synchronize calls.", "process", "call")
+)
+
+func (threadCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{targetsDesc, syscallsDesc, syscallSecDesc, onCPUDesc, offCPUDesc, runQueueDesc, cudaCallsDesc, cudaWaitDesc} {
+		ch <- d
+	}
+}
+
+func (tc threadCollector) Collect(ch chan<- prometheus.Metric) {
+	s := tc.c.get()
+	alive := 0
+	for _, t := range s.Targets {
+		if t.ExitMonotonicNS == 0 {
+			alive++
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(targetsDesc, prometheus.GaugeValue, float64(alive))
+	names := processNames(s)
+	type pc struct{ proc, class string }
+	calls, callNS := map[pc]float64{}, map[pc]float64{}
+	cuda, cudaWait := map[pc]float64{}, map[pc]float64{}
+	on, off, rq := map[string]float64{}, map[string]float64{}, map[string]float64{}
+	for _, th := range s.Threads {
+		p := nameOf(names, th.PID, th.Comm)
+		for class, st := range th.Syscalls {
+			calls[pc{p, class}] += float64(st.Count)
+			callNS[pc{p, class}] += float64(st.TotalNS)
+		}
+		if th.Sched != nil {
+			on[p] += float64(th.Sched.OnCPUNS)
+			off[p] += float64(th.Sched.OffCPUNS)
+			rq[p] += float64(th.Sched.RunQueueNS)
+		}
+		for call, st := range th.CUDA {
+			cuda[pc{p, call}] += float64(st.Count)
+			if st.WaitCount > 0 {
+				cudaWait[pc{p, call}] += float64(st.WaitSumNS)
+			}
+		}
+	}
+	for k, v := range calls {
+		ch <- prometheus.MustNewConstMetric(syscallsDesc, prometheus.CounterValue, v, k.proc, k.class)
+		ch <- prometheus.MustNewConstMetric(syscallSecDesc, prometheus.CounterValue, callNS[k]/1e9, k.proc, k.class)
+	}
+	for p := range on {
+		ch <- prometheus.MustNewConstMetric(onCPUDesc, prometheus.CounterValue, on[p]/1e9, p)
+		ch <- prometheus.MustNewConstMetric(offCPUDesc, prometheus.CounterValue, off[p]/1e9, p)
+		ch <- prometheus.MustNewConstMetric(runQueueDesc, prometheus.CounterValue, rq[p]/1e9, p)
+	}
+	for k, v := range cuda {
+		ch <- prometheus.MustNewConstMetric(cudaCallsDesc, prometheus.CounterValue, v, k.proc, k.class)
+	}
+	for k, v := range cudaWait {
+		ch <- prometheus.MustNewConstMetric(cudaWaitDesc, prometheus.CounterValue, v/1e9, k.proc, k.class)
+	}
+}

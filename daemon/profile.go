@@ -1,0 +1,93 @@
+package daemon
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/google/pprof/profile"
+)
+
+// Profile views: each is additive within itself (syscall time and off-CPU
+// time overlap, so they are separate views).
+const (
+	ViewSyscalls = "syscalls" // time in syscalls, by class
+	ViewSched    = "sched"    // on CPU, waiting for a CPU, blocked
+	ViewCUDA     = "cuda"     // time waiting in CUDA synchronize calls
+)
+
+// Profile turns a snapshot's traced time into a pprof profile: one sample
+// per thread and category, with the stack [category, thread, process], so
+// `go tool pprof -top` ranks categories and `-traces` shows who spent them.
+// Sample values: events (count) and time (nanoseconds).
+func Profile(s *Snapshot, view string) (*profile.Profile, error) {
+	p := &profile.Profile{
+		SampleType:        []*profile.ValueType{{Type: "events", Unit: "count"}, {Type: "time", Unit: "nanoseconds"}},
+		DefaultSampleType: "time",
+		TimeNanos:         s.TakenWall.UnixNano(),
+		DurationNanos:     int64(s.TakenMonotonicNS - s.StartedMonotonicNS),
+		Comments:          []string{"hone daemon traced time, view " + view, "clock CLOCK_MONOTONIC"},
+	}
+	locs := map[string]*profile.Location{}
+	loc := func(name string) *profile.Location {
+		if l := locs[name]; l != nil {
+			return l
+		}
+		id := uint64(len(locs) + 1)
+		f := &profile.Function{ID: id, Name: name, SystemName: name}
+		l := &profile.Location{ID: id, Line: []profile.Line{{Function: f}}}
+		p.Function = append(p.Function, f)
+		p.Location = append(p.Location, l)
+		locs[name] = l
+		return l
+	}
+	names := processNames(s)
+	add := func(th Thread, what string, n, ns uint64) {
+		if n == 0 && ns == 0 {
+			return
+		}
+		proc := fmt.Sprintf("process %s (%d)", nameOf(names, th.PID, th.Comm), th.PID)
+		thread := fmt.Sprintf("thread %s (%d)", th.Comm, th.TID)
+		p.Sample = append(p.Sample, &profile.Sample{
+			Location: []*profile.Location{loc(what), loc(thread), loc(proc)},
+			Value:    []int64{int64(n), int64(ns)},
+		})
+	}
+	for _, th := range s.Threads {
+		switch view {
+		case ViewSyscalls:
+			classes := make([]string, 0, len(th.Syscalls))
+			for c := range th.Syscalls {
+				classes = append(classes, c)
+			}
+			sort.Strings(classes)
+			for _, c := range classes {
+				add(th, "syscall "+c, th.Syscalls[c].Count, th.Syscalls[c].TotalNS)
+			}
+		case ViewSched:
+			if sc := th.Sched; sc != nil {
+				add(th, "on cpu", sc.Switches, sc.OnCPUNS)
+				add(th, "run queue", sc.Preemptions, sc.RunQueueNS)
+				if sc.OffCPUNS > sc.RunQueueNS {
+					add(th, "blocked", sc.Switches-min(sc.Preemptions, sc.Switches), sc.OffCPUNS-sc.RunQueueNS)
+				}
+			}
+		case ViewCUDA:
+			calls := make([]string, 0, len(th.CUDA))
+			for c := range th.CUDA {
+				calls = append(calls, c)
+			}
+			sort.Strings(calls)
+			for _, c := range calls {
+				if st := th.CUDA[c]; st.WaitCount > 0 {
+					add(th, "cuda "+c, st.WaitCount, st.WaitSumNS)
+				}
+			}
+		default:
+			return nil, fmt.Errorf("profile view %q: want %s, %s or %s", view, ViewSyscalls, ViewSched, ViewCUDA)
+		}
+	}
+	if err := p.CheckValid(); err != nil {
+		return nil, fmt.Errorf("profile: %w", err)
+	}
+	return p, nil
+}
