@@ -370,12 +370,16 @@ func (p *Proxy) prefillLeg(ctx context.Context, b *backend, rq *request, body []
 		return leg, nil, status, data
 	}
 	var reply struct {
-		KV json.RawMessage `json:"kv_transfer_params"`
+		KV      json.RawMessage `json:"kv_transfer_params"`
+		Metrics json.RawMessage `json:"metrics"`
 	}
 	if err := json.Unmarshal(data, &reply); err != nil {
 		leg.Error = "reply is not JSON"
 		p.m.legFails.WithLabelValues("prefill", "malformed").Inc()
 		return
+	}
+	if len(reply.Metrics) > 0 && reply.Metrics[0] == '{' {
+		leg.EngineMetrics = reply.Metrics
 	}
 	if len(reply.KV) == 0 || string(reply.KV) == "null" || reply.KV[0] != '{' {
 		if p.cfg.Connector != P2pNcclConnector {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/json"
 	"sync"
 )
 
@@ -22,6 +23,10 @@ type Leg struct {
 	Answered *Stamp `json:"answered,omitempty"` // response headers (prefill: the whole reply)
 	Status   int    `json:"status,omitempty"`
 	Error    string `json:"error,omitempty"`
+	// EngineMetrics is the prefill reply's per-request "metrics" object
+	// (vLLM --enable-per-request-metrics), kept so diagnose can split the
+	// prefill leg into the engine's queue, its prefill and the hops.
+	EngineMetrics json.RawMessage `json:"engine_metrics,omitempty"`
 }
 
 // Timeline is one request's path through the proxy. Colocated requests have

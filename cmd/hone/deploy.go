@@ -1,0 +1,219 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/hone-llm/hone/deploy"
+)
+
+func init() { subcommands = append(subcommands, newDeployCmd) }
+
+func newDeployCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "deploy",
+		Short: "Render, start and stop a deployment spec: engines (vLLM or the emulator) behind hone's proxy",
+		Long: `A deployment spec (YAML) names the engine (vllm | emulator), the model and
+its pinned revision (or a local directory, whose file hashes are recorded),
+precision, the GPU budget and ids, the topology — colocated (replicas × TP)
+or disaggregated (prefill and decode pools, NixlConnector or
+P2pNcclConnector) — engine knobs and the proxy's routing. Examples:
+deploy/testdata/specs/. A spec whose workers need more GPUs than its budget
+is refused before anything starts.`,
+	}
+	c.AddCommand(newDeployRenderCmd(), newDeployUpCmd(), newDeployDownCmd())
+	return c
+}
+
+func loadSpecArg(path string) (*deploy.Spec, error) {
+	s, err := deploy.LoadSpec(path)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return s, nil
+}
+
+func newDeployRenderCmd() *cobra.Command {
+	var output, vllm string
+	c := &cobra.Command{
+		Use:   "render SPEC",
+		Short: "Print every worker's exact command line and environment, and the proxy's",
+		Long: `hone deploy render prints what hone deploy up would start: one shell line per
+worker (environment, then argv, shell-quoted so a person can paste it), then
+the proxy. hone itself never runs a shell; it executes these argv directly.
+
+--output json prints the plan (workers with argv, env, GPUs, ports) and the
+proxy configuration instead.
+
+Exit codes: 0 rendered; 2 the spec is invalid (the message names the field).`,
+		Example: `  hone deploy render deploy/testdata/specs/disagg-nixl-2p2d.yaml
+  hone deploy render --output json spec.yaml | jq '.plan.workers[].argv'`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			s, err := loadSpecArg(args[0])
+			if err != nil {
+				return err
+			}
+			hone := "hone"
+			if s.Engine == deploy.EngineEmulator {
+				if exe, err := os.Executable(); err == nil {
+					hone = exe
+				}
+			}
+			plan, err := deploy.Render(s, deploy.RenderOptions{VLLM: vllm, Hone: hone})
+			if err != nil {
+				return usageError{err}
+			}
+			switch output {
+			case "sh", "":
+				fmt.Fprint(c.OutOrStdout(), plan.Script([]string{hone, "proxy", "--spec", args[0]}))
+			case "json":
+				enc := json.NewEncoder(c.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(map[string]any{"plan": plan, "proxy": deploy.ProxyConfig(plan)})
+			default:
+				return badInput("--output: want sh or json, got %q", output)
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&output, "output", "sh", "sh | json")
+	c.Flags().StringVar(&vllm, "vllm", "vllm", "the vllm executable to name in vLLM commands")
+	return c
+}
+
+func newDeployUpCmd() *cobra.Command {
+	var o deploy.UpOptions
+	c := &cobra.Command{
+		Use:   "up SPEC",
+		Short: "Start a spec's workers and proxy, wait for /health, and leave them running",
+		Long: `hone deploy up starts every worker and the proxy, each in its own process
+group, with logs and a state file under --state-dir/NAME/, and waits until
+every /health answers (progress on stderr). It then returns, leaving the
+deployment running; send requests to the proxy URL it prints, and stop it
+with hone deploy down NAME. If anything fails to come up — or on Ctrl-C —
+everything already started is stopped.
+
+Exit codes: 0 up and healthy; 1 a process failed to start or become
+healthy; 2 the spec is invalid, a port is taken or a binary is missing.`,
+		Example: `  hone deploy up deploy/testdata/specs/emulator-disagg-1p2d.yaml
+  curl -sN localhost:8000/v1/completions -d '{"model":"Qwen/Qwen2.5-Coder-0.5B-Instruct","prompt":"def f():","max_tokens":8,"stream":true}'
+  hone deploy down emu-disagg-1p2d`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			s, err := loadSpecArg(args[0])
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			errw := c.ErrOrStderr()
+			tty := isTerminal(errw)
+			o.Progress = func(p deploy.Progress) {
+				line := fmt.Sprintf("deploy %s: %d/%d healthy after %s", s.Name, p.Healthy, p.Total, p.Elapsed.Round(time.Second))
+				if len(p.Waiting) > 0 {
+					line += "; waiting for " + strings.Join(p.Waiting, ", ")
+				}
+				if tty {
+					fmt.Fprintf(errw, "\r\033[K%s", line)
+					if p.Done {
+						fmt.Fprintln(errw)
+					}
+				} else {
+					fmt.Fprintln(errw, line)
+				}
+			}
+			d, err := deploy.Up(ctx, s, o)
+			if tty {
+				fmt.Fprintln(errw)
+			}
+			if err != nil {
+				if strings.Contains(err.Error(), "is not free") || errors.Is(err, os.ErrNotExist) || strings.Contains(err.Error(), "executable file not found") {
+					return usageError{err}
+				}
+				return err
+			}
+			fmt.Fprintf(c.OutOrStdout(), "proxy %s\nstate %s\nstop with: hone deploy down %s\n", d.ProxyURL(), d.StatePath, s.Name)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&o.StateDir, "state-dir", deploy.DefaultStateDir(), "where state files and logs go ($HONE_STATE_DIR)")
+	f.StringVar(&o.VLLM, "vllm", "", "the vllm executable (default: vllm on PATH)")
+	f.DurationVar(&o.HealthTimeout, "health-timeout", 0, "how long to wait for every /health (default 20m for vllm, 60s for the emulator)")
+	f.DurationVar(&o.Grace, "grace", 10*time.Second, "SIGTERM to SIGKILL grace when a failed start is cleaned up")
+	return c
+}
+
+func newDeployDownCmd() *cobra.Command {
+	var dir string
+	var grace time.Duration
+	c := &cobra.Command{
+		Use:   "down [NAME | SPEC]",
+		Short: "Stop a deployment: SIGTERM every process group, SIGKILL after --grace",
+		Long: `hone deploy down reads the state file hone deploy up wrote and stops every
+process group it records — the proxy, then the workers, with everything they
+started — with SIGTERM, then SIGKILL after --grace. It works after hone or a
+worker crashed. With no argument it stops the only deployment under
+--state-dir.
+
+Exit codes: 0 stopped; 1 a process survived SIGKILL; 2 no such deployment.`,
+		Example: `  hone deploy down emu-disagg-1p2d
+  hone deploy down spec.yaml --grace 30s`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			var name string
+			switch {
+			case len(args) == 0:
+				states, _ := deploy.List(dir)
+				if len(states) != 1 {
+					var names []string
+					for _, s := range states {
+						names = append(names, filepath.Base(filepath.Dir(s)))
+					}
+					if len(names) == 0 {
+						return badInput("no deployment under %s", dir)
+					}
+					return badInput("several deployments under %s (%s): name one", dir, strings.Join(names, ", "))
+				}
+				name = filepath.Base(filepath.Dir(states[0]))
+			case strings.HasSuffix(args[0], ".yaml") || strings.HasSuffix(args[0], ".yml"):
+				s, err := loadSpecArg(args[0])
+				if err != nil {
+					return err
+				}
+				name = s.Name
+			default:
+				name = args[0]
+			}
+			path := deploy.StatePath(dir, name)
+			if err := deploy.Down(path, grace); err != nil {
+				if errors.Is(err, deploy.ErrNotUp) {
+					return usageError{err}
+				}
+				return err
+			}
+			fmt.Fprintf(c.OutOrStdout(), "deployment %s stopped\n", name)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&dir, "state-dir", deploy.DefaultStateDir(), "where state files are ($HONE_STATE_DIR)")
+	c.Flags().DurationVar(&grace, "grace", 10*time.Second, "how long processes get between SIGTERM and SIGKILL")
+	return c
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd())) && os.Getenv("CI") == ""
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/deploy/proxy"
+)
+
+func init() { subcommands = append(subcommands, newProxyCmd) }
+
+func newProxyCmd() *cobra.Command {
+	var (
+		configPath, specPath, listen string
+		replicas, prefill, decode    []string
+		cfg                          proxy.Config
+	)
+	c := &cobra.Command{
+		Use:   "proxy",
+		Short: "hone's OpenAI-compatible front door: routing, the NIXL P/D protocol, per-request timelines",
+		Long: `hone proxy serves /v1/completions and /v1/chat/completions in front of a
+deployment's workers. Colocated replicas are chosen by session affinity
+(the --session-header, else the prompt's leading tokens) or round-robin.
+Disaggregated requests follow vLLM's NIXL protocol: a prefill leg
+(stream false, max_tokens 1, kv_transfer_params do_remote_decode), then a
+decode leg with the returned params and the same X-Request-Id, its stream
+passed through unchanged. A failed prefill is retried once on another
+prefill worker, then served by decode-side prefill (outcome "fallback").
+
+Workers come from --config (written by hone deploy up), --spec, or the
+--replica / --prefill / --decode flags. Other routes:
+  GET /hone/timeline?since=N  per-request timelines (wall and CLOCK_MONOTONIC ns)
+  GET /hone/metrics           the proxy's own hone_proxy_* metrics
+  GET /metrics                the workers' metrics merged (label hone_worker), then the proxy's
+  GET /hone/workers           workers and whether they are in rotation
+  GET /health                 200 while every role has a worker in rotation
+Anything else (/tokenize, /v1/models, ...) goes to one worker.
+
+It binds 127.0.0.1 unless told otherwise, and stops on SIGINT/SIGTERM,
+letting requests in flight finish.
+
+Exit codes: 0 stopped by a signal; 1 the listener failed; 2 bad flags or config.`,
+		Example: `  hone proxy --replica http://127.0.0.1:8100 --replica http://127.0.0.1:8101
+  hone proxy --prefill http://127.0.0.1:8100 --decode http://127.0.0.1:8101 --listen 127.0.0.1:9000
+  hone proxy --spec deploy/testdata/specs/disagg-nixl-2p2d.yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			flags := cfg
+			switch {
+			case configPath != "":
+				var err error
+				if cfg, err = proxy.LoadConfig(configPath); err != nil {
+					return usageError{err}
+				}
+			case specPath != "":
+				s, err := deploy.LoadSpec(specPath)
+				if err != nil {
+					return usageError{err}
+				}
+				plan, err := deploy.Render(s, deploy.RenderOptions{})
+				if err != nil {
+					return usageError{err}
+				}
+				cfg = deploy.ProxyConfig(plan)
+			default:
+				add := func(role string, urls []string) {
+					for i, u := range urls {
+						name := fmt.Sprintf("%s-%d", role, i)
+						if role == proxy.RoleColocated {
+							name = fmt.Sprintf("replica-%d", i)
+						}
+						cfg.Workers = append(cfg.Workers, proxy.Worker{Name: name, Role: role, URL: u})
+					}
+				}
+				add(proxy.RoleColocated, replicas)
+				add(proxy.RolePrefill, prefill)
+				add(proxy.RoleDecode, decode)
+				switch {
+				case len(replicas) > 0 && len(prefill)+len(decode) == 0:
+					cfg.Mode = proxy.ModeColocated
+				case len(replicas) == 0 && len(prefill) > 0 && len(decode) > 0:
+					cfg.Mode = proxy.ModeDisaggregated
+				default:
+					return badInput("workers: give --replica URL (colocated) or both --prefill URL and --decode URL (disaggregated), or --config / --spec")
+				}
+			}
+			// Flags given explicitly override the file's settings.
+			fl := c.Flags()
+			if fl.Changed("listen") || cfg.Listen == "" {
+				cfg.Listen = listen
+			}
+			if fl.Changed("routing") {
+				cfg.Routing = flags.Routing
+			}
+			if fl.Changed("prefill-timeout") {
+				cfg.PrefillTimeout = flags.PrefillTimeout
+			}
+			if fl.Changed("decode-timeout") {
+				cfg.DecodeTimeout = flags.DecodeTimeout
+			}
+			if fl.Changed("stream-idle-timeout") {
+				cfg.StreamIdleTimeout = flags.StreamIdleTimeout
+			}
+			if fl.Changed("connector") {
+				cfg.Connector = flags.Connector
+			}
+			if fl.Changed("session-header") {
+				cfg.SessionHeader = flags.SessionHeader
+			}
+			log := slog.New(slog.NewTextHandler(c.ErrOrStderr(), nil))
+			p, err := proxy.New(cfg, log)
+			if err != nil {
+				return usageError{err}
+			}
+			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			err = p.ListenAndServe(ctx, func(addr string) {
+				var names []string
+				for _, w := range p.Config().Workers {
+					names = append(names, w.Name+"="+w.URL)
+				}
+				log.Info("proxy listening", "addr", "http://"+addr, "mode", p.Config().Mode, "routing", p.Config().Routing, "workers", strings.Join(names, " "))
+			}, 10*time.Second)
+			log.Info("proxy stopped", "counts", fmt.Sprint(p.Counts()))
+			return err
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&configPath, "config", "", "proxy config JSON (written by hone deploy up)")
+	f.StringVar(&specPath, "spec", "", "a deployment spec: front its workers at the spec's proxy port")
+	f.StringVar(&listen, "listen", "127.0.0.1:8000", "address to serve on")
+	f.StringArrayVar(&replicas, "replica", nil, "a colocated worker's URL (repeatable)")
+	f.StringArrayVar(&prefill, "prefill", nil, "a prefill worker's URL (repeatable)")
+	f.StringArrayVar(&decode, "decode", nil, "a decode worker's URL (repeatable)")
+	f.StringVar(&cfg.Routing, "routing", proxy.SessionAffinity, "session_affinity | round_robin")
+	f.StringVar(&cfg.SessionHeader, "session-header", proxy.DefaultSessionHeader, "header whose value keeps a session on one worker")
+	f.StringVar(&cfg.Connector, "connector", proxy.NixlConnector, "KV connector protocol for disaggregated workers: NixlConnector | P2pNcclConnector")
+	f.DurationVar(&cfg.PrefillTimeout, "prefill-timeout", proxy.DefaultPrefillTimeout, "longest prefill leg")
+	f.DurationVar(&cfg.DecodeTimeout, "decode-timeout", proxy.DefaultDecodeTimeout, "longest wait for a streaming leg's response headers")
+	f.DurationVar(&cfg.StreamIdleTimeout, "stream-idle-timeout", proxy.DefaultStreamIdleTimeout, "longest silence inside a stream")
+	return c
+}

@@ -1,0 +1,136 @@
+package deploy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hone-llm/hone/deploy/proxy"
+)
+
+// honeBinary is $HONE_BIN, else hone built from this checkout.
+func honeBinary(t *testing.T) string {
+	t.Helper()
+	if b := os.Getenv("HONE_BIN"); b != "" {
+		return b
+	}
+	if testing.Short() {
+		t.Skip("needs a hone binary: set HONE_BIN or run without -short")
+	}
+	out := filepath.Join(t.TempDir(), "hone")
+	cmd := exec.Command("go", "build", "-o", out, "../cmd/hone")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/hone: %v\n%s", err, b)
+	}
+	return out
+}
+
+// TestEmulatorDisaggregatedEndToEnd deploys real `hone sim serve` workers
+// (two prefill, one decode) and the proxy with deploy up, crashes one
+// prefill worker mid-run by fault injection, and checks that no request is
+// lost: each ends as success or fallback, the counts add up to the requests
+// sent, and down leaves no process behind.
+func TestEmulatorDisaggregatedEndToEnd(t *testing.T) {
+	hone := honeBinary(t)
+	base := freePorts(t, 6)
+	y := fmt.Sprintf(`
+name: e2e
+engine: emulator
+model: {id: Qwen/Qwen2.5-Coder-0.5B-Instruct}
+gpus: {budget: 3}
+topology:
+  kind: disaggregated
+  prefill: {replicas: 2, tp: 1}
+  decode: {replicas: 1, tp: 1}
+kv_connector: {side_channel_port: %d, load_failure_policy: recompute}
+routing: {policy: round_robin, health_interval: 200ms, prefill_timeout: 5s, decode_timeout: 10s, stream_idle_timeout: 5s}
+network: {proxy_port: %d, worker_port: %d}
+emulator:
+  profile: qwen2.5-coder-0.5b-h200
+  time_scale: 0.05
+  faults: ["prefill-0=crash-after=3"]
+`, base+4, base, base+1)
+	s, err := ParseSpec([]byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	d, err := Up(ctx, s, UpOptions{StateDir: t.TempDir(), Hone: hone, HealthTimeout: 30 * time.Second, Grace: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Down(time.Second) })
+	st, _ := ReadState(d.StatePath)
+	pids := members(t, st)
+
+	const n = 24
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	bodies := make([]string, n)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			body := fmt.Sprintf(`{"model":"Qwen/Qwen2.5-Coder-0.5B-Instruct","prompt":"session %d: func main() { fmt.Println(%d) }","max_tokens":8,"min_tokens":8,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`, i%4, i)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, d.ProxyURL()+"/v1/completions", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				bodies[i] = err.Error()
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			bodies[i] = string(b)
+		}()
+	}
+	wg.Wait()
+	page, err := proxy.FetchTimelines(ctx, d.ProxyURL(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total, retried := uint64(0), 0
+	for _, o := range proxy.Outcomes {
+		total += page.Counts[o]
+	}
+	for _, tl := range page.Timelines {
+		retried += tl.Retries
+	}
+	if total != n || len(page.Timelines) != n {
+		t.Fatalf("sent %d, counted %d %v, timelines %d", n, total, page.Counts, len(page.Timelines))
+	}
+	if lost := page.Counts[proxy.OutcomeFailed] + page.Counts[proxy.OutcomeTimeout]; lost != 0 {
+		for _, tl := range page.Timelines {
+			if tl.Outcome != proxy.OutcomeSuccess && tl.Outcome != proxy.OutcomeFallback {
+				t.Logf("%s: %s %s", tl.RequestID, tl.Outcome, tl.Error)
+			}
+		}
+		t.Errorf("%d requests lost to the prefill crash: %v", lost, page.Counts)
+	}
+	for i, b := range bodies {
+		// Every answer is whole: all 8 tokens counted, and the stream's end.
+		if !strings.Contains(b, `"completion_tokens":8`) || !strings.HasSuffix(b, "data: [DONE]\n\n") {
+			t.Errorf("request %d: incomplete answer %q", i, b)
+			break
+		}
+	}
+	if retried == 0 {
+		t.Errorf("prefill-0 crashed after 3 requests, yet nothing was retried: %v", page.Counts)
+	}
+	t.Logf("counts %v, retries %d", page.Counts, retried)
+	if err := d.Down(2 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	assertAllGone(t, pids)
+}
