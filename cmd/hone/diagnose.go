@@ -1,0 +1,153 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hone-llm/hone/diagnose"
+	"github.com/hone-llm/hone/replay"
+)
+
+func init() { subcommands = append(subcommands, newDiagnoseCmd) }
+
+func newDiagnoseCmd() *cobra.Command {
+	c := &cobra.Command{Use: "diagnose", Short: "Attribute each request's latency and name the bottleneck"}
+	var record, timelines, proxyURL, truth, format, pprofOut string
+	report := &cobra.Command{
+		Use:   "report --record run.json",
+		Short: "Split TTFT into client, queueing, prefill, transfer and decode-queue time; name the bottleneck",
+		Long: `hone diagnose report reads a replay record and, when given, the proxy's
+per-request timelines (--timelines FILE from GET /hone/timeline, or --proxy URL
+to fetch them), joins them by X-Request-Id on CLOCK_MONOTONIC, and splits every
+measured request's TTFT into:
+
+  client        dispatch lag, client↔proxy↔engine hops, the proxy's hand-off,
+                first-byte delivery (the residual)
+  queueing      the engine's queue (vLLM queue_time_ms) and failed prefill legs
+  prefill       the engine's arrival→first token minus its queue
+  transfer      on a decode worker: time_to_first_token − queue_time − one ITL
+                (waiting for KV blocks)
+  decode_queue  the decode worker's queue
+
+and reports decode (first → last token) beside them. Figures are model time.
+vLLM must run with --enable-per-request-metrics for the engine-side split; the
+proxy keeps the prefill leg's metrics. The bottleneck is the part of the
+p99-rank request that grows most with load (or the dominant part when even the
+lowest load misses the TTFT SLO; decode when TPOT misses its SLO), with the
+changes worth trying next.
+
+--truth compares with an emulator's --trace-file (its ground truth) and
+prints the error per part. --pprof writes a profile for go tool pprof.
+
+Exit codes: 0 success; 2 bad input.`,
+		Example: `  hone diagnose report --record run.json --proxy http://127.0.0.1:8000
+  hone diagnose report --record run.json --timelines tl.json --format md --pprof ttft.pb.gz
+  go tool pprof -top ttft.pb.gz`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if record == "" {
+				return badInput("--record: required (a hone replay record)")
+			}
+			if format != "table" && format != "md" && format != "json" {
+				return badInput("--format: %q: want table, md or json", format)
+			}
+			rec, err := replay.ReadRecord(record)
+			if err != nil {
+				return usageError{err}
+			}
+			var ev diagnose.Evidence
+			switch {
+			case timelines != "" && proxyURL != "":
+				return badInput("--timelines and --proxy: give one")
+			case timelines != "":
+				if ev.Timelines, err = diagnose.ReadTimelines(timelines); err != nil {
+					return usageError{err}
+				}
+			case proxyURL != "":
+				if ev.Timelines, err = diagnose.FetchTimelines(c.Context(), proxyURL); err != nil {
+					return err
+				}
+			}
+			atts, err := diagnose.Attribute(rec, ev)
+			if err != nil {
+				return usageError{fmt.Errorf("record %s: %w", record, err)}
+			}
+			tpot := map[float64]float64{}
+			for _, run := range rec.Runs {
+				for _, l := range run.Levels {
+					tpot[l.OfferedQPS] = max(tpot[l.OfferedQPS], l.P99TPOTMs)
+				}
+			}
+			d := diagnose.Summarize(rec.Kind, atts, rec.SLO, tpot)
+			out := c.OutOrStdout()
+			var errs []diagnose.PartError
+			if truth != "" {
+				f, err := os.Open(truth)
+				if err != nil {
+					return usageError{fmt.Errorf("--truth: %w", err)}
+				}
+				tr, err := diagnose.ReadTrace(f)
+				f.Close()
+				if err != nil {
+					return usageError{fmt.Errorf("--truth %s: %w", truth, err)}
+				}
+				if errs, err = diagnose.Compare(atts, tr); err != nil {
+					return usageError{err}
+				}
+			}
+			switch format {
+			case "json":
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(map[string]any{"diagnosis": d, "truth_error": errs, "requests": atts}); err != nil {
+					return err
+				}
+			default:
+				if err := d.WriteTable(out, format == "md"); err != nil {
+					return err
+				}
+				if len(errs) > 0 {
+					fmt.Fprintln(out, "\nagainst the emulator's ground truth (model ms):")
+					for _, e := range errs {
+						fmt.Fprintf(out, "  %-13s truth %9.2f  attributed %9.2f  |err| median %7.2f  p90 %7.2f  (n=%d)\n",
+							e.Part, e.MeanTruth, e.MeanAttrib, e.MedianErr, e.P90AbsErr, e.Requests)
+					}
+				}
+				if len(ev.Timelines) == 0 {
+					fmt.Fprintln(out, "note: no proxy timelines: disaggregated legs cannot be split (give --proxy or --timelines)")
+				}
+			}
+			if pprofOut != "" {
+				p, err := diagnose.Profile(atts)
+				if err != nil {
+					return err
+				}
+				f, err := os.Create(pprofOut)
+				if err != nil {
+					return err
+				}
+				if err := p.Write(f); err != nil {
+					f.Close()
+					return err
+				}
+				if err := f.Close(); err != nil {
+					return err
+				}
+				fmt.Fprintln(c.ErrOrStderr(), "pprof profile written to", pprofOut, "(go tool pprof -top", pprofOut+")")
+			}
+			return nil
+		},
+	}
+	f := report.Flags()
+	f.StringVar(&record, "record", "", "replay record (hone replay -o)")
+	f.StringVar(&timelines, "timelines", "", "proxy timelines file (GET /hone/timeline output)")
+	f.StringVar(&proxyURL, "proxy", "", "fetch timelines from this running hone proxy")
+	f.StringVar(&truth, "truth", "", "emulator --trace-file to compare against")
+	f.StringVar(&format, "format", "table", "table | md | json")
+	f.StringVar(&pprofOut, "pprof", "", "write a pprof profile of attributed time here")
+	c.AddCommand(report)
+	return c
+}

@@ -1,0 +1,205 @@
+package diagnose
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/hone-llm/hone/deploy/proxy"
+	"github.com/hone-llm/hone/replay"
+)
+
+// Components of a request's time to first token, in the order they happen.
+const (
+	Client   = "client"   // dispatch lag, client↔proxy↔engine hops, proxy hand-off, first-byte delivery
+	Queueing = "queueing" // waiting in an engine's queue (prefill or colocated; decode side in DecodeQueue)
+	Prefill  = "prefill"  // computing the prompt (incl. the first token on a colocated engine)
+	Transfer = "transfer" // proxy hand-off and the decode worker waiting for KV blocks
+	DecodeQ  = "decode_queue"
+	Decode   = "decode" // first → last token (not part of TTFT)
+)
+
+// TTFTComponents are the parts that add up to TTFT.
+var TTFTComponents = []string{Client, Queueing, Prefill, Transfer, DecodeQ}
+
+// Attribution is one request's latency split, in model milliseconds.
+type Attribution struct {
+	Run        int                `json:"run"`
+	OfferedQPS float64            `json:"offered_qps"`
+	ID         int                `json:"id"`
+	RequestID  string             `json:"request_id"`
+	TTFTMs     float64            `json:"ttft_ms"` // scheduled arrival → first token, as the client saw it
+	E2EMs      float64            `json:"e2e_ms"`
+	Parts      map[string]float64 `json:"parts_ms"`
+	// Sources says which evidence each part came from.
+	Sources  map[string]string `json:"sources"`
+	Retries  int               `json:"retries,omitempty"`
+	Fallback bool              `json:"fallback,omitempty"`
+}
+
+// Evidence is everything attribution may use beyond the record.
+type Evidence struct {
+	Timelines []proxy.Timeline
+}
+
+// engineMetrics are vLLM's per-request metrics keys (model ms).
+type engineMetrics struct {
+	QueueTimeMs *float64 `json:"queue_time_ms"`
+	TTFTMs      *float64 `json:"time_to_first_token_ms"`
+	MeanITLMs   *float64 `json:"mean_itl_ms"`
+}
+
+// Attribute splits every measured, successful request of rec.
+func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
+	if rec == nil {
+		return nil, fmt.Errorf("no record")
+	}
+	scale := rec.TimeScale
+	if !(scale > 0) {
+		scale = 1
+	}
+	toMs := func(ns int64) float64 { return float64(ns) / 1e6 / scale }
+	tl := map[string]*proxy.Timeline{}
+	for i := range ev.Timelines {
+		tl[ev.Timelines[i].RequestID] = &ev.Timelines[i]
+	}
+	var out []Attribution
+	for _, run := range rec.Runs {
+		for _, lvl := range run.Levels {
+			for _, rq := range lvl.Requests {
+				if rq.ID < replay.Sessions || rq.Outcome != "ok" || rq.FirstMs == nil || rq.FinishMs == nil {
+					continue
+				}
+				a := Attribution{Run: run.Run, OfferedQPS: lvl.OfferedQPS, ID: rq.ID, RequestID: rq.RequestID,
+					TTFTMs: *rq.FirstMs - rq.ScheduledMs, E2EMs: *rq.FinishMs - rq.ScheduledMs,
+					Parts: map[string]float64{}, Sources: map[string]string{}}
+				firstMono := rq.Sent.MonoNs + int64((*rq.FirstMs-rq.SentMs)*scale*1e6)
+				a.Parts[Decode], a.Sources[Decode] = *rq.FinishMs-*rq.FirstMs, "client"
+				var em engineMetrics
+				if len(rq.EngineMetrics) > 0 {
+					_ = json.Unmarshal(rq.EngineMetrics, &em) // absent keys stay nil
+				}
+				// split reads the engine that streamed the answer: engine
+				// queue and arrival→first token from its metrics when present,
+				// else the whole span from when it was sent the request.
+				split := func(engineFromMono int64) {
+					engineSpan := toMs(firstMono - engineFromMono) // decode/colocated engine: arrival → first token at the client
+					q, t1 := em.QueueTimeMs, em.TTFTMs
+					if q != nil && t1 != nil {
+						a.Parts["_engine_queue"] = *q
+						a.Parts["_engine_first"] = *t1 - *q
+					} else {
+						a.Parts["_engine_first"] = engineSpan
+					}
+				}
+				p := tl[rq.RequestID]
+				switch {
+				case p == nil:
+					// No proxy: the engine's own metrics, the rest is client.
+					split(rq.Sent.MonoNs)
+					a.Parts[Queueing] = a.Parts["_engine_queue"]
+					a.Parts[Prefill] = a.Parts["_engine_first"]
+					a.Sources[Queueing], a.Sources[Prefill] = sourceOf(em), sourceOf(em)
+				case len(p.Prefill) == 0 && p.Decode != nil:
+					// Colocated through the proxy.
+					split(p.Decode.Sent.MonoNs)
+					a.Parts[Queueing] = a.Parts["_engine_queue"]
+					a.Parts[Prefill] = a.Parts["_engine_first"]
+					a.Sources[Queueing], a.Sources[Prefill] = sourceOf(em), sourceOf(em)
+				case p.Decode != nil:
+					// Disaggregated: the prefill leg(s), the hand-off, then the
+					// decode worker.
+					a.Retries = p.Retries
+					a.Fallback = p.Outcome == proxy.OutcomeFallback
+					var ok *proxy.Leg
+					for i := range p.Prefill {
+						if p.Prefill[i].Answered != nil && p.Prefill[i].Error == "" && p.Prefill[i].Status/100 == 2 {
+							ok = &p.Prefill[i]
+						}
+					}
+					if ok != nil && !a.Fallback {
+						// Failed legs and retries before the good one are time
+						// spent waiting for a prefill; without them the gap is
+						// the proxy's own (client residual).
+						if ok != &p.Prefill[0] {
+							a.Parts[Queueing] += toMs(ok.Sent.MonoNs - p.Prefill[0].Sent.MonoNs)
+						}
+						var pm engineMetrics
+						if len(ok.EngineMetrics) > 0 {
+							_ = json.Unmarshal(ok.EngineMetrics, &pm)
+						}
+						if pm.QueueTimeMs != nil && pm.TTFTMs != nil {
+							a.Parts[Queueing] += *pm.QueueTimeMs
+							a.Parts[Prefill] = *pm.TTFTMs - *pm.QueueTimeMs
+							a.Sources[Prefill] = "prefill engine's per-request metrics (via the proxy)"
+						} else {
+							a.Parts[Prefill] = toMs(ok.Answered.MonoNs - ok.Sent.MonoNs)
+							a.Sources[Prefill] = "proxy prefill leg (engine queue + prefill + hops; no engine metrics)"
+						}
+						// The hand-off between the legs is the proxy's own time:
+						// it stays in the client residual.
+					} else {
+						a.Parts[Queueing] += toMs(p.Decode.Sent.MonoNs - p.Received.MonoNs)
+					}
+					split(p.Decode.Sent.MonoNs)
+					if a.Fallback || ok == nil {
+						// Decode-side prefill: the decode engine did the prefill.
+						a.Parts[Queueing] += a.Parts["_engine_queue"]
+						a.Parts[Prefill] += a.Parts["_engine_first"]
+						a.Sources[Prefill] = "decode engine (fallback: decode-side prefill)"
+					} else {
+						// The decode engine's arrival → first token is KV wait +
+						// its queue + one step. vLLM's queue_time covers the
+						// queue; one mean inter-token time stands for the step;
+						// the rest is the KV transfer.
+						step := 0.0
+						if em.MeanITLMs != nil {
+							step = *em.MeanITLMs
+						}
+						first := a.Parts["_engine_first"]
+						a.Parts[DecodeQ] = a.Parts["_engine_queue"]
+						a.Parts[Transfer] += math.Max(0, first-step)
+						// The step itself stays in the client residual below.
+						a.Sources[Transfer] = "decode engine (time_to_first_token − queue_time − one ITL)"
+						a.Sources[DecodeQ] = sourceOf(em)
+					}
+				default:
+					continue // no decode leg: the request failed in the proxy
+				}
+				attributed := 0.0
+				for _, k := range []string{Queueing, Prefill, Transfer, DecodeQ} {
+					attributed += a.Parts[k]
+				}
+				a.Parts[Client] = a.TTFTMs - attributed
+				a.Sources[Client] = "residual: TTFT − the other parts (dispatch, hops, delivery)"
+				for k := range a.Parts {
+					if k[0] == '_' {
+						delete(a.Parts, k)
+					}
+				}
+				out = append(out, a)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no measured request completed: nothing to attribute")
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Run != out[j].Run {
+			return out[i].Run < out[j].Run
+		}
+		if out[i].OfferedQPS != out[j].OfferedQPS {
+			return out[i].OfferedQPS < out[j].OfferedQPS
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+func sourceOf(em engineMetrics) string {
+	if em.QueueTimeMs != nil && em.TTFTMs != nil {
+		return "engine per-request metrics (queue_time_ms, time_to_first_token_ms)"
+	}
+	return "client timing (no engine metrics: run vLLM with --enable-per-request-metrics)"
+}

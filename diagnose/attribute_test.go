@@ -1,0 +1,160 @@
+package diagnose
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hone-llm/hone/deploy/proxy"
+	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/sim/emulator"
+)
+
+// syncBuf is a trace sink shared by several engines.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+const (
+	testProfile = "qwen2.5-coder-0.5b-h200"
+	// timeScale halves the test's wall time; every figure stays in model
+	// time, so real jitter counts double.
+	timeScale = 0.5
+)
+
+// deployment stands up emulator workers behind hone's proxy, in process.
+func deployment(t *testing.T, ctx context.Context, mode string, trace io.Writer) (proxyURL, engineURL string, p *proxy.Proxy) {
+	t.Helper()
+	start := func(role emulator.Role) *emulator.Server {
+		s, err := emulator.Start(ctx, emulator.Config{Role: role, Profile: testProfile, TimeScale: timeScale, EnablePromptTokensDetails: true,
+			EnablePerRequestMetrics: true, Trace: trace, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	cfg := proxy.Config{Listen: "127.0.0.1:0", Mode: mode}
+	if mode == proxy.ModeColocated {
+		e := start(emulator.RoleColocated)
+		engineURL = e.URL()
+		cfg.Workers = []proxy.Worker{{Name: "c0", Role: proxy.RoleColocated, URL: e.URL()}}
+	} else {
+		pf, dc := start(emulator.RolePrefill), start(emulator.RoleDecode)
+		engineURL = dc.URL()
+		cfg.Connector = proxy.NixlConnector
+		cfg.Workers = []proxy.Worker{{Name: "p0", Role: proxy.RolePrefill, URL: pf.URL()}, {Name: "d0", Role: proxy.RoleDecode, URL: dc.URL()}}
+	}
+	p, err := proxy.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan string, 1)
+	go p.ListenAndServe(ctx, func(a string) { ready <- a }, time.Second)
+	select {
+	case a := <-ready:
+		proxyURL = "http://" + a
+	case <-time.After(5 * time.Second):
+		t.Fatal("proxy did not start")
+	}
+	return proxyURL, engineURL, p
+}
+
+// replayOnce runs a small workload through the proxy at two load levels.
+func replayOnce(t *testing.T, ctx context.Context, proxyURL, engineURL string) *replay.Record {
+	t.Helper()
+	w := replay.DefaultWorkload()
+	w.Requests = 40
+	rec, err := replay.Run(ctx, replay.Options{Endpoint: proxyURL, TokenizeEndpoint: engineURL, Model: "Qwen/Qwen2.5-Coder-0.5B-Instruct",
+		Kind: replay.KindEmulated, Backend: "emulator", Workload: w, QPS: []float64{4, 24}, GPUs: 1, TimeScale: timeScale})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Outcomes["ok"] != 80 {
+		t.Fatalf("outcomes %v", rec.Outcomes)
+	}
+	return rec
+}
+
+// Attribution must agree with the emulator's ground truth, which it never
+// reads. Tolerances are in model time: the proxy's legs include HTTP hops
+// and scheduling jitter on a shared two-core machine, a few ms at time scale
+// 0.5.
+func TestAttributionMatchesGroundTruth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts engines and replays 160 requests")
+	}
+	for _, mode := range []string{proxy.ModeColocated, proxy.ModeDisaggregated} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			trace := &syncBuf{}
+			pu, eu, p := deployment(t, ctx, mode, trace)
+			rec := replayOnce(t, ctx, pu, eu)
+			tls, _ := p.Timelines(0, 0)
+			atts, err := Attribute(rec, Evidence{Timelines: tls})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(atts) != 64 { // 2 levels × 32 measured requests
+				t.Fatalf("%d attributions, want 64", len(atts))
+			}
+			for _, a := range atts {
+				sum := 0.0
+				for _, k := range TTFTComponents {
+					sum += a.Parts[k]
+				}
+				if math.Abs(sum-a.TTFTMs) > 1e-6 {
+					t.Fatalf("request %s: parts sum to %v, TTFT %v", a.RequestID, sum, a.TTFTMs)
+				}
+			}
+			trace.mu.Lock()
+			truth, err := ReadTrace(bytes.NewReader(trace.b.Bytes()))
+			trace.mu.Unlock()
+			if err != nil {
+				t.Fatal(err)
+			}
+			errs, err := Compare(atts, truth)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range errs {
+				t.Logf("%s %-18s truth %8.2f ms  attributed %8.2f ms  |err| mean %6.2f median %6.2f p90 %6.2f ms (n=%d)",
+					mode, e.Part, e.MeanTruth, e.MeanAttrib, e.MAE, e.MedianErr, e.P90AbsErr, e.Requests)
+				if e.Requests != 64 {
+					t.Errorf("%s: %d requests matched the truth, want 64", e.Part, e.Requests)
+				}
+				// The median error: one request delayed by a busy CPU must
+				// not decide the test; a systematic misattribution does.
+				if tol := math.Max(5, 0.15*e.MeanTruth); e.MedianErr > tol {
+					t.Errorf("%s: median |error| %.2f ms > %.2f ms", e.Part, e.MedianErr, tol)
+				}
+			}
+			d := Summarize(rec.Kind, atts, rec.SLO, nil)
+			var b strings.Builder
+			d.WriteTable(&b, false)
+			t.Log("\n" + b.String())
+			prof, err := Profile(atts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := prof.Write(io.Discard); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -1,0 +1,92 @@
+package diagnose
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/hone-llm/hone/deploy/proxy"
+)
+
+// ReadTimelines reads proxy timelines from a file holding either a
+// /hone/timeline page ({"timelines":[...]}), a JSON array of timelines, or
+// one timeline per line.
+func ReadTimelines(path string) ([]proxy.Timeline, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read timelines: %w", err)
+	}
+	tls, err := ParseTimelines(b)
+	if err != nil {
+		return nil, fmt.Errorf("timelines %s: %w", path, err)
+	}
+	return tls, nil
+}
+
+// ParseTimelines decodes the formats ReadTimelines accepts.
+func ParseTimelines(b []byte) ([]proxy.Timeline, error) {
+	s := strings.TrimSpace(string(b))
+	switch {
+	case s == "":
+		return nil, fmt.Errorf("empty")
+	case s[0] == '[':
+		var tls []proxy.Timeline
+		if err := json.Unmarshal(b, &tls); err != nil {
+			return nil, fmt.Errorf("want a JSON array of timelines: %w", err)
+		}
+		return tls, nil
+	case strings.HasPrefix(s, `{"timelines"`) || strings.Contains(s[:min(len(s), 200)], `"timelines"`):
+		var page proxy.TimelinePage
+		if err := json.Unmarshal(b, &page); err != nil {
+			return nil, fmt.Errorf("want a /hone/timeline page: %w", err)
+		}
+		return page.Timelines, nil
+	}
+	var tls []proxy.Timeline
+	dec := json.NewDecoder(strings.NewReader(s))
+	for dec.More() {
+		var t proxy.Timeline
+		if err := dec.Decode(&t); err != nil {
+			return nil, fmt.Errorf("timeline %d: %w", len(tls)+1, err)
+		}
+		tls = append(tls, t)
+	}
+	return tls, nil
+}
+
+// FetchTimelines pages through a live proxy's GET /hone/timeline.
+func FetchTimelines(ctx context.Context, base string) ([]proxy.Timeline, error) {
+	var all []proxy.Timeline
+	since := uint64(0)
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/hone/timeline?since=%d&limit=10000", strings.TrimRight(base, "/"), since), nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("fetch timelines from %s: %w", base, err)
+		}
+		b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<30))
+		resp.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("fetch timelines from %s: status %d", base, resp.StatusCode)
+		}
+		var page proxy.TimelinePage
+		if err := json.Unmarshal(b, &page); err != nil {
+			return nil, fmt.Errorf("fetch timelines from %s: %w", base, err)
+		}
+		all = append(all, page.Timelines...)
+		if len(page.Timelines) == 0 || page.Next == since {
+			return all, nil
+		}
+		since = page.Next
+	}
+}
