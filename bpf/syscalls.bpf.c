@@ -91,12 +91,23 @@ int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	if (!is_target(tgid))
 		return 0;
 	__u32 tid = (__u32)pt;
-	struct hone_inflight in = {
-		.start_ns = bpf_ktime_get_ns(),
+	__u64 now = bpf_ktime_get_ns();
+	/* The entry stays in the map for the thread's life (sched_process_exit
+	 * removes it): writing in place is cheaper than insert and delete on
+	 * every call. */
+	struct hone_inflight *in = bpf_map_lookup_elem(&inflight, &tid);
+	if (in) {
+		in->start_ns = now;
+		in->id = (__u32)ctx->args[1];
+		in->tgid = tgid;
+		return 0;
+	}
+	struct hone_inflight fresh = {
+		.start_ns = now,
 		.id = (__u32)ctx->args[1],
 		.tgid = tgid,
 	};
-	if (bpf_map_update_elem(&inflight, &tid, &in, BPF_ANY))
+	if (bpf_map_update_elem(&inflight, &tid, &fresh, BPF_ANY))
 		count_drop(DROP_MAP_FULL);
 	return 0;
 }
@@ -107,8 +118,8 @@ int sys_exit(struct bpf_raw_tracepoint_args *ctx)
 	__u64 pt = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)pt;
 	struct hone_inflight *in = bpf_map_lookup_elem(&inflight, &tid);
-	if (!in)
-		return 0;
+	if (!in || in->start_ns == 0)
+		return 0; /* not traced, or entered before it was a target */
 	__u64 now = bpf_ktime_get_ns();
 	__u64 start = in->start_ns;
 	struct hone_thread_key key = {
@@ -116,7 +127,7 @@ int sys_exit(struct bpf_raw_tracepoint_args *ctx)
 		.tid = tid,
 		.class = classify(in->id),
 	};
-	bpf_map_delete_elem(&inflight, &tid);
+	in->start_ns = 0;
 	if (key.tgid != (__u32)(pt >> 32))
 		return 0; /* a stale entry: the thread id was reused */
 

@@ -24,6 +24,7 @@ type subprocessSpec struct {
 	CUDALaunches time.Duration `json:"cuda_launches"`
 	BPFStats     bool          `json:"bpf_stats"`
 	DropCaps     bool          `json:"drop_caps"`
+	ScanPeriod   time.Duration `json:"scan_period"` // default 100ms
 }
 
 const subprocessEnv = "HONE_TEST_DAEMON_SPEC"
@@ -42,7 +43,10 @@ func runSubprocess(spec string) int {
 		return 2
 	}
 	cfg := Config{PIDs: s.PIDs, CUDALaunches: s.CUDALaunches, BPFStats: s.BPFStats, Sched: true,
-		ScanPeriod: 100 * time.Millisecond, NVMLPeriod: time.Second}
+		ScanPeriod: s.ScanPeriod, NVMLPeriod: time.Second}
+	if cfg.ScanPeriod == 0 {
+		cfg.ScanPeriod = 100 * time.Millisecond
+	}
 	if s.Match != "" {
 		cfg.Match = regexp.MustCompile(s.Match)
 	}

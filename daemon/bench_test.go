@@ -1,0 +1,256 @@
+//go:build linux
+
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/hone-llm/hone/bpf"
+	"github.com/hone-llm/hone/bpf/bpftest"
+	"github.com/hone-llm/hone/sim/emulator"
+)
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// spin runs the workload's getppid loop and returns its own ns per call.
+func spin(tb testing.TB, prog string, n int, objs *bpf.Objects) float64 {
+	tb.Helper()
+	c := exec.Command(prog, "spin", strconv.Itoa(n))
+	in, _ := c.StdinPipe()
+	out, _ := c.StdoutPipe()
+	if err := c.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	if err := bpftest.WaitBlockedInRead(c.Process.Pid); err != nil {
+		tb.Fatal(err)
+	}
+	if objs != nil {
+		if err := objs.AddTarget(uint32(c.Process.Pid)); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	in.Write([]byte("go\n"))
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c.Wait()
+	ns, err := strconv.ParseFloat(strings.TrimSpace(line), 64)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ns / float64(n)
+}
+
+func progStats(tb testing.TB, ps ...*ebpf.Program) (runs uint64, ns uint64) {
+	for _, p := range ps {
+		st, err := p.Stats()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		runs += st.RunCount
+		ns += uint64(st.Runtime.Nanoseconds())
+	}
+	return runs, ns
+}
+
+// BenchmarkBPFSyscallCost measures, per round (b.N rounds), the kernel run
+// time per program run of sys_enter/sys_exit while a target makes getppid
+// calls (bpf_stats), and the time those calls take with the programs
+// attached minus detached. Medians over the rounds; target ≤ 300 ns/event.
+func BenchmarkBPFSyscallCost(b *testing.B) {
+	bpftest.Require(b)
+	prog, _ := bpftest.Workload(b)
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stats.Close()
+	objs, err := bpf.Load(bpf.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer objs.Close()
+	progs := objs.Programs()
+	const n = 200_000
+	var perRun, perSyscall, added []float64
+	b.ResetTimer()
+	for range b.N {
+		off := spin(b, prog, n, nil)
+		links, err := objs.Attach(bpf.Probes{Syscalls: true, Procs: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		r0, t0 := progStats(b, progs["sys_enter"], progs["sys_exit"])
+		on := spin(b, prog, n, objs)
+		r1, t1 := progStats(b, progs["sys_enter"], progs["sys_exit"])
+		links.Close()
+		perRun = append(perRun, float64(t1-t0)/float64(r1-r0))
+		perSyscall = append(perSyscall, 2*float64(t1-t0)/float64(r1-r0))
+		added = append(added, on-off)
+	}
+	b.ReportMetric(median(perRun), "ns/event")
+	b.ReportMetric(median(perSyscall), "bpf-ns/syscall")
+	b.ReportMetric(median(added), "added-ns/syscall")
+}
+
+// BenchmarkSyscallAddedLatency is the added time per traced getppid with
+// the syscall programs attached, without BPF statistics (which add their
+// own clock reads): the cost a traced thread pays.
+func BenchmarkSyscallAddedLatency(b *testing.B) {
+	bpftest.Require(b)
+	prog, _ := bpftest.Workload(b)
+	objs, err := bpf.Load(bpf.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer objs.Close()
+	const n = 200_000
+	var added, untraced []float64
+	b.ResetTimer()
+	for range b.N {
+		off := spin(b, prog, n, nil)
+		links, err := objs.Attach(bpf.Probes{Syscalls: true, Procs: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		on := spin(b, prog, n, objs)
+		other := spin(b, prog, n, nil) // attached, but not a target
+		links.Close()
+		added = append(added, on-off)
+		untraced = append(untraced, other-off)
+	}
+	b.ReportMetric(median(added), "added-ns/syscall")
+	b.ReportMetric(median(untraced), "added-ns/syscall-nontarget")
+}
+
+// BenchmarkEmulatorOverhead drives hone's engine emulator (in this process)
+// with an open-loop 200 requests/s stream of short completions and compares
+// windows with the daemon attached (a child process tracing this process:
+// syscalls, sched, sockets) and detached, alternated. It reports throughput
+// and p99 TTFT of each, their difference, and the daemon's own CPU and RSS.
+func BenchmarkEmulatorOverhead(b *testing.B) {
+	bpftest.Require(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv, err := emulator.Start(ctx, emulator.Config{Port: 0, TimeScale: 0.05, Logger: nil})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+	const rate = 200
+	const window = 4 * time.Second
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512}}
+	body := `{"model":"` + srv.Profile().Model.Name + `","prompt":"def add(a, b):","max_tokens":8,"stream":true}`
+	run := func() (rps, p99 float64) {
+		var mu sync.Mutex
+		var ttfts []float64
+		var wg sync.WaitGroup
+		start := time.Now()
+		for i := 0; ; i++ {
+			at := start.Add(time.Duration(i) * time.Second / rate)
+			if at.Sub(start) >= window {
+				break
+			}
+			time.Sleep(time.Until(at))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				t0 := time.Now()
+				resp, err := client.Post(srv.URL()+"/v1/completions", "application/json", strings.NewReader(body))
+				if err != nil {
+					return
+				}
+				defer resp.Body.Close()
+				r := bufio.NewReader(resp.Body)
+				first := true
+				for {
+					line, err := r.ReadString('\n')
+					if strings.HasPrefix(line, "data: ") && first {
+						first = false
+						mu.Lock()
+						ttfts = append(ttfts, float64(time.Since(t0).Microseconds())/1e3)
+						mu.Unlock()
+					}
+					if err != nil {
+						break
+					}
+				}
+				io.Copy(io.Discard, resp.Body)
+			}()
+		}
+		wg.Wait()
+		el := time.Since(start).Seconds()
+		sort.Float64s(ttfts)
+		if len(ttfts) == 0 {
+			b.Fatal("no request succeeded")
+		}
+		return float64(len(ttfts)) / el, ttfts[(len(ttfts)*99+99)/100-1]
+	}
+	run() // warm up
+	var offRPS, onRPS, offP99, onP99, cpu, rss []float64
+	for range b.N {
+		for round := 0; round < 5; round++ {
+			r, p := run()
+			offRPS, offP99 = append(offRPS, r), append(offP99, p)
+			dir := b.TempDir()
+			spec, _ := json.Marshal(subprocessSpec{PIDs: []int{os.Getpid()}, Listen: "off",
+				Output: filepath.Join(dir, "s.json"), Duration: window + 3*time.Second, ScanPeriod: time.Second})
+			d := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
+			d.Env = append(os.Environ(), subprocessEnv+"="+string(spec))
+			var stderr strings.Builder
+			d.Stderr = &stderr
+			if err := d.Start(); err != nil {
+				b.Fatal(err)
+			}
+			for !strings.Contains(stderr.String(), "msg=attached") {
+				time.Sleep(20 * time.Millisecond)
+			}
+			r, p = run()
+			onRPS, onP99 = append(onRPS, r), append(onP99, p)
+			if err := d.Wait(); err != nil {
+				b.Fatalf("daemon: %v\n%s", err, stderr.String())
+			}
+			ru := d.ProcessState.SysUsage().(*syscall.Rusage)
+			cpu = append(cpu, time.Duration(ru.Utime.Nano()+ru.Stime.Nano()).Seconds()/(window+3*time.Second).Seconds())
+			rss = append(rss, float64(ru.Maxrss)/1024)
+		}
+	}
+	b.ReportMetric(median(offRPS), "req/s-detached")
+	b.ReportMetric(median(onRPS), "req/s-attached")
+	b.ReportMetric(median(offP99), "p99-ttft-ms-detached")
+	b.ReportMetric(median(onP99), "p99-ttft-ms-attached")
+	b.ReportMetric(100*(median(onP99)/median(offP99)-1), "p99-ttft-diff-%")
+	b.ReportMetric(100*(median(onRPS)/median(offRPS)-1), "throughput-diff-%")
+	b.ReportMetric(median(cpu), "daemon-cpu-s/s")
+	b.ReportMetric(median(rss), "daemon-maxrss-MiB")
+	fmt.Fprintf(os.Stderr, "windows detached rps %v p99 %v; attached rps %v p99 %v\n", offRPS, offP99, onRPS, onP99)
+}
