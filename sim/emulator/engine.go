@@ -230,30 +230,40 @@ func (e *engine) run(ctx context.Context) {
 		end := start + dur
 		e.updateGauges()
 		deadline := e.clock.real(end)
-	wait:
-		for {
-			d := time.Until(deadline)
-			if d <= 0 {
-				break
-			}
-			timer.Reset(d)
-			select {
-			case m := <-e.inbox:
-				if !timer.Stop() {
-					<-timer.C
-				}
-				e.handle(m)
-			case <-timer.C:
-				break wait
-			case <-ctx.Done():
-				e.shutdown()
-				return
-			}
+		if !e.waitUntil(ctx, deadline, timer) {
+			e.shutdown()
+			return
 		}
 		e.recordLateness(time.Since(deadline))
 		e.complete(step, end)
 		e.clockMs = end
 		e.retryPending()
+	}
+}
+
+// waitUntil waits for deadline, taking in messages meanwhile (they can only
+// join the next step; a decode worker's pulls start at once). It reports
+// false on stop. Go's timers are served by the network poller, so a step
+// can end up to about a millisecond late; the model clock does not drift
+// (the next step starts at this one's modelled end), and the lateness is
+// exported as hone_emulator_step_lateness_seconds.
+func (e *engine) waitUntil(ctx context.Context, deadline time.Time, timer *time.Timer) bool {
+	for {
+		d := time.Until(deadline)
+		if d <= 0 {
+			return true
+		}
+		timer.Reset(d)
+		select {
+		case m := <-e.inbox:
+			timer.Stop()
+			e.handle(m)
+		case <-timer.C:
+			return true
+		case <-ctx.Done():
+			timer.Stop()
+			return false
+		}
 	}
 }
 

@@ -1,5 +1,7 @@
 package emulator
 
+import "sync/atomic"
+
 // kvCache is vLLM's block pool: fixed-size blocks, a reference count per
 // block, a free queue in LRU order (head evicted first) that also holds
 // cached blocks nobody references, and a map from chained block hash to
@@ -12,7 +14,7 @@ type kvCache struct {
 	tail      int
 	numFree   int
 	cached    map[uint64]int32
-	evictions int64
+	evictions atomic.Int64 // read by /metrics
 }
 
 type kvBlock struct {
@@ -119,7 +121,7 @@ func (c *kvCache) allocate(n int) []int32 {
 				delete(c.cached, b.hash)
 			}
 			b.hashed = false
-			c.evictions++
+			c.evictions.Add(1)
 		}
 		b.ref = 1
 		out[i] = id

@@ -223,6 +223,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	e := &engine{cfg: &s.cfg, prof: prof, scale: cfg.TimeScale, log: cfg.Logger,
 		kv: newKVCache(blocks, cfg.BlockSize, !cfg.DisablePrefixCaching), inbox: make(chan msg, 1024),
 		clock: newClock(cfg.TimeScale), metrics: newMetrics(cfg.Model), holds: map[string]*hold{}}
+	e.metrics.watchCache(e.kv)
 	if cfg.Trace != nil {
 		e.trace = &traceWriter{w: cfg.Trace}
 	}
@@ -442,12 +443,14 @@ func (s *Server) text(id int) string {
 }
 
 func (s *Server) completions(w http.ResponseWriter, hr *http.Request) {
+	// Arrival is the frontend's receipt of the request: the engine clock
+	// starts here, and reading and parsing the body overlap modelled time.
+	arrival := time.Now()
 	body, aerr := readBody(w, hr)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
 	}
-	arrival := time.Now()
 	req, aerr := ParseCompletion(body, s.lim, s.tok)
 	if aerr != nil {
 		writeError(w, aerr)
@@ -540,6 +543,14 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, req *Complet
 	started := false
 	sent := 0
 	buf := make([]byte, 0, 512)
+	// Every token chunk starts the same way; the rest is appended by hand,
+	// byte for byte what encoding/json writes for CompletionChunk.
+	prefix := append([]byte(`data: {"id":`), mustJSON(r.id)...)
+	prefix = append(prefix, `,"object":"text_completion","created":`...)
+	prefix = strconv.AppendInt(prefix, created, 10)
+	prefix = append(prefix, `,"model":`...)
+	prefix = append(prefix, mustJSON(s.cfg.Model)...)
+	prefix = append(prefix, `,"choices":[{"index":0,"text":`...)
 	writeEvent := func(v any) error {
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -570,24 +581,33 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, req *Complet
 			started = true
 		}
 		for i, t := range toks {
-			ch := CompletionChoice{Text: s.text(t)}
-			if req.ReturnTokenIDs {
-				ch.TokenIDs = []int{t}
-				if sent == 0 {
-					ch.PromptTokenIDs = req.Prompt
-				}
-			}
 			last := res != nil && i == len(toks)-1 && res.Err == nil && res.FinishReason != "abort"
-			var metrics *RequestMetrics
+			buf = append(buf[:0], prefix...)
+			buf = appendJSONString(buf, s.text(t))
+			buf = append(buf, `,"logprobs":null,"finish_reason":`...)
 			if last {
-				fr := res.FinishReason
-				ch.FinishReason = &fr
-				if !req.IncludeUsage && s.cfg.EnablePerRequestMetrics {
-					metrics = requestMetrics(res, s.cfg.TimeScale)
+				buf = appendJSONString(buf, res.FinishReason)
+			} else {
+				buf = append(buf, "null"...)
+			}
+			buf = append(buf, `,"stop_reason":null`...)
+			if req.ReturnTokenIDs {
+				buf = append(buf, `,"token_ids":[`...)
+				buf = strconv.AppendInt(buf, int64(t), 10)
+				buf = append(buf, ']')
+				if sent == 0 {
+					buf = append(buf, `,"prompt_token_ids":`...)
+					buf = appendInts(buf, req.Prompt)
 				}
 			}
-			if err := writeEvent(CompletionChunk{ID: r.id, Object: "text_completion", Created: created, Model: s.cfg.Model,
-				Choices: []CompletionChoice{ch}, Metrics: metrics}); err != nil {
+			buf = append(buf, "}]"...)
+			if last && !req.IncludeUsage && s.cfg.EnablePerRequestMetrics {
+				m, _ := json.Marshal(requestMetrics(res, s.cfg.TimeScale))
+				buf = append(buf, `,"metrics":`...)
+				buf = append(buf, m...)
+			}
+			buf = append(buf, "}\n\n"...)
+			if _, err := w.Write(buf); err != nil {
 				abort()
 				return
 			}
@@ -625,4 +645,27 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, req *Complet
 			fl.Flush()
 		}
 	}
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func appendJSONString(buf []byte, s string) []byte {
+	return append(buf, mustJSON(s)...)
+}
+
+func appendInts(buf []byte, ids []int) []byte {
+	buf = append(buf, '[')
+	for i, id := range ids {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = strconv.AppendInt(buf, int64(id), 10)
+	}
+	return append(buf, ']')
 }

@@ -253,8 +253,9 @@ func (e *engine) servePull(ctx context.Context, c net.Conn) {
 			}
 		}
 	}
-	if d := time.Until(start.Add(time.Duration(modelMs * e.scale * 1e6))); d > 0 {
-		sleepCtx(ctx, d)
+	end := start.Add(time.Duration(modelMs * e.scale * 1e6))
+	if d := time.Until(end); d > 0 {
+		sleepCtx(ctx, time.Until(end))
 	}
 	if err := enc.Encode(pullTrailer{End: true, ModelMs: modelMs}); err != nil {
 		e.trace.kvSend(e, pr.RequestID, sent, start, err)
@@ -269,6 +270,7 @@ func (e *engine) servePull(ctx context.Context, c net.Conn) {
 	e.post(msg{kind: msgRelease, id: pr.RequestID})
 }
 
+// sleepCtx sleeps d unless ctx ends first.
 func sleepCtx(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
