@@ -54,23 +54,6 @@ func encodeCompletion(model string, prompt []int, outputTokens int) ([]byte, err
 	})
 }
 
-// streamChunk is one event of a vLLM completion stream. Only the fields
-// hone reads are declared, so decoding skips the rest (notably the prompt
-// echo of the first chunk). Usage is go-openai's type, which already has
-// prompt_tokens_details.cached_tokens.
-type streamChunk struct {
-	Choices []streamChoice  `json:"choices"`
-	Usage   *openai.Usage   `json:"usage"`
-	Metrics json.RawMessage `json:"metrics"`
-	Error   json.RawMessage `json:"error"`
-}
-
-type streamChoice struct {
-	Text         string  `json:"text"`
-	TokenIDs     []int   `json:"token_ids"`
-	FinishReason *string `json:"finish_reason"`
-}
-
 // Chunks holds the arrival of every streamed chunk that carried output, in
 // columns: chunk k arrived at MonoNs[k] (CLOCK_MONOTONIC) = UnixNs[k] (wall)
 // carrying TokenIDs[k] (empty when the engine does not return token ids).
@@ -188,7 +171,7 @@ func (c *client) stream(ctx context.Context, body io.Reader, rr *RequestRecord, 
 	ch.UnixNs = make([]int64, 0, outputTokens)
 	ch.TokenIDs = make([][]int, 0, outputTokens)
 	var first, last time.Time
-	var chunk streamChunk
+	flat := make([]int, 0, outputTokens) // every output id; chunks slice it
 	for n := 0; ; n++ {
 		data, err := sse.next()
 		now := time.Now()
@@ -205,56 +188,50 @@ func (c *client) stream(ctx context.Context, body io.Reader, rr *RequestRecord, 
 			rr.Outcome = OutcomeOK
 			break
 		}
-		// A fresh value each time: decoding into reused slices would
-		// overwrite token ids already kept in rr.Chunks.
-		chunk = streamChunk{}
-		if err := json.Unmarshal(data, &chunk); err != nil {
+		v, err := parseChunk(data, flat)
+		if err != nil {
 			rr.fail(OutcomeMalformed, fmt.Errorf("event %d is not a completion chunk: %v: %.200q", n, err, data))
 			break
 		}
-		if len(chunk.Error) > 0 && string(chunk.Error) != "null" {
-			rr.fail(OutcomeHTTPError, fmt.Errorf("error event in stream: %s", apiErrorText(chunk.Error)))
+		if v.errRaw != nil {
+			rr.fail(OutcomeHTTPError, fmt.Errorf("error event in stream: %s", apiErrorText(v.errRaw)))
 			break
 		}
-		if chunk.Usage != nil {
-			rr.PromptTokens = &chunk.Usage.PromptTokens
-			if d := chunk.Usage.PromptTokensDetails; d != nil {
+		if v.usage != nil {
+			var u openai.Usage
+			if err := json.Unmarshal(v.usage, &u); err != nil {
+				rr.fail(OutcomeMalformed, fmt.Errorf("event %d: usage: %v", n, err))
+				break
+			}
+			rr.PromptTokens = &u.PromptTokens
+			if d := u.PromptTokensDetails; d != nil {
 				rr.CachedTokens = &d.CachedTokens
 			}
 		}
-		if len(chunk.Metrics) > 0 && string(chunk.Metrics) != "null" {
-			rr.EngineMetrics = append(json.RawMessage(nil), chunk.Metrics...)
+		if v.metrics != nil {
+			rr.EngineMetrics = append(json.RawMessage(nil), v.metrics...)
 		}
-		for _, choice := range chunk.Choices {
-			if choice.FinishReason != nil {
-				rr.FinishReason = *choice.FinishReason
-			}
-			if len(choice.TokenIDs) == 0 && choice.Text == "" {
-				continue
-			}
-			if first.IsZero() {
-				first = now
-			}
-			last = now
-			ch.MonoNs = append(ch.MonoNs, c.tb.monoNs(now))
-			ch.UnixNs = append(ch.UnixNs, now.UnixNano())
-			ids := choice.TokenIDs
-			if ids == nil {
-				ids = []int{}
-			}
-			ch.TokenIDs = append(ch.TokenIDs, ids)
+		if v.hasFinish {
+			rr.FinishReason = v.finish
 		}
+		if !v.output {
+			continue
+		}
+		if first.IsZero() {
+			first = now
+		}
+		last = now
+		ch.MonoNs = append(ch.MonoNs, c.tb.monoNs(now))
+		ch.UnixNs = append(ch.UnixNs, now.UnixNano())
+		ch.TokenIDs = append(ch.TokenIDs, v.ids[len(flat):len(v.ids):len(v.ids)])
+		flat = v.ids
 	}
-	rr.finish(start, first, last, c.ms)
+	rr.finish(start, first, last, flat, c.ms)
 	rr.validate(outputTokens)
 }
 
 // finish derives the output count, hash and timings from the chunks.
-func (rr *RequestRecord) finish(start, first, last time.Time, ms func(time.Duration) float64) {
-	var ids []int
-	for _, c := range rr.Chunks.TokenIDs {
-		ids = append(ids, c...)
-	}
+func (rr *RequestRecord) finish(start, first, last time.Time, ids []int, ms func(time.Duration) float64) {
 	rr.OutputTokens = len(ids)
 	if len(ids) > 0 {
 		rr.OutputSHA256 = HashTokens(ids)

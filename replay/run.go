@@ -268,20 +268,31 @@ func (r *runner) levelSpan(qps float64) time.Duration {
 	return time.Duration(last * r.opts.TimeScale * 1e6)
 }
 
-// spinWindow is how long before a send the dispatcher stops sleeping and
-// polls: Go's timers can wake a millisecond or more late on a busy host,
-// which alone would break a 1 ms dispatch-lag budget.
-const spinWindow = 3 * time.Millisecond
+// spinWindow is how long before a send the dispatcher stops sleeping on a
+// timer and polls: on an idle host Go's timers wake up to a millisecond or
+// more late (epoll waits in whole milliseconds), which alone would break a
+// 1 ms dispatch-lag budget.
+const spinWindow = 2 * time.Millisecond
+
+// busyYield is how long a yield may take before the host counts as busy.
+// A busy scheduler checks timers at every switch, so a timer is then both
+// precise and fair, while yielding would queue the dispatcher behind every
+// runnable goroutine.
+const busyYield = 50 * time.Microsecond
 
 // waitUntil blocks until due; false if ctx ended first.
 func waitUntil(ctx context.Context, t *time.Timer, due time.Time) bool {
+	busy := false
 	for {
 		d := time.Until(due)
 		if d <= 0 {
 			return ctx.Err() == nil
 		}
-		if d > spinWindow {
-			t.Reset(d - spinWindow)
+		if d > spinWindow || busy {
+			if !busy {
+				d -= spinWindow
+			}
+			t.Reset(d)
 			select {
 			case <-t.C:
 			case <-ctx.Done():
@@ -292,7 +303,9 @@ func waitUntil(ctx context.Context, t *time.Timer, due time.Time) bool {
 		if ctx.Err() != nil {
 			return false
 		}
+		y := time.Now()
 		runtime.Gosched()
+		busy = time.Since(y) > busyYield
 	}
 }
 
@@ -323,10 +336,9 @@ func (r *runner) level(ctx context.Context, run, li int, qps float64) LevelRecor
 	r.beginLevel(run, li, qps, len(reqs))
 	start := time.Now()
 	lr.StartedAt = r.tb.stamp(start)
-	scale := r.opts.TimeScale
-	at := func(ms float64) time.Time { return start.Add(time.Duration(ms * scale * 1e6)) }
+	at := func(ms float64) time.Time { return start.Add(time.Duration(ms * r.opts.TimeScale * 1e6)) }
 
-	var wg, warm sync.WaitGroup
+	var warm sync.WaitGroup
 	nWarm := min(Sessions, len(reqs))
 	warm.Add(nWarm)
 	midDone := make(chan struct{})
@@ -339,40 +351,14 @@ func (r *runner) level(ctx context.Context, run, li int, qps float64) LevelRecor
 		lr.Counters.Warmup, _ = r.eng.scrape(bg)
 		lr.WarmupOverlap = time.Now().After(at(MeasureStartMillis))
 	}()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	sent := 0
-	for i := range reqs {
-		due := at(reqs[i].ArrivalMs)
-		if !waitUntil(ctx, timer, due) {
-			break
+	sent := r.openLoop(ctx, start, reqs, bodies, records, func(i int) {
+		if i < Sessions {
+			warm.Done()
 		}
-		rr := &records[i]
-		rr.Scheduled = r.tb.stamp(due)
-		wg.Add(1)
-		sent++
-		go func(body []byte, warmup bool) {
-			defer wg.Done()
-			sse, _ := r.ssePool.Get().(*sseReader)
-			if sse == nil {
-				sse = newSSEReader(nil)
-			}
-			r.cl.do(ctx, body, rr, start, due, w.OutputTokens, sse)
-			sse.reset(nil)
-			r.ssePool.Put(sse)
-			r.done.Add(1)
-			if rr.Outcome != OutcomeOK {
-				r.failed.Add(1)
-			}
-			if warmup {
-				warm.Done()
-			}
-		}(bodies[i], i < Sessions)
-	}
+	})
 	for i := sent; i < nWarm; i++ {
 		warm.Done()
 	}
-	wg.Wait()
 	<-midDone
 	lr.Counters.After, _ = r.eng.scrape(bg)
 	lr.Requests = records[:sent]
@@ -381,6 +367,47 @@ func (r *runner) level(ctx context.Context, run, li int, qps float64) LevelRecor
 	lr.summarize(reqs, r.opts.SLO, r.opts.GPUs)
 	r.endLevel(len(reqs))
 	return lr
+}
+
+// openLoop sends request i at start + ArrivalMs x TimeScale, each in its
+// own goroutine, whatever earlier requests are doing, and waits until every
+// request sent has finished (finished(i) is called for each). It stops
+// sending when ctx ends and returns how many were sent: reqs[:sent].
+func (r *runner) openLoop(ctx context.Context, start time.Time, reqs []Request, bodies [][]byte, records []RequestRecord, finished func(i int)) int {
+	scale := r.opts.TimeScale
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var wg sync.WaitGroup
+	sent := 0
+	for i := range reqs {
+		due := start.Add(time.Duration(reqs[i].ArrivalMs * scale * 1e6))
+		if !waitUntil(ctx, timer, due) {
+			break
+		}
+		rr := &records[i]
+		rr.Scheduled = r.tb.stamp(due)
+		wg.Add(1)
+		sent++
+		go func(i int) {
+			defer wg.Done()
+			sse, _ := r.ssePool.Get().(*sseReader)
+			if sse == nil {
+				sse = newSSEReader(nil)
+			}
+			r.cl.do(ctx, bodies[i], rr, start, due, reqs[i].OutputTokens, sse)
+			sse.reset(nil)
+			r.ssePool.Put(sse)
+			r.done.Add(1)
+			if rr.Outcome != OutcomeOK {
+				r.failed.Add(1)
+			}
+			if finished != nil {
+				finished(i)
+			}
+		}(i)
+	}
+	wg.Wait()
+	return sent
 }
 
 // summarize computes the level's figures from its requests.
