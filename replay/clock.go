@@ -25,18 +25,27 @@ type timebase struct {
 }
 
 func newTimebase() timebase {
-	var ts unix.Timespec
-	a := time.Now()
-	err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	b := time.Now()
-	if err != nil {
-		// No CLOCK_MONOTONIC (not Linux): mono stays relative to t0.
-		return timebase{t0: a}
+	// The kernel reads the clock somewhere between a and b; keep the
+	// tightest of a few brackets so a preempted syscall cannot skew the
+	// offset by more than a microsecond or so.
+	var best timebase
+	bestSpan := time.Duration(-1)
+	for range 16 {
+		var ts unix.Timespec
+		a := time.Now()
+		err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+		b := time.Now()
+		if err != nil {
+			// No CLOCK_MONOTONIC (not Linux): mono stays relative to t0.
+			return timebase{t0: a}
+		}
+		if span := b.Sub(a); bestSpan < 0 || span < bestSpan {
+			bestSpan = span
+			best = timebase{t0: a.Add(span / 2), mono: ts.Nano()}
+		}
 	}
-	mid := a.Add(b.Sub(a) / 2)
-	return timebase{t0: mid, mono: ts.Nano()}
+	return best
 }
-
 // stamp returns t on both clocks.
 func (tb timebase) stamp(t time.Time) Stamp {
 	return Stamp{UnixNs: t.UnixNano(), MonoNs: tb.mono + int64(t.Sub(tb.t0))}

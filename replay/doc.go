@@ -1,8 +1,25 @@
-// Package replay owns the workload hone replays and the arithmetic that turns
-// per-request timings into the figures every backend reports.
+// Package replay owns the workload hone replays, the client that replays it
+// against a live endpoint, the run records it writes, and the arithmetic
+// that turns per-request timings into the figures every backend reports.
 //
 // It holds the brief's exact request schedule (Generate), nearest-rank
 // percentiles, effective QPS and the objective (stats.go). It knows nothing
 // about deployments, engines or eBPF: the simulator, the emulator and real
 // vLLM all feed it the same per-request timings.
+//
+// The live path (Run) turns that schedule into real tokens: eight code
+// prefixes generated from a seed and tokenized once through the engine's
+// /tokenize, per-request suffixes drawn from the seed, streamed
+// /v1/completions requests sent open loop at each level, and a Record that
+// keeps every request's send and chunk times on the wall and
+// CLOCK_MONOTONIC clocks, its outcome and output hash, and per-level,
+// per-run summaries. Records are versioned JSON (schema/record.schema.json),
+// written atomically (WriteRecord) and validated on read (ReadRecord).
+//
+// Time: with a time scale S (an engine emulator running S times faster),
+// sends happen at arrival x S and every _ms figure in a record is real time
+// / S, so records are always in model time. Clock stamps are never scaled.
+//
+// Kinds: a record is "emulated" or "device" from the moment it is made and
+// is never relabelled; the caller says which, nothing is inferred.
 package replay

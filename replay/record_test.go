@@ -1,0 +1,193 @@
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestEncodeCompletion(t *testing.T) {
+	b, err := encodeCompletion("m", []int{1, 2, 3}, 128)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Exactly the fields vLLM needs; temperature 0 is written even though
+	// go-openai tags its own field omitempty.
+	want := `{"model":"m","prompt":[1,2,3],"max_tokens":128,"stream":true,"stream_options":{"include_usage":true},"temperature":0,"min_tokens":128,"ignore_eos":true,"return_token_ids":true}`
+	if string(b) != want {
+		t.Errorf("body\n got %s\nwant %s", b, want)
+	}
+}
+
+func TestParseCounters(t *testing.T) {
+	text := `# HELP vllm:prefix_cache_queries_total x
+# TYPE vllm:prefix_cache_queries_total counter
+vllm:prefix_cache_queries_total{engine="0",model_name="a b}c"} 1000.0
+vllm:prefix_cache_queries_total{engine="1",model_name="a"} 24
+vllm:prefix_cache_hits_total{engine="0",model_name="x\"y"} 900 1700000000000
+vllm:num_requests_running{engine="0"} 3
+vllm:request_success_total{finished_reason="length"} 7
+vllm:time_to_first_token_seconds_count 5
+process_cpu_seconds_total 9
+`
+	c := ParseCounters([]byte(text))
+	want := Counters{"vllm:prefix_cache_queries_total": 1024, "vllm:prefix_cache_hits_total": 900, "vllm:request_success_total": 7}
+	if len(c) != len(want) {
+		t.Fatalf("got %v, want %v", c, want)
+	}
+	for k, v := range want {
+		if c[k] != v {
+			t.Errorf("%s = %g, want %g", k, c[k], v)
+		}
+	}
+	after := Counters{"vllm:prefix_cache_queries_total": 2048, "vllm:prefix_cache_hits_total": 1868}
+	if r := HitRate(c, after); r == nil || *r != 968.0/1024 {
+		t.Errorf("hit rate %v, want 968/1024", r)
+	}
+	// Older engines: the gpu_ names, without _total.
+	old0 := ParseCounters([]byte("vllm:gpu_prefix_cache_queries 100\nvllm:gpu_prefix_cache_hits 50\n"))
+	old1 := ParseCounters([]byte("vllm:gpu_prefix_cache_queries 300\nvllm:gpu_prefix_cache_hits 200\n"))
+	if r := HitRate(old0, old1); r == nil || *r != 0.75 {
+		t.Errorf("old-name hit rate %v, want 0.75", r)
+	}
+	if HitRate(nil, after) != nil || HitRate(after, after) != nil {
+		t.Error("hit rate without a scrape or without queries must be nil")
+	}
+}
+
+func TestBuildPrompts(t *testing.T) {
+	w := Workload{Seed: 3, Requests: 20, InputTokens: 600, UncachedTokens: 40, OutputTokens: 4}
+	tok := func(_ context.Context, s string) ([]int, error) { return wordTokens(s), nil }
+	p, err := BuildPrompts(context.Background(), w, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, _ := BuildPrompts(context.Background(), w, tok)
+	reqs, _ := Generate(w.Params(4))
+	firstBlocks := map[string]bool{}
+	for s, sp := range p.Prefixes {
+		if len(sp.ids) != 560 || sp.PrefixSHA256 != HashTokens(sp.ids) || sp.PrefixSHA256 != p2.Prefixes[s].PrefixSHA256 {
+			t.Fatalf("session %d: %d ids, hash %s (rebuilt %s)", s, len(sp.ids), sp.PrefixSHA256, p2.Prefixes[s].PrefixSHA256)
+		}
+		firstBlocks[HashTokens(sp.ids[:16])] = true
+	}
+	if len(firstBlocks) != Sessions {
+		t.Errorf("%d distinct first blocks among %d sessions: sessions would share cache", len(firstBlocks), Sessions)
+	}
+	seen := map[string]bool{}
+	for _, q := range reqs {
+		ids := p.Prompt(0, 4, q)
+		if len(ids) != 600 || HashTokens(ids[:560]) != p.Prefixes[q.Session].PrefixSHA256 {
+			t.Fatalf("request %d: %d ids or wrong prefix", q.ID, len(ids))
+		}
+		if HashTokens(ids) != HashTokens(p2.Prompt(0, 4, q)) {
+			t.Errorf("request %d: prompt not deterministic", q.ID)
+		}
+		seen[HashTokens(ids[560:])] = true
+		// Another run, another rate: another suffix.
+		if HashTokens(p.Prompt(1, 4, q)[560:]) == HashTokens(ids[560:]) || HashTokens(p.Prompt(0, 8, q)[560:]) == HashTokens(ids[560:]) {
+			t.Errorf("request %d: suffix repeats across runs or rates", q.ID)
+		}
+	}
+	if len(seen) != len(reqs) {
+		t.Errorf("%d distinct suffixes for %d requests", len(seen), len(reqs))
+	}
+	// Another seed, other text.
+	if PrefixText(3, 0, 500) == PrefixText(4, 0, 500) || PrefixText(3, 0, 500) != PrefixText(3, 0, 500) {
+		t.Error("prefix text must depend on the seed, and only on it")
+	}
+}
+
+func TestWriteReadRecord(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "r.json")
+	rec := &Record{SchemaVersion: SchemaVersion, Kind: KindDevice, Backend: "vllm", Model: Model{ID: "m"}, Config: map[string]any{"tp": 2},
+		Hardware: map[string]any{}, GPUs: 1, TimeScale: 1, RequestTimeoutMs: 1000, SLO: DefaultSLO,
+		Workload: WorkloadRecord{Workload: DefaultWorkload(), QPS: []float64{1}, Runs: 1, Generator: PrefixGenerator, SuffixRecipe: "x", PrewarmPolicy: "y"},
+		StartedAt: time.Unix(0, 0).UTC(), FinishedAt: time.Unix(1, 0).UTC(), Outcomes: map[string]int{}, Validation: Validation{Reasons: map[string]int{}}}
+	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteRecord(path, rec); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("%d files in the directory, want only the record (no temp file left)", len(entries))
+	}
+	back, err := ReadRecord(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Kind != KindDevice || back.Config["tp"] != 2.0 {
+		t.Errorf("read back kind %q config %v", back.Kind, back.Config)
+	}
+	// Wrong version, wrong kind, missing field: each refused, naming the file.
+	data, _ := os.ReadFile(path)
+	for name, edit := range map[string]func(m map[string]any){
+		"schema_version 2": func(m map[string]any) { m["schema_version"] = 2 },
+		"kind":             func(m map[string]any) { m["kind"] = "simulation_only" },
+		"slo":              func(m map[string]any) { delete(m, "slo") },
+	} {
+		var m map[string]any
+		json.Unmarshal(data, &m)
+		edit(m)
+		b, _ := json.Marshal(m)
+		bad := filepath.Join(dir, "bad.json")
+		os.WriteFile(bad, b, 0o644)
+		if _, err := ReadRecord(bad); err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), strings.Fields(name)[0]) {
+			t.Errorf("%s: err %v, want a refusal naming the file and the field", name, err)
+		}
+	}
+	if err := WriteRecord(filepath.Join(dir, "missing", "r.json"), rec); err == nil {
+		t.Error("writing into a missing directory succeeded")
+	}
+}
+
+func TestTimebase(t *testing.T) {
+	tb := newTimebase()
+	var ts unix.Timespec
+	now := time.Now()
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		t.Skip("no CLOCK_MONOTONIC:", err)
+	}
+	// Both read the same clock, one through an offset measured once; the
+	// two readings here are microseconds apart unless the host preempts
+	// the test in between, hence the millisecond bound.
+	if d := ts.Nano() - tb.monoNs(now); d < -int64(50*time.Microsecond) || d > int64(time.Millisecond) {
+		t.Errorf("CLOCK_MONOTONIC - derived = %d ns, want within [-50 µs, 1 ms)", d)
+	}
+	if s := tb.stamp(now); s.UnixNs != now.UnixNano() || s.MonoNs != tb.monoNs(now) {
+		t.Errorf("stamp %+v", s)
+	}
+}
+
+func TestProgressPrinter(t *testing.T) {
+	var b strings.Builder
+	pp := &ProgressPrinter{W: &b, PlainEvery: time.Hour}
+	p := Progress{Run: 0, Runs: 3, Level: 1, Levels: 6, QPS: 2, Done: 64, Failed: 1, Planned: 128, TotalDone: 192,
+		Elapsed: 96 * time.Second, ETA: 90 * time.Second}
+	pp.Update(p)
+	pp.Update(p) // within PlainEvery: no second line
+	lr := &LevelRecord{Level: Level{OfferedQPS: 2, P99TTFTMs: 812.25, P99TPOTMs: 21.5, EffectiveQPS: 1.9876, Passed: true},
+		Complete: true, Planned: 128, Sent: 128, Outcomes: map[string]int{OutcomeOK: 127, OutcomeTimeout: 1}, HitRateCachedTokens: fp(0.96875)}
+	pp.Update(Progress{Run: 0, Runs: 3, LevelDone: lr})
+	want := "run 1/3 level 2/6 (2 qps) [##########----------] 64/128 done, 1 failed  2.0 req/s  ETA 1m30s\n" +
+		"run 1/3 qps 2: p99 TTFT 812.2 ms, p99 TPOT 21.50 ms, effective 1.988 req/s, passed; 128/128 sent, 1 failed, prefix hit 96.9% (cached_tokens)\n"
+	if b.String() != want {
+		t.Errorf("plain output\n got %q\nwant %q", b.String(), want)
+	}
+	b.Reset()
+	tty := &ProgressPrinter{W: &b, TTY: true}
+	tty.Update(p)
+	tty.Close()
+	if !strings.HasPrefix(b.String(), "\r\x1b[Krun 1/3 level 2/6") || !strings.HasSuffix(b.String(), "ETA 1m30s\r\x1b[K") {
+		t.Errorf("tty output %q", b.String())
+	}
+}
