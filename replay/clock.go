@@ -46,6 +46,7 @@ func newTimebase() timebase {
 	}
 	return best
 }
+
 // stamp returns t on both clocks.
 func (tb timebase) stamp(t time.Time) Stamp {
 	return Stamp{UnixNs: t.UnixNano(), MonoNs: tb.mono + int64(t.Sub(tb.t0))}

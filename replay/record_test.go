@@ -109,7 +109,7 @@ func TestWriteReadRecord(t *testing.T) {
 	path := filepath.Join(dir, "r.json")
 	rec := &Record{SchemaVersion: SchemaVersion, Kind: KindDevice, Backend: "vllm", Model: Model{ID: "m"}, Config: map[string]any{"tp": 2},
 		Hardware: map[string]any{}, GPUs: 1, TimeScale: 1, RequestTimeoutMs: 1000, SLO: DefaultSLO,
-		Workload: WorkloadRecord{Workload: DefaultWorkload(), QPS: []float64{1}, Runs: 1, Generator: PrefixGenerator, SuffixRecipe: "x", PrewarmPolicy: "y"},
+		Workload:  WorkloadRecord{Workload: DefaultWorkload(), QPS: []float64{1}, Runs: 1, Generator: PrefixGenerator, SuffixRecipe: "x", PrewarmPolicy: "y"},
 		StartedAt: time.Unix(0, 0).UTC(), FinishedAt: time.Unix(1, 0).UTC(), Outcomes: map[string]int{}, Validation: Validation{Reasons: map[string]int{}}}
 	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
 		t.Fatal(err)
