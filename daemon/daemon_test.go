@@ -302,7 +302,7 @@ func TestDaemonCUDAUprobes(t *testing.T) {
 	env := []string{fmt.Sprintf("FAKECUDA_SYNC_US=%d", syncSleep/time.Microsecond)}
 	w := startChild(t, prog, env, "cuda", strconv.Itoa(launches), strconv.Itoa(graphs), strconv.Itoa(syncs), strconv.Itoa(int(gap/time.Microsecond)))
 	w.waitReady(t)
-	d := startDaemon(t, Config{PIDs: []int{w.pid()}, CUDALaunches: time.Minute})
+	d := startDaemon(t, Config{PIDs: []int{w.pid()}, CUDALaunches: time.Minute, Sched: true})
 	s := d.Snapshot()
 	if len(s.CUDA.Libraries) != 1 || s.CUDA.Libraries[0].Error != "" {
 		t.Fatalf("libcuda not probed: %+v", s.CUDA)
@@ -350,6 +350,13 @@ func TestDaemonCUDAUprobes(t *testing.T) {
 		if h != st.GapCount {
 			t.Errorf("%s gap histogram holds %d, want %d", call, h, st.GapCount)
 		}
+	}
+	// The thread slept (launches-1 + graphs-1 + syncs-1) gaps and syncs
+	// synchronize waits: all of it off CPU, each sleep a switch.
+	slept := time.Duration(launches-1+graphs-1+syncs-1)*gap + syncs*syncSleep
+	if sc := ths[0].Sched; sc == nil || time.Duration(sc.OffCPUNS) < slept || sc.OnCPUNS == 0 ||
+		sc.Switches < launches+graphs+syncs-3+syncs || time.Duration(sc.OffCPUNS) > time.Duration(s.TakenMonotonicNS-s.StartedMonotonicNS) {
+		t.Errorf("sched = %+v, want off-CPU ≥ %v (the sleeps), some on-CPU time, ≥ %d switches", sc, slept, launches+graphs+syncs-3+syncs)
 	}
 	sy := ths[0].CUDA["stream_synchronize"]
 	if sy.WaitCount != syncs || time.Duration(sy.WaitMinNS) < syncSleep || time.Duration(sy.WaitSumNS/sy.WaitCount) > syncSleep+tol {
