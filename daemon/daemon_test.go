@@ -7,7 +7,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -363,4 +365,51 @@ func TestDaemonCUDAUprobes(t *testing.T) {
 		t.Errorf("synchronize waits: n=%d min %v mean %v, want %d of %v", sy.WaitCount, time.Duration(sy.WaitMinNS),
 			time.Duration(sy.WaitSumNS/max(sy.WaitCount, 1)), syncs, syncSleep)
 	}
+}
+
+// cgroup2Root is where the cgroup v2 hierarchy is mounted, or "".
+func cgroup2Root() string {
+	for _, d := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		var st syscall.Statfs_t
+		if syscall.Statfs(d, &st) == nil && st.Type == 0x63677270 { // CGROUP2_SUPER_MAGIC
+			return d
+		}
+	}
+	return ""
+}
+
+func TestDaemonCgroupTarget(t *testing.T) {
+	bpftest.Require(t)
+	root := cgroup2Root()
+	if root == "" {
+		t.Skip("no cgroup v2 hierarchy mounted")
+	}
+	prog, _ := bpftest.Workload(t)
+	const n = 50
+	w := startChild(t, prog, nil, "syscalls", strconv.Itoa(n))
+	w.waitReady(t)
+	dir := filepath.Join(root, fmt.Sprintf("hone-test-%d", w.pid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(w.pid())), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, Config{Cgroups: []string{dir}})
+	w.goAhead(t)
+	w.wait(t)
+	want := map[string]uint64{"futex": n, "poll": n, "ioctl": n, "socket": 2 * n, "file": 2 * n, "other": n}
+	eventually(t, 3*time.Second, func() string {
+		s := d.Snapshot()
+		if got := syscallCounts(s, w.pid()); fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Sprintf("cgroup member's syscalls = %v, want %v", got, want)
+		}
+		for _, tg := range s.Targets {
+			if tg.PID == w.pid() && tg.How == "cgroup" {
+				return ""
+			}
+		}
+		return fmt.Sprintf("targets %+v lack pid %d by cgroup", s.Targets, w.pid())
+	})
 }

@@ -20,6 +20,7 @@ type subprocessSpec struct {
 	PIDs         []int         `json:"pids"`
 	Listen       string        `json:"listen"`
 	Output       string        `json:"output"`
+	Profile      string        `json:"profile"`
 	Duration     time.Duration `json:"duration"`
 	CUDALaunches time.Duration `json:"cuda_launches"`
 	BPFStats     bool          `json:"bpf_stats"`
@@ -51,7 +52,7 @@ func runSubprocess(spec string) int {
 		cfg.Match = regexp.MustCompile(s.Match)
 	}
 	err := Run(context.Background(), cfg, RunOptions{Listen: s.Listen, Once: true, Duration: s.Duration,
-		Output: s.Output, DropCaps: s.DropCaps, Ready: func(*Daemon) { fmt.Fprintln(os.Stderr, "thread-caps:", threadCaps()) }}, nil)
+		Output: s.Output, Profile: s.Profile, DropCaps: s.DropCaps, Ready: func(*Daemon) { fmt.Fprintln(os.Stderr, "thread-caps:", threadCaps()) }}, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "hone daemon:", err)
 		return 1

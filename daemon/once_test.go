@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/pprof/profile"
+
 	"github.com/hone-llm/hone/bpf/bpftest"
 )
 
@@ -40,7 +42,8 @@ func TestOnceDroppedCapabilities(t *testing.T) {
 	prog, _ := bpftest.Workload(t)
 	addr := freeAddr(t)
 	out := filepath.Join(t.TempDir(), "snapshot.json")
-	spec, _ := json.Marshal(subprocessSpec{Match: "^" + regexp.QuoteMeta(prog) + " cuda", Listen: addr, Output: out,
+	prof := filepath.Join(t.TempDir(), "syscalls.pb.gz")
+	spec, _ := json.Marshal(subprocessSpec{Match: "^" + regexp.QuoteMeta(prog) + " cuda", Listen: addr, Output: out, Profile: prof,
 		Duration: 4 * time.Second, CUDALaunches: time.Minute, DropCaps: true})
 	d := exec.Command(os.Args[0], "-test.run=^$")
 	d.Env = append(os.Environ(), subprocessEnv+"="+string(spec))
@@ -121,6 +124,27 @@ func TestOnceDroppedCapabilities(t *testing.T) {
 	}
 	if got["launch"] != calls || got["graph_launch"] != calls || got["stream_synchronize"] != calls {
 		t.Errorf("CUDA calls after a late attach = %v, want %d each", got, calls)
+	}
+	// The pprof file of traced syscall time has the workload's sleeps
+	// (clock_nanosleep, class other) under its process frame.
+	f, err := os.Open(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sleptNS int64
+	for _, smp := range p.Sample {
+		if smp.Location[0].Line[0].Function.Name == "syscall other" &&
+			strings.HasSuffix(smp.Location[2].Line[0].Function.Name, "("+strconv.Itoa(w.pid())+")") {
+			sleptNS += smp.Value[1]
+		}
+	}
+	if min := int64(3*(calls-1)) * int64(time.Millisecond); sleptNS < min {
+		t.Errorf("profile: %v of other-syscall time for the workload, want at least its %v of sleeps", time.Duration(sleptNS), time.Duration(min))
 	}
 	ru := d.ProcessState.SysUsage().(*syscall.Rusage)
 	t.Logf("daemon child: cpu %v, max RSS %d MiB", time.Duration(ru.Utime.Nano()+ru.Stime.Nano()), ru.Maxrss/1024)
