@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"math"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -173,6 +172,8 @@ type engine struct {
 	running []*request
 	pending []*request // decode side: remote requests waiting for blocks
 	clockMs float64
+	planBuf plan        // reused step to step
+	entBuf  []StepEntry // reused step to step
 
 	holdsMu sync.Mutex
 	holds   map[string]*hold
@@ -226,7 +227,8 @@ func (e *engine) run(ctx context.Context) {
 			}
 			continue
 		}
-		dur := e.prof.StepMs(step.entries(), e.cfg.EnforceEager) + step.stallMs
+		e.entBuf = step.entries(e.entBuf)
+		dur := e.prof.StepMs(e.entBuf, e.cfg.EnforceEager) + step.stallMs
 		end := start + dur
 		e.updateGauges()
 		deadline := e.clock.real(end)
@@ -335,11 +337,11 @@ type planEntry struct {
 
 type plan []planEntry
 
-func (p plan) entries() []StepEntry {
-	out := make([]StepEntry, len(p))
-	for i, pe := range p {
-		out[i] = StepEntry{Tokens: pe.n, Context: pe.context, Decode: pe.decode, Samples: pe.samples,
-			RemoteDecode: pe.r.remoteDecode}
+func (p plan) entries(buf []StepEntry) []StepEntry {
+	out := buf[:0]
+	for _, pe := range p {
+		out = append(out, StepEntry{Tokens: pe.n, Context: pe.context, Decode: pe.decode, Samples: pe.samples,
+			RemoteDecode: pe.r.remoteDecode})
 	}
 	return out
 }
@@ -391,7 +393,8 @@ func (e *engine) schedule() (stepPlan, float64) {
 		start = math.Max(start, e.waiting[0].readyMs)
 	}
 	budget := e.cfg.MaxNumBatchedTokens
-	var p stepPlan
+	p := stepPlan{plan: e.planBuf[:0]}
+	defer func() { e.planBuf = p.plan[:0] }()
 	preempted := false
 	for i := 0; i < len(e.running) && budget > 0; i++ {
 		r := e.running[i]
@@ -631,12 +634,10 @@ func (e *engine) shutdown() {
 	e.running, e.waiting, e.pending = nil, nil, nil
 }
 
-// stepLateness returns a copy of every step's lateness so far: how long
-// after its modelled end the engine actually completed it.
+// stepLateness returns a copy of every step's lateness so far, in step
+// order: how long after its modelled end the engine completed the step.
 func (e *engine) stepLateness() []time.Duration {
 	e.lateMu.Lock()
 	defer e.lateMu.Unlock()
-	out := append([]time.Duration(nil), e.late...)
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
+	return append([]time.Duration(nil), e.late...)
 }

@@ -16,7 +16,9 @@ const FaultHelp = `  crash-after=N              after the N-th successful respon
                              arrive (1-based); every request in or behind that step waits
   cut-stream-after-tokens=K  every streaming response is cut (TCP closed, no [DONE])
                              right after its K-th token chunk; the request is aborted
-                             and its blocks freed
+                             and its blocks freed (counted in
+                             hone_emulator_fault_stream_cuts_total; request_success
+                             counts it only if the engine had already finished it)
   slow-transfer=FACTOR       (prefill role) every KV pull takes FACTOR times its modelled
                              time: pacing bandwidth / FACTOR and fixed latency x FACTOR
   refuse-kv                  (prefill role) answer do_remote_decode requests with

@@ -279,8 +279,8 @@ func (s *Server) Profile() *Profile { return s.prof }
 // NumBlocks is the KV cache's capacity in blocks.
 func (s *Server) NumBlocks() int { return len(s.eng.kv.blocks) }
 
-// StepLateness is every step's completion lateness so far, sorted: how
-// long after its modelled end (in wall time) the engine finished it.
+// StepLateness is every step's completion lateness so far, in step order:
+// how long after its modelled end (in wall time) the engine finished it.
 func (s *Server) StepLateness() []time.Duration { return s.eng.stepLateness() }
 
 // Close stops the server and waits for its goroutines.
