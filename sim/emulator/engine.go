@@ -47,6 +47,10 @@ type request struct {
 	aborted     bool
 	preemptions int
 	stallMs     float64
+	// finalTok is the last output token, held back so finish publishes it
+	// together with the result (hasFinal says it is set).
+	finalTok int
+	hasFinal bool
 	// P/D
 	pulledTokens   int
 	kvBytesIn      int64
@@ -522,8 +526,13 @@ func (e *engine) complete(p stepPlan, end float64) {
 		if r.output >= r.maxTokens && reason == "" {
 			reason = "length"
 		}
-		r.out.push(tok, nil)
-		if reason != "" {
+		if reason == "" {
+			r.out.push(tok, nil)
+		} else {
+			// The last token and the result are published together, so a
+			// streaming handler can never send the last token without its
+			// finish_reason.
+			r.finalTok, r.hasFinal = tok, true
 			e.finish(r, reason, nil)
 		}
 	}
@@ -591,7 +600,11 @@ func (e *engine) finish(r *request, reason string, err error) {
 		e.metrics.observe(r, res)
 	}
 	e.trace.request(e, r, res)
-	r.out.push(-1, res)
+	tok := -1
+	if r.hasFinal {
+		tok, r.hasFinal = r.finalTok, false
+	}
+	r.out.push(tok, res)
 }
 
 func (e *engine) timing(r *request) Timing {
