@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -140,6 +141,8 @@ func (p *Proxy) Timelines(after uint64, limit int) ([]Timeline, uint64) {
 	return out, cursor
 }
 
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
 var (
 	errLegTimeout = errors.New("leg timed out")
 	errStalled    = errors.New("stream stalled")
@@ -154,6 +157,21 @@ type request struct {
 	key     uint64
 	haveKey bool
 	header  http.Header // headers to forward upstream
+}
+
+// maxBody bounds a request body: a 128k-token prompt is under 1 MiB.
+const maxBody = 256 << 20
+
+// readBody reads the request body into one buffer sized by Content-Length.
+func readBody(r *http.Request) ([]byte, error) {
+	if n := r.ContentLength; n > 0 && n <= maxBody {
+		b := make([]byte, n)
+		if _, err := io.ReadFull(r.Body, b); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	return io.ReadAll(io.LimitReader(r.Body, maxBody))
 }
 
 func (p *Proxy) newRequestID() string {
@@ -178,14 +196,14 @@ func (p *Proxy) serveGenerate(w http.ResponseWriter, r *http.Request) {
 			rq.header.Set(h, v)
 		}
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, 256<<20))
+	body, err := readBody(r)
 	if err != nil {
 		p.clientError(w, &rq.tl, http.StatusBadRequest, OutcomeFailed, "read request body: "+err.Error())
 		return
 	}
 	rq.body = body
-	if err := json.Unmarshal(body, &rq.fields); err != nil || rq.fields == nil {
-		p.clientError(w, &rq.tl, http.StatusBadRequest, OutcomeFailed, "request body is not a JSON object")
+	if rq.fields, err = splitObject(body); err != nil {
+		p.clientError(w, &rq.tl, http.StatusBadRequest, OutcomeFailed, err.Error())
 		return
 	}
 	if p.cfg.Routing == SessionAffinity {
@@ -271,11 +289,13 @@ func (p *Proxy) disaggregated(w http.ResponseWriter, r *http.Request, rq *reques
 		}
 	}
 	body := rq.body
-	if len(fields) != len(rq.fields) || prefOK && !p2p {
-		if body, err = json.Marshal(fields); err != nil {
-			p.clientError(w, &rq.tl, http.StatusInternalServerError, OutcomeFailed, "encode decode request: "+err.Error())
-			return
-		}
+	switch {
+	case prefOK && !p2p && len(fields) == len(rq.fields)+1:
+		// The client sent no kv_transfer_params: splice them in rather than
+		// re-encode a prompt of thousands of tokens.
+		body = spliceField(rq.body, "kv_transfer_params", params)
+	case len(fields) != len(rq.fields) || prefOK && !p2p:
+		body = encodeFields(fields)
 	}
 	p.m.overhead.Observe((now().Sub(rq.tl.Received) - spent).Seconds())
 	p.stream(w, r, rq, dec, body, id)
@@ -317,7 +337,7 @@ var (
 // max_tokens 1, min_tokens and stream_options removed, and
 // kv_transfer_params asking for a remote decode.
 func prefillRequest(f map[string]json.RawMessage) ([]byte, error) {
-	out := make(map[string]json.RawMessage, len(f)+2)
+	out := make(map[string]json.RawMessage, len(f)+3)
 	for k, v := range f {
 		switch k {
 		case "min_tokens", "stream_options":
@@ -331,7 +351,48 @@ func prefillRequest(f map[string]json.RawMessage) ([]byte, error) {
 		out["max_completion_tokens"] = rawOne
 	}
 	out["kv_transfer_params"] = remoteDecode
-	return json.Marshal(out)
+	return encodeFields(out), nil
+}
+
+// encodeFields writes a JSON object from already-valid raw values (they came
+// out of json.Unmarshal or are constants), without json.Marshal's second
+// validation pass over a long prompt.
+func encodeFields(f map[string]json.RawMessage) []byte {
+	n := 2
+	for k, v := range f {
+		n += len(k) + len(v) + 8
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '{')
+	first := true
+	for k, v := range f {
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		kb, _ := json.Marshal(k)
+		b = append(b, kb...)
+		b = append(b, ':')
+		b = append(b, v...)
+	}
+	return append(b, '}')
+}
+
+// spliceField returns body (a JSON object lacking key) with key: v added
+// first.
+func spliceField(body []byte, key string, v json.RawMessage) []byte {
+	i := bytes.IndexByte(body, '{')
+	kb, _ := json.Marshal(key)
+	out := make([]byte, 0, len(body)+len(kb)+len(v)+2)
+	out = append(out, body[:i+1]...)
+	out = append(out, kb...)
+	out = append(out, ':')
+	out = append(out, v...)
+	rest := bytes.TrimLeft(body[i+1:], " \t\r\n")
+	if len(rest) > 0 && rest[0] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, rest...)
 }
 
 // prefillLeg sends the prefill request and reads the whole reply. params is
@@ -470,7 +531,9 @@ func (p *Proxy) stream(w http.ResponseWriter, r *http.Request, rq *request, b *b
 	w.WriteHeader(resp.StatusCode)
 	tl.Status = resp.StatusCode
 	fl, _ := w.(http.Flusher)
-	buf := make([]byte, 32<<10)
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := *bp
 	first := true
 	for {
 		n, rerr := resp.Body.Read(buf)

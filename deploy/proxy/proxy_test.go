@@ -695,3 +695,20 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestSpliceAndEncode(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"a":1}`:     `{"k":{"x":2},"a":1}`,
+		`{}`:          `{"k":{"x":2}}`,
+		" { \"a\":1}": ` {"k":{"x":2},"a":1}`,
+	} {
+		if got := string(spliceField([]byte(in), "k", json.RawMessage(`{"x":2}`))); got != want {
+			t.Errorf("splice %q = %q, want %q", in, got, want)
+		}
+	}
+	var back map[string]any
+	b := encodeFields(map[string]json.RawMessage{"a\"b": json.RawMessage(`[1,2]`), "c": json.RawMessage(`"x"`)})
+	if err := json.Unmarshal(b, &back); err != nil || len(back) != 2 || back["c"] != "x" {
+		t.Errorf("encodeFields: %s %v", b, err)
+	}
+}
