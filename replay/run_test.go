@@ -182,7 +182,8 @@ func TestOutcomes(t *testing.T) {
 		{"bad_json", OutcomeMalformed, 200, "not a completion chunk"},
 		{"error_event", OutcomeHTTPError, 200, "engine died"},
 		{"cut", OutcomeStreamCut, 200, "stream"},
-		{"hang", OutcomeTimeout, 0, "deadline"},
+		{"hang", OutcomeTimeout, 0, "deadline"},   // no headers before the timeout
+		{"slow", OutcomeTimeout, 200, "deadline"}, // 50 ms per token: the timeout hits mid-stream
 		{"split", OutcomeOK, 200, ""},
 		{"comments", OutcomeOK, 200, ""},
 	} {

@@ -207,6 +207,9 @@ func (f *fakeVLLM) complete(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-cache")
 	fl := w.(http.Flusher)
+	// Like vLLM's StreamingResponse: headers go out before the first token.
+	w.WriteHeader(http.StatusOK)
+	fl.Flush()
 	write := func(s string) {
 		if fault == "split" {
 			// Deliver the stream in 7-byte pieces so events straddle reads.
