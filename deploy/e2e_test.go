@@ -16,7 +16,14 @@ import (
 	"github.com/hone-llm/hone/deploy/proxy"
 )
 
-// honeBinary is $HONE_BIN, else hone built from this checkout.
+var (
+	buildOnce sync.Once
+	builtHone string
+	buildErr  error
+	buildDir  string
+)
+
+// honeBinary is $HONE_BIN, else hone built once from this checkout.
 func honeBinary(t *testing.T) string {
 	t.Helper()
 	if b := os.Getenv("HONE_BIN"); b != "" {
@@ -25,12 +32,20 @@ func honeBinary(t *testing.T) string {
 	if testing.Short() {
 		t.Skip("needs a hone binary: set HONE_BIN or run without -short")
 	}
-	out := filepath.Join(t.TempDir(), "hone")
-	cmd := exec.Command("go", "build", "-o", out, "../cmd/hone")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/hone: %v\n%s", err, b)
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "hone-deploy-test")
+		if buildErr != nil {
+			return
+		}
+		builtHone = filepath.Join(buildDir, "hone")
+		if b, err := exec.Command("go", "build", "-o", builtHone, "../cmd/hone").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/hone: %v\n%s", err, b)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
 	}
-	return out
+	return builtHone
 }
 
 // TestEmulatorDisaggregatedEndToEnd deploys real `hone sim serve` workers
@@ -133,4 +148,86 @@ emulator:
 		t.Fatal(err)
 	}
 	assertAllGone(t, pids)
+}
+
+// TestEmulatorAffinityHitRate deploys emulator replicas and measures the
+// prefix-cache hit rate through the proxy's merged /metrics: two replicas
+// with session affinity match one engine; round-robin does worse.
+func TestEmulatorAffinityHitRate(t *testing.T) {
+	hone := honeBinary(t)
+	prefix := strings.Repeat("func handle(w http.ResponseWriter, r *http.Request) { body, _ := io.ReadAll(r.Body); w.Write(body) }\n", 6)
+	hitRate := func(t *testing.T, replicas int, policy string) float64 {
+		base := freePorts(t, replicas+1)
+		y := fmt.Sprintf(`
+name: hits
+engine: emulator
+model: {id: Qwen/Qwen2.5-Coder-0.5B-Instruct}
+gpus: {budget: %d}
+topology: {kind: colocated, replicas: %d, tp: 1}
+routing: {policy: %s, affinity_tokens: 16}
+network: {proxy_port: %d, worker_port: %d}
+emulator: {profile: qwen2.5-coder-0.5b-h200, time_scale: 0.05}
+`, replicas, replicas, policy, base, base+1)
+		s, err := ParseSpec([]byte(y))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		d, err := Up(ctx, s, UpOptions{StateDir: t.TempDir(), Hone: hone, HealthTimeout: 30 * time.Second, Grace: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Down(time.Second)
+		const sessions, rounds = 4, 5
+		for r := range rounds {
+			for i := range sessions {
+				sess := (i + r) % sessions
+				body := fmt.Sprintf(`{"model":"Qwen/Qwen2.5-Coder-0.5B-Instruct","prompt":"// session %d\n%s// request %d","max_tokens":2,"stream":false}`, sess, prefix, r)
+				body = strings.ReplaceAll(body, "\n", `\n`)
+				resp, err := http.Post(d.ProxyURL()+"/v1/completions", "application/json", strings.NewReader(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					t.Fatalf("%d %s", resp.StatusCode, b)
+				}
+			}
+		}
+		resp, err := http.Get(d.ProxyURL() + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var hits, queries float64
+		for _, line := range strings.Split(string(text), "\n") {
+			var v float64
+			if f := strings.Fields(line); len(f) == 2 {
+				fmt.Sscan(f[1], &v)
+			}
+			switch {
+			case strings.HasPrefix(line, "vllm:prefix_cache_hits_total{"):
+				hits += v
+			case strings.HasPrefix(line, "vllm:prefix_cache_queries_total{"):
+				queries += v
+			}
+		}
+		if queries == 0 {
+			t.Fatalf("no prefix-cache counters in the merged /metrics:\n%s", text)
+		}
+		return hits / queries
+	}
+	single := hitRate(t, 1, RoundRobin)
+	affinity := hitRate(t, 2, SessionAffinity)
+	rr := hitRate(t, 2, RoundRobin)
+	t.Logf("hit rate: one engine %.4f, two with affinity %.4f, two round-robin %.4f", single, affinity, rr)
+	if affinity != single {
+		t.Errorf("affinity hit rate %.4f, one engine %.4f", affinity, single)
+	}
+	if rr >= affinity {
+		t.Errorf("round-robin hit rate %.4f, want below affinity's %.4f", rr, affinity)
+	}
 }

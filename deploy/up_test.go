@@ -29,7 +29,11 @@ import (
 func TestMain(m *testing.M) {
 	switch os.Getenv("HONE_DEPLOY_FAKE") {
 	case "":
-		os.Exit(m.Run())
+		code := m.Run()
+		if buildDir != "" {
+			os.RemoveAll(buildDir)
+		}
+		os.Exit(code)
 	case "sleeper":
 		if os.Getenv("HONE_FAKE_IGNORE_TERM") == "1" {
 			signal.Ignore(syscall.SIGTERM)
