@@ -85,8 +85,10 @@ time; figures stay in model time. Replay records store the scale.
 Faults (--fault, repeatable):
 ` + emulator.FaultHelp + `
 
-Per-request metrics (--enable-per-request-metrics; on the final usage chunk
-when streaming, else on the last token chunk), model ms:
+Per-request metrics (--enable-per-request-metrics): a top-level "metrics"
+object on a non-streaming reply; when streaming, on the usage chunk (with
+stream_options.include_usage) or else on the chunk with finish_reason.
+Model ms:
   time_to_first_token_ms  arrival -> first token
   generation_time_ms      first scheduled -> last token
   queue_time_ms           arrival (decode worker: KV ready) -> first scheduled
@@ -191,7 +193,7 @@ failed; 2 bad flags.`,
 	f.StringVar(&modelID, "model", "", "model id, also the API's model name unless --served-model-name is given (default: the profile's model, Qwen/Qwen2.5-Coder-0.5B-Instruct)")
 	f.StringVar(&cfg.Model, "served-model-name", "", "model name in the API (default: --model)")
 	f.StringVar(&cfg.KVHost, "kv-host", "", "prefill role: side-channel bind address (default: $VLLM_NIXL_SIDE_CHANNEL_HOST, else --host)")
-	f.IntVar(&cfg.KVPort, "kv-port", 5600, "prefill role: side-channel port, 0 for any free one (default: $VLLM_NIXL_SIDE_CHANNEL_PORT, else 5600)")
+	f.IntVar(&cfg.KVPort, "kv-port", 5600, "prefill role: side-channel port, 0 for any free one ($VLLM_NIXL_SIDE_CHANNEL_PORT when set)")
 	f.StringVar(&cfg.KVAdvertiseHost, "kv-advertise-host", "", "prefill role: remote_host put in kv_transfer_params (default --kv-host)")
 	f.StringVar(&cfg.EngineID, "engine-id", "", "engine id for remote_engine_id (default: random)")
 	f.Float64Var(&cfg.TimeScale, "time-scale", 1, "wall seconds per model second (0.1 runs 10x faster); reported figures stay in model time")

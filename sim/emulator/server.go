@@ -623,7 +623,8 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, req *Complet
 		}
 		if res != nil {
 			if res.Err != nil {
-				_ = writeEvent(&APIError{Object: "error", Message: res.Err.Error(), Type: "InternalServerError", Code: 500})
+				// In-stream errors use the newer vLLM shape {"error": {...}}.
+				_ = writeEvent(map[string]any{"error": &APIError{Object: "error", Message: res.Err.Error(), Type: "InternalServerError", Code: 500}})
 			} else if req.IncludeUsage {
 				chunk := CompletionChunk{ID: r.id, Object: "text_completion", Created: created, Model: s.cfg.Model,
 					Choices: []CompletionChoice{}, Usage: s.usage(res)}
