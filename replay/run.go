@@ -268,11 +268,19 @@ func (r *runner) levelSpan(qps float64) time.Duration {
 	return time.Duration(last * r.opts.TimeScale * 1e6)
 }
 
-// spinWindow is how long before a send the dispatcher stops sleeping on a
-// timer and polls: on an idle host Go's timers wake up to a millisecond or
-// more late (epoll waits in whole milliseconds), which alone would break a
-// 1 ms dispatch-lag budget.
-const spinWindow = 2 * time.Millisecond
+// maxSpin is how long before a send the dispatcher stops sleeping on a
+// timer and polls, at low rates: on an idle host Go's timers wake up to a
+// millisecond or more late (epoll waits in whole milliseconds), which alone
+// would break a 1 ms dispatch-lag budget. At high rates the host is busy,
+// timers fire on time, and polling would only burn a core: the window
+// shrinks to a quarter of the gap between sends (spinFor).
+const maxSpin = 2 * time.Millisecond
+
+// spinFor is the polling window before a send that follows the previous
+// one by gap.
+func spinFor(gap time.Duration) time.Duration {
+	return min(max(gap/4, 100*time.Microsecond), maxSpin)
+}
 
 // busyYield is how long a yield may take before the host counts as busy.
 // A busy scheduler checks timers at every switch, so a timer is then both
@@ -280,17 +288,18 @@ const spinWindow = 2 * time.Millisecond
 // runnable goroutine.
 const busyYield = 50 * time.Microsecond
 
-// waitUntil blocks until due; false if ctx ended first.
-func waitUntil(ctx context.Context, t *time.Timer, due time.Time) bool {
+// waitUntil blocks until due, polling for the last spin of it; false if
+// ctx ended first.
+func waitUntil(ctx context.Context, t *time.Timer, due time.Time, spin time.Duration) bool {
 	busy := false
 	for {
 		d := time.Until(due)
 		if d <= 0 {
 			return ctx.Err() == nil
 		}
-		if d > spinWindow || busy {
+		if d > spin || busy {
 			if !busy {
-				d -= spinWindow
+				d -= spin
 			}
 			t.Reset(d)
 			select {
@@ -379,9 +388,12 @@ func (r *runner) openLoop(ctx context.Context, start time.Time, reqs []Request, 
 	defer timer.Stop()
 	var wg sync.WaitGroup
 	sent := 0
+	prev := start
 	for i := range reqs {
 		due := start.Add(time.Duration(reqs[i].ArrivalMs * scale * 1e6))
-		if !waitUntil(ctx, timer, due) {
+		spin := spinFor(due.Sub(prev))
+		prev = due
+		if !waitUntil(ctx, timer, due, spin) {
 			break
 		}
 		rr := &records[i]
