@@ -231,3 +231,63 @@ emulator: {profile: qwen2.5-coder-0.5b-h200, time_scale: 0.05}
 		t.Errorf("round-robin hit rate %.4f, want below affinity's %.4f", rr, affinity)
 	}
 }
+
+// TestEmulatorFallbackAndStall: a prefill worker that refuses KV makes every
+// request a counted fallback (decode-side prefill), and a decode engine that
+// freezes trips the stream timeout: the client gets a clean end, not a hang.
+func TestEmulatorFallbackAndStall(t *testing.T) {
+	hone := honeBinary(t)
+	base := freePorts(t, 5)
+	y := fmt.Sprintf(`
+name: stall
+engine: emulator
+model: {id: Qwen/Qwen2.5-Coder-0.5B-Instruct}
+gpus: {budget: 2}
+topology:
+  kind: disaggregated
+  prefill: {replicas: 1, tp: 1}
+  decode: {replicas: 1, tp: 1}
+kv_connector: {side_channel_port: %d}
+routing: {decode_timeout: 1s, stream_idle_timeout: 500ms}
+network: {proxy_port: %d, worker_port: %d}
+emulator:
+  profile: qwen2.5-coder-0.5b-h200
+  time_scale: 0.05
+  faults: ["prefill-0=refuse-kv", "decode-0=stall=600s@3"]
+`, base+3, base, base+1)
+	s, err := ParseSpec([]byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	d, err := Up(ctx, s, UpOptions{StateDir: t.TempDir(), Hone: hone, HealthTimeout: 30 * time.Second, Grace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Down(time.Second)
+	for i := range 3 {
+		body := fmt.Sprintf(`{"model":"Qwen/Qwen2.5-Coder-0.5B-Instruct","prompt":"request %d","max_tokens":4,"stream":true}`, i)
+		start := time.Now()
+		resp, err := http.Post(d.ProxyURL()+"/v1/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if el := time.Since(start); el > 5*time.Second {
+			t.Errorf("request %d answered after %v", i, el)
+		}
+	}
+	page, err := proxy.FetchTimelines(ctx, d.ProxyURL(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, tl := range page.Timelines {
+		got = append(got, tl.Outcome)
+	}
+	if want := []string{proxy.OutcomeFallback, proxy.OutcomeFallback, proxy.OutcomeTimeout}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("outcomes %v, want %v", got, want)
+	}
+}

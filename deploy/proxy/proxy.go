@@ -263,8 +263,11 @@ func (p *Proxy) disaggregated(w http.ResponseWriter, r *http.Request, rq *reques
 			// The request itself is bad: another worker would say the same.
 			rq.tl.Status = status
 			rq.tl.Outcome = OutcomeFailed
-			rq.tl.Error = "prefill worker rejected the request"
+			rq.tl.Error = "prefill worker " + b.Name + " rejected the request"
+			w.Header().Set("X-Request-Id", reqID)
 			writeRaw(w, status, errBody)
+			s := now()
+			rq.tl.FirstByte, rq.tl.LastByte = &s, &s
 			return
 		}
 		if leg.Error == "" && (p2p || got != nil) {
