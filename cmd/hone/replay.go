@@ -137,7 +137,7 @@ failed (a partial record is still written); 2 bad input (a flag, or a
 				return checkFailed{fmt.Sprintf("%v; partial record (incomplete) written to %s", err, out)}
 			}
 			for _, r := range rec.Runs {
-				fmt.Fprintf(c.OutOrStdout(), "run %d: objective %g req/s", r.Run+1, r.Objective)
+				fmt.Fprintf(c.OutOrStdout(), "run %d: objective %.4g req/s", r.Run+1, r.Objective)
 				if r.GPUSecondsPerRequest != nil {
 					fmt.Fprintf(c.OutOrStdout(), ", %.4g GPU-s/request", *r.GPUSecondsPerRequest)
 				}
