@@ -66,7 +66,7 @@ func TestOnceDroppedCapabilities(t *testing.T) {
 		}
 		return &s
 	}
-	eventually(t, 3*time.Second, func() string {
+	eventually(t, 10*time.Second, func() string {
 		if s := snapshot(); s == nil || s.Daemon.Capabilities == "" {
 			return "daemon API never came up: " + stderr.String()
 		}
@@ -83,7 +83,7 @@ func TestOnceDroppedCapabilities(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := startChildAs(t, &syscall.Credential{Uid: 65534, Gid: 65534}, prog, "cuda", strconv.Itoa(calls), strconv.Itoa(calls), strconv.Itoa(calls), "1000")
-	eventually(t, 2*time.Second, func() string {
+	eventually(t, 5*time.Second, func() string {
 		s := snapshot()
 		if s == nil || len(s.CUDA.Libraries) != 1 || len(s.CUDA.Libraries[0].Launch) != 1 {
 			return "libcuda not probed after the capability drop: " + stderr.String()
