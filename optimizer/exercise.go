@@ -98,7 +98,7 @@ func Exercise(ctx context.Context, baseline Config, eval Evaluator, budget int) 
 			return nil // the evaluator can no longer answer; Exercise stops
 		}
 		d.Log = append(d.Log, e)
-		d.Diagnosis = append(d.Diagnosis, diagnose(e, knobs))
+		d.Diagnosis = append(d.Diagnosis, diagnoseResult(e, knobs))
 		return &d.Log[len(d.Log)-1]
 	}
 	left := func() int { return budget - len(d.Log) }
@@ -232,9 +232,9 @@ func regressed(first, again *Evaluation) string {
 	return ""
 }
 
-// diagnose explains one result: which levels fail and by which SLO, and
+// diagnoseResult explains one result: which levels fail and by which SLO, and
 // what that says about the bottleneck (queueing, prefill or decode).
-func diagnose(e Evaluation, k Knobs) string {
+func diagnoseResult(e Evaluation, k Knobs) string {
 	head := fmt.Sprintf("call %d, %s (%s): ", e.Call, e.Role, describe(e.Config, k))
 	if e.Failed() {
 		return head + "failed: " + e.Error + " — counted as a failed candidate"

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/optimizer"
+	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/sim"
+)
+
+func init() { subcommands = append(subcommands, newOptimizeCmd) }
+
+func newOptimizeCmd() *cobra.Command {
+	var (
+		wf           workloadFlags
+		spec, out    string
+		runs, budget int
+		seed         uint64
+	)
+	c := &cobra.Command{
+		Use:   "optimize --spec base.yaml --out DIR",
+		Short: "Run the live optimization loop: deploy, replay, diagnose, propose, ablate, verify",
+		Long: `hone optimize starts from a deployment spec (the baseline) and spends at most
+--budget trials. Each trial deploys the spec (emulator or vLLM workers behind
+hone's proxy), replays the workload --runs times at every --qps level,
+attributes every request's latency and names the bottleneck, then tears the
+deployment down. The next config is chosen from that diagnosis, on the same
+model, precision, GPU budget, arrival sequence, prewarm, output length and
+tokens. After exploring it ablates the selected config's optimizations,
+completes a topology × prefix-caching interaction, and re-runs the winner.
+
+Selection: ` + optimizer.LiveSelectionRule + `
+
+Regression: ` + optimizer.LiveRegressionRule + `
+
+Every trial, failed ones too, goes to DIR/log.json (rewritten atomically after
+each trial); records to DIR/records/, emulator ground truth to DIR/traces/.
+Emulated trials are labelled emulated, never device.
+
+Exit codes: 0 a verified selection; 1 nothing eligible or verified; 2 bad input.`,
+		Example: `  hone optimize --spec examples/emulator-l4-colocated.yaml --out results/demo --runs 3 --qps 2,8,16,32 --requests 48
+  hone report --log results/demo/log.json -o results/demo/report.md`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if spec == "" || out == "" {
+				return badInput("--spec and --out are required")
+			}
+			if runs < 1 {
+				return badInput("--runs: %d: want at least 1 (3 or more for the brief's controlled experiments)", runs)
+			}
+			if budget < 4 {
+				return badInput("--budget: %d: want at least 4 trials", budget)
+			}
+			sc, err := wf.scan(sim.Config{Mode: sim.Colocated})
+			if err != nil {
+				return err
+			}
+			base, err := deploy.LoadSpec(spec)
+			if err != nil {
+				return usageError{err}
+			}
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return err
+			}
+			hone, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			v, commit := buildVersion()
+			w := replay.Workload{Seed: seed, Requests: sc.Requests, InputTokens: sc.InputTokens,
+				UncachedTokens: replay.DefaultUncachedTokens, OutputTokens: sc.OutputTokens}
+			slo := replay.SLO{TTFTMillis: sc.TTFTMillis, TPOTMillis: sc.TPOTMillis}
+			ev := &optimizer.DeployEvaluator{Up: deploy.UpOptions{Hone: hone, StateDir: filepath.Join(out, "state")},
+				Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo, OutDir: out, Hone: replay.Build{Version: v, Commit: commit}}
+			logPath := filepath.Join(out, "log.json")
+			lg, err := optimizer.Live(c.Context(), optimizer.LiveOptions{Base: base, Evaluator: ev, Budget: budget,
+				Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo, LogPath: logPath, Progress: c.ErrOrStderr()})
+			if err != nil {
+				return fmt.Errorf("optimize: %w (the log so far is in %s)", err, logPath)
+			}
+			fmt.Fprintf(c.OutOrStdout(), "experiment log: %s (%d trials, %s)\n", logPath, len(lg.Trials), lg.Kind)
+			if lg.Selected == 0 || !lg.Verified {
+				return checkFailed{"no eligible config survived verification"}
+			}
+			sel := lg.Trials[lg.Selected-1]
+			fmt.Fprintf(c.OutOrStdout(), "selected: trial %d %s, median objective %.3f req/s (%s)\n", sel.N, sel.Key, sel.Objective, sel.Kind)
+			return nil
+		},
+	}
+	wf.register(c)
+	f := c.Flags()
+	f.StringVar(&spec, "spec", "", "baseline deployment spec (YAML)")
+	f.StringVar(&out, "out", "", "directory for the log, records and traces")
+	f.IntVar(&runs, "runs", 3, "independent runs per trial")
+	f.IntVar(&budget, "budget", 8, "trials in all, the verification re-run included")
+	f.Uint64Var(&seed, "seed", replay.DefaultSeed, "workload seed")
+	return c
+}

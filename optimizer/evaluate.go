@@ -1,0 +1,189 @@
+package optimizer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/diagnose"
+	"github.com/hone-llm/hone/replay"
+)
+
+// DeployEvaluator measures a spec for real: deploy.Up (emulator or vLLM
+// workers behind hone's proxy), replay through the proxy, fetch the proxy's
+// timelines, attribute, write the record, deploy.Down. The optimizer never
+// talks to an engine itself.
+type DeployEvaluator struct {
+	Up       deploy.UpOptions
+	Workload replay.Workload
+	QPS      []float64
+	Runs     int
+	SLO      replay.SLO
+	OutDir   string // records/<tag>.json and traces/<tag>/
+	Hone     replay.Build
+	Log      io.Writer // progress lines; nil: none
+}
+
+// Evaluate implements SpecEvaluator.
+func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag string) (t Trial) {
+	start := time.Now()
+	t = Trial{Started: start.UTC(), Kind: replay.KindDevice}
+	defer func() { t.Seconds = time.Since(start).Seconds() }()
+	s := CloneSpec(spec)
+	s.Name = "hone-" + tag
+	if len(s.Name) > 63 {
+		s.Name = s.Name[:63]
+	}
+	backend := "vllm"
+	if s.Engine == deploy.EngineEmulator {
+		t.Kind, backend = replay.KindEmulated, "emulator"
+		s.Emulator.TraceDir = filepath.Join(e.OutDir, "traces", tag)
+		if err := os.MkdirAll(s.Emulator.TraceDir, 0o755); err != nil {
+			t.Error = err.Error()
+			return t
+		}
+	}
+	if err := s.Validate(); err != nil {
+		t.Error = "invalid spec: " + err.Error()
+		return t
+	}
+	dep, err := deploy.Up(ctx, s, e.Up)
+	if err != nil {
+		t.Error = "deploy: " + err.Error()
+		return t
+	}
+	defer func() {
+		if err := dep.Down(10 * time.Second); err != nil && t.Error == "" {
+			t.Error = "deploy down: " + err.Error()
+		}
+	}()
+	var cfg map[string]any
+	b, _ := json.Marshal(s)
+	json.Unmarshal(b, &cfg)
+	scale := 1.0
+	if s.Engine == deploy.EngineEmulator && s.Emulator.TimeScale > 0 {
+		scale = s.Emulator.TimeScale
+	}
+	rec, err := replay.Run(ctx, replay.Options{Endpoint: dep.ProxyURL(), Model: s.ServedName(), Kind: t.Kind, Backend: backend,
+		Workload: e.Workload, QPS: e.QPS, Runs: e.Runs, SLO: e.SLO, TimeScale: scale, GPUs: s.GPUs.Budget, Config: cfg,
+		ModelInfo: replay.Model{Revision: s.Model.Revision, Precision: s.Precision.DType}, Hone: e.Hone})
+	if rec == nil {
+		t.Error = fmt.Sprintf("replay: %v", err)
+		return t
+	}
+	if err != nil {
+		t.Error = "replay: " + err.Error()
+	}
+	tls, terr := diagnose.FetchTimelines(ctx, dep.ProxyURL())
+	if atts, aerr := diagnose.Attribute(rec, diagnose.Evidence{Timelines: tls}); aerr == nil {
+		tpot := map[float64]float64{}
+		for _, run := range rec.Runs {
+			for _, l := range run.Levels {
+				tpot[l.OfferedQPS] = max(tpot[l.OfferedQPS], l.P99TPOTMs)
+			}
+		}
+		d := diagnose.Summarize(rec.Kind, atts, rec.SLO, tpot)
+		t.Bottleneck, t.Diagnosis, t.Proposals, t.Breakdown = d.Bottleneck, d.Summary, d.Proposals, d.Levels
+		rec.Attribution, _ = json.Marshal(map[string]any{"diagnosis": d, "timelines_error": errString(terr)})
+	}
+	path := filepath.Join(e.OutDir, "records", tag+".json")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil && t.Error == "" {
+		t.Error = err.Error()
+	}
+	if werr := replay.WriteRecord(path, rec); werr != nil && t.Error == "" {
+		t.Error = "write record: " + werr.Error()
+	}
+	t.Record = path
+	summarizeRecord(&t, rec)
+	return t
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// summarizeRecord fills a trial's figures from its record: per-run
+// objectives and their median, cost at the objective's level, per-level
+// medians, failures, invalid outputs and the measured hit rate.
+func summarizeRecord(t *Trial, rec *replay.Record) {
+	type acc struct {
+		ttft, tpot, eff []float64
+		passed          int
+	}
+	levels := map[float64]*acc{}
+	var qs []float64
+	var costs, hits []float64
+	for _, run := range rec.Runs {
+		t.Objectives = append(t.Objectives, run.Objective)
+		if run.GPUSecondsPerRequest != nil {
+			costs = append(costs, *run.GPUSecondsPerRequest)
+		}
+		for _, l := range run.Levels {
+			a := levels[l.OfferedQPS]
+			if a == nil {
+				a = &acc{}
+				levels[l.OfferedQPS] = a
+				qs = append(qs, l.OfferedQPS)
+			}
+			a.ttft = append(a.ttft, l.P99TTFTMs)
+			a.tpot = append(a.tpot, l.P99TPOTMs)
+			a.eff = append(a.eff, l.EffectiveQPS)
+			if l.Passed {
+				a.passed++
+			}
+			for k, n := range l.Failures {
+				_ = k
+				t.Failed += n
+			}
+			t.Invalid += l.Invalid
+			t.Requests += l.Sent
+			if l.HitRateMetricsMeasure != nil {
+				hits = append(hits, *l.HitRateMetricsMeasure)
+			} else if l.HitRateCachedTokens != nil {
+				hits = append(hits, *l.HitRateCachedTokens)
+			}
+		}
+	}
+	sort.Float64s(qs)
+	for _, q := range qs {
+		a := levels[q]
+		t.Levels = append(t.Levels, LevelSummary{OfferedQPS: q, P99TTFTMs: median(a.ttft), P99TPOTMs: median(a.tpot),
+			EffectiveQPS: median(a.eff), PassedRuns: a.passed, Runs: len(a.ttft)})
+	}
+	if len(t.Objectives) > 0 {
+		t.Objective = median(t.Objectives)
+	}
+	if len(costs) > 0 {
+		c := median(costs)
+		t.CostGPUSec = &c
+	}
+	if len(hits) > 0 {
+		h := median(hits)
+		t.HitRate = &h
+	}
+	if rec.Incomplete && t.Error == "" {
+		t.Error = "replay incomplete: " + rec.Error
+	}
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	n := len(s)
+	if n == 0 {
+		return 0
+	}
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}

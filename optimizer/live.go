@@ -1,0 +1,442 @@
+package optimizer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/diagnose"
+	"github.com/hone-llm/hone/replay"
+)
+
+// LogSchemaVersion is the version of the live experiment log.
+const LogSchemaVersion = 1
+
+// Trial is one evaluated candidate: the live experiment log's entry. Every
+// candidate is logged, failed ones too.
+type Trial struct {
+	N       int          `json:"n"`
+	Role    string       `json:"role"` // baseline, proposal, ablation, interaction, verify
+	Why     string       `json:"why"`
+	Key     string       `json:"key"`
+	Spec    *deploy.Spec `json:"spec"`
+	Kind    string       `json:"kind"` // emulated | device: never mixed
+	Record  string       `json:"record,omitempty"`
+	Started time.Time    `json:"started"`
+	Seconds float64      `json:"seconds"`
+	Error   string       `json:"error,omitempty"`
+
+	Objectives []float64      `json:"objectives"` // per run
+	Objective  float64        `json:"objective"`  // median over runs
+	CostGPUSec *float64       `json:"gpu_seconds_per_request"`
+	Levels     []LevelSummary `json:"levels"`
+	Requests   int            `json:"requests"`
+	Failed     int            `json:"failed_requests"`
+	Invalid    int            `json:"invalid_outputs"`
+	HitRate    *float64       `json:"prefix_hit_rate"`
+
+	Eligible   bool     `json:"eligible"`
+	Reason     string   `json:"reason"`
+	Bottleneck string   `json:"bottleneck,omitempty"`
+	Diagnosis  string   `json:"diagnosis,omitempty"`
+	Proposals  []string `json:"proposals,omitempty"`
+	// Breakdown is the mean TTFT split per level (model ms).
+	Breakdown []diagnose.LevelBreakdown `json:"breakdown,omitempty"`
+}
+
+// LevelSummary is one load level over a trial's runs (medians).
+type LevelSummary struct {
+	OfferedQPS   float64 `json:"offered_qps"`
+	P99TTFTMs    float64 `json:"p99_ttft_ms"`
+	P99TPOTMs    float64 `json:"p99_tpot_ms"`
+	EffectiveQPS float64 `json:"effective_qps"`
+	PassedRuns   int     `json:"passed_runs"`
+	Runs         int     `json:"runs"`
+}
+
+// Log is the live experiment log, rewritten atomically after every trial.
+type Log struct {
+	SchemaVersion  int             `json:"schema_version"`
+	Kind           string          `json:"kind"`
+	Started        time.Time       `json:"started"`
+	Workload       replay.Workload `json:"workload"`
+	QPS            []float64       `json:"qps"`
+	Runs           int             `json:"runs"`
+	SLO            replay.SLO      `json:"slo"`
+	Budget         int             `json:"budget"`
+	Trials         []Trial         `json:"trials"`
+	Selected       int             `json:"selected"` // trial N; 0 = none eligible
+	Verified       bool            `json:"verified"`
+	BaselineN      int             `json:"baseline"`
+	Interaction    *Interaction    `json:"interaction,omitempty"`
+	Decision       []string        `json:"decision"`
+	SelectionRule  string          `json:"selection_rule"`
+	RegressionRule string          `json:"regression_rule"`
+	Done           bool            `json:"done"`
+}
+
+// Interaction is a 2×2 reading: topology × prefix caching.
+type Interaction struct {
+	Factors [2]string  `json:"factors"`
+	Cells   [4]int     `json:"trials"` // A1B1, A1B0, A0B1, A0B0
+	Values  [4]float64 `json:"objectives"`
+	Effect  float64    `json:"interaction"` // (A1B1−A1B0) − (A0B1−A0B0)
+	Text    string     `json:"text"`
+}
+
+// Rules of the live loop, stated once for the log and the report.
+const (
+	LiveSelectionRule = "Eligible: every run of the trial completed every measured request with a valid output (exact length, " +
+		"finish reason length) and passed the SLOs at one or more load levels. Selected: the eligible trial with the highest median " +
+		"objective (largest effective QPS among passing levels; at a fixed GPU budget that is the lowest GPU-seconds per request); " +
+		"ties go to lower cost, then to the config closest to the baseline. Ablations, the interaction and re-runs are not candidates."
+	LiveRegressionRule = "The selected config is re-run with the same runs. It is rejected if the re-run is not eligible or its median " +
+		"objective falls more than 10% below the first; the next eligible config is then re-run in turn, finally the baseline."
+)
+
+// Evaluator runs one spec and returns its trial (the optimizer fills N,
+// Role and Why).
+type SpecEvaluator interface {
+	Evaluate(ctx context.Context, spec *deploy.Spec, tag string) Trial
+}
+
+// LiveOptions configure the live loop.
+type LiveOptions struct {
+	Base      *deploy.Spec
+	Evaluator SpecEvaluator
+	Budget    int // trials in all, verification included; >= 4
+	Workload  replay.Workload
+	QPS       []float64
+	Runs      int
+	SLO       replay.SLO
+	LogPath   string
+	Progress  io.Writer // one line per trial; nil: none
+}
+
+// Live runs the optimization loop: the baseline; proposals driven by each
+// trial's diagnosis; ablations of the selection and a topology × prefix
+// caching interaction; a verification re-run. Every trial is logged.
+func Live(ctx context.Context, o LiveOptions) (*Log, error) {
+	if o.Base == nil || o.Evaluator == nil {
+		return nil, errors.New("live optimizer: a base spec and an evaluator are required")
+	}
+	if o.Budget < 4 {
+		return nil, fmt.Errorf("budget %d: want at least 4 trials (baseline, one proposal, one ablation, a re-run)", o.Budget)
+	}
+	if o.Runs < 1 {
+		o.Runs = 3
+	}
+	lg := &Log{SchemaVersion: LogSchemaVersion, Started: time.Now().UTC(), Workload: o.Workload, QPS: o.QPS, Runs: o.Runs,
+		SLO: o.SLO, Budget: o.Budget, SelectionRule: LiveSelectionRule, RegressionRule: LiveRegressionRule,
+		Trials: make([]Trial, 0, o.Budget)} // never outgrown: pointers into it stay valid
+	tried := map[string]int{} // key → trial N
+	say := func(format string, a ...any) {
+		line := fmt.Sprintf(format, a...)
+		lg.Decision = append(lg.Decision, line)
+		if o.Progress != nil {
+			fmt.Fprintln(o.Progress, "optimize:", line)
+		}
+	}
+	run := func(role, why string, s *deploy.Spec) (*Trial, error) {
+		n := len(lg.Trials) + 1
+		if o.Progress != nil {
+			fmt.Fprintf(o.Progress, "optimize: trial %d/%d %s: %s (%s)\n", n, o.Budget, role, SpecKey(s), why)
+		}
+		t := o.Evaluator.Evaluate(ctx, s, fmt.Sprintf("%02d-%s", n, SpecKey(s)))
+		t.N, t.Role, t.Why, t.Key, t.Spec = n, role, why, SpecKey(s), s
+		judge(&t, o.SLO)
+		lg.Trials = append(lg.Trials, t)
+		if lg.Kind == "" {
+			lg.Kind = t.Kind
+		}
+		if role != "verify" {
+			if _, ok := tried[t.Key]; !ok {
+				tried[t.Key] = n
+			}
+		}
+		if o.Progress != nil {
+			fmt.Fprintf(o.Progress, "optimize: trial %d: objective %.3f req/s (median of %d runs), eligible %t: %s; bottleneck %s\n",
+				n, t.Objective, len(t.Objectives), t.Eligible, t.Reason, t.Bottleneck)
+		}
+		if err := writeLog(o.LogPath, lg); err != nil {
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		return &lg.Trials[len(lg.Trials)-1], nil
+	}
+	left := func() int { return o.Budget - len(lg.Trials) }
+
+	base, err := run("baseline", "the baseline as given", CloneSpec(o.Base))
+	if err != nil {
+		return lg, err
+	}
+	lg.BaselineN = base.N
+	// Reserve: one re-run, two ablations, one interaction cell.
+	reserve := min(4, o.Budget-2)
+	cur := base
+	for left() > reserve {
+		var next *Candidate
+		for _, c := range Propose(cur.Spec, cur.Bottleneck) {
+			if _, seen := tried[SpecKey(c.Spec)]; !seen {
+				next = &c
+				break
+			}
+		}
+		if next == nil {
+			say("no untried proposal for trial %d's bottleneck (%s): exploration ends", cur.N, cur.Bottleneck)
+			break
+		}
+		t, err := run("proposal", next.Why, next.Spec)
+		if err != nil {
+			return lg, err
+		}
+		if t.Eligible && (!cur.Eligible || t.Objective > cur.Objective) {
+			cur = t
+		} else if !t.Eligible && !cur.Eligible {
+			cur = t // follow the diagnosis from the newest trial
+		}
+	}
+
+	order := rankTrials(lg.Trials, base)
+	if len(order) == 0 {
+		say("no trial was eligible: keeping the baseline (trial %d) unverified", base.N)
+		lg.Selected = 0
+		lg.Done = true
+		return lg, writeLog(o.LogPath, lg)
+	}
+	best := order[0]
+	say("selected trial %d (%s): median objective %.3f req/s", best.N, best.Key, best.Objective)
+
+	// Ablations of the selection, then the interaction's missing cell.
+	for _, c := range Ablations(best.Spec) {
+		if left() <= 1+boolInt(interactionNeeded(lg, best)) {
+			break
+		}
+		if n, seen := tried[SpecKey(c.Spec)]; seen {
+			say("%s: already measured as trial %d", c.Why, n)
+			continue
+		}
+		if _, err := run("ablation", c.Why, c.Spec); err != nil {
+			return lg, err
+		}
+	}
+	if cell := interactionCell(best.Spec, tried); cell != nil && left() > 1 {
+		if _, err := run("interaction", "topology × prefix caching: the other topology with the cache off", cell); err != nil {
+			return lg, err
+		}
+	}
+	lg.Interaction = readInteraction(lg, best.Spec, tried)
+	if lg.Interaction != nil {
+		say("%s", lg.Interaction.Text)
+	}
+
+	// Verification: re-run the selection; fall back in selection order.
+	lg.Selected = best.N
+	for i := 0; i < len(order) && left() > 0; i++ {
+		cand := order[i]
+		v, err := run("verify", fmt.Sprintf("re-run of trial %d", cand.N), CloneSpec(cand.Spec))
+		if err != nil {
+			return lg, err
+		}
+		if reason := liveRegressed(cand, v); reason != "" {
+			say("trial %d rejected by the regression rule: %s", cand.N, reason)
+			lg.Selected = 0
+			continue
+		}
+		lg.Selected, lg.Verified = cand.N, true
+		say("trial %d confirmed by its re-run (trial %d: median objective %.3f req/s)", cand.N, v.N, v.Objective)
+		break
+	}
+	if lg.Selected == 0 {
+		say("no selection survived its re-run: keeping the baseline (trial %d)", base.N)
+	}
+	lg.Done = true
+	return lg, writeLog(o.LogPath, lg)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// judge sets a trial's eligibility from its figures.
+func judge(t *Trial, slo replay.SLO) {
+	switch {
+	case t.Error != "":
+		t.Eligible, t.Reason = false, "failed: "+t.Error
+	case t.Failed > 0:
+		t.Eligible, t.Reason = false, fmt.Sprintf("%d measured requests failed or timed out", t.Failed)
+	case t.Invalid > 0:
+		t.Eligible, t.Reason = false, fmt.Sprintf("%d outputs failed validation", t.Invalid)
+	case len(t.Objectives) == 0:
+		t.Eligible, t.Reason = false, "no runs"
+	default:
+		for _, o := range t.Objectives {
+			if o <= 0 {
+				t.Eligible, t.Reason = false, fmt.Sprintf("a run passed no load level (p99 TTFT ≤ %g ms, p99 TPOT ≤ %g ms)", slo.TTFTMillis, slo.TPOTMillis)
+				return
+			}
+		}
+		t.Eligible, t.Reason = true, "correct outputs, SLOs met at one or more levels in every run"
+	}
+}
+
+// rankTrials orders eligible explorations by LiveSelectionRule.
+func rankTrials(ts []Trial, base *Trial) []*Trial {
+	var out []*Trial
+	for i := range ts {
+		if ts[i].Eligible && (ts[i].Role == "baseline" || ts[i].Role == "proposal") {
+			out = append(out, &ts[i])
+		}
+	}
+	cost := func(t *Trial) float64 {
+		if t.CostGPUSec == nil {
+			return math.Inf(1)
+		}
+		return *t.CostGPUSec
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Objective != b.Objective {
+			return a.Objective > b.Objective
+		}
+		if cost(a) != cost(b) {
+			return cost(a) < cost(b)
+		}
+		return specDistance(base.Spec, a.Spec) < specDistance(base.Spec, b.Spec)
+	})
+	return out
+}
+
+func specDistance(a, b *deploy.Spec) int {
+	var x, y map[string]any
+	ba, _ := json.Marshal(a)
+	bb, _ := json.Marshal(b)
+	json.Unmarshal(ba, &x)
+	json.Unmarshal(bb, &y)
+	return Distance(x, y)
+}
+
+func liveRegressed(first, again *Trial) string {
+	switch {
+	case !again.Eligible:
+		return "the re-run is not eligible: " + again.Reason
+	case again.Objective < 0.9*first.Objective:
+		return fmt.Sprintf("the re-run's median objective %.3f is more than 10%% below the first run's %.3f", again.Objective, first.Objective)
+	}
+	return ""
+}
+
+// interactionCell is the spec that completes topology × prefix caching
+// around the selection: the other topology with the cache off.
+func interactionCell(s *deploy.Spec, tried map[string]int) *deploy.Spec {
+	other, ok := Colocate(s)
+	if !ok {
+		other, ok = Disaggregate(s)
+	}
+	if !ok {
+		return nil
+	}
+	if _, seen := tried[SpecKey(other)]; !seen {
+		return nil // the other topology with the cache on was never measured
+	}
+	other.Knobs.PrefixCaching = boolp(!cachingOn(s))
+	if _, seen := tried[SpecKey(other)]; seen {
+		return nil
+	}
+	return other
+}
+
+func interactionNeeded(lg *Log, best *Trial) bool {
+	keys := map[string]int{}
+	for _, t := range lg.Trials {
+		keys[t.Key] = t.N
+	}
+	return interactionCell(best.Spec, keys) != nil
+}
+
+func readInteraction(lg *Log, s *deploy.Spec, tried map[string]int) *Interaction {
+	other, ok := Colocate(s)
+	if !ok {
+		other, ok = Disaggregate(s)
+	}
+	if !ok {
+		return nil
+	}
+	flip := func(x *deploy.Spec) *deploy.Spec {
+		c := CloneSpec(x)
+		c.Knobs.PrefixCaching = boolp(!cachingOn(x))
+		return c
+	}
+	cells := [4]*deploy.Spec{s, flip(s), other, flip(other)}
+	in := &Interaction{Factors: [2]string{"topology (" + SpecKey(s) + " vs " + SpecKey(other) + ")", "prefix caching"}}
+	for i, c := range cells {
+		n, ok := tried[SpecKey(c)]
+		if !ok {
+			return nil
+		}
+		in.Cells[i], in.Values[i] = n, lg.Trials[n-1].Objective
+	}
+	in.Effect = (in.Values[0] - in.Values[1]) - (in.Values[2] - in.Values[3])
+	in.Text = fmt.Sprintf("interaction: prefix caching is worth %.3f req/s on %s and %.3f req/s on %s; interaction %.3f req/s",
+		in.Values[0]-in.Values[1], SpecKey(s), in.Values[2]-in.Values[3], SpecKey(other), in.Effect)
+	return in
+}
+
+func writeLog(path string, lg *Log) error {
+	if path == "" {
+		return nil
+	}
+	b, err := json.MarshalIndent(lg, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".log.*.tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+// ReadLog reads a live experiment log.
+func ReadLog(path string) (*Log, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read experiment log: %w", err)
+	}
+	var lg Log
+	if err := json.Unmarshal(b, &lg); err != nil {
+		return nil, fmt.Errorf("experiment log %s: %w", path, err)
+	}
+	if lg.SchemaVersion != LogSchemaVersion {
+		return nil, fmt.Errorf("experiment log %s: schema_version %d, want %d", path, lg.SchemaVersion, LogSchemaVersion)
+	}
+	return &lg, nil
+}
