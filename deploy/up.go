@@ -116,6 +116,18 @@ func Up(ctx context.Context, s *Spec, o UpOptions) (*Deployment, error) {
 	if err != nil {
 		return nil, err
 	}
+	dir := filepath.Join(o.StateDir, s.Name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	statePath := StatePath(o.StateDir, s.Name)
+	if old, err := ReadState(statePath); err == nil {
+		for _, p := range old.Processes {
+			if p.ours() && groupAlive(p.PGID) {
+				return nil, fmt.Errorf("%w: deployment %s is already up (%s, pid %d); run hone deploy down %s first", ErrAlreadyUp, s.Name, p.Name, p.PID, s.Name)
+			}
+		}
+	}
 	// Everything that can be refused is refused before anything starts.
 	for _, w := range plan.Workers {
 		if _, err := exec.LookPath(w.Argv[0]); err != nil {
@@ -123,8 +135,14 @@ func Up(ctx context.Context, s *Spec, o UpOptions) (*Deployment, error) {
 		}
 	}
 	addrs := map[string]string{plan.ProxyAddr: "the proxy"}
-	for _, w := range plan.Workers {
+	for i, w := range plan.Workers {
 		addrs[hostPort(w.Host, w.Port)] = "worker " + w.Name
+		switch {
+		case s.Topology.Kind == Disaggregated && s.KV.Name == NixlConnector:
+			addrs[hostPort(w.Host, s.KV.SideChannelPort+i)] = "worker " + w.Name + " (NIXL side channel)"
+		case w.KVAddr != "":
+			addrs[w.KVAddr] = "worker " + w.Name + " (KV port)"
+		}
 	}
 	for a, who := range addrs {
 		ln, err := net.Listen("tcp", a)
@@ -137,18 +155,6 @@ func Up(ctx context.Context, s *Spec, o UpOptions) (*Deployment, error) {
 	if s.Model.Path != "" {
 		if files, err = HashModelDir(s.Model.Path); err != nil {
 			return nil, err
-		}
-	}
-	dir := filepath.Join(o.StateDir, s.Name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("state directory: %w", err)
-	}
-	statePath := StatePath(o.StateDir, s.Name)
-	if old, err := ReadState(statePath); err == nil {
-		for _, p := range old.Processes {
-			if p.ours() && groupAlive(p.PGID) {
-				return nil, fmt.Errorf("deployment %s is already up (%s, pid %d); run hone deploy down %s first", s.Name, p.Name, p.PID, s.Name)
-			}
 		}
 	}
 	pcfg := ProxyConfig(plan)
@@ -282,6 +288,9 @@ func logTail(path string, lines int) string {
 	}
 	return "  " + string(bytes.Join(l, []byte("\n  ")))
 }
+
+// ErrAlreadyUp is returned by Up when the spec's deployment is running.
+var ErrAlreadyUp = errors.New("already up")
 
 // ErrNotUp is returned by Down when there is no state file.
 var ErrNotUp = errors.New("no deployment state")

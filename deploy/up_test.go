@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -252,6 +253,10 @@ func TestUpServeDown(t *testing.T) {
 			page, err := proxy.FetchTimelines(context.Background(), d.ProxyURL(), 0)
 			if err != nil || len(page.Timelines) != 1 {
 				t.Fatalf("timelines: %v %+v", err, page)
+			}
+			_, err = Up(context.Background(), testSpec(t, topo), UpOptions{StateDir: dir, VLLM: os.Args[0], Hone: os.Args[0]})
+			if !errors.Is(err, ErrAlreadyUp) {
+				t.Errorf("second up: %v", err)
 			}
 			if err := d.Down(2 * time.Second); err != nil {
 				t.Fatal(err)

@@ -139,7 +139,7 @@ healthy; 2 the spec is invalid, a port is taken or a binary is missing.`,
 				fmt.Fprintln(errw)
 			}
 			if err != nil {
-				if strings.Contains(err.Error(), "is not free") || errors.Is(err, os.ErrNotExist) || strings.Contains(err.Error(), "executable file not found") {
+				if errors.Is(err, deploy.ErrAlreadyUp) || strings.Contains(err.Error(), "is not free") || errors.Is(err, os.ErrNotExist) || strings.Contains(err.Error(), "executable file not found") {
 					return usageError{err}
 				}
 				return err
