@@ -106,7 +106,7 @@ func (s *sseReader) line() (line []byte, ok bool, err error) {
 				s.start++
 			}
 		}
-		if i := bytes.IndexAny(s.buf[s.start+s.scanned:s.end], "\r\n"); i >= 0 {
+		if i := lineEnd(s.buf[s.start+s.scanned : s.end]); i >= 0 {
 			i += s.scanned
 			s.scanned = 0
 			line = s.buf[s.start : s.start+i]
@@ -157,4 +157,20 @@ func (s *sseReader) fill() {
 			s.readErr = err
 		}
 	}
+}
+
+// lineEnd is the index of the first \r or \n in b, or -1: two vectorized
+// byte searches, several times faster than bytes.IndexAny on event lines.
+func lineEnd(b []byte) int {
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		i = len(b)
+	}
+	if j := bytes.IndexByte(b[:i], '\r'); j >= 0 {
+		return j
+	}
+	if i == len(b) {
+		return -1
+	}
+	return i
 }
