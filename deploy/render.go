@@ -196,7 +196,7 @@ func renderVLLM(s *Spec, bin string, w Worker, tp, index int) (argv, env []strin
 				"VLLM_NIXL_SIDE_CHANNEL_PORT="+strconv.Itoa(s.KV.SideChannelPort+index))
 		case P2pNcclConnector:
 			role, buf := "kv_producer", "1e9"
-			extra := map[string]any{"proxy_ip": s.Network.Host, "proxy_port": strconv.Itoa(s.Network.ProxyPort), "http_port": strconv.Itoa(w.Port)}
+			extra := map[string]any{"proxy_ip": s.Network.Host, "proxy_port": strconv.Itoa(s.KV.DiscoveryPort), "http_port": strconv.Itoa(w.Port)}
 			if w.Role == RoleDecode {
 				role, buf = "kv_consumer", "8e9"
 				extra["send_type"] = "PUT_ASYNC"

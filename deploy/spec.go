@@ -103,6 +103,11 @@ type KVConnector struct {
 	SideChannelPort int `yaml:"side_channel_port" json:"side_channel_port,omitempty"`
 	// KVPort is P2pNcclConnector's first kv_port; worker i gets KVPort+i.
 	KVPort int `yaml:"kv_port" json:"kv_port,omitempty"`
+	// DiscoveryPort is where P2pNcclConnector workers announce themselves
+	// over ZMQ (its proxy_port). hone's proxy knows every address from the
+	// spec and needs no announcements, so nothing has to listen there; it
+	// only must not be the HTTP proxy's port.
+	DiscoveryPort int `yaml:"discovery_port" json:"discovery_port,omitempty"`
 	// BufferSize is P2pNcclConnector's kv_buffer_size in bytes ("1e9").
 	BufferSize string `yaml:"buffer_size" json:"buffer_size,omitempty"`
 	// LoadFailurePolicy is vLLM's kv_load_failure_policy (recompute | fail);
@@ -202,6 +207,7 @@ const (
 	DefaultWorkerPort      = 8100
 	DefaultSideChannelPort = 5600
 	DefaultKVPort          = 21001
+	DefaultDiscoveryPort   = 30001
 	DefaultAffinityTokens  = 256
 	DefaultSessionHeader   = "X-Session-Id"
 )
@@ -258,6 +264,9 @@ func (s *Spec) fillDefaults() {
 		}
 		if s.KV.Name == P2pNcclConnector && s.KV.KVPort == 0 {
 			s.KV.KVPort = DefaultKVPort
+		}
+		if s.KV.Name == P2pNcclConnector && s.KV.DiscoveryPort == 0 {
+			s.KV.DiscoveryPort = DefaultDiscoveryPort
 		}
 	}
 	if s.Routing.Policy == "" {
@@ -400,8 +409,11 @@ func (s *Spec) Validate() error {
 		default:
 			return bad("kv_connector.load_failure_policy", "want recompute or fail, got %q", s.KV.LoadFailurePolicy)
 		}
-		if s.KV.BufferSize != "" && s.KV.Name != P2pNcclConnector {
-			return bad("kv_connector.buffer_size", "only P2pNcclConnector takes a buffer size")
+		if s.KV.Name != P2pNcclConnector && (s.KV.BufferSize != "" || s.KV.KVPort != 0 || s.KV.DiscoveryPort != 0) {
+			return bad("kv_connector", "buffer_size, kv_port and discovery_port are P2pNcclConnector's")
+		}
+		if s.KV.Name == P2pNcclConnector && s.KV.SideChannelPort != 0 {
+			return bad("kv_connector.side_channel_port", "NixlConnector's; P2pNcclConnector uses kv_port")
 		}
 	default:
 		return bad("topology.kind", "want colocated or disaggregated, got %q", t.Kind)
@@ -495,6 +507,11 @@ func (s *Spec) Validate() error {
 		lo, hi := base, base+workers-1
 		if lo <= n.WorkerPort+workers-1 && n.WorkerPort <= hi || n.ProxyPort >= lo && n.ProxyPort <= hi {
 			return bad(field, "ports %d..%d collide with the proxy or worker ports", lo, hi)
+		}
+		if d := s.KV.DiscoveryPort; s.KV.Name == P2pNcclConnector {
+			if d < 1 || d > 65535 || d == n.ProxyPort || d >= lo && d <= hi || d >= n.WorkerPort && d < n.WorkerPort+workers {
+				return bad("kv_connector.discovery_port", "want a port of its own in 1..65535, got %d", d)
+			}
 		}
 	}
 

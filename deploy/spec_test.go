@@ -75,6 +75,7 @@ func TestSpecErrors(t *testing.T) {
 		{"timeout", validColocated, "gpus:", "routing: {prefill_timeout: soon}\ngpus:", "want a duration like 30s"},
 		{"port clash", validColocated, "gpus:", "network: {proxy_port: 8101}\ngpus:", "spec.network.proxy_port: port 8101 collides"},
 		{"side channel clash", validDisagg, "emulator:", "kv_connector: {side_channel_port: 8100}\nemulator:", "spec.kv_connector.side_channel_port: ports 8100..8101 collide"},
+		{"nixl kv_port", validDisagg, "emulator:", "kv_connector: {name: NixlConnector, kv_port: 9}\nemulator:", "spec.kv_connector: buffer_size, kv_port and discovery_port are P2pNcclConnector's"},
 		{"emulator profile", validDisagg, "emulator: {profile: exercise}", "", "spec.emulator.profile: want one of"},
 		{"emulator on vllm", validColocated, "gpus:", "emulator: {profile: x}\ngpus:", "spec.emulator: only for engine: emulator"},
 		{"unknown profile", validDisagg, "{profile: exercise}", "{profile: b200}", `spec.emulator.profile: want one of`},
