@@ -94,7 +94,7 @@ type RequestRecord struct {
 	CachedTokens  *int            `json:"cached_tokens"` // usage.prompt_tokens_details.cached_tokens
 	EngineMetrics json.RawMessage `json:"engine_metrics,omitempty"`
 	Valid         bool            `json:"valid"`
-	Invalid       string          `json:"invalid,omitempty"` // why the output failed validation
+	Invalid       string          `json:"invalid,omitempty"` // "<check>: <detail>" when not valid
 	Chunks        Chunks          `json:"chunks"`
 }
 
@@ -250,19 +250,20 @@ func (rr *RequestRecord) finish(start, first, last time.Time, ids []int, ms func
 	rr.TPOTMs = &tpot
 }
 
-// validate checks the output against what the request asked for.
+// validate checks the output against what the request asked for. Invalid
+// reads "<check>: <detail>"; the record counts invalid requests by check.
 func (rr *RequestRecord) validate(outputTokens int) {
 	switch {
 	case rr.Outcome != OutcomeOK:
-		rr.Invalid = "request failed: " + rr.Outcome
+		rr.Invalid = "failed: " + rr.Outcome
 	case rr.OutputTokens != outputTokens:
-		rr.Invalid = fmt.Sprintf("got %d output tokens, want %d", rr.OutputTokens, outputTokens)
+		rr.Invalid = fmt.Sprintf("output_tokens: got %d, want %d", rr.OutputTokens, outputTokens)
 	case rr.FinishReason != "length":
-		rr.Invalid = fmt.Sprintf("finish_reason %q, want \"length\"", rr.FinishReason)
+		rr.Invalid = fmt.Sprintf("finish_reason: got %q, want \"length\"", rr.FinishReason)
 	case rr.PromptTokens != nil && *rr.PromptTokens != rr.InputTokens:
-		rr.Invalid = fmt.Sprintf("engine counted %d prompt tokens, sent %d", *rr.PromptTokens, rr.InputTokens)
+		rr.Invalid = fmt.Sprintf("prompt_tokens: the engine counted %d, hone sent %d", *rr.PromptTokens, rr.InputTokens)
 	default:
-		rr.Valid = true
+		rr.Valid, rr.Invalid = true, ""
 		return
 	}
 	rr.Valid = false
@@ -274,9 +275,7 @@ func (rr *RequestRecord) fail(outcome string, err error) {
 		return
 	}
 	rr.Outcome, rr.Error = outcome, err.Error()
-	if rr.Invalid == "" {
-		rr.Invalid = "request failed: " + outcome
-	}
+	rr.Invalid = "failed: " + outcome
 }
 
 // classify maps a transport error to an outcome: the request's own

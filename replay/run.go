@@ -214,11 +214,8 @@ func (rec *Record) finish() {
 					rec.Validation.Valid++
 				} else {
 					rec.Validation.Invalid++
-					reason := q.Invalid
-					if i := strings.IndexAny(reason, "0123456789\""); i > 0 && !strings.HasPrefix(reason, "request failed") {
-						reason = strings.TrimSpace(reason[:i])
-					}
-					rec.Validation.Reasons[reason]++
+					check, _, _ := strings.Cut(q.Invalid, ":")
+					rec.Validation.Reasons[check]++
 				}
 			}
 		}

@@ -175,17 +175,20 @@ func TestOutcomes(t *testing.T) {
 		fault, outcome string
 		status         int
 		errHas         string
+		invalid        string // for an ok stream whose output fails validation
 	}{
-		{"5xx", OutcomeHTTPError, 503, "engine overloaded"},
-		{"wrong_model", OutcomeHTTPError, 404, "does not exist"},
-		{"non_sse", OutcomeMalformed, 200, "not an event stream"},
-		{"bad_json", OutcomeMalformed, 200, "not a completion chunk"},
-		{"error_event", OutcomeHTTPError, 200, "engine died"},
-		{"cut", OutcomeStreamCut, 200, "stream"},
-		{"hang", OutcomeTimeout, 0, "deadline"},   // no headers before the timeout
-		{"slow", OutcomeTimeout, 200, "deadline"}, // 50 ms per token: the timeout hits mid-stream
-		{"split", OutcomeOK, 200, ""},
-		{"comments", OutcomeOK, 200, ""},
+		{"5xx", OutcomeHTTPError, 503, "engine overloaded", ""},
+		{"wrong_model", OutcomeHTTPError, 404, "does not exist", ""},
+		{"non_sse", OutcomeMalformed, 200, "not an event stream", ""},
+		{"bad_json", OutcomeMalformed, 200, "not a completion chunk", ""},
+		{"error_event", OutcomeHTTPError, 200, "engine died", ""},
+		{"cut", OutcomeStreamCut, 200, "stream", ""},
+		{"hang", OutcomeTimeout, 0, "deadline", ""},   // no headers before the timeout
+		{"slow", OutcomeTimeout, 200, "deadline", ""}, // 50 ms per token: the timeout hits mid-stream
+		{"split", OutcomeOK, 200, "", ""},
+		{"comments", OutcomeOK, 200, "", ""},
+		{"short", OutcomeOK, 200, "", "output_tokens: got 7, want 8"},
+		{"no_finish", OutcomeOK, 200, "", `finish_reason: got "", want "length"`},
 	} {
 		t.Run(tc.fault, func(t *testing.T) {
 			f := newFakeVLLM(t)
@@ -212,6 +215,13 @@ func TestOutcomes(t *testing.T) {
 			}
 			if l.Sent != 12 || l.Outcomes[OutcomeOK] != map[bool]int{true: 12, false: 11}[tc.outcome == OutcomeOK] {
 				t.Errorf("outcomes %v over %d sent: the run must go on around one fault", l.Outcomes, l.Sent)
+			}
+			if tc.invalid != "" {
+				if q.Valid || q.Invalid != tc.invalid || l.Passed || l.Invalid != 1 || rec.Validation.Reasons[strings.Split(tc.invalid, ":")[0]] != 1 {
+					t.Errorf("valid=%t invalid=%q passed=%t level invalid=%d reasons %v; want invalid %q, failing the level",
+						q.Valid, q.Invalid, l.Passed, l.Invalid, rec.Validation.Reasons, tc.invalid)
+				}
+				return
 			}
 			if tc.outcome == OutcomeOK {
 				if !l.Passed || q.OutputSHA256 != refOut || len(q.Chunks.MonoNs) != 8 {
@@ -267,7 +277,7 @@ func TestUnreachable(t *testing.T) {
 		if rec.Outcomes[OutcomeConnectError] != 12 || l.Failures[OutcomeConnectError] != 4 || l.Passed || l.Measured != 0 {
 			t.Fatalf("outcomes %v, level failures %v passed %t", rec.Outcomes, l.Failures, l.Passed)
 		}
-		if !strings.Contains(l.Requests[0].Error, "refused") || rec.Validation.Invalid != 12 {
+		if !strings.Contains(l.Requests[0].Error, "refused") || rec.Validation.Invalid != 12 || rec.Validation.Reasons["failed"] != 12 {
 			t.Errorf("error %q, invalid %d", l.Requests[0].Error, rec.Validation.Invalid)
 		}
 	})

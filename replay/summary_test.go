@@ -63,14 +63,14 @@ func TestSummarize(t *testing.T) {
 	// the SLO, and is counted; the window still starts at request 8's
 	// scheduled arrival.
 	l = base()
-	l.Requests[8] = RequestRecord{ID: 8, Outcome: OutcomeTimeout, Invalid: "request failed: timeout"}
+	l.Requests[8] = RequestRecord{ID: 8, Outcome: OutcomeTimeout, Invalid: "failed: timeout"}
 	l.summarize(reqs, SLO{TTFTMillis: 400, TPOTMillis: 25}, 4)
 	if l.Passed || !l.SLOMet || l.Measured != 3 || !reflect.DeepEqual(l.Failures, map[string]int{OutcomeTimeout: 1}) || l.EffectiveQPS != 1.5 {
 		t.Errorf("passed %t slo %t measured %d failures %v eff %g", l.Passed, l.SLOMet, l.Measured, l.Failures, l.EffectiveQPS)
 	}
 	// An invalid output (wrong length) fails the level too.
 	l = base()
-	l.Requests[9].Valid, l.Requests[9].Invalid = false, "got 4 output tokens, want 5"
+	l.Requests[9].Valid, l.Requests[9].Invalid = false, "output_tokens: got 4, want 5"
 	l.summarize(reqs, SLO{TTFTMillis: 400, TPOTMillis: 25}, 0)
 	if l.Passed || l.Invalid != 1 || l.GPUSecondsPerRequest != nil {
 		t.Errorf("passed %t invalid %d cost %v (no GPUs given: no cost)", l.Passed, l.Invalid, l.GPUSecondsPerRequest)

@@ -235,7 +235,11 @@ func (f *fakeVLLM) complete(w http.ResponseWriter, r *http.Request) {
 		}
 		write("data: " + string(b) + "\n\n")
 	}
-	for i := range req.MaxTokens {
+	n := req.MaxTokens
+	if fault == "short" {
+		n-- // one token fewer than asked, still finishing with "length"
+	}
+	for i := range n {
 		if fault == "cut" && i == req.MaxTokens/2 {
 			// Close the connection mid-stream without the chunked trailer.
 			if hj, ok := w.(http.Hijacker); ok {
@@ -265,7 +269,7 @@ func (f *fakeVLLM) complete(w http.ResponseWriter, r *http.Request) {
 		if i == 0 {
 			choice["prompt_token_ids"] = req.Prompt
 		}
-		if i == req.MaxTokens-1 {
+		if i == n-1 && fault != "no_finish" {
 			choice["finish_reason"] = "length"
 		}
 		event(map[string]any{"id": "cmpl-1", "object": "text_completion", "created": 1, "model": f.model,
@@ -273,7 +277,7 @@ func (f *fakeVLLM) complete(w http.ResponseWriter, r *http.Request) {
 	}
 	event(map[string]any{"id": "cmpl-1", "object": "text_completion", "created": 1, "model": f.model, "choices": []any{},
 		"usage": map[string]any{"prompt_tokens": len(req.Prompt), "total_tokens": len(req.Prompt) + req.MaxTokens,
-			"completion_tokens": req.MaxTokens, "prompt_tokens_details": map[string]any{"cached_tokens": cached}},
+			"completion_tokens": n, "prompt_tokens_details": map[string]any{"cached_tokens": cached}},
 		"metrics": map[string]any{"time_to_first_token_ms": 1.5, "queue_time_ms": 0.1}})
 	write("data: [DONE]\n\n")
 }
