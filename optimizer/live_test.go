@@ -148,3 +148,42 @@ func TestProposals(t *testing.T) {
 		t.Error("CloneSpec shares memory")
 	}
 }
+
+// Every spec the proposals make must pass deploy's own validation, or the
+// trial fails before it starts.
+func TestProposedSpecsValidate(t *testing.T) {
+	b, err := deploy.ParseSpec([]byte(`name: base
+engine: emulator
+model: {id: Qwen/Qwen2.5-Coder-0.5B-Instruct, revision: emulated}
+gpus: {budget: 4}
+topology: {kind: colocated, replicas: 4, tp: 1}
+routing: {policy: session_affinity}
+emulator: {profile: qwen2.5-coder-0.5b-l4, time_scale: 0.1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	var walk func(s *deploy.Spec, depth int)
+	walk = func(s *deploy.Spec, depth int) {
+		if seen[SpecKey(s)] || depth > 3 {
+			return
+		}
+		seen[SpecKey(s)] = true
+		if err := s.Validate(); err != nil {
+			t.Errorf("%s: %v", SpecKey(s), err)
+		}
+		for _, bn := range []string{diagnose.Queueing, diagnose.Prefill, diagnose.Transfer, diagnose.DecodeQ, "none"} {
+			for _, c := range Propose(s, bn) {
+				walk(c.Spec, depth+1)
+			}
+		}
+		for _, c := range Ablations(s) {
+			walk(c.Spec, depth+1)
+		}
+	}
+	walk(b, 0)
+	if len(seen) < 6 {
+		t.Errorf("only %d specs reached", len(seen))
+	}
+}

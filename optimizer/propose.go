@@ -89,9 +89,6 @@ func Disaggregate(s *deploy.Spec) (*deploy.Spec, bool) {
 	if out.KV.SideChannelPort == 0 {
 		out.KV.SideChannelPort = deploy.DefaultSideChannelPort
 	}
-	if out.KV.KVPort == 0 {
-		out.KV.KVPort = deploy.DefaultKVPort
-	}
 	return out, true
 }
 
@@ -103,6 +100,7 @@ func Colocate(s *deploy.Spec) (*deploy.Spec, bool) {
 	}
 	out := CloneSpec(s)
 	out.Topology = deploy.Topology{Kind: deploy.Colocated, Replicas: s.GPUs.Budget, TP: 1}
+	out.KV = deploy.KVConnector{} // only a disaggregated topology transfers KV
 	return out, true
 }
 
