@@ -1,0 +1,77 @@
+package gate
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/sim/emulator"
+)
+
+// emulatedRuns replays three runs against a fresh emulator and returns the
+// record's gate runs, as `hone gate check` would read them from disk.
+func emulatedRuns(t *testing.T, noCache bool) []Run {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const scale = 0.2
+	e, err := emulator.Start(ctx, emulator.Config{Profile: "qwen2.5-coder-0.5b-l4", TimeScale: scale, DisablePrefixCaching: noCache,
+		EnablePromptTokensDetails: true, EnablePerRequestMetrics: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	w := replay.DefaultWorkload()
+	w.Requests = 24
+	rec, err := replay.Run(ctx, replay.Options{Endpoint: e.URL(), Model: "Qwen/Qwen2.5-Coder-0.5B-Instruct", Kind: replay.KindEmulated,
+		Backend: "emulator", Workload: w, QPS: []float64{6}, Runs: 3, TimeScale: scale, GPUs: 1,
+		Config: map[string]any{"scenario": "emu-l4"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, err := ParseRuns(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 3 || runs[0].Scenario != "emu-l4" {
+		t.Fatalf("%d runs, scenario %q", len(runs), runs[0].Scenario)
+	}
+	return runs
+}
+
+// A regression planted in an emulated deployment (prefix caching off) is
+// caught on real replay records; the unchanged config passes.
+func TestGateOnEmulatedRecords(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays 9 runs against the emulator")
+	}
+	base := emulatedRuns(t, false)
+	bl, err := NewBaseline("emu", base, DefaultCompared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := Check(bl, emulatedRuns(t, false), Config{})
+	if same.Verdict == Fail || same.Verdict == Incomparable {
+		var b strings.Builder
+		same.Write(&b, "table")
+		t.Errorf("unchanged config: %s\n%s", same.Verdict, b.String())
+	}
+	planted := Check(bl, emulatedRuns(t, true), Config{})
+	var b strings.Builder
+	planted.Write(&b, "table")
+	t.Log("\n" + b.String())
+	if planted.Verdict != Fail || planted.ExitCode() != 1 {
+		t.Fatalf("prefix caching off: %s", planted.Verdict)
+	}
+	if !metricFailed(planted, "p99_ttft_ms") && !metricFailed(planted, "cache_hit_rate") {
+		t.Errorf("neither p99 TTFT nor the hit rate failed")
+	}
+}

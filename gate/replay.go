@@ -1,0 +1,85 @@
+package gate
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/hone-llm/hone/replay"
+)
+
+func init() { RegisterReader(readReplayRecord) }
+
+// readReplayRecord reads a `hone replay` run record: one Run per pass over
+// the levels. The scenario is the record config's "scenario" (hone replay
+// --scenario), else its "name", else "default"; the fingerprint holds what
+// must match for runs to be compared.
+func readReplayRecord(b []byte) ([]Run, bool, error) {
+	var probe struct {
+		SchemaVersion *int   `json:"schema_version"`
+		Kind          string `json:"kind"`
+		Runs          []any  `json:"runs"`
+	}
+	if err := json.Unmarshal(b, &probe); err != nil || probe.SchemaVersion == nil || probe.Runs == nil {
+		return nil, false, nil
+	}
+	if err := replay.ValidateRecord(b); err != nil {
+		return nil, true, fmt.Errorf("not a valid hone replay record: %w", err)
+	}
+	var rec replay.Record
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, true, err
+	}
+	if rec.Incomplete {
+		return nil, true, fmt.Errorf("the record is incomplete (%s): it cannot stand for a run", rec.Error)
+	}
+	scenario := "default"
+	for _, k := range []string{"scenario", "name"} {
+		if s, ok := rec.Config[k].(string); ok && s != "" {
+			scenario = s
+			break
+		}
+	}
+	fp := Fingerprint{
+		"kind":           rec.Kind,
+		"engine":         rec.Backend,
+		"model":          rec.Model.ID,
+		"revision":       rec.Model.Revision,
+		"precision":      rec.Model.Precision,
+		"gpu_count":      fmt.Sprint(rec.GPUs),
+		"gpu_model":      fmt.Sprint(rec.Hardware["gpu_model"]),
+		"workload":       fmt.Sprintf("seed=%d requests=%d input=%d uncached=%d output=%d qps=%v", rec.Workload.Seed, rec.Workload.Requests, rec.Workload.InputTokens, rec.Workload.UncachedTokens, rec.Workload.OutputTokens, rec.Workload.QPS),
+		"slo":            fmt.Sprintf("ttft<=%gms tpot<=%gms", rec.SLO.TTFTMillis, rec.SLO.TPOTMillis),
+		"time_scale":     fmt.Sprint(rec.TimeScale),
+		"hone_version":   rec.Hone.Version,
+		"engine_version": strings.TrimSpace(fmt.Sprint(rec.Engine.Version)),
+	}
+	var runs []Run
+	for _, rr := range rec.Runs {
+		run := Run{Kind: rec.Kind, Scenario: scenario, Fingerprint: fp, Objective: rr.Objective}
+		for _, l := range rr.Levels {
+			m := map[string]float64{
+				"effective_qps": l.EffectiveQPS,
+				"p50_ttft_ms":   l.P50TTFTMs, "p99_ttft_ms": l.P99TTFTMs,
+				"p50_tpot_ms": l.P50TPOTMs, "p99_tpot_ms": l.P99TPOTMs,
+			}
+			if l.GPUSecondsPerRequest != nil {
+				m["gpu_seconds_per_request"] = *l.GPUSecondsPerRequest
+			}
+			if h := l.HitRateMetricsMeasure; h != nil {
+				m["cache_hit_rate"] = *h
+			} else if h := l.HitRateCachedTokens; h != nil {
+				m["cache_hit_rate"] = *h
+			}
+			failed := l.Invalid
+			for _, n := range l.Failures {
+				failed += n
+			}
+			run.Levels = append(run.Levels, LevelRun{OfferedQPS: l.OfferedQPS, Passed: l.Passed, Failed: failed, Metrics: m})
+		}
+		sort.Slice(run.Levels, func(i, j int) bool { return run.Levels[i].OfferedQPS < run.Levels[j].OfferedQPS })
+		runs = append(runs, run)
+	}
+	return runs, true, nil
+}
