@@ -34,6 +34,9 @@ const (
 // freely. Temperature is shadowed because go-openai tags it omitempty: a 0
 // would be dropped and vLLM would sample at its default temperature.
 // encoding/json prefers the shallower field, so this one is the one written.
+// The body goes out through net/http, not go-openai's client: its
+// CreateCompletionStream takes only a CompletionRequest (no vLLM fields) and
+// its stream reader hides when each event arrived (see sseReader).
 type completionBody struct {
 	openai.CompletionRequest
 	Temperature    float32 `json:"temperature"`
