@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -86,10 +87,14 @@ func TestReplayBadFlags(t *testing.T) {
 
 func TestReplayWritesRecord(t *testing.T) {
 	srv := miniVLLM(t)
-	out := filepath.Join(t.TempDir(), "run.json")
+	dir := t.TempDir()
+	out, cfg := filepath.Join(dir, "run.json"), filepath.Join(dir, "deploy.json")
+	if err := os.WriteFile(cfg, []byte(`{"mode":"disaggregated","prefill":1,"decode":3}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	stdout, stderr, code := runHone(context.Background(), "replay", "--endpoint", srv.URL, "--model", "m", "--kind", "emulated",
 		"--qps", "5,10", "--requests", "10", "--input-tokens", "256", "--output-tokens", "4", "--time-scale", "0.01",
-		"--runs", "2", "--gpus", "4", "-o", out)
+		"--runs", "2", "--gpus", "4", "--config", cfg, "--precision", "bf16", "-o", out)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -98,7 +103,7 @@ func TestReplayWritesRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	if rec.Kind != replay.KindEmulated || rec.Backend != "emulator" || rec.GPUs != 4 || rec.TimeScale != 0.01 || len(rec.Runs) != 2 ||
-		rec.Outcomes[replay.OutcomeOK] != 40 || rec.Hone.Commit == "" {
+		rec.Outcomes[replay.OutcomeOK] != 40 || rec.Hone.Commit == "" || rec.Config["mode"] != "disaggregated" || rec.Model.Precision != "bf16" {
 		t.Fatalf("record: kind %q backend %q gpus %d scale %g runs %d outcomes %v", rec.Kind, rec.Backend, rec.GPUs, rec.TimeScale, len(rec.Runs), rec.Outcomes)
 	}
 	if !strings.Contains(stdout, "written to "+out) || strings.Count(stderr, "qps ") != 4 {
