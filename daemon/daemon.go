@@ -126,7 +126,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	if d.cfg.NVMLPeriod > 0 {
 		d.nvml = OpenNVML(d.cfg.NVML)
 		d.nvml.Sample()
-		d.log.Info("nvml", "status", d.nvml.Status())
+		d.log.Info("nvml: " + d.nvml.Status())
 	} else {
 		d.nvml = disabledNVML("sampling off")
 	}

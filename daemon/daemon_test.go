@@ -223,6 +223,44 @@ func TestDaemonFollowsForks(t *testing.T) {
 	})
 }
 
+// TestDaemonFollowsExec: a target's child that execs another program (as
+// vLLM's spawned workers do) stays traced under its new name.
+func TestDaemonFollowsExec(t *testing.T) {
+	bpftest.Require(t)
+	prog, _ := bpftest.Workload(t)
+	truePath, err := exec.LookPath("true")
+	if err != nil {
+		t.Skip("no true(1) to exec")
+	}
+	parent := startChild(t, prog, nil, "forkexec", truePath)
+	parent.waitReady(t)
+	d := startDaemon(t, Config{PIDs: []int{parent.pid()}})
+	parent.goAhead(t)
+	kid, err := strconv.Atoi(parent.line(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent.wait(t)
+	eventually(t, 5*time.Second, func() string {
+		s := d.Snapshot()
+		var tg *Target
+		for i := range s.Targets {
+			if s.Targets[i].PID == kid {
+				tg = &s.Targets[i]
+			}
+		}
+		if tg == nil || tg.How != "fork" || tg.Comm != "true" || tg.ExitMonotonicNS == 0 {
+			return fmt.Sprintf("exec'd child %d: target %+v, want how=fork comm=true and an exit", kid, tg)
+		}
+		// The new image's loader reads its libraries: file syscalls after
+		// the exec are traced too.
+		if got := syscallCounts(s, kid); got["file"] == 0 || got["other"] == 0 {
+			return fmt.Sprintf("exec'd child's syscalls = %v, want file reads and others after the exec", got)
+		}
+		return ""
+	})
+}
+
 func TestDaemonKVTransferBytesAndBursts(t *testing.T) {
 	bpftest.Require(t)
 	prog, _ := bpftest.Workload(t)

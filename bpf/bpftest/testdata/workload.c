@@ -7,6 +7,8 @@
  *                            other (getppid) syscalls, then _exit.
  *   workload fork N          raw fork(); the child makes N getppid calls and
  *                            exits; the parent waits, prints the child's pid.
+ *   workload forkexec PATH   raw fork(); the child execs PATH; the parent
+ *                            waits, prints the child's pid.
  *   workload cuda L G S GAP_US   L cuLaunchKernel, G cuGraphLaunch and S
  *                            cuStreamSynchronize calls, GAP_US apart.
  *   workload tcp-server B    listens on 127.0.0.1 (port 0), prints the port,
@@ -111,6 +113,20 @@ int main(int argc, char **argv)
 			for (long i = 0; i < n; i++)
 				syscall(SYS_getppid);
 			syscall(SYS_exit_group, 0);
+		}
+		int st;
+		waitpid(pid, &st, 0);
+		printf("%ld\n", pid);
+		return 0;
+	}
+	if (!strcmp(mode, "forkexec") && argc == 3) {
+		wait_go();
+		long pid = syscall(SYS_fork);
+		if (pid < 0)
+			die("fork");
+		if (pid == 0) {
+			execl(argv[2], argv[2], (char *)NULL);
+			_exit(127);
 		}
 		int st;
 		waitpid(pid, &st, 0);
