@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"time"
+
+	"github.com/hone-llm/hone/internal/atomicfile"
 )
 
 // SchemaVersion is the version of the baseline file format.
@@ -112,39 +113,7 @@ func (bl *Baseline) Write(path string) error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(path, append(b, '\n'))
-}
-
-func writeAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
+	return atomicfile.Write(path, append(b, '\n'))
 }
 
 // NewBaseline builds a baseline from runs that share one fingerprint.

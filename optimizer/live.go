@@ -8,12 +8,12 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 	"time"
 
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/diagnose"
+	"github.com/hone-llm/hone/internal/atomicfile"
 	"github.com/hone-llm/hone/replay"
 )
 
@@ -403,26 +403,7 @@ func writeLog(path string, lg *Log) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".log.*.tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return atomicfile.Write(path, append(b, '\n'))
 }
 
 // ReadLog reads a live experiment log.

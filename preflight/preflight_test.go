@@ -15,6 +15,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+	"github.com/hone-llm/hone/deploy"
 )
 
 // TestMain doubles as the unprivileged child of TestDaemonTargetAsNonRoot.
@@ -185,7 +186,7 @@ func TestServingChecks(t *testing.T) {
 	if c := find(t, r.Checks, fmt.Sprintf("port-%d", freePort)); c.Status != Pass {
 		t.Errorf("free port: %+v", c)
 	}
-	if _, err := HashDir(t.TempDir()); err == nil {
+	if _, err := deploy.HashModelDir(t.TempDir()); err == nil {
 		t.Error("an empty model dir hashed fine")
 	}
 }

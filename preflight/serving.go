@@ -2,18 +2,15 @@ package preflight
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
-	"io/fs"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/hone-llm/hone/deploy"
 )
 
 // Serving describes the serving stack found on the host.
@@ -62,7 +59,7 @@ func servingChecks(ctx context.Context, o Options) (*Serving, []Check) {
 		}
 	}
 	if o.ModelDir != "" {
-		files, err := HashDir(o.ModelDir)
+		files, err := deploy.HashModelDir(o.ModelDir)
 		if err != nil {
 			add("model", Fail, err.Error(), "pass the model's local directory (with config.json and weights)")
 		} else {
@@ -80,39 +77,6 @@ func servingChecks(ctx context.Context, o Options) (*Serving, []Check) {
 		add(fmt.Sprintf("port-%d", p), Pass, fmt.Sprintf("127.0.0.1:%d free", p), "")
 	}
 	return sv, cs
-}
-
-// HashDir returns the sha256 of every regular file under dir, by path
-// relative to dir.
-func HashDir(dir string) (map[string]string, error) {
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		h := sha256.New()
-		if _, err := io.Copy(h, f); err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		out[rel] = hex.EncodeToString(h.Sum(nil))
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("hash model dir: %w", err)
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("hash model dir %s: no files", dir)
-	}
-	return out, nil
 }
 
 // sortedKeys is used by tests and the table.

@@ -3,11 +3,11 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
 
+	"github.com/hone-llm/hone/internal/atomicfile"
 	"github.com/hone-llm/hone/optimizer"
 	"github.com/hone-llm/hone/report"
 )
@@ -42,11 +42,7 @@ Exit codes: 0 success; 2 bad input.`,
 			if err := report.Write(&buf, lg, report.Options{Command: command, PlotDir: filepath.Dir(out), Title: title}); err != nil {
 				return usageError{err}
 			}
-			tmp := out + ".tmp"
-			if err := os.WriteFile(tmp, buf.Bytes(), 0o644); err != nil {
-				return err
-			}
-			if err := os.Rename(tmp, out); err != nil {
+			if err := atomicfile.Write(out, buf.Bytes()); err != nil {
 				return err
 			}
 			fmt.Fprintln(c.ErrOrStderr(), "report written to", out)

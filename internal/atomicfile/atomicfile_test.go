@@ -1,0 +1,37 @@
+package atomicfile
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestWrite(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "sub", "f.json")
+	for _, body := range []string{"one\n", "two, longer\n"} {
+		if err := Write(p, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(p)
+		if err != nil || string(got) != body {
+			t.Fatalf("read %q, %v; want %q", got, err, body)
+		}
+	}
+	st, _ := os.Stat(p)
+	if st.Mode().Perm() != 0o644 {
+		t.Errorf("mode %v", st.Mode())
+	}
+	// No temporary file is left behind.
+	ents, _ := os.ReadDir(filepath.Dir(p))
+	if len(ents) != 1 {
+		t.Errorf("%d entries in the directory, want 1", len(ents))
+	}
+	// A directory in the way fails without touching anything.
+	if err := os.Mkdir(filepath.Join(dir, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(filepath.Join(dir, "d"), []byte("x")); err == nil {
+		t.Error("renaming over a directory succeeded")
+	}
+}
