@@ -279,6 +279,10 @@ func spinFor(gap time.Duration) time.Duration {
 	return min(max(gap/4, 100*time.Microsecond), maxSpin)
 }
 
+// minTimer is the shortest timer wait the dispatcher sets when the host is
+// idle.
+const minTimer = time.Millisecond
+
 // busyYield is how long a yield may take before the host counts as busy.
 // A busy scheduler checks timers at every switch, so a timer is then both
 // precise and fair, while yielding would queue the dispatcher behind every
@@ -294,7 +298,9 @@ func waitUntil(ctx context.Context, t *time.Timer, due time.Time, spin time.Dura
 		if d <= 0 {
 			return ctx.Err() == nil
 		}
-		if d > spin || busy {
+		// An idle runtime waits for timers in whole milliseconds, so a
+		// timer shorter than that would wake late: poll instead.
+		if busy || d-spin >= minTimer {
 			if !busy {
 				d -= spin
 			}
