@@ -44,6 +44,16 @@ demo: deps-test build
 	$(BIN) report --log $(DEMO_OUT)/log.json -o $(DEMO_OUT)/report.md --command "$(BIN) optimize --spec examples/emulator-l4-colocated.yaml --out $(DEMO_OUT) $(DEMO_FLAGS)"
 	@echo "report: $(DEMO_OUT)/report.md (plots beside it)"
 
+# fuzz runs every fuzz target for FUZZTIME each (their seed corpora already
+# run under `make test`). Long: not part of the test suite.
+FUZZTIME ?= 60s
+FUZZ_TARGETS = ./gate:FuzzParseBaseline ./replay:FuzzSSE ./replay:FuzzParseChunk ./sim/emulator:FuzzParseCompletion ./deploy/proxy:FuzzSplitObject
+.PHONY: fuzz
+fuzz:
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+	  echo "== $$pkg $$fn ($(FUZZTIME))"; \
+	  $(GO) test $$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) || exit 1; done
+
 clean:
 	rm -rf bin results
 
