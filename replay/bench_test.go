@@ -121,7 +121,8 @@ func BenchmarkMaxRate(b *testing.B) {
 	for range b.N {
 		best := 0.0
 		for _, qps := range rates {
-			p99, _, failed := lagStats(openLoopAt(b, srv.URL, qps, int(2*qps)))
+			p99, mx, failed := lagStats(openLoopAt(b, srv.URL, qps, int(2*qps)))
+			b.Logf("%5g req/s: p99 lag %.3f ms, max %.3f ms, %d failed", qps, p99, mx, failed)
 			if p99 > 1 || failed > 0 {
 				break
 			}
