@@ -310,10 +310,12 @@ func (e *engine) handle(m msg) {
 	case msgAbort:
 		m.req.aborted = true
 		e.sweep()
+		e.retryPending() // freed blocks may admit a waiting pull
 	case msgLoaded:
 		e.loaded(m)
 	case msgRelease:
 		e.release(m.id)
+		e.retryPending()
 	case msgReset:
 		e.kv.reset()
 		close(m.done)

@@ -101,6 +101,9 @@ type Server struct {
 	crash  sync.Once
 	seq    atomic.Int64
 	lim    Limits
+
+	jsonMu   sync.RWMutex
+	jsonText map[int][]byte
 }
 
 func (c *Config) resolve() (*Profile, error) {
@@ -207,7 +210,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on --host %s --port %d: %w", cfg.Host, cfg.Port, err)
 	}
-	s := &Server{cfg: cfg, prof: prof, tok: NewTokenizer(), ln: ln, done: make(chan struct{}),
+	s := &Server{cfg: cfg, prof: prof, tok: NewTokenizer(), ln: ln, done: make(chan struct{}), jsonText: map[int][]byte{},
 		lim: Limits{Model: cfg.Model, MaxModelLen: cfg.MaxModelLen, Vocab: prof.Model.Vocab}}
 	if cfg.Role == RolePrefill {
 		s.kvLn, err = net.Listen("tcp", net.JoinHostPort(cfg.KVHost, strconv.Itoa(cfg.KVPort)))
@@ -435,6 +438,25 @@ func (e *engine) post(m msg) bool {
 	}
 }
 
+// textJSON is text(id) as a JSON string, cached: a stream writes one per
+// token, and generated ids are output-vocabulary words (or EOS), whose text
+// never changes.
+func (s *Server) textJSON(id int) []byte {
+	s.jsonMu.RLock()
+	b, ok := s.jsonText[id]
+	s.jsonMu.RUnlock()
+	if ok {
+		return b
+	}
+	b = mustJSON(s.text(id))
+	s.jsonMu.Lock()
+	if len(s.jsonText) < 1<<16 {
+		s.jsonText[id] = b
+	}
+	s.jsonMu.Unlock()
+	return b
+}
+
 func (s *Server) text(id int) string {
 	if id == TokenIMEnd || id == TokenEndOfText {
 		return "" // skip_special_tokens, as vLLM does by default
@@ -583,7 +605,7 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, req *Complet
 		for i, t := range toks {
 			last := res != nil && i == len(toks)-1 && res.Err == nil && res.FinishReason != "abort"
 			buf = append(buf[:0], prefix...)
-			buf = appendJSONString(buf, s.text(t))
+			buf = append(buf, s.textJSON(t)...)
 			buf = append(buf, `,"logprobs":null,"finish_reason":`...)
 			if last {
 				buf = appendJSONString(buf, res.FinishReason)
