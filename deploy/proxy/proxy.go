@@ -250,11 +250,10 @@ func (p *Proxy) disaggregated(w http.ResponseWriter, r *http.Request, rq *reques
 		if p2p {
 			id = p2pRequestID(b.KVAddr, dec.KVAddr, reqID)
 		}
+		legStart := time.Now()
 		leg, got, status, errBody := p.prefillLeg(r.Context(), b, rq, prefillBody, id)
+		spent += time.Since(legStart)
 		rq.tl.Prefill = append(rq.tl.Prefill, leg)
-		if leg.Answered != nil {
-			spent += leg.Answered.Sub(leg.Sent)
-		}
 		if r.Context().Err() != nil {
 			p.clientGone(&rq.tl)
 			return
