@@ -28,6 +28,9 @@ type State struct {
 	// ModelFiles maps each file of a local model directory to its SHA-256.
 	ModelFiles map[string]string `json:"model_files,omitempty"`
 	Processes  []Process         `json:"processes"`
+	// Timelines is where the proxy writes its per-request timelines (JSON
+	// lines) when it stops.
+	Timelines string `json:"timelines,omitempty"`
 }
 
 // Process is one started process, the leader of its own process group.

@@ -218,7 +218,10 @@ func Up(ctx context.Context, s *Spec, o UpOptions) (*Deployment, error) {
 			return fail(err)
 		}
 	}
-	if err := start("proxy", "proxy", d.State.ProxyURL, []string{o.Hone, "proxy", "--config", proxyConfig}, nil); err != nil {
+	// The proxy writes its timelines when stopped, so down loses none.
+	d.State.Timelines = filepath.Join(dir, "timelines.jsonl")
+	proxyArgv := []string{o.Hone, "proxy", "--config", proxyConfig, "--timeline-out", d.State.Timelines}
+	if err := start("proxy", "proxy", d.State.ProxyURL, proxyArgv, nil); err != nil {
 		return fail(err)
 	}
 	if err := d.waitHealthy(ctx, o); err != nil {

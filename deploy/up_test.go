@@ -76,7 +76,12 @@ func fakeWorker() {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {})
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
+		body, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(body), `"stream":false`) { // a prefill leg
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, `{"choices":[{"index":0,"text":"x"}],"kv_transfer_params":{"do_remote_prefill":true,"remote_engine_id":"e","remote_block_ids":[1],"remote_host":"127.0.0.1","remote_port":5600}}`)
+			return
+		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"text\":\"%s\"}]}\n\ndata: [DONE]\n\n", os.Getenv("CUDA_VISIBLE_DEVICES"))
 	})
@@ -100,6 +105,12 @@ func fakeProxy() {
 	if err := p.ListenAndServe(ctx, nil, time.Second); err != nil {
 		fmt.Println(err)
 		os.Exit(1)
+	}
+	if out := argValue(os.Args, "--timeline-out"); out != "" {
+		if _, err := p.WriteTimelines(out); err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
 	}
 	os.Exit(0)
 }
@@ -262,6 +273,9 @@ func TestUpServeDown(t *testing.T) {
 				t.Fatal(err)
 			}
 			assertAllGone(t, pids)
+			if b, err := os.ReadFile(st.Timelines); err != nil || strings.Count(string(b), "\n") != 1 || !strings.Contains(string(b), `"outcome":"success"`) {
+				t.Errorf("timelines written at down: %v %q", err, b)
+			}
 			if _, err := os.Stat(d.StatePath); !os.IsNotExist(err) {
 				t.Errorf("state file left: %v", err)
 			}

@@ -198,6 +198,7 @@ Exit codes: 0 stopped; 1 a process survived SIGKILL; 2 no such deployment.`,
 				name = args[0]
 			}
 			path := deploy.StatePath(dir, name)
+			st, _ := deploy.ReadState(path)
 			if err := deploy.Down(path, grace); err != nil {
 				if errors.Is(err, deploy.ErrNotUp) {
 					return usageError{err}
@@ -205,6 +206,11 @@ Exit codes: 0 stopped; 1 a process survived SIGKILL; 2 no such deployment.`,
 				return err
 			}
 			fmt.Fprintf(c.OutOrStdout(), "deployment %s stopped\n", name)
+			if st != nil && st.Timelines != "" {
+				if _, err := os.Stat(st.Timelines); err == nil {
+					fmt.Fprintf(c.OutOrStdout(), "proxy timelines %s\n", st.Timelines)
+				}
+			}
 			return nil
 		},
 	}

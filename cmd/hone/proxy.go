@@ -20,6 +20,7 @@ func init() { subcommands = append(subcommands, newProxyCmd) }
 func newProxyCmd() *cobra.Command {
 	var (
 		configPath, specPath, listen string
+		timelineOut                  string
 		replicas, prefill, decode    []string
 		cfg                          proxy.Config
 	)
@@ -129,13 +130,25 @@ Exit codes: 0 stopped by a signal; 1 the listener failed; 2 bad flags or config.
 				}
 				log.Info("proxy listening", "addr", "http://"+addr, "mode", p.Config().Mode, "routing", p.Config().Routing, "workers", strings.Join(names, " "))
 			}, 10*time.Second)
+			if err != nil {
+				return err
+			}
+			if timelineOut != "" {
+				n, werr := p.WriteTimelines(timelineOut)
+				if werr != nil {
+					return werr
+				}
+				log.Info("proxy stopped", "counts", fmt.Sprint(p.Counts()), "timelines", n, "written_to", timelineOut)
+				return nil
+			}
 			log.Info("proxy stopped", "counts", fmt.Sprint(p.Counts()))
-			return err
+			return nil
 		},
 	}
 	f := c.Flags()
 	f.StringVar(&configPath, "config", "", "proxy config JSON (written by hone deploy up)")
 	f.StringVar(&specPath, "spec", "", "a deployment spec: front its workers at the spec's proxy port")
+	f.StringVar(&timelineOut, "timeline-out", "", "on shutdown, write every held timeline here (JSON lines)")
 	f.StringVar(&listen, "listen", "127.0.0.1:8000", "address to serve on")
 	f.StringArrayVar(&replicas, "replica", nil, "a colocated worker's URL (repeatable)")
 	f.StringArrayVar(&prefill, "prefill", nil, "a prefill worker's URL (repeatable)")

@@ -1,12 +1,14 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -47,4 +49,42 @@ func FetchTimelines(ctx context.Context, proxyURL string, since uint64) (*Timeli
 		return nil, fmt.Errorf("fetch timelines: %w", err)
 	}
 	return &p, nil
+}
+
+// WriteTimelines writes every timeline the proxy still holds to path, one
+// JSON object a line, through a synced temporary file and a rename.
+func (p *Proxy) WriteTimelines(path string) (int, error) {
+	tls, _, _ := p.tl.since(0, 0)
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".tmp*")
+	if err != nil {
+		return 0, fmt.Errorf("write timelines: %w", err)
+	}
+	defer os.Remove(f.Name())
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	for i := range tls {
+		if err := enc.Encode(&tls[i]); err != nil {
+			f.Close()
+			return 0, fmt.Errorf("write timelines: %w", err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return 0, fmt.Errorf("write timelines: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return 0, fmt.Errorf("write timelines: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return 0, fmt.Errorf("write timelines: %w", err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return 0, fmt.Errorf("write timelines: %w", err)
+	}
+	return len(tls), nil
 }
