@@ -383,7 +383,10 @@ func TestPrefillRetryAndFallback(t *testing.T) {
 				pres = pres[:1]
 			}
 			cfg := disagg(pres, []*fakeEngine{dec})
-			cfg.PrefillTimeout = 300 * time.Millisecond
+			cfg.PrefillTimeout = 10 * time.Second
+			if strings.Contains(c.name, "timeout") {
+				cfg.PrefillTimeout = 300 * time.Millisecond
+			}
 			cfg.HealthInterval = time.Hour // keep rotation fixed: the order of tries is the test
 			c.setup(p0, p1)
 			px := startProxy(t, cfg)
@@ -561,7 +564,7 @@ func TestCountsAddUp(t *testing.T) {
 	p0.set(func(f *fakeEngine) { f.failStatus = 500 })
 	d1.set(func(f *fakeEngine) { f.stallAfter = 1 })
 	cfg := disagg([]*fakeEngine{p0, p1}, []*fakeEngine{d0, d1})
-	cfg.StreamIdleTimeout = 150 * time.Millisecond
+	cfg.StreamIdleTimeout = 500 * time.Millisecond
 	cfg.Routing = RoundRobin
 	px := startProxy(t, cfg)
 	const n = 40

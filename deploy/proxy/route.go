@@ -166,11 +166,9 @@ func (p *Proxy) healthLoop(ctx context.Context) {
 }
 
 func (p *Proxy) checkHealth(ctx context.Context, b *backend) {
-	timeout := p.cfg.HealthInterval
-	if timeout > 2*time.Second {
-		timeout = 2 * time.Second
-	}
-	cctx, cancel := context.WithTimeout(ctx, timeout)
+	// A fixed, generous timeout: a busy engine answering /health late is
+	// not a dead one, and two misses in a row are needed to take it out.
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	ok := false
 	req, err := http.NewRequestWithContext(cctx, http.MethodGet, b.URL+"/health", nil)
