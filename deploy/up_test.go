@@ -132,7 +132,7 @@ func fakeUp() {
 }
 
 // freePorts finds a base port with n consecutive free ports.
-func freePorts(t *testing.T, n int) int {
+func freePorts(t testing.TB, n int) int {
 	t.Helper()
 	for range 50 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -161,7 +161,7 @@ func freePorts(t *testing.T, n int) int {
 	return 0
 }
 
-func testSpec(t *testing.T, topology string) *Spec {
+func testSpec(t testing.TB, topology string) *Spec {
 	t.Helper()
 	base := freePorts(t, 4)
 	y := fmt.Sprintf(`
