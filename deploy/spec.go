@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -218,7 +219,7 @@ func LoadSpec(path string) (*Spec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read spec: %w", err)
 	}
-	s, err := ParseSpec(b)
+	s, err := parseSpec(b, filepath.Dir(path))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -227,7 +228,11 @@ func LoadSpec(path string) (*Spec, error) {
 
 // ParseSpec decodes YAML strictly (an unknown field is an error), fills
 // defaults and validates.
-func ParseSpec(b []byte) (*Spec, error) {
+// A relative model.path is taken from the current directory.
+func ParseSpec(b []byte) (*Spec, error) { return parseSpec(b, "") }
+
+// parseSpec resolves a relative model.path against dir (the spec file's).
+func parseSpec(b []byte, dir string) (*Spec, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	var s Spec
@@ -236,6 +241,9 @@ func ParseSpec(b []byte) (*Spec, error) {
 			return nil, errors.New("spec: empty document")
 		}
 		return nil, fmt.Errorf("spec: %w", err)
+	}
+	if p := s.Model.Path; p != "" && dir != "" && !filepath.IsAbs(p) {
+		s.Model.Path = filepath.Join(dir, p)
 	}
 	s.fillDefaults()
 	if err := s.Validate(); err != nil {
