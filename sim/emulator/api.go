@@ -191,8 +191,7 @@ func parsePrompt(raw json.RawMessage, req *CompletionRequest, tok *Tokenizer) *A
 		req.Prompt, _ = tok.Tokenize(s)
 		return nil
 	}
-	var ids []int
-	if json.Unmarshal(raw, &ids) == nil {
+	if ids, ok := parseIDs(raw); ok {
 		if len(ids) == 0 {
 			return badRequest("Prompt cannot be empty.")
 		}
@@ -289,4 +288,59 @@ type CompletionChunk struct {
 	Choices []CompletionChoice `json:"choices"`
 	Usage   *Usage             `json:"usage,omitempty"`
 	Metrics *RequestMetrics    `json:"metrics,omitempty"`
+}
+
+// parseIDs reads a JSON array of non-negative or negative integers, the
+// common case of a token-id prompt, several times faster than
+// encoding/json; anything else (floats, exponents, huge values, other
+// types) reports false and goes through encoding/json.
+func parseIDs(raw []byte) ([]int, bool) {
+	if len(raw) < 2 || raw[0] != '[' || raw[len(raw)-1] != ']' {
+		return nil, false
+	}
+	ids := make([]int, 0, len(raw)/6)
+	i, n := 1, len(raw)-1
+	skip := func() {
+		for i < n && (raw[i] == ' ' || raw[i] == '\n' || raw[i] == '\t' || raw[i] == '\r') {
+			i++
+		}
+	}
+	skip()
+	if i == n {
+		return ids, true
+	}
+	for {
+		neg := false
+		if raw[i] == '-' {
+			neg = true
+			i++
+		}
+		start, v := i, 0
+		for i < n && raw[i] >= '0' && raw[i] <= '9' {
+			if i-start >= 15 {
+				return nil, false
+			}
+			v = v*10 + int(raw[i]-'0')
+			i++
+		}
+		if i == start || (raw[start] == '0' && i-start > 1) {
+			return nil, false
+		}
+		if neg {
+			v = -v
+		}
+		ids = append(ids, v)
+		skip()
+		if i == n {
+			return ids, true
+		}
+		if raw[i] != ',' {
+			return nil, false
+		}
+		i++
+		skip()
+		if i == n {
+			return nil, false
+		}
+	}
 }

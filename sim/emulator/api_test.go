@@ -212,3 +212,18 @@ func FuzzParseCompletion(f *testing.F) {
 		}
 	})
 }
+
+func TestParseIDsMatchesEncodingJSON(t *testing.T) {
+	for _, s := range []string{`[]`, `[1]`, `[ 1 , 2,3 ]`, `[-4,0,151935]`, "[\n1,\t2\r]", `[1,]`, `[,1]`, `[01]`, `[1.5]`, `[1e3]`,
+		`[1 2]`, `[123456789012345678901]`, `["a"]`, `[-]`, `[`, `1`} {
+		got, ok := parseIDs([]byte(s))
+		var want []int
+		err := json.Unmarshal([]byte(s), &want)
+		if ok && (err != nil || !slices.Equal(got, want)) {
+			t.Errorf("%s: parseIDs %v, encoding/json %v %v", s, got, want, err)
+		}
+		if !ok && err == nil && len(s) < 20 && !strings.Contains(s, "e") {
+			t.Errorf("%s: parseIDs refused what encoding/json reads as %v", s, want)
+		}
+	}
+}

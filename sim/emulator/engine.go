@@ -146,15 +146,14 @@ const (
 )
 
 type msg struct {
-	kind   msgKind
-	req    *request
-	id     string
-	endMs  float64
-	bytes  int64
-	model  float64
-	fromMs float64
-	err    error
-	done   chan struct{}
+	kind  msgKind
+	req   *request
+	id    string
+	endMs float64
+	bytes int64
+	model float64
+	err   error
+	done  chan struct{}
 }
 
 // engine is the scheduler loop: one goroutine owns the KV cache and the

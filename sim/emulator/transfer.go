@@ -83,7 +83,13 @@ func (e *engine) allocRemote(r *request) bool {
 	r.hitDone = true
 	e.metrics.prefixQueries.Add(float64(len(r.prompt)))
 	e.metrics.prefixHits.Add(float64(r.cached))
-	r.transferFromMs = e.clock.modelMs(time.Now())
+	// The modelled transfer starts when the decode worker took the request
+	// in (its frontend's receipt, or later when blocks were short), like a
+	// colocated prefill: parsing the request overlaps modelled time.
+	r.transferFromMs = r.arrivalMs
+	if len(e.pending) > 0 && e.pending[0] == r {
+		r.transferFromMs = e.clock.modelMs(time.Now())
+	}
 	go e.puller(r, r.cached)
 	return true
 }
@@ -110,7 +116,6 @@ func (e *engine) loaded(m msg) {
 		return
 	}
 	r.transferToMs = m.endMs
-	r.transferFromMs = m.fromMs
 	r.kvBytesIn = m.bytes
 	r.transferModel = m.model
 	if m.err != nil {
@@ -125,7 +130,7 @@ func (e *engine) loaded(m msg) {
 	}
 	r.pulledTokens = len(r.prompt) - r.cached
 	e.metrics.nixlBytes.Observe(float64(m.bytes))
-	e.metrics.nixlXfer.Observe((m.endMs - m.fromMs) / 1000)
+	e.metrics.nixlXfer.Observe((m.endMs - r.transferFromMs) / 1000)
 	e.metrics.kvBytesReceived.Add(float64(m.bytes))
 	// Every prompt token's KV is now here; the last one is recomputed by
 	// the first decode step, which samples the first output token.
@@ -149,9 +154,11 @@ func remoteAddr(p *KVTransferParams) string {
 // sends one JSON line, pullRequest; the prefill worker answers with one
 // JSON line, pullHeader, then exactly Bytes bytes of KV (the model's
 // per-token KV size × tokens), paced to the profile's link bandwidth in
-// model time, then one JSON line, pullTrailer, sent no earlier than the
-// transfer's modelled end. The decode worker answers with one line
-// {"ack":true}, after which the prefill worker frees its blocks.
+// model time, then one JSON line, pullTrailer, carrying the transfer's
+// modelled duration (with any slow-transfer fault). The decode worker
+// holds the KV until that much model time has passed since the transfer
+// started on its side, then answers {"ack":true}, after which the prefill
+// worker frees its blocks.
 type pullRequest struct {
 	RequestID string `json:"request_id"`
 	BlockIDs  []int  `json:"block_ids"`
@@ -253,10 +260,6 @@ func (e *engine) servePull(ctx context.Context, c net.Conn) {
 			}
 		}
 	}
-	end := start.Add(time.Duration(modelMs * e.scale * 1e6))
-	if d := time.Until(end); d > 0 {
-		sleepCtx(ctx, time.Until(end))
-	}
 	if err := enc.Encode(pullTrailer{End: true, ModelMs: modelMs}); err != nil {
 		e.trace.kvSend(e, pr.RequestID, sent, start, err)
 		return
@@ -283,11 +286,9 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 // pull fetches r's missing KV from the prefill worker named in r.remote and
 // reports the outcome to the engine.
 func (e *engine) pull(ctx context.Context, r *request, from int) {
-	start := time.Now()
 	bytes, modelMs, err := e.pullOnce(ctx, r, from)
 	end := time.Now()
-	e.post(msg{kind: msgLoaded, req: r, fromMs: e.clock.modelMs(start), endMs: e.clock.modelMs(end),
-		bytes: bytes, model: modelMs, err: err})
+	e.post(msg{kind: msgLoaded, req: r, endMs: e.clock.modelMs(end), bytes: bytes, model: modelMs, err: err})
 }
 
 func (e *engine) pullOnce(ctx context.Context, r *request, from int) (int64, float64, error) {
@@ -332,9 +333,11 @@ func (e *engine) pullOnce(ctx context.Context, r *request, from int) (int64, flo
 		return n, 0, fmt.Errorf("read pull trailer: %w", err)
 	}
 	var t pullTrailer
-	if err := json.Unmarshal(line, &t); err != nil || !t.End {
+	if err := json.Unmarshal(line, &t); err != nil || !t.End || !(t.ModelMs >= 0) || t.ModelMs > 1e9 {
 		return n, 0, fmt.Errorf("bad pull trailer %q", line)
 	}
+	// The KV is usable once the modelled transfer has ended.
+	sleepCtx(ctx, time.Until(e.clock.real(r.transferFromMs+t.ModelMs)))
 	if _, err := c.Write([]byte("{\"ack\":true}\n")); err != nil {
 		return n, t.ModelMs, err
 	}
