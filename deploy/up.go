@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hone-llm/hone/deploy/proxy"
+	"github.com/hone-llm/hone/internal/atomicfile"
 )
 
 // ProxyConfig is the proxy configuration that fronts a plan's workers.
@@ -160,7 +161,7 @@ func Up(ctx context.Context, s *Spec, o UpOptions) (*Deployment, error) {
 	pcfg := ProxyConfig(plan)
 	pb, _ := json.MarshalIndent(pcfg, "", "  ")
 	proxyConfig := filepath.Join(dir, "proxy.json")
-	if err := writeAtomic(proxyConfig, pb); err != nil {
+	if err := atomicfile.Write(proxyConfig, pb); err != nil {
 		return nil, fmt.Errorf("write proxy config: %w", err)
 	}
 	d := &Deployment{

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"strings"
 
@@ -58,30 +56,15 @@ func ParseTimelines(b []byte) ([]proxy.Timeline, error) {
 	return tls, nil
 }
 
-// FetchTimelines pages through a live proxy's GET /hone/timeline.
+// FetchTimelines pages through a live proxy's GET /hone/timeline and
+// returns every timeline it holds.
 func FetchTimelines(ctx context.Context, base string) ([]proxy.Timeline, error) {
 	var all []proxy.Timeline
 	since := uint64(0)
 	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/hone/timeline?since=%d&limit=10000", strings.TrimRight(base, "/"), since), nil)
+		page, err := proxy.FetchTimelines(ctx, base, since)
 		if err != nil {
 			return nil, err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return nil, fmt.Errorf("fetch timelines from %s: %w", base, err)
-		}
-		b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<30))
-		resp.Body.Close()
-		if err != nil {
-			return nil, err
-		}
-		if resp.StatusCode != http.StatusOK {
-			return nil, fmt.Errorf("fetch timelines from %s: status %d", base, resp.StatusCode)
-		}
-		var page proxy.TimelinePage
-		if err := json.Unmarshal(b, &page); err != nil {
-			return nil, fmt.Errorf("fetch timelines from %s: %w", base, err)
 		}
 		all = append(all, page.Timelines...)
 		if len(page.Timelines) == 0 || page.Next == since {

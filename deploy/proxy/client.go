@@ -1,16 +1,17 @@
 package proxy
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/hone-llm/hone/internal/atomicfile"
 )
 
 // LoadConfig reads a JSON config written by deploy (`hone proxy --config`).
@@ -55,35 +56,14 @@ func FetchTimelines(ctx context.Context, proxyURL string, since uint64) (*Timeli
 // JSON object a line, through a synced temporary file and a rename.
 func (p *Proxy) WriteTimelines(path string) (int, error) {
 	tls, _, _ := p.tl.since(0, 0)
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp*")
-	if err != nil {
-		return 0, fmt.Errorf("write timelines: %w", err)
-	}
-	defer os.Remove(f.Name())
-	w := bufio.NewWriter(f)
-	enc := json.NewEncoder(w)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	for i := range tls {
 		if err := enc.Encode(&tls[i]); err != nil {
-			f.Close()
 			return 0, fmt.Errorf("write timelines: %w", err)
 		}
 	}
-	if err := w.Flush(); err != nil {
-		f.Close()
-		return 0, fmt.Errorf("write timelines: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return 0, fmt.Errorf("write timelines: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return 0, fmt.Errorf("write timelines: %w", err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
+	if err := atomicfile.Write(path, buf.Bytes()); err != nil {
 		return 0, fmt.Errorf("write timelines: %w", err)
 	}
 	return len(tls), nil
