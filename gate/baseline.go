@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"time"
@@ -111,6 +112,9 @@ func ParseBaseline(b []byte) (*Baseline, error) {
 func (bl *Baseline) Write(path string) error {
 	b, err := json.MarshalIndent(bl, "", "  ")
 	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	return atomicfile.Write(path, append(b, '\n'))

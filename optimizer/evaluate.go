@@ -12,6 +12,7 @@ import (
 
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/diagnose"
+	"github.com/hone-llm/hone/preflight"
 	"github.com/hone-llm/hone/replay"
 )
 
@@ -66,12 +67,14 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 	var cfg map[string]any
 	b, _ := json.Marshal(s)
 	json.Unmarshal(b, &cfg)
+	cfg["scenario"] = SpecKey(spec) // the gate compares records of one config under this name
 	scale := 1.0
 	if s.Engine == deploy.EngineEmulator && s.Emulator.TimeScale > 0 {
 		scale = s.Emulator.TimeScale
 	}
 	rec, err := replay.Run(ctx, replay.Options{Endpoint: dep.ProxyURL(), Model: s.ServedName(), Kind: t.Kind, Backend: backend,
 		Workload: e.Workload, QPS: e.QPS, Runs: e.Runs, SLO: e.SLO, TimeScale: scale, GPUs: s.GPUs.Budget, Config: cfg,
+		Hardware:  preflight.Hardware(e.Hone.Version, e.Hone.Commit),
 		ModelInfo: replay.Model{Revision: s.Model.Revision, Precision: s.Precision.DType}, Hone: e.Hone})
 	if rec == nil {
 		t.Error = fmt.Sprintf("replay: %v", err)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"sort"
 	"time"
 
@@ -401,6 +402,9 @@ func writeLog(path string, lg *Log) error {
 	}
 	b, err := json.MarshalIndent(lg, "", "  ")
 	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	return atomicfile.Write(path, append(b, '\n'))

@@ -145,3 +145,22 @@ func (r *Report) WriteJSON(path string) error {
 	}
 	return atomicfile.Write(path, append(b, '\n'))
 }
+
+// Hardware is what a run record's "hardware" holds: the host section and
+// the GPUs NVML reports (gpu_model and gpu_count feed gate fingerprints;
+// "none" where NVML is unavailable, with the reason).
+func Hardware(honeVersion, honeCommit string) map[string]any {
+	h := HostInfo(honeVersion, honeCommit)
+	gpus, checks := GPUChecks(nil)
+	hw := map[string]any{"host": h, "gpu_count": len(gpus), "gpu_model": "none"}
+	if len(gpus) > 0 {
+		hw["gpus"] = gpus
+		hw["gpu_model"] = gpus[0].Name
+	}
+	for _, c := range checks {
+		if c.Name == "nvml" {
+			hw["nvml"] = c.Detail
+		}
+	}
+	return hw
+}

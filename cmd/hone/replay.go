@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -15,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/hone-llm/hone/preflight"
 	"github.com/hone-llm/hone/replay"
 )
 
@@ -27,6 +26,7 @@ func newReplayCmd() *cobra.Command {
 		model, kind, backend  string
 		revision, precision   string
 		configPath, out       string
+		scenario              string
 		seed                  uint64
 		runs, gpus            int
 		timeScale             float64
@@ -99,6 +99,9 @@ failed (a partial record is still written); 2 bad input (a flag, or a
 					return badInput("--config %s: want a JSON object: %v", configPath, err)
 				}
 			}
+			if scenario != "" {
+				cfg["scenario"] = scenario
+			}
 			if backend == "" {
 				backend = map[string]string{replay.KindDevice: "vllm", replay.KindEmulated: "emulator"}[kind]
 			}
@@ -158,6 +161,7 @@ failed (a partial record is still written); 2 bad input (a flag, or a
 	f.StringVar(&revision, "revision", "", "model revision, for the record")
 	f.StringVar(&precision, "precision", "", "model precision (e.g. bf16, fp8), for the record")
 	f.StringVar(&configPath, "config", "", "JSON file with the deployment config to store in the record")
+	f.StringVar(&scenario, "scenario", "", "name the gate compares records under (config.scenario; default: the config's name)")
 	f.StringVarP(&out, "output-file", "o", "run.json", "where to write the run record")
 	f.Uint64Var(&seed, "seed", replay.DefaultSeed, "workload seed (prefix text and suffix token ids)")
 	f.IntVar(&runs, "runs", 1, "repeat the whole scan this many times (the gate wants 3 or more)")
@@ -187,16 +191,6 @@ func outcomeSummary(m map[string]int) string {
 
 // hostHardware is what the client host knows without NVML: the CPU.
 func hostHardware() map[string]any {
-	hw := map[string]any{"client_cpus": runtime.NumCPU(), "client_arch": runtime.GOARCH}
-	if f, err := os.Open("/proc/cpuinfo"); err == nil {
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-				hw["client_cpu"] = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	return hw
+	v, commit := buildVersion()
+	return preflight.Hardware(v, commit)
 }

@@ -10,13 +10,10 @@ import (
 	"path/filepath"
 )
 
-// Write replaces path with data (mode 0644), creating the directory if
-// needed.
+// Write replaces path with data (mode 0644). The directory must exist:
+// callers decide whether a missing one is an error or something to create.
 func Write(path string, data []byte) error {
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)

@@ -8,7 +8,10 @@ import (
 
 func TestWrite(t *testing.T) {
 	dir := t.TempDir()
-	p := filepath.Join(dir, "sub", "f.json")
+	p := filepath.Join(dir, "f.json")
+	if err := Write(filepath.Join(dir, "missing", "f.json"), nil); err == nil {
+		t.Error("wrote into a missing directory")
+	}
 	for _, body := range []string{"one\n", "two, longer\n"} {
 		if err := Write(p, []byte(body)); err != nil {
 			t.Fatal(err)
