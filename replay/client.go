@@ -144,7 +144,7 @@ func (c *client) do(ctx context.Context, body []byte, rr *RequestRecord, start, 
 	req.Header.Set("X-Request-Id", rr.RequestID)
 
 	sent := time.Now()
-	rr.Sent = c.tb.stamp(sent)
+	rr.Sent = c.tb.Stamp(sent)
 	rr.SentMs = c.ms(sent.Sub(start))
 	rr.DispatchLagMs = c.ms(sent.Sub(due))
 	resp, err := c.http.Do(req)
@@ -224,7 +224,7 @@ func (c *client) stream(ctx context.Context, body io.Reader, rr *RequestRecord, 
 			first = now
 		}
 		last = now
-		ch.MonoNs = append(ch.MonoNs, c.tb.monoNs(now))
+		ch.MonoNs = append(ch.MonoNs, c.tb.MonoNs(now))
 		ch.UnixNs = append(ch.UnixNs, now.UnixNano())
 		ch.TokenIDs = append(ch.TokenIDs, v.ids[len(flat):len(v.ids):len(v.ids)])
 		flat = v.ids

@@ -160,10 +160,10 @@ func TestTimebase(t *testing.T) {
 	// Both read the same clock, one through an offset measured once; the
 	// two readings here are microseconds apart unless the host preempts
 	// the test in between, hence the millisecond bound.
-	if d := ts.Nano() - tb.monoNs(now); d < -int64(50*time.Microsecond) || d > int64(time.Millisecond) {
+	if d := ts.Nano() - tb.MonoNs(now); d < -int64(50*time.Microsecond) || d > int64(time.Millisecond) {
 		t.Errorf("CLOCK_MONOTONIC - derived = %d ns, want within [-50 µs, 1 ms)", d)
 	}
-	if s := tb.stamp(now); s.UnixNs != now.UnixNano() || s.MonoNs != tb.monoNs(now) {
+	if s := tb.Stamp(now); s.UnixNs != now.UnixNano() || s.MonoNs != tb.MonoNs(now) {
 		t.Errorf("stamp %+v", s)
 	}
 }

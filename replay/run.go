@@ -142,7 +142,7 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 		Workload: WorkloadRecord{Workload: opts.Workload, QPS: opts.QPS, Runs: opts.Runs, Generator: PrefixGenerator,
 			SuffixRecipe:  "uniform over the prefixes' distinct token ids, PCG(seed ^ (run+1)*0x9E3779B97F4A7C15, float64bits(qps) ^ id<<1)",
 			PrewarmPolicy: "the schedule's 8 warm-up requests (ids 0-7) open every level"},
-		Clock: tb.stamp(tb.t0), StartedAt: tb.t0.UTC(), Outcomes: map[string]int{}, Validation: Validation{Reasons: map[string]int{}},
+		Clock: tb.Stamp(tb.T0), StartedAt: tb.T0.UTC(), Outcomes: map[string]int{}, Validation: Validation{Reasons: map[string]int{}},
 	}
 	if rec.Config == nil {
 		rec.Config = map[string]any{}
@@ -347,7 +347,7 @@ func (r *runner) level(ctx context.Context, run, li int, qps float64) LevelRecor
 
 	r.beginLevel(run, li, qps, len(reqs))
 	start := time.Now()
-	lr.StartedAt = r.tb.stamp(start)
+	lr.StartedAt = r.tb.Stamp(start)
 	at := func(ms float64) time.Time { return start.Add(time.Duration(ms * r.opts.TimeScale * 1e6)) }
 
 	var warm sync.WaitGroup
@@ -400,7 +400,7 @@ func (r *runner) openLoop(ctx context.Context, start time.Time, reqs []Request, 
 			break
 		}
 		rr := &records[i]
-		rr.Scheduled = r.tb.stamp(due)
+		rr.Scheduled = r.tb.Stamp(due)
 		wg.Add(1)
 		sent++
 		go func(i int) {
