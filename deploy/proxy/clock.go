@@ -1,16 +1,10 @@
 package proxy
 
-import (
-	"time"
-
-	"github.com/hone-llm/hone/internal/monoclock"
-)
+import "github.com/hone-llm/hone/internal/monoclock"
 
 // Stamp is one instant on two clocks: wall time for people, and
 // CLOCK_MONOTONIC nanoseconds for joins with kernel events (bpf_ktime_get_ns)
 // and the engines' ground truth.
 type Stamp = monoclock.Stamp
-
-func stampOf(t time.Time) Stamp { return monoclock.Of(t) }
 
 func now() Stamp { return monoclock.Now() }
