@@ -16,6 +16,10 @@ import (
 	"time"
 )
 
+// EmulatorVersionPrefix starts the GET /version of hone's engine emulator;
+// a device run refuses such an endpoint.
+const EmulatorVersionPrefix = "hone-emulator"
+
 // Options configure a live replay. Zero values take the documented
 // defaults; Endpoint, Model, Kind and QPS are required.
 type Options struct {
@@ -165,6 +169,11 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 	case err != nil:
 		// Requests will say what is wrong, one outcome each.
 		rec.Engine.Error = err.Error()
+	}
+	if opts.Kind == KindDevice && strings.HasPrefix(info.Version, EmulatorVersionPrefix) {
+		// Emulated numbers are never labelled as device measurements.
+		return nil, &ParamError{Field: "kind", Value: opts.Kind,
+			Want: fmt.Sprintf("emulated: the endpoint reports version %q, hone's engine emulator", info.Version)}
 	}
 	tok := &engine{http: hc, base: opts.TokenizeEndpoint, model: opts.Model}
 	prompts, err := BuildPrompts(ctx, opts.Workload, tok.tokenize)
