@@ -237,7 +237,7 @@ type RequestMetrics struct {
 	MeanITLMs          float64 `json:"mean_itl_ms"`            // (last - first token)/(tokens - 1)
 	TokensPerSecond    float64 `json:"tokens_per_second"`      // output tokens / generation time
 	PrefillTimeMs      float64 `json:"prefill_time_ms"`        // first scheduled -> first token
-	KVTransferTimeMs   float64 `json:"kv_transfer_time_ms"`    // decode worker's KV pull
+	KVTransferTimeMs   float64 `json:"kv_transfer_time_ms"`    // decode worker: receipt -> pulled KV usable
 	DecodeTimeMs       float64 `json:"decode_time_ms"`         // first -> last token
 	E2ETimeMs          float64 `json:"e2e_time_ms"`            // arrival -> last token
 	TimeScale          float64 `json:"time_scale"`             // wall = model x time_scale

@@ -20,7 +20,9 @@ token is written to its socket within the step lateness
     kv_bytes_received output_tokens finish_reason error preemptions
     arrival_ms (since engine start) queue_ms (arrival, or KV ready on a decode
     worker, -> first scheduled) prefill_ms (first scheduled -> first token)
-    transfer_ms (decode worker's KV pull) decode_ms (first -> last token)
+    transfer_ms (decode worker: from its receipt of the request until the
+    pulled KV is usable, at least the modelled transfer) decode_ms (first ->
+    last token)
     ttft_ms e2e_ms stall_ms; arrival_mono_ns scheduled_mono_ns
     first_token_mono_ns finish_mono_ns transfer_start_mono_ns
     transfer_end_mono_ns arrival_unix_ns
