@@ -36,11 +36,19 @@ type Attribution struct {
 	Sources  map[string]string `json:"sources"`
 	Retries  int               `json:"retries,omitempty"`
 	Fallback bool              `json:"fallback,omitempty"`
+	// KernelKVBytes and KernelTransferMs are the KV pull the daemon saw on
+	// the decode worker's socket (bytes received, first to last byte, model
+	// ms), when a snapshot was given: the kernel's view of Transfer.
+	KernelKVBytes    uint64  `json:"kernel_kv_bytes,omitempty"`
+	KernelTransferMs float64 `json:"kernel_transfer_ms,omitempty"`
 }
 
 // Evidence is everything attribution may use beyond the record.
 type Evidence struct {
 	Timelines []proxy.Timeline
+	// KV are the daemon's KV-transfer connections (ReadKVConns); each is
+	// joined to at most one disaggregated request.
+	KV []KVConn
 }
 
 // engineMetrics are vLLM's per-request metrics keys (model ms).
@@ -65,6 +73,7 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 		tl[ev.Timelines[i].RequestID] = &ev.Timelines[i]
 	}
 	var out []Attribution
+	windows := map[string][2]int64{} // disaggregated request → decode leg sent .. first token
 	for _, run := range rec.Runs {
 		for _, lvl := range run.Levels {
 			for _, rq := range lvl.Requests {
@@ -162,6 +171,7 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 						a.Parts[Transfer] += math.Max(0, first-step)
 						// The step itself stays in the client residual below.
 						a.Sources[Transfer] = "decode engine (time_to_first_token − queue_time − one ITL)"
+						windows[a.RequestID] = [2]int64{p.Decode.Sent.MonoNs, firstMono}
 						a.Sources[DecodeQ] = sourceOf(em)
 					}
 				default:
@@ -184,6 +194,9 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("no measured request completed: nothing to attribute")
+	}
+	if len(ev.KV) > 0 {
+		joinKernel(out, windows, ev.KV, scale)
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].Run != out[j].Run {

@@ -22,6 +22,11 @@ type LevelBreakdown struct {
 	AtP99      map[string]float64 `json:"at_p99_ms"`  // parts of the request at the p99 TTFT rank
 	Share      map[string]float64 `json:"ttft_share"` // mean part / mean TTFT
 	Dominant   string             `json:"dominant"`   // the TTFT part with the largest mean
+	// Kernel evidence (daemon snapshot): requests joined to a KV connection,
+	// their mean bytes received and first-to-last-byte time (model ms).
+	KernelJoined     int     `json:"kernel_joined,omitempty"`
+	KernelKVBytes    float64 `json:"kernel_kv_bytes_mean,omitempty"`
+	KernelTransferMs float64 `json:"kernel_transfer_ms_mean,omitempty"`
 }
 
 // Diagnosis is the bottleneck verdict over all levels.
@@ -64,6 +69,17 @@ func Summarize(kind string, atts []Attribution, slo replay.SLO, tpotP99 map[floa
 		}
 		for k, v := range p99.Parts {
 			lb.AtP99[k] = v
+		}
+		for _, a := range as {
+			if a.KernelKVBytes > 0 {
+				lb.KernelJoined++
+				lb.KernelKVBytes += float64(a.KernelKVBytes)
+				lb.KernelTransferMs += a.KernelTransferMs
+			}
+		}
+		if lb.KernelJoined > 0 {
+			lb.KernelKVBytes /= float64(lb.KernelJoined)
+			lb.KernelTransferMs /= float64(lb.KernelJoined)
 		}
 		best := -math.MaxFloat64
 		for _, k := range TTFTComponents {
@@ -165,6 +181,17 @@ func (d Diagnosis) WriteTable(w io.Writer, md bool) error {
 	}
 	if !md {
 		tw.Flush()
+	}
+	for _, l := range d.Levels {
+		if l.KernelJoined > 0 {
+			line := fmt.Sprintf("kernel (daemon) at %g req/s: %d requests joined to their KV pull, %.2f MB received and %.2f ms first→last byte on average",
+				l.OfferedQPS, l.KernelJoined, l.KernelKVBytes/1e6, l.KernelTransferMs)
+			if md {
+				fmt.Fprintf(w, "\n- %s", line)
+			} else {
+				fmt.Fprintln(w, line)
+			}
+		}
 	}
 	for _, p := range d.Proposals {
 		if md {

@@ -15,7 +15,7 @@ func init() { subcommands = append(subcommands, newDiagnoseCmd) }
 
 func newDiagnoseCmd() *cobra.Command {
 	c := &cobra.Command{Use: "diagnose", Short: "Attribute each request's latency and name the bottleneck"}
-	var record, timelines, proxyURL, truth, format, pprofOut string
+	var record, timelines, proxyURL, truth, format, pprofOut, snapshot string
 	report := &cobra.Command{
 		Use:   "report --record run.json",
 		Short: "Split TTFT into client, queueing, prefill, transfer and decode-queue time; name the bottleneck",
@@ -38,6 +38,11 @@ proxy keeps the prefill leg's metrics. The bottleneck is the part of the
 p99-rank request that grows most with load (or the dominant part when even the
 lowest load misses the TTFT SLO; decode when TPOT misses its SLO), with the
 changes worth trying next.
+
+--daemon joins a hone daemon snapshot (--once -o FILE, or GET /v1/snapshot):
+each disaggregated request gets the KV connection whose bytes started after its
+decode leg was sent and before its first token, with the bytes received and
+first-to-last-byte time as the kernel saw them.
 
 --truth compares with an emulator's --trace-file (its ground truth) and
 prints the error per part. --pprof writes a profile for go tool pprof.
@@ -69,6 +74,11 @@ Exit codes: 0 success; 2 bad input.`,
 			case proxyURL != "":
 				if ev.Timelines, err = diagnose.FetchTimelines(c.Context(), proxyURL); err != nil {
 					return err
+				}
+			}
+			if snapshot != "" {
+				if ev.KV, err = diagnose.ReadKVConns(snapshot); err != nil {
+					return usageError{fmt.Errorf("--daemon: %w", err)}
 				}
 			}
 			atts, err := diagnose.Attribute(rec, ev)
@@ -148,6 +158,7 @@ Exit codes: 0 success; 2 bad input.`,
 	f.StringVar(&truth, "truth", "", "emulator --trace-file to compare against")
 	f.StringVar(&format, "format", "table", "table | md | json")
 	f.StringVar(&pprofOut, "pprof", "", "write a pprof profile of attributed time here")
+	f.StringVar(&snapshot, "daemon", "", "hone daemon snapshot: join each disaggregated request to its KV pull as the kernel saw it")
 	c.AddCommand(report)
 	return c
 }

@@ -1,0 +1,126 @@
+package diagnose
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"sort"
+)
+
+// KVConn is one KV-transfer connection as the daemon saw it from the side
+// that received the KV blocks (a decode worker pulling from a prefill
+// worker): when its bytes started and stopped flowing, and how many.
+type KVConn struct {
+	PID        int
+	Local      string
+	Remote     string
+	RXBytes    uint64
+	FirstNs    int64 // CLOCK_MONOTONIC
+	LastNs     int64
+	Attributed string // request id it was joined to
+}
+
+// snapshotConns is the part of a daemon snapshot diagnose reads (see
+// daemon/doc.go); decoding only these fields keeps diagnose free of the
+// daemon's eBPF dependencies.
+type snapshotConns struct {
+	SchemaVersion int    `json:"schema_version"`
+	Clock         string `json:"clock"`
+	Connections   []struct {
+		PID        int    `json:"pid"`
+		Local      string `json:"local"`
+		Remote     string `json:"remote"`
+		KVTransfer bool   `json:"kv_transfer"`
+		RXBytes    uint64 `json:"rx_bytes"`
+		First      uint64 `json:"first_monotonic_ns"`
+		Last       uint64 `json:"last_monotonic_ns"`
+	} `json:"connections"`
+}
+
+// ReadKVConns reads a daemon snapshot (hone daemon --once -o FILE, or GET
+// /v1/snapshot) and returns its KV-transfer connections on the receiving
+// side: those whose remote end is a KV port (the puller's socket).
+func ReadKVConns(path string) ([]KVConn, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read daemon snapshot: %w", err)
+	}
+	return ParseKVConns(b)
+}
+
+// ParseKVConns decodes a daemon snapshot's KV-transfer connections.
+func ParseKVConns(b []byte) ([]KVConn, error) {
+	var s snapshotConns
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("daemon snapshot: %w", err)
+	}
+	if s.SchemaVersion != 1 || s.Clock != "CLOCK_MONOTONIC" {
+		return nil, fmt.Errorf("daemon snapshot: schema_version %d clock %q: want 1 and CLOCK_MONOTONIC", s.SchemaVersion, s.Clock)
+	}
+	// Both ends of a loopback connection are in a snapshot; the receiving
+	// (pulling) end is the one whose remote port is the listening KV port,
+	// i.e. whose local port is not a port any KV socket listens on.
+	listening := map[uint16]bool{}
+	for _, c := range s.Connections {
+		if c.KVTransfer {
+			if lp, err := netip.ParseAddrPort(c.Local); err == nil {
+				if rp, err := netip.ParseAddrPort(c.Remote); err == nil && lp.Port() < rp.Port() {
+					listening[lp.Port()] = true
+				}
+			}
+		}
+	}
+	var out []KVConn
+	for _, c := range s.Connections {
+		if !c.KVTransfer || c.RXBytes == 0 {
+			continue
+		}
+		rp, err := netip.ParseAddrPort(c.Remote)
+		if err != nil {
+			continue
+		}
+		lp, _ := netip.ParseAddrPort(c.Local)
+		if listening[lp.Port()] && !listening[rp.Port()] {
+			continue // the sending side
+		}
+		out = append(out, KVConn{PID: c.PID, Local: c.Local, Remote: c.Remote, RXBytes: c.RXBytes, FirstNs: int64(c.First), LastNs: int64(c.Last)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].FirstNs < out[j].FirstNs })
+	return out, nil
+}
+
+// joinKernel gives each disaggregated request the KV connection whose bytes
+// started flowing after its decode leg was sent and before its first token:
+// the earliest such connection not yet joined, requests taken in the order
+// their decode legs were sent. It fills KernelKVBytes and KernelTransferMs.
+func joinKernel(atts []Attribution, windows map[string][2]int64, conns []KVConn, scale float64) {
+	type item struct {
+		i    int
+		from int64
+	}
+	var order []item
+	for i, a := range atts {
+		if w, ok := windows[a.RequestID]; ok {
+			order = append(order, item{i, w[0]})
+		}
+	}
+	sort.Slice(order, func(x, y int) bool { return order[x].from < order[y].from })
+	used := make([]bool, len(conns))
+	for _, it := range order {
+		w := windows[atts[it.i].RequestID]
+		for k := range conns {
+			c := &conns[k]
+			if used[k] || c.FirstNs < w[0] || c.FirstNs > w[1] {
+				continue
+			}
+			used[k] = true
+			c.Attributed = atts[it.i].RequestID
+			a := &atts[it.i]
+			a.KernelKVBytes = c.RXBytes
+			a.KernelTransferMs = float64(c.LastNs-c.FirstNs) / 1e6 / scale
+			a.Sources["transfer_kernel"] = "daemon: KV connection bytes received (sock_recv_length) and their first/last CLOCK_MONOTONIC times"
+			break
+		}
+	}
+}

@@ -1,0 +1,166 @@
+package diagnose
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/hone-llm/hone/bpf/bpftest"
+	"github.com/hone-llm/hone/daemon"
+	"github.com/hone-llm/hone/deploy/proxy"
+	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/sim/emulator"
+)
+
+// honeBinary returns $HONE_BIN (set by make test) or a hone built for the
+// test.
+func honeBinary(t *testing.T) string {
+	t.Helper()
+	if b := os.Getenv("HONE_BIN"); b != "" {
+		return b
+	}
+	out := filepath.Join(t.TempDir(), "hone")
+	if b, err := exec.Command("go", "build", "-o", out, "../cmd/hone").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	return out
+}
+
+// The daemon's view of each request's KV pull, joined to the request by
+// time alone, carries exactly the bytes the emulator says it moved: the
+// kernel-side evidence and the engine's ground truth agree per request.
+func TestKernelKVJoin(t *testing.T) {
+	bpftest.Require(t)
+	if testing.Short() {
+		t.Skip("starts engines, a proxy and the daemon")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// The daemon never traces its own process, so the engines run as
+	// separate hone sim serve processes.
+	hone := honeBinary(t)
+	dir := t.TempDir()
+	freePort := func() int {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return l.Addr().(*net.TCPAddr).Port
+	}
+	kvPort, pfPort, dcPort := freePort(), freePort(), freePort()
+	serve := func(role string, port int, extra ...string) *exec.Cmd {
+		args := append([]string{"sim", "serve", "--role", role, "--port", strconv.Itoa(port), "--profile", testProfile,
+			"--time-scale", strconv.FormatFloat(timeScale, 'g', -1, 64), "--enable-prompt-tokens-details", "--enable-per-request-metrics",
+			"--trace-file", filepath.Join(dir, role+".jsonl")}, extra...)
+		cmd := exec.CommandContext(ctx, hone, args...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd
+	}
+	pfCmd := serve("prefill", pfPort, "--kv-port", strconv.Itoa(kvPort))
+	dcCmd := serve("decode", dcPort)
+	pfURL, dcURL := "http://127.0.0.1:"+strconv.Itoa(pfPort), "http://127.0.0.1:"+strconv.Itoa(dcPort)
+	for _, u := range []string{pfURL, dcURL} {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			resp, err := http.Get(u + "/health")
+			if err == nil {
+				resp.Body.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never became healthy: %v", u, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	d, err := daemon.New(daemon.Config{PIDs: []int{pfCmd.Process.Pid, dcCmd.Process.Pid}, KVPorts: []uint16{uint16(kvPort)},
+		BurstGap: 50 * time.Millisecond}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+
+	p, err := proxy.New(proxy.Config{Listen: "127.0.0.1:0", Mode: proxy.ModeDisaggregated, Connector: proxy.NixlConnector,
+		Workers: []proxy.Worker{{Name: "p0", Role: proxy.RolePrefill, URL: pfURL}, {Name: "d0", Role: proxy.RoleDecode, URL: dcURL}}}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan string, 1)
+	go p.ListenAndServe(ctx, func(a string) { ready <- a }, time.Second)
+	pu := "http://" + <-ready
+	w := replay.DefaultWorkload()
+	w.Requests = 24
+	rec, err := replay.Run(ctx, replay.Options{Endpoint: pu, TokenizeEndpoint: dcURL, Model: "Qwen/Qwen2.5-Coder-0.5B-Instruct",
+		Kind: replay.KindEmulated, Backend: "emulator", Workload: w, QPS: []float64{2}, TimeScale: timeScale, GPUs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // let the last reads reach the maps
+	snap, err := json.Marshal(d.Snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns, err := ParseKVConns(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tls, _ := p.Timelines(0, 0)
+	atts, err := Attribute(rec, Evidence{Timelines: tls, KV: conns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := os.ReadFile(filepath.Join(dir, "decode.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.Split(tb, []byte("\n"))
+	want := map[string]int64{} // request id → KV payload bytes the decode worker received
+	for _, l := range lines {
+		var tr emulator.TraceRecord
+		if json.Unmarshal(l, &tr) == nil && tr.Event == "request" && tr.Role == emulator.RoleDecode {
+			want[tr.RequestID[len("cmpl-"):]] = tr.KVBytesReceived
+		}
+	}
+	joined := 0
+	for _, a := range atts {
+		payload, ok := want[a.RequestID]
+		if !ok || a.KernelKVBytes == 0 {
+			continue
+		}
+		joined++
+		// The socket also carries the pull's JSON header line before the
+		// payload; a few hundred bytes at most.
+		if int64(a.KernelKVBytes) < payload || int64(a.KernelKVBytes) > payload+512 {
+			t.Errorf("%s: kernel saw %d bytes, the emulator sent %d of KV", a.RequestID, a.KernelKVBytes, payload)
+		}
+		if a.KernelTransferMs <= 0 || a.KernelTransferMs > a.TTFTMs {
+			t.Errorf("%s: kernel transfer %v ms, TTFT %v ms", a.RequestID, a.KernelTransferMs, a.TTFTMs)
+		}
+	}
+	// 16 measured requests at 2 req/s, one pull each.
+	if joined != 16 {
+		t.Errorf("%d of 16 measured requests joined to a KV connection (%d connections seen)", joined, len(conns))
+	}
+	if d := Summarize(rec.Kind, atts, rec.SLO, nil); d.Levels[0].KernelJoined != joined {
+		t.Errorf("summary: %d joined, want %d", d.Levels[0].KernelJoined, joined)
+	}
+	t.Logf("joined %d requests; e.g. %d kernel bytes, %.2f ms", joined, atts[0].KernelKVBytes, atts[0].KernelTransferMs)
+}
