@@ -15,6 +15,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+	"github.com/hone-llm/hone/bpf/bpftest"
 	"github.com/hone-llm/hone/deploy"
 )
 
@@ -27,24 +28,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// privileged skips a test that needs root and a BTF kernel, or fails it
-// when HONE_REQUIRE_BPF=1 (CI runs as root and must run these).
-func privileged(t *testing.T) {
-	t.Helper()
-	var why string
-	switch {
-	case os.Geteuid() != 0:
-		why = "not running as root"
-	case !exists("/sys/kernel/btf/vmlinux"):
-		why = "kernel has no BTF (/sys/kernel/btf/vmlinux)"
-	default:
-		return
-	}
-	if os.Getenv("HONE_REQUIRE_BPF") == "1" {
-		t.Fatalf("HONE_REQUIRE_BPF=1 but %s", why)
-	}
-	t.Skip(why)
-}
+// privileged gates a test on root and a BTF kernel: skipped with the reason
+// where they are missing, failed instead under HONE_REQUIRE_BPF=1 (CI).
+func privileged(t *testing.T) { bpftest.Require(t) }
 
 func find(t *testing.T, cs []Check, name string) Check {
 	t.Helper()
