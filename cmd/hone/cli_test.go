@@ -163,3 +163,25 @@ func TestGateExitCodes(t *testing.T) {
 		}
 	}
 }
+
+func TestOptimizeAndReportBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"optimize", "--out", t.TempDir()}, "--spec"},
+		{[]string{"optimize", "--spec", "x.yaml", "--out", t.TempDir(), "--runs", "0"}, "--runs"},
+		{[]string{"optimize", "--spec", "x.yaml", "--out", t.TempDir(), "--budget", "3"}, "--budget"},
+		{[]string{"optimize", "--spec", "x.yaml", "--out", t.TempDir(), "--qps", "0"}, "--qps"},
+		{[]string{"optimize", "--spec", filepath.Join(t.TempDir(), "missing.yaml"), "--out", t.TempDir()}, "missing.yaml"},
+		{[]string{"report", "--log", "nope.json"}, "-o"},
+		{[]string{"report", "--log", filepath.Join(t.TempDir(), "nope.json"), "-o", filepath.Join(t.TempDir(), "r.md")}, "nope.json"},
+		{[]string{"diagnose", "report"}, "--record"},
+		{[]string{"diagnose", "report", "--record", "r.json", "--format", "xml"}, "--format"},
+	} {
+		_, errs, code := runCLI(t, "", tc.args...)
+		if code != 2 || !strings.Contains(errs, tc.want) {
+			t.Errorf("hone %v: exit %d, stderr %q; want exit 2 naming %s", tc.args, code, errs, tc.want)
+		}
+	}
+}
