@@ -98,7 +98,7 @@ const (
 	LiveSelectionRule = "Eligible: every run of the trial completed every measured request with a valid output (exact length, " +
 		"finish reason length) and passed the SLOs at one or more load levels. Selected: the eligible trial with the highest median " +
 		"objective (largest effective QPS among passing levels; at a fixed GPU budget that is the lowest GPU-seconds per request); " +
-		"ties go to lower cost, then to the config closest to the baseline. Ablations, the interaction and re-runs are not candidates."
+		"ties go to lower cost, then to the config closest to the baseline. Every measured config competes (an ablation that beats the config it ablates is simply a better config); re-runs are not candidates."
 	LiveRegressionRule = "The selected config is re-run with the same runs. It is rejected if the re-run is not eligible or its median " +
 		"objective falls more than 10% below the first; the next eligible config is then re-run in turn, finally the baseline."
 )
@@ -216,7 +216,7 @@ func Live(ctx context.Context, o LiveOptions) (*Log, error) {
 		return lg, writeLog(o.LogPath, lg)
 	}
 	best := order[0]
-	say("selected trial %d (%s): median objective %.3f req/s", best.N, best.Key, best.Objective)
+	say("best so far: trial %d (%s), median objective %.3f req/s; ablating it", best.N, best.Key, best.Objective)
 
 	// Ablations of the selection, then the interaction's missing cell.
 	for _, c := range Ablations(best.Spec) {
@@ -241,8 +241,17 @@ func Live(ctx context.Context, o LiveOptions) (*Log, error) {
 		say("%s", lg.Interaction.Text)
 	}
 
+	// Every measured config competes, ablations and the interaction cell
+	// included: an ablation that beats the config it ablates is a better
+	// config, and it is what gets verified.
+	order = rankTrials(lg.Trials, base)
+	if order[0] != best {
+		say("trial %d (%s, %s) beats trial %d: %.3f vs %.3f req/s", order[0].N, order[0].Key, order[0].Why, best.N, order[0].Objective, best.Objective)
+	}
+	say("selected trial %d (%s): median objective %.3f req/s", order[0].N, order[0].Key, order[0].Objective)
+
 	// Verification: re-run the selection; fall back in selection order.
-	lg.Selected = best.N
+	lg.Selected = order[0].N
 	for i := 0; i < len(order) && left() > 0; i++ {
 		cand := order[i]
 		v, err := run("verify", fmt.Sprintf("re-run of trial %d", cand.N), CloneSpec(cand.Spec))
@@ -294,11 +303,12 @@ func judge(t *Trial, slo replay.SLO) {
 	}
 }
 
-// rankTrials orders eligible explorations by LiveSelectionRule.
+// rankTrials orders eligible trials (re-runs excluded) by
+// LiveSelectionRule.
 func rankTrials(ts []Trial, base *Trial) []*Trial {
 	var out []*Trial
 	for i := range ts {
-		if ts[i].Eligible && (ts[i].Role == "baseline" || ts[i].Role == "proposal") {
+		if ts[i].Eligible && ts[i].Role != "verify" {
 			out = append(out, &ts[i])
 		}
 	}
