@@ -97,8 +97,9 @@ type Interaction struct {
 const (
 	LiveSelectionRule = "Eligible: every run of the trial completed every measured request with a valid output (exact length, " +
 		"finish reason length) and passed the SLOs at one or more load levels. Selected: the eligible trial with the highest median " +
-		"objective (largest effective QPS among passing levels; at a fixed GPU budget that is the lowest GPU-seconds per request); " +
-		"ties go to lower cost, then to the config closest to the baseline. Every measured config competes (an ablation that beats the config it ablates is simply a better config); re-runs are not candidates."
+		"objective (largest effective QPS among passing levels; at a fixed GPU budget that is the lowest GPU-seconds per request), " +
+		"unless trials within its noise band (the larger of 2% and half the two trials' per-run objective ranges) include one closer " +
+		"to the baseline: then the closest of those, then the cheaper. Every measured config competes (an ablation that beats the config it ablates is simply a better config); re-runs are not candidates."
 	LiveRegressionRule = "The selected config is re-run with the same runs. It is rejected if the re-run is not eligible or its median " +
 		"objective falls more than 10% below the first; the next eligible config is then re-run in turn, finally the baseline."
 )
@@ -304,7 +305,9 @@ func judge(t *Trial, slo replay.SLO) {
 }
 
 // rankTrials orders eligible trials (re-runs excluded) by
-// LiveSelectionRule.
+// LiveSelectionRule: the first is the one with the best median objective,
+// unless another trial is within the noise band of it and closer to the
+// baseline (then cheaper); the rest follow by objective, as fallbacks.
 func rankTrials(ts []Trial, base *Trial) []*Trial {
 	var out []*Trial
 	for i := range ts {
@@ -328,7 +331,46 @@ func rankTrials(ts []Trial, base *Trial) []*Trial {
 		}
 		return specDistance(base.Spec, a.Spec) < specDistance(base.Spec, b.Spec)
 	})
+	if len(out) < 2 {
+		return out
+	}
+	// Among the trials the best one does not beat beyond noise, prefer the
+	// config closest to the baseline, then the cheaper one.
+	top := out[0]
+	pick := 0
+	for i, t := range out {
+		if !withinNoise(top, t) {
+			break
+		}
+		p := out[pick]
+		if d, dp := specDistance(base.Spec, t.Spec), specDistance(base.Spec, p.Spec); d < dp || (d == dp && cost(t) < cost(p)) {
+			pick = i
+		}
+	}
+	if pick != 0 {
+		t := out[pick]
+		copy(out[1:pick+1], out[0:pick])
+		out[0] = t
+	}
 	return out
+}
+
+// withinNoise reports whether b's median objective is within the noise band
+// of a's: max(2% of a's, half the range of a's per-run objectives plus half
+// of b's).
+func withinNoise(a, b *Trial) bool {
+	half := func(t *Trial) float64 {
+		if len(t.Objectives) < 2 {
+			return 0
+		}
+		lo, hi := t.Objectives[0], t.Objectives[0]
+		for _, o := range t.Objectives {
+			lo, hi = math.Min(lo, o), math.Max(hi, o)
+		}
+		return (hi - lo) / 2
+	}
+	band := math.Max(0.02*a.Objective, half(a)+half(b))
+	return a.Objective-b.Objective <= band
 }
 
 func specDistance(a, b *deploy.Spec) int {

@@ -223,3 +223,20 @@ func TestAblationThatWinsIsSelected(t *testing.T) {
 		t.Errorf("decisions:\n%s", strings.Join(lg.Decision, "\n"))
 	}
 }
+
+func TestSelectionIgnoresNoise(t *testing.T) {
+	base := &Trial{N: 1, Role: "baseline", Eligible: true, Spec: baseSpec(), Objectives: []float64{15.9, 16.0, 15.0}, Objective: 15.9}
+	rr := CloneSpec(baseSpec())
+	rr.Routing.Policy = "round_robin"
+	small := Trial{N: 2, Role: "ablation", Eligible: true, Spec: rr, Objectives: []float64{16.5, 16.6, 15.8}, Objective: 16.5}
+	order := rankTrials([]Trial{*base, small}, base)
+	if order[0].N != 1 {
+		t.Errorf("a 3.8%% win inside the runs' spread displaced the baseline: selected %d", order[0].N)
+	}
+	big := small
+	big.Objectives, big.Objective = []float64{19.0, 19.2, 18.9}, 19.0
+	order = rankTrials([]Trial{*base, big}, base)
+	if order[0].N != 2 {
+		t.Errorf("a 19.5%% win beyond the spread was not selected: %d", order[0].N)
+	}
+}
