@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -78,7 +80,11 @@ Exit codes: 0 a verified selection; 1 nothing eligible or verified; 2 bad input.
 			ev := &optimizer.DeployEvaluator{Up: deploy.UpOptions{Hone: hone, StateDir: filepath.Join(out, "state")},
 				Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo, OutDir: out, Hone: replay.Build{Version: v, Commit: commit}}
 			logPath := filepath.Join(out, "log.json")
-			lg, err := optimizer.Live(c.Context(), optimizer.LiveOptions{Base: base, Evaluator: ev, Budget: budget,
+			// Ctrl-C or SIGTERM ends the current trial cleanly: its
+			// deployment is torn down and the log keeps every trial so far.
+			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			lg, err := optimizer.Live(ctx, optimizer.LiveOptions{Base: base, Evaluator: ev, Budget: budget,
 				Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo, LogPath: logPath, Progress: c.ErrOrStderr()})
 			if err != nil {
 				return fmt.Errorf("optimize: %w (the log so far is in %s)", err, logPath)
