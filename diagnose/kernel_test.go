@@ -113,14 +113,22 @@ func TestKernelKVJoin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond) // let the last reads reach the maps
-	snap, err := json.Marshal(d.Snapshot())
-	if err != nil {
-		t.Fatal(err)
-	}
-	conns, err := ParseKVConns(snap)
-	if err != nil {
-		t.Fatal(err)
+	// Every one of the 24 requests pulled its KV over its own connection;
+	// on a loaded runner the last reads can take a moment to reach the
+	// maps, so poll the snapshot instead of sleeping a fixed time.
+	var conns []KVConn
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		snap, err := json.Marshal(d.Snapshot())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if conns, err = ParseKVConns(snap); err != nil {
+			t.Fatal(err)
+		}
+		if len(conns) >= w.Requests || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	tls, _ := p.Timelines(0, 0)
 	atts, err := Attribute(rec, Evidence{Timelines: tls, KV: conns})
@@ -158,6 +166,9 @@ func TestKernelKVJoin(t *testing.T) {
 	// 16 measured requests at 2 req/s, one pull each.
 	if joined != 16 {
 		t.Errorf("%d of 16 measured requests joined to a KV connection (%d connections seen)", joined, len(conns))
+		for _, c := range conns {
+			t.Logf("conn %s→%s rx %d B, %d..%d ns, joined to %q", c.Local, c.Remote, c.RXBytes, c.FirstNs, c.LastNs, c.Attributed)
+		}
 	}
 	if d := Summarize(rec.Kind, atts, rec.SLO, nil); d.Levels[0].KernelJoined != joined {
 		t.Errorf("summary: %d joined, want %d", d.Levels[0].KernelJoined, joined)
