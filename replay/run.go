@@ -9,11 +9,12 @@ import (
 	"math"
 	"net/http"
 	"net/url"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hone-llm/hone/internal/finesleep"
 )
 
 // EmulatorVersionPrefix starts the GET /version of hone's engine emulator;
@@ -274,62 +275,6 @@ func (r *runner) levelSpan(qps float64) time.Duration {
 	return time.Duration(last * r.opts.TimeScale * 1e6)
 }
 
-// maxSpin is how long before a send the dispatcher stops sleeping on a
-// timer and polls, at low rates: on an idle host Go's timers wake up to a
-// millisecond or more late (epoll waits in whole milliseconds), which alone
-// would break a 1 ms dispatch-lag budget. At high rates the host is busy,
-// timers fire on time, and polling would only burn a core: the window
-// shrinks to a quarter of the gap between sends (spinFor).
-const maxSpin = 2 * time.Millisecond
-
-// spinFor is the polling window before a send that follows the previous
-// one by gap.
-func spinFor(gap time.Duration) time.Duration {
-	return min(max(gap/4, 100*time.Microsecond), maxSpin)
-}
-
-// minTimer is the shortest timer wait the dispatcher sets when the host is
-// idle.
-const minTimer = time.Millisecond
-
-// busyYield is how long a yield may take before the host counts as busy.
-// A busy scheduler checks timers at every switch, so a timer is then both
-// precise and fair, while yielding would queue the dispatcher behind every
-// runnable goroutine.
-const busyYield = 50 * time.Microsecond
-
-// waitUntil blocks until due, polling for the last spin of it; false if
-// ctx ended first.
-func waitUntil(ctx context.Context, t *time.Timer, due time.Time, spin time.Duration) bool {
-	busy := false
-	for {
-		d := time.Until(due)
-		if d <= 0 {
-			return ctx.Err() == nil
-		}
-		// An idle runtime waits for timers in whole milliseconds, so a
-		// timer shorter than that would wake late: poll instead.
-		if busy || d-spin >= minTimer {
-			if !busy {
-				d -= spin
-			}
-			t.Reset(d)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				return false
-			}
-			continue
-		}
-		if ctx.Err() != nil {
-			return false
-		}
-		y := time.Now()
-		runtime.Gosched()
-		busy = time.Since(y) > busyYield
-	}
-}
-
 // level runs one load level open loop and summarizes it.
 func (r *runner) level(ctx context.Context, run, li int, qps float64) LevelRecord {
 	w := r.opts.Workload
@@ -396,16 +341,13 @@ func (r *runner) level(ctx context.Context, run, li int, qps float64) LevelRecor
 // sending when ctx ends and returns how many were sent: reqs[:sent].
 func (r *runner) openLoop(ctx context.Context, start time.Time, reqs []Request, bodies [][]byte, records []RequestRecord, finished func(i int)) int {
 	scale := r.opts.TimeScale
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
 	var wg sync.WaitGroup
 	sent := 0
-	prev := start
 	for i := range reqs {
 		due := start.Add(time.Duration(reqs[i].ArrivalMs * scale * 1e6))
-		spin := spinFor(due.Sub(prev))
-		prev = due
-		if !waitUntil(ctx, timer, due, spin) {
+		// On an idle host a Go timer alone wakes up to a millisecond late,
+		// which would spend a 1 ms dispatch-lag budget by itself.
+		if !finesleep.Until(ctx, due) {
 			break
 		}
 		rr := &records[i]

@@ -342,7 +342,10 @@ func prefillRequest(f map[string]json.RawMessage) ([]byte, error) {
 	out := make(map[string]json.RawMessage, len(f)+3)
 	for k, v := range f {
 		switch k {
-		case "min_tokens", "stream_options":
+		// return_token_ids would have the prefill worker echo the whole
+		// prompt's ids (tens of KiB for a coding prompt) in an answer of
+		// which the proxy keeps only kv_transfer_params.
+		case "min_tokens", "stream_options", "return_token_ids":
 			continue
 		}
 		out[k] = v

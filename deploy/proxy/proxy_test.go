@@ -300,7 +300,7 @@ func TestDisaggregatedProtocol(t *testing.T) {
 	if pb["stream"] != false || pb["max_tokens"] != 1.0 {
 		t.Errorf("prefill leg: stream %v max_tokens %v", pb["stream"], pb["max_tokens"])
 	}
-	for _, k := range []string{"min_tokens", "stream_options"} {
+	for _, k := range []string{"min_tokens", "stream_options", "return_token_ids"} {
 		if _, ok := pb[k]; ok {
 			t.Errorf("prefill leg kept %s", k)
 		}
@@ -311,7 +311,7 @@ func TestDisaggregatedProtocol(t *testing.T) {
 		t.Errorf("prefill kv_transfer_params = %v", pb["kv_transfer_params"])
 	}
 	db := dr[0].Body
-	if db["stream"] != true || db["min_tokens"] != 3.0 || db["max_tokens"] != 3.0 || db["stream_options"] == nil {
+	if db["stream"] != true || db["min_tokens"] != 3.0 || db["max_tokens"] != 3.0 || db["stream_options"] == nil || db["return_token_ids"] != true {
 		t.Errorf("decode leg lost the original fields: %v", db)
 	}
 	kv, _ := db["kv_transfer_params"].(map[string]any)

@@ -4,12 +4,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"math"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/hone-llm/hone/deploy/proxy"
 	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/sim"
 )
@@ -17,101 +19,93 @@ import (
 var long = flag.Bool("long", false, "run the consistency check over the brief's full scan (6 levels × 128 requests)")
 var longScale = flag.Float64("long-scale", 1, "time scale of the -long consistency scan")
 
-// replayLevel plays the brief's workload at one level against a fresh
-// exercise-profile deployment (batch of one) and returns its outcomes in
-// model milliseconds.
-func replayLevel(t *testing.T, mode sim.Mode, cache bool, qps float64, requests int, scale float64) ([]replay.Outcome, *syncBuffer) {
+// consistencyDeployment starts a fresh exercise-profile deployment (batch
+// of one) for mode: the engine alone, colocated, or a prefill and a decode
+// engine behind hone's P/D proxy, disaggregated. It returns the URL a
+// replay sends to, the engine serving /tokenize and the engines' trace.
+func consistencyDeployment(t *testing.T, ctx context.Context, mode sim.Mode, scale float64) (endpoint, tokenize string, trace *syncBuffer) {
 	t.Helper()
-	reqs, err := replay.Generate(replay.Params{Requests: requests, InputTokens: 4096,
-		UncachedTokens: replay.DefaultUncachedTokens, OutputTokens: 128, OfferedQPS: qps})
+	trace = newSyncBuffer()
+	cfg := Config{Profile: "exercise", TimeScale: scale, Trace: trace}
+	if mode == sim.Colocated {
+		e := startServer(t, cfg)
+		return e.URL(), e.URL(), trace
+	}
+	pc, dc := cfg, cfg
+	pc.Role, dc.Role = RolePrefill, RoleDecode
+	pf, dec := startServer(t, pc), startServer(t, dc)
+	p, err := proxy.New(proxy.Config{Listen: "127.0.0.1:0", Mode: proxy.ModeDisaggregated, Connector: proxy.NixlConnector,
+		Workers: []proxy.Worker{{Name: "p0", Role: proxy.RolePrefill, URL: pf.URL()}, {Name: "d0", Role: proxy.RoleDecode, URL: dec.URL()}}},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	trace := newSyncBuffer()
-	cfg := Config{Profile: "exercise", TimeScale: scale, DisablePrefixCaching: !cache, Trace: trace}
-	var prefill, decode *Server
-	switch mode {
-	case sim.Colocated:
-		decode = startServer(t, cfg)
-	case sim.Disaggregated:
-		pc := cfg
-		pc.Role = RolePrefill
-		prefill = startServer(t, pc)
-		dc := cfg
-		dc.Role = RoleDecode
-		decode = startServer(t, dc)
+	ready := make(chan string, 1)
+	go p.ListenAndServe(ctx, func(a string) { ready <- a }, time.Second)
+	select {
+	case a := <-ready:
+		return "http://" + a, dec.URL(), trace
+	case <-time.After(10 * time.Second):
+		t.Fatal("proxy did not start")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	return
+}
+
+// replayLevel plays the brief's workload at one level with hone's replay
+// client against a fresh deployment and returns the level's record (model
+// milliseconds) after checking that every request completed validly with
+// the prefix-cache hits the workload implies.
+func replayLevel(t *testing.T, mode sim.Mode, qps float64, scale float64) (*replay.LevelRecord, *syncBuffer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	t0 := time.Now().Add(100 * time.Millisecond)
-	outs := make([]replay.Outcome, len(reqs))
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var errs []error
-	for i, r := range reqs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			prompt := append(sessionPrefix(r.Session, r.InputTokens-replay.DefaultUncachedTokens), suffix(r.ID, replay.DefaultUncachedTokens)...)
-			body := map[string]any{"prompt": prompt, "max_tokens": r.OutputTokens, "min_tokens": r.OutputTokens,
-				"ignore_eos": true, "temperature": 0}
-			at := t0.Add(time.Duration(r.ArrivalMs * scale * 1e6))
-			sleepCtx(ctx, time.Until(at))
-			id := fmt.Sprintf("req-%d", r.ID)
-			var res streamResult
-			if mode == sim.Colocated {
-				res = streamCompletion(ctx, decode.URL(), body, id)
-			} else {
-				res, _ = pdStream(ctx, prefill.URL(), decode.URL(), body, id)
-			}
-			wantCached := 0
-			if cache && !r.Warmup() {
-				wantCached = r.CachedTokens
-			}
-			switch {
-			case res.err != nil:
-				res.err = fmt.Errorf("request %d: %w", r.ID, res.err)
-			case len(res.tokens) != r.OutputTokens:
-				res.err = fmt.Errorf("request %d: %d tokens, want %d", r.ID, len(res.tokens), r.OutputTokens)
-			case res.usage == nil || res.usage.PromptTokensDetails == nil:
-				res.err = fmt.Errorf("request %d: no usage.prompt_tokens_details", r.ID)
-			case res.usage.PromptTokensDetails.CachedTokens != wantCached:
-				res.err = fmt.Errorf("request %d: cached_tokens %d, want %d", r.ID, res.usage.PromptTokensDetails.CachedTokens, wantCached)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if res.err != nil {
-				errs = append(errs, res.err)
-				return
-			}
-			// Open loop: times count from the scheduled send, so a late
-			// send is the client's delay, not a shorter queue.
-			outs[i] = replay.Outcome{ID: r.ID, ArrivalMs: r.ArrivalMs, OutputTokens: len(res.tokens),
-				FirstMs:  r.ArrivalMs + float64(res.first.Sub(at))/1e6/scale,
-				FinishMs: r.ArrivalMs + float64(res.last.Sub(at))/1e6/scale}
-		}()
+	endpoint, tokenize, trace := consistencyDeployment(t, ctx, mode, scale)
+	w := replay.DefaultWorkload()
+	rec, err := replay.Run(ctx, replay.Options{Endpoint: endpoint, TokenizeEndpoint: tokenize, Model: Qwen25Coder05B.Name,
+		Kind: replay.KindEmulated, Backend: "emulator", Workload: w, QPS: []float64{qps}, TimeScale: scale})
+	if err != nil {
+		t.Fatal(err)
 	}
-	wg.Wait()
-	for _, err := range errs {
-		t.Error(err)
+	lr := &rec.Runs[0].Levels[0]
+	if len(lr.Requests) != w.Requests {
+		t.Fatalf("%d requests recorded, want %d", len(lr.Requests), w.Requests)
 	}
-	if len(errs) > 0 {
+	for _, r := range lr.Requests {
+		wantCached := 0
+		if r.ID >= replay.Sessions {
+			wantCached = w.CachedTokens()
+		}
+		switch {
+		case r.Outcome != replay.OutcomeOK || !r.Valid:
+			t.Errorf("request %d: outcome %s, invalid %q, error %q", r.ID, r.Outcome, r.Invalid, r.Error)
+		case r.OutputTokens != w.OutputTokens:
+			t.Errorf("request %d: %d tokens, want %d", r.ID, r.OutputTokens, w.OutputTokens)
+		case r.CachedTokens == nil || *r.CachedTokens != wantCached:
+			t.Errorf("request %d: cached_tokens %v, want %d", r.ID, r.CachedTokens, wantCached)
+		}
+	}
+	if t.Failed() {
 		t.FailNow()
 	}
-	return outs, trace
+	return lr, trace
 }
 
 // engineP99TTFT is the p99 TTFT of the measured requests by the engines'
 // own clocks: from the receiving engine's arrival to the (decode) engine's
 // first token, so it leaves out the client's side of the HTTP exchanges but
 // keeps, disaggregated, the proxy's hop and the real KV transfer.
-func engineP99TTFT(t *testing.T, trace *syncBuffer, scale float64) float64 {
+func engineP99TTFT(t *testing.T, lr *replay.LevelRecord, trace *syncBuffer, scale float64) float64 {
+	measured := map[string]bool{}
+	for _, r := range lr.Requests {
+		if r.ID >= replay.Sessions {
+			measured["cmpl-"+r.RequestID] = true
+		}
+	}
 	arrival := map[string]float64{}
 	first := map[string]float64{}
 	for _, r := range trace.lines(t, "request") {
 		id := r["request_id"].(string)
-		var n int
-		if _, err := fmt.Sscanf(id, "cmpl-req-%d", &n); err != nil || n < replay.Sessions {
+		if !measured[id] {
 			continue
 		}
 		switch r["role"] {
@@ -127,6 +121,9 @@ func engineP99TTFT(t *testing.T, trace *syncBuffer, scale float64) float64 {
 	var v []float64
 	for id, f := range first {
 		v = append(v, (f-arrival[id])/1e6/scale)
+	}
+	if len(v) != len(measured) {
+		t.Errorf("trace has %d measured requests with a first token, want %d", len(v), len(measured))
 	}
 	return replay.NearestRank(v, 99)
 }
@@ -157,67 +154,65 @@ func checkColocatedTrace(t *testing.T, trace *syncBuffer, cache bool) {
 }
 
 type consistencyCase struct {
-	mode     sim.Mode
-	qps      float64
-	requests int
-	scale    float64
+	mode  sim.Mode
+	qps   float64
+	scale float64
 }
 
 // TestConsistencyWithExactModel ties the emulator to hone sim: with the
-// exercise profile and a batch of one, a replay of the brief's workload
-// gives each level's p99 TTFT within max(3%, 3 ms) of the exact model, in
-// model time. The tolerance covers what the exact model does not have:
-// HTTP and SSE on loopback, goroutine wake-ups and (disaggregated) the
-// proxy's second leg, each a fraction of a millisecond of wall time,
-// divided by the time scale. Levels are chosen so that both the
-// 3 ms (unloaded) and the 3% (queueing) sides of the tolerance are tested
-// in each mode; -long runs the full scan.
+// exercise profile, the brief's workload (128 requests) and a batch of one,
+// a replay by hone's own client gives each level's p99 TTFT within
+// max(3%, 3 ms) of the exact model, in model time. The tolerance covers what
+// the exact model does not have: HTTP and SSE on loopback (the first chunk
+// echoes the 4096 prompt ids), goroutine wake-ups and, disaggregated, the
+// proxy's two legs; each is a fraction of a millisecond of wall time,
+// divided by the time scale.
+//
+// By default (make test, where every package's tests share two cores) it
+// runs the first level at which each mode queues: the 3% side of the
+// tolerance, which absorbs the milliseconds an oversubscribed machine can
+// delay a token. -long (make test-consistency, which runs alone) runs the
+// brief's full scan, whose unqueued levels hold the emulator to 3 ms end to
+// end.
 func TestConsistencyWithExactModel(t *testing.T) {
 	// Time scale 1: the exercise's 0.49 ms decode step stays well above
-	// the CPU cost of a token on two shared cores (at 0.1 the engine falls
-	// behind and TPOT doubles). By default, the brief's full workload (128
-	// requests) at the first level where each mode queues: the 3% side of
-	// the tolerance, which absorbs the tens of milliseconds an
-	// oversubscribed machine can delay a token. -long runs the brief's full
-	// scan, whose unqueued levels hold the emulator to 3 ms end to end and
-	// need a machine that is not oversubscribed. The cases run in parallel:
-	// the 16 s warm-up phase is mostly idle.
+	// the CPU cost of a token on two shared cores.
 	cases := []consistencyCase{
-		{sim.Colocated, 16, 128, 1},
-		{sim.Disaggregated, 32, 128, 1},
+		{sim.Colocated, 16, 1},
+		{sim.Disaggregated, 32, 1},
 	}
 	if *long {
 		cases = nil
 		for _, m := range []sim.Mode{sim.Colocated, sim.Disaggregated} {
 			for _, q := range []float64{1, 2, 4, 8, 16, 32} {
-				cases = append(cases, consistencyCase{m, q, 128, *longScale})
+				cases = append(cases, consistencyCase{m, q, *longScale})
 			}
 		}
 	}
 	for _, c := range cases {
-		t.Run(fmt.Sprintf("%s/qps=%g/n=%d", c.mode, c.qps, c.requests), func(t *testing.T) {
-			if !*long {
-				t.Parallel()
-			}
-			want, err := sim.Scan(sim.ScanConfig{Config: sim.Config{Mode: c.mode, PrefixCache: true}, Requests: c.requests,
+		t.Run(fmt.Sprintf("%s/qps=%g", c.mode, c.qps), func(t *testing.T) {
+			// The 16 s warm-up phase and the low levels are mostly idle:
+			// the cases run side by side, as many at once as go test -parallel
+			// allows (default: GOMAXPROCS).
+			t.Parallel()
+			want, err := sim.Scan(sim.ScanConfig{Config: sim.Config{Mode: c.mode, PrefixCache: true}, Requests: replay.DefaultWorkload().Requests,
 				InputTokens: 4096, OutputTokens: 128, QPS: []float64{c.qps}, SLO: replay.DefaultSLO})
 			if err != nil {
 				t.Fatal(err)
 			}
-			outs, trace := replayLevel(t, c.mode, true, c.qps, c.requests, c.scale)
+			got, trace := replayLevel(t, c.mode, c.qps, c.scale)
 			if c.mode == sim.Colocated {
 				checkColocatedTrace(t, trace, true)
 			}
-			got := replay.Summarize(c.qps, outs, replay.DefaultSLO)
 			w := want.Levels[0]
 			tol := math.Max(0.03*w.P99TTFTMs, 3)
-			var ttft []float64
-			for _, o := range outs[replay.Sessions:] {
-				ttft = append(ttft, o.TTFT())
+			var lag []float64
+			for _, r := range got.Requests {
+				lag = append(lag, r.DispatchLagMs)
 			}
-			t.Logf("CONSISTENCY mode=%s qps=%g requests=%d scale=%g sim_p99_ttft_ms=%.3f emu_p99_ttft_ms=%.3f diff_ms=%+.3f tol_ms=%.3f emu_p50_ttft_ms=%.3f engine_p99_ttft_ms=%.3f sim_p99_tpot_ms=%.4f emu_p99_tpot_ms=%.4f",
-				c.mode, c.qps, c.requests, c.scale, w.P99TTFTMs, got.P99TTFTMs, got.P99TTFTMs-w.P99TTFTMs, tol,
-				replay.NearestRank(ttft, 50), engineP99TTFT(t, trace, c.scale), w.P99TPOTMs, got.P99TPOTMs)
+			t.Logf("CONSISTENCY mode=%s qps=%g scale=%g sim_p99_ttft_ms=%.3f emu_p99_ttft_ms=%.3f diff_ms=%+.3f tol_ms=%.3f emu_p50_ttft_ms=%.3f engine_p99_ttft_ms=%.3f p99_dispatch_lag_ms=%.3f sim_p99_tpot_ms=%.4f emu_p99_tpot_ms=%.4f",
+				c.mode, c.qps, c.scale, w.P99TTFTMs, got.P99TTFTMs, got.P99TTFTMs-w.P99TTFTMs, tol,
+				got.P50TTFTMs, engineP99TTFT(t, got, trace, c.scale), replay.NearestRank(lag, 99), w.P99TPOTMs, got.P99TPOTMs)
 			if d := math.Abs(got.P99TTFTMs - w.P99TTFTMs); d > tol {
 				t.Errorf("p99 TTFT %.3f ms, exact model %.3f ms: off by %.3f ms, tolerance %.3f ms", got.P99TTFTMs, w.P99TTFTMs, d, tol)
 			}

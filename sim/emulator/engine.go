@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hone-llm/hone/internal/finesleep"
 )
 
 // request is one sequence inside the engine. Fields below "engine state"
@@ -133,6 +135,10 @@ type hold struct {
 	blocks    []int32
 	promptLen int
 	timer     *time.Timer
+	// ready is when the prefill ended (its last step's modelled end): the
+	// KV has been complete since then.
+	ready     time.Time
+	readyMono int64
 }
 
 type msgKind int
@@ -150,10 +156,12 @@ type msg struct {
 	req   *request
 	id    string
 	endMs float64
-	bytes int64
-	model float64
-	err   error
-	done  chan struct{}
+	// fromMs, for msgLoaded, is the modelled start of the transfer.
+	fromMs float64
+	bytes  int64
+	model  float64
+	err    error
+	done   chan struct{}
 }
 
 // engine is the scheduler loop: one goroutine owns the KV cache and the
@@ -170,6 +178,12 @@ type engine struct {
 	trace   *traceWriter
 	puller  func(r *request, fromTokens int)
 	done    <-chan struct{}
+	// ftimer serves the last finesleep.Margin of each step's wait; fine is
+	// set while the engine may be parked on it, so post knows to wake it.
+	// (Its descriptor is closed by the os.File finalizer once the engine
+	// is gone: a late post may still poke it after the engine stopped.)
+	ftimer *finesleep.Timer
+	fine   atomic.Bool
 
 	waiting []*request
 	running []*request
@@ -208,6 +222,9 @@ func (c *clock) real(ms float64) time.Time {
 // monotonic clock on Linux is CLOCK_MONOTONIC, so the mapping is exact up
 // to the rounding of one reading.
 func (c *clock) mono(ms float64) int64 { return c.mono0 + int64(ms*c.scale*1e6) }
+
+// fromMono is the model instant of a CLOCK_MONOTONIC reading.
+func (c *clock) fromMono(ns int64) float64 { return float64(ns-c.mono0) / 1e6 / c.scale }
 
 func (e *engine) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
@@ -248,9 +265,12 @@ func (e *engine) run(ctx context.Context) {
 
 // waitUntil waits for deadline, taking in messages meanwhile (they can only
 // join the next step; a decode worker's pulls start at once). It reports
-// false on stop. Go's timers are served by the network poller, so a step
-// can end up to about a millisecond late; the model clock does not drift
-// (the next step starts at this one's modelled end), and the lateness is
+// false on stop. An idle Go runtime fires timers up to a millisecond late
+// (see internal/finesleep), the length of two exercise decode steps, so the
+// Go timer only covers the wait up to finesleep.Margin before the deadline
+// and a poller-served finesleep.Timer the rest; post wakes it when a
+// message comes in meanwhile. The model clock does not drift either way
+// (the next step starts at this one's modelled end); the lateness left is
 // exported as hone_emulator_step_lateness_seconds.
 func (e *engine) waitUntil(ctx context.Context, deadline time.Time, timer *time.Timer) bool {
 	for {
@@ -258,17 +278,34 @@ func (e *engine) waitUntil(ctx context.Context, deadline time.Time, timer *time.
 		if d <= 0 {
 			return true
 		}
-		timer.Reset(d)
+		if d > finesleep.Margin {
+			timer.Reset(d - finesleep.Margin)
+			select {
+			case m := <-e.inbox:
+				timer.Stop()
+				e.handle(m)
+			case <-timer.C:
+			case <-ctx.Done():
+				timer.Stop()
+				return false
+			}
+			continue
+		}
+		// Announce the fine wait before the last look at the inbox, so a
+		// message posted after that look wakes the timer (post).
+		e.fine.Store(true)
 		select {
 		case m := <-e.inbox:
-			timer.Stop()
+			e.fine.Store(false)
 			e.handle(m)
-		case <-timer.C:
-			return true
+			continue
 		case <-ctx.Done():
-			timer.Stop()
+			e.fine.Store(false)
 			return false
+		default:
 		}
+		e.ftimer.Wait(deadline)
+		e.fine.Store(false)
 	}
 }
 

@@ -93,7 +93,7 @@ func streamCompletion(ctx context.Context, base string, body map[string]any, req
 		return res
 	}
 	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	sc.Buffer(make([]byte, 0, 64<<10), 64<<20) // the first chunk echoes the prompt ids
 	var text strings.Builder
 	done := false
 	for sc.Scan() {

@@ -2,7 +2,13 @@
 
 package emulator
 
-import "golang.org/x/sys/unix"
+import (
+	"os"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
 
 // monotonicNow reads CLOCK_MONOTONIC in nanoseconds.
 func monotonicNow() int64 {
@@ -12,3 +18,13 @@ func monotonicNow() int64 {
 	}
 	return ts.Nano()
 }
+
+// bootID names this boot: two processes that see the same one share
+// CLOCK_MONOTONIC. Empty when unknown.
+var bootID = sync.OnceValue(func() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+})

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -167,4 +168,62 @@ func TestPDLeaseExpiry(t *testing.T) {
 	if got := metricValue(t, d.URL(), "vllm:nixl_num_failed_transfers_total"); got != 1 {
 		t.Errorf("failed transfers %v", got)
 	}
+}
+
+// TestPDHandoffStart: with the exercise profile the modelled KV handoff
+// counts from the prefill's end, as the brief's equation does, so a proxy
+// hop shorter than the 8 ms falls inside it; a longer hop delays the KV
+// (it cannot be usable before the decode worker has the request). A
+// hardware profile starts the transfer at the decode worker's receipt, as
+// NIXL's pull does.
+func TestPDHandoffStart(t *testing.T) {
+	ctx := context.Background()
+	mono := func(r map[string]any, k string) int64 { return int64(r[k].(float64)) }
+	run := func(t *testing.T, profile, id string, hop time.Duration) (pre, dec map[string]any) {
+		t.Helper()
+		p, d, ptrace, dtrace := pdPair(t, Config{Profile: profile, TimeScale: 1}, Faults{})
+		body := map[string]any{"prompt": suffix(11, 200), "max_tokens": 1,
+			"kv_transfer_params": map[string]any{"do_remote_decode": true}}
+		r, _, err := complete(ctx, p.URL(), body, id)
+		if err != nil || r.KVTransferParams == nil {
+			t.Fatalf("prefill: %v %+v", err, r)
+		}
+		time.Sleep(hop)
+		db := map[string]any{"prompt": suffix(11, 200), "max_tokens": 2, "kv_transfer_params": r.KVTransferParams}
+		if _, code, err := complete(ctx, d.URL(), db, id); err != nil || code != 200 {
+			t.Fatalf("decode: %d %v", code, err)
+		}
+		pl, dl := ptrace.lines(t, "request"), dtrace.lines(t, "request")
+		if len(pl) != 1 || len(dl) != 1 {
+			t.Fatalf("trace lines: prefill %d decode %d", len(pl), len(dl))
+		}
+		return pl[0], dl[0]
+	}
+	t.Run("exercise/short-hop", func(t *testing.T) {
+		pre, dec := run(t, "exercise", "h1", 3*time.Millisecond)
+		if d := mono(dec, "transfer_start_mono_ns") - mono(pre, "finish_mono_ns"); d < -1000 || d > 1000 {
+			t.Errorf("transfer starts %d ns after the prefill's end, want 0", d)
+		}
+		if got := dec["transfer_ms"].(float64); math.Abs(got-8) > 1e-6 {
+			t.Errorf("transfer_ms %v, want exactly 8 (the 3 ms hop inside it)", got)
+		}
+		if hop := mono(dec, "arrival_mono_ns") - mono(pre, "finish_mono_ns"); hop < 3e6 {
+			t.Errorf("decode received the request %d ns after the prefill ended, want >= 3 ms", hop)
+		}
+	})
+	t.Run("exercise/long-hop", func(t *testing.T) {
+		pre, dec := run(t, "exercise", "h2", 20*time.Millisecond)
+		if d := mono(dec, "transfer_start_mono_ns") - mono(pre, "finish_mono_ns"); d < -1000 || d > 1000 {
+			t.Errorf("transfer starts %d ns after the prefill's end, want 0", d)
+		}
+		if got := dec["transfer_ms"].(float64); got < 20 {
+			t.Errorf("transfer_ms %v: the KV was usable before the decode worker had the request (20 ms hop)", got)
+		}
+	})
+	t.Run("h200", func(t *testing.T) {
+		_, dec := run(t, "qwen2.5-coder-0.5b-h200", "h3", 3*time.Millisecond)
+		if d := mono(dec, "transfer_start_mono_ns") - mono(dec, "arrival_mono_ns"); d < -1000 || d > 1000 {
+			t.Errorf("transfer starts %d ns after the decode worker's receipt, want 0", d)
+		}
+	})
 }

@@ -85,7 +85,10 @@ type Profile struct {
 type ExerciseRates struct {
 	PrefillTokensPerSec float64
 	DecodeMsPerToken    float64
-	TransferMs          float64
+	// TransferMs is the KV handoff, counted as the brief counts it: from
+	// the prefill's end to the decode worker being able to start, so the
+	// proxy's hop to the decode worker overlaps it.
+	TransferMs float64
 }
 
 // StepEntry is one sequence's share of an engine step: Tokens new query

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/hone-llm/hone/internal/finesleep"
 )
 
 // Role is what a worker does in a deployment.
@@ -232,6 +234,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	e.puller = func(r *request, from int) { e.pull(ctx, r, from) }
 	e.done = ctx.Done()
+	e.ftimer = finesleep.NewTimer()
+	context.AfterFunc(ctx, e.ftimer.Wake)
 	s.eng = e
 	s.hs = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
@@ -432,6 +436,9 @@ func (s *Server) detokenize(w http.ResponseWriter, r *http.Request) {
 func (e *engine) post(m msg) bool {
 	select {
 	case e.inbox <- m:
+		if e.fine.Load() {
+			e.ftimer.Wake()
+		}
 		return true
 	case <-e.done:
 		return false
@@ -573,6 +580,13 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, req *Complet
 	prefix = append(prefix, `,"model":`...)
 	prefix = append(prefix, mustJSON(s.cfg.Model)...)
 	prefix = append(prefix, `,"choices":[{"index":0,"text":`...)
+	// The first chunk echoes the prompt's ids (tens of KiB of JSON for a
+	// coding prompt): render them now, while the engine prefills, rather
+	// than between the first token and its delivery.
+	var promptIDs []byte
+	if req.ReturnTokenIDs {
+		promptIDs = appendInts(append([]byte(nil), `,"prompt_token_ids":`...), req.Prompt)
+	}
 	writeEvent := func(v any) error {
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -618,8 +632,8 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, req *Complet
 				buf = strconv.AppendInt(buf, int64(t), 10)
 				buf = append(buf, ']')
 				if sent == 0 {
-					buf = append(buf, `,"prompt_token_ids":`...)
-					buf = appendInts(buf, req.Prompt)
+					buf = append(buf, promptIDs...)
+					promptIDs = nil
 				}
 			}
 			buf = append(buf, "}]"...)

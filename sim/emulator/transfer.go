@@ -10,6 +10,8 @@ import (
 	"net"
 	"strconv"
 	"time"
+
+	"github.com/hone-llm/hone/internal/finesleep"
 )
 
 // KVTransferParams is vLLM's kv_transfer_params object (NixlConnector).
@@ -31,7 +33,7 @@ type KVTransferParams struct {
 // pull, until the pull is acknowledged or the lease expires, and returns
 // the params that tell the decode worker where to pull from.
 func (e *engine) holdBlocks(r *request) *KVTransferParams {
-	h := &hold{blocks: r.blocks, promptLen: len(r.prompt)}
+	h := &hold{blocks: r.blocks, promptLen: len(r.prompt), ready: e.clock.real(r.lastMs), readyMono: e.clock.mono(r.lastMs)}
 	id := r.id
 	h.timer = time.AfterFunc(e.cfg.KVLease, func() {
 		e.post(msg{kind: msgRelease, id: id})
@@ -85,7 +87,8 @@ func (e *engine) allocRemote(r *request) bool {
 	e.metrics.prefixHits.Add(float64(r.cached))
 	// The modelled transfer starts when the decode worker took the request
 	// in (its frontend's receipt, or later when blocks were short), like a
-	// colocated prefill: parsing the request overlaps modelled time.
+	// colocated prefill: parsing the request overlaps modelled time. The
+	// exercise profile moves it back to the prefill's end (pullOnce).
 	r.transferFromMs = r.arrivalMs
 	if len(e.pending) > 0 && e.pending[0] == r {
 		r.transferFromMs = e.clock.modelMs(time.Now())
@@ -115,6 +118,7 @@ func (e *engine) loaded(m msg) {
 		e.abortNow(r)
 		return
 	}
+	r.transferFromMs = m.fromMs
 	r.transferToMs = m.endMs
 	r.kvBytesIn = m.bytes
 	r.transferModel = m.model
@@ -170,6 +174,13 @@ type pullHeader struct {
 	OK    bool   `json:"ok"`
 	Error string `json:"error,omitempty"`
 	Bytes int64  `json:"bytes"`
+	// HeldNs is how long the KV had been complete on the prefill worker
+	// when the pull came in: a duration, so it needs no shared clock.
+	HeldNs int64 `json:"held_ns"`
+	// ReadyMonoNs is the prefill's end on the prefill worker's
+	// CLOCK_MONOTONIC, exact for a decode worker on the same boot (BootID).
+	ReadyMonoNs int64  `json:"ready_mono_ns"`
+	BootID      string `json:"boot_id,omitempty"`
 }
 
 type pullTrailer struct {
@@ -216,7 +227,9 @@ func (e *engine) servePull(ctx context.Context, c net.Conn) {
 	e.holdsMu.Lock()
 	h, ok := e.holds[pr.RequestID]
 	var tokens int
+	var heldNs, readyMono int64
 	if ok {
+		heldNs, readyMono = int64(time.Since(h.ready)), h.readyMono
 		tokens = h.promptLen - pr.FromToken
 		valid := pr.FromToken >= 0 && tokens >= 0
 		held := map[int]bool{}
@@ -241,7 +254,7 @@ func (e *engine) servePull(ctx context.Context, c net.Conn) {
 	rate := e.prof.LinkBytesPerSec() / factor / e.scale // real bytes/s
 	start := time.Now()
 	_ = c.SetWriteDeadline(time.Now().Add(time.Minute + time.Duration(modelMs*e.scale*2e6)))
-	if err := enc.Encode(pullHeader{OK: true, Bytes: bytes}); err != nil {
+	if err := enc.Encode(pullHeader{OK: true, Bytes: bytes, HeldNs: heldNs, ReadyMonoNs: readyMono, BootID: bootID()}); err != nil {
 		return
 	}
 	var sent int64
@@ -273,25 +286,33 @@ func (e *engine) servePull(ctx context.Context, c net.Conn) {
 	e.post(msg{kind: msgRelease, id: pr.RequestID})
 }
 
-// sleepCtx sleeps d unless ctx ends first.
+// sleepCtx sleeps d unless ctx ends first, to within about 0.1 ms (a Go
+// timer alone can be a millisecond late, which would cap the paced KV
+// stream at one chunk per millisecond).
 func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
+	finesleep.Until(ctx, time.Now().Add(d))
 }
 
 // pull fetches r's missing KV from the prefill worker named in r.remote and
 // reports the outcome to the engine.
 func (e *engine) pull(ctx context.Context, r *request, from int) {
-	bytes, modelMs, err := e.pullOnce(ctx, r, from)
-	end := time.Now()
-	e.post(msg{kind: msgLoaded, req: r, endMs: e.clock.modelMs(end), bytes: bytes, model: modelMs, err: err})
+	fromMs, endMs := r.transferFromMs, 0.0
+	bytes, modelMs, err := e.pullOnce(ctx, r, from, &fromMs, &endMs)
+	if err != nil || endMs == 0 {
+		endMs = e.clock.modelMs(time.Now())
+	}
+	e.post(msg{kind: msgLoaded, req: r, endMs: endMs, fromMs: fromMs, bytes: bytes, model: modelMs, err: err})
 }
 
-func (e *engine) pullOnce(ctx context.Context, r *request, from int) (int64, float64, error) {
+// pullOnce runs one pull. *fromMs is the modelled start of the transfer:
+// the decode worker's receipt of the request (NIXL: it reads the blocks
+// once the proxy hands it the request), or, for the exercise profile, the
+// prefill's end, since the brief's equation, first = max(prefill_end + 8,
+// decode_end) + d, counts the 8 ms handoff from there; the proxy's hop to
+// the decode worker then falls inside the 8 ms instead of adding to it.
+// On success *endMs is when the KV became usable: the modelled end, or the
+// last byte's arrival if the transport was slower than the model.
+func (e *engine) pullOnce(ctx context.Context, r *request, from int, fromMs, endMs *float64) (int64, float64, error) {
 	p := r.remote
 	if p.RemoteRequestID == nil || p.RemoteHost == nil || p.RemotePort == nil {
 		return 0, 0, errors.New("kv_transfer_params lack remote_request_id, remote_host or remote_port")
@@ -309,6 +330,7 @@ func (e *engine) pullOnce(ctx context.Context, r *request, from int) (int64, flo
 	if first := from / bs; first < len(p.RemoteBlockIDs) {
 		blocks = p.RemoteBlockIDs[first:]
 	}
+	asked := time.Now()
 	if err := json.NewEncoder(c).Encode(pullRequest{RequestID: *p.RemoteRequestID, BlockIDs: blocks, FromToken: from}); err != nil {
 		return 0, 0, err
 	}
@@ -324,6 +346,18 @@ func (e *engine) pullOnce(ctx context.Context, r *request, from int) (int64, flo
 	if !h.OK {
 		return 0, 0, errors.New(h.Error)
 	}
+	if e.prof.Exercise != nil && *fromMs == r.arrivalMs { // (a pull that waited for blocks keeps its later start)
+		switch {
+		case h.BootID != "" && h.BootID == bootID() && h.ReadyMonoNs > 0:
+			*fromMs = min(*fromMs, e.clock.fromMono(h.ReadyMonoNs))
+		case h.HeldNs > 0:
+			// Another host: the prefill worker measured HeldNs when the
+			// pull reached it, between asking and now; take the midpoint.
+			got := time.Now()
+			ready := asked.Add(got.Sub(asked)/2 - time.Duration(h.HeldNs))
+			*fromMs = min(*fromMs, e.clock.modelMs(ready))
+		}
+	}
 	n, err := io.CopyN(io.Discard, br, h.Bytes)
 	if err != nil {
 		return n, 0, fmt.Errorf("KV payload cut after %d of %d bytes: %w", n, h.Bytes, err)
@@ -336,10 +370,14 @@ func (e *engine) pullOnce(ctx context.Context, r *request, from int) (int64, flo
 	if err := json.Unmarshal(line, &t); err != nil || !t.End || !(t.ModelMs >= 0) || t.ModelMs > 1e9 {
 		return n, 0, fmt.Errorf("bad pull trailer %q", line)
 	}
-	// The KV is usable once the modelled transfer has ended.
-	sleepCtx(ctx, time.Until(e.clock.real(r.transferFromMs+t.ModelMs)))
+	// The KV is usable once the modelled transfer has ended. The engine
+	// is told that instant, not when this goroutine woke after it, so its
+	// model clock does not take on the wake-up's lateness.
+	arrived := e.clock.modelMs(time.Now())
+	sleepCtx(ctx, time.Until(e.clock.real(*fromMs+t.ModelMs)))
 	if _, err := c.Write([]byte("{\"ack\":true}\n")); err != nil {
 		return n, t.ModelMs, err
 	}
+	*endMs = max(*fromMs+t.ModelMs, arrived)
 	return n, t.ModelMs, nil
 }
