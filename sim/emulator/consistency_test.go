@@ -1,12 +1,15 @@
 package emulator
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
+	rtmetrics "runtime/metrics"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -153,6 +156,70 @@ func checkColocatedTrace(t *testing.T, trace *syncBuffer, cache bool) {
 	}
 }
 
+// checkDisaggregatedTrace checks the two engines' ground truth against the
+// brief's disaggregated recurrence, exactly, with the arrivals the prefill
+// engine saw and the handoffs as they really ended:
+//
+//	prefill_end = max(a, prefill_end') + p
+//	transfer from prefill_end to ready = max(prefill_end + 8, KV bytes in)
+//	first = max(ready, decode_end') + d, finish = first + (out-1)·d
+//
+// It returns how many handoffs ran past the modelled 8 ms (the real hop
+// and pull took longer): each delays its request, and, at a level where the
+// decode worker is exactly saturated (16 QPS), every later one.
+func checkDisaggregatedTrace(t *testing.T, trace *syncBuffer, scale float64) int {
+	t.Helper()
+	pre := map[string]map[string]any{}
+	var dec []map[string]any
+	for _, r := range trace.lines(t, "request") {
+		if r["role"] == "prefill" {
+			pre[r["request_id"].(string)] = r
+		} else {
+			dec = append(dec, r)
+		}
+	}
+	ms := func(r map[string]any, k string) float64 { return r[k].(float64) / 1e6 / scale }
+	sort.Slice(dec, func(i, j int) bool {
+		return ms(pre[dec[i]["request_id"].(string)], "arrival_mono_ns") < ms(pre[dec[j]["request_id"].(string)], "arrival_mono_ns")
+	})
+	const d = 1000.0 / 2048
+	const eps = 1e-3 // ms: CLOCK_MONOTONIC readings are rounded to the ns
+	prefillBusy, decodeBusy := math.Inf(-1), math.Inf(-1)
+	late := 0
+	for _, r := range dec {
+		id := r["request_id"].(string)
+		pr := pre[id]
+		if pr == nil {
+			t.Errorf("%s: no prefill trace", id)
+			continue
+		}
+		a := ms(pr, "arrival_mono_ns")
+		uncached := pr["prompt_tokens"].(float64) - pr["cached_tokens"].(float64)
+		prefillEnd := math.Max(a, prefillBusy) + uncached/4096*1000
+		if got := ms(pr, "finish_mono_ns"); math.Abs(got-prefillEnd) > eps {
+			t.Errorf("%s: prefill ends %.6f, recurrence %.6f", id, got, prefillEnd)
+		}
+		prefillBusy = prefillEnd
+		from, ready := ms(r, "transfer_start_mono_ns"), ms(r, "transfer_end_mono_ns")
+		if math.Abs(from-prefillEnd) > eps || ready < prefillEnd+8-eps {
+			t.Errorf("%s: handoff %.6f..%.6f, want from the prefill's end %.6f for at least 8 ms", id, from, ready, prefillEnd)
+		}
+		if ready > prefillEnd+8+eps {
+			late++
+		}
+		first := math.Max(ready, decodeBusy) + d
+		finish := first + (r["output_tokens"].(float64)-1)*d
+		if got := ms(r, "first_token_mono_ns"); math.Abs(got-first) > eps {
+			t.Errorf("%s: first token %.6f, recurrence %.6f", id, got, first)
+		}
+		if got := ms(r, "finish_mono_ns"); math.Abs(got-finish) > eps {
+			t.Errorf("%s: finish %.6f, recurrence %.6f", id, got, finish)
+		}
+		decodeBusy = finish
+	}
+	return late
+}
+
 type consistencyCase struct {
 	mode  sim.Mode
 	qps   float64
@@ -200,9 +267,13 @@ func TestConsistencyWithExactModel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			rt := runtimeNow()
 			got, trace := replayLevel(t, c.mode, c.qps, c.scale)
+			late := 0
 			if c.mode == sim.Colocated {
 				checkColocatedTrace(t, trace, true)
+			} else {
+				late = checkDisaggregatedTrace(t, trace, c.scale)
 			}
 			w := want.Levels[0]
 			tol := math.Max(0.03*w.P99TTFTMs, 3)
@@ -213,9 +284,58 @@ func TestConsistencyWithExactModel(t *testing.T) {
 			t.Logf("CONSISTENCY mode=%s qps=%g scale=%g sim_p99_ttft_ms=%.3f emu_p99_ttft_ms=%.3f diff_ms=%+.3f tol_ms=%.3f emu_p50_ttft_ms=%.3f engine_p99_ttft_ms=%.3f p99_dispatch_lag_ms=%.3f sim_p99_tpot_ms=%.4f emu_p99_tpot_ms=%.4f",
 				c.mode, c.qps, c.scale, w.P99TTFTMs, got.P99TTFTMs, got.P99TTFTMs-w.P99TTFTMs, tol,
 				got.P50TTFTMs, engineP99TTFT(t, got, trace, c.scale), replay.NearestRank(lag, 99), w.P99TPOTMs, got.P99TPOTMs)
+			t.Logf("runtime while it ran (the whole test process): %s; handoffs past the modelled 8 ms: %d", rt.since(), late)
 			if d := math.Abs(got.P99TTFTMs - w.P99TTFTMs); d > tol {
+				// The slowest requests, to tell a stall at one instant
+				// from a steady excess.
+				slow := slices.Clone(got.Requests[replay.Sessions:])
+				slices.SortFunc(slow, func(a, b replay.RequestRecord) int { return cmp.Compare(*b.TTFTMs, *a.TTFTMs) })
+				for _, r := range slow[:3] {
+					t.Logf("slow: request %d scheduled at %.1f ms, TTFT %.3f ms, dispatch lag %.3f ms", r.ID, r.ScheduledMs, *r.TTFTMs, r.DispatchLagMs)
+				}
 				t.Errorf("p99 TTFT %.3f ms, exact model %.3f ms: off by %.3f ms, tolerance %.3f ms", got.P99TTFTMs, w.P99TTFTMs, d, tol)
 			}
 		})
 	}
+}
+
+// runtimeSnapshot holds the Go runtime's scheduling-latency and GC-pause
+// histograms, to tell a slow level's cause (goroutines waiting to run, GC
+// pauses) from the emulator's own timing.
+type runtimeSnapshot []rtmetrics.Sample
+
+func runtimeNow() runtimeSnapshot {
+	s := runtimeSnapshot{{Name: "/sched/latencies:seconds"}, {Name: "/gc/pauses:seconds"}, {Name: "/gc/cycles/total:gc-cycles"}}
+	rtmetrics.Read(s)
+	return s
+}
+
+// since describes the runtime between s and now: GC cycles, and the
+// p99 and largest bucket of scheduling latency and GC pause.
+func (s runtimeSnapshot) since() string {
+	now := runtimeNow()
+	out := fmt.Sprintf("gc_cycles=%d", now[2].Value.Uint64()-s[2].Value.Uint64())
+	for i, name := range []string{"sched_latency", "gc_pause"} {
+		a, b := s[i].Value.Float64Histogram(), now[i].Value.Float64Histogram()
+		var total uint64
+		d := make([]uint64, len(b.Counts))
+		for k := range b.Counts {
+			d[k] = b.Counts[k] - a.Counts[k]
+			total += d[k]
+		}
+		var cum uint64
+		p99, mx := 0.0, 0.0
+		for k, c := range d {
+			if c == 0 {
+				continue
+			}
+			cum += c
+			if p99 == 0 && float64(cum) >= 0.99*float64(total) {
+				p99 = b.Buckets[k+1]
+			}
+			mx = b.Buckets[k+1]
+		}
+		out += fmt.Sprintf(" %s_p99_ms<=%.3g %s_max_ms<=%.3g (n=%d)", name, p99*1e3, name, mx*1e3, total)
+	}
+	return out
 }

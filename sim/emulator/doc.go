@@ -14,7 +14,9 @@
 //     advances by modelled durations while the engine is busy and jumps to
 //     the next arrival when idle, so wall-clock jitter in one step never
 //     accumulates into the next (hone_emulator_step_lateness_seconds shows
-//     the jitter).
+//     the jitter). The last 1.2 ms of each wait is on a timerfd served by
+//     Go's network poller (internal/finesleep): Go's own timers wake up to
+//     a millisecond late on an idle runtime, two exercise decode steps.
 //   - KV cache (kvcache.go): blocks of --block-size tokens, reference
 //     counts, chained block hashes for prefix caching, LRU eviction of
 //     unreferenced blocks, capacity from the profile's memory.
