@@ -53,6 +53,10 @@ func New(cfg Config, log *slog.Logger) (*Proxy, error) {
 		MaxIdleConnsPerHost: 1024,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
+		// A coding prompt's body, and the first streamed chunk that echoes
+		// its ids, are tens of KiB: one syscall each, not one per 4 KiB.
+		ReadBufferSize:  64 << 10,
+		WriteBufferSize: 64 << 10,
 	}
 	p := &Proxy{
 		cfg:    cfg,
