@@ -178,12 +178,12 @@ type engine struct {
 	trace   *traceWriter
 	puller  func(r *request, fromTokens int)
 	done    <-chan struct{}
-	// ftimer serves the last finesleep.Margin of each step's wait; fine is
-	// set while the engine may be parked on it, so post knows to wake it.
-	// (Its descriptor is closed by the os.File finalizer once the engine
-	// is gone: a late post may still poke it after the engine stopped.)
-	ftimer *finesleep.Timer
-	fine   atomic.Bool
+	// ftimer serves the last finesleep.Margin of each step's wait, in
+	// fineLoop: waitUntil arms it on fineArm, fineLoop answers on
+	// fineFired (both buffered 1).
+	ftimer    *finesleep.Timer
+	fineArm   chan time.Time
+	fineFired chan time.Time
 
 	waiting []*request
 	running []*request
@@ -265,47 +265,67 @@ func (e *engine) run(ctx context.Context) {
 
 // waitUntil waits for deadline, taking in messages meanwhile (they can only
 // join the next step; a decode worker's pulls start at once). It reports
-// false on stop. An idle Go runtime fires timers up to a millisecond late
-// (see internal/finesleep), the length of two exercise decode steps, so the
-// Go timer only covers the wait up to finesleep.Margin before the deadline
-// and a poller-served finesleep.Timer the rest; post wakes it when a
-// message comes in meanwhile. The model clock does not drift either way
-// (the next step starts at this one's modelled end); the lateness left is
-// exported as hone_emulator_step_lateness_seconds.
+// false on stop. A Go timer alone fires up to a millisecond late on an idle
+// runtime (see internal/finesleep), two exercise decode steps; a timerfd
+// served by the network poller is precise when the runtime is idle, but the
+// goroutine it readies queues behind every runnable one when the runtime is
+// busy (hundreds of streams writing), where a Go timer is precise and runs
+// its goroutine next. So the last finesleep.Margin is waited on both: a Go
+// timer for the deadline and fineLoop's timerfd, whichever fires first.
+// The model clock does not drift either way (the next step starts at this
+// one's modelled end); the lateness left is exported as
+// hone_emulator_step_lateness_seconds.
 func (e *engine) waitUntil(ctx context.Context, deadline time.Time, timer *time.Timer) bool {
+	armed := false
 	for {
 		d := time.Until(deadline)
 		if d <= 0 {
 			return true
 		}
-		if d > finesleep.Margin {
-			timer.Reset(d - finesleep.Margin)
+		if d <= finesleep.Margin && !armed {
+			// Only this goroutine sends: after the drain the send cannot block.
 			select {
-			case m := <-e.inbox:
-				timer.Stop()
-				e.handle(m)
-			case <-timer.C:
-			case <-ctx.Done():
-				timer.Stop()
-				return false
+			case <-e.fineArm:
+			default:
 			}
-			continue
+			e.fineArm <- deadline
+			armed = true
 		}
-		// Announce the fine wait before the last look at the inbox, so a
-		// message posted after that look wakes the timer (post).
-		e.fine.Store(true)
+		if !armed {
+			d -= finesleep.Margin
+		}
+		timer.Reset(d)
 		select {
 		case m := <-e.inbox:
-			e.fine.Store(false)
+			timer.Stop()
 			e.handle(m)
-			continue
+		case <-timer.C:
+		case <-e.fineFired: // possibly an earlier deadline's: the loop rechecks
+			timer.Stop()
 		case <-ctx.Done():
-			e.fine.Store(false)
+			timer.Stop()
 			return false
-		default:
 		}
-		e.ftimer.Wait(deadline)
-		e.fine.Store(false)
+	}
+}
+
+// fineLoop waits on the engine's timerfd for each deadline waitUntil arms
+// and reports it on fineFired (the latest report replaces an unread one).
+func (e *engine) fineLoop(ctx context.Context) {
+	for {
+		select {
+		case dl := <-e.fineArm:
+			for ctx.Err() == nil && time.Until(dl) > 0 {
+				e.ftimer.Wait(dl)
+			}
+			select {
+			case <-e.fineFired:
+			default:
+			}
+			e.fineFired <- dl
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 

@@ -235,13 +235,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	e.puller = func(r *request, from int) { e.pull(ctx, r, from) }
 	e.done = ctx.Done()
 	e.ftimer = finesleep.NewTimer()
+	e.fineArm, e.fineFired = make(chan time.Time, 1), make(chan time.Time, 1)
 	context.AfterFunc(ctx, e.ftimer.Wake)
 	s.eng = e
 	s.hs = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); e.run(ctx) }()
+	go func() { defer wg.Done(); e.fineLoop(ctx) }()
 	go func() { defer wg.Done(); _ = s.hs.Serve(ln) }()
 	if s.kvLn != nil {
 		wg.Add(1)
@@ -436,9 +438,6 @@ func (s *Server) detokenize(w http.ResponseWriter, r *http.Request) {
 func (e *engine) post(m msg) bool {
 	select {
 	case e.inbox <- m:
-		if e.fine.Load() {
-			e.ftimer.Wake()
-		}
 		return true
 	case <-e.done:
 		return false
