@@ -60,13 +60,39 @@ func ParseKVConns(b []byte) ([]KVConn, error) {
 	}
 	// Both ends of a loopback connection are in a snapshot; the receiving
 	// (pulling) end is the one whose remote port is the listening KV port,
-	// i.e. whose local port is not a port any KV socket listens on.
-	listening := map[uint16]bool{}
+	// i.e. whose local port is not a port any KV socket listens on. A
+	// listening port meets a new ephemeral port on every pull, an
+	// ephemeral port only its one listener: a port with two or more peers
+	// listens. With a single pull in the snapshot, the lower port is taken
+	// for the listener (ephemeral ports are usually the high ones).
+	peers := map[uint16]map[uint16]bool{}
 	for _, c := range s.Connections {
-		if c.KVTransfer {
-			if lp, err := netip.ParseAddrPort(c.Local); err == nil {
-				if rp, err := netip.ParseAddrPort(c.Remote); err == nil && lp.Port() < rp.Port() {
-					listening[lp.Port()] = true
+		if !c.KVTransfer {
+			continue
+		}
+		lp, err1 := netip.ParseAddrPort(c.Local)
+		rp, err2 := netip.ParseAddrPort(c.Remote)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		for _, e := range [][2]uint16{{lp.Port(), rp.Port()}, {rp.Port(), lp.Port()}} {
+			if peers[e[0]] == nil {
+				peers[e[0]] = map[uint16]bool{}
+			}
+			peers[e[0]][e[1]] = true
+		}
+	}
+	listening := map[uint16]bool{}
+	for p, ps := range peers {
+		if len(ps) >= 2 {
+			listening[p] = true
+		}
+	}
+	for p, ps := range peers {
+		if len(ps) == 1 {
+			for q := range ps {
+				if len(peers[q]) == 1 && p < q {
+					listening[p] = true
 				}
 			}
 		}
