@@ -50,7 +50,7 @@ demo: deps-test build
 # costs /S in model time). Its unqueued levels hold p99 TTFT to 3 ms end to
 # end, which a busy or small machine cannot always give (see
 # sim/emulator/PROFILES.md); `make test` runs the queued levels and the
-# engines' exact recurrences. About 11 minutes at scale 2.
+# engines' exact recurrences. About 12 minutes at scale 2.
 CONSISTENCY_SCALE ?= 2
 .PHONY: test-consistency
 test-consistency:
