@@ -135,10 +135,9 @@ type hold struct {
 	blocks    []int32
 	promptLen int
 	timer     *time.Timer
-	// ready is when the prefill ended (its last step's modelled end): the
-	// KV has been complete since then.
-	ready     time.Time
-	readyMono int64
+	// readyMs is when the prefill ended (its last step's modelled end):
+	// the KV has been complete since then.
+	readyMs float64
 }
 
 type msgKind int

@@ -33,7 +33,7 @@ type KVTransferParams struct {
 // pull, until the pull is acknowledged or the lease expires, and returns
 // the params that tell the decode worker where to pull from.
 func (e *engine) holdBlocks(r *request) *KVTransferParams {
-	h := &hold{blocks: r.blocks, promptLen: len(r.prompt), ready: e.clock.real(r.lastMs), readyMono: e.clock.mono(r.lastMs)}
+	h := &hold{blocks: r.blocks, promptLen: len(r.prompt), readyMs: r.lastMs}
 	id := r.id
 	h.timer = time.AfterFunc(e.cfg.KVLease, func() {
 		e.post(msg{kind: msgRelease, id: id})
@@ -229,7 +229,7 @@ func (e *engine) servePull(ctx context.Context, c net.Conn) {
 	var tokens int
 	var heldNs, readyMono int64
 	if ok {
-		heldNs, readyMono = int64(time.Since(h.ready)), h.readyMono
+		heldNs, readyMono = int64(time.Since(e.clock.real(h.readyMs))), e.clock.mono(h.readyMs)
 		tokens = h.promptLen - pr.FromToken
 		valid := pr.FromToken >= 0 && tokens >= 0
 		held := map[int]bool{}
@@ -298,7 +298,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 func (e *engine) pull(ctx context.Context, r *request, from int) {
 	fromMs, endMs := r.transferFromMs, 0.0
 	bytes, modelMs, err := e.pullOnce(ctx, r, from, &fromMs, &endMs)
-	if err != nil || endMs == 0 {
+	if err != nil {
 		endMs = e.clock.modelMs(time.Now())
 	}
 	e.post(msg{kind: msgLoaded, req: r, endMs: endMs, fromMs: fromMs, bytes: bytes, model: modelMs, err: err})

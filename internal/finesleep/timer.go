@@ -4,29 +4,24 @@ import (
 	"os"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
-// Timer is a one-shot timer served by the network poller. Wait and Wake may
-// be called from different goroutines; Wait from one at a time.
+// Timer is a one-shot timer served by the network poller (a Linux timerfd);
+// where there is none, a Go timer, no finer than the runtime's. Wait and
+// Wake may be called from different goroutines; Wait from one at a time.
 type Timer struct {
-	f     *os.File // nil: timerfd unavailable, Wait uses a Go timer
+	f     *os.File // nil: no timerfd, Wait uses a Go timer
 	fd    int
 	poked atomic.Bool
-	wake  chan struct{} // the fallback's Wake
+	wake  chan struct{} // the Go timer's Wake
 }
 
-// NewTimer returns a Timer; it never fails, falling back to a Go timer.
+// NewTimer returns a Timer; it never fails.
 func NewTimer() *Timer {
 	t := &Timer{wake: make(chan struct{}, 1)}
-	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
-	if err != nil {
-		return t
+	if f, fd, ok := newTimerfd(); ok {
+		t.f, t.fd = f, fd
 	}
-	// A non-blocking descriptor is registered with the poller, so reads
-	// park the goroutine instead of blocking its thread.
-	t.f, t.fd = os.NewFile(uintptr(fd), "timerfd"), fd
 	return t
 }
 
@@ -49,8 +44,7 @@ func (t *Timer) Wait(deadline time.Time) {
 	// Arming resets the expiration count, so an old expiry cannot end
 	// this wait; a Wake between the check above and here is caught by
 	// the second check.
-	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}
-	if err := unix.TimerfdSettime(t.fd, 0, &spec, nil); err != nil {
+	if err := armTimerfd(t.fd, d); err != nil {
 		time.Sleep(d)
 		return
 	}
@@ -71,8 +65,7 @@ func (t *Timer) Wake() {
 		}
 		return
 	}
-	spec := unix.ItimerSpec{Value: unix.Timespec{Nsec: 1}}
-	_ = unix.TimerfdSettime(t.fd, 0, &spec, nil)
+	_ = armTimerfd(t.fd, 0)
 }
 
 // Close releases the descriptor.
