@@ -84,21 +84,24 @@ type RequestRecord struct {
 	Scheduled     Stamp   `json:"scheduled"`
 	Sent          Stamp   `json:"sent"`
 	// FirstMs and FinishMs are the arrivals of the first and last chunk
-	// that carried output; TTFT is from the actual send, TPOT is
-	// (finish-first)/(output_tokens-1).
-	FirstMs       *float64        `json:"first_ms"`
-	FinishMs      *float64        `json:"finish_ms"`
-	TTFTMs        *float64        `json:"ttft_ms"`
-	TPOTMs        *float64        `json:"tpot_ms"`
-	OutputTokens  int             `json:"output_tokens"`
-	OutputSHA256  string          `json:"output_sha256,omitempty"`
-	FinishReason  string          `json:"finish_reason,omitempty"`
-	PromptTokens  *int            `json:"prompt_tokens"` // usage.prompt_tokens
-	CachedTokens  *int            `json:"cached_tokens"` // usage.prompt_tokens_details.cached_tokens
-	EngineMetrics json.RawMessage `json:"engine_metrics,omitempty"`
-	Valid         bool            `json:"valid"`
-	Invalid       string          `json:"invalid,omitempty"` // "<check>: <detail>" when not valid
-	Chunks        Chunks          `json:"chunks"`
+	// that carried output; TTFT is from the scheduled send (an open loop's
+	// latency includes the client's own lateness; the verdict flags a
+	// level whose lateness matters), TTFTFromSent from the actual send;
+	// TPOT is (finish-first)/(output_tokens-1).
+	FirstMs        *float64        `json:"first_ms"`
+	FinishMs       *float64        `json:"finish_ms"`
+	TTFTMs         *float64        `json:"ttft_ms"`
+	TTFTFromSentMs *float64        `json:"ttft_from_sent_ms"`
+	TPOTMs         *float64        `json:"tpot_ms"`
+	OutputTokens   int             `json:"output_tokens"`
+	OutputSHA256   string          `json:"output_sha256,omitempty"`
+	FinishReason   string          `json:"finish_reason,omitempty"`
+	PromptTokens   *int            `json:"prompt_tokens"` // usage.prompt_tokens
+	CachedTokens   *int            `json:"cached_tokens"` // usage.prompt_tokens_details.cached_tokens
+	EngineMetrics  json.RawMessage `json:"engine_metrics,omitempty"`
+	Valid          bool            `json:"valid"`
+	Invalid        string          `json:"invalid,omitempty"` // "<check>: <detail>" when not valid
+	Chunks         Chunks          `json:"chunks"`
 }
 
 // client sends completion requests and reads their streams.
@@ -246,8 +249,8 @@ func (rr *RequestRecord) finish(start, first, last time.Time, ids []int, ms func
 		return
 	}
 	f, l := ms(first.Sub(start)), ms(last.Sub(start))
-	ttft := f - rr.SentMs
-	rr.FirstMs, rr.FinishMs, rr.TTFTMs = &f, &l, &ttft
+	ttft, fromSent := f-rr.ScheduledMs, f-rr.SentMs
+	rr.FirstMs, rr.FinishMs, rr.TTFTMs, rr.TTFTFromSentMs = &f, &l, &ttft, &fromSent
 	o := Outcome{ID: rr.ID, ArrivalMs: rr.SentMs, FirstMs: f, FinishMs: l, OutputTokens: rr.OutputTokens}
 	tpot := o.TPOT()
 	rr.TPOTMs = &tpot

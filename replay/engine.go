@@ -5,9 +5,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -92,6 +95,9 @@ func (e *engine) get(ctx context.Context, path string) (body []byte, ok bool, er
 type EngineInfo struct {
 	Endpoint string `json:"endpoint"`
 	Version  string `json:"version,omitempty"` // GET /version, when served
+	// TimeScale is the time scale the engine states in GET /version
+	// (hone's emulator does; vLLM runs in real time and says nothing).
+	TimeScale float64 `json:"time_scale,omitempty"`
 	// Model is the served model's /v1/models entry (id, root,
 	// max_model_len, ...), as the engine wrote it.
 	Model json.RawMessage `json:"model,omitempty"`
@@ -108,10 +114,11 @@ func (e *engine) info(ctx context.Context) (EngineInfo, error) {
 		return info, err
 	} else if ok {
 		var v struct {
-			Version string `json:"version"`
+			Version   string  `json:"version"`
+			TimeScale float64 `json:"time_scale"`
 		}
 		if json.Unmarshal(b, &v) == nil {
-			info.Version = v.Version
+			info.Version, info.TimeScale = v.Version, v.TimeScale
 		}
 	}
 	b, ok, err := e.get(ctx, "/v1/models")
@@ -256,4 +263,134 @@ func HitRate(before, after Counters) *float64 {
 	}
 	r := (h1 - h0) / (q1 - q0)
 	return &r
+}
+
+// resetPrefixCache is POST /reset_prefix_cache. An engine without the
+// route (vLLM outside dev mode) gives a *RouteError.
+func (e *engine) resetPrefixCache(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	url := e.base + "/reset_prefix_cache"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := e.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("POST %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed:
+		return &RouteError{Route: "POST /reset_prefix_cache", Status: resp.StatusCode, Message: errorMessage(resp.Body)}
+	case resp.StatusCode/100 != 2:
+		return fmt.Errorf("POST %s: HTTP %d: %s", url, resp.StatusCode, errorMessage(resp.Body))
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	return nil
+}
+
+// RouteError says the endpoint does not serve a route.
+type RouteError struct {
+	Route   string
+	Status  int
+	Message string
+}
+
+func (e *RouteError) Error() string {
+	return fmt.Sprintf("%s: HTTP %d: the endpoint does not serve it: %s", e.Route, e.Status, e.Message)
+}
+
+// chooseCache settles the cold-start procedure: reset where the endpoint
+// serves it (probed once, now), fresh prefixes otherwise. want forces one;
+// a forced reset the endpoint cannot do is a ParamError.
+func chooseCache(ctx context.Context, e *engine, want string) (CacheState, error) {
+	if want == CacheFreshPrefixes {
+		return CacheState{Procedure: CacheFreshPrefixes, Detail: "as asked: every level's session prefixes come from a fresh seed (prefix_seed per level)"}, nil
+	}
+	err := e.resetPrefixCache(ctx)
+	var re *RouteError
+	switch {
+	case err == nil:
+		return CacheState{Procedure: CacheReset, Detail: "POST /reset_prefix_cache before every level"}, nil
+	case want == CacheReset && errors.As(err, &re):
+		return CacheState{}, &ParamError{Field: "cache", Value: want,
+			Want: "fresh_prefixes: the endpoint has no POST /reset_prefix_cache (vLLM serves it only with VLLM_SERVER_DEV_MODE=1)"}
+	case want == CacheReset:
+		return CacheState{}, fmt.Errorf("reset the prefix cache: %w", err)
+	case ctx.Err() != nil:
+		return CacheState{}, ctx.Err()
+	}
+	return CacheState{Procedure: CacheFreshPrefixes, Detail: fmt.Sprintf(
+		"the endpoint could not reset its prefix cache (%v): every level's session prefixes come from a fresh seed (prefix_seed per level)", err)}, nil
+}
+
+// LevelPrefixSeed is the prefix seed of one level under
+// CacheFreshPrefixes: a SplitMix64 step over the workload seed, the run
+// and the offered rate, so every config gets the same prompts.
+func LevelPrefixSeed(seed uint64, run int, qps float64) uint64 {
+	z := seed ^ uint64(run+1)*0x9E3779B97F4A7C15 ^ math.Float64bits(qps)*0xBF58476D1CE4E5B9
+	z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
+	z = (z ^ z>>27) * 0x94D049BB133111EB
+	return z ^ z>>31
+}
+
+var vllmVersion = regexp.MustCompile(`^v?[0-9]+\.[0-9]+(\.[0-9]+)?([.+-][0-9A-Za-z.+-]*)?$`)
+
+// resolveKind discovers what the endpoint is from GET /version and checks
+// it against what the caller stated ("" states nothing).
+func resolveKind(stated string, info EngineInfo) (string, error) {
+	found, evidence := KindUnverified, "no GET /version answer"
+	switch {
+	case strings.HasPrefix(info.Version, EmulatorVersionPrefix):
+		found, evidence = KindEmulated, fmt.Sprintf("GET /version says %q, hone's engine emulator", info.Version)
+	case vllmVersion.MatchString(info.Version):
+		found, evidence = KindDevice, fmt.Sprintf("GET /version says %q, as vLLM does", info.Version)
+	case info.Version != "":
+		evidence = fmt.Sprintf("GET /version says %q, neither vLLM's nor hone's emulator's", info.Version)
+	}
+	switch {
+	case stated == "" || stated == found || stated == KindUnverified:
+		if stated == KindUnverified {
+			return KindUnverified, nil
+		}
+		return found, nil
+	case stated == KindDevice && found == KindEmulated:
+		// Emulated numbers are never labelled as device measurements.
+		return "", &ParamError{Field: "kind", Value: stated, Want: "emulated: " + evidence}
+	case stated == KindDevice:
+		return "", &ParamError{Field: "kind", Value: stated,
+			Want: "unverified: " + evidence + "; a device record needs vLLM's own version answer"}
+	default:
+		return "", &ParamError{Field: "kind", Value: stated, Want: found + ": " + evidence}
+	}
+}
+
+// resolveTimeScale adopts the engine's stated time scale, or checks the
+// caller's against it; an engine that states none runs in real time
+// unless the caller says otherwise.
+func resolveTimeScale(stated float64, info EngineInfo) (float64, error) {
+	switch {
+	case info.TimeScale > 0 && stated > 0 && math.Abs(stated-info.TimeScale) > 1e-9*info.TimeScale:
+		return 0, &ParamError{Field: "time-scale", Value: stated,
+			Want: fmt.Sprintf("%g, the time scale the engine states in GET /version (or leave it unset to adopt it)", info.TimeScale)}
+	case info.TimeScale > 0:
+		return info.TimeScale, nil
+	case stated > 0:
+		return stated, nil
+	}
+	return 1, nil
+}
+
+// engineTimeScale is the time scale the engine wrote into this request's
+// per-request metrics (hone's emulator does); 0 when it wrote none.
+func (rr *RequestRecord) engineTimeScale() float64 {
+	if len(rr.EngineMetrics) == 0 || !bytes.Contains(rr.EngineMetrics, []byte(`"time_scale"`)) {
+		return 0
+	}
+	var m struct {
+		TimeScale float64 `json:"time_scale"`
+	}
+	_ = json.Unmarshal(rr.EngineMetrics, &m)
+	return m.TimeScale
 }

@@ -16,13 +16,17 @@ import (
 
 // SchemaVersion is the version of the run record layout. Readers reject
 // records of another version instead of guessing at their fields.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // Kinds of live records. A record's kind is set when it is made and never
 // changed: emulated and device numbers stay in separate columns everywhere.
 const (
 	KindEmulated = "emulated" // hone's engine emulator (hone sim serve)
-	KindDevice   = "device"   // real vLLM on GPUs
+	KindDevice   = "device"   // real vLLM on GPUs: the endpoint answered GET /version as vLLM does
+	// KindUnverified: the endpoint gave no evidence of what it is (no
+	// GET /version, or an answer that is neither vLLM's nor the
+	// emulator's). Reports never show such numbers as device numbers.
+	KindUnverified = "unverified"
 )
 
 // Build identifies the hone binary that made a record.
@@ -50,6 +54,30 @@ type WorkloadRecord struct {
 	SuffixVocab   int             `json:"suffix_vocab_size"`
 	SuffixRecipe  string          `json:"suffix_recipe"`
 	PrewarmPolicy string          `json:"prewarm"`
+}
+
+// Cache procedures: how every level is brought to a cold prefix cache
+// before its warm-ups.
+const (
+	// CacheReset: POST /reset_prefix_cache to the endpoint before every
+	// level (hone's emulator and proxy serve it; vLLM with
+	// VLLM_SERVER_DEV_MODE=1).
+	CacheReset = "reset_prefix_cache"
+	// CacheFreshPrefixes: every level gets session prefixes from a fresh
+	// seed (same lengths, recorded per level), so nothing an earlier
+	// level or an earlier replay cached can hit.
+	CacheFreshPrefixes = "fresh_prefixes"
+)
+
+// CacheState records the cold-start procedure. Records made with
+// different procedures are not compared by the gate.
+type CacheState struct {
+	Procedure string `json:"procedure"`
+	Detail    string `json:"detail"`
+	// Nonce (fresh prefixes only) is the replay's random perturbation of
+	// the prefix seeds: level seeds are LevelPrefixSeed(seed ^ nonce, run,
+	// qps), so a second replay never meets the first one's prefixes.
+	Nonce uint64 `json:"nonce,omitempty"`
 }
 
 // Validation sums up output checks over the whole record.
@@ -89,9 +117,16 @@ type Record struct {
 	StartedAt  time.Time `json:"started_at"`
 	FinishedAt time.Time `json:"finished_at"`
 
+	// Cache is how every level was brought to the prescribed cold state.
+	Cache CacheState `json:"cache"`
+
 	Runs       []RunRecord    `json:"runs"`
 	Outcomes   map[string]int `json:"outcomes"` // every request sent, by outcome
 	Validation Validation     `json:"validation"`
+	// Verdict is valid when every level of every run is; VerdictRule
+	// states the thresholds.
+	Verdict     Verdict `json:"verdict"`
+	VerdictRule string  `json:"verdict_rule"`
 	// Attribution is diagnose's per-request attribution, when it ran.
 	Attribution json.RawMessage `json:"attribution,omitempty"`
 }
@@ -105,16 +140,23 @@ type RunRecord struct {
 	// no level passed.
 	GPUSecondsPerRequest *float64      `json:"gpu_seconds_per_request"`
 	Levels               []LevelRecord `json:"levels"`
+	// Verdict is valid when every level is; the objective reads valid
+	// levels only.
+	Verdict Verdict `json:"verdict"`
 }
 
 // LevelRecord is one load level: its summary and every request.
 type LevelRecord struct {
 	// Level holds the exercise's fields: offered_qps, p99_ttft_ms,
 	// p99_tpot_ms, effective_qps and passed. Percentiles are nearest rank
-	// over the measured requests (ids >= 8) that completed; passed also
-	// requires that every measured request completed with a valid output
-	// and that the level ran to the end.
+	// over the measured requests (ids >= 8) that completed (with fewer
+	// than 100 of them, p99 is the largest or second largest); TTFT runs
+	// from the scheduled send. passed also requires that every measured
+	// request completed with a valid output and that the level ran to the
+	// end.
 	Level
+	// Verdict says whether these figures may decide anything.
+	Verdict   Verdict `json:"verdict"`
 	P50TTFTMs float64 `json:"p50_ttft_ms"`
 	P90TTFTMs float64 `json:"p90_ttft_ms"`
 	P50TPOTMs float64 `json:"p50_tpot_ms"`
@@ -143,6 +185,15 @@ type LevelRecord struct {
 	HitRateMetricsMeasure *float64 `json:"hit_rate_metrics_measure"`
 	WarmupOverlap         bool     `json:"warmup_overlap"` // warm-ups ran into the measurement phase
 	HitRateCachedTokens   *float64 `json:"hit_rate_cached_tokens"`
+	// WarmupHitRate is the warm-up requests' (ids 0-7) hit rate: near 0 on
+	// the cold engine every level must start with. From their
+	// cached_tokens, else from /metrics when the warm-ups did not overlap
+	// the measurement phase; nil when neither was reported.
+	WarmupHitRate *float64 `json:"warmup_hit_rate"`
+	// PrefixSeed is the seed of this level's session prefixes: the
+	// workload's seed when the engine's cache was reset before the level,
+	// a fresh one per level otherwise (CacheState says which).
+	PrefixSeed uint64 `json:"prefix_seed"`
 	// CachePromiseMet checks the workload's promise (measurement-phase hit
 	// rate > 90%) on what was measured: metrics when present, else
 	// cached_tokens; nil when neither was reported.

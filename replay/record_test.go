@@ -110,7 +110,8 @@ func TestWriteReadRecord(t *testing.T) {
 	rec := &Record{SchemaVersion: SchemaVersion, Kind: KindDevice, Backend: "vllm", Model: Model{ID: "m"}, Config: map[string]any{"tp": 2},
 		Hardware: map[string]any{}, GPUs: 1, TimeScale: 1, RequestTimeoutMs: 1000, SLO: DefaultSLO,
 		Workload:  WorkloadRecord{Workload: DefaultWorkload(), QPS: []float64{1}, Runs: 1, Generator: PrefixGenerator, SuffixRecipe: "x", PrewarmPolicy: "y"},
-		StartedAt: time.Unix(0, 0).UTC(), FinishedAt: time.Unix(1, 0).UTC(), Outcomes: map[string]int{}, Validation: Validation{Reasons: map[string]int{}}}
+		StartedAt: time.Unix(0, 0).UTC(), FinishedAt: time.Unix(1, 0).UTC(), Outcomes: map[string]int{}, Validation: Validation{Reasons: map[string]int{}},
+		Cache: CacheState{Procedure: CacheReset}, Verdict: Verdict{Valid: true}, VerdictRule: VerdictRule}
 	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ func TestWriteReadRecord(t *testing.T) {
 	// Wrong version, wrong kind, missing field: each refused, naming the file.
 	data, _ := os.ReadFile(path)
 	for name, edit := range map[string]func(m map[string]any){
-		"schema_version 2": func(m map[string]any) { m["schema_version"] = 2 },
+		"schema_version 1": func(m map[string]any) { m["schema_version"] = 1 },
 		"kind":             func(m map[string]any) { m["kind"] = "simulation_only" },
 		"slo":              func(m map[string]any) { delete(m, "slo") },
 	} {

@@ -1,12 +1,14 @@
 package replay
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
@@ -28,17 +30,28 @@ type Options struct {
 	// TokenizeEndpoint serves POST /tokenize when it is not Endpoint
 	// (e.g. a proxy that only forwards /v1). Empty: Endpoint.
 	TokenizeEndpoint string
-	Model            string    // the served model name
-	Kind             string    // KindEmulated or KindDevice; never inferred
-	Backend          string    // what serves the endpoint, e.g. "vllm", "emulator"
-	Workload         Workload  // zero: DefaultWorkload()
-	QPS              []float64 // offered rates, one level each, in order
-	Runs             int       // passes over all levels; 0: 1
-	SLO              SLO       // zero: DefaultSLO
+	Model            string // the served model name
+	// Kind is what the endpoint must prove it is: KindEmulated,
+	// KindDevice or KindUnverified. "": whatever GET /version shows
+	// (the emulator's name: emulated; vLLM's version: device; nothing
+	// recognisable: unverified). A stated kind the endpoint contradicts
+	// is a ParamError.
+	Kind string
+	// Cache is the cold-start procedure: CacheReset, CacheFreshPrefixes,
+	// or "" to reset where the endpoint offers it and use fresh prefixes
+	// where it does not.
+	Cache    string
+	Backend  string    // what serves the endpoint, e.g. "vllm", "emulator"; "": from the kind found
+	Workload Workload  // zero: DefaultWorkload()
+	QPS      []float64 // offered rates, one level each, in order
+	Runs     int       // passes over all levels; 0: 1
+	SLO      SLO       // zero: DefaultSLO
 	// TimeScale compresses the schedule for an engine whose modelled
 	// durations are scaled the same way (hone sim serve --time-scale): sends
 	// happen at arrival x S and every measured duration is divided by S, so
-	// the record is in model time. 0: 1 (real time).
+	// the record is in model time. 0: the scale the engine states in GET
+	// /version (hone's emulator does), else 1. A stated scale the engine
+	// contradicts is a ParamError.
 	TimeScale float64
 	// RequestTimeout bounds one request, connect to [DONE], in model time.
 	// 0: 10 minutes.
@@ -50,6 +63,16 @@ type Options struct {
 	Hone           Build
 	HTTPClient     *http.Client   // nil: a client tuned for an open loop
 	Progress       func(Progress) // called from one goroutine, a few times a second
+
+	// PrefixNonce perturbs every level's prefix seed under
+	// CacheFreshPrefixes, so that nothing an earlier replay against the
+	// same engine cached can hit; 0: a random one (recorded in
+	// CacheState.Nonce).
+	PrefixNonce uint64
+
+	// beforeSend runs in the dispatch loop before each send (tests plant
+	// a starved client with it).
+	beforeSend func(run int, qps float64, id int)
 }
 
 // Progress reports where a replay is. Done and Failed count this level's
@@ -76,9 +99,6 @@ func (o *Options) defaults() error {
 	if o.SLO == (SLO{}) {
 		o.SLO = DefaultSLO
 	}
-	if o.TimeScale == 0 {
-		o.TimeScale = 1
-	}
 	if o.RequestTimeout == 0 {
 		o.RequestTimeout = 10 * time.Minute
 	}
@@ -87,14 +107,16 @@ func (o *Options) defaults() error {
 		return &ParamError{"endpoint", `""`, "the server's base URL, e.g. http://127.0.0.1:8000"}
 	case o.Model == "":
 		return &ParamError{"model", `""`, "the served model name"}
-	case o.Kind != KindEmulated && o.Kind != KindDevice:
-		return &ParamError{"kind", fmt.Sprintf("%q", o.Kind), `"emulated" (hone sim serve) or "device" (real vLLM)`}
+	case o.Kind != "" && o.Kind != KindEmulated && o.Kind != KindDevice && o.Kind != KindUnverified:
+		return &ParamError{"kind", fmt.Sprintf("%q", o.Kind), `"emulated" (hone sim serve), "device" (real vLLM), "unverified", or empty to discover`}
+	case o.Cache != "" && o.Cache != CacheReset && o.Cache != CacheFreshPrefixes:
+		return &ParamError{"cache", fmt.Sprintf("%q", o.Cache), `"reset_prefix_cache", "fresh_prefixes", or empty to choose`}
 	case len(o.QPS) == 0:
 		return &ParamError{"qps", "[]", "at least one offered rate"}
 	case o.Runs < 1:
 		return &ParamError{"runs", o.Runs, "at least 1"}
-	case !(o.TimeScale > 0) || math.IsInf(o.TimeScale, 0):
-		return &ParamError{"time-scale", o.TimeScale, "a positive finite factor"}
+	case o.TimeScale < 0 || math.IsNaN(o.TimeScale) || math.IsInf(o.TimeScale, 0):
+		return &ParamError{"time-scale", o.TimeScale, "a positive finite factor, or 0 to adopt the engine's"}
 	case o.RequestTimeout < 0:
 		return &ParamError{"request-timeout", o.RequestTimeout, "a positive duration"}
 	case o.GPUs < 0:
@@ -141,12 +163,12 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 	model := opts.ModelInfo
 	model.ID = opts.Model
 	rec := &Record{
-		SchemaVersion: SchemaVersion, Kind: opts.Kind, Backend: opts.Backend, Hone: opts.Hone,
+		SchemaVersion: SchemaVersion, Kind: KindUnverified, VerdictRule: VerdictRule, Backend: opts.Backend, Hone: opts.Hone,
 		Engine: EngineInfo{Endpoint: opts.Endpoint}, Model: model, Config: opts.Config, Hardware: opts.Hardware,
-		GPUs: opts.GPUs, TimeScale: opts.TimeScale, RequestTimeoutMs: float64(opts.RequestTimeout) / 1e6, SLO: opts.SLO,
+		GPUs: opts.GPUs, TimeScale: cmp.Or(opts.TimeScale, 1), RequestTimeoutMs: float64(opts.RequestTimeout) / 1e6, SLO: opts.SLO,
 		Workload: WorkloadRecord{Workload: opts.Workload, QPS: opts.QPS, Runs: opts.Runs, Generator: PrefixGenerator,
 			SuffixRecipe:  "uniform over the prefixes' distinct token ids, PCG(seed ^ (run+1)*0x9E3779B97F4A7C15, float64bits(qps) ^ id<<1)",
-			PrewarmPolicy: "the schedule's 8 warm-up requests (ids 0-7) open every level"},
+			PrewarmPolicy: "every level starts cold (see cache), then the schedule's 8 warm-up requests (ids 0-7), one per session, open it"},
 		Clock: tb.Stamp(tb.T0), StartedAt: tb.T0.UTC(), Outcomes: map[string]int{}, Validation: Validation{Reasons: map[string]int{}},
 	}
 	if rec.Config == nil {
@@ -171,10 +193,18 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 		// Requests will say what is wrong, one outcome each.
 		rec.Engine.Error = err.Error()
 	}
-	if opts.Kind == KindDevice && strings.HasPrefix(info.Version, EmulatorVersionPrefix) {
-		// Emulated numbers are never labelled as device measurements.
-		return nil, &ParamError{Field: "kind", Value: opts.Kind,
-			Want: fmt.Sprintf("emulated: the endpoint reports version %q, hone's engine emulator", info.Version)}
+	kind, err := resolveKind(opts.Kind, info)
+	if err != nil {
+		return nil, err
+	}
+	scale, err := resolveTimeScale(opts.TimeScale, info)
+	if err != nil {
+		return nil, err
+	}
+	opts.Kind, opts.TimeScale = kind, scale
+	rec.Kind, rec.TimeScale = kind, scale
+	if rec.Backend == "" {
+		rec.Backend = map[string]string{KindDevice: "vllm", KindEmulated: "emulator", KindUnverified: "unknown"}[kind]
 	}
 	tok := &engine{http: hc, base: opts.TokenizeEndpoint, model: opts.Model}
 	prompts, err := BuildPrompts(ctx, opts.Workload, tok.tokenize)
@@ -183,8 +213,22 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 	}
 	rec.Workload.Sessions = prompts.Prefixes
 	rec.Workload.SuffixVocab = prompts.VocabSize()
+	rec.Cache, err = chooseCache(ctx, eng, opts.Cache)
+	if err != nil {
+		var pe *ParamError
+		if errors.As(err, &pe) {
+			return nil, err
+		}
+		return fail(err)
+	}
 
-	r := &runner{opts: opts, eng: eng, prompts: prompts, tb: tb,
+	if rec.Cache.Procedure == CacheFreshPrefixes {
+		rec.Cache.Nonce = opts.PrefixNonce
+		for rec.Cache.Nonce == 0 {
+			rec.Cache.Nonce = rand.Uint64()
+		}
+	}
+	r := &runner{opts: opts, eng: eng, tok: tok, prompts: prompts, cache: rec.Cache.Procedure, nonce: rec.Cache.Nonce, tb: tb,
 		cl: &client{http: hc, url: opts.Endpoint + "/v1/completions", scale: opts.TimeScale,
 			timeout: time.Duration(float64(opts.RequestTimeout) * opts.TimeScale), tb: tb}}
 	for _, q := range opts.QPS {
@@ -196,14 +240,17 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 	for run := range opts.Runs {
 		rr := RunRecord{Run: run}
 		for li, q := range opts.QPS {
-			lr := r.level(ctx, run, li, q)
+			lr, err := r.level(ctx, run, li, q)
+			if err != nil {
+				rec.Runs = append(rec.Runs, rr)
+				return fail(err)
+			}
 			rr.Levels = append(rr.Levels, lr)
 			r.report(&rr.Levels[len(rr.Levels)-1])
 			if ctx.Err() != nil {
 				break
 			}
 		}
-		rr.summarize(opts.GPUs)
 		rec.Runs = append(rec.Runs, rr)
 		if ctx.Err() != nil {
 			return fail(fmt.Errorf("interrupted during run %d: %w", run, context.Cause(ctx)))
@@ -213,9 +260,11 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 	return rec, nil
 }
 
-// finish sums outcomes and validation over every request.
+// finish sums outcomes and validation over every request and judges the
+// runs.
 func (rec *Record) finish() {
 	rec.FinishedAt = time.Now().UTC()
+	rec.Judge()
 	for _, r := range rec.Runs {
 		for _, l := range r.Levels {
 			for _, q := range l.Requests {
@@ -232,15 +281,25 @@ func (rec *Record) finish() {
 	}
 }
 
-// summarize sets the run's objective and its cost.
+// summarize sets the run's verdict, and its objective and cost from its
+// valid levels only.
 func (rr *RunRecord) summarize(gpus int) {
-	levels := make([]Level, len(rr.Levels))
-	for i, l := range rr.Levels {
-		levels[i] = l.Level
+	var levels []Level
+	rr.Verdict = Verdict{Valid: true, Reasons: []Reason{}}
+	for _, l := range rr.Levels {
+		if l.Verdict.Valid {
+			levels = append(levels, l.Level)
+			continue
+		}
+		for _, r := range l.Verdict.Reasons {
+			rr.Verdict.Reasons = append(rr.Verdict.Reasons, Reason{Code: r.Code, Detail: fmt.Sprintf("%g req/s: %s", l.OfferedQPS, r.Detail)})
+		}
+		rr.Verdict.Valid = false
 	}
 	rr.Objective = Objective(levels)
+	rr.GPUSecondsPerRequest = nil
 	for _, l := range rr.Levels {
-		if l.Passed && l.EffectiveQPS == rr.Objective && l.GPUSecondsPerRequest != nil {
+		if l.Verdict.Valid && l.Passed && l.EffectiveQPS == rr.Objective && l.GPUSecondsPerRequest != nil {
 			rr.GPUSecondsPerRequest = l.GPUSecondsPerRequest
 			break
 		}
@@ -250,8 +309,11 @@ func (rr *RunRecord) summarize(gpus int) {
 type runner struct {
 	opts    Options
 	eng     *engine
+	tok     *engine
 	cl      *client
 	prompts *Prompts
+	cache   string // CacheReset or CacheFreshPrefixes
+	nonce   uint64 // CacheFreshPrefixes: the replay's prefix nonce
 	tb      timebase
 
 	mu           sync.Mutex
@@ -275,16 +337,35 @@ func (r *runner) levelSpan(qps float64) time.Duration {
 	return time.Duration(last * r.opts.TimeScale * 1e6)
 }
 
-// level runs one load level open loop and summarizes it.
-func (r *runner) level(ctx context.Context, run, li int, qps float64) LevelRecord {
+// level brings the engine's cache to the prescribed cold state, runs one
+// load level open loop and summarizes it. An error is a setup failure
+// (the prompts could not be built).
+func (r *runner) level(ctx context.Context, run, li int, qps float64) (LevelRecord, error) {
 	w := r.opts.Workload
 	reqs, _ := Generate(w.Params(qps)) // validated in defaults
-	lr := LevelRecord{Level: Level{OfferedQPS: qps}, Planned: len(reqs), Outcomes: map[string]int{}, Failures: map[string]int{}}
+	lr := LevelRecord{Level: Level{OfferedQPS: qps}, Planned: len(reqs), Outcomes: map[string]int{}, Failures: map[string]int{},
+		PrefixSeed: w.Seed}
+	prompts := r.prompts
+	bg := context.WithoutCancel(ctx)
+	switch r.cache {
+	case CacheReset:
+		if err := r.eng.resetPrefixCache(bg); err != nil {
+			lr.Invalidate(ReasonWarmStart, "could not reset the prefix cache before the level: %v", err)
+		}
+	case CacheFreshPrefixes:
+		lw := w
+		lw.Seed = LevelPrefixSeed(w.Seed^r.nonce, run, qps)
+		p, err := BuildPrompts(ctx, lw, r.tok.tokenize)
+		if err != nil {
+			return lr, fmt.Errorf("build prompts for run %d, %g req/s (fresh prefixes, seed %d): %w", run+1, qps, lw.Seed, err)
+		}
+		prompts, lr.PrefixSeed = p, lw.Seed
+	}
 	records := make([]RequestRecord, len(reqs))
 	bodies := make([][]byte, len(reqs))
 	hashes := sha256.New()
 	for i, q := range reqs {
-		ids := r.prompts.Prompt(run, qps, q)
+		ids := prompts.Prompt(run, qps, q)
 		body, err := encodeCompletion(r.opts.Model, ids, q.OutputTokens)
 		if err != nil {
 			panic(err) // ints and strings always encode
@@ -296,7 +377,6 @@ func (r *runner) level(ctx context.Context, run, li int, qps float64) LevelRecor
 	}
 	lr.PromptsSHA256 = hex.EncodeToString(hashes.Sum(nil))
 
-	bg := context.WithoutCancel(ctx)
 	lr.Counters.Before, _ = r.eng.scrape(bg)
 
 	r.beginLevel(run, li, qps, len(reqs))
@@ -331,8 +411,9 @@ func (r *runner) level(ctx context.Context, run, li int, qps float64) LevelRecor
 	lr.Sent = sent
 	lr.Complete = sent == len(reqs) && ctx.Err() == nil
 	lr.summarize(reqs, r.opts.SLO, r.opts.GPUs)
+	lr.judge(r.opts.SLO, r.opts.TimeScale)
 	r.endLevel(len(reqs))
-	return lr
+	return lr, nil
 }
 
 // openLoop sends request i at start + ArrivalMs x TimeScale, each in its
@@ -349,6 +430,9 @@ func (r *runner) openLoop(ctx context.Context, start time.Time, reqs []Request, 
 		// which would spend a 1 ms dispatch-lag budget by itself.
 		if !finesleep.Until(ctx, due) {
 			break
+		}
+		if r.opts.beforeSend != nil {
+			r.opts.beforeSend(r.cur.Run, r.cur.QPS, reqs[i].ID)
 		}
 		rr := &records[i]
 		rr.Scheduled = r.tb.Stamp(due)
@@ -445,6 +529,7 @@ func (lr *LevelRecord) summarize(reqs []Request, slo SLO, gpus int) {
 		h := cached / prompt
 		lr.HitRateCachedTokens = &h
 	}
+	lr.WarmupHitRate = warmupHitRate(lr)
 	rate := lr.HitRateMetricsMeasure
 	if rate == nil {
 		rate = lr.HitRateCachedTokens
@@ -453,6 +538,34 @@ func (lr *LevelRecord) summarize(reqs []Request, slo SLO, gpus int) {
 		met := *rate > 0.9
 		lr.CachePromiseMet = &met
 	}
+}
+
+// warmupHitRate is the warm-up requests' prefix-cache hit rate: from their
+// own cached_tokens where every warm-up that completed reported them, else
+// from the /metrics counters over the warm-up phase when no measured
+// request overlapped it; nil when neither tells.
+func warmupHitRate(lr *LevelRecord) *float64 {
+	var cached, prompt float64
+	n, reported := 0, 0
+	for _, q := range lr.Requests {
+		if q.ID >= Sessions || q.FirstMs == nil {
+			continue
+		}
+		n++
+		if q.CachedTokens != nil && q.PromptTokens != nil {
+			reported++
+			cached += float64(*q.CachedTokens)
+			prompt += float64(*q.PromptTokens)
+		}
+	}
+	if n > 0 && reported == n && prompt > 0 {
+		h := cached / prompt
+		return &h
+	}
+	if !lr.WarmupOverlap && lr.Counters.Warmup != nil {
+		return HitRate(lr.Counters.Before, lr.Counters.Warmup)
+	}
+	return nil
 }
 
 func (r *runner) beginLevel(run, li int, qps float64, planned int) {

@@ -19,9 +19,10 @@ func smallWorkload() Workload {
 }
 
 func testOptions(endpoint string) Options {
-	return Options{Endpoint: endpoint, Model: "test-model", Kind: KindEmulated, Backend: "test",
+	return Options{Endpoint: endpoint, Model: "test-model", Backend: "test",
 		Workload: smallWorkload(), QPS: []float64{10, 20}, TimeScale: 0.01, GPUs: 2,
 		RequestTimeout: 20 * time.Second, Hone: Build{Version: "test", Commit: "abc"},
+		PrefixNonce: 1, // reproducible prompts where the fake offers no reset
 		// At time scale 0.01 the default 50 ms TPOT SLO is 0.5 ms real:
 		// host noise, not the code, would decide pass/fail. TestSummarize
 		// checks the SLO logic exactly.
@@ -65,7 +66,7 @@ func TestRunAllOK(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec = roundTrip(t, rec)
-	if rec.Incomplete || rec.Kind != KindEmulated || rec.Engine.Version != "0.11.0-test" || rec.Engine.Endpoint != srv.URL {
+	if rec.Incomplete || rec.Kind != KindDevice || rec.Engine.Version != "0.11.0-test" || rec.Engine.Endpoint != srv.URL {
 		t.Fatalf("record header: incomplete=%t kind=%q engine=%+v", rec.Incomplete, rec.Kind, rec.Engine)
 	}
 	if levelsSeen != 4 {
@@ -120,8 +121,8 @@ func TestRunAllOK(t *testing.T) {
 					t.Fatalf("request %d: %+v", i, q)
 				}
 				wantCached := 240
-				if q.ID < Sessions && r.Run == 0 && l.OfferedQPS == 10 {
-					wantCached = 0 // cold: the first level's warm-ups fill the cache
+				if q.ID < Sessions {
+					wantCached = 0 // every level starts cold: its warm-ups fill the cache
 				}
 				if *q.CachedTokens != wantCached {
 					t.Errorf("run %d qps %g id %d: cached_tokens %d, want %d", r.Run, l.OfferedQPS, q.ID, *q.CachedTokens, wantCached)
@@ -366,6 +367,9 @@ func TestCancel(t *testing.T) {
 	}
 	if rec.Runs[0].Objective != 0 {
 		t.Errorf("objective %g of an interrupted level, want 0", rec.Runs[0].Objective)
+	}
+	if !l.Verdict.Has(ReasonIncomplete) || l.Verdict.Valid || rec.Verdict.Valid || !rec.Verdict.Has(ReasonIncomplete) {
+		t.Errorf("verdicts: level %v, record %v; want both invalid: incomplete", l.Verdict, rec.Verdict)
 	}
 }
 

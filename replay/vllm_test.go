@@ -28,14 +28,30 @@ type fakeVLLM struct {
 	noModels   bool          // no /v1/models route
 	noTokenize bool          // no /tokenize route
 	tokenDelay time.Duration // between streamed tokens
+	// firstDelay is a prefill: before the first token. Tests that assert
+	// a valid verdict at time scale 0.01 set it, so that TTFT is not
+	// comparable to the host's own dispatch lag.
+	firstDelay time.Duration
 	// fault picks a misbehaviour for a request id (from X-Request-Id).
 	fault func(id int) string
 	// tokenize overrides the word tokenizer.
 	tokenize func(string) []int
+	// devMode serves POST /reset_prefix_cache (vLLM: VLLM_SERVER_DEV_MODE=1);
+	// brokenReset answers it without clearing anything.
+	devMode, brokenReset bool
+	// version is GET /version's JSON; "" the default vLLM answer, "-" none.
+	version string
+	// foreignQueries is added to the queries counter at every scrape:
+	// traffic that is not the replay's.
+	foreignQueries int
+	// metricsTimeScale, when set, is the time_scale the per-request
+	// metrics state (hone's emulator writes one).
+	metricsTimeScale float64
 
 	mu          sync.Mutex
 	cache       map[uint64]bool
 	hits, query int
+	resets      int
 	bodies      []map[string]any
 	requests    int
 }
@@ -72,12 +88,25 @@ func vllmError(w http.ResponseWriter, status int, msg string) {
 
 func (f *fakeVLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
-	case r.URL.Path == "/version" && r.Method == http.MethodGet:
-		io.WriteString(w, `{"version":"0.11.0-test"}`)
+	case r.URL.Path == "/version" && r.Method == http.MethodGet && f.version != "-":
+		v := f.version
+		if v == "" {
+			v = `{"version":"0.11.0-test"}`
+		}
+		io.WriteString(w, v)
+	case r.URL.Path == "/reset_prefix_cache" && r.Method == http.MethodPost && f.devMode:
+		f.mu.Lock()
+		f.resets++
+		if !f.brokenReset {
+			f.cache = map[uint64]bool{}
+		}
+		f.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
 	case r.URL.Path == "/v1/models" && r.Method == http.MethodGet && !f.noModels:
 		fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model","root":"/models/x","max_model_len":32768}]}`, f.model)
 	case r.URL.Path == "/metrics" && r.Method == http.MethodGet:
 		f.mu.Lock()
+		f.query += f.foreignQueries
 		h, q := f.hits, f.query
 		f.mu.Unlock()
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
@@ -257,6 +286,9 @@ func (f *fakeVLLM) complete(w http.ResponseWriter, r *http.Request) {
 			write("data: [DONE]\n\n")
 			return
 		}
+		if i == 0 && f.firstDelay > 0 {
+			time.Sleep(f.firstDelay)
+		}
 		if fault == "slow" || f.tokenDelay > 0 {
 			d := f.tokenDelay
 			if fault == "slow" {
@@ -278,6 +310,14 @@ func (f *fakeVLLM) complete(w http.ResponseWriter, r *http.Request) {
 	event(map[string]any{"id": "cmpl-1", "object": "text_completion", "created": 1, "model": f.model, "choices": []any{},
 		"usage": map[string]any{"prompt_tokens": len(req.Prompt), "total_tokens": len(req.Prompt) + req.MaxTokens,
 			"completion_tokens": n, "prompt_tokens_details": map[string]any{"cached_tokens": cached}},
-		"metrics": map[string]any{"time_to_first_token_ms": 1.5, "queue_time_ms": 0.1}})
+		"metrics": f.requestMetrics()})
 	write("data: [DONE]\n\n")
+}
+
+func (f *fakeVLLM) requestMetrics() map[string]any {
+	m := map[string]any{"time_to_first_token_ms": 1.5, "queue_time_ms": 0.1}
+	if f.metricsTimeScale > 0 {
+		m["time_scale"] = f.metricsTimeScale
+	}
+	return m
 }

@@ -26,7 +26,7 @@ func newReplayCmd() *cobra.Command {
 		model, kind, backend  string
 		revision, precision   string
 		configPath, out       string
-		scenario              string
+		scenario, cache       string
 		seed                  uint64
 		runs, gpus            int
 		timeScale             float64
@@ -45,20 +45,36 @@ into a JSON run record (-o), with per-level p50/p90/p99, effective QPS,
 pass/fail, prefix-cache hit rates from /metrics and from cached_tokens, and
 cost in GPU-seconds per request.
 
---kind labels the numbers for good: "device" for real vLLM on GPUs,
-"emulated" for hone sim serve. It is never inferred.
+The kind labels the numbers for good and is discovered, not trusted: GET
+/version naming hone's emulator makes them "emulated", vLLM's own version
+answer makes them "device", anything else (no /version, another project's
+simulator) "unverified", which reports never show as device numbers. --kind
+only asserts: a kind the endpoint contradicts is exit 2.
 
---time-scale S matches an engine run with the same time scale: the schedule
-runs S times as fast and every duration is divided by S, so the record is in
-model time. --request-timeout is model time too.
+The time scale is discovered too: hone's emulator states its --time-scale in
+GET /version and replay adopts it (the schedule runs S times as fast and
+every duration is divided by S, so the record is in model time). A
+--time-scale the engine contradicts is exit 2; an engine that states none
+(vLLM) runs at --time-scale, default 1. --request-timeout is model time.
+
+Every level starts cold: POST /reset_prefix_cache before it where the
+endpoint serves it (hone's emulator and proxy; vLLM with
+VLLM_SERVER_DEV_MODE=1), else fresh session prefixes of the same lengths
+per level (seeds recorded). --cache forces one procedure.
+
+Each level gets a validity verdict (client_bound, warm_start,
+time_scale_mismatch, incomplete, counter_contamination; thresholds in the
+record's verdict_rule). Invalid levels are printed and never count toward
+the objective.
 
 Ctrl-C stops cleanly and writes what was measured, marked incomplete.
 
-Exit codes: 0 the record was written complete; 1 the run was interrupted or
-failed (a partial record is still written); 2 bad input (a flag, or a
---model the endpoint does not serve).`,
+Exit codes: 0 the record was written complete and every level is valid;
+1 the run was interrupted or failed, or a level is invalid (the record is
+still written); 2 bad input (a flag, a --model the endpoint does not serve,
+a --kind or --time-scale the endpoint contradicts).`,
 		Example: `  hone replay --endpoint http://127.0.0.1:8000 --model Qwen/Qwen3-8B --qps 1,2,4,8,16,32 --runs 3 -o run.json
-  hone replay --endpoint http://127.0.0.1:9000 --model emu --kind emulated --time-scale 0.1 --gpus 2 -o emu.json`,
+  hone replay --endpoint http://127.0.0.1:9000 --model emu --kind emulated --gpus 2 -o emu.json`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			qps, err := parseQPS(wf.qps)
@@ -77,8 +93,18 @@ failed (a partial record is still written); 2 bad input (a flag, or a
 			if runs < 1 {
 				return badInput("--runs: want at least 1, got %d", runs)
 			}
-			if !(timeScale > 0) || timeScale > 1e6 {
+			if c.Flags().Changed("time-scale") && (!(timeScale > 0) || timeScale > 1e6) {
 				return badInput("--time-scale: want a positive factor (0.1 for an engine run with --time-scale 0.1), got %v", timeScale)
+			}
+			switch cache {
+			case "auto":
+				cache = ""
+			case "reset":
+				cache = replay.CacheReset
+			case "fresh-prefixes":
+				cache = replay.CacheFreshPrefixes
+			default:
+				return badInput("--cache: want auto, reset or fresh-prefixes, got %q", cache)
 			}
 			if timeout <= 0 {
 				return badInput("--request-timeout: want a positive duration, got %v", timeout)
@@ -102,14 +128,14 @@ failed (a partial record is still written); 2 bad input (a flag, or a
 			if scenario != "" {
 				cfg["scenario"] = scenario
 			}
-			if backend == "" {
-				backend = map[string]string{replay.KindDevice: "vllm", replay.KindEmulated: "emulator"}[kind]
+			if !c.Flags().Changed("time-scale") {
+				timeScale = 0 // adopt the engine's
 			}
 			ver, rev := buildVersion()
 			tty := term.IsTerminal(int(os.Stderr.Fd())) && os.Getenv("CI") == ""
 			pp := &replay.ProgressPrinter{W: c.ErrOrStderr(), TTY: tty}
 			opts := replay.Options{
-				Endpoint: endpoint, TokenizeEndpoint: tokEndpoint, Model: model, Kind: kind, Backend: backend,
+				Endpoint: endpoint, TokenizeEndpoint: tokEndpoint, Model: model, Kind: kind, Backend: backend, Cache: cache,
 				Workload: replay.Workload{Seed: seed, Requests: wf.requests, InputTokens: wf.inputTokens,
 					UncachedTokens: replay.DefaultUncachedTokens, OutputTokens: wf.outputTokens},
 				QPS: qps, Runs: runs, SLO: replay.SLO{TTFTMillis: wf.ttftSLO, TPOTMillis: wf.tpotSLO},
@@ -139,15 +165,24 @@ failed (a partial record is still written); 2 bad input (a flag, or a
 			case err != nil:
 				return checkFailed{fmt.Sprintf("%v; partial record (incomplete) written to %s", err, out)}
 			}
+			w := c.OutOrStdout()
 			for _, r := range rec.Runs {
-				fmt.Fprintf(c.OutOrStdout(), "run %d: objective %.4g req/s", r.Run+1, r.Objective)
+				fmt.Fprintf(w, "run %d: objective %.4g req/s (%s, valid levels only)", r.Run+1, r.Objective, rec.Kind)
 				if r.GPUSecondsPerRequest != nil {
-					fmt.Fprintf(c.OutOrStdout(), ", %.4g GPU-s/request", *r.GPUSecondsPerRequest)
+					fmt.Fprintf(w, ", %.4g GPU-s/request", *r.GPUSecondsPerRequest)
 				}
-				fmt.Fprintln(c.OutOrStdout())
+				fmt.Fprintln(w)
 			}
-			fmt.Fprintf(c.OutOrStdout(), "record (%s, %d requests: %s) written to %s\n", rec.Kind,
+			fmt.Fprintf(w, "cache: %s; time scale %g\n", rec.Cache.Procedure, rec.TimeScale)
+			fmt.Fprintf(w, "record (%s, %d requests: %s) written to %s\n", rec.Kind,
 				rec.Validation.Valid+rec.Validation.Invalid, outcomeSummary(rec.Outcomes), out)
+			if bad := rec.InvalidLevels(); len(bad) > 0 {
+				for _, l := range bad {
+					fmt.Fprintln(w, "INVALID", l)
+				}
+				return checkFailed{fmt.Sprintf("%d of the record's levels are invalid: they do not count (see above)", len(bad))}
+			}
+			fmt.Fprintln(w, "verdict: every level valid")
 			return nil
 		},
 	}
@@ -156,8 +191,9 @@ failed (a partial record is still written); 2 bad input (a flag, or a
 	f.StringVar(&endpoint, "endpoint", "", "base URL of the OpenAI-compatible server (required)")
 	f.StringVar(&tokEndpoint, "tokenize-endpoint", "", "base URL serving POST /tokenize, when not --endpoint")
 	f.StringVar(&model, "model", "", "served model name (required)")
-	f.StringVar(&kind, "kind", replay.KindDevice, "what serves the endpoint: device (real vLLM) | emulated (hone sim serve)")
-	f.StringVar(&backend, "backend", "", "backend label (default vllm for device, emulator for emulated)")
+	f.StringVar(&kind, "kind", "", "assert what serves the endpoint: device (real vLLM) | emulated (hone sim serve) | unverified (default: discovered from GET /version)")
+	f.StringVar(&backend, "backend", "", "backend label (default: vllm, emulator or unknown, from the kind found)")
+	f.StringVar(&cache, "cache", "auto", "cold-start procedure before every level: auto | reset (POST /reset_prefix_cache) | fresh-prefixes")
 	f.StringVar(&revision, "revision", "", "model revision, for the record")
 	f.StringVar(&precision, "precision", "", "model precision (e.g. bf16, fp8), for the record")
 	f.StringVar(&configPath, "config", "", "JSON file with the deployment config to store in the record")
@@ -166,7 +202,7 @@ failed (a partial record is still written); 2 bad input (a flag, or a
 	f.Uint64Var(&seed, "seed", replay.DefaultSeed, "workload seed (prefix text and suffix token ids)")
 	f.IntVar(&runs, "runs", 1, "repeat the whole scan this many times (the gate wants 3 or more)")
 	f.IntVar(&gpus, "gpus", 1, "GPUs behind the endpoint, for cost in GPU-seconds per request")
-	f.Float64Var(&timeScale, "time-scale", 1, "engine time scale: compress the schedule by S and divide durations by S")
+	f.Float64Var(&timeScale, "time-scale", 1, "engine time scale: compress the schedule by S and divide durations by S (default: the engine's stated scale, else 1)")
 	f.DurationVar(&timeout, "request-timeout", 10*time.Minute, "per-request timeout, model time")
 	return c
 }

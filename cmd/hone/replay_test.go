@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,9 +18,18 @@ import (
 )
 
 // miniVLLM answers /tokenize (one id per whitespace-separated word) and
-// streams /v1/completions in vLLM's format; enough to drive the command.
+// streams /v1/completions in vLLM's format after a 20 ms "prefill"; enough
+// to drive the command. It has no /version: its kind is unverified.
 func miniVLLM(t *testing.T) *httptest.Server {
+	return miniEngine(t, nil)
+}
+
+// miniEngine is miniVLLM with more routes.
+func miniEngine(t *testing.T, more func(*http.ServeMux)) *httptest.Server {
 	mux := http.NewServeMux()
+	if more != nil {
+		more(mux)
+	}
 	mux.HandleFunc("POST /tokenize", func(w http.ResponseWriter, r *http.Request) {
 		var b struct{ Prompt string }
 		json.NewDecoder(r.Body).Decode(&b)
@@ -36,6 +46,7 @@ func miniVLLM(t *testing.T) *httptest.Server {
 		}
 		json.NewDecoder(r.Body).Decode(&b)
 		w.Header().Set("Content-Type", "text/event-stream")
+		time.Sleep(20 * time.Millisecond)
 		for i := range b.MaxTokens {
 			fr := "null"
 			if i == b.MaxTokens-1 {
@@ -85,15 +96,26 @@ func TestReplayBadFlags(t *testing.T) {
 	}
 }
 
+// emulatorRoutes make miniEngine say it is hone's emulator at a time
+// scale, with a prefix-cache reset.
+func emulatorRoutes(scale float64) func(*http.ServeMux) {
+	return func(mux *http.ServeMux) {
+		mux.HandleFunc("GET /version", func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, `{"version":"hone-emulator/test","time_scale":%g}`, scale)
+		})
+		mux.HandleFunc("POST /reset_prefix_cache", func(w http.ResponseWriter, r *http.Request) {})
+	}
+}
+
 func TestReplayWritesRecord(t *testing.T) {
-	srv := miniVLLM(t)
+	srv := miniEngine(t, emulatorRoutes(0.01))
 	dir := t.TempDir()
 	out, cfg := filepath.Join(dir, "run.json"), filepath.Join(dir, "deploy.json")
 	if err := os.WriteFile(cfg, []byte(`{"mode":"disaggregated","prefill":1,"decode":3}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	stdout, stderr, code := runHone(context.Background(), "replay", "--endpoint", srv.URL, "--model", "m", "--kind", "emulated",
-		"--qps", "5,10", "--requests", "10", "--input-tokens", "256", "--output-tokens", "4", "--time-scale", "0.01",
+		"--qps", "5,10", "--requests", "10", "--input-tokens", "256", "--output-tokens", "4", "--ttft-slo-ms", "1e6",
 		"--runs", "2", "--gpus", "4", "--config", cfg, "--precision", "bf16", "-o", out)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -106,8 +128,54 @@ func TestReplayWritesRecord(t *testing.T) {
 		rec.Outcomes[replay.OutcomeOK] != 40 || rec.Hone.Commit == "" || rec.Config["mode"] != "disaggregated" || rec.Model.Precision != "bf16" {
 		t.Fatalf("record: kind %q backend %q gpus %d scale %g runs %d outcomes %v", rec.Kind, rec.Backend, rec.GPUs, rec.TimeScale, len(rec.Runs), rec.Outcomes)
 	}
-	if !strings.Contains(stdout, "written to "+out) || strings.Count(stderr, "qps ") != 4 {
-		t.Errorf("stdout %q\nstderr %q: want the record's path and one line per level", stdout, stderr)
+	if !strings.Contains(stdout, "written to "+out) || strings.Count(stderr, "qps ") != 4 || !strings.Contains(stdout, "verdict: every level valid") ||
+		rec.Cache.Procedure != replay.CacheReset {
+		t.Errorf("stdout %q\nstderr %q: want the record's path, one line per level and the verdict", stdout, stderr)
+	}
+}
+
+// An emulator at time scale 0.1 replayed at a stated scale of 1 gave
+// numbers 10× too small with exit 0; now it is exit 2 naming the flag, and
+// with no flag the engine's scale is adopted.
+func TestReplayTimeScaleMismatch(t *testing.T) {
+	srv := miniEngine(t, emulatorRoutes(0.1))
+	out := filepath.Join(t.TempDir(), "run.json")
+	_, stderr, code := runHone(context.Background(), "replay", "--endpoint", srv.URL, "--model", "m", "--qps", "5",
+		"--requests", "10", "--input-tokens", "256", "--output-tokens", "4", "--time-scale", "1", "-o", out)
+	if code != exitBadInput || !strings.Contains(stderr, "--time-scale") || !strings.Contains(stderr, "0.1") {
+		t.Errorf("exit %d, stderr %q; want exit 2 naming --time-scale and the engine's 0.1", code, stderr)
+	}
+}
+
+// A level that is invalid makes the command exit 1 and say which and why;
+// the record is still written. Here: a kind nobody can vouch for is fine,
+// but an engine whose counters say 113% of its prompt tokens hit the cache
+// is not.
+func TestReplayInvalidLevelExits1(t *testing.T) {
+	var mu sync.Mutex
+	scrapes := 0
+	srv := miniEngine(t, func(mux *http.ServeMux) {
+		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			scrapes++
+			n := scrapes
+			mu.Unlock()
+			// Hits grow faster than queries: 1.13 per queried token.
+			fmt.Fprintf(w, "vllm:prefix_cache_queries_total %d\nvllm:prefix_cache_hits_total %g\n", n*100000, float64(n)*113000)
+		})
+	})
+	out := filepath.Join(t.TempDir(), "run.json")
+	stdout, stderr, code := runHone(context.Background(), "replay", "--endpoint", srv.URL, "--model", "m", "--qps", "5",
+		"--requests", "10", "--input-tokens", "256", "--output-tokens", "4", "--time-scale", "0.01", "--ttft-slo-ms", "1e6", "-o", out)
+	if code != exitFailed || !strings.Contains(stdout, "INVALID run 1, 5 req/s") || !strings.Contains(stdout, "counter_contamination") {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1 and the invalid level named", code, stdout, stderr)
+	}
+	rec, err := replay.ReadRecord(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Kind != replay.KindUnverified || rec.Backend != "unknown" || rec.Verdict.Valid || rec.Runs[0].Objective != 0 {
+		t.Errorf("kind %q backend %q verdict %v objective %g", rec.Kind, rec.Backend, rec.Verdict, rec.Runs[0].Objective)
 	}
 }
 

@@ -325,7 +325,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /detokenize", s.detokenize)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("GET /version", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, map[string]string{"version": s.cfg.Version})
+		// The time scale is stated so that a client adopts it instead of
+		// trusting a flag: a mismatch would make every figure S times off.
+		writeJSON(w, map[string]any{"version": s.cfg.Version, "time_scale": s.cfg.TimeScale})
 	})
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("POST /reset_prefix_cache", func(w http.ResponseWriter, r *http.Request) {

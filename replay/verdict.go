@@ -1,0 +1,222 @@
+package replay
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+)
+
+// Reasons a level's measurement is invalid. An invalid level still shows
+// its figures, but nothing decides on them: not the run's objective, not
+// the optimizer's selection, not diagnose's bottleneck, not the gate.
+const (
+	// ReasonClientBound: the load generator (or the hops between it and
+	// the engine) distorted what was measured.
+	ReasonClientBound = "client_bound"
+	// ReasonWarmStart: the prefix cache was not in the prescribed (cold)
+	// state when the level started.
+	ReasonWarmStart = "warm_start"
+	// ReasonTimeScaleMismatch: the engine ran on another time scale than
+	// the one the record divides by.
+	ReasonTimeScaleMismatch = "time_scale_mismatch"
+	// ReasonIncomplete: the level stopped before every request was sent
+	// and answered (interrupted, or a setup step failed).
+	ReasonIncomplete = "incomplete"
+	// ReasonCounterContamination: the engine's counters moved by traffic
+	// that is not this level's, so hit rates read from them are not this
+	// level's either.
+	ReasonCounterContamination = "counter_contamination"
+)
+
+// Thresholds of the verdicts, stated once for the record, the docs and the
+// tests.
+const (
+	// ClientBoundSLOFraction: a level is client-bound when its p99
+	// dispatch lag (how late the load generator sent, model time) exceeds
+	// this fraction of the TTFT SLO. Every TTFT is measured from the
+	// scheduled send, so lag of that size moves a pass/fail verdict by
+	// more than the margin a decision may rest on, and late sends bunch up
+	// (the arrival process is no longer the one the workload specifies).
+	ClientBoundSLOFraction = 0.05
+	// ClientBoundTTFTFraction: a level is also client-bound when its median
+	// dispatch lag exceeds this fraction of its median TTFT: the typical
+	// request then spends more time waiting for the client than a fifth of
+	// what is being measured, and an attribution would name the client.
+	ClientBoundTTFTFraction = 0.2
+	// WarmStartHitRate: the warm-up requests (ids 0-7, one per session,
+	// distinct prefixes) find nearly nothing cached on a cold engine; a
+	// hit rate above this over them means the cache was warm.
+	WarmStartHitRate = 0.5
+	// CounterQueryFactor bounds the prefix-cache queries a level may add:
+	// a prompt is queried once per engine it passes (two in P/D) and again
+	// after each preemption; more than this many times the prompt tokens
+	// sent means traffic that is not this level's.
+	CounterQueryFactor = 4.0
+)
+
+// VerdictRule states the thresholds in words, for records and reports.
+var VerdictRule = fmt.Sprintf("A level is invalid when: client_bound (p99 dispatch lag > %g%% of the TTFT SLO, "+
+	"or median dispatch lag > %g%% of the median TTFT; diagnose adds the client/proxy residual against the same bounds); "+
+	"warm_start (the warm-up requests' prefix-cache hit rate > %g%%: the level did not start cold); "+
+	"time_scale_mismatch (the engine reports another time scale than the record's); incomplete (not every request was sent and answered); "+
+	"counter_contamination (a hit rate outside [0, 1], or prefix-cache queries below the prompt tokens that reached the engine "+
+	"or above %g× the prompt tokens sent). Invalid levels never decide an objective, a selection, a bottleneck or a gate verdict.",
+	100*ClientBoundSLOFraction, 100*ClientBoundTTFTFraction, 100*WarmStartHitRate, CounterQueryFactor)
+
+// Reason is one cause of an invalid verdict.
+type Reason struct {
+	Code   string `json:"code"`
+	Detail string `json:"detail"`
+}
+
+func (r Reason) String() string { return r.Code + ": " + r.Detail }
+
+// Verdict says whether a level's (or a run's, or a record's) figures may
+// decide anything, and why not.
+type Verdict struct {
+	Valid   bool     `json:"valid"`
+	Reasons []Reason `json:"reasons"`
+}
+
+// add records a reason once per code: the first detail stays.
+func (v *Verdict) add(code, format string, a ...any) {
+	for _, r := range v.Reasons {
+		if r.Code == code {
+			return
+		}
+	}
+	v.Reasons = append(v.Reasons, Reason{Code: code, Detail: fmt.Sprintf(format, a...)})
+	v.Valid = false
+}
+
+// Has reports whether the verdict carries a reason with this code.
+func (v Verdict) Has(code string) bool {
+	for _, r := range v.Reasons {
+		if r.Code == code {
+			return true
+		}
+	}
+	return false
+}
+
+// Codes lists the verdict's reason codes, sorted, joined by commas.
+func (v Verdict) Codes() string {
+	var c []string
+	for _, r := range v.Reasons {
+		c = append(c, r.Code)
+	}
+	sort.Strings(c)
+	return strings.Join(c, ",")
+}
+
+// String is "valid" or the reasons, one after another.
+func (v Verdict) String() string {
+	if v.Valid {
+		return "valid"
+	}
+	var s []string
+	for _, r := range v.Reasons {
+		s = append(s, r.String())
+	}
+	return "invalid (" + strings.Join(s, "; ") + ")"
+}
+
+// Invalidate marks a level invalid for a reason found outside replay (for
+// example diagnose's client/proxy residual). Call Record.Judge afterwards
+// so that runs and objectives follow.
+func (lr *LevelRecord) Invalidate(code, format string, a ...any) {
+	lr.Verdict.add(code, format, a...)
+}
+
+// judge sets the level's verdict from what the level measured. Reasons
+// added by Invalidate before are kept.
+func (lr *LevelRecord) judge(slo SLO, timeScale float64) {
+	v := &lr.Verdict
+	v.Valid = len(v.Reasons) == 0
+	if !lr.Complete {
+		v.add(ReasonIncomplete, "%d of %d requests sent before the level stopped", lr.Sent, lr.Planned)
+	}
+	if lim := ClientBoundSLOFraction * slo.TTFTMillis; lr.DispatchLagP99Ms > lim {
+		v.add(ReasonClientBound, "p99 dispatch lag %.3g ms > %g%% of the %g ms TTFT SLO (%.3g ms): the load generator sent late",
+			lr.DispatchLagP99Ms, 100*ClientBoundSLOFraction, slo.TTFTMillis, lim)
+	} else if lr.Measured > 0 && lr.DispatchLagP50Ms > ClientBoundTTFTFraction*lr.P50TTFTMs {
+		v.add(ReasonClientBound, "median dispatch lag %.3g ms > %g%% of the median TTFT %.3g ms: the load generator sent late",
+			lr.DispatchLagP50Ms, 100*ClientBoundTTFTFraction, lr.P50TTFTMs)
+	}
+	if h := lr.WarmupHitRate; h != nil && *h > WarmStartHitRate {
+		v.add(ReasonWarmStart, "the warm-up requests found %.1f%% of their prompt tokens cached (a cold engine: ~0%%): the cache was warm at the start",
+			100**h)
+	}
+	for _, q := range lr.Requests {
+		if s := q.engineTimeScale(); s > 0 && math.Abs(s-timeScale) > 1e-9*timeScale {
+			v.add(ReasonTimeScaleMismatch, "request %d: the engine reports time scale %g, the record divides by %g", q.ID, s, timeScale)
+			break
+		}
+	}
+	for name, h := range map[string]*float64{"hit_rate_metrics": lr.HitRateMetrics, "hit_rate_metrics_measure": lr.HitRateMetricsMeasure,
+		"hit_rate_cached_tokens": lr.HitRateCachedTokens} {
+		if h != nil && (*h < 0 || *h > 1 || math.IsNaN(*h)) {
+			v.add(ReasonCounterContamination, "%s %.4g is outside [0, 1]", name, *h)
+		}
+	}
+	if _, dq, ok := counterDelta(lr.Counters.Before, lr.Counters.After); ok && dq != 0 {
+		var reached, sent float64
+		for _, q := range lr.Requests {
+			sent += float64(q.InputTokens)
+			if q.FirstMs != nil {
+				reached += float64(q.InputTokens)
+			}
+		}
+		switch {
+		case dq < reached:
+			v.add(ReasonCounterContamination, "prefix-cache queries grew by %.0f tokens, fewer than the %.0f prompt tokens that reached the engine (counters reset or restarted)", dq, reached)
+		case dq > CounterQueryFactor*sent:
+			v.add(ReasonCounterContamination, "prefix-cache queries grew by %.0f tokens, more than %g× the %.0f prompt tokens sent (traffic that is not this level's)", dq, CounterQueryFactor, sent)
+		}
+	}
+	if v.Reasons == nil {
+		v.Reasons = []Reason{}
+	}
+}
+
+// counterDelta is Δhits and Δqueries between two scrapes.
+func counterDelta(before, after Counters) (dh, dq float64, ok bool) {
+	h0, q0, ok0 := before.prefixCache()
+	h1, q1, ok1 := after.prefixCache()
+	if !ok0 || !ok1 {
+		return 0, 0, false
+	}
+	return h1 - h0, q1 - q0, true
+}
+
+// Judge sets every run's verdict and objective from its levels' verdicts,
+// and the record's verdict from its runs'. Run it after a level was
+// invalidated from outside.
+func (rec *Record) Judge() {
+	rec.Verdict = Verdict{Valid: true, Reasons: []Reason{}}
+	for i := range rec.Runs {
+		rr := &rec.Runs[i]
+		rr.summarize(rec.GPUs)
+		for _, r := range rr.Verdict.Reasons {
+			rec.Verdict.Reasons = append(rec.Verdict.Reasons, Reason{Code: r.Code, Detail: fmt.Sprintf("run %d, %s", rr.Run+1, r.Detail)})
+			rec.Verdict.Valid = false
+		}
+	}
+	if rec.Incomplete && !rec.Verdict.Has(ReasonIncomplete) {
+		rec.Verdict.add(ReasonIncomplete, "the replay stopped early: %s", rec.Error)
+	}
+}
+
+// InvalidLevels lists "run R, Q req/s: reasons" for every invalid level.
+func (rec *Record) InvalidLevels() []string {
+	var out []string
+	for _, r := range rec.Runs {
+		for _, l := range r.Levels {
+			if !l.Verdict.Valid {
+				out = append(out, fmt.Sprintf("run %d, %g req/s: %s", r.Run+1, l.OfferedQPS, l.Verdict.String()))
+			}
+		}
+	}
+	return out
+}

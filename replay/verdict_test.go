@@ -1,0 +1,281 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// levels returns every level of a record in run, rate order.
+func levels(rec *Record) []*LevelRecord {
+	var out []*LevelRecord
+	for i := range rec.Runs {
+		for j := range rec.Runs[i].Levels {
+			out = append(out, &rec.Runs[i].Levels[j])
+		}
+	}
+	return out
+}
+
+// A second replay against the same long-running engine used to start warm
+// (same seed, same prompts: hit rate 96.9% → 99.6%, objective 3.16 →
+// 14.95 req/s). Now every level starts cold: reset where the engine offers
+// it, so both replays measure the same thing, exactly.
+func TestSecondReplayStartsColdAfterReset(t *testing.T) {
+	f := newFakeVLLM(t)
+	f.devMode, f.firstDelay = true, 20*time.Millisecond
+	srv := f.start()
+	var recs [2]*Record
+	for i := range recs {
+		rec, err := Run(context.Background(), testOptions(srv.URL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs[i] = roundTrip(t, rec)
+		if rec.Cache.Procedure != CacheReset {
+			t.Fatalf("replay %d: cache procedure %q, want %q", i, rec.Cache.Procedure, CacheReset)
+		}
+	}
+	// One probe per replay plus one reset before each of its 2 levels.
+	if f.resets != 2*(1+2) {
+		t.Errorf("%d resets, want 6", f.resets)
+	}
+	for i, rec := range recs {
+		if !rec.Verdict.Valid {
+			t.Errorf("replay %d: %v", i, rec.Verdict)
+		}
+		for _, l := range levels(rec) {
+			if l.WarmupHitRate == nil || *l.WarmupHitRate != 0 {
+				t.Errorf("replay %d, %g req/s: warm-up hit rate %v, want 0 (cold)", i, l.OfferedQPS, l.WarmupHitRate)
+			}
+			if l.PrefixSeed != smallWorkload().Seed {
+				t.Errorf("prefix seed %d, want the workload's %d after a reset", l.PrefixSeed, smallWorkload().Seed)
+			}
+		}
+	}
+	a, b := levels(recs[0]), levels(recs[1])
+	for i := range a {
+		if a[i].PromptsSHA256 != b[i].PromptsSHA256 || *a[i].HitRateCachedTokens != *b[i].HitRateCachedTokens {
+			t.Errorf("level %d: prompts or hit rate differ between the replays: %v vs %v", i, *a[i].HitRateCachedTokens, *b[i].HitRateCachedTokens)
+		}
+	}
+}
+
+// Without a reset route (vLLM outside dev mode), every level gets fresh
+// prefixes of the same lengths: a second replay against the same engine
+// finds nothing of the first in the cache.
+func TestSecondReplayWithoutResetUsesFreshPrefixes(t *testing.T) {
+	f := newFakeVLLM(t)
+	f.firstDelay = 20 * time.Millisecond
+	srv := f.start()
+	var recs [2]*Record
+	for i := range recs {
+		opts := testOptions(srv.URL)
+		opts.PrefixNonce = 0 // a random nonce per replay, as on the command line
+		rec, err := Run(context.Background(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs[i] = rec
+		if rec.Cache.Procedure != CacheFreshPrefixes || !rec.Verdict.Valid {
+			t.Fatalf("replay %d: cache %+v, verdict %v", i, rec.Cache, rec.Verdict)
+		}
+	}
+	a, b := levels(recs[0]), levels(recs[1])
+	seeds := map[uint64]bool{}
+	for i := range a {
+		if a[i].PromptsSHA256 == b[i].PromptsSHA256 || a[i].PrefixSeed == b[i].PrefixSeed {
+			t.Errorf("level %d: the two replays sent the same prompts", i)
+		}
+		seeds[a[i].PrefixSeed], seeds[b[i].PrefixSeed] = true, true
+		for _, l := range []*LevelRecord{a[i], b[i]} {
+			// Cold: at most a block the generated code's first lines share.
+			if *l.WarmupHitRate > 1.0/64 || *l.HitRateCachedTokens != 240.0/256 {
+				t.Errorf("level %d: warm-up hit rate %v, measured %v; want ~0 and 0.9375", i, *l.WarmupHitRate, *l.HitRateCachedTokens)
+			}
+		}
+	}
+	if len(seeds) != 2*len(a) {
+		t.Errorf("%d distinct prefix seeds over %d levels", len(seeds), 2*len(a))
+	}
+	// The same nonce gives the same prompts: the procedure is reproducible.
+	opts := testOptions(srv.URL)
+	opts.PrefixNonce = recs[0].Cache.Nonce
+	again, err := Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if levels(again)[1].PromptsSHA256 != a[1].PromptsSHA256 {
+		t.Error("the same nonce gave other prompts")
+	}
+}
+
+// An engine that answers the reset without clearing its cache is caught by
+// the warm-ups' hit rate: the second level starts warm and does not count.
+func TestWarmStartIsInvalid(t *testing.T) {
+	f := newFakeVLLM(t)
+	f.devMode, f.brokenReset, f.firstDelay = true, true, 20*time.Millisecond
+	rec, err := Run(context.Background(), testOptions(f.start().URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := levels(rec)
+	if !ls[0].Verdict.Valid {
+		t.Errorf("first level (a fresh engine) %v, want valid", ls[0].Verdict)
+	}
+	if ls[1].Verdict.Valid || !ls[1].Verdict.Has(ReasonWarmStart) || *ls[1].WarmupHitRate != 240.0/256 {
+		t.Errorf("second level: %v, warm-up hit rate %v; want warm_start at 0.9375", ls[1].Verdict, *ls[1].WarmupHitRate)
+	}
+	if rec.Verdict.Valid || rec.Runs[0].Verdict.Valid {
+		t.Errorf("record %v, run %v: want invalid", rec.Verdict, rec.Runs[0].Verdict)
+	}
+	// The objective reads valid levels only: the first level's.
+	if rec.Runs[0].Objective != ls[0].EffectiveQPS {
+		t.Errorf("objective %g, want the valid level's %g", rec.Runs[0].Objective, ls[0].EffectiveQPS)
+	}
+}
+
+// An engine at time scale 0.1 replayed at the default scale gave numbers
+// 10× too small with exit 0. The emulator states its scale; replay adopts
+// it, and a stated scale it contradicts is refused.
+func TestTimeScaleDiscovered(t *testing.T) {
+	f := newFakeVLLM(t)
+	f.version = `{"version":"hone-emulator/test","time_scale":0.01}`
+	srv := f.start()
+	opts := oneLevel(testOptions(srv.URL))
+	opts.TimeScale = 0
+	rec, err := Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.TimeScale != 0.01 || rec.Kind != KindEmulated || rec.Engine.TimeScale != 0.01 {
+		t.Errorf("time scale %g kind %q engine %+v; want 0.01 and emulated, adopted", rec.TimeScale, rec.Kind, rec.Engine)
+	}
+	opts.TimeScale = 1
+	rec, err = Run(context.Background(), opts)
+	var pe *ParamError
+	if !errors.As(err, &pe) || pe.Field != "time-scale" || rec != nil || !strings.Contains(pe.Error(), "0.01") {
+		t.Errorf("stated 1 against the engine's 0.01: err %v, record %v; want a ParamError on time-scale naming 0.01", err, rec != nil)
+	}
+}
+
+// An engine whose per-request metrics state another time scale than the
+// record's (a worker started with another --time-scale behind a proxy)
+// makes the level invalid.
+func TestTimeScaleMismatchInMetrics(t *testing.T) {
+	f := newFakeVLLM(t)
+	f.metricsTimeScale = 0.1
+	rec, err := Run(context.Background(), oneLevel(testOptions(f.start().URL))) // stated 0.01
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := levels(rec)[0]; !l.Verdict.Has(ReasonTimeScaleMismatch) || rec.Runs[0].Objective != 0 {
+		t.Errorf("level %v, objective %g; want time_scale_mismatch and no objective", l.Verdict, rec.Runs[0].Objective)
+	}
+}
+
+// The kind is discovered, and a stated kind the endpoint cannot back is
+// refused: a simulator without vLLM's /version is never "device".
+func TestKindDiscovered(t *testing.T) {
+	for _, tc := range []struct {
+		version, stated, want, refused string
+	}{
+		{version: "", want: KindDevice},
+		{version: "-", want: KindUnverified},
+		{version: `{"version":"llm-d-inference-sim"}`, want: KindUnverified},
+		{version: `{"version":"hone-emulator/x"}`, want: KindEmulated},
+		{version: "-", stated: KindDevice, refused: "kind"},
+		{version: `{"version":"hone-emulator/x"}`, stated: KindDevice, refused: "kind"},
+		{version: "", stated: KindEmulated, refused: "kind"},
+		{version: "", stated: KindUnverified, want: KindUnverified},
+	} {
+		f := newFakeVLLM(t)
+		f.version = tc.version
+		opts := oneLevel(testOptions(f.start().URL))
+		opts.Kind = tc.stated
+		rec, err := Run(context.Background(), opts)
+		var pe *ParamError
+		switch {
+		case tc.refused != "" && (!errors.As(err, &pe) || pe.Field != tc.refused || rec != nil):
+			t.Errorf("version %s, stated %q: err %v; want a ParamError on %s", tc.version, tc.stated, err, tc.refused)
+		case tc.refused == "" && (err != nil || rec.Kind != tc.want):
+			t.Errorf("version %s, stated %q: err %v kind %v; want %s", tc.version, tc.stated, err, rec, tc.want)
+		}
+	}
+}
+
+// A starved load generator (here: one that loses 3 ms real before each
+// measured send of the second level, at time scale 0.01: 300 model-ms and
+// growing) is flagged, and its level does not count.
+func TestStarvedClientIsClientBound(t *testing.T) {
+	f := newFakeVLLM(t)
+	opts := testOptions(f.start().URL)
+	opts.SLO = SLO{TTFTMillis: 2000, TPOTMillis: 1e9}
+	opts.beforeSend = func(_ int, qps float64, id int) {
+		if qps == 20 && id >= Sessions {
+			time.Sleep(3 * time.Millisecond)
+		}
+	}
+	rec, err := Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := levels(rec)[1]
+	if !l.Verdict.Has(ReasonClientBound) || l.DispatchLagP99Ms <= 100 {
+		t.Errorf("starved level: %v, p99 dispatch lag %g model ms; want client_bound", l.Verdict, l.DispatchLagP99Ms)
+	}
+	if rec.Runs[0].Objective == l.EffectiveQPS && l.EffectiveQPS > levels(rec)[0].EffectiveQPS {
+		t.Errorf("the objective %g comes from the client-bound level", rec.Runs[0].Objective)
+	}
+}
+
+// Traffic that is not the replay's moves the engine's counters; the level
+// says so instead of reporting someone else's hit rate.
+func TestForeignTrafficIsCounterContamination(t *testing.T) {
+	f := newFakeVLLM(t)
+	f.foreignQueries = 1 << 20
+	rec, err := Run(context.Background(), oneLevel(testOptions(f.start().URL)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := levels(rec)[0]; !l.Verdict.Has(ReasonCounterContamination) {
+		t.Errorf("level %v; want counter_contamination", l.Verdict)
+	}
+}
+
+// judge's thresholds, exactly: the 1.13 hit rate seen after a stalled
+// decode worker, a queries counter that went backwards, and dispatch lag on
+// both sides of 5% of the TTFT SLO.
+func TestJudgeThresholds(t *testing.T) {
+	slo := SLO{TTFTMillis: 2000, TPOTMillis: 50}
+	base := func() LevelRecord {
+		return LevelRecord{Complete: true, Measured: 4, Sent: 12, Planned: 12, Level: Level{OfferedQPS: 1}, P50TTFTMs: 40}
+	}
+	h := 1.13
+	for name, tc := range map[string]struct {
+		edit func(*LevelRecord)
+		want string
+	}{
+		"clean":              {func(*LevelRecord) {}, ""},
+		"lag at the bound":   {func(l *LevelRecord) { l.DispatchLagP99Ms = 100 }, ""},
+		"lag past the bound": {func(l *LevelRecord) { l.DispatchLagP99Ms = 100.001 }, ReasonClientBound},
+		"median lag vs ttft": {func(l *LevelRecord) { l.DispatchLagP50Ms = 8.001 }, ReasonClientBound},
+		"hit rate 1.13":      {func(l *LevelRecord) { l.HitRateMetricsMeasure = &h }, ReasonCounterContamination},
+		"warm start":         {func(l *LevelRecord) { w := 0.51; l.WarmupHitRate = &w }, ReasonWarmStart},
+		"not warm":           {func(l *LevelRecord) { w := 0.5; l.WarmupHitRate = &w }, ""},
+		"incomplete":         {func(l *LevelRecord) { l.Complete = false }, ReasonIncomplete},
+		"queries went back": {func(l *LevelRecord) {
+			l.Counters.Before = Counters{"vllm:prefix_cache_hits_total": 10, "vllm:prefix_cache_queries_total": 1000}
+			l.Counters.After = Counters{"vllm:prefix_cache_hits_total": 0, "vllm:prefix_cache_queries_total": 100}
+		}, ReasonCounterContamination},
+	} {
+		l := base()
+		tc.edit(&l)
+		l.judge(slo, 1)
+		if tc.want == "" && !l.Verdict.Valid || tc.want != "" && !l.Verdict.Has(tc.want) || len(l.Verdict.Reasons) > 1 {
+			t.Errorf("%s: %v, want %q", name, l.Verdict, tc.want)
+		}
+	}
+}
