@@ -120,7 +120,10 @@ func errString(err error) string {
 func summarizeRecord(t *Trial, rec *replay.Record) {
 	type acc struct {
 		ttft, tpot, eff []float64
+		valid           []bool
+		invalid         []string
 		passed          int
+		measured        int
 	}
 	levels := map[float64]*acc{}
 	var qs []float64
@@ -140,6 +143,11 @@ func summarizeRecord(t *Trial, rec *replay.Record) {
 			a.ttft = append(a.ttft, l.P99TTFTMs)
 			a.tpot = append(a.tpot, l.P99TPOTMs)
 			a.eff = append(a.eff, l.EffectiveQPS)
+			a.valid = append(a.valid, l.Verdict.Valid)
+			for _, r := range l.Verdict.Reasons {
+				a.invalid = append(a.invalid, fmt.Sprintf("run %d: %s", run.Run+1, r))
+			}
+			a.measured = max(a.measured, l.Planned-replay.Sessions)
 			if l.Passed {
 				a.passed++
 			}
@@ -160,7 +168,8 @@ func summarizeRecord(t *Trial, rec *replay.Record) {
 	for _, q := range qs {
 		a := levels[q]
 		t.Levels = append(t.Levels, LevelSummary{OfferedQPS: q, P99TTFTMs: median(a.ttft), P99TPOTMs: median(a.tpot),
-			EffectiveQPS: median(a.eff), PassedRuns: a.passed, Runs: len(a.ttft)})
+			EffectiveQPS: median(a.eff), PassedRuns: a.passed, Runs: len(a.ttft),
+			RunP99TTFTMs: a.ttft, RunP99TPOTMs: a.tpot, RunEffectiveQPS: a.eff, RunValid: a.valid, Invalid: a.invalid, Measured: a.measured})
 	}
 	if len(t.Objectives) > 0 {
 		t.Objective = median(t.Objectives)

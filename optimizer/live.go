@@ -53,7 +53,8 @@ type Trial struct {
 	Breakdown []diagnose.LevelBreakdown `json:"breakdown,omitempty"`
 }
 
-// LevelSummary is one load level over a trial's runs (medians).
+// LevelSummary is one load level over a trial's runs: medians, and every
+// run's value (in run order) for plots that show the spread.
 type LevelSummary struct {
 	OfferedQPS   float64 `json:"offered_qps"`
 	P99TTFTMs    float64 `json:"p99_ttft_ms"`
@@ -61,6 +62,18 @@ type LevelSummary struct {
 	EffectiveQPS float64 `json:"effective_qps"`
 	PassedRuns   int     `json:"passed_runs"`
 	Runs         int     `json:"runs"`
+
+	RunP99TTFTMs    []float64 `json:"run_p99_ttft_ms"`
+	RunP99TPOTMs    []float64 `json:"run_p99_tpot_ms"`
+	RunEffectiveQPS []float64 `json:"run_effective_qps"`
+	// RunValid is each run's verdict on this level; Invalid lists the
+	// reasons of the invalid ones ("run 2: client_bound: ..."). Medians
+	// above are over every run; nothing decides on an invalid run's level.
+	RunValid []bool   `json:"run_valid"`
+	Invalid  []string `json:"invalid,omitempty"`
+	// Measured is the number of measured requests per run (p99 of fewer
+	// than 100 is their largest or second largest).
+	Measured int `json:"measured_requests"`
 }
 
 // Log is the live experiment log, rewritten atomically after every trial.
