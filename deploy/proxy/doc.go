@@ -15,7 +15,15 @@
 // then falls back to decode-side prefill; a failed decode is a clean error.
 // Each request ends as exactly one of success, fallback, failed or timeout,
 // counted in hone_proxy_requests_total and kept in a timeline (wall and
-// CLOCK_MONOTONIC nanoseconds) served at GET /hone/timeline.
+// CLOCK_MONOTONIC nanoseconds) served at GET /hone/timeline. The outcome is
+// what the client saw: a stream whose [DONE] was written to the client is
+// answered, however late the client's close and the worker's end are
+// noticed; one that carried an error event failed; a client gone before
+// [DONE] failed ("client went away").
+//
+// POST /reset_prefix_cache goes to every worker of every pool, so a load
+// level can start with the whole deployment's prefix cache cold; other
+// routes the proxy does not serve go to one worker.
 //
 // The proxy does not launch engines (package deploy does) nor judge configs.
 package proxy

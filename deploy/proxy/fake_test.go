@@ -30,10 +30,14 @@ type fakeEngine struct {
 	// Failure switches, read under mu.
 	failStatus  int           // answer completions with this status
 	noParams    bool          // prefill: answer without kv_transfer_params
-	stallAfter  int           // stream: stall forever after this many tokens (0: never)
+	stallAfter  int           // stream: stall forever after this many tokens, before usage and [DONE] when all (0: never)
 	hangHeaders bool          // never send response headers
 	unhealthy   bool          // /health answers 503
 	delay       time.Duration // before answering
+	holdOpen    bool          // stream: after [DONE], keep the response open until the proxy leaves
+	errorEvent  bool          // stream: an error event after the first token, then [DONE]
+	resetStatus int           // answer /reset_prefix_cache with this status (0: 200)
+	resets      int           // /reset_prefix_cache requests received
 }
 
 type fakeRequest struct {
@@ -62,6 +66,16 @@ func newFakeEngine(t *testing.T, name string) *fakeEngine {
 		fmt.Fprintf(w, "# HELP vllm:prefix_cache_queries Prefix cache queries, in tokens.\n# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_queries_total{engine=\"0\",model_name=\"m\"} %d\n", f.queries)
 		fmt.Fprintf(w, "# HELP vllm:prefix_cache_hits Prefix cache hits, in tokens.\n# TYPE vllm:prefix_cache_hits counter\nvllm:prefix_cache_hits_total{engine=\"0\",model_name=\"m\"} %d\n", f.hits)
 		fmt.Fprintf(w, "# HELP vllm:num_requests_running Running.\n# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0\n")
+	})
+	mux.HandleFunc("POST /reset_prefix_cache", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.resets++
+		status := f.resetStatus
+		f.mu.Unlock()
+		if status != 0 {
+			w.WriteHeader(status)
+			fmt.Fprintf(w, `{"detail":"%s: reset failing on purpose"}`, f.name)
+		}
 	})
 	f.srv = httptest.NewServer(mux)
 	t.Cleanup(func() {
@@ -122,6 +136,7 @@ func (f *fakeEngine) completions(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.requests = append(f.requests, fakeRequest{ID: id, Body: body, Raw: raw})
 	status, noParams, stallAfter, hang, delay := f.failStatus, f.noParams, f.stallAfter, f.hangHeaders, f.delay
+	holdOpen, errorEvent := f.holdOpen, f.errorEvent
 	cached := 0
 	if status == 0 {
 		cached = f.cache(prompt)
@@ -159,16 +174,28 @@ func (f *fakeEngine) completions(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
 	fl := w.(http.Flusher)
 	for i := range maxTokens {
-		if stallAfter > 0 && i == stallAfter {
-			<-r.Context().Done()
-			return
-		}
 		fmt.Fprintf(w, "data: {\"id\":\"cmpl-%s\",\"object\":\"text_completion\",\"model\":\"m\",\"choices\":[{\"index\":0,\"text\":\"t%d\",\"token_ids\":[%d],\"finish_reason\":%s}]}\n\n",
 			id, i, 100+i, finish(i == maxTokens-1))
 		fl.Flush()
+		if stallAfter > 0 && i+1 == stallAfter {
+			<-r.Context().Done()
+			return
+		}
+		if errorEvent {
+			fmt.Fprint(w, "data: {\"error\":{\"message\":\"engine failed on purpose\",\"type\":\"InternalServerError\",\"code\":500}}\n\n")
+			break
+		}
 	}
-	fmt.Fprintf(w, "data: {\"id\":\"cmpl-%s\",\"object\":\"text_completion\",\"model\":\"m\",\"choices\":[],\"usage\":%s}\n\n", id, usage)
+	if !errorEvent {
+		fmt.Fprintf(w, "data: {\"id\":\"cmpl-%s\",\"object\":\"text_completion\",\"model\":\"m\",\"choices\":[],\"usage\":%s}\n\n", id, usage)
+	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
+	if holdOpen {
+		// Like a worker whose stream end the proxy has not read yet when
+		// the client, holding [DONE], closes.
+		fl.Flush()
+		<-r.Context().Done()
+	}
 }
 
 func finish(last bool) string {

@@ -89,6 +89,7 @@ func New(cfg Config, log *slog.Logger) (*Proxy, error) {
 	p.mux.HandleFunc("GET /hone/metrics", p.serveOwnMetrics)
 	p.mux.HandleFunc("GET /hone/timeline", p.serveTimeline)
 	p.mux.HandleFunc("GET /hone/workers", p.serveWorkers)
+	p.mux.HandleFunc("POST /reset_prefix_cache", p.serveResetPrefixCache)
 	p.mux.HandleFunc("/", p.serveForward)
 	return p, nil
 }
@@ -539,7 +540,24 @@ func (p *Proxy) stream(w http.ResponseWriter, r *http.Request, rq *request, b *b
 	h.Set("X-Request-Id", tl.RequestID)
 	w.WriteHeader(resp.StatusCode)
 	tl.Status = resp.StatusCode
-	fl, _ := w.(http.Flusher)
+	// delivered says whether the client has been sent the whole answer: an
+	// event stream's [DONE], or a body's Content-Length in bytes. From then
+	// on the client may close whenever it likes, and whatever the worker
+	// does after it (end, stall, break) changes nothing the client saw.
+	var (
+		ev   *eventWatch
+		sent int64
+	)
+	if isEventStream(resp.Header) {
+		ev = new(eventWatch)
+	}
+	delivered := func() bool {
+		if ev != nil {
+			return ev.done
+		}
+		return resp.ContentLength >= 0 && sent == resp.ContentLength
+	}
+	rc := http.NewResponseController(w)
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
@@ -548,12 +566,22 @@ func (p *Proxy) stream(w http.ResponseWriter, r *http.Request, rq *request, b *b
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
 			timer.Reset(idle)
-			if _, werr := w.Write(buf[:n]); werr != nil {
+			_, werr := w.Write(buf[:n])
+			if werr == nil {
+				if ferr := rc.Flush(); ferr != nil && !errors.Is(ferr, http.ErrNotSupported) {
+					werr = ferr
+				}
+			}
+			if werr != nil {
+				if delivered() {
+					break // the client left after its answer; only trailing bytes are lost
+				}
 				p.clientGone(tl)
 				return
 			}
-			if fl != nil {
-				fl.Flush()
+			sent += int64(n)
+			if ev != nil {
+				ev.write(buf[:n])
 			}
 			s := now()
 			if first {
@@ -567,6 +595,15 @@ func (p *Proxy) stream(w http.ResponseWriter, r *http.Request, rq *request, b *b
 			break
 		}
 		if rerr != nil {
+			if delivered() {
+				// A client that closes after [DONE] cancels this leg: that is
+				// no fault of the worker's. Anything else is, but the answer
+				// was whole.
+				if r.Context().Err() == nil {
+					leg.Error = p.legError("decode", b, ctx, rerr) + " (after the answer was delivered)"
+				}
+				break
+			}
 			leg.Error = p.legError("decode", b, ctx, rerr)
 			switch {
 			case r.Context().Err() != nil:
@@ -591,14 +628,30 @@ func (p *Proxy) stream(w http.ResponseWriter, r *http.Request, rq *request, b *b
 		p.m.legFails.WithLabelValues("decode", "status").Inc()
 		return
 	}
+	if ev != nil && ev.errEvent {
+		// The client reads an error event as a failed request, [DONE] or not.
+		tl.Outcome = OutcomeFailed
+		msg := "worker " + b.Name + " sent an error event"
+		if tl.Error == "" {
+			tl.Error = msg
+		} else {
+			tl.Error += "; " + msg
+		}
+		p.m.legFails.WithLabelValues("decode", "error_event").Inc()
+		return
+	}
 	tl.Outcome = OutcomeSuccess
+}
+
+func isEventStream(h http.Header) bool {
+	return strings.HasPrefix(h.Get("Content-Type"), "text/event-stream")
 }
 
 // streamError ends a response whose headers are already sent: an SSE error
 // event for streams (no [DONE], so clients see it was cut), nothing more for
 // other bodies.
 func (p *Proxy) streamError(w http.ResponseWriter, resp *http.Response, msg string) {
-	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+	if !isEventStream(resp.Header) {
 		return
 	}
 	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": "hone_proxy_error", "code": http.StatusBadGateway}})
