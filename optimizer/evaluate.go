@@ -34,16 +34,19 @@ type DeployEvaluator struct {
 // Evaluate implements SpecEvaluator.
 func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag string) (t Trial) {
 	start := time.Now()
-	t = Trial{Started: start.UTC(), Kind: replay.KindDevice}
+	// The kind is what the endpoint proves (GET /version): an emulator
+	// spec asserts emulated; a vLLM spec is device only with vLLM's own
+	// version answer, else unverified.
+	t = Trial{Started: start.UTC(), Kind: replay.KindUnverified}
 	defer func() { t.Seconds = time.Since(start).Seconds() }()
 	s := CloneSpec(spec)
 	s.Name = "hone-" + tag
 	if len(s.Name) > 63 {
 		s.Name = s.Name[:63]
 	}
-	backend := "vllm"
+	backend, kind := "vllm", ""
 	if s.Engine == deploy.EngineEmulator {
-		t.Kind, backend = replay.KindEmulated, "emulator"
+		t.Kind, kind, backend = replay.KindEmulated, replay.KindEmulated, "emulator"
 		s.Emulator.TraceDir = filepath.Join(e.OutDir, "traces", tag)
 		if err := os.MkdirAll(s.Emulator.TraceDir, 0o755); err != nil {
 			t.Error = err.Error()
@@ -68,11 +71,11 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 	b, _ := json.Marshal(s)
 	json.Unmarshal(b, &cfg)
 	cfg["scenario"] = SpecKey(spec) // the gate compares records of one config under this name
-	scale := 1.0
+	scale := 0.0                    // vLLM: real time; the emulator states its own, which must match the spec's
 	if s.Engine == deploy.EngineEmulator && s.Emulator.TimeScale > 0 {
 		scale = s.Emulator.TimeScale
 	}
-	rec, err := replay.Run(ctx, replay.Options{Endpoint: dep.ProxyURL(), Model: s.ServedName(), Kind: t.Kind, Backend: backend,
+	rec, err := replay.Run(ctx, replay.Options{Endpoint: dep.ProxyURL(), Model: s.ServedName(), Kind: kind, Backend: backend,
 		Workload: e.Workload, QPS: e.QPS, Runs: e.Runs, SLO: e.SLO, TimeScale: scale, GPUs: s.GPUs.Budget, Config: cfg,
 		Hardware:  preflight.Hardware(e.Hone.Version, e.Hone.Commit),
 		ModelInfo: replay.Model{Revision: s.Model.Revision, Precision: s.Precision.DType}, Hone: e.Hone})
@@ -80,6 +83,7 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 		t.Error = fmt.Sprintf("replay: %v", err)
 		return t
 	}
+	t.Kind = rec.Kind
 	if err != nil {
 		t.Error = "replay: " + err.Error()
 	}
@@ -185,6 +189,7 @@ func summarizeRecord(t *Trial, rec *replay.Record) {
 	if rec.Incomplete && t.Error == "" {
 		t.Error = "replay incomplete: " + rec.Error
 	}
+	t.InvalidLevels = rec.InvalidLevels()
 }
 
 func median(v []float64) float64 {

@@ -9,7 +9,9 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/hone-llm/hone/deploy"
@@ -44,11 +46,15 @@ type Trial struct {
 	Invalid    int            `json:"invalid_outputs"`
 	HitRate    *float64       `json:"prefix_hit_rate"`
 
-	Eligible   bool     `json:"eligible"`
-	Reason     string   `json:"reason"`
-	Bottleneck string   `json:"bottleneck,omitempty"`
-	Diagnosis  string   `json:"diagnosis,omitempty"`
-	Proposals  []string `json:"proposals,omitempty"`
+	Eligible bool   `json:"eligible"`
+	Reason   string `json:"reason"`
+	// InvalidLevels lists every invalid level of every run ("run 2,
+	// 32 req/s: invalid (client_bound: ...)"): a trial with any is not
+	// eligible, because its objective may rest on a distorted measurement.
+	InvalidLevels []string `json:"invalid_levels,omitempty"`
+	Bottleneck    string   `json:"bottleneck,omitempty"`
+	Diagnosis     string   `json:"diagnosis,omitempty"`
+	Proposals     []string `json:"proposals,omitempty"`
 	// Breakdown is the mean TTFT split per level (model ms).
 	Breakdown []diagnose.LevelBreakdown `json:"breakdown,omitempty"`
 }
@@ -108,13 +114,18 @@ type Interaction struct {
 
 // Rules of the live loop, stated once for the log and the report.
 const (
-	LiveSelectionRule = "Eligible: every run of the trial completed every measured request with a valid output (exact length, " +
-		"finish reason length) and passed the SLOs at one or more load levels. Selected: the eligible trial with the highest median " +
-		"objective (largest effective QPS among passing levels; at a fixed GPU budget that is the lowest GPU-seconds per request), " +
-		"unless trials within its noise band (the larger of 2% and half the two trials' per-run objective ranges) include one closer " +
-		"to the baseline: then the closest of those, then the cheaper. Every measured config competes (an ablation that beats the config it ablates is simply a better config); re-runs are not candidates."
-	LiveRegressionRule = "The selected config is re-run with the same runs. It is rejected if the re-run is not eligible or its median " +
-		"objective falls more than 10% below the first; the next eligible config is then re-run in turn, finally the baseline."
+	LiveSelectionRule = "Eligible: every level of every run of the trial has a valid measurement (no client_bound, warm_start, " +
+		"time_scale_mismatch, incomplete or counter_contamination verdict), every measured request completed with a valid output " +
+		"(exact length, finish reason length), and every run passed the SLOs at one or more load levels. A trial beats another when " +
+		"every one of its runs' objectives exceeds every one of the other's (Mann-Whitney U = 0: with 3 runs each, p = 0.05 one-sided " +
+		"if they did not differ) and its median is at least 2% higher. Selected: the eligible trial with the highest median objective " +
+		"(largest effective QPS among passing valid levels; at a fixed GPU budget that is the lowest GPU-seconds per request) if it " +
+		"beats the baseline, else the baseline (no change distinguishable from noise); among trials the selection does not beat, the " +
+		"one closest to the baseline, then the cheaper. Every measured config competes (an ablation that beats the config it ablates " +
+		"is simply a better config); re-runs are not candidates."
+	LiveRegressionRule = "The selected config is re-run with the same runs. It is rejected if the re-run is not eligible, if its median " +
+		"objective falls more than 10% below the first, or (for a config other than the baseline) if the re-run does not beat the " +
+		"baseline by the same rule; the next eligible config is then re-run in turn, finally the baseline."
 )
 
 // Evaluator runs one spec and returns its trial (the optimizer fills N,
@@ -262,7 +273,11 @@ func Live(ctx context.Context, o LiveOptions) (*Log, error) {
 	if order[0] != best {
 		say("trial %d (%s, %s) beats trial %d: %.3f vs %.3f req/s", order[0].N, order[0].Key, order[0].Why, best.N, order[0].Objective, best.Objective)
 	}
-	say("selected trial %d (%s): median objective %.3f req/s", order[0].N, order[0].Key, order[0].Objective)
+	if order[0].N == base.N && len(order) > 1 {
+		say("no trial beats the baseline beyond the runs' noise (best other: trial %d, %s, runs %s vs the baseline's %s): keeping the baseline",
+			order[1].N, order[1].Key, fmtRuns(order[1].Objectives), fmtRuns(base.Objectives))
+	}
+	say("selected trial %d (%s): median objective %.3f req/s (runs %s)", order[0].N, order[0].Key, order[0].Objective, fmtRuns(order[0].Objectives))
 
 	// Verification: re-run the selection; fall back in selection order.
 	lg.Selected = order[0].N
@@ -272,7 +287,7 @@ func Live(ctx context.Context, o LiveOptions) (*Log, error) {
 		if err != nil {
 			return lg, err
 		}
-		if reason := liveRegressed(cand, v); reason != "" {
+		if reason := liveRegressed(cand, v, base); reason != "" {
 			say("trial %d rejected by the regression rule: %s", cand.N, reason)
 			lg.Selected = 0
 			continue
@@ -300,6 +315,9 @@ func judge(t *Trial, slo replay.SLO) {
 	switch {
 	case t.Error != "":
 		t.Eligible, t.Reason = false, "failed: "+t.Error
+	case len(t.InvalidLevels) > 0:
+		t.Eligible, t.Reason = false, fmt.Sprintf("the measurement is invalid at %d level(s), so its figures decide nothing: %s",
+			len(t.InvalidLevels), t.InvalidLevels[0])
 	case t.Failed > 0:
 		t.Eligible, t.Reason = false, fmt.Sprintf("%d measured requests failed or timed out", t.Failed)
 	case t.Invalid > 0:
@@ -318,9 +336,8 @@ func judge(t *Trial, slo replay.SLO) {
 }
 
 // rankTrials orders eligible trials (re-runs excluded) by
-// LiveSelectionRule: the first is the one with the best median objective,
-// unless another trial is within the noise band of it and closer to the
-// baseline (then cheaper); the rest follow by objective, as fallbacks.
+// LiveSelectionRule: the first is the selection, the rest follow by median
+// objective, as fallbacks.
 func rankTrials(ts []Trial, base *Trial) []*Trial {
 	var out []*Trial
 	for i := range ts {
@@ -347,13 +364,14 @@ func rankTrials(ts []Trial, base *Trial) []*Trial {
 	if len(out) < 2 {
 		return out
 	}
-	// Among the trials the best one does not beat beyond noise, prefer the
-	// config closest to the baseline, then the cheaper one.
+	// Among the trials the best one does not beat, prefer the config
+	// closest to the baseline, then the cheaper one: noise never moves the
+	// selection away from the baseline.
 	top := out[0]
 	pick := 0
 	for i, t := range out {
-		if !withinNoise(top, t) {
-			break
+		if Beats(top, t) {
+			continue
 		}
 		p := out[pick]
 		if d, dp := specDistance(base.Spec, t.Spec), specDistance(base.Spec, p.Spec); d < dp || (d == dp && cost(t) < cost(p)) {
@@ -368,22 +386,20 @@ func rankTrials(ts []Trial, base *Trial) []*Trial {
 	return out
 }
 
-// withinNoise reports whether b's median objective is within the noise band
-// of a's: max(2% of a's, half the range of a's per-run objectives plus half
-// of b's).
-func withinNoise(a, b *Trial) bool {
-	half := func(t *Trial) float64 {
-		if len(t.Objectives) < 2 {
-			return 0
-		}
-		lo, hi := t.Objectives[0], t.Objectives[0]
-		for _, o := range t.Objectives {
-			lo, hi = math.Min(lo, o), math.Max(hi, o)
-		}
-		return (hi - lo) / 2
+// MinWin is the smallest median improvement that counts as a win.
+const MinWin = 0.02
+
+// Beats reports whether a is better than b beyond the runs' noise: every
+// run of a has a higher objective than every run of b (the Mann-Whitney U
+// statistic is 0: with 3 runs each, a result this extreme has probability
+// 1/20 if the configs did not differ), and a's median is at least MinWin
+// higher. A trial with a single run beats nothing: one run says nothing
+// about noise.
+func Beats(a, b *Trial) bool {
+	if len(a.Objectives) < 2 || len(b.Objectives) < 2 {
+		return false
 	}
-	band := math.Max(0.02*a.Objective, half(a)+half(b))
-	return a.Objective-b.Objective <= band
+	return slices.Min(a.Objectives) > slices.Max(b.Objectives) && a.Objective >= (1+MinWin)*b.Objective
 }
 
 func specDistance(a, b *deploy.Spec) int {
@@ -395,14 +411,24 @@ func specDistance(a, b *deploy.Spec) int {
 	return Distance(x, y)
 }
 
-func liveRegressed(first, again *Trial) string {
+func liveRegressed(first, again, base *Trial) string {
 	switch {
 	case !again.Eligible:
 		return "the re-run is not eligible: " + again.Reason
 	case again.Objective < 0.9*first.Objective:
 		return fmt.Sprintf("the re-run's median objective %.3f is more than 10%% below the first run's %.3f", again.Objective, first.Objective)
+	case first.N != base.N && !Beats(again, base):
+		return fmt.Sprintf("the re-run's objectives %s do not beat the baseline's %s beyond noise", fmtRuns(again.Objectives), fmtRuns(base.Objectives))
 	}
 	return ""
+}
+
+func fmtRuns(v []float64) string {
+	var s []string
+	for _, x := range v {
+		s = append(s, fmt.Sprintf("%.2f", x))
+	}
+	return strings.Join(s, " / ")
 }
 
 // interactionCell is the spec that completes topology × prefix caching

@@ -240,3 +240,92 @@ func TestSelectionIgnoresNoise(t *testing.T) {
 		t.Errorf("a 19.5%% win beyond the spread was not selected: %d", order[0].N)
 	}
 }
+
+// scriptedEvaluator returns, per config key, each evaluation's per-run
+// objectives in turn ({1, 1, 1} for configs it does not know); nil means
+// 20 req/s from a run with an invalid level.
+type scriptedEvaluator struct {
+	runs map[string][][]float64
+	n    map[string]int
+}
+
+func (e *scriptedEvaluator) Evaluate(_ context.Context, s *deploy.Spec, tag string) Trial {
+	if e.n == nil {
+		e.n = map[string]int{}
+	}
+	k := SpecKey(s)
+	o := []float64{1, 1, 1}
+	if rs := e.runs[k]; len(rs) > 0 {
+		o = rs[min(e.n[k], len(rs)-1)]
+	}
+	e.n[k]++
+	t := Trial{Kind: "emulated", Bottleneck: diagnose.Queueing}
+	if o == nil {
+		t.Objectives, t.Objective = []float64{20, 20, 20}, 20
+		t.InvalidLevels = []string{"run 1, 32 req/s: invalid (client_bound: p99 dispatch lag 358 ms > 5% of the 2000 ms TTFT SLO (100 ms))"}
+		return t
+	}
+	t.Objectives, t.Objective = o, median(o)
+	c := 2 / t.Objective
+	t.CostGPUSec = &c
+	return t
+}
+
+// A verification re-run with per-run objectives 5.53 / 13.00 / 13.31 was
+// reported "confirmed" (median 13.00 within 10% of the first). Now the
+// re-run must beat the baseline run for run, as the selection did.
+func TestVerificationNeedsEveryRun(t *testing.T) {
+	ev := &scriptedEvaluator{runs: map[string][][]float64{
+		"coloc-r2-tp1-cache-sessionaffinity": {{11.9, 12.0, 12.1}, {12.0, 12.1, 11.9}},
+		// Beats the baseline; its re-run has one run below every baseline run.
+		"disagg-1p1d-cache-sessionaffinity": {{13.2, 13.3, 13.4}, {5.53, 13.00, 13.31}},
+	}}
+	lg, err := Live(context.Background(), LiveOptions{Base: baseSpec(), Evaluator: ev, Budget: 8, Runs: 3, SLO: replay.DefaultSLO})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := strings.Join(lg.Decision, "\n")
+	if lg.Selected == 2 || !strings.Contains(d, "do not beat the baseline's 11.90 / 12.00 / 12.10 beyond noise") {
+		t.Errorf("selected %d verified %v; decisions:\n%s", lg.Selected, lg.Verified, d)
+	}
+}
+
+// A trial with an invalid level is not eligible, however high its
+// objective: here the proposal's 20 req/s came from a client-bound level.
+func TestInvalidLevelsDecideNothing(t *testing.T) {
+	ev := &scriptedEvaluator{runs: map[string][][]float64{
+		"coloc-r2-tp1-cache-sessionaffinity": {{11.9, 12.0, 12.1}, {11.8, 12.0, 12.2}},
+		"disagg-1p1d-cache-sessionaffinity":  {nil},
+	}}
+	lg, err := Live(context.Background(), LiveOptions{Base: baseSpec(), Evaluator: ev, Budget: 4, Runs: 3, SLO: replay.DefaultSLO})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := lg.Trials[1]
+	if p.Eligible || !strings.Contains(p.Reason, "client_bound") {
+		t.Errorf("trial 2 eligible %v: %s", p.Eligible, p.Reason)
+	}
+	if lg.Selected != 1 {
+		t.Errorf("selected %d, want the baseline; decisions:\n%s", lg.Selected, strings.Join(lg.Decision, "\n"))
+	}
+}
+
+// Beats is the rule's core, exactly: ranges that touch do not beat; a
+// separated range below the 2% minimum win does not either.
+func TestBeats(t *testing.T) {
+	tr := func(o ...float64) *Trial { return &Trial{Objectives: o, Objective: median(o)} }
+	for _, tc := range []struct {
+		a, b *Trial
+		want bool
+	}{
+		{tr(13, 14, 15), tr(10, 11, 12), true},
+		{tr(12, 14, 15), tr(10, 11, 12), false},           // 12 is not above 12
+		{tr(10.3, 10.3, 10.3), tr(10, 10.1, 10.2), false}, // separated but < 2%
+		{tr(20), tr(10), false},                           // one run says nothing about noise
+		{tr(5.53, 13.00, 13.31), tr(11.9, 12, 12.1), false},
+	} {
+		if got := Beats(tc.a, tc.b); got != tc.want {
+			t.Errorf("Beats(%v, %v) = %v, want %v", tc.a.Objectives, tc.b.Objectives, got, tc.want)
+		}
+	}
+}
