@@ -92,7 +92,10 @@ type Log struct {
 	Runs           int             `json:"runs"`
 	SLO            replay.SLO      `json:"slo"`
 	Budget         int             `json:"budget"`
-	Trials         []Trial         `json:"trials"`
+	// HostFloor is the host's own TTFT floor, measured before the first
+	// trial (emulated trials only), and the time scale it led to.
+	HostFloor *HostFloor `json:"host_floor,omitempty"`
+	Trials    []Trial    `json:"trials"`
 	Selected       int             `json:"selected"` // trial N; 0 = none eligible
 	Verified       bool            `json:"verified"`
 	BaselineN      int             `json:"baseline"`
@@ -144,7 +147,8 @@ type LiveOptions struct {
 	Runs      int
 	SLO       replay.SLO
 	LogPath   string
-	Progress  io.Writer // one line per trial; nil: none
+	Progress  io.Writer  // one line per trial; nil: none
+	HostFloor *HostFloor // measured before the loop, for the log; nil: none
 }
 
 // Live runs the optimization loop: the baseline; proposals driven by each
@@ -161,7 +165,7 @@ func Live(ctx context.Context, o LiveOptions) (*Log, error) {
 		o.Runs = 3
 	}
 	lg := &Log{SchemaVersion: LogSchemaVersion, Started: time.Now().UTC(), Workload: o.Workload, QPS: o.QPS, Runs: o.Runs,
-		SLO: o.SLO, Budget: o.Budget, SelectionRule: LiveSelectionRule, RegressionRule: LiveRegressionRule,
+		SLO: o.SLO, Budget: o.Budget, HostFloor: o.HostFloor, SelectionRule: LiveSelectionRule, RegressionRule: LiveRegressionRule,
 		Trials: make([]Trial, 0, o.Budget)} // never outgrown: pointers into it stay valid
 	tried := map[string]int{} // key → trial N
 	say := func(format string, a ...any) {

@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -23,6 +25,7 @@ func newOptimizeCmd() *cobra.Command {
 		spec, out    string
 		runs, budget int
 		seed         uint64
+		timeScale    string
 	)
 	c := &cobra.Command{
 		Use:   "optimize --spec base.yaml --out DIR",
@@ -39,6 +42,15 @@ completes a topology × prefix-caching interaction, and re-runs the winner.
 Selection: ` + optimizer.LiveSelectionRule + `
 
 Regression: ` + optimizer.LiveRegressionRule + `
+
+Before the first trial of an emulator spec, hone measures the host's own
+floor: a replay of the highest level through hone's proxy against a
+zero-cost engine (emulator profile "null"). With --time-scale auto (the
+default) every trial then runs at the smallest usual time scale, at least
+the spec's, that keeps that p99 floor within ` + fmt.Sprintf("%g%%", 100*optimizer.FloorFraction) + ` of the TTFT SLO in
+model time, so that the host, not the deployment, does not decide. "spec"
+keeps the spec's scale (the floor is still measured and logged); a number
+sets the scale.
 
 Every trial, failed ones too, goes to DIR/log.json (rewritten atomically after
 each trial); records to DIR/records/, emulator ground truth to DIR/traces/.
@@ -73,6 +85,22 @@ Exit codes: 0 a verified selection; 1 nothing eligible or verified; 2 bad input.
 			if err != nil {
 				return err
 			}
+			scaleFixed := 0.0
+			switch timeScale {
+			case "auto", "spec":
+			default:
+				v, err := strconv.ParseFloat(timeScale, 64)
+				if err != nil || !(v > 0) || v > 1e6 {
+					return badInput("--time-scale: want auto, spec or a positive factor, got %q", timeScale)
+				}
+				scaleFixed = v
+			}
+			if scaleFixed > 0 {
+				if base.Engine != deploy.EngineEmulator {
+					return badInput("--time-scale: %s: only an emulator spec has a time scale (engine %q)", timeScale, base.Engine)
+				}
+				base.Emulator.TimeScale = scaleFixed
+			}
 			v, commit := buildVersion()
 			w := replay.Workload{Seed: seed, Requests: sc.Requests, InputTokens: sc.InputTokens,
 				UncachedTokens: replay.DefaultUncachedTokens, OutputTokens: sc.OutputTokens}
@@ -84,7 +112,33 @@ Exit codes: 0 a verified selection; 1 nothing eligible or verified; 2 bad input.
 			// deployment is torn down and the log keeps every trial so far.
 			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			lg, err := optimizer.Live(ctx, optimizer.LiveOptions{Base: base, Evaluator: ev, Budget: budget,
+			var floor *optimizer.HostFloor
+			if base.Engine == deploy.EngineEmulator {
+				fmt.Fprintf(c.ErrOrStderr(), "optimize: measuring the host's floor (zero-cost engine, %g req/s, 1 run)\n", slices.Max(sc.QPS))
+				floor, err = ev.MeasureFloor(ctx, base)
+				if err != nil {
+					return fmt.Errorf("optimize: host floor: %w", err)
+				}
+				fmt.Fprintf(c.ErrOrStderr(), "optimize: host floor p50 %.2f / p99 %.2f ms real (dispatch lag p99 %.2f ms); ",
+					floor.P50RealMs, floor.P99RealMs, floor.DispatchP99RealMs)
+				if timeScale == "auto" {
+					base.Emulator.TimeScale = floor.ChosenTimeScale
+					fmt.Fprintf(c.ErrOrStderr(), "trials run at time scale %g (spec: %g): floor %.1f model ms\n",
+						floor.ChosenTimeScale, floor.SpecTimeScale, floor.FloorModelMs)
+				} else {
+					floor.ChosenTimeScale = max(base.Emulator.TimeScale, 0)
+					if floor.ChosenTimeScale == 0 {
+						floor.ChosenTimeScale = 1
+					}
+					floor.FloorModelMs = floor.P99RealMs / floor.ChosenTimeScale
+					floor.Note = "--time-scale " + timeScale + ": the scale was not chosen from the floor"
+					fmt.Fprintf(c.ErrOrStderr(), "trials run at time scale %g as asked: floor %.1f model ms\n", floor.ChosenTimeScale, floor.FloorModelMs)
+				}
+				if floor.Note != "" && timeScale == "auto" {
+					fmt.Fprintf(c.ErrOrStderr(), "optimize: warning: %s\n", floor.Note)
+				}
+			}
+			lg, err := optimizer.Live(ctx, optimizer.LiveOptions{Base: base, Evaluator: ev, Budget: budget, HostFloor: floor,
 				Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo, LogPath: logPath, Progress: c.ErrOrStderr()})
 			if err != nil {
 				return fmt.Errorf("optimize: %w (the log so far is in %s)", err, logPath)
@@ -105,5 +159,6 @@ Exit codes: 0 a verified selection; 1 nothing eligible or verified; 2 bad input.
 	f.IntVar(&runs, "runs", 3, "independent runs per trial")
 	f.IntVar(&budget, "budget", 8, "trials in all, the verification re-run included")
 	f.Uint64Var(&seed, "seed", replay.DefaultSeed, "workload seed")
+	f.StringVar(&timeScale, "time-scale", "auto", "emulated trials' time scale: auto (from the host's measured floor) | spec | a factor")
 	return c
 }

@@ -209,6 +209,17 @@ var profiles = map[string]*Profile{
 		MaxNumBatchedTokens: 32768,
 		Exercise:            &ExerciseRates{PrefillTokensPerSec: 4096, DecodeMsPerToken: 1000.0 / 2048, TransferMs: 8},
 	},
+	// An engine that costs nothing: every step and transfer takes zero model
+	// time, so a replay's TTFT is the host's own floor (dispatch, HTTP,
+	// the proxy's hops, delivery). hone optimize measures it to pick a time
+	// scale; it ranks nothing.
+	"null": {
+		Name: "null", Model: Qwen25Coder05B,
+		GPU:                 GPU{Name: "none (zero-cost engine)"},
+		MaxNumSeqs:          4096,
+		MaxNumBatchedTokens: 1 << 22,
+		Exercise:            &ExerciseRates{PrefillTokensPerSec: math.Inf(1), DecodeMsPerToken: 0, TransferMs: 0},
+	},
 	// NVIDIA A10 (24 GB GDDR6): 125 TFLOPS dense bf16, 600 GB/s, PCIe 4.0 x16.
 	"qwen2.5-coder-0.5b-a10": {
 		Name: "qwen2.5-coder-0.5b-a10", Model: Qwen25Coder05B,
