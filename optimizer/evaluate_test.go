@@ -1,0 +1,148 @@
+package optimizer
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/deploy/proxy"
+	"github.com/hone-llm/hone/replay"
+)
+
+var (
+	buildOnce sync.Once
+	builtHone string
+	buildErr  error
+)
+
+// honeBinary is $HONE_BIN (make test sets it) or a fresh build.
+func honeBinary(t *testing.T) string {
+	t.Helper()
+	if b := os.Getenv("HONE_BIN"); b != "" {
+		return b
+	}
+	if testing.Short() {
+		t.Skip("needs a hone binary: set HONE_BIN or run without -short")
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "hone-optimizer-test")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		builtHone = filepath.Join(dir, "hone")
+		if b, err := exec.Command("go", "build", "-o", builtHone, "../cmd/hone").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/hone: %v\n%s", err, b)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return builtHone
+}
+
+// portPair returns two consecutive free loopback ports.
+func portPair(t *testing.T) int {
+	t.Helper()
+	for range 50 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+1)); err == nil {
+			l2.Close()
+			return p
+		}
+	}
+	t.Fatal("no two consecutive free ports")
+	return 0
+}
+
+// TestDeployEvaluator measures one emulated config for real: deploy up,
+// replay through the proxy, attribution, the record, deploy down. The
+// trial is what the record says, the kind is what the endpoint proved,
+// every level started cold through the proxy's reset fan-out, and the
+// proxy's outcome for every request agrees with the client's.
+func TestDeployEvaluator(t *testing.T) {
+	hone := honeBinary(t)
+	base := portPair(t)
+	s, err := deploy.ParseSpec(fmt.Appendf(nil, `
+name: eval
+engine: emulator
+model: {id: Qwen/Qwen2.5-Coder-0.5B-Instruct}
+gpus: {budget: 1}
+topology: {kind: colocated, replicas: 1, tp: 1}
+routing: {policy: session_affinity}
+network: {proxy_port: %d, worker_port: %d}
+emulator: {profile: qwen2.5-coder-0.5b-h200, time_scale: 0.25}
+`, base, base+1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	ev := &DeployEvaluator{Up: deploy.UpOptions{Hone: hone, StateDir: filepath.Join(out, "state")},
+		Workload: replay.Workload{Seed: 3, Requests: 16, InputTokens: 1024, UncachedTokens: 64, OutputTokens: 8},
+		QPS:      []float64{2, 8}, Runs: 1, SLO: replay.DefaultSLO, OutDir: out, Hone: replay.Build{Version: "test", Commit: "t"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tr := ev.Evaluate(ctx, s, "01-eval")
+	if tr.Error != "" {
+		t.Fatalf("trial error: %s", tr.Error)
+	}
+	rec, err := replay.ReadRecord(tr.Record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Kind != replay.KindEmulated || rec.Kind != replay.KindEmulated || rec.TimeScale != 0.25 || rec.Cache.Procedure != replay.CacheReset {
+		t.Errorf("trial kind %q, record kind %q, scale %g, cache %q; want emulated, 0.25 adopted, reset through the proxy",
+			tr.Kind, rec.Kind, rec.TimeScale, rec.Cache.Procedure)
+	}
+	if tr.Requests != 32 || len(tr.Levels) != 2 || len(tr.Objectives) != 1 || tr.Objective != rec.Runs[0].Objective {
+		t.Errorf("trial: %d requests, %d levels, objectives %v (record %g)", tr.Requests, len(tr.Levels), tr.Objectives, rec.Runs[0].Objective)
+	}
+	for _, l := range rec.Runs[0].Levels {
+		if l.WarmupHitRate == nil || *l.WarmupHitRate > 0.05 {
+			t.Errorf("%g req/s: warm-up hit rate %v, want ~0 (every level cold)", l.OfferedQPS, l.WarmupHitRate)
+		}
+	}
+	// The proxy's timeline file (kept in the state directory) against the
+	// client's outcomes: every request the client finished ok is a success
+	// in the proxy too, though the client closes right after [DONE].
+	f, err := os.Open(filepath.Join(out, "state", "hone-01-eval", "timelines.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	proxyOutcome := map[string]string{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var tl proxy.Timeline
+		if err := json.Unmarshal(sc.Bytes(), &tl); err != nil {
+			t.Fatal(err)
+		}
+		proxyOutcome[tl.RequestID] = tl.Outcome
+	}
+	for _, l := range rec.Runs[0].Levels {
+		for _, q := range l.Requests {
+			if q.Outcome == replay.OutcomeOK && proxyOutcome[q.RequestID] != proxy.OutcomeSuccess {
+				t.Errorf("%s: client ok, proxy %q", q.RequestID, proxyOutcome[q.RequestID])
+			}
+		}
+	}
+	if len(proxyOutcome) != 32 {
+		t.Errorf("proxy timelines for %d requests, want 32", len(proxyOutcome))
+	}
+}
