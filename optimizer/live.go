@@ -84,26 +84,26 @@ type LevelSummary struct {
 
 // Log is the live experiment log, rewritten atomically after every trial.
 type Log struct {
-	SchemaVersion  int             `json:"schema_version"`
-	Kind           string          `json:"kind"`
-	Started        time.Time       `json:"started"`
-	Workload       replay.Workload `json:"workload"`
-	QPS            []float64       `json:"qps"`
-	Runs           int             `json:"runs"`
-	SLO            replay.SLO      `json:"slo"`
-	Budget         int             `json:"budget"`
+	SchemaVersion int             `json:"schema_version"`
+	Kind          string          `json:"kind"`
+	Started       time.Time       `json:"started"`
+	Workload      replay.Workload `json:"workload"`
+	QPS           []float64       `json:"qps"`
+	Runs          int             `json:"runs"`
+	SLO           replay.SLO      `json:"slo"`
+	Budget        int             `json:"budget"`
 	// HostFloor is the host's own TTFT floor, measured before the first
 	// trial (emulated trials only), and the time scale it led to.
-	HostFloor *HostFloor `json:"host_floor,omitempty"`
-	Trials    []Trial    `json:"trials"`
-	Selected       int             `json:"selected"` // trial N; 0 = none eligible
-	Verified       bool            `json:"verified"`
-	BaselineN      int             `json:"baseline"`
-	Interaction    *Interaction    `json:"interaction,omitempty"`
-	Decision       []string        `json:"decision"`
-	SelectionRule  string          `json:"selection_rule"`
-	RegressionRule string          `json:"regression_rule"`
-	Done           bool            `json:"done"`
+	HostFloor      *HostFloor   `json:"host_floor,omitempty"`
+	Trials         []Trial      `json:"trials"`
+	Selected       int          `json:"selected"` // trial N; 0 = none eligible
+	Verified       bool         `json:"verified"`
+	BaselineN      int          `json:"baseline"`
+	Interaction    *Interaction `json:"interaction,omitempty"`
+	Decision       []string     `json:"decision"`
+	SelectionRule  string       `json:"selection_rule"`
+	RegressionRule string       `json:"regression_rule"`
+	Done           bool         `json:"done"`
 }
 
 // Interaction is a 2×2 reading: topology × prefix caching.
