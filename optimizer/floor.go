@@ -12,14 +12,15 @@ import (
 )
 
 // FloorFraction is how much of the TTFT SLO the host's own p99 floor may
-// take, in model time, at the time scale emulated trials run at. It sits
-// below replay.ClientBoundSLOFraction so that the measurement's own cost
-// leaves room before a level is judged client-bound.
-const FloorFraction = 0.02
+// take, in model time, at the time scale emulated trials run at: half of
+// replay.ClientBoundSLOFraction, so that the measurement's own cost leaves
+// as much room again before a level is judged client-bound.
+const FloorFraction = replay.ClientBoundSLOFraction / 2
 
 // HostFloor is what the host itself adds to every TTFT: a replay through
 // hone's proxy against the zero-cost emulator profile ("null"), at the
-// highest load level, before any trial.
+// highest load level, FloorRuns times (so that p99 is not one request's
+// stall), before any trial.
 type HostFloor struct {
 	OfferedQPS float64 `json:"offered_qps"`
 	TimeScale  float64 `json:"time_scale"` // the scale it was measured at
@@ -39,12 +40,19 @@ type HostFloor struct {
 	Note            string  `json:"note,omitempty"`
 }
 
+// FloorRuns is how many passes over the highest level the floor takes.
+const FloorRuns = 3
+
 var scaleSteps = []float64{0.05, 0.1, 0.2, 0.25, 0.5, 1, 2, 4}
 
-// ChooseTimeScale is the smallest step >= specScale that keeps p99RealMs /
-// scale <= FloorFraction x ttftSLOMs; the largest step when none does.
+// ChooseTimeScale is specScale when it keeps p99RealMs / scale <=
+// FloorFraction x ttftSLOMs, else the smallest step above it that does;
+// the largest step when none does.
 func ChooseTimeScale(p99RealMs, specScale, ttftSLOMs float64) float64 {
 	need := p99RealMs / (FloorFraction * ttftSLOMs)
+	if specScale >= need {
+		return specScale
+	}
 	for _, s := range scaleSteps {
 		if s >= specScale && s >= need {
 			return s
@@ -79,15 +87,20 @@ func (e *DeployEvaluator) MeasureFloor(ctx context.Context, base *deploy.Spec) (
 	defer dep.Down(10 * time.Second)
 	top := slices.Max(e.QPS)
 	rec, err := replay.Run(ctx, replay.Options{Endpoint: dep.ProxyURL(), Model: s.ServedName(), Kind: replay.KindEmulated,
-		Backend: "emulator", Workload: e.Workload, QPS: []float64{top}, Runs: 1, SLO: e.SLO, TimeScale: scale, Hone: e.Hone})
+		Backend: "emulator", Workload: e.Workload, QPS: []float64{top}, Runs: FloorRuns, SLO: e.SLO, TimeScale: scale, Hone: e.Hone})
 	if err != nil {
 		return nil, fmt.Errorf("replay against the zero-cost engine: %w", err)
 	}
 	var ttft []float64
-	l := rec.Runs[0].Levels[0]
-	for _, q := range l.Requests {
-		if q.ID >= replay.Sessions && q.TTFTMs != nil {
-			ttft = append(ttft, *q.TTFTMs)
+	lag := 0.0
+	for _, r := range rec.Runs {
+		for _, l := range r.Levels {
+			lag = max(lag, l.DispatchLagP99Ms)
+			for _, q := range l.Requests {
+				if q.ID >= replay.Sessions && q.TTFTMs != nil {
+					ttft = append(ttft, *q.TTFTMs)
+				}
+			}
 		}
 	}
 	if len(ttft) == 0 {
@@ -95,7 +108,7 @@ func (e *DeployEvaluator) MeasureFloor(ctx context.Context, base *deploy.Spec) (
 	}
 	f := &HostFloor{OfferedQPS: top, TimeScale: scale, Requests: len(ttft),
 		P50RealMs: replay.NearestRank(ttft, 50) * scale, P99RealMs: replay.NearestRank(ttft, 99) * scale,
-		DispatchP99RealMs: l.DispatchLagP99Ms * scale, SpecTimeScale: scale,
+		DispatchP99RealMs: lag * scale, SpecTimeScale: scale,
 		Rule: fmt.Sprintf("trials run at the smallest of %v at least the spec's time scale that keeps the host's p99 TTFT floor "+
 			"(real ms / time scale) at or below %g%% of the %g ms TTFT SLO", scaleSteps, 100*FloorFraction, e.SLO.TTFTMillis)}
 	f.ChosenTimeScale = ChooseTimeScale(f.P99RealMs, scale, e.SLO.TTFTMillis)

@@ -329,3 +329,21 @@ func TestBeats(t *testing.T) {
 		}
 	}
 }
+
+// ChooseTimeScale keeps the host's p99 floor within FloorFraction (2.5%)
+// of the TTFT SLO in model time, never below the spec's scale.
+func TestChooseTimeScale(t *testing.T) {
+	for _, tc := range []struct{ p99, spec, want float64 }{
+		{5, 0.1, 0.1},     // 5 ms / 0.1 = 50 model ms = 2.5% of 2000
+		{5.01, 0.1, 0.2},  // just over: the next step
+		{16, 0.1, 0.5},    // a loaded host: 16 / 0.32 needed
+		{1, 0.25, 0.25},   // never below the spec's scale
+		{500, 0.1, 4},     // beyond every step: the largest, with a warning in the log
+		{0.5, 0.01, 0.01}, // the spec's scale already suffices
+		{0.6, 0.01, 0.05}, // else the smallest step above it
+	} {
+		if got := ChooseTimeScale(tc.p99, tc.spec, 2000); got != tc.want {
+			t.Errorf("ChooseTimeScale(%g ms, spec %g) = %g, want %g", tc.p99, tc.spec, got, tc.want)
+		}
+	}
+}

@@ -40,10 +40,11 @@ const (
 	// (the arrival process is no longer the one the workload specifies).
 	ClientBoundSLOFraction = 0.05
 	// ClientBoundTTFTFraction: a level is also client-bound when its median
-	// dispatch lag exceeds this fraction of its median TTFT: the typical
-	// request then spends more time waiting for the client than a fifth of
-	// what is being measured, and an attribution would name the client.
-	ClientBoundTTFTFraction = 0.2
+	// dispatch lag (or, in diagnose, its median client/proxy residual)
+	// exceeds this fraction of its median TTFT: the client is then the
+	// largest share of what is measured, larger than every engine-side
+	// part together, and the level measures the host, not the deployment.
+	ClientBoundTTFTFraction = 0.5
 	// WarmStartHitRate: the warm-up requests (ids 0-7, one per session,
 	// distinct prefixes) find nearly nothing cached on a cold engine; a
 	// hit rate above this over them means the cache was warm.

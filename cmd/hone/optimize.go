@@ -114,7 +114,7 @@ Exit codes: 0 a verified selection; 1 nothing eligible or verified; 2 bad input.
 			defer stop()
 			var floor *optimizer.HostFloor
 			if base.Engine == deploy.EngineEmulator {
-				fmt.Fprintf(c.ErrOrStderr(), "optimize: measuring the host's floor (zero-cost engine, %g req/s, 1 run)\n", slices.Max(sc.QPS))
+				fmt.Fprintf(c.ErrOrStderr(), "optimize: measuring the host's floor (zero-cost engine, %g req/s, %d runs)\n", slices.Max(sc.QPS), optimizer.FloorRuns)
 				floor, err = ev.MeasureFloor(ctx, base)
 				if err != nil {
 					return fmt.Errorf("optimize: host floor: %w", err)
