@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -228,6 +229,14 @@ func TestStarvedClientIsClientBound(t *testing.T) {
 	}
 	if rec.Runs[0].Objective == l.EffectiveQPS && l.EffectiveQPS > levels(rec)[0].EffectiveQPS {
 		t.Errorf("the objective %g comes from the client-bound level", rec.Runs[0].Objective)
+	}
+	// One TTFT everywhere: from the scheduled send, the lateness included;
+	// the other one is kept, and they differ by the dispatch lag exactly.
+	for _, q := range l.Requests {
+		if *q.TTFTMs != *q.FirstMs-q.ScheduledMs || *q.TTFTFromSentMs != *q.FirstMs-q.SentMs ||
+			math.Abs(*q.TTFTMs-*q.TTFTFromSentMs-q.DispatchLagMs) > 1e-9*math.Max(1, *q.TTFTMs) {
+			t.Fatalf("request %d: ttft %g, from sent %g, lag %g", q.ID, *q.TTFTMs, *q.TTFTFromSentMs, q.DispatchLagMs)
+		}
 	}
 }
 
