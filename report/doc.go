@@ -1,6 +1,17 @@
 // Package report renders a live experiment log (hone optimize) as a
-// Markdown report with plots: before/after, every trial (failed ones too),
+// Markdown report with plots: before/after, every level of the baseline and
+// the selection, every trial (failed ones too), invalid levels and why,
 // ablations, the interaction, the latency attribution, and how to
-// reproduce it. Every number carries its kind: emulated or device figures
-// are never mixed or relabelled.
+// reproduce it.
+//
+// Every figure shows the spread over runs, not only the median: each run
+// as a point or a min–max bar, the median marked. Medians and ranges are
+// over a level's valid runs; invalid runs are drawn hollow and grey and
+// listed with their reasons. p99 has one definition throughout (nearest
+// rank over a run's measured requests, TTFT from the scheduled send),
+// stated once, with which request it is where there are fewer than 200.
+//
+// Every number carries its kind: emulated or device figures are never
+// mixed or relabelled, and an unverified endpoint's figures are never
+// called device measurements.
 package report

@@ -2,51 +2,190 @@ package report
 
 import (
 	"bytes"
+	"flag"
+	"fmt"
 	"image/png"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/hone-llm/hone/diagnose"
 	"github.com/hone-llm/hone/optimizer"
 	"github.com/hone-llm/hone/replay"
 )
 
-func TestReport(t *testing.T) {
-	cost := 0.2
-	lv := []optimizer.LevelSummary{{OfferedQPS: 4, P99TTFTMs: 100, P99TPOTMs: 8, EffectiveQPS: 3.9, PassedRuns: 3, Runs: 3},
-		{OfferedQPS: 16, P99TTFTMs: 3000, P99TPOTMs: 9, EffectiveQPS: 9, PassedRuns: 0, Runs: 3}}
-	lg := &optimizer.Log{SchemaVersion: 1, Kind: "emulated", Workload: replay.DefaultWorkload(), QPS: []float64{4, 16}, Runs: 3,
-		SLO: replay.DefaultSLO, BaselineN: 1, Selected: 2, Verified: true, Decision: []string{"selected trial 2"},
+var render = flag.String("render", "", "also write the first case's report and plots into this directory, to look at")
+
+// testLevels makes a trial's levels: p99 TTFT grows with load from ttft0,
+// runs differ by a few percent, and the level at invalidAt (0: none) has
+// run 2 invalid (client_bound, its TTFT inflated), or every run when all
+// is set.
+func testLevels(qps []float64, ttft0, capacity float64, measured int, invalidAt float64, all bool) []optimizer.LevelSummary {
+	var ls []optimizer.LevelSummary
+	for _, q := range qps {
+		l := optimizer.LevelSummary{OfferedQPS: q, Runs: 3, Measured: measured}
+		for r := range 3 {
+			f := 1 + 0.06*float64(r-1)
+			tt := ttft0 * math.Exp(q/capacity) * f
+			valid := !(q == invalidAt && (all || r == 1))
+			if !valid {
+				tt *= 3
+				l.Invalid = append(l.Invalid, fmt.Sprintf("run %d: client_bound: p99 dispatch lag %.0f ms > 100 ms (5%% of the TTFT SLO)", r+1, tt/4))
+			}
+			l.RunP99TTFTMs = append(l.RunP99TTFTMs, tt)
+			l.RunP99TPOTMs = append(l.RunP99TPOTMs, (6+q/8)*f)
+			l.RunEffectiveQPS = append(l.RunEffectiveQPS, math.Min(q, capacity)*(1-0.01*float64(r)))
+			l.RunValid = append(l.RunValid, valid)
+			if valid && tt <= replay.DefaultSLO.TTFTMillis {
+				l.PassedRuns++
+			}
+		}
+		l.P99TTFTMs, l.P99TPOTMs, l.EffectiveQPS = l.RunP99TTFTMs[1], l.RunP99TPOTMs[1], l.RunEffectiveQPS[1]
+		ls = append(ls, l)
+	}
+	return ls
+}
+
+// testLog is a baseline, a proposal that is selected, an ablation that
+// is not eligible, an interaction cell and a re-run of the selection, 3
+// runs each; the selection has one invalid level (run 2 at 24 req/s).
+func testLog(kind string, measured int) *optimizer.Log {
+	qps := []float64{2, 4, 8, 16, 24, 32}
+	cost := func(v float64) *float64 { return &v }
+	hit := 0.969
+	return &optimizer.Log{SchemaVersion: optimizer.LogSchemaVersion, Kind: kind, Workload: replay.DefaultWorkload(), QPS: qps, Runs: 3,
+		SLO: replay.DefaultSLO, BaselineN: 1, Selected: 2, Verified: true, Decision: []string{"selected trial 2 (disagg-1p1d-cache)"},
+		SelectionRule: optimizer.LiveSelectionRule, RegressionRule: optimizer.LiveRegressionRule,
+		Interaction: &optimizer.Interaction{Factors: [2]string{"topology", "prefix caching"}, Cells: [4]int{2, 3, 1, 4},
+			Values: [4]float64{16.6, 0, 15.3, 10.5}, Text: "interaction: prefix caching is worth 16.600 req/s on disagg and 4.800 on coloc"},
 		Trials: []optimizer.Trial{
-			{N: 1, Role: "baseline", Key: "coloc", Objectives: []float64{3.9, 3.9, 3.8}, Objective: 3.9, CostGPUSec: &cost, Levels: lv, Eligible: true},
-			{N: 2, Role: "proposal", Key: "disagg", Objectives: []float64{7.8, 7.9, 7.7}, Objective: 7.8, Levels: lv, Eligible: true},
-			{N: 3, Role: "ablation", Key: "disagg-nocache", Why: "ablation: prefix caching off", Objective: 0, Eligible: false, Reason: "a run passed no load level"},
+			{N: 1, Role: "baseline", Why: "the baseline as given", Key: "coloc-r2-cache", Kind: kind, Objectives: []float64{15.3, 15.5, 15.2}, Objective: 15.3,
+				CostGPUSec: cost(0.13), HitRate: &hit, Levels: testLevels(qps, 60, 24, measured, 0, false), Eligible: true, Bottleneck: "client",
+				Diagnosis: "client grows most with load", Breakdown: []diagnose.LevelBreakdown{
+					{OfferedQPS: 2, Requests: 3 * measured, P99TTFTMs: 69.1, Mean: map[string]float64{"client": 20, "queueing": 5, "prefill": 7, "decode": 800}},
+					{OfferedQPS: 32, Requests: 3 * measured, P99TTFTMs: 241.3, Mean: map[string]float64{"client": 120, "queueing": 9, "prefill": 9, "decode": 1100}}}},
+			{N: 2, Role: "proposal", Why: "evaluate disaggregated", Key: "disagg-1p1d-cache", Kind: kind, Objectives: []float64{16.9, 16.6, 16.0}, Objective: 16.6,
+				CostGPUSec: cost(0.12), HitRate: &hit, Levels: testLevels(qps, 45, 20, measured, 24, false), Eligible: true, Bottleneck: "transfer"},
+			{N: 3, Role: "ablation", Why: "ablation: prefix caching off", Key: "disagg-1p1d-nocache", Kind: kind, Objectives: []float64{0, 0, 0},
+				Levels: testLevels(qps, 900, 12, measured, 0, false), Eligible: false, Reason: "a run passed no load level"},
+			{N: 4, Role: "interaction", Why: "topology × prefix caching", Key: "coloc-r2-nocache", Kind: kind, Objectives: []float64{10.5, 10.6, 10.4}, Objective: 10.5,
+				Levels: testLevels(qps, 150, 12, measured, 32, true), Eligible: true},
+			{N: 5, Role: "verify", Why: "re-run of trial 2", Key: "disagg-1p1d-cache", Kind: kind, Objectives: []float64{16.2, 16.8, 16.6}, Objective: 16.6,
+				Levels: testLevels(qps, 46, 20, measured, 0, false), Eligible: true},
 		}}
-	dir := t.TempDir()
-	var b bytes.Buffer
-	if err := Write(&b, lg, Options{PlotDir: dir, Command: "hone optimize --spec x"}); err != nil {
+}
+
+var plotFiles = []string{"p99_ttft.png", "p99_ttft_all.png", "objective.png", "p99_tpot.png", "effective_qps.png"}
+
+func TestWrite(t *testing.T) {
+	noSelection := testLog("emulated", 150)
+	noSelection.Selected, noSelection.Verified = 0, false
+	device := testLog("device", 250)
+	for i := range device.Trials {
+		for j := range device.Trials[i].Levels {
+			l := &device.Trials[i].Levels[j]
+			l.Invalid, l.RunValid = nil, []bool{true, true, true}
+		}
+	}
+	for _, c := range []struct {
+		name          string
+		lg            *optimizer.Log
+		want, notWant []string
+	}{
+		{"emulated, one invalid level", testLog("emulated", 40), []string{
+			"**All figures in this report are EMULATED** (kind `emulated`)", "not GPU measurements",
+			"| [emulated] | config |", "| [emulated] offered, req/s | p99 TTFT, ms, model time |", "| [emulated] # | role |",
+			"| **baseline** (trial 1) | `coloc-r2-cache` | 15.300 | 15.30 / 15.50 / 15.20 |",
+			"| **selected** (trial 2) | `disagg-1p1d-cache` | 16.600 |",
+			"Baseline: trial 1 coloc-r2-cache, every level", "Selected: trial 2 disagg-1p1d-cache, every level",
+			"| 3 | ablation | `disagg-1p1d-nocache` |", "no: a run passed no load level",
+			"| 5 | verify, **re-run of the selected config** |", "| 2 | proposal, **selected** |", "| 1 | **baseline** |",
+			// 45·e^1.2 = 149.40 ms ×0.94 and ×1.06 in runs 1 and 3; run 2 is invalid.
+			"| 24 | 149.4 (140.4–158.4) | 9.00 (8.46–9.54) | 19.800 (19.600–20.000) | 2/3 | **invalid: client_bound** (run 2 of 3) |",
+			"**invalid** 24 req/s: client_bound", "**invalid** 32 req/s: client_bound",
+			"## Invalid levels (emulated)", "trial 2 `disagg-1p1d-cache` (selected) at 24 req/s: invalid in 1 of 3 runs (client_bound)",
+			"  - run 2: client_bound: p99 dispatch lag", "trial 4 `coloc-r2-nocache` (interaction) at 32 req/s: invalid in 3 of 3 runs",
+			"nearest-rank 99th percentile", "scheduled send time", "rank ceil(0.99·40) = 40, so **p99 of 40 requests is their largest**",
+			"p99 of 40 requests is their largest.*", "![p99 TTFT vs offered load: baseline and selected (emulated)](p99_ttft.png)",
+			"*Figure 1 (EMULATED).", "Hollow grey points are invalid runs", "Objective +8.5% vs the baseline",
+			"| [emulated] offered, req/s | requests | p99 TTFT | client |", "| 32 | 120 | 241.3 | 120.0 | 9.0 | 9.0 |",
+			"(n in the requests column); p99 of 120 requests is their second largest.", "| [emulated] | cache on | cache off |",
+		}, []string{"DEVICE", "their largest: one slow request sets it. Here n = 120"}},
+		{"unverified", testLog("unverified", 40), []string{
+			"**All figures in this report are UNVERIFIED** (kind `unverified`)", "They are not device measurements",
+			"| [unverified] | config |", "*Figure 1 (UNVERIFIED).", "The endpoint's kind is unverified",
+		}, []string{"DEVICE", "EMULATED", "vLLM on GPUs", "model time"}},
+		{"nothing selected, 150 requests", noSelection, []string{
+			"No trial was eligible and verified: the baseline stays.", "**p99 of 150 requests is their second largest**",
+			"Baseline: trial 1 coloc-r2-cache, every level: median over valid runs (min–max); p99 of 150 requests is their second largest.",
+			"![p99 TTFT vs offered load: baseline (emulated)](p99_ttft.png)", "None: nothing was selected.",
+		}, []string{"selected (trial", "their largest", "re-run of the selected config"}},
+		{"device, every level valid, 250 requests", device, []string{
+			"**All figures in this report are DEVICE** (kind `device`): real vLLM on GPUs", "| [device] offered, req/s | p99 TTFT, ms |",
+			"Every level of every run was valid.", "rank ceil(0.99·250) = 248.", "No run was invalid at any level shown.",
+		}, []string{"p99 of 250", "**invalid", "Hollow grey points", "model time"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if *render != "" && c.name == "emulated, one invalid level" {
+				dir = *render
+			}
+			var b bytes.Buffer
+			if err := Write(&b, c.lg, Options{PlotDir: dir, Command: "hone optimize --spec x"}); err != nil {
+				t.Fatal(err)
+			}
+			out := b.String()
+			if *render != "" && dir == *render {
+				if err := os.WriteFile(filepath.Join(dir, "report.md"), b.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, s := range c.want {
+				if !strings.Contains(out, s) {
+					t.Errorf("report lacks %q", s)
+				}
+			}
+			for _, s := range c.notWant {
+				if strings.Contains(out, s) {
+					t.Errorf("report has %q", s)
+				}
+			}
+			for _, f := range plotFiles {
+				checkPNG(t, filepath.Join(dir, f))
+				if !strings.Contains(out, "]("+f+")") {
+					t.Errorf("report does not link %s", f)
+				}
+			}
+		})
+	}
+}
+
+func checkPNG(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
 		t.Fatal(err)
 	}
-	out := b.String()
-	for _, want := range []string{"**All figures in this report are EMULATED**", "| selected (trial 2) | `disagg` | 7.800 |",
-		"Objective +100.0% vs the baseline", "no: a run passed no load level", "ablation: prefix caching off (trial 3): objective 0.000 vs 7.800 req/s (-100.0%)",
-		"hone optimize --spec x", "not GPU measurements"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("report lacks %q", want)
-		}
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("%s is not a PNG: %v", path, err)
 	}
-	for _, f := range []string{"p99_ttft.png", "objective.png"} {
-		fh, err := os.Open(filepath.Join(dir, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := png.Decode(fh); err != nil {
-			t.Errorf("%s is not a PNG: %v", f, err)
-		}
-		fh.Close()
+	if r := img.Bounds(); len(b) == 0 || r.Dx() < 700 || r.Dy() < 450 {
+		t.Errorf("%s: %d bytes, %dx%d pixels: want a full-size figure", path, len(b), r.Dx(), r.Dy())
 	}
-	if err := Write(&b, &optimizer.Log{}, Options{}); err == nil {
-		t.Error("an empty log rendered")
+}
+
+func TestWriteRejects(t *testing.T) {
+	bad := testLog("emulated", 40)
+	bad.BaselineN = 9
+	wrongSel := testLog("emulated", 40)
+	wrongSel.Selected = 6
+	for name, lg := range map[string]*optimizer.Log{"no trials": {}, "baseline out of range": bad, "selection out of range": wrongSel} {
+		var b bytes.Buffer
+		if err := Write(&b, lg, Options{}); err == nil {
+			t.Errorf("%s: rendered", name)
+		}
 	}
 }

@@ -1,0 +1,192 @@
+package report
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/hone-llm/hone/diagnose"
+	"github.com/hone-llm/hone/optimizer"
+)
+
+// Every table's first header cell carries the log's kind, "[emulated]", so
+// a table copied out of the report keeps its provenance.
+
+// beforeAfter is the baseline against the selection, then every level of
+// each.
+func (d *doc) beforeAfter() {
+	d.p("## Before and after (%s)\n\n", d.prov.tag())
+	if d.sel == nil {
+		d.p("No trial was eligible and verified: the baseline stays.\n\n")
+	}
+	d.p("| [%s] | config | objective, req/s (median) | per run, req/s | GPU-s / request | prefix hit rate | verified |\n|---|---|---:|---|---:|---:|---|\n", d.prov.tag())
+	row := func(name string, t *optimizer.Trial, verified string) {
+		d.p("| %s | `%s` | %.3f | %s | %s | %s | %s |\n", name, t.Key, t.Objective, joinF3(t.Objectives), fmtPtr(t.CostGPUSec, "%.4f"), fmtPtrPct(t.HitRate), verified)
+	}
+	row(fmt.Sprintf("**baseline** (trial %d)", d.base.N), d.base, "—")
+	if d.sel != nil {
+		row(fmt.Sprintf("**selected** (trial %d)", d.sel.N), d.sel, fmt.Sprint(d.lg.Verified))
+		d.change()
+	}
+	d.p("\n")
+	for _, t := range d.compared() {
+		d.levelTable(t)
+	}
+}
+
+// change states the selection's objective and cost against the baseline's.
+func (d *doc) change() {
+	b, s := d.base, d.sel
+	if b.Objective <= 0 {
+		return
+	}
+	d.p("\nObjective %+.1f%% vs the baseline", 100*(s.Objective-b.Objective)/b.Objective)
+	if b.CostGPUSec != nil && s.CostGPUSec != nil && *b.CostGPUSec > 0 {
+		d.p("; cost %+.1f%% GPU-seconds per request", 100*(*s.CostGPUSec-*b.CostGPUSec) / *b.CostGPUSec)
+	}
+	d.p(" (%s).\n", d.prov.tag())
+}
+
+// levelTable is every level of t: medians over valid runs with their
+// range, and each level's verdict.
+func (d *doc) levelTable(t *optimizer.Trial) {
+	perRun := false
+	for _, l := range t.Levels {
+		perRun = perRun || len(l.RunP99TTFTMs) > 0
+	}
+	if perRun {
+		d.p("%s, every level: median over valid runs (min–max)", capitalize(d.name(t)))
+	} else {
+		d.p("%s, every level: median over runs (the log holds no per-run values)", capitalize(d.name(t)))
+	}
+	if note := p99Notes(measuredCounts(t)); note != "" {
+		d.p("; %s", note)
+	}
+	d.p(".\n\n")
+	if len(t.Levels) == 0 {
+		d.p("No level was measured.\n\n")
+		return
+	}
+	d.p("| [%s] offered, req/s | %s, %s | %s, %s | %s, %s | passed runs | validity |\n|---:|---:|---:|---:|---:|---|\n",
+		d.prov.tag(), ttft.name, d.prov.unit(ttft), tpot.name, d.prov.unit(tpot), effective.name, d.prov.unit(effective))
+	for i := range t.Levels {
+		l := &t.Levels[i]
+		d.p("| %g | %s | %s | %s | %d/%d | %s |\n", l.OfferedQPS, spreadCell(l, ttft, "%.1f"), spreadCell(l, tpot, "%.2f"),
+			spreadCell(l, effective, "%.3f"), l.PassedRuns, l.Runs, verdictCell(l))
+	}
+	d.p("\n")
+}
+
+// spreadCell is "median (min–max)" over l's valid runs; a level with no
+// valid run shows the median over all of them, marked.
+func spreadCell(l *optimizer.LevelSummary, m metric, f string) string {
+	s := validSpread(levelRuns(l, m))
+	switch {
+	case s.n == 0:
+		return fmt.Sprintf("*"+f+", no valid run*", m.median(l))
+	case s.min == s.max:
+		return fmt.Sprintf(f, s.median)
+	}
+	return fmt.Sprintf(f+" ("+f+"–"+f+")", s.median, s.min, s.max)
+}
+
+// trials lists every trial, failed ones too.
+func (d *doc) trials() {
+	d.p("## Every trial, failed ones too (%s)\n\n", d.prov.tag())
+	d.p("| [%s] # | role | config | why | objective, req/s | per run, req/s | GPU-s/req | eligible | invalid levels | bottleneck | seconds |\n"+
+		"|---:|---|---|---|---:|---|---:|---|---|---|---:|\n", d.prov.tag())
+	for i := range d.lg.Trials {
+		t := &d.lg.Trials[i]
+		elig := "yes"
+		if !t.Eligible {
+			elig = "no: " + t.Reason
+		}
+		d.p("| %d | %s | `%s` | %s | %.3f | %s | %s | %s | %s | %s | %.0f |\n", t.N, d.roleCell(t), t.Key, t.Why, t.Objective, joinF3(t.Objectives),
+			fmtPtr(t.CostGPUSec, "%.4f"), elig, invalidLevelsCell(t), t.Bottleneck, t.Seconds)
+	}
+	d.p("\n")
+}
+
+// roleCell is t's role with its mark in bold.
+func (d *doc) roleCell(t *optimizer.Trial) string {
+	switch m := d.mark(t); m {
+	case "":
+		return t.Role
+	case t.Role:
+		return "**" + m + "**"
+	default:
+		return t.Role + ", **" + m + "**"
+	}
+}
+
+// invalidLevelsCell names t's levels with an invalid run and why: "16
+// req/s: client_bound".
+func invalidLevelsCell(t *optimizer.Trial) string {
+	var s []string
+	for i := range t.Levels {
+		l := &t.Levels[i]
+		if levelInvalid(l) {
+			s = append(s, fmt.Sprintf("%g req/s: %s", l.OfferedQPS, strings.Join(reasonCodes(l), ", ")))
+		}
+	}
+	if len(s) == 0 {
+		return "—"
+	}
+	return "**invalid** " + strings.Join(s, "; ")
+}
+
+// interaction is the 2×2 of topology and prefix caching.
+func (d *doc) interaction() {
+	d.p("## Interaction (%s)\n\n", d.prov.tag())
+	in := d.lg.Interaction
+	if in == nil {
+		d.p("The 2×2 (topology × prefix caching) was not completed within the budget.\n\n")
+		return
+	}
+	d.p("%s × %s, objectives (req/s):\n\n", in.Factors[0], in.Factors[1])
+	d.p("| [%s] | cache on | cache off |\n|---|---:|---:|\n", d.prov.tag())
+	d.p("| selected topology | %.3f (trial %d) | %.3f (trial %d) |\n", in.Values[0], in.Cells[0], in.Values[1], in.Cells[1])
+	d.p("| other topology | %.3f (trial %d) | %.3f (trial %d) |\n\n", in.Values[2], in.Cells[2], in.Values[3], in.Cells[3])
+	d.p("%s.\n\n", in.Text)
+}
+
+// breakdowns split the baseline's and the selection's TTFT into its parts.
+func (d *doc) breakdowns() {
+	d.p("## Where the time went (%s; mean per request, %s)\n\n", d.prov.tag(), d.prov.ms())
+	n := 0
+	for _, t := range d.compared() {
+		n += len(t.Breakdown)
+	}
+	if n == 0 {
+		d.p("The log holds no latency attribution for the baseline or the selection.\n\n")
+	}
+	for _, t := range d.compared() {
+		if len(t.Breakdown) == 0 {
+			continue
+		}
+		d.p("Trial %d `%s` (%s) — bottleneck **%s**: %s\n\n", t.N, t.Key, d.mark(t), t.Bottleneck, t.Diagnosis)
+		var ns []int
+		for _, l := range t.Breakdown {
+			if !slices.Contains(ns, l.Requests) {
+				ns = append(ns, l.Requests)
+			}
+		}
+		slices.Sort(ns)
+		d.p("The p99 TTFT here is over every run's requests at a level together (n in the requests column)")
+		if note := p99Notes(ns); note != "" {
+			d.p("; %s", note)
+		}
+		d.p(".\n\n")
+		parts := append(append([]string(nil), diagnose.TTFTComponents...), diagnose.Decode)
+		cols := append([]string{fmt.Sprintf("[%s] offered, req/s", d.prov.tag()), "requests", "p99 TTFT"}, parts...)
+		d.p("| %s |\n|%s\n", strings.Join(cols, " | "), strings.Repeat("---:|", len(cols)))
+		for _, l := range t.Breakdown {
+			cells := []string{fmt.Sprintf("%g", l.OfferedQPS), fmt.Sprint(l.Requests), fmt.Sprintf("%.1f", l.P99TTFTMs)}
+			for _, k := range parts {
+				cells = append(cells, fmt.Sprintf("%.1f", l.Mean[k]))
+			}
+			d.p("| %s |\n", strings.Join(cells, " | "))
+		}
+		d.p("\n")
+	}
+}
