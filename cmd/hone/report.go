@@ -24,8 +24,13 @@ after (objective, per-run values, GPU-seconds per request, hit rate), every
 level's p99 TTFT/TPOT, every trial with why it ran and whether it was
 eligible, the ablations, the topology × prefix-caching interaction, the
 latency attribution of the baseline and the selection, the decisions, and how
-to reproduce. Plots (PNG) are written beside the report. Every figure carries
-the log's kind (emulated or device).
+to reproduce. Plots (PNG: objective per trial, p99 TTFT and TPOT and
+effective QPS per level) are written beside the report; every plot shows each
+run and the min-max over valid runs, marks the baseline and the selection,
+and draws invalid runs hollow and grey, outside the medians. Every figure
+and table carries the log's kind (emulated, device, or unverified, which is
+never shown as a device number); invalid levels are listed with their
+reasons, and "p99 of N requests is their largest" is stated where N < 100.
 
 Exit codes: 0 success; 2 bad input.`,
 		Example: `  hone report --log results/demo/log.json -o results/demo/report.md`,
