@@ -9,13 +9,18 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hone-llm/hone/internal/atomicfile"
 )
 
-// SchemaVersion is the version of the baseline file format.
-const SchemaVersion = 1
+// SchemaVersion is the version of the baseline file format. Version 2
+// added each value's validity (Series.Invalid), the plausibility bounds and
+// the cache procedure in the fingerprint; version 1 files are read only for
+// simulation_only baselines, which have neither invalid levels nor a cache
+// procedure.
+const SchemaVersion = 2
 
 // Direction says which way a metric improves.
 type Direction string
@@ -33,6 +38,60 @@ type Series struct {
 	Metric     string    `json:"metric"`
 	Direction  Direction `json:"direction"`
 	Values     []float64 `json:"values"`
+	// Invalid runs parallel to Values: why that run's value may not decide
+	// anything ("code: detail" from the record's level verdict), "" for a
+	// valid value. Omitted when every value is valid.
+	Invalid []string `json:"invalid,omitempty"`
+}
+
+// invalidAt is the reason value i is invalid, or "".
+func (s Series) invalidAt(i int) string {
+	if i < len(s.Invalid) {
+		return s.Invalid[i]
+	}
+	return ""
+}
+
+// merge appends o's values (and their validity) to s.
+func (s *Series) merge(o Series) {
+	if s.Invalid != nil || o.Invalid != nil {
+		inv := make([]string, 0, len(s.Values)+len(o.Values))
+		for i := range s.Values {
+			inv = append(inv, s.invalidAt(i))
+		}
+		for i := range o.Values {
+			inv = append(inv, o.invalidAt(i))
+		}
+		s.Invalid = inv
+	}
+	s.Values = append(s.Values, o.Values...)
+}
+
+// keepLast keeps the newest n values.
+func (s *Series) keepLast(n int) {
+	if len(s.Values) <= n {
+		return
+	}
+	cut := len(s.Values) - n
+	s.Values = append([]float64(nil), s.Values[cut:]...)
+	if s.Invalid != nil {
+		s.Invalid = append([]string(nil), s.Invalid[cut:]...)
+		if strings.Join(s.Invalid, "") == "" {
+			s.Invalid = nil
+		}
+	}
+}
+
+// valid returns the series restricted to its valid values.
+func (s Series) valid() Series {
+	v := s
+	v.Values, v.Invalid = nil, nil
+	for i, x := range s.Values {
+		if s.invalidAt(i) == "" {
+			v.Values = append(v.Values, x)
+		}
+	}
+	return v
 }
 
 // Key identifies a series within a baseline.
@@ -49,10 +108,13 @@ type Baseline struct {
 	SchemaVersion int         `json:"schema_version"`
 	Name          string      `json:"name"`
 	Created       time.Time   `json:"created"`
-	Kind          string      `json:"kind"` // simulation_only | emulated | device
+	Kind          string      `json:"kind"` // simulation_only | emulated | device | unverified
 	Fingerprint   Fingerprint `json:"fingerprint"`
 	Runs          int         `json:"runs"`
-	Series        []Series    `json:"series"`
+	// Bounds are what the baseline runs' figures can physically reach,
+	// for the plausibility check.
+	Bounds Bounds   `json:"bounds"`
+	Series []Series `json:"series"`
 }
 
 // ReadBaseline reads and validates a baseline file. Every problem is an
@@ -75,11 +137,17 @@ func ParseBaseline(b []byte) (*Baseline, error) {
 	if err := json.Unmarshal(b, &bl); err != nil {
 		return nil, fmt.Errorf("not a valid baseline JSON document (truncated or corrupt?): %w", err)
 	}
-	if bl.SchemaVersion != SchemaVersion {
+	switch {
+	case bl.SchemaVersion == 1 && bl.Kind == "simulation_only":
+		bl.SchemaVersion = SchemaVersion // nothing to add: the simulator has no invalid levels and no cache procedure
+	case bl.SchemaVersion == 1:
+		return nil, fmt.Errorf("schema_version 1: a %s baseline from before level verdicts and the cache procedure were recorded; "+
+			"recreate it from schema-2 run records (hone gate baseline create RECORD... -o FILE)", bl.Kind)
+	case bl.SchemaVersion != SchemaVersion:
 		return nil, fmt.Errorf("schema_version %d: want %d", bl.SchemaVersion, SchemaVersion)
 	}
 	if bl.Kind == "" {
-		return nil, errors.New("kind: missing (want simulation_only, emulated or device)")
+		return nil, errors.New("kind: missing (want simulation_only, emulated, device or unverified)")
 	}
 	if len(bl.Series) == 0 {
 		return nil, errors.New("series: empty; a baseline needs at least one metric")
@@ -96,6 +164,8 @@ func ParseBaseline(b []byte) (*Baseline, error) {
 			return nil, fmt.Errorf("%s: values: empty", where)
 		case seen[s.Key()]:
 			return nil, fmt.Errorf("%s: duplicate series", where)
+		case len(s.Invalid) != 0 && len(s.Invalid) != len(s.Values):
+			return nil, fmt.Errorf("%s: invalid: %d entries for %d values (want one per value, or none)", where, len(s.Invalid), len(s.Values))
 		}
 		for j, v := range s.Values {
 			if math.IsNaN(v) || math.IsInf(v, 0) {
@@ -130,7 +200,12 @@ func NewBaseline(name string, runs []Run, compared []string) (*Baseline, error) 
 	if err := bl.add(runs, compared); err != nil {
 		return nil, err
 	}
-	return bl, nil
+	for _, s := range bl.Series {
+		if s.OfferedQPS > 0 && len(s.valid().Values) > 0 {
+			return bl, nil
+		}
+	}
+	return nil, errors.New("no level is valid in any run (see each record's level verdicts): a baseline needs at least one valid level to compare against")
 }
 
 // Update appends runs to the baseline, keeping at most keep runs per
@@ -141,9 +216,7 @@ func (bl *Baseline) Update(runs []Run, compared []string, keep int) error {
 	}
 	if keep > 0 {
 		for i := range bl.Series {
-			if v := bl.Series[i].Values; len(v) > keep {
-				bl.Series[i].Values = append([]float64(nil), v[len(v)-keep:]...)
-			}
+			bl.Series[i].keepLast(keep)
 		}
 		bl.Runs = min(bl.Runs, keep)
 	}
@@ -159,16 +232,21 @@ func (bl *Baseline) add(runs []Run, compared []string) error {
 		if r.Kind != bl.Kind {
 			return fmt.Errorf("run %d: kind %q, baseline kind %q: records of different kinds are never mixed", ri+1, r.Kind, bl.Kind)
 		}
-		if diff := DiffFingerprints(bl.Fingerprint, r.Fingerprint, compared); len(diff) > 0 {
+		if diff := DiffFingerprints(bl.Fingerprint, r.Fingerprint, withProcedure(compared)); len(diff) > 0 {
 			return fmt.Errorf("run %d was measured in another environment: %v", ri+1, diff)
 		}
 		for _, s := range r.Series() {
 			if i, ok := idx[s.Key()]; ok {
-				bl.Series[i].Values = append(bl.Series[i].Values, s.Values...)
+				bl.Series[i].merge(s)
 				continue
 			}
 			idx[s.Key()] = len(bl.Series)
 			bl.Series = append(bl.Series, s)
+		}
+		if bl.Runs == 0 {
+			bl.Bounds = r.Bounds
+		} else {
+			bl.Bounds = bl.Bounds.merge(r.Bounds)
 		}
 		bl.Runs++
 	}
@@ -189,7 +267,13 @@ func seriesLess(a, b Series) bool {
 // DefaultCompared are the fingerprint fields that must match. hone's own
 // version and the engine version are recorded but not compared: changing
 // them is what a gate is for.
-var DefaultCompared = []string{"kind", "engine", "model", "revision", "precision", "gpu_model", "gpu_count", "workload", "slo", "time_scale"}
+var DefaultCompared = []string{"kind", "engine", "model", "revision", "precision", "gpu_model", "gpu_count", "workload", "slo", "time_scale", "cache"}
+
+// ProcedureCompared are compared whatever a config's compare_fingerprint
+// says: a record made with another cold-start procedure (the record's
+// cache.procedure) or time scale measured something else, and comparing
+// it would report the procedure's effect as the deployment's.
+var ProcedureCompared = []string{"cache", "time_scale"}
 
 // DiffFingerprints lists the compared fields whose values differ, as
 // "field: baseline → candidate".

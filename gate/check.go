@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -15,11 +16,23 @@ import (
 type Verdict string
 
 const (
-	Pass         Verdict = "pass"
-	Improved     Verdict = "improved"
-	Warn         Verdict = "warn"
-	Fail         Verdict = "fail"
+	Pass     Verdict = "pass"
+	Improved Verdict = "improved"
+	Warn     Verdict = "warn"
+	Fail     Verdict = "fail"
+	// Suspect: the values are physically implausible (see
+	// PlausibilityRule), so the comparison says more about the measurement
+	// than the deployment. It fails CI like Fail.
+	Suspect Verdict = "suspect"
+	// Invalid: a metric not compared because its level is invalid on one
+	// side (or, for the objective, not every level is valid); never pass
+	// or fail.
+	Invalid Verdict = "invalid"
+	// Incomparable: the candidate was measured in another environment or
+	// with another procedure, or lacks metrics (exit 2).
 	Incomparable Verdict = "incomparable"
+	// Unusable: no level is valid on both sides (exit 2).
+	Unusable Verdict = "unusable"
 )
 
 // Config tunes a check. The zero value means the defaults.
@@ -81,9 +94,24 @@ func (c Config) alpha() float64 {
 
 func (c Config) compared() []string {
 	if len(c.Compared) > 0 {
-		return c.Compared
+		return withProcedure(c.Compared)
 	}
-	return DefaultCompared
+	return withProcedure(DefaultCompared)
+}
+
+// withProcedure adds ProcedureCompared to a list of compared fields.
+func withProcedure(compared []string) []string {
+	out := append([]string(nil), compared...)
+	for _, p := range ProcedureCompared {
+		found := false
+		for _, c := range compared {
+			found = found || c == p
+		}
+		if !found {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func (c Config) thresholds(metric string) (fail, warn float64) {
@@ -118,7 +146,10 @@ type Result struct {
 	NoiseFloor float64   `json:"noise_floor"`
 	Verdict    Verdict   `json:"verdict"`
 	Reason     string    `json:"reason"`
-	tested     bool
+	// Excluded says which runs' values were left out as invalid; the
+	// rest were compared.
+	Excluded string `json:"excluded,omitempty"`
+	tested   bool
 }
 
 // Report is the outcome of a check.
@@ -129,23 +160,30 @@ type Report struct {
 	CandRuns     int      `json:"candidate_runs"`
 	Verdict      Verdict  `json:"verdict"`
 	Incomparable []string `json:"incomparable,omitempty"`
-	Results      []Result `json:"results"`
-	Notes        []string `json:"notes"`
+	// InvalidLevels lists each level with invalid runs on either side and
+	// why: skipped, or compared without those runs.
+	InvalidLevels []string `json:"invalid_levels,omitempty"`
+	Results       []Result `json:"results"`
+	Notes         []string `json:"notes"`
 }
 
-// ExitCode is 0 for pass, warn or improved; 1 for a regression; 2 when
-// the candidate cannot be compared.
+// ExitCode is 0 for pass, warn or improved; 1 for a regression or a
+// suspect measurement; 2 when the candidate cannot be compared or no level
+// is valid on both sides.
 func (r *Report) ExitCode() int {
 	switch r.Verdict {
-	case Fail:
+	case Fail, Suspect:
 		return 1
-	case Incomparable:
+	case Incomparable, Unusable:
 		return 2
 	}
 	return 0
 }
 
-// Check compares candidate runs against a baseline.
+// Check compares candidate runs against a baseline. A metric is compared
+// on the runs whose level is valid on each side; a level with no valid run
+// on a side is skipped (Invalid), and when no level is left the check is
+// Unusable. Compared metrics whose values are implausible are Suspect.
 func Check(bl *Baseline, runs []Run, cfg Config) *Report {
 	rep := &Report{Baseline: bl.Name, Kind: bl.Kind, BaseRuns: bl.Runs, CandRuns: len(runs)}
 	if len(runs) == 0 {
@@ -162,10 +200,12 @@ func Check(bl *Baseline, runs []Run, cfg Config) *Report {
 	}
 	cand := map[string]*Series{}
 	var order []string
+	bounds := runs[0].Bounds
 	for _, r := range runs {
+		bounds = bounds.merge(r.Bounds)
 		for _, s := range r.Series() {
 			if c, ok := cand[s.Key()]; ok {
-				c.Values = append(c.Values, s.Values...)
+				c.merge(s)
 				continue
 			}
 			s := s
@@ -183,20 +223,59 @@ func Check(bl *Baseline, runs []Run, cfg Config) *Report {
 		return rep
 	}
 	exact := bl.Kind == "simulation_only"
+	levels, comparable := map[string]bool{}, map[string]bool{}
 	for _, s := range bl.Series {
 		c := cand[s.Key()]
-		rep.Results = append(rep.Results, compare(s, c.Values, exact, cfg))
+		lk := levelKey(s)
+		if s.OfferedQPS > 0 {
+			levels[lk] = true
+		}
+		bv, cv := s.valid(), c.valid()
+		if len(bv.Values) == 0 || len(cv.Values) == 0 {
+			rep.Results = append(rep.Results, skipped(s, *c))
+			continue
+		}
+		if s.OfferedQPS > 0 {
+			comparable[lk] = true
+		}
+		res := compare(bv, cv.Values, exact, cfg)
+		res.Excluded = excluded(s, *c)
+		rep.Results = append(rep.Results, res)
 	}
 	holm(rep.Results, cfg.alpha())
 	for i := range rep.Results {
-		decide(&rep.Results[i], cfg)
+		if rep.Results[i].Verdict != Invalid {
+			decide(&rep.Results[i], cfg)
+		}
 	}
-	rep.Verdict = Pass
+	if !exact { // simulation_only records are the brief's model, not a measurement
+		for i := range rep.Results {
+			r := &rep.Results[i]
+			if r.Verdict == Invalid {
+				continue
+			}
+			if why := implausible(r, levelResult(rep.Results, r), bl.Bounds, bounds); why != "" {
+				r.Reason = fmt.Sprintf("%s (the comparison alone: %s, %s)", why, r.Verdict, r.Reason)
+				r.Verdict = Suspect
+			}
+		}
+	}
+	for i := range rep.Results {
+		if r := &rep.Results[i]; r.Excluded != "" {
+			r.Reason += "; compared without " + r.Excluded
+		}
+	}
+	rep.InvalidLevels = invalidLevels(rep.Results)
 	counts := map[Verdict]int{}
 	for _, r := range rep.Results {
 		counts[r.Verdict]++
 	}
+	rep.Verdict = Pass
 	switch {
+	case len(levels) > 0 && len(comparable) == 0:
+		rep.Verdict = Unusable
+	case counts[Suspect] > 0:
+		rep.Verdict = Suspect
 	case counts[Fail] > 0:
 		rep.Verdict = Fail
 	case counts[Warn] > 0:
@@ -210,12 +289,26 @@ func Check(bl *Baseline, runs []Run, cfg Config) *Report {
 			tested++
 		}
 	}
-	if exact {
+	if rep.Verdict == Unusable {
+		rep.Notes = append(rep.Notes, "no level is valid in both the baseline and the candidate: nothing could be compared (exit 2); "+
+			"invalid levels never decide a verdict — see each level's reasons, and the record's verdict_rule")
+	} else if exact {
 		rep.Notes = append(rep.Notes, "simulation_only records are deterministic: every metric is compared exactly")
 	} else {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("significance: one-sided at α=%g, Holm-adjusted over %d tested metrics (family-wise false-alarm rate ≤ α)", cfg.alpha(), tested))
 	}
-	if counts[Improved] > 0 {
+	if n := counts[Invalid]; n > 0 && rep.Verdict != Unusable {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d metrics were not compared: their level is invalid on one side (or, for the objective, not every level is valid); invalid levels are never pass or fail", n))
+	}
+	if counts[Suspect] > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d metrics are suspect (%s): the figures are more likely a measurement artefact than the deployment's; "+
+			"the check fails (exit 1) until the measurement is explained — check the records' cache procedure and time scale, and rebuild the baseline if its values are the implausible ones",
+			counts[Suspect], PlausibilityRule))
+		if counts[Fail] > 0 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%d metrics also failed; with a suspect measurement, check it before reading them as regressions", counts[Fail]))
+		}
+	}
+	if counts[Improved] > 0 && rep.Verdict != Suspect {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d metrics improved beyond their thresholds: consider `hone gate baseline update`", counts[Improved]))
 	}
 	extra := 0
@@ -228,6 +321,109 @@ func Check(bl *Baseline, runs []Run, cfg Config) *Report {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d candidate metrics have no baseline and were not compared", extra))
 	}
 	return rep
+}
+
+func levelKey(s Series) string { return s.Scenario + "@" + fmtQPS(s.OfferedQPS) }
+
+// skipped is the result of a series that has no valid value on a side: its
+// figures are shown, nothing is decided on them.
+func skipped(base, cand Series) Result {
+	r := Result{Series: base, Candidate: cand.Values, Verdict: Invalid, Test: "skipped"}
+	r.BaseCenter, r.CandCenter = median(base.Values), median(cand.Values)
+	r.Change = relChange(r.BaseCenter, r.CandCenter)
+	var why []string
+	for _, side := range []struct {
+		name string
+		s    Series
+	}{{"baseline", base}, {"candidate", cand}} {
+		if d := describeInvalid(side.name, side.s); d != "" {
+			why = append(why, d)
+		}
+	}
+	if base.OfferedQPS == 0 {
+		r.Reason = "not comparable: not every level is valid; " + strings.Join(why, "; ")
+	} else {
+		r.Reason = "skipped: the level is invalid; " + strings.Join(why, "; ")
+	}
+	return r
+}
+
+// excluded describes the invalid values left out of a comparison, or "".
+func excluded(base, cand Series) string {
+	var why []string
+	for _, side := range []struct {
+		name string
+		s    Series
+	}{{"baseline", base}, {"candidate", cand}} {
+		if d := describeInvalid(side.name, side.s); d != "" {
+			why = append(why, d)
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
+// describeInvalid is "candidate runs 1, 3 of 3 invalid (reason; run 2:
+// other reason)", or "" when every value is valid.
+func describeInvalid(side string, s Series) string {
+	var order []string
+	runs := map[string][]string{}
+	n := 0
+	for i := range s.Values {
+		why := s.invalidAt(i)
+		if why == "" {
+			continue
+		}
+		n++
+		if _, ok := runs[why]; !ok {
+			order = append(order, why)
+		}
+		runs[why] = append(runs[why], strconv.Itoa(i+1))
+	}
+	if n == 0 {
+		return ""
+	}
+	var parts []string
+	for _, why := range order {
+		parts = append(parts, "run "+strings.Join(runs[why], ", ")+": "+why)
+	}
+	return fmt.Sprintf("%s: %d of %d runs invalid (%s)", side, n, len(s.Values), strings.Join(parts, "; "))
+}
+
+// levelResult is the objective_level_qps result paired with an objective
+// result, or nil.
+func levelResult(rs []Result, r *Result) *Result {
+	if r.Series.Metric != "objective" {
+		return nil
+	}
+	for i := range rs {
+		if rs[i].Series.Metric == "objective_level_qps" && rs[i].Series.Scenario == r.Series.Scenario && rs[i].Verdict != Invalid {
+			return &rs[i]
+		}
+	}
+	return nil
+}
+
+// invalidLevels lists each level (and scenario-wide objective) with
+// invalid runs, once.
+func invalidLevels(rs []Result) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, r := range rs {
+		k := levelKey(r.Series)
+		if seen[k] {
+			continue
+		}
+		switch {
+		case r.Verdict == Invalid:
+			out = append(out, r.where()+": "+r.Reason)
+		case r.Excluded != "":
+			out = append(out, r.where()+": compared without "+r.Excluded)
+		default:
+			continue
+		}
+		seen[k] = true
+	}
+	return out
 }
 
 func (bl *Baseline) has(key string) bool {

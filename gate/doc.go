@@ -4,7 +4,8 @@
 // A baseline keeps the raw per-run values of every scenario × load level ×
 // metric, with each metric's direction, and an environment fingerprint.
 // Check compares a candidate's runs metric by metric and gives each a
-// verdict: pass, improved, warn, fail or incomparable.
+// verdict: pass, improved, warn, fail, suspect or invalid; the check as a
+// whole can also be incomparable or unusable.
 //
 // The statistics, plainly:
 //
@@ -29,6 +30,25 @@
 //   - Too few runs for a test (one on either side) or zero spread on both
 //     sides: the comparison is by threshold alone, and the output says so.
 //
-// A candidate whose fingerprint differs from the baseline's in a compared
-// field is incomparable (exit 2), never a false fail.
+// What is compared, and whether to believe it:
+//
+//   - Valid levels only. A replay record marks every level valid or
+//     invalid (replay.VerdictRule); the baseline stores that per run and
+//     level. A metric is compared on the runs whose level is valid on each
+//     side; a level with no valid run on a side is invalid — reported with
+//     its reasons, never pass or fail. The objective (and the highest
+//     passing level) is compared only on runs whose every level is valid.
+//     No level valid on both sides: unusable (exit 2).
+//   - Plausibility. A compared metric is suspect when its figures are
+//     physically implausible (PlausibilityRule): a TPOT below
+//     DefaultTPOTFloorMs, a served rate above the offered one, or an
+//     objective that changed more than ObjectiveFactor either way. Suspect
+//     fails CI (exit 1) under its own label: the measurement, not the
+//     deployment, is the likely cause. simulation_only records are the
+//     brief's model, not a measurement, and are not judged for it.
+//   - A candidate whose fingerprint differs from the baseline's in a
+//     compared field is incomparable (exit 2), never a false fail. The
+//     cold-start procedure (the record's cache.procedure) and the time
+//     scale are always compared (ProcedureCompared), and a record of one
+//     kind is never compared with a baseline of another.
 package gate

@@ -52,6 +52,9 @@ func (r *Report) writeTable(w io.Writer) error {
 	for _, s := range r.Incomparable {
 		fmt.Fprintln(w, "  incomparable:", s)
 	}
+	for _, s := range r.InvalidLevels {
+		fmt.Fprintln(w, "  invalid:", s)
+	}
 	if len(r.Results) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "VERDICT\tSCENARIO\tMETRIC\tBASELINE\tCANDIDATE\tCHANGE\tTEST\tREASON")
@@ -74,6 +77,12 @@ func (r *Report) writeMarkdown(w io.Writer) error {
 	for _, s := range r.Incomparable {
 		fmt.Fprintf(w, "- **incomparable**: %s\n", s)
 	}
+	for _, s := range r.InvalidLevels {
+		fmt.Fprintf(w, "- **invalid**: %s\n", s)
+	}
+	if len(r.Incomparable)+len(r.InvalidLevels) > 0 {
+		fmt.Fprintln(w)
+	}
 	if len(r.Results) > 0 {
 		fmt.Fprintln(w, "| verdict | scenario | metric | baseline | candidate | change | test | reason |")
 		fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---|---|")
@@ -94,6 +103,7 @@ type junitSuite struct {
 	Tests    int         `xml:"tests,attr"`
 	Failures int         `xml:"failures,attr"`
 	Errors   int         `xml:"errors,attr"`
+	Skipped  int         `xml:"skipped,attr"`
 	Cases    []junitCase `xml:"testcase"`
 }
 
@@ -102,6 +112,7 @@ type junitCase struct {
 	Classname string        `xml:"classname,attr"`
 	Failure   *junitMessage `xml:"failure,omitempty"`
 	Error     *junitMessage `xml:"error,omitempty"`
+	Skipped   *junitMessage `xml:"skipped,omitempty"`
 	SystemOut string        `xml:"system-out,omitempty"`
 }
 
@@ -110,20 +121,34 @@ type junitMessage struct {
 	Body    string `xml:",chardata"`
 }
 
-// One testcase per scenario × level × metric; an incomparable check is one
-// errored testcase per reason.
+// One testcase per scenario × level × metric: fail and suspect are
+// failures (a suspect one's message starts "suspect:"), invalid is skipped;
+// an incomparable check is one errored testcase per reason, an unusable one
+// a single errored testcase.
 func (r *Report) writeJUnit(w io.Writer) error {
 	s := junitSuite{Name: "hone gate: " + r.Baseline}
 	for _, why := range r.Incomparable {
 		s.Cases = append(s.Cases, junitCase{Name: "fingerprint", Classname: "hone.gate", Error: &junitMessage{Message: "incomparable", Body: why}})
 		s.Errors++
 	}
+	if r.Verdict == Unusable {
+		s.Cases = append(s.Cases, junitCase{Name: "valid levels", Classname: "hone.gate",
+			Error: &junitMessage{Message: "unusable: no level is valid on both sides", Body: strings.Join(r.InvalidLevels, "\n")}})
+		s.Errors++
+	}
 	for _, res := range r.Results {
 		c := junitCase{Name: res.Series.Metric, Classname: "hone.gate." + res.where(),
 			SystemOut: fmt.Sprintf("%s: %s (%s)", res.Verdict, res.Reason, res.Test)}
-		if res.Verdict == Fail {
+		switch res.Verdict {
+		case Fail:
 			c.Failure = &junitMessage{Message: res.Reason, Body: fmt.Sprintf("baseline %v candidate %v", res.Series.Values, res.Candidate)}
 			s.Failures++
+		case Suspect:
+			c.Failure = &junitMessage{Message: "suspect: " + res.Reason, Body: fmt.Sprintf("baseline %v candidate %v", res.Series.Values, res.Candidate)}
+			s.Failures++
+		case Invalid:
+			c.Skipped = &junitMessage{Message: res.Reason}
+			s.Skipped++
 		}
 		s.Cases = append(s.Cases, c)
 	}
@@ -140,9 +165,10 @@ func (r *Report) writeJUnit(w io.Writer) error {
 	return err
 }
 
-// GitHub workflow commands: ::error for failures and incomparable
-// reasons, ::warning for warns, at most 10 annotations in all (GitHub shows
-// only the first few per step), then a summary line.
+// GitHub workflow commands: ::error for incomparable reasons, an unusable
+// check, failures and suspect metrics; ::warning for each invalid level
+// (once per level, not per metric) and for warns; at most 10 annotations
+// in all (GitHub shows only the first few per step), then a summary line.
 func (r *Report) writeGitHub(w io.Writer) error {
 	n := 0
 	emit := func(level, title, msg string) {
@@ -155,11 +181,24 @@ func (r *Report) writeGitHub(w io.Writer) error {
 	for _, why := range r.Incomparable {
 		emit("error", "hone gate: incomparable", why)
 	}
+	if r.Verdict == Unusable {
+		emit("error", "hone gate: unusable", "no level is valid in both the baseline and the candidate: "+strings.Join(r.InvalidLevels, " | "))
+	}
 	for _, res := range r.Results {
 		switch res.Verdict {
 		case Fail:
 			emit("error", "hone gate: "+res.Series.Metric+" regressed", res.where()+": "+res.Reason)
-		case Warn:
+		case Suspect:
+			emit("error", "hone gate: "+res.Series.Metric+" suspect", res.where()+": "+res.Reason)
+		}
+	}
+	if r.Verdict != Unusable {
+		for _, l := range r.InvalidLevels {
+			emit("warning", "hone gate: invalid level", l)
+		}
+	}
+	for _, res := range r.Results {
+		if res.Verdict == Warn {
 			emit("warning", "hone gate: "+res.Series.Metric, res.where()+": "+res.Reason)
 		}
 	}

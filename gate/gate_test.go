@@ -17,12 +17,14 @@ import (
 var emuFP = Fingerprint{"kind": "emulated", "engine": "emulator", "model": "qwen", "workload": "w", "slo": "s"}
 
 // synthRun is one emulated run whose throughput and p99 TTFT are drawn
-// around the given centers with the given per-run CV (lognormal).
+// around the given centers with the given per-run CV (lognormal), at an
+// offered 16 req/s: above every throughput drawn, as it must be to be
+// plausible.
 func synthRun(r *rand.Rand, qps, ttft, cv float64) Run {
 	draw := func(c float64) float64 { return c * math.Exp(cv*r.NormFloat64()-cv*cv/2) }
 	q := draw(qps)
 	return Run{Kind: "emulated", Scenario: "disagg", Fingerprint: emuFP, Objective: q, Levels: []LevelRun{{
-		OfferedQPS: 8, Passed: true, Metrics: map[string]float64{"effective_qps": q, "p99_ttft_ms": draw(ttft)},
+		OfferedQPS: 16, Passed: true, Metrics: map[string]float64{"effective_qps": q, "p99_ttft_ms": draw(ttft)},
 	}}}
 }
 
@@ -99,23 +101,23 @@ func TestEveryVerdict(t *testing.T) {
 	}
 	// improved: 20% more throughput.
 	rep := Check(bl, synthRuns(r, 5, 12, 500, 0.02), Config{})
-	if v := verdictOf(t, rep, "effective_qps", 8); v.Verdict != Improved || rep.ExitCode() != 0 {
+	if v := verdictOf(t, rep, "effective_qps", 16); v.Verdict != Improved || rep.ExitCode() != 0 {
 		t.Errorf("+20%% throughput: %s (%s)", v.Verdict, v.Reason)
 	}
 	// warn: −4% throughput is beyond warn (3%) but within fail (5%).
 	rep = Check(bl, synthRuns(r, 5, 9.6, 500, 0.005), Config{})
-	if v := verdictOf(t, rep, "effective_qps", 8); v.Verdict != Warn || rep.ExitCode() != 0 {
+	if v := verdictOf(t, rep, "effective_qps", 16); v.Verdict != Warn || rep.ExitCode() != 0 {
 		t.Errorf("−4%% throughput: %s (%s)", v.Verdict, v.Reason)
 	}
 	// fail: +30% p99 TTFT.
 	rep = Check(bl, synthRuns(r, 5, 10, 650, 0.02), Config{})
-	if v := verdictOf(t, rep, "p99_ttft_ms", 8); v.Verdict != Fail || rep.ExitCode() != 1 || !strings.Contains(v.Test, "Mann–Whitney") {
+	if v := verdictOf(t, rep, "p99_ttft_ms", 16); v.Verdict != Fail || rep.ExitCode() != 1 || !strings.Contains(v.Test, "Mann–Whitney") {
 		t.Errorf("+30%% TTFT: %s via %s (%s)", v.Verdict, v.Test, v.Reason)
 	}
 	// A per-metric override can make that change acceptable.
 	big := 0.5
 	rep = Check(bl, synthRuns(r, 5, 10, 650, 0.02), Config{Metrics: map[string]Threshold{"p99_ttft_ms": {Fail: &big, Warn: &big}}})
-	if v := verdictOf(t, rep, "p99_ttft_ms", 8); v.Verdict != Pass {
+	if v := verdictOf(t, rep, "p99_ttft_ms", 16); v.Verdict != Pass {
 		t.Errorf("with fail threshold 50%%: %s (%s)", v.Verdict, v.Reason)
 	}
 	// incomparable: another model.
@@ -237,10 +239,12 @@ func TestBaselineFileRoundTripAndBadFiles(t *testing.T) {
 		"truncated":      {string(good[:len(good)/2]), "truncated or corrupt"},
 		"empty":          {"", "truncated or corrupt"},
 		"wrong version":  {`{"schema_version":9,"kind":"emulated","series":[]}`, "schema_version 9"},
-		"no series":      {`{"schema_version":1,"kind":"emulated","series":[]}`, "series: empty"},
-		"bad direction":  {`{"schema_version":1,"kind":"emulated","series":[{"scenario":"s","metric":"m","direction":"up","values":[1]}]}`, `direction "up"`},
-		"no values":      {`{"schema_version":1,"kind":"emulated","series":[{"scenario":"s","metric":"m","direction":"lower","values":[]}]}`, "values: empty"},
-		"missing metric": {`{"schema_version":1,"kind":"emulated","series":[{"scenario":"s","direction":"lower","values":[1]}]}`, "scenario and metric are required"},
+		"no series":      {`{"schema_version":2,"kind":"emulated","series":[]}`, "series: empty"},
+		"bad direction":  {`{"schema_version":2,"kind":"emulated","series":[{"scenario":"s","metric":"m","direction":"up","values":[1]}]}`, `direction "up"`},
+		"no values":      {`{"schema_version":2,"kind":"emulated","series":[{"scenario":"s","metric":"m","direction":"lower","values":[]}]}`, "values: empty"},
+		"missing metric": {`{"schema_version":2,"kind":"emulated","series":[{"scenario":"s","direction":"lower","values":[1]}]}`, "scenario and metric are required"},
+		"invalid length": {`{"schema_version":2,"kind":"emulated","series":[{"scenario":"s","metric":"m","direction":"lower","values":[1,2],"invalid":[""]}]}`, "invalid: 1 entries for 2 values"},
+		"live v1":        {`{"schema_version":1,"kind":"device","series":[{"scenario":"s","metric":"m","direction":"lower","values":[1]}]}`, "recreate it from schema-2 run records"},
 	} {
 		p := filepath.Join(dir, name+".json")
 		os.WriteFile(p, []byte(tc.doc), 0o644)
@@ -291,7 +295,7 @@ func TestFormats(t *testing.T) {
 				t.Errorf("github annotations:\n%s", out)
 			}
 		case "md":
-			if !strings.Contains(out, "| fail | disagg @ 8 req/s | p99_ttft_ms |") {
+			if !strings.Contains(out, "| fail | disagg @ 16 req/s | p99_ttft_ms |") {
 				t.Errorf("markdown:\n%s", out)
 			}
 		case "table":
@@ -316,8 +320,10 @@ func TestFormats(t *testing.T) {
 }
 
 func FuzzParseBaseline(f *testing.F) {
-	f.Add([]byte(`{"schema_version":1,"kind":"emulated","series":[{"scenario":"s","metric":"p99_ttft_ms","direction":"lower","values":[1,2,3]}]}`))
-	f.Add([]byte(`{"schema_version":1,"kind":"emulated","series":[{"scenario":"s","metric":"m","direction":"lower","values":[1e400]}]}`))
+	f.Add([]byte(`{"schema_version":2,"kind":"emulated","series":[{"scenario":"s","metric":"p99_ttft_ms","direction":"lower","values":[1,2,3]}]}`))
+	f.Add([]byte(`{"schema_version":2,"kind":"emulated","series":[{"scenario":"s","metric":"m","direction":"lower","values":[1e400]}]}`))
+	f.Add([]byte(`{"schema_version":2,"kind":"emulated","series":[{"scenario":"s","metric":"passed","direction":"higher","values":[1,0],"invalid":["","warm_start: warm"]}]}`))
+	f.Add([]byte(`{"schema_version":1,"kind":"simulation_only","series":[{"scenario":"s","metric":"m","direction":"lower","values":[1]}]}`))
 	f.Add([]byte(`{"schema_version":1}`))
 	f.Add([]byte(`[]`))
 	f.Add([]byte(`{`))

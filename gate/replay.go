@@ -3,6 +3,7 @@ package gate
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 
@@ -14,7 +15,9 @@ func init() { RegisterReader(readReplayRecord) }
 // readReplayRecord reads a `hone replay` run record: one Run per pass over
 // the levels. The scenario is the record config's "scenario" (hone replay
 // --scenario), else its "name", else "default"; the fingerprint holds what
-// must match for runs to be compared.
+// must match for runs to be compared, the cold-start procedure included.
+// Each level carries its verdict's reasons when it is invalid; the
+// config's "tpot_floor_ms", when set, replaces DefaultTPOTFloorMs.
 func readReplayRecord(b []byte) ([]Run, bool, error) {
 	var probe struct {
 		SchemaVersion *int   `json:"schema_version"`
@@ -52,12 +55,21 @@ func readReplayRecord(b []byte) ([]Run, bool, error) {
 		"workload":       fmt.Sprintf("seed=%d requests=%d input=%d uncached=%d output=%d qps=%v", rec.Workload.Seed, rec.Workload.Requests, rec.Workload.InputTokens, rec.Workload.UncachedTokens, rec.Workload.OutputTokens, rec.Workload.QPS),
 		"slo":            fmt.Sprintf("ttft<=%gms tpot<=%gms", rec.SLO.TTFTMillis, rec.SLO.TPOTMillis),
 		"time_scale":     fmt.Sprint(rec.TimeScale),
+		"cache":          rec.Cache.Procedure,
 		"hone_version":   rec.Hone.Version,
 		"engine_version": strings.TrimSpace(fmt.Sprint(rec.Engine.Version)),
 	}
+	bounds := Bounds{MeasuredPerLevel: max(rec.Workload.Requests-replay.Sessions, 0)}
+	if v, ok := rec.Config["tpot_floor_ms"]; ok {
+		f, isNum := v.(float64)
+		if !isNum || !(f > 0) || math.IsInf(f, 0) {
+			return nil, true, fmt.Errorf("config.tpot_floor_ms: %v: want a positive number of milliseconds (model time)", v)
+		}
+		bounds.TPOTFloorMs = f
+	}
 	var runs []Run
 	for _, rr := range rec.Runs {
-		run := Run{Kind: rec.Kind, Scenario: scenario, Fingerprint: fp, Objective: rr.Objective}
+		run := Run{Kind: rec.Kind, Scenario: scenario, Fingerprint: fp, Objective: rr.Objective, Bounds: bounds}
 		for _, l := range rr.Levels {
 			m := map[string]float64{
 				"effective_qps": l.EffectiveQPS,
@@ -76,7 +88,16 @@ func readReplayRecord(b []byte) ([]Run, bool, error) {
 			for _, n := range l.Failures {
 				failed += n
 			}
-			run.Levels = append(run.Levels, LevelRun{OfferedQPS: l.OfferedQPS, Passed: l.Passed, Failed: failed, Metrics: m})
+			var invalid []string
+			if !l.Verdict.Valid {
+				for _, r := range l.Verdict.Reasons {
+					invalid = append(invalid, r.String())
+				}
+				if len(invalid) == 0 {
+					invalid = []string{"invalid: the record gives no reason"}
+				}
+			}
+			run.Levels = append(run.Levels, LevelRun{OfferedQPS: l.OfferedQPS, Passed: l.Passed, Failed: failed, Metrics: m, Invalid: invalid})
 		}
 		sort.Slice(run.Levels, func(i, j int) bool { return run.Levels[i].OfferedQPS < run.Levels[j].OfferedQPS })
 		runs = append(runs, run)

@@ -15,8 +15,11 @@ type Run struct {
 	Kind        string
 	Scenario    string
 	Fingerprint Fingerprint
-	Objective   float64
-	Levels      []LevelRun
+	// Objective is the record's, computed from valid levels only.
+	Objective float64
+	Levels    []LevelRun
+	// Bounds are what the run's figures can physically reach.
+	Bounds Bounds
 }
 
 // LevelRun is one load level of one run.
@@ -25,7 +28,15 @@ type LevelRun struct {
 	Passed     bool
 	Failed     int                // failed + timed-out requests
 	Metrics    map[string]float64 // by metric name; see Metrics
+	// Invalid holds the record's reasons ("code: detail") why the level's
+	// figures may not decide anything; empty when the level is valid. The
+	// zero value is valid because simulation records have no invalid
+	// levels.
+	Invalid []string
 }
+
+// Valid reports whether the level's figures may be compared.
+func (l LevelRun) Valid() bool { return len(l.Invalid) == 0 }
 
 // Metric describes a gated metric: its direction and default thresholds as
 // relative changes (0.05 = 5%). Warn 0 means no warn band.
@@ -54,27 +65,40 @@ var Metrics = map[string]Metric{
 
 // Series flattens a run into one-value series: scenario-wide metrics at
 // offered QPS 0, then each level's metrics, pass flag and failure count.
+// A level's series carry its invalid reasons; the scenario-wide series are
+// invalid when any level is, since the objective then stands on part of
+// the scan only.
 func (r Run) Series() []Series {
-	one := func(q float64, m string, v float64) Series {
-		return Series{Scenario: r.Scenario, OfferedQPS: q, Metric: m, Direction: direction(m), Values: []float64{v}}
+	one := func(q float64, m string, v float64, invalid string) Series {
+		s := Series{Scenario: r.Scenario, OfferedQPS: q, Metric: m, Direction: direction(m), Values: []float64{v}}
+		if invalid != "" {
+			s.Invalid = []string{invalid}
+		}
+		return s
 	}
 	top := 0.0
+	var whole []string
 	for _, l := range r.Levels {
 		if l.Passed {
 			top = max(top, l.OfferedQPS)
 		}
+		if !l.Valid() {
+			whole = append(whole, fmtQPS(l.OfferedQPS)+" req/s invalid ("+strings.Join(l.Invalid, "; ")+")")
+		}
 	}
-	out := []Series{one(0, "objective", r.Objective), one(0, "objective_level_qps", top)}
+	wholeInvalid := strings.Join(whole, "; ")
+	out := []Series{one(0, "objective", r.Objective, wholeInvalid), one(0, "objective_level_qps", top, wholeInvalid)}
 	for _, l := range r.Levels {
+		inv := strings.Join(l.Invalid, "; ")
 		names := make([]string, 0, len(l.Metrics))
 		for m := range l.Metrics {
 			names = append(names, m)
 		}
 		sort.Strings(names)
 		for _, m := range names {
-			out = append(out, one(l.OfferedQPS, m, l.Metrics[m]))
+			out = append(out, one(l.OfferedQPS, m, l.Metrics[m], inv))
 		}
-		out = append(out, one(l.OfferedQPS, "passed", b2f(l.Passed)), one(l.OfferedQPS, "failed_requests", float64(l.Failed)))
+		out = append(out, one(l.OfferedQPS, "passed", b2f(l.Passed), inv), one(l.OfferedQPS, "failed_requests", float64(l.Failed), inv))
 	}
 	return out
 }

@@ -164,6 +164,54 @@ func TestGateExitCodes(t *testing.T) {
 	}
 }
 
+// Replay records: a suspect measurement exits 1 under its own label; a
+// record made with another cache procedure, or with no valid level, exits 2.
+// replay's example record was made against a test server whose 0.03 ms
+// TPOT no GPU reaches.
+func TestGateSuspectAndUnusable(t *testing.T) {
+	dir := t.TempDir()
+	rec, err := os.ReadFile(filepath.Join("..", "..", "replay", "testdata", "record.example.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	recP := write("rec.json", string(rec))
+	bl := filepath.Join(dir, "b.json")
+	if _, errs, code := runCLI(t, "", "gate", "baseline", "create", recP, "-o", bl); code != 0 {
+		t.Fatalf("create: %d %s", code, errs)
+	}
+	for _, tc := range []struct {
+		name, from, to string
+		code           int
+		out, errs      string
+	}{
+		{"suspect", "", "", 1, "gate: SUSPECT", "suspect measurement"},
+		{"cache procedure", `"procedure":"fresh_prefixes"`, `"procedure":"reset_prefix_cache"`, 2, "", `cache: "fresh_prefixes" → "reset_prefix_cache"`},
+		{"no valid level", `"verdict":{"valid":true,"reasons":[]},"p50_ttft_ms"`, `"verdict":{"valid":false,"reasons":[{"code":"warm_start","detail":"warm"}]},"p50_ttft_ms"`,
+			2, "gate: UNUSABLE", "no level is valid in both the candidate and baseline"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := string(rec)
+			if tc.from != "" {
+				if !strings.Contains(body, tc.from) {
+					t.Fatalf("the example record has no %s", tc.from)
+				}
+				body = strings.ReplaceAll(body, tc.from, tc.to)
+			}
+			out, errs, code := runCLI(t, "", "gate", "check", "--baseline", bl, "--candidate", write(tc.name+".json", body))
+			if code != tc.code || !strings.Contains(out, tc.out) || !strings.Contains(errs, tc.errs) {
+				t.Errorf("exit %d, want %d; stdout %q; stderr %q", code, tc.code, out, errs)
+			}
+		})
+	}
+}
+
 func TestOptimizeAndReportBadInput(t *testing.T) {
 	for _, tc := range []struct {
 		args []string

@@ -34,8 +34,10 @@ func newGateCmd() *cobra.Command {
 		Long: `hone gate keeps baselines of run records (raw per-run values for every
 scenario × load level × metric) and checks candidates against them.
 
-Exit codes: 0 pass, warn or improved; 1 a regression; 2 bad input or an
-incomparable baseline (different environment fingerprint, missing metrics).`,
+Exit codes: 0 pass, warn or improved; 1 a regression or a suspect
+measurement; 2 bad input, an incomparable baseline (different environment
+fingerprint, cache procedure or time scale; missing metrics) or unusable
+data (no level valid on both sides).`,
 	}
 	c.AddCommand(newGateBaselineCmd(), newGateCheckCmd())
 	return c
@@ -119,14 +121,36 @@ func newGateCheckCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "check --baseline B --candidate RECORD...",
 		Short: "Compare candidate run records against a baseline and give a verdict per metric",
-		Long: `hone gate check gives each metric a verdict: pass, improved, warn, fail or
-incomparable. A metric fails only when its change is significant (one-sided,
-α 0.05, Holm-adjusted over all tested metrics; Mann–Whitney U with >= 4 runs a
-side, else Welch's t on logs) AND larger than max(its threshold, the noise
-floor from the baseline's own spread). Defaults: throughput −5% fails, −3%
-warns; p99 latency +10% fails; cost +5% fails. Hard failures: an SLO
-violation at a level the baseline passed, more failed requests, the highest
-passing level dropping. simulation_only records compare exactly.
+		Long: fmt.Sprintf(`hone gate check gives each metric a verdict: pass, improved, warn, fail,
+suspect or invalid. A metric fails only when its change is significant
+(one-sided, α 0.05, Holm-adjusted over all tested metrics; Mann–Whitney U with
+>= 4 runs a side, else Welch's t on logs) AND larger than max(its threshold,
+the noise floor from the baseline's own spread). Defaults: throughput −5%%
+fails, −3%% warns; p99 latency +10%% fails; cost +5%% fails. Hard failures: an
+SLO violation at a level the baseline passed, more failed requests, the
+highest passing level dropping. simulation_only records compare exactly.
+
+Valid levels only: a replay record marks each level valid or invalid (warm
+start, client-bound, incomplete, ...; see the record's verdict_rule). A
+metric is compared on the runs whose level is valid in both the baseline and
+the candidate; a level with no valid run on a side is reported "invalid"
+with the reasons, never pass or fail. The objective is compared only on runs
+whose every level is valid. When no level is valid on both sides the check
+is unusable (exit 2).
+
+Suspect: a compared metric whose figures are physically implausible is
+"suspect", never pass: a p50 or p99 TPOT below %g ms model time (the floor
+of a real decode step; a record's config tpot_floor_ms overrides), an
+effective QPS or objective above the offered rate of its level by more than
+%g%% (beyond the schedule's edge N/(N−1) for N measured requests), or an
+objective more than %g× the baseline's or less than 1/%g of it — more likely a
+measurement change (warm cache, time scale) than a deployment change.
+Suspect fails CI like a regression (exit 1), under its own label.
+
+Records made with another cold-start procedure (cache: reset_prefix_cache
+or fresh_prefixes) or time scale are refused (exit 2) whatever the config
+says, as are records of another kind (an unverified endpoint is never
+compared with a device baseline).
 
 A --config file (YAML or JSON) overrides alpha, thresholds per metric and the
 fingerprint fields compared:
@@ -134,9 +158,10 @@ fingerprint fields compared:
   alpha: 0.05
   metrics:
     p99_ttft_ms: {fail: 0.15, warn: 0.08}
-  compare_fingerprint: [kind, engine, model, revision, precision, gpu_model, gpu_count, workload, slo, time_scale]
+  compare_fingerprint: [kind, engine, model, revision, precision, gpu_model, gpu_count, workload, slo, time_scale, cache]
 
-Exit codes: 0 pass, warn or improved; 1 regression; 2 bad input or incomparable.`,
+Exit codes: 0 pass, warn or improved; 1 regression (fail) or suspect; 2 bad
+input, incomparable, or unusable (no level valid on both sides).`, gate.DefaultTPOTFloorMs, 100*gate.OfferedTolerance, gate.ObjectiveFactor, gate.ObjectiveFactor),
 		Example: `  hone gate check --baseline baselines/disagg.json --candidate run.json --format md >> "$GITHUB_STEP_SUMMARY"
   hone gate check --baseline baselines/disagg.json --candidate a.json --candidate b.json --format github`,
 		Args: cobra.ArbitraryArgs,
@@ -174,10 +199,14 @@ Exit codes: 0 pass, warn or improved; 1 regression; 2 bad input or incomparable.
 			if err := rep.Write(c.OutOrStdout(), format); err != nil {
 				return err
 			}
-			switch rep.ExitCode() {
-			case 1:
+			switch {
+			case rep.Verdict == gate.Suspect:
+				return checkFailed{fmt.Sprintf("gate: suspect measurement against baseline %q: implausible figures (see the suspect rows); check the records' cache procedure and time scale", bl.Name)}
+			case rep.Verdict == gate.Unusable:
+				return usageError{fmt.Errorf("gate: no level is valid in both the candidate and baseline %q (unusable data): %s", bl.Name, strings.Join(rep.InvalidLevels, "; "))}
+			case rep.ExitCode() == 1:
 				return checkFailed{fmt.Sprintf("gate: regression against baseline %q", bl.Name)}
-			case 2:
+			case rep.ExitCode() == 2:
 				return usageError{fmt.Errorf("gate: candidate is not comparable with baseline %q: %s", bl.Name, strings.Join(rep.Incomparable, "; "))}
 			}
 			return nil
