@@ -12,12 +12,12 @@ import (
 
 // Components of a request's time to first token, in the order they happen.
 const (
-	Client   = "client"   // dispatch lag, client↔proxy↔engine hops, proxy hand-off, first-byte delivery
-	Queueing = "queueing" // waiting in an engine's queue (prefill or colocated; decode side in DecodeQueue)
-	Prefill  = "prefill"  // computing the prompt (incl. the first token on a colocated engine)
-	Transfer = "transfer" // proxy hand-off and the decode worker waiting for KV blocks
-	DecodeQ  = "decode_queue"
-	Decode   = "decode" // first → last token (not part of TTFT)
+	Client   = "client"       // dispatch lag, client↔proxy↔engine hops and the proxy's hand-off, first-byte delivery: nothing an engine does
+	Queueing = "queueing"     // waiting in an engine's queue (prefill or colocated; decode side in DecodeQ), failed prefill legs
+	Prefill  = "prefill"      // computing the prompt (incl. the first token on a colocated engine)
+	Transfer = "transfer"     // the decode worker waiting for KV blocks
+	DecodeQ  = "decode_queue" // the decode worker's queue and its first step (one mean ITL)
+	Decode   = "decode"       // first → last token (not part of TTFT)
 )
 
 // TTFTComponents are the parts that add up to TTFT.
@@ -36,6 +36,12 @@ type Attribution struct {
 	Sources  map[string]string `json:"sources"`
 	Retries  int               `json:"retries,omitempty"`
 	Fallback bool              `json:"fallback,omitempty"`
+	// Timeline says the request was joined to its proxy timeline.
+	Timeline bool `json:"timeline,omitempty"`
+	// Invalid holds the reason codes of the request's level (run, offered
+	// rate) when that level's verdict is invalid: such a request is shown
+	// but never decides the bottleneck. Empty: the level is valid.
+	Invalid []string `json:"invalid,omitempty"`
 	// KernelKVBytes and KernelTransferMs are the KV pull the daemon saw on
 	// the decode worker's socket (bytes received, first to last byte, model
 	// ms), when a snapshot was given: the kernel's view of Transfer.
@@ -81,7 +87,7 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 					continue
 				}
 				a := Attribution{Run: run.Run, OfferedQPS: lvl.OfferedQPS, ID: rq.ID, RequestID: rq.RequestID,
-					TTFTMs: *rq.FirstMs - rq.ScheduledMs, E2EMs: *rq.FinishMs - rq.ScheduledMs,
+					TTFTMs: ttft(rq), E2EMs: *rq.FinishMs - rq.ScheduledMs, Invalid: invalidCodes(lvl.Verdict),
 					Parts: map[string]float64{}, Sources: map[string]string{}}
 				firstMono := rq.Sent.MonoNs + int64((*rq.FirstMs-rq.SentMs)*scale*1e6)
 				a.Parts[Decode], a.Sources[Decode] = *rq.FinishMs-*rq.FirstMs, "client"
@@ -103,6 +109,7 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 					}
 				}
 				p := tl[rq.RequestID]
+				a.Timeline = p != nil
 				switch {
 				case p == nil:
 					// No proxy: the engine's own metrics, the rest is client.
@@ -160,19 +167,24 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 					} else {
 						// The decode engine's arrival → first token is KV wait +
 						// its queue + one step. vLLM's queue_time covers the
-						// queue; one mean inter-token time stands for the step;
-						// the rest is the KV transfer.
+						// queue; one mean inter-token time stands for the step
+						// (never more than the span it is taken from); the rest
+						// is the KV transfer. Queue and step are the decode
+						// worker's own time: decode_queue holds both, so the
+						// engine's whole arrival → first token is attributed and
+						// the client residual keeps only what happened outside
+						// the engines.
 						step := 0.0
 						if em.MeanITLMs != nil {
 							step = *em.MeanITLMs
 						}
 						first := a.Parts["_engine_first"]
-						a.Parts[DecodeQ] = a.Parts["_engine_queue"]
-						a.Parts[Transfer] += math.Max(0, first-step)
-						// The step itself stays in the client residual below.
+						step = math.Max(0, math.Min(step, first))
+						a.Parts[DecodeQ] = a.Parts["_engine_queue"] + step
+						a.Parts[Transfer] += first - step
 						a.Sources[Transfer] = "decode engine (time_to_first_token − queue_time − one ITL)"
 						windows[a.RequestID] = [2]int64{p.Decode.Sent.MonoNs, firstMono}
-						a.Sources[DecodeQ] = sourceOf(em)
+						a.Sources[DecodeQ] = sourceOf(em) + " + one mean ITL for the first step"
 					}
 				default:
 					continue // no decode leg: the request failed in the proxy
@@ -182,7 +194,7 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 					attributed += a.Parts[k]
 				}
 				a.Parts[Client] = a.TTFTMs - attributed
-				a.Sources[Client] = "residual: TTFT − the other parts (dispatch, hops, delivery)"
+				a.Sources[Client] = "residual: TTFT − the other parts (dispatch lag, hops, proxy hand-off, delivery)"
 				for k := range a.Parts {
 					if k[0] == '_' {
 						delete(a.Parts, k)
@@ -209,6 +221,36 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 	})
 	return out, nil
 }
+
+// ttft is the record's TTFT: from the scheduled send (never from the
+// actual send, TTFTFromSentMs), so attribution and the record's
+// percentiles read one quantity and the dispatch lag is part of it.
+func ttft(rq replay.RequestRecord) float64 {
+	if rq.TTFTMs != nil {
+		return *rq.TTFTMs
+	}
+	return *rq.FirstMs - rq.ScheduledMs
+}
+
+// invalidCodes lists an invalid verdict's reason codes (nil when valid). A
+// verdict that is invalid without a reason was never judged.
+func invalidCodes(v replay.Verdict) []string {
+	if v.Valid {
+		return nil
+	}
+	var c []string
+	for _, r := range v.Reasons {
+		c = append(c, r.Code)
+	}
+	if len(c) == 0 {
+		c = []string{unjudged}
+	}
+	sort.Strings(c)
+	return c
+}
+
+// unjudged marks a level whose record carries no verdict at all.
+const unjudged = "unjudged"
 
 func sourceOf(em engineMetrics) string {
 	if em.QueueTimeMs != nil && em.TTFTMs != nil {

@@ -60,9 +60,11 @@ func ReadTrace(r io.Reader) (map[string]Truth, error) {
 			t[Queueing] = p.prefill.QueueMs
 			t[Prefill] = p.prefill.PrefillMs
 			// Waiting for KV is arrival at the decode worker → KV ready:
-			// the pull itself (transfer_ms) and any wait before it.
+			// the pull itself (transfer_ms) and any wait before it. The
+			// decode worker's queue and its first step (its prefill_ms:
+			// scheduled → first token) are decode_queue.
 			t[Transfer] = p.main.TTFTMs - p.main.QueueMs - p.main.PrefillMs
-			t[DecodeQ] = p.main.QueueMs
+			t[DecodeQ] = p.main.QueueMs + p.main.PrefillMs
 		} else {
 			t[Queueing] = p.main.QueueMs
 			t[Prefill] = p.main.PrefillMs

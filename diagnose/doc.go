@@ -17,6 +17,54 @@
 //     X-Request-Id;
 //   - optionally the daemon's KV-transfer socket evidence.
 //
+// TTFT is the record's: from the scheduled send to the first token
+// (RequestRecord.TTFTMs), never from the actual send (TTFTFromSentMs), so
+// a request's parts add up to the TTFT the record's percentiles and
+// verdicts read, and the client's lateness is part of it. The parts are
+// queueing (engine queues, failed prefill legs), prefill, transfer (the
+// decode worker waiting for KV), decode_queue (the decode worker's queue
+// and its first step, one mean ITL) and client: the residual, which
+// therefore holds only what happened outside the engines — dispatch lag,
+// the hops through the proxy and its hand-off, first-byte delivery.
+//
+// Only valid levels decide. Attribute copies each level's
+// replay.Verdict onto its requests; MarkClientBound adds replay's
+// client_bound bounds applied to the client part (p99 against
+// replay.ClientBoundSLOFraction of the TTFT SLO, median against
+// replay.ClientBoundTTFTFraction of the median TTFT) and re-judges the
+// record. Summarize shows invalid levels, flagged with their reason
+// codes, and names the bottleneck from the valid ones (BottleneckRule):
+//
+//   - client-bound when every level is invalid, or the lowest or highest
+//     level is invalid for client_bound, or the rule below would name the
+//     client part: the measurement, not the deployment, is what was
+//     measured, and the proposals fix the measurement (fewer streams per
+//     client, a larger --time-scale, the load generator on another host);
+//   - decode when p99 TPOT misses its SLO at a valid level;
+//   - otherwise each part is read on the level's tail: the requests whose
+//     TTFT is in the top TailFraction (10%). The tail mean of a part is
+//     its mean over those requests; tail means add up to the tail's mean
+//     TTFT, so a part's growth is its exact share of the tail's growth,
+//     and the tail is what a p99 SLO is about. (The p99-rank request alone
+//     is, with 40-72 requests a level, the maximum: one outlier decided.)
+//     Every interval is a seeded percentile bootstrap at Confidence (90%),
+//     Resamples (1000) draws of requests with replacement within a level;
+//     one input always gives one output;
+//   - when the tail's TTFT interval lies above the SLO already at the
+//     lowest valid level, the part with the largest tail mean there;
+//   - else the part whose tail-mean growth from the lowest to the highest
+//     valid level is largest among those whose growth interval lies above
+//     GrowthFraction (10%) of the lowest level's tail TTFT;
+//   - else a part that dominates the TTFT budget: a mean per-request share
+//     of TTFT over DominantShare (50%) at every valid level (one request
+//     moves it by at most 1/n), or a tail-mean interval above
+//     SLOBudgetFraction (50%) of the TTFT SLO at every valid level;
+//   - else none.
+//
+// When the runner-up's interval overlaps the named part's, the diagnosis
+// says so (Uncertain; Label reads "X (uncertain: Y within the interval)");
+// Bottleneck stays the bare part name, which the optimizer matches.
+//
 // The emulator's ground-truth trace is never an input to attribution; it is
 // what attribution is tested against (Compare).
 //

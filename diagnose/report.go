@@ -13,15 +13,29 @@ import (
 	"github.com/hone-llm/hone/replay"
 )
 
-// LevelBreakdown summarises one load level's attributions.
+// LevelBreakdown summarises one load level's attributions (all runs at
+// that offered rate together). Its figures cover the requests of the
+// level's valid runs; a level with no valid run shows its invalid runs'
+// figures, flagged in Invalid, and decides nothing.
 type LevelBreakdown struct {
 	OfferedQPS float64            `json:"offered_qps"`
 	Requests   int                `json:"requests"`
 	P99TTFTMs  float64            `json:"p99_ttft_ms"`
 	Mean       map[string]float64 `json:"mean_ms"`    // mean of each part
 	AtP99      map[string]float64 `json:"at_p99_ms"`  // parts of the request at the p99 TTFT rank
-	Share      map[string]float64 `json:"ttft_share"` // mean part / mean TTFT
+	Share      map[string]float64 `json:"ttft_share"` // mean over requests of part / TTFT
 	Dominant   string             `json:"dominant"`   // the TTFT part with the largest mean
+	// Tail is each part's mean over the level's slowest TailFraction of
+	// requests by TTFT; TailTTFTMs is their mean TTFT (the sum of Tail).
+	Tail       map[string]float64 `json:"tail_mean_ms"`
+	TailTTFTMs float64            `json:"tail_ttft_ms"`
+	// Valid says whether the level decides the bottleneck (some run at
+	// this rate has a valid verdict). Invalid lists the reason codes of
+	// its invalid runs ("run R: code,code" when other runs are valid);
+	// Excluded counts those runs' requests, left out of the figures.
+	Valid    bool     `json:"valid"`
+	Invalid  []string `json:"invalid,omitempty"`
+	Excluded int      `json:"excluded_requests,omitempty"`
 	// Kernel evidence (daemon snapshot): requests joined to a KV connection,
 	// their mean bytes received and first-to-last-byte time (model ms).
 	KernelJoined     int     `json:"kernel_joined,omitempty"`
@@ -29,112 +43,127 @@ type LevelBreakdown struct {
 	KernelTransferMs float64 `json:"kernel_transfer_ms_mean,omitempty"`
 }
 
-// Diagnosis is the bottleneck verdict over all levels.
+// Diagnosis is the bottleneck verdict over the valid levels.
 type Diagnosis struct {
-	Kind       string             `json:"kind"`
-	Levels     []LevelBreakdown   `json:"levels"`
-	Bottleneck string             `json:"bottleneck"` // queueing | prefill | transfer | decode_queue | client | decode | none
-	Growth     map[string]float64 `json:"growth_ms"`  // mean part at the highest level − at the lowest
-	Summary    string             `json:"summary"`
-	Proposals  []string           `json:"proposals"`
+	Kind   string           `json:"kind"`
+	Levels []LevelBreakdown `json:"levels"`
+	// Bottleneck is queueing | prefill | transfer | decode_queue | decode |
+	// client-bound | none. Uncertain names the runner-up part when its
+	// interval overlaps the named part's: the data cannot tell them apart.
+	Bottleneck string `json:"bottleneck"`
+	Uncertain  string `json:"uncertain,omitempty"`
+	// Growth is each part's tail mean at the highest valid level − at the
+	// lowest; GrowthCI its bootstrap interval at Confidence.
+	Growth     map[string]float64    `json:"growth_ms"`
+	GrowthCI   map[string][2]float64 `json:"growth_ci_ms"`
+	Confidence float64               `json:"confidence"`
+	Rule       string                `json:"rule"`
+	Summary    string                `json:"summary"`
+	Proposals  []string              `json:"proposals"`
 }
 
-// Summarize groups attributions by load level (all runs together) and
-// names the bottleneck: the TTFT part of the p99-rank request that grows
-// most from the lowest to the highest offered load; when TTFT is already over the SLO at the lowest
-// load, the part that dominates there; decode when TPOT misses its SLO.
+// Label is the bottleneck as people read it: "X (uncertain: Y within the
+// interval)" when the verdict is uncertain.
+func (d Diagnosis) Label() string {
+	if d.Uncertain != "" {
+		return fmt.Sprintf("%s (uncertain: %s within the interval)", d.Bottleneck, d.Uncertain)
+	}
+	return d.Bottleneck
+}
+
+// Summarize groups attributions by load level (all runs together), shows
+// every level, and names the bottleneck from the valid levels only, by
+// BottleneckRule: the tail mean (the slowest TailFraction of requests by
+// TTFT) of each part, its growth from the lowest to the highest valid
+// level with a seeded bootstrap interval, and the parts that dominate the
+// TTFT budget. tpotP99 is p99 TPOT by offered rate (decode when it misses
+// its SLO at a valid level).
 func Summarize(kind string, atts []Attribution, slo replay.SLO, tpotP99 map[float64]float64) Diagnosis {
-	by := map[float64][]Attribution{}
-	var qs []float64
-	for _, a := range atts {
-		if _, ok := by[a.OfferedQPS]; !ok {
-			qs = append(qs, a.OfferedQPS)
-		}
-		by[a.OfferedQPS] = append(by[a.OfferedQPS], a)
+	d := Diagnosis{Kind: kind, Growth: map[string]float64{}, GrowthCI: map[string][2]float64{}, Confidence: Confidence, Rule: BottleneckRule}
+	lv := groupLevels(atts)
+	for _, l := range lv {
+		d.Levels = append(d.Levels, l.breakdown())
 	}
-	sort.Float64s(qs)
-	d := Diagnosis{Kind: kind, Growth: map[string]float64{}}
-	for _, q := range qs {
-		as := by[q]
-		lb := LevelBreakdown{OfferedQPS: q, Requests: len(as), Mean: map[string]float64{}, AtP99: map[string]float64{}, Share: map[string]float64{}}
-		sort.SliceStable(as, func(i, j int) bool { return as[i].TTFTMs < as[j].TTFTMs })
-		p99 := as[replay.NearestRankIndex(len(as), 99)-1]
-		lb.P99TTFTMs = p99.TTFTMs
-		meanTTFT := 0.0
-		for _, a := range as {
-			meanTTFT += a.TTFTMs / float64(len(as))
-			for k, v := range a.Parts {
-				lb.Mean[k] += v / float64(len(as))
-			}
-		}
-		for k, v := range p99.Parts {
-			lb.AtP99[k] = v
-		}
-		for _, a := range as {
-			if a.KernelKVBytes > 0 {
-				lb.KernelJoined++
-				lb.KernelKVBytes += float64(a.KernelKVBytes)
-				lb.KernelTransferMs += a.KernelTransferMs
-			}
-		}
-		if lb.KernelJoined > 0 {
-			lb.KernelKVBytes /= float64(lb.KernelJoined)
-			lb.KernelTransferMs /= float64(lb.KernelJoined)
-		}
-		best := -math.MaxFloat64
-		for _, k := range TTFTComponents {
-			if meanTTFT > 0 {
-				lb.Share[k] = lb.Mean[k] / meanTTFT
-			}
-			if lb.Mean[k] > best {
-				best, lb.Dominant = lb.Mean[k], k
-			}
-		}
-		d.Levels = append(d.Levels, lb)
-	}
-	if len(d.Levels) == 0 {
+	if len(lv) == 0 {
 		d.Bottleneck, d.Summary = "none", "no attributed requests"
 		return d
 	}
-	// The SLO is on p99, so growth is read on the request at the p99 rank
-	// of each level: what the slowest requests gain with load.
-	lo, hi := d.Levels[0], d.Levels[len(d.Levels)-1]
-	grow, which := -math.MaxFloat64, ""
-	for _, k := range TTFTComponents {
-		d.Growth[k] = hi.AtP99[k] - lo.AtP99[k]
-		if d.Growth[k] > grow {
-			grow, which = d.Growth[k], k
-		}
-	}
-	decodeBound := false
-	for q, v := range tpotP99 {
-		if v > slo.TPOTMillis && q >= lo.OfferedQPS {
-			decodeBound = true
-		}
-	}
-	switch {
-	case decodeBound:
-		d.Bottleneck = Decode
-		d.Summary = fmt.Sprintf("p99 TPOT exceeds its %g ms SLO: decode steps are too slow for the batch", slo.TPOTMillis)
-	case lo.P99TTFTMs > slo.TTFTMillis:
-		d.Bottleneck = lo.Dominant
-		d.Summary = fmt.Sprintf("p99 TTFT is %.0f ms even at %g req/s (SLO %g ms); %s dominates (%.0f%% of mean TTFT)",
-			lo.P99TTFTMs, lo.OfferedQPS, slo.TTFTMillis, lo.Dominant, 100*lo.Share[lo.Dominant])
-	case len(d.Levels) > 1 && grow > 0.1*math.Max(lo.P99TTFTMs, 1):
-		d.Bottleneck = which
-		d.Summary = fmt.Sprintf("%s of the p99 request grows by %.1f ms from %g to %g req/s (p99 TTFT %.1f → %.1f ms): it is what load adds",
-			which, grow, lo.OfferedQPS, hi.OfferedQPS, lo.P99TTFTMs, hi.P99TTFTMs)
-	default:
-		d.Bottleneck = "none"
-		d.Summary = fmt.Sprintf("TTFT barely grows with load (p99 %.1f → %.1f ms); largest part: %s", lo.P99TTFTMs, hi.P99TTFTMs, hi.Dominant)
-	}
-	d.Proposals = proposals(d.Bottleneck)
+	decide(&d, lv, slo, tpotP99)
+	d.Proposals = proposals(d.Bottleneck, lv)
 	return d
 }
 
+// breakdown is the level's row: its valid requests, or all of them when
+// none is valid.
+func (l *level) breakdown() LevelBreakdown {
+	as := l.valid
+	lb := LevelBreakdown{OfferedQPS: l.q, Valid: l.decides(), Mean: map[string]float64{}, AtP99: map[string]float64{},
+		Share: map[string]float64{}, Tail: map[string]float64{}}
+	if lb.Valid {
+		lb.Excluded = len(l.invalid)
+		for _, r := range l.runs {
+			if c, ok := l.codes[r]; ok {
+				lb.Invalid = append(lb.Invalid, fmt.Sprintf("run %d: %s", r+1, strings.Join(c, ",")))
+			}
+		}
+	} else {
+		as = l.invalid
+		seen := map[string]bool{}
+		for _, r := range l.runs {
+			for _, c := range l.codes[r] {
+				if !seen[c] {
+					seen[c] = true
+					lb.Invalid = append(lb.Invalid, c)
+				}
+			}
+		}
+		sort.Strings(lb.Invalid)
+	}
+	lb.Requests = len(as)
+	p99 := as[replay.NearestRankIndex(len(as), 99)-1] // as is in TTFT order
+	lb.P99TTFTMs = p99.TTFTMs
+	for _, a := range as {
+		for k, v := range a.Parts {
+			lb.Mean[k] += v / float64(len(as))
+		}
+		if a.KernelKVBytes > 0 {
+			lb.KernelJoined++
+			lb.KernelKVBytes += float64(a.KernelKVBytes)
+			lb.KernelTransferMs += a.KernelTransferMs
+		}
+	}
+	for k, v := range p99.Parts {
+		lb.AtP99[k] = v
+	}
+	if lb.KernelJoined > 0 {
+		lb.KernelKVBytes /= float64(lb.KernelJoined)
+		lb.KernelTransferMs /= float64(lb.KernelJoined)
+	}
+	parts := make([][]float64, len(as))
+	for i, a := range as {
+		parts[i] = make([]float64, len(TTFTComponents))
+		for k, name := range TTFTComponents {
+			parts[i][k] = a.Parts[name]
+		}
+	}
+	tail, tailTTFT := tailMeans(parts, ttfts(as), nil)
+	lb.TailTTFTMs = tailTTFT
+	share := meanShares(as)
+	best := -math.MaxFloat64
+	for k, name := range TTFTComponents {
+		lb.Tail[name], lb.Share[name] = tail[k], share[k]
+		if lb.Mean[name] > best {
+			best, lb.Dominant = lb.Mean[name], name
+		}
+	}
+	return lb
+}
+
 // proposals maps a bottleneck to the changes worth trying next, most
-// promising first. The optimizer reads these.
-func proposals(b string) []string {
+// promising first. A client-bound verdict gets changes to the
+// measurement, never to the deployment: for client_bound levels (or none
+// flagged) the load generator's, and one per other invalid reason.
+func proposals(b string, lv []*level) []string {
 	switch b {
 	case Queueing:
 		return []string{"disaggregate prefill from decode (separate queues)", "add a prefill worker / replica", "lower max-num-batched-tokens to shorten steps that block new prefills"}
@@ -144,8 +173,36 @@ func proposals(b string) []string {
 		return []string{"enable decode-side prefix caching so only uncached blocks move", "use a faster KV connector or link (NVLink/RDMA over TCP)", "colocate when transfer exceeds the queueing it saves"}
 	case DecodeQ, Decode:
 		return []string{"add decode capacity (another decode worker)", "enable CUDA graphs (drop --enforce-eager)", "lower max-num-seqs to cut per-step time"}
-	case Client:
-		return []string{"check the client host and proxy (dispatch lag, hops): the engine is not the bottleneck"}
+	case ClientBound:
+		codes := map[string]bool{}
+		for _, l := range lv {
+			for _, c := range l.codes {
+				for _, code := range c {
+					codes[code] = true
+				}
+			}
+		}
+		var out []string
+		if codes[replay.ReasonClientBound] || !(codes[replay.ReasonWarmStart] || codes[replay.ReasonIncomplete] ||
+			codes[replay.ReasonTimeScaleMismatch] || codes[replay.ReasonCounterContamination]) {
+			out = append(out,
+				"fewer streams per client: split the load across more load-generator processes so each sends fewer concurrent streams",
+				"a larger --time-scale (emulator): the client's lag shrinks in model time",
+				"run the load generator on another host than the engines and the proxy")
+		}
+		if codes[replay.ReasonWarmStart] {
+			out = append(out, "start every level cold: reset the prefix cache before it (hone replay --cache reset) or use fresh prefixes")
+		}
+		if codes[replay.ReasonIncomplete] {
+			out = append(out, "let every level run to the end: no interruption, a --request-timeout long enough for the slowest request")
+		}
+		if codes[replay.ReasonTimeScaleMismatch] {
+			out = append(out, "replay on the engine's time scale (leave --time-scale unset to adopt it)")
+		}
+		if codes[replay.ReasonCounterContamination] {
+			out = append(out, "keep other traffic off the engines while a level runs")
+		}
+		return out
 	}
 	return nil
 }
@@ -153,15 +210,15 @@ func proposals(b string) []string {
 // WriteTable renders the diagnosis for a terminal (md: Markdown).
 func (d Diagnosis) WriteTable(w io.Writer, md bool) error {
 	cols := append([]string{"offered_qps", "n", "p99_ttft_ms"}, TTFTComponents...)
-	cols = append(cols, Decode, "dominant")
+	cols = append(cols, Decode, "dominant", "verdict")
 	if md {
-		fmt.Fprintf(w, "**%s** — bottleneck: **%s**. %s\n\n", d.Kind, d.Bottleneck, d.Summary)
-		fmt.Fprintln(w, "Mean milliseconds per request (model time):")
+		fmt.Fprintf(w, "**%s** — bottleneck: **%s**. %s\n\n", d.Kind, d.Label(), d.Summary)
+		fmt.Fprintln(w, "Mean milliseconds per request (model time); invalid levels are shown but decide nothing:")
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "| "+strings.Join(cols, " | ")+" |")
 		fmt.Fprintln(w, "|"+strings.Repeat("---:|", len(cols)))
 	} else {
-		fmt.Fprintf(w, "kind: %s  bottleneck: %s\n%s\nmean ms per request (model time):\n", d.Kind, d.Bottleneck, d.Summary)
+		fmt.Fprintf(w, "kind: %s  bottleneck: %s\n%s\nmean ms per request (model time; invalid levels are shown but decide nothing):\n", d.Kind, d.Label(), d.Summary)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	for i, l := range d.Levels {
@@ -169,7 +226,14 @@ func (d Diagnosis) WriteTable(w io.Writer, md bool) error {
 		for _, k := range TTFTComponents {
 			row = append(row, fmt.Sprintf("%.1f", l.Mean[k]))
 		}
-		row = append(row, fmt.Sprintf("%.1f", l.Mean[Decode]), l.Dominant)
+		verdict := "valid"
+		switch {
+		case !l.Valid:
+			verdict = "invalid: " + strings.Join(l.Invalid, ",")
+		case len(l.Invalid) > 0:
+			verdict = fmt.Sprintf("valid (%d requests of invalid runs left out: %s)", l.Excluded, strings.Join(l.Invalid, "; "))
+		}
+		row = append(row, fmt.Sprintf("%.1f", l.Mean[Decode]), l.Dominant, verdict)
 		if md {
 			fmt.Fprintln(w, "| "+strings.Join(row, " | ")+" |")
 			continue
@@ -182,23 +246,29 @@ func (d Diagnosis) WriteTable(w io.Writer, md bool) error {
 	if !md {
 		tw.Flush()
 	}
+	line := func(s string) {
+		if md {
+			fmt.Fprintf(w, "\n- %s", s)
+		} else {
+			fmt.Fprintln(w, s)
+		}
+	}
+	if len(d.GrowthCI) > 0 {
+		var g []string
+		for _, k := range TTFTComponents {
+			ci := d.GrowthCI[k]
+			g = append(g, fmt.Sprintf("%s %+.1f [%.1f, %.1f]", k, d.Growth[k], ci[0], ci[1]))
+		}
+		line(fmt.Sprintf("tail-mean growth, lowest → highest valid level, ms (%g%% bootstrap interval): %s", 100*d.Confidence, strings.Join(g, "; ")))
+	}
 	for _, l := range d.Levels {
 		if l.KernelJoined > 0 {
-			line := fmt.Sprintf("kernel (daemon) at %g req/s: %d requests joined to their KV pull, %.2f MB received and %.2f ms first→last byte on average",
-				l.OfferedQPS, l.KernelJoined, l.KernelKVBytes/1e6, l.KernelTransferMs)
-			if md {
-				fmt.Fprintf(w, "\n- %s", line)
-			} else {
-				fmt.Fprintln(w, line)
-			}
+			line(fmt.Sprintf("kernel (daemon) at %g req/s: %d requests joined to their KV pull, %.2f MB received and %.2f ms first→last byte on average",
+				l.OfferedQPS, l.KernelJoined, l.KernelKVBytes/1e6, l.KernelTransferMs))
 		}
 	}
 	for _, p := range d.Proposals {
-		if md {
-			fmt.Fprintf(w, "\n- next: %s", p)
-		} else {
-			fmt.Fprintf(w, "next: %s\n", p)
-		}
+		line("next: " + p)
 	}
 	if md {
 		fmt.Fprintln(w)

@@ -22,8 +22,10 @@ func record(metrics string) *replay.Record {
 	}
 	warm := replay.RequestRecord{ID: 0, RequestID: "r0", Outcome: "ok", FirstMs: f(1), FinishMs: f(2)}
 	return &replay.Record{Kind: "emulated", TimeScale: 1, Runs: []replay.RunRecord{{Run: 1, Levels: []replay.LevelRecord{{
-		Level: replay.Level{OfferedQPS: 4}, Requests: []replay.RequestRecord{warm, rq}}}}}}
+		Level: replay.Level{OfferedQPS: 4}, Verdict: validVerdict(), Requests: []replay.RequestRecord{warm, rq}}}}}}
 }
+
+func validVerdict() replay.Verdict { return replay.Verdict{Valid: true, Reasons: []replay.Reason{}} }
 
 func stamp(ms float64) proxy.Stamp { return proxy.Stamp{MonoNs: 1_000_000_000 + int64((ms-101)*1e6)} }
 
@@ -68,8 +70,9 @@ func TestAttributeDisaggregatedWithRetryAndFallback(t *testing.T) {
 	a := atts[0]
 	// Queueing: the failed leg (109−103 = 6) + the prefill engine's queue 4.
 	// Prefill 10. Transfer: decode TTFT 20 − queue 2 − one ITL 1 = 17.
-	// Decode queue 2. Client: the rest of TTFT 50.
-	want := map[string]float64{Queueing: 10, Prefill: 10, Transfer: 17, DecodeQ: 2, Client: 50 - 10 - 10 - 17 - 2}
+	// Decode queue: queue 2 + the first step (one ITL) 1. Client: the rest
+	// of TTFT 50.
+	want := map[string]float64{Queueing: 10, Prefill: 10, Transfer: 17, DecodeQ: 3, Client: 50 - 10 - 10 - 17 - 3}
 	for k, v := range want {
 		if math.Abs(a.Parts[k]-v) > 1e-6 {
 			t.Errorf("%s = %v, want %v", k, a.Parts[k], v)
@@ -86,27 +89,97 @@ func TestAttributeDisaggregatedWithRetryAndFallback(t *testing.T) {
 	}
 }
 
-func TestSummarizeNamesTheGrowingPart(t *testing.T) {
-	mk := func(q float64, id int, queue float64) Attribution {
-		return Attribution{OfferedQPS: q, ID: id, RequestID: "x", TTFTMs: 20 + queue,
-			Parts: map[string]float64{Client: 2, Prefill: 18, Queueing: queue, Decode: 100}}
+// TestAttributeAgainstPlantedTruth builds a request whose every interval
+// is known, on a time scale of 2 (stamps in real nanoseconds, figures in
+// model ms), and holds each part to its planted value. The client part
+// must be exactly the planted dispatch lag plus the planted hops: an
+// engine's time left in it (the decode worker's first step, say) or
+// counted twice fails here.
+func TestAttributeAgainstPlantedTruth(t *testing.T) {
+	const scale = 2.0
+	mono := func(ms float64) proxy.Stamp { return proxy.Stamp{MonoNs: 1_000_000_000 + int64(ms*scale*1e6)} }
+	at := func(ms float64) *proxy.Stamp { s := mono(ms); return &s }
+	rec := func(sent, first float64, metrics string) *replay.Record {
+		rq := replay.RequestRecord{ID: 8, RequestID: "r8", Outcome: "ok", ScheduledMs: 100, SentMs: sent,
+			DispatchLagMs: sent - 100, Sent: replay.Stamp{MonoNs: mono(sent).MonoNs}, FirstMs: f(first), FinishMs: f(first + 100),
+			TTFTMs: f(first - 100), TTFTFromSentMs: f(first - sent), OutputTokens: 64, EngineMetrics: json.RawMessage(metrics)}
+		return &replay.Record{Kind: "emulated", TimeScale: scale, Runs: []replay.RunRecord{{Levels: []replay.LevelRecord{{
+			Level: replay.Level{OfferedQPS: 4}, Verdict: validVerdict(), Requests: []replay.RequestRecord{rq}}}}}}
 	}
-	var atts []Attribution
-	for i := 0; i < 20; i++ {
-		atts = append(atts, mk(1, i, 0), mk(16, i, float64(i*10)))
+	for _, tc := range []struct {
+		name string
+		rec  *replay.Record
+		tl   proxy.Timeline
+		want map[string]float64
+	}{{
+		// Scheduled 100, sent 103 (dispatch lag 3); the proxy receives at
+		// 104 (hop 1) and sends the prefill leg at 105 (proxy 1); the
+		// prefill engine gets it at 106 (hop 1), queues 4, prefills 10,
+		// answers at 120, the proxy has it at 121 (hop 1) and hands off at
+		// 123 (2); the decode engine gets it at 124 (hop 1), waits 17 for
+		// KV, queues 2, takes one 1.5 ms step: first token at 144.5, at
+		// the client at 146.5 (delivery 2). Client: 3 + 1+1+1+1+2+1 + 2.
+		name: "disaggregated",
+		rec:  rec(103, 146.5, `{"queue_time_ms":2,"time_to_first_token_ms":20.5,"mean_itl_ms":1.5}`),
+		tl: proxy.Timeline{RequestID: "r8", Received: mono(104), Outcome: proxy.OutcomeSuccess,
+			Prefill: []proxy.Leg{{Worker: "p0", Sent: mono(105), Answered: at(121), Status: 200,
+				EngineMetrics: json.RawMessage(`{"queue_time_ms":4,"time_to_first_token_ms":14}`)}},
+			Decode: &proxy.Leg{Worker: "d0", Sent: mono(123), Answered: at(145.5), Status: 200}},
+		want: map[string]float64{Client: 12, Queueing: 4, Prefill: 10, Transfer: 17, DecodeQ: 3.5, Decode: 100},
+	}, {
+		// Scheduled 100, sent 102 (lag 2), proxy 103 (hop 1), engine leg
+		// sent 104 (proxy 1), engine arrival 105 (hop 1), queue 5, prefill
+		// 20: first token 130, at the client 132 (delivery 2).
+		name: "colocated",
+		rec:  rec(102, 132, `{"queue_time_ms":5,"time_to_first_token_ms":25,"mean_itl_ms":1}`),
+		tl: proxy.Timeline{RequestID: "r8", Received: mono(103), Outcome: proxy.OutcomeSuccess,
+			Decode: &proxy.Leg{Worker: "c0", Sent: mono(104), Answered: at(131), Status: 200}},
+		want: map[string]float64{Client: 7, Queueing: 5, Prefill: 20, Transfer: 0, DecodeQ: 0, Decode: 100},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			atts, err := Attribute(tc.rec, Evidence{Timelines: []proxy.Timeline{tc.tl}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := atts[0]
+			if !a.Timeline || len(a.Invalid) != 0 {
+				t.Errorf("timeline %t invalid %v", a.Timeline, a.Invalid)
+			}
+			for k, v := range tc.want {
+				if math.Abs(a.Parts[k]-v) > 1e-9 {
+					t.Errorf("%s = %v, want %v (planted)", k, a.Parts[k], v)
+				}
+			}
+		})
 	}
-	d := Summarize("emulated", atts, replay.DefaultSLO, nil)
-	if d.Bottleneck != Queueing || len(d.Proposals) == 0 || !strings.Contains(d.Proposals[0], "disaggregate") {
-		t.Errorf("bottleneck %q proposals %v: %s", d.Bottleneck, d.Proposals, d.Summary)
+}
+
+// The TTFT attributed is the record's, from the scheduled send: never the
+// one from the actual send.
+func TestAttributeReadsTTFTFromTheScheduledSend(t *testing.T) {
+	r := record(`{"queue_time_ms":10,"time_to_first_token_ms":40}`)
+	rq := &r.Runs[0].Levels[0].Requests[1]
+	rq.TTFTMs, rq.TTFTFromSentMs = f(50), f(49)
+	atts, err := Attribute(r, Evidence{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	// TTFT over the SLO already at the lowest load: the dominant part.
-	slow := []Attribution{{OfferedQPS: 1, TTFTMs: 3000, Parts: map[string]float64{Prefill: 2900, Client: 100}}}
-	if d := Summarize("emulated", slow, replay.DefaultSLO, nil); d.Bottleneck != Prefill {
-		t.Errorf("slow prefill: %q", d.Bottleneck)
+	if atts[0].TTFTMs != 50 || atts[0].Parts[Client] != 10 {
+		t.Errorf("TTFT %v client %v, want 50 and 10 (1 ms dispatch lag + 9 ms hops)", atts[0].TTFTMs, atts[0].Parts[Client])
 	}
-	// TPOT over its SLO: decode.
-	if d := Summarize("emulated", slow, replay.DefaultSLO, map[float64]float64{1: 80}); d.Bottleneck != Decode {
-		t.Errorf("slow decode: %q", d.Bottleneck)
+}
+
+// A level's verdict travels with its attributions.
+func TestAttributeCarriesTheLevelVerdict(t *testing.T) {
+	r := record("")
+	r.Runs[0].Levels[0].Verdict = replay.Verdict{Reasons: []replay.Reason{{Code: replay.ReasonWarmStart}, {Code: replay.ReasonClientBound}}}
+	atts, _ := Attribute(r, Evidence{})
+	if got := strings.Join(atts[0].Invalid, ","); got != "client_bound,warm_start" {
+		t.Errorf("invalid %q", got)
+	}
+	r.Runs[0].Levels[0].Verdict = replay.Verdict{} // never judged
+	if atts, _ := Attribute(r, Evidence{}); strings.Join(atts[0].Invalid, ",") != unjudged {
+		t.Errorf("unjudged level: invalid %v", atts[0].Invalid)
 	}
 }
 

@@ -19,25 +19,37 @@ func newDiagnoseCmd() *cobra.Command {
 	report := &cobra.Command{
 		Use:   "report --record run.json",
 		Short: "Split TTFT into client, queueing, prefill, transfer and decode-queue time; name the bottleneck",
-		Long: `hone diagnose report reads a replay record and, when given, the proxy's
+		Long: fmt.Sprintf(`hone diagnose report reads a replay record and, when given, the proxy's
 per-request timelines (--timelines FILE from GET /hone/timeline, or --proxy URL
 to fetch them), joins them by X-Request-Id on CLOCK_MONOTONIC, and splits every
 measured request's TTFT into:
 
   client        dispatch lag, client↔proxy↔engine hops, the proxy's hand-off,
-                first-byte delivery (the residual)
+                first-byte delivery (the residual: nothing an engine does)
   queueing      the engine's queue (vLLM queue_time_ms) and failed prefill legs
   prefill       the engine's arrival→first token minus its queue
   transfer      on a decode worker: time_to_first_token − queue_time − one ITL
                 (waiting for KV blocks)
-  decode_queue  the decode worker's queue
+  decode_queue  the decode worker's queue and its first step (one mean ITL)
 
-and reports decode (first → last token) beside them. Figures are model time.
-vLLM must run with --enable-per-request-metrics for the engine-side split; the
-proxy keeps the prefill leg's metrics. The bottleneck is the part of the
-p99-rank request that grows most with load (or the dominant part when even the
-lowest load misses the TTFT SLO; decode when TPOT misses its SLO), with the
-changes worth trying next.
+and reports decode (first → last token) beside them. TTFT runs from the
+scheduled send, as in the record. Figures are model time. vLLM must run with
+--enable-per-request-metrics for the engine-side split; the proxy keeps the
+prefill leg's metrics.
+
+A level (run, offered rate) whose client part exceeds replay's client_bound
+bounds (p99 > %g%% of the TTFT SLO, or median > %g%% of the median TTFT) is
+marked invalid. Invalid levels are shown with their reason codes but never
+decide the bottleneck, which is, in this order: client-bound when every level
+is invalid or the lowest or highest is client_bound (the proposals then fix
+the measurement, not the deployment); decode when TPOT misses its SLO; the
+largest part of the tail when the tail's TTFT is over the SLO already at the
+lowest valid level; the part whose tail mean (over the slowest %g%% of
+requests by TTFT) grows most from the lowest to the highest valid level, with
+a %g%% bootstrap interval above %g%% of the lowest level's tail TTFT; a part
+that dominates the TTFT budget at every valid level (mean share over %g%%);
+else none. When the runner-up's interval overlaps, the verdict says
+"uncertain".
 
 --daemon joins a hone daemon snapshot (--once -o FILE, or GET /v1/snapshot):
 each disaggregated request gets the KV connection whose bytes started after its
@@ -47,7 +59,8 @@ first-to-last-byte time as the kernel saw them.
 --truth compares with an emulator's --trace-file (its ground truth) and
 prints the error per part. --pprof writes a profile for go tool pprof.
 
-Exit codes: 0 success; 2 bad input.`,
+Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*replay.ClientBoundTTFTFraction,
+			100*diagnose.TailFraction, 100*diagnose.Confidence, 100*diagnose.GrowthFraction, 100*diagnose.DominantShare),
 		Example: `  hone diagnose report --record run.json --proxy http://127.0.0.1:8000
   hone diagnose report --record run.json --timelines tl.json --format md --pprof ttft.pb.gz
   go tool pprof -top ttft.pb.gz`,
@@ -85,10 +98,13 @@ Exit codes: 0 success; 2 bad input.`,
 			if err != nil {
 				return usageError{fmt.Errorf("record %s: %w", record, err)}
 			}
-			tpot := map[float64]float64{}
+			marked := diagnose.MarkClientBound(rec, atts)
+			tpot := map[float64]float64{} // p99 TPOT of the valid levels: an invalid one decides nothing
 			for _, run := range rec.Runs {
 				for _, l := range run.Levels {
-					tpot[l.OfferedQPS] = max(tpot[l.OfferedQPS], l.P99TPOTMs)
+					if l.Verdict.Valid {
+						tpot[l.OfferedQPS] = max(tpot[l.OfferedQPS], l.P99TPOTMs)
+					}
 				}
 			}
 			d := diagnose.Summarize(rec.Kind, atts, rec.SLO, tpot)
@@ -112,10 +128,14 @@ Exit codes: 0 success; 2 bad input.`,
 			case "json":
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
-				if err := enc.Encode(map[string]any{"diagnosis": d, "truth_error": errs, "requests": atts}); err != nil {
+				if err := enc.Encode(map[string]any{"diagnosis": d, "client_bound": marked, "invalid_levels": rec.InvalidLevels(),
+					"truth_error": errs, "requests": atts}); err != nil {
 					return err
 				}
 			default:
+				for _, m := range marked {
+					fmt.Fprintln(out, "client/proxy residual check:", m)
+				}
 				if err := d.WriteTable(out, format == "md"); err != nil {
 					return err
 				}

@@ -1,0 +1,95 @@
+package diagnose
+
+import (
+	"fmt"
+
+	"github.com/hone-llm/hone/replay"
+)
+
+// MarkClientBound applies replay's client_bound bounds to the client part
+// (the residual: dispatch lag, hops and the proxy's hand-off, first-byte
+// delivery) of every level (run, offered rate) that has attributions: a
+// level is invalidated with replay.ReasonClientBound when the client
+// part's p99 over its measured requests exceeds
+// replay.ClientBoundSLOFraction of the TTFT SLO, or its median exceeds
+// replay.ClientBoundTTFTFraction of the same requests' median TTFT
+// (nearest rank, as replay judges the dispatch lag alone). It then calls
+// rec.Judge, so run verdicts and objectives follow, copies the new reason
+// codes onto atts (so Summarize leaves those levels out), and returns one
+// line per level it marked.
+//
+// The residual holds the client's time only where attribution split the
+// engines' time out: when the record's config names a disaggregated
+// topology, requests without a proxy timeline (whose residual holds the
+// prefill leg) are left out, and a level with none left is not judged.
+func MarkClientBound(rec *replay.Record, atts []Attribution) []string {
+	if rec == nil {
+		return nil
+	}
+	type key struct {
+		run int
+		q   float64
+	}
+	needTimeline := disaggregated(rec)
+	client, ttft := map[key][]float64{}, map[key][]float64{}
+	skipped := 0
+	for _, a := range atts {
+		if needTimeline && !a.Timeline {
+			skipped++
+			continue
+		}
+		k := key{a.Run, a.OfferedQPS}
+		client[k] = append(client[k], a.Parts[Client])
+		ttft[k] = append(ttft[k], a.TTFTMs)
+	}
+	var out []string
+	marked := map[key][]string{}
+	for i := range rec.Runs {
+		rr := &rec.Runs[i]
+		for j := range rr.Levels {
+			lr := &rr.Levels[j]
+			k := key{rr.Run, lr.OfferedQPS}
+			c := client[k]
+			if len(c) == 0 {
+				continue
+			}
+			p99, p50 := replay.NearestRank(c, 99), replay.NearestRank(c, 50)
+			medTTFT := replay.NearestRank(ttft[k], 50)
+			var detail string
+			if lim := replay.ClientBoundSLOFraction * rec.SLO.TTFTMillis; p99 > lim {
+				detail = fmt.Sprintf("p99 client/proxy residual %.3g ms > %g%% of the %g ms TTFT SLO (%.3g ms): the client side, not the engines, moved TTFT",
+					p99, 100*replay.ClientBoundSLOFraction, rec.SLO.TTFTMillis, lim)
+			} else if lim := replay.ClientBoundTTFTFraction * medTTFT; p50 > lim {
+				detail = fmt.Sprintf("median client/proxy residual %.3g ms > %g%% of the median TTFT %.3g ms: the client side, not the engines, moved TTFT",
+					p50, 100*replay.ClientBoundTTFTFraction, medTTFT)
+			}
+			if detail == "" {
+				continue
+			}
+			lr.Invalidate(replay.ReasonClientBound, "%s", detail)
+			marked[k] = invalidCodes(lr.Verdict)
+			out = append(out, fmt.Sprintf("run %d, %g req/s: %s: %s", rr.Run+1, lr.OfferedQPS, replay.ReasonClientBound, detail))
+		}
+	}
+	if skipped > 0 {
+		out = append(out, fmt.Sprintf("%d requests without a proxy timeline were not judged: in a disaggregated deployment their residual holds the prefill leg", skipped))
+	}
+	if len(marked) == 0 {
+		return out
+	}
+	rec.Judge()
+	for i := range atts {
+		if c, ok := marked[key{atts[i].Run, atts[i].OfferedQPS}]; ok {
+			atts[i].Invalid = c
+		}
+	}
+	return out
+}
+
+// disaggregated reads the record's config for a disaggregated topology
+// (hone optimize records its deployment spec there).
+func disaggregated(rec *replay.Record) bool {
+	t, _ := rec.Config["topology"].(map[string]any)
+	k, _ := t["kind"].(string)
+	return k == "disaggregated"
+}
