@@ -89,15 +89,23 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 	}
 	tls, terr := diagnose.FetchTimelines(ctx, dep.ProxyURL())
 	if atts, aerr := diagnose.Attribute(rec, diagnose.Evidence{Timelines: tls}); aerr == nil {
+		// The client/proxy residual can make a level client-bound; that
+		// re-judges the record, so attribute again for the level verdicts.
+		marked := diagnose.MarkClientBound(rec, atts)
+		if len(marked) > 0 {
+			atts, _ = diagnose.Attribute(rec, diagnose.Evidence{Timelines: tls})
+		}
 		tpot := map[float64]float64{}
 		for _, run := range rec.Runs {
 			for _, l := range run.Levels {
-				tpot[l.OfferedQPS] = max(tpot[l.OfferedQPS], l.P99TPOTMs)
+				if l.Verdict.Valid {
+					tpot[l.OfferedQPS] = max(tpot[l.OfferedQPS], l.P99TPOTMs)
+				}
 			}
 		}
 		d := diagnose.Summarize(rec.Kind, atts, rec.SLO, tpot)
 		t.Bottleneck, t.Diagnosis, t.Proposals, t.Breakdown = d.Bottleneck, d.Summary, d.Proposals, d.Levels
-		rec.Attribution, _ = json.Marshal(map[string]any{"diagnosis": d, "timelines_error": errString(terr)})
+		rec.Attribution, _ = json.Marshal(map[string]any{"diagnosis": d, "timelines_error": errString(terr), "client_bound": marked})
 	}
 	path := filepath.Join(e.OutDir, "records", tag+".json")
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil && t.Error == "" {

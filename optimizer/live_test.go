@@ -347,3 +347,12 @@ func TestChooseTimeScale(t *testing.T) {
 		}
 	}
 }
+
+// A client-bound diagnosis names the measurement, not the deployment: no
+// serving change is proposed for it (before, the fallback proposed
+// disaggregation).
+func TestClientBoundProposesNothing(t *testing.T) {
+	if c := Propose(baseSpec(), diagnose.ClientBound); len(c) != 0 {
+		t.Errorf("client-bound proposed %d serving changes, first: %s", len(c), c[0].Why)
+	}
+}

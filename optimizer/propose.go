@@ -130,6 +130,9 @@ func Shift(s *deploy.Spec, toPrefill bool) (*deploy.Spec, bool) {
 // Propose lists the changes worth trying for a diagnosed bottleneck, most
 // promising first, every one on the same model, precision and GPU budget.
 func Propose(s *deploy.Spec, bottleneck string) []Candidate {
+	if bottleneck == diagnose.ClientBound {
+		return nil // the measurement, not the deployment: no serving change fixes it
+	}
 	var out []Candidate
 	add := func(c *deploy.Spec, ok bool, why string) {
 		if ok {
