@@ -141,9 +141,15 @@ func summarizeRecord(t *Trial, rec *replay.Record) {
 	var qs []float64
 	var costs, hits []float64
 	for _, run := range rec.Runs {
-		t.Objectives = append(t.Objectives, run.Objective)
-		if run.GPUSecondsPerRequest != nil {
-			costs = append(costs, *run.GPUSecondsPerRequest)
+		// Only runs valid at every level decide: an invalid run's
+		// objective may rest on a distorted measurement.
+		if !run.Verdict.Valid {
+			t.InvalidRuns++
+		} else {
+			t.Objectives = append(t.Objectives, run.Objective)
+			if run.GPUSecondsPerRequest != nil {
+				costs = append(costs, *run.GPUSecondsPerRequest)
+			}
 		}
 		for _, l := range run.Levels {
 			a := levels[l.OfferedQPS]

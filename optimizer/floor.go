@@ -2,6 +2,7 @@ package optimizer
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -17,10 +18,19 @@ import (
 // as much room again before a level is judged client-bound.
 const FloorFraction = replay.ClientBoundSLOFraction / 2
 
+// ClientShareLimit is how large the host's median floor may be next to the
+// baseline engine's own median TTFT (model time): at most half, so the
+// client is at most a third of a TTFT, never the largest part an
+// attribution sees, and a level stays clear of the client-bound median
+// bound (replay.ClientBoundTTFTFraction of the TTFT).
+const ClientShareLimit = 0.5
+
 // HostFloor is what the host itself adds to every TTFT: a replay through
 // hone's proxy against the zero-cost emulator profile ("null"), at the
 // highest load level, FloorRuns times (so that p99 is not one request's
-// stall), before any trial.
+// stall), before any trial; and the baseline engine's own median TTFT at
+// the lowest level (model time, from its per-request metrics, which the
+// time scale does not change), to which the floor is compared.
 type HostFloor struct {
 	OfferedQPS float64 `json:"offered_qps"`
 	TimeScale  float64 `json:"time_scale"` // the scale it was measured at
@@ -29,13 +39,15 @@ type HostFloor struct {
 	P50RealMs         float64 `json:"p50_real_ms"`
 	P99RealMs         float64 `json:"p99_real_ms"`
 	DispatchP99RealMs float64 `json:"dispatch_lag_p99_real_ms"`
+	// EngineP50TTFTMs is the baseline engine's median TTFT at the lowest
+	// level, model ms (0 when it could not be read).
+	EngineP50TTFTMs float64 `json:"engine_p50_ttft_model_ms"`
 	// SpecTimeScale is the base spec's scale; ChosenTimeScale the one
-	// every trial runs at: the smallest of the usual steps (0.05, 0.1,
-	// 0.2, 0.25, 0.5, 1, 2, 4) that is at least the spec's and keeps the p99
-	// floor at or below FloorFraction of the TTFT SLO in model time.
+	// every trial runs at (ChooseTimeScale).
 	SpecTimeScale   float64 `json:"spec_time_scale"`
 	ChosenTimeScale float64 `json:"chosen_time_scale"`
 	FloorModelMs    float64 `json:"p99_floor_model_ms"` // P99RealMs / ChosenTimeScale
+	MedianModelMs   float64 `json:"p50_floor_model_ms"` // P50RealMs / ChosenTimeScale
 	Rule            string  `json:"rule"`
 	Note            string  `json:"note,omitempty"`
 }
@@ -45,11 +57,20 @@ const FloorRuns = 3
 
 var scaleSteps = []float64{0.05, 0.1, 0.2, 0.25, 0.5, 1, 2, 4}
 
+// FloorRule states ChooseTimeScale in words.
+var FloorRule = fmt.Sprintf("trials run at the spec's time scale, or the smallest of %v above it, at which the host's p99 TTFT floor "+
+	"(real ms / time scale) is at most %g%% of the TTFT SLO and its median at most %g%% of the baseline engine's median TTFT "+
+	"at the lowest level (model ms)", scaleSteps, 100*FloorFraction, 100*ClientShareLimit)
+
 // ChooseTimeScale is specScale when it keeps p99RealMs / scale <=
-// FloorFraction x ttftSLOMs, else the smallest step above it that does;
-// the largest step when none does.
-func ChooseTimeScale(p99RealMs, specScale, ttftSLOMs float64) float64 {
+// FloorFraction x ttftSLOMs and p50RealMs / scale <= ClientShareLimit x
+// engineP50Ms (skipped when engineP50Ms is 0), else the smallest step above
+// it that does; the largest step when none does.
+func ChooseTimeScale(p50RealMs, p99RealMs, engineP50Ms, specScale, ttftSLOMs float64) float64 {
 	need := p99RealMs / (FloorFraction * ttftSLOMs)
+	if engineP50Ms > 0 {
+		need = math.Max(need, p50RealMs/(ClientShareLimit*engineP50Ms))
+	}
 	if specScale >= need {
 		return specScale
 	}
@@ -61,35 +82,23 @@ func ChooseTimeScale(p99RealMs, specScale, ttftSLOMs float64) float64 {
 	return math.Max(specScale, scaleSteps[len(scaleSteps)-1])
 }
 
-// MeasureFloor deploys base with the zero-cost emulator profile behind
-// hone's proxy, replays the workload's highest level once, and picks the
-// time scale trials run at. Only emulator specs have a floor to measure.
+// MeasureFloor measures the host's floor and the baseline engine's own
+// TTFT (see HostFloor) and picks the time scale trials run at. Only
+// emulator specs have a floor to measure.
 func (e *DeployEvaluator) MeasureFloor(ctx context.Context, base *deploy.Spec) (*HostFloor, error) {
 	if base.Engine != deploy.EngineEmulator {
 		return nil, fmt.Errorf("the host floor needs the emulator (engine %q)", base.Engine)
 	}
-	s := CloneSpec(base)
-	s.Name = "hone-floor"
-	s.Emulator.Profile = "null"
-	s.Emulator.TraceDir = ""
-	s.Emulator.Faults = nil
-	scale := s.Emulator.TimeScale
+	scale := base.Emulator.TimeScale
 	if scale <= 0 {
 		scale = 1
 	}
-	if err := s.Validate(); err != nil {
-		return nil, fmt.Errorf("floor spec: %w", err)
-	}
-	dep, err := deploy.Up(ctx, s, e.Up)
-	if err != nil {
-		return nil, fmt.Errorf("deploy the zero-cost engine: %w", err)
-	}
-	defer dep.Down(10 * time.Second)
+	null := CloneSpec(base)
+	null.Emulator.Profile = "null"
 	top := slices.Max(e.QPS)
-	rec, err := replay.Run(ctx, replay.Options{Endpoint: dep.ProxyURL(), Model: s.ServedName(), Kind: replay.KindEmulated,
-		Backend: "emulator", Workload: e.Workload, QPS: []float64{top}, Runs: FloorRuns, SLO: e.SLO, TimeScale: scale, Hone: e.Hone})
+	rec, err := e.replayOnce(ctx, null, "hone-floor", top, FloorRuns, scale)
 	if err != nil {
-		return nil, fmt.Errorf("replay against the zero-cost engine: %w", err)
+		return nil, fmt.Errorf("the zero-cost engine: %w", err)
 	}
 	var ttft []float64
 	lag := 0.0
@@ -108,14 +117,63 @@ func (e *DeployEvaluator) MeasureFloor(ctx context.Context, base *deploy.Spec) (
 	}
 	f := &HostFloor{OfferedQPS: top, TimeScale: scale, Requests: len(ttft),
 		P50RealMs: replay.NearestRank(ttft, 50) * scale, P99RealMs: replay.NearestRank(ttft, 99) * scale,
-		DispatchP99RealMs: lag * scale, SpecTimeScale: scale,
-		Rule: fmt.Sprintf("trials run at the smallest of %v at least the spec's time scale that keeps the host's p99 TTFT floor "+
-			"(real ms / time scale) at or below %g%% of the %g ms TTFT SLO", scaleSteps, 100*FloorFraction, e.SLO.TTFTMillis)}
-	f.ChosenTimeScale = ChooseTimeScale(f.P99RealMs, scale, e.SLO.TTFTMillis)
+		DispatchP99RealMs: lag * scale, SpecTimeScale: scale, Rule: FloorRule}
+	low := slices.Min(e.QPS)
+	if rec, err := e.replayOnce(ctx, CloneSpec(base), "hone-calibrate", low, 1, scale); err == nil {
+		f.EngineP50TTFTMs = engineMedianTTFT(rec)
+	} else {
+		f.Note = "the baseline engine's own TTFT could not be read (" + err.Error() + "): the scale follows the SLO bound alone"
+	}
+	f.ChosenTimeScale = ChooseTimeScale(f.P50RealMs, f.P99RealMs, f.EngineP50TTFTMs, scale, e.SLO.TTFTMillis)
 	f.FloorModelMs = f.P99RealMs / f.ChosenTimeScale
-	if f.FloorModelMs > FloorFraction*e.SLO.TTFTMillis {
-		f.Note = fmt.Sprintf("even at time scale %g the floor is %.1f model ms, over %g%% of the SLO: levels may be judged client-bound; use a quieter host",
-			f.ChosenTimeScale, f.FloorModelMs, 100*FloorFraction)
+	f.MedianModelMs = f.P50RealMs / f.ChosenTimeScale
+	if f.FloorModelMs > FloorFraction*e.SLO.TTFTMillis || (f.EngineP50TTFTMs > 0 && f.MedianModelMs > ClientShareLimit*f.EngineP50TTFTMs) {
+		f.Note = fmt.Sprintf("even at time scale %g the floor is %.1f model ms at p99 and %.1f at the median (engine median TTFT %.1f ms): "+
+			"levels may be judged client-bound; use a quieter host", f.ChosenTimeScale, f.FloorModelMs, f.MedianModelMs, f.EngineP50TTFTMs)
 	}
 	return f, nil
+}
+
+// replayOnce deploys s behind hone's proxy and replays one level.
+func (e *DeployEvaluator) replayOnce(ctx context.Context, s *deploy.Spec, name string, qps float64, runs int, scale float64) (*replay.Record, error) {
+	s.Name = name
+	s.Emulator.TimeScale = scale
+	s.Emulator.TraceDir = ""
+	s.Emulator.Faults = nil
+	if err := s.Validate(); err != nil {
+		return nil, fmt.Errorf("spec: %w", err)
+	}
+	dep, err := deploy.Up(ctx, s, e.Up)
+	if err != nil {
+		return nil, fmt.Errorf("deploy: %w", err)
+	}
+	defer dep.Down(10 * time.Second)
+	rec, err := replay.Run(ctx, replay.Options{Endpoint: dep.ProxyURL(), Model: s.ServedName(), Kind: replay.KindEmulated,
+		Backend: "emulator", Workload: e.Workload, QPS: []float64{qps}, Runs: runs, SLO: e.SLO, TimeScale: scale, Hone: e.Hone})
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	return rec, nil
+}
+
+// engineMedianTTFT is the median of the engine's own time_to_first_token_ms
+// over the measured requests; 0 when the engine reported none.
+func engineMedianTTFT(rec *replay.Record) float64 {
+	var v []float64
+	for _, r := range rec.Runs {
+		for _, l := range r.Levels {
+			for _, q := range l.Requests {
+				var m struct {
+					TTFT *float64 `json:"time_to_first_token_ms"`
+				}
+				if q.ID >= replay.Sessions && len(q.EngineMetrics) > 0 && json.Unmarshal(q.EngineMetrics, &m) == nil && m.TTFT != nil {
+					v = append(v, *m.TTFT)
+				}
+			}
+		}
+	}
+	if len(v) == 0 {
+		return 0
+	}
+	return replay.NearestRank(v, 50)
 }

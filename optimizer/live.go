@@ -37,8 +37,11 @@ type Trial struct {
 	Seconds float64      `json:"seconds"`
 	Error   string       `json:"error,omitempty"`
 
-	Objectives []float64      `json:"objectives"` // per run
-	Objective  float64        `json:"objective"`  // median over runs
+	// Objectives are the valid runs' (every level valid); Objective is
+	// their median. InvalidRuns were measured and left out.
+	Objectives  []float64 `json:"objectives"`
+	Objective   float64   `json:"objective"`
+	InvalidRuns int       `json:"invalid_runs"`
 	CostGPUSec *float64       `json:"gpu_seconds_per_request"`
 	Levels     []LevelSummary `json:"levels"`
 	Requests   int            `json:"requests"`
@@ -49,8 +52,9 @@ type Trial struct {
 	Eligible bool   `json:"eligible"`
 	Reason   string `json:"reason"`
 	// InvalidLevels lists every invalid level of every run ("run 2,
-	// 32 req/s: invalid (client_bound: ...)"): a trial with any is not
-	// eligible, because its objective may rest on a distorted measurement.
+	// 32 req/s: invalid (client_bound: ...)"). A run with any is left out
+	// of Objectives; a trial with fewer than MinValidRuns valid runs is not
+	// eligible.
 	InvalidLevels []string `json:"invalid_levels,omitempty"`
 	Bottleneck    string   `json:"bottleneck,omitempty"`
 	Diagnosis     string   `json:"diagnosis,omitempty"`
@@ -117,9 +121,9 @@ type Interaction struct {
 
 // Rules of the live loop, stated once for the log and the report.
 const (
-	LiveSelectionRule = "Eligible: every level of every run of the trial has a valid measurement (no client_bound, warm_start, " +
-		"time_scale_mismatch, incomplete or counter_contamination verdict), every measured request completed with a valid output " +
-		"(exact length, finish reason length), and every run passed the SLOs at one or more load levels. A trial beats another when " +
+	LiveSelectionRule = "Only runs whose every level has a valid measurement (no client_bound, warm_start, time_scale_mismatch, " +
+		"incomplete or counter_contamination verdict) count; eligible: at least 2 such runs, every measured request completed with " +
+		"a valid output (exact length, finish reason length), and every counted run passed the SLOs at one or more load levels. A trial beats another when " +
 		"every one of its runs' objectives exceeds every one of the other's (Mann-Whitney U = 0: with 3 runs each, p = 0.05 one-sided " +
 		"if they did not differ) and its median is at least 2% higher. Selected: the eligible trial with the highest median objective " +
 		"(largest effective QPS among passing valid levels; at a fixed GPU budget that is the lowest GPU-seconds per request) if it " +
@@ -319,9 +323,9 @@ func judge(t *Trial, slo replay.SLO) {
 	switch {
 	case t.Error != "":
 		t.Eligible, t.Reason = false, "failed: "+t.Error
-	case len(t.InvalidLevels) > 0:
-		t.Eligible, t.Reason = false, fmt.Sprintf("the measurement is invalid at %d level(s), so its figures decide nothing: %s",
-			len(t.InvalidLevels), t.InvalidLevels[0])
+	case len(t.InvalidLevels) > 0 && len(t.Objectives) < MinValidRuns:
+		t.Eligible, t.Reason = false, fmt.Sprintf("%d of %d runs have an invalid level, so its figures decide nothing: %s",
+			t.InvalidRuns, t.InvalidRuns+len(t.Objectives), t.InvalidLevels[0])
 	case t.Failed > 0:
 		t.Eligible, t.Reason = false, fmt.Sprintf("%d measured requests failed or timed out", t.Failed)
 	case t.Invalid > 0:
@@ -336,6 +340,9 @@ func judge(t *Trial, slo replay.SLO) {
 			}
 		}
 		t.Eligible, t.Reason = true, "correct outputs, SLOs met at one or more levels in every run"
+		if t.InvalidRuns > 0 {
+			t.Reason += fmt.Sprintf("; %d invalid run(s) left out (%s)", t.InvalidRuns, t.InvalidLevels[0])
+		}
 	}
 }
 
@@ -389,6 +396,10 @@ func rankTrials(ts []Trial, base *Trial) []*Trial {
 	}
 	return out
 }
+
+// MinValidRuns is how many runs valid at every level a trial needs to be
+// eligible: fewer cannot show its noise.
+const MinValidRuns = 2
 
 // MinWin is the smallest median improvement that counts as a win.
 const MinWin = 0.02

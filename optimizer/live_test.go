@@ -261,8 +261,10 @@ func (e *scriptedEvaluator) Evaluate(_ context.Context, s *deploy.Spec, tag stri
 	e.n[k]++
 	t := Trial{Kind: "emulated", Bottleneck: diagnose.Queueing}
 	if o == nil {
-		t.Objectives, t.Objective = []float64{20, 20, 20}, 20
-		t.InvalidLevels = []string{"run 1, 32 req/s: invalid (client_bound: p99 dispatch lag 358 ms > 5% of the 2000 ms TTFT SLO (100 ms))"}
+		// Two of three runs have an invalid level; the valid one says 20.
+		t.Objectives, t.Objective, t.InvalidRuns = []float64{20}, 20, 2
+		t.InvalidLevels = []string{"run 1, 32 req/s: invalid (client_bound: p99 dispatch lag 358 ms > 5% of the 2000 ms TTFT SLO (100 ms))",
+			"run 3, 32 req/s: invalid (client_bound: p99 dispatch lag 158 ms > 5% of the 2000 ms TTFT SLO (100 ms))"}
 		return t
 	}
 	t.Objectives, t.Objective = o, median(o)
@@ -331,19 +333,24 @@ func TestBeats(t *testing.T) {
 }
 
 // ChooseTimeScale keeps the host's p99 floor within FloorFraction (2.5%)
-// of the TTFT SLO in model time, never below the spec's scale.
+// of the TTFT SLO and its median within half the engine's median TTFT, in
+// model time, never below the spec's scale.
 func TestChooseTimeScale(t *testing.T) {
-	for _, tc := range []struct{ p99, spec, want float64 }{
-		{5, 0.1, 0.1},     // 5 ms / 0.1 = 50 model ms = 2.5% of 2000
-		{5.01, 0.1, 0.2},  // just over: the next step
-		{16, 0.1, 0.5},    // a loaded host: 16 / 0.32 needed
-		{1, 0.25, 0.25},   // never below the spec's scale
-		{500, 0.1, 4},     // beyond every step: the largest, with a warning in the log
-		{0.5, 0.01, 0.01}, // the spec's scale already suffices
-		{0.6, 0.01, 0.05}, // else the smallest step above it
+	for _, tc := range []struct{ p50, p99, engine, spec, want float64 }{
+		{0.1, 5, 0, 0.1, 0.1},     // 5 ms / 0.1 = 50 model ms = 2.5% of 2000
+		{0.1, 5.01, 0, 0.1, 0.2},  // just over: the next step
+		{0.1, 16, 0, 0.1, 0.5},    // a loaded host: 16 / 0.32 needed
+		{0.1, 1, 0, 0.25, 0.25},   // never below the spec's scale
+		{0.1, 500, 0, 0.1, 4},     // beyond every step: the largest, with a warning in the log
+		{0.1, 0.5, 0, 0.01, 0.01}, // the spec's scale already suffices
+		{0.1, 0.6, 0, 0.01, 0.05}, // else the smallest step above it
+		// The median against the engine's own 11 ms: 2.5 ms real needs
+		// 2.5 / 5.5 = 0.45, so 0.5; the SLO bound alone would allow 0.1.
+		{2.5, 4, 11, 0.1, 0.5},
+		{0.5, 4, 11, 0.1, 0.1}, // 5 model ms of 11: within half
 	} {
-		if got := ChooseTimeScale(tc.p99, tc.spec, 2000); got != tc.want {
-			t.Errorf("ChooseTimeScale(%g ms, spec %g) = %g, want %g", tc.p99, tc.spec, got, tc.want)
+		if got := ChooseTimeScale(tc.p50, tc.p99, tc.engine, tc.spec, 2000); got != tc.want {
+			t.Errorf("ChooseTimeScale(p50 %g, p99 %g, engine %g, spec %g) = %g, want %g", tc.p50, tc.p99, tc.engine, tc.spec, got, tc.want)
 		}
 	}
 }

@@ -45,12 +45,10 @@ Regression: ` + optimizer.LiveRegressionRule + `
 
 Before the first trial of an emulator spec, hone measures the host's own
 floor: a replay of the highest level through hone's proxy against a
-zero-cost engine (emulator profile "null"). With --time-scale auto (the
-default) every trial then runs at the smallest usual time scale, at least
-the spec's, that keeps that p99 floor within ` + fmt.Sprintf("%g%%", 100*optimizer.FloorFraction) + ` of the TTFT SLO in
-model time, so that the host, not the deployment, does not decide. "spec"
-keeps the spec's scale (the floor is still measured and logged); a number
-sets the scale.
+zero-cost engine (emulator profile "null"), and the baseline engine's own
+median TTFT at the lowest level. With --time-scale auto (the default) ` + optimizer.FloorRule + `,
+so that the host does not decide what is measured. "spec" keeps the spec's
+scale (the floor is still measured and logged); a number sets the scale.
 
 Every trial, failed ones too, goes to DIR/log.json (rewritten atomically after
 each trial); records to DIR/records/, emulator ground truth to DIR/traces/.
@@ -119,8 +117,8 @@ Exit codes: 0 a verified selection; 1 nothing eligible or verified; 2 bad input.
 				if err != nil {
 					return fmt.Errorf("optimize: host floor: %w", err)
 				}
-				fmt.Fprintf(c.ErrOrStderr(), "optimize: host floor p50 %.2f / p99 %.2f ms real (dispatch lag p99 %.2f ms); ",
-					floor.P50RealMs, floor.P99RealMs, floor.DispatchP99RealMs)
+				fmt.Fprintf(c.ErrOrStderr(), "optimize: host floor p50 %.2f / p99 %.2f ms real (dispatch lag p99 %.2f ms), baseline engine median TTFT %.2f model ms; ",
+					floor.P50RealMs, floor.P99RealMs, floor.DispatchP99RealMs, floor.EngineP50TTFTMs)
 				if timeScale == "auto" {
 					base.Emulator.TimeScale = floor.ChosenTimeScale
 					fmt.Fprintf(c.ErrOrStderr(), "trials run at time scale %g (spec: %g): floor %.1f model ms\n",
@@ -131,6 +129,7 @@ Exit codes: 0 a verified selection; 1 nothing eligible or verified; 2 bad input.
 						floor.ChosenTimeScale = 1
 					}
 					floor.FloorModelMs = floor.P99RealMs / floor.ChosenTimeScale
+					floor.MedianModelMs = floor.P50RealMs / floor.ChosenTimeScale
 					floor.Note = "--time-scale " + timeScale + ": the scale was not chosen from the floor"
 					fmt.Fprintf(c.ErrOrStderr(), "trials run at time scale %g as asked: floor %.1f model ms\n", floor.ChosenTimeScale, floor.FloorModelMs)
 				}
