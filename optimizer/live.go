@@ -39,15 +39,15 @@ type Trial struct {
 
 	// Objectives are the valid runs' (every level valid); Objective is
 	// their median. InvalidRuns were measured and left out.
-	Objectives  []float64 `json:"objectives"`
-	Objective   float64   `json:"objective"`
-	InvalidRuns int       `json:"invalid_runs"`
-	CostGPUSec *float64       `json:"gpu_seconds_per_request"`
-	Levels     []LevelSummary `json:"levels"`
-	Requests   int            `json:"requests"`
-	Failed     int            `json:"failed_requests"`
-	Invalid    int            `json:"invalid_outputs"`
-	HitRate    *float64       `json:"prefix_hit_rate"`
+	Objectives  []float64      `json:"objectives"`
+	Objective   float64        `json:"objective"`
+	InvalidRuns int            `json:"invalid_runs"`
+	CostGPUSec  *float64       `json:"gpu_seconds_per_request"`
+	Levels      []LevelSummary `json:"levels"`
+	Requests    int            `json:"requests"`
+	Failed      int            `json:"failed_requests"`
+	Invalid     int            `json:"invalid_outputs"`
+	HitRate     *float64       `json:"prefix_hit_rate"`
 
 	Eligible bool   `json:"eligible"`
 	Reason   string `json:"reason"`
