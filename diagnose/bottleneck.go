@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 
@@ -61,8 +62,9 @@ var BottleneckRule = fmt.Sprintf("Only valid levels decide. client-bound when ev
 	"the lowest to the highest valid level is largest among those whose %g%% bootstrap interval (%d resamples of requests within each "+
 	"level) lies above %g%% of the lowest level's tail TTFT; else a part whose mean share of TTFT exceeds %g%% at every valid level, or whose tail mean's interval "+
 	"lies above %g%% of the TTFT SLO at every valid level; else none. The tail is the top %g%% of a level's requests by TTFT. When the "+
-	"runner-up's interval overlaps the named part's, the verdict is uncertain. A named client part is client-bound.",
-	100*Confidence, Resamples, 100*GrowthFraction, 100*DominantShare, 100*SLOBudgetFraction, 100*TailFraction)
+	"runner-up's interval overlaps the named part's, the verdict is uncertain. A named client part is client-bound; a client part that "+
+	"grows while its tail stays within %g%% of the TTFT SLO (the client-bound bound) is the host's own cost: reported, not named.",
+	100*Confidence, Resamples, 100*GrowthFraction, 100*DominantShare, 100*SLOBudgetFraction, 100*TailFraction, 100*replay.ClientBoundSLOFraction)
 
 // level holds one offered rate's attributions, all runs together.
 type level struct {
@@ -327,7 +329,20 @@ func decide(d *Diagnosis, lv []*level, slo replay.SLO, tpotP99 map[float64]float
 		return
 	}
 	thr := math.Max(1, GrowthFraction*loTTFT[0])
-	if p, ok := rank(point, ci, func(k int) bool { return len(valid) > 1 && ci[k][0] > thr }); ok {
+	// A client part that grows but whose tail stays within the
+	// client-bound bound is the host's own cost rising with load, inside
+	// what the validity verdict allows: it is reported, not named, and the
+	// engine-side parts are ranked without it.
+	clientLim := replay.ClientBoundSLOFraction * slo.TTFTMillis
+	clientNote := ""
+	if k := slices.Index(TTFTComponents, Client); len(valid) > 1 && ci[k][0] > thr && hi.tail[k] <= clientLim {
+		clientNote = fmt.Sprintf("; the client/proxy part grows too, by %.1f ms [%.1f, %.1f], within the %g ms client-bound bound: the host's own cost, not the deployment's",
+			point[k], ci[k][0], ci[k][1], clientLim)
+	}
+	grows := func(k int) bool {
+		return len(valid) > 1 && ci[k][0] > thr && (TTFTComponents[k] != Client || hi.tail[k] > clientLim)
+	}
+	if p, ok := rank(point, ci, grows); ok {
 		if TTFTComponents[p.named] == Client {
 			clientBound(d, fmt.Sprintf("the client part's tail mean grows by %.1f ms [%.1f, %.1f] from %g to %g req/s",
 				point[p.named], ci[p.named][0], ci[p.named][1], lo.q, hi.q))
@@ -336,10 +351,11 @@ func decide(d *Diagnosis, lv []*level, slo replay.SLO, tpotP99 map[float64]float
 		named(d, p)
 		d.Summary = fmt.Sprintf("%s grows most with load: its tail mean rises by %.1f ms [%.1f, %.1f] (%g%% interval) from %g to %g req/s "+
 			"(tail TTFT %.1f → %.1f ms; the tail is the slowest %g%% of requests)",
-			d.Label(), point[p.named], ci[p.named][0], ci[p.named][1], 100*Confidence, lo.q, hi.q, lo.tailTTFT, hi.tailTTFT, 100*TailFraction)
+			d.Label(), point[p.named], ci[p.named][0], ci[p.named][1], 100*Confidence, lo.q, hi.q, lo.tailTTFT, hi.tailTTFT, 100*TailFraction) + clientNote
 		return
 	}
 	if dominant(d, valid, slo) {
+		d.Summary += clientNote
 		return
 	}
 	d.Bottleneck = "none"
@@ -350,7 +366,7 @@ func decide(d *Diagnosis, lv []*level, slo replay.SLO, tpotP99 map[float64]float
 		}
 	}
 	d.Summary = fmt.Sprintf("no part grows beyond its interval or dominates the TTFT budget (tail TTFT %.1f → %.1f ms from %g to %g req/s); largest part of the tail: %s",
-		lo.tailTTFT, hi.tailTTFT, lo.q, hi.q, TTFTComponents[largest])
+		lo.tailTTFT, hi.tailTTFT, lo.q, hi.q, TTFTComponents[largest]) + clientNote
 }
 
 // overSLO names the largest part of the tail at the lowest valid level,
