@@ -259,7 +259,7 @@ type pick struct{ named, within int }
 // rank names the part with the largest point value among those allowed
 // and flags the runner-up (largest point value among the other parts)
 // when its interval reaches the named part's.
-func rank(point []float64, ci [][2]float64, allowed func(k int) bool) (pick, bool) {
+func rank(point []float64, ci [][2]float64, allowed func(k int) bool, skip int) (pick, bool) {
 	p := pick{named: -1, within: -1}
 	for k := range point {
 		if allowed(k) && (p.named < 0 || point[k] > point[p.named]) {
@@ -271,7 +271,7 @@ func rank(point []float64, ci [][2]float64, allowed func(k int) bool) (pick, boo
 	}
 	runner := -1
 	for k := range point {
-		if k != p.named && (runner < 0 || point[k] > point[runner]) {
+		if k != p.named && k != skip && (runner < 0 || point[k] > point[runner]) {
 			runner = k
 		}
 	}
@@ -334,15 +334,16 @@ func decide(d *Diagnosis, lv []*level, slo replay.SLO, tpotP99 map[float64]float
 	// what the validity verdict allows: it is reported, not named, and the
 	// engine-side parts are ranked without it.
 	clientLim := replay.ClientBoundSLOFraction * slo.TTFTMillis
-	clientNote := ""
+	clientNote, skip := "", -1
 	if k := slices.Index(TTFTComponents, Client); len(valid) > 1 && ci[k][0] > thr && hi.tail[k] <= clientLim {
+		skip = k // not a runner-up either: it cannot be named
 		clientNote = fmt.Sprintf("; the client/proxy part grows too, by %.1f ms [%.1f, %.1f], within the %g ms client-bound bound: the host's own cost, not the deployment's",
 			point[k], ci[k][0], ci[k][1], clientLim)
 	}
 	grows := func(k int) bool {
 		return len(valid) > 1 && ci[k][0] > thr && (TTFTComponents[k] != Client || hi.tail[k] > clientLim)
 	}
-	if p, ok := rank(point, ci, grows); ok {
+	if p, ok := rank(point, ci, grows, skip); ok {
 		if TTFTComponents[p.named] == Client {
 			clientBound(d, fmt.Sprintf("the client part's tail mean grows by %.1f ms [%.1f, %.1f] from %g to %g req/s",
 				point[p.named], ci[p.named][0], ci[p.named][1], lo.q, hi.q))
@@ -376,7 +377,7 @@ func overSLO(d *Diagnosis, lo *level, tailTTFT [2]float64, slo replay.SLO) {
 	for k := range ci {
 		ci[k] = lo.tailInterval(k)
 	}
-	p, _ := rank(lo.tail, ci, func(int) bool { return true })
+	p, _ := rank(lo.tail, ci, func(int) bool { return true }, -1)
 	if TTFTComponents[p.named] == Client {
 		clientBound(d, fmt.Sprintf("the slowest requests' TTFT is over the %g ms SLO at %g req/s and the client part is the largest part of it", slo.TTFTMillis, lo.q))
 		return
