@@ -29,6 +29,7 @@ func Write(w io.Writer, lg *optimizer.Log, o Options) error {
 		}
 	}
 	d.trials()
+	d.hostFloor()
 	d.invalidLevels()
 	d.ablations()
 	d.interaction()

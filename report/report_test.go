@@ -55,8 +55,13 @@ func testLog(kind string, measured int) *optimizer.Log {
 	qps := []float64{2, 4, 8, 16, 24, 32}
 	cost := func(v float64) *float64 { return &v }
 	hit := 0.969
+	var floor *optimizer.HostFloor
+	if kind == "emulated" {
+		floor = &optimizer.HostFloor{OfferedQPS: 32, TimeScale: 0.1, Requests: 120, P50RealMs: 2.27, P99RealMs: 4.76, DispatchP99RealMs: 0.72,
+			EngineP50TTFTMs: 18.16, SpecTimeScale: 0.1, ChosenTimeScale: 0.25, FloorModelMs: 19.04, MedianModelMs: 9.08, Rule: optimizer.FloorRule}
+	}
 	return &optimizer.Log{SchemaVersion: optimizer.LogSchemaVersion, Kind: kind, Workload: replay.DefaultWorkload(), QPS: qps, Runs: 3,
-		SLO: replay.DefaultSLO, BaselineN: 1, Selected: 2, Verified: true, Decision: []string{"selected trial 2 (disagg-1p1d-cache)"},
+		SLO: replay.DefaultSLO, HostFloor: floor, BaselineN: 1, Selected: 2, Verified: true, Decision: []string{"selected trial 2 (disagg-1p1d-cache)"},
 		SelectionRule: optimizer.LiveSelectionRule, RegressionRule: optimizer.LiveRegressionRule,
 		Interaction: &optimizer.Interaction{Factors: [2]string{"topology", "prefix caching"}, Cells: [4]int{2, 3, 1, 4},
 			Values: [4]float64{16.6, 0, 15.3, 10.5}, Text: "interaction: prefix caching is worth 16.600 req/s on disagg and 4.800 on coloc"},
@@ -112,6 +117,8 @@ func TestWrite(t *testing.T) {
 			"*Figure 1 (EMULATED).", "Hollow grey points are invalid runs", "Objective +8.5% vs the baseline",
 			"| [emulated] offered, req/s | requests | p99 TTFT | client |", "| 32 | 120 | 241.3 | 120.0 | 9.0 | 9.0 |",
 			"(n in the requests column); p99 of 120 requests is their second largest.", "| [emulated] | cache on | cache off |",
+			"## Measurement floor (emulated)", "the host itself adds 2.27 ms (median) / 4.76 ms (p99) of real time",
+			"Trials ran at time scale 0.25 (the spec said 0.1), where that floor is 9.1 ms (median) / 19.0 ms (p99) of model time",
 		}, []string{"DEVICE", "their largest: one slow request sets it. Here n = 120"}},
 		{"unverified", testLog("unverified", 40), []string{
 			"**All figures in this report are UNVERIFIED** (kind `unverified`)", "They are not device measurements",

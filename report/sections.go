@@ -31,6 +31,25 @@ func (d *doc) header(title string) {
 		"drawn hollow and grey in the plots, left out of medians and ranges, and explained under [Invalid levels](#invalid-levels-%s).\n\n", d.prov.tag())
 }
 
+// hostFloor reports the host's own TTFT floor, measured before the first
+// trial, and the time scale it led to.
+func (d *doc) hostFloor() {
+	f := d.lg.HostFloor
+	if f == nil {
+		return
+	}
+	d.p("## Measurement floor (%s)\n\n", d.prov.tag())
+	d.p("Before the first trial, hone replayed %g req/s through its proxy against a zero-cost engine (%d measured requests): "+
+		"the host itself adds %.2f ms (median) / %.2f ms (p99) of real time to a TTFT (dispatch lag p99 %.2f ms). "+
+		"The baseline engine's own median TTFT at the lowest level is %.2f ms (model time). "+
+		"Trials ran at time scale %g (the spec said %g), where that floor is %.1f ms (median) / %.1f ms (p99) of model time. Rule: %s.\n\n",
+		f.OfferedQPS, f.Requests, f.P50RealMs, f.P99RealMs, f.DispatchP99RealMs, f.EngineP50TTFTMs,
+		f.ChosenTimeScale, f.SpecTimeScale, f.MedianModelMs, f.FloorModelMs, f.Rule)
+	if f.Note != "" {
+		d.p("**Note:** %s\n\n", f.Note)
+	}
+}
+
 // invalidLevels lists every level with an invalid run, and why.
 func (d *doc) invalidLevels() {
 	d.p("## Invalid levels (%s)\n\n", d.prov.tag())
