@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hone-llm/hone/deploy"
@@ -19,12 +20,15 @@ import (
 const FloorFraction = replay.ClientBoundSLOFraction / 2
 
 // ClientShareLimit is how large the host's median floor may be next to the
-// baseline engine's own median TTFT (model time): at most three quarters,
-// so the client is at most 3/7 (43%) of a median TTFT, clear of the
-// client-bound median bound (replay.ClientBoundTTFTFraction, half the
-// TTFT). The engine's median TTFT at a light load varies by a quarter
-// from run to run (where an arrival falls in a decode step), so the
-// margin is there to keep the pick off that noise.
+// baseline engine's own median TTFT (model time) before the log warns that
+// the client may dominate attributions: three quarters, so the client is at
+// most 3/7 of a median TTFT, clear of the client-bound median bound
+// (replay.ClientBoundTTFTFraction, half the TTFT). It warns, and does not
+// pick the scale: the engine's median TTFT at a light load varies by a
+// third from run to run (11.5 to 18.2 model ms measured for one spec:
+// where each arrival falls in a decode step), and a pick on it flipped
+// between 0.25 and 0.5 across three runs of the same demo. The validity
+// verdict judges every level on what it measured instead.
 const ClientShareLimit = 0.75
 
 // HostFloor is what the host itself adds to every TTFT: a replay through
@@ -52,6 +56,8 @@ type HostFloor struct {
 	MedianModelMs   float64 `json:"p50_floor_model_ms"` // P50RealMs / ChosenTimeScale
 	Rule            string  `json:"rule"`
 	Note            string  `json:"note,omitempty"`
+
+	sloMs float64
 }
 
 // FloorRuns is how many passes over the highest level the floor takes.
@@ -61,18 +67,14 @@ var scaleSteps = []float64{0.05, 0.1, 0.2, 0.25, 0.5, 1, 2, 4}
 
 // FloorRule states ChooseTimeScale in words.
 var FloorRule = fmt.Sprintf("trials run at the spec's time scale, or the smallest of %v above it, at which the host's p99 TTFT floor "+
-	"(real ms / time scale) is at most %g%% of the TTFT SLO and its median at most %g%% of the baseline engine's median TTFT "+
-	"at the lowest level (model ms)", scaleSteps, 100*FloorFraction, 100*ClientShareLimit)
+	"(real ms / time scale) is at most %g%% of the TTFT SLO; the log warns when the floor's median is over %g%% of the baseline "+
+	"engine's median TTFT at the lowest level (model ms)", scaleSteps, 100*FloorFraction, 100*ClientShareLimit)
 
 // ChooseTimeScale is specScale when it keeps p99RealMs / scale <=
-// FloorFraction x ttftSLOMs and p50RealMs / scale <= ClientShareLimit x
-// engineP50Ms (skipped when engineP50Ms is 0), else the smallest step above
-// it that does; the largest step when none does.
-func ChooseTimeScale(p50RealMs, p99RealMs, engineP50Ms, specScale, ttftSLOMs float64) float64 {
+// FloorFraction x ttftSLOMs, else the smallest step above it that does;
+// the largest step when none does.
+func ChooseTimeScale(p99RealMs, specScale, ttftSLOMs float64) float64 {
 	need := p99RealMs / (FloorFraction * ttftSLOMs)
-	if engineP50Ms > 0 {
-		need = math.Max(need, p50RealMs/(ClientShareLimit*engineP50Ms))
-	}
 	if specScale >= need {
 		return specScale
 	}
@@ -85,7 +87,8 @@ func ChooseTimeScale(p50RealMs, p99RealMs, engineP50Ms, specScale, ttftSLOMs flo
 }
 
 // MeasureFloor measures the host's floor and the baseline engine's own
-// TTFT (see HostFloor) and picks the time scale trials run at. Only
+// TTFT (see HostFloor; 0 when it could not be read) and picks the time
+// scale trials run at. Only
 // emulator specs have a floor to measure.
 func (e *DeployEvaluator) MeasureFloor(ctx context.Context, base *deploy.Spec) (*HostFloor, error) {
 	if base.Engine != deploy.EngineEmulator {
@@ -117,23 +120,35 @@ func (e *DeployEvaluator) MeasureFloor(ctx context.Context, base *deploy.Spec) (
 	if len(ttft) == 0 {
 		return nil, fmt.Errorf("no measured request completed against the zero-cost engine")
 	}
-	f := &HostFloor{OfferedQPS: top, TimeScale: scale, Requests: len(ttft),
+	f := &HostFloor{OfferedQPS: top, TimeScale: scale, Requests: len(ttft), sloMs: e.SLO.TTFTMillis,
 		P50RealMs: replay.NearestRank(ttft, 50) * scale, P99RealMs: replay.NearestRank(ttft, 99) * scale,
 		DispatchP99RealMs: lag * scale, SpecTimeScale: scale, Rule: FloorRule}
 	low := slices.Min(e.QPS)
 	if rec, err := e.replayOnce(ctx, CloneSpec(base), "hone-calibrate", low, 1, scale); err == nil {
 		f.EngineP50TTFTMs = engineMedianTTFT(rec)
-	} else {
-		f.Note = "the baseline engine's own TTFT could not be read (" + err.Error() + "): the scale follows the SLO bound alone"
 	}
-	f.ChosenTimeScale = ChooseTimeScale(f.P50RealMs, f.P99RealMs, f.EngineP50TTFTMs, scale, e.SLO.TTFTMillis)
+	f.ChosenTimeScale = ChooseTimeScale(f.P99RealMs, scale, e.SLO.TTFTMillis)
+	f.Settle()
+	return f, nil
+}
+
+// Settle sets the floor in model time at ChosenTimeScale and the note
+// that warns when it is too large for the SLO or next to the engine's TTFT.
+func (f *HostFloor) Settle() {
 	f.FloorModelMs = f.P99RealMs / f.ChosenTimeScale
 	f.MedianModelMs = f.P50RealMs / f.ChosenTimeScale
-	if f.FloorModelMs > FloorFraction*e.SLO.TTFTMillis || (f.EngineP50TTFTMs > 0 && f.MedianModelMs > ClientShareLimit*f.EngineP50TTFTMs) {
-		f.Note = fmt.Sprintf("even at time scale %g the floor is %.1f model ms at p99 and %.1f at the median (engine median TTFT %.1f ms): "+
-			"levels may be judged client-bound; use a quieter host", f.ChosenTimeScale, f.FloorModelMs, f.MedianModelMs, f.EngineP50TTFTMs)
+	var warn []string
+	if f.FloorModelMs > FloorFraction*f.sloMs {
+		warn = append(warn, fmt.Sprintf("the p99 floor is %.1f model ms, over %g%% of the TTFT SLO: levels may be judged client-bound; use a quieter host",
+			f.FloorModelMs, 100*FloorFraction))
 	}
-	return f, nil
+	if f.EngineP50TTFTMs > 0 && f.MedianModelMs > ClientShareLimit*f.EngineP50TTFTMs {
+		warn = append(warn, fmt.Sprintf("the median floor is %.1f model ms next to the baseline engine's median TTFT of %.1f ms: "+
+			"attributions may be dominated by the client; a larger --time-scale would shrink it", f.MedianModelMs, f.EngineP50TTFTMs))
+	}
+	if len(warn) > 0 {
+		f.Note = fmt.Sprintf("at time scale %g, %s", f.ChosenTimeScale, strings.Join(warn, "; "))
+	}
 }
 
 // replayOnce deploys s behind hone's proxy and replays one level.

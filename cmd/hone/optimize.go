@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -128,12 +129,11 @@ Exit codes: 0 a verified selection; 1 nothing eligible or verified; 2 bad input.
 					if floor.ChosenTimeScale == 0 {
 						floor.ChosenTimeScale = 1
 					}
-					floor.FloorModelMs = floor.P99RealMs / floor.ChosenTimeScale
-					floor.MedianModelMs = floor.P50RealMs / floor.ChosenTimeScale
-					floor.Note = "--time-scale " + timeScale + ": the scale was not chosen from the floor"
+					floor.Settle()
+					floor.Note = strings.TrimPrefix(floor.Note+"; ", "; ") + "--time-scale " + timeScale + ": the scale was not chosen from the floor"
 					fmt.Fprintf(c.ErrOrStderr(), "trials run at time scale %g as asked: floor %.1f model ms\n", floor.ChosenTimeScale, floor.FloorModelMs)
 				}
-				if floor.Note != "" && timeScale == "auto" {
+				if floor.Note != "" {
 					fmt.Fprintf(c.ErrOrStderr(), "optimize: warning: %s\n", floor.Note)
 				}
 			}
