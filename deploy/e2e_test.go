@@ -5,48 +5,17 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hone-llm/hone/deploy/proxy"
+	"github.com/hone-llm/hone/internal/honetest"
 )
 
-var (
-	buildOnce sync.Once
-	builtHone string
-	buildErr  error
-	buildDir  string
-)
-
-// honeBinary is $HONE_BIN, else hone built once from this checkout.
-func honeBinary(t *testing.T) string {
-	t.Helper()
-	if b := os.Getenv("HONE_BIN"); b != "" {
-		return b
-	}
-	if testing.Short() {
-		t.Skip("needs a hone binary: set HONE_BIN or run without -short")
-	}
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "hone-deploy-test")
-		if buildErr != nil {
-			return
-		}
-		builtHone = filepath.Join(buildDir, "hone")
-		if b, err := exec.Command("go", "build", "-o", builtHone, "../cmd/hone").CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/hone: %v\n%s", err, b)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtHone
-}
+// honeBinary is $HONE_BIN, else hone built once for the test process.
+func honeBinary(t *testing.T) string { return honetest.Binary(t) }
 
 // TestEmulatorDisaggregatedEndToEnd deploys real `hone sim serve` workers
 // (two prefill, one decode) and the proxy with deploy up, crashes one

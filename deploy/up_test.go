@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/hone-llm/hone/deploy/proxy"
+	"github.com/hone-llm/hone/internal/honetest"
 )
 
 // The test binary doubles as the processes Up starts, chosen by
@@ -31,9 +32,7 @@ func TestMain(m *testing.M) {
 	switch os.Getenv("HONE_DEPLOY_FAKE") {
 	case "":
 		code := m.Run()
-		if buildDir != "" {
-			os.RemoveAll(buildDir)
-		}
+		honetest.Cleanup()
 		os.Exit(code)
 	case "sleeper":
 		if os.Getenv("HONE_FAKE_IGNORE_TERM") == "1" {
@@ -131,35 +130,9 @@ func fakeUp() {
 	os.Exit(0)
 }
 
-// freePorts finds a base port with n consecutive free ports.
-func freePorts(t testing.TB, n int) int {
-	t.Helper()
-	for range 50 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		base := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		if base+n > 65535 {
-			continue
-		}
-		ok := true
-		for p := base; p < base+n && ok; p++ {
-			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-			if err != nil {
-				ok = false
-				continue
-			}
-			l.Close()
-		}
-		if ok {
-			return base
-		}
-	}
-	t.Fatal("no free port range")
-	return 0
-}
+// freePorts is the first of n consecutive free ports, below the
+// ephemeral range.
+func freePorts(t testing.TB, n int) int { return honetest.FreePorts(t, n) }
 
 func testSpec(t testing.TB, topology string) *Spec {
 	t.Helper()

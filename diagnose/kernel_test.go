@@ -18,23 +18,10 @@ import (
 	"github.com/hone-llm/hone/bpf/bpftest"
 	"github.com/hone-llm/hone/daemon"
 	"github.com/hone-llm/hone/deploy/proxy"
+	"github.com/hone-llm/hone/internal/honetest"
 	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/sim/emulator"
 )
-
-// honeBinary returns $HONE_BIN (set by make test) or a hone built for the
-// test.
-func honeBinary(t *testing.T) string {
-	t.Helper()
-	if b := os.Getenv("HONE_BIN"); b != "" {
-		return b
-	}
-	out := filepath.Join(t.TempDir(), "hone")
-	if b, err := exec.Command("go", "build", "-o", out, "../cmd/hone").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
-	}
-	return out
-}
 
 // The daemon's view of each request's KV pull, joined to the request by
 // time alone, carries exactly the bytes the emulator says it moved: the
@@ -49,7 +36,7 @@ func TestKernelKVJoin(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	// The daemon never traces its own process, so the engines run as
 	// separate hone sim serve processes.
-	hone := honeBinary(t)
+	hone := honetest.Binary(t)
 	dir := t.TempDir()
 	freePort := func() int {
 		l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -331,19 +331,10 @@ func skipped(base, cand Series) Result {
 	r := Result{Series: base, Candidate: cand.Values, Verdict: Invalid, Test: "skipped"}
 	r.BaseCenter, r.CandCenter = median(base.Values), median(cand.Values)
 	r.Change = relChange(r.BaseCenter, r.CandCenter)
-	var why []string
-	for _, side := range []struct {
-		name string
-		s    Series
-	}{{"baseline", base}, {"candidate", cand}} {
-		if d := describeInvalid(side.name, side.s); d != "" {
-			why = append(why, d)
-		}
-	}
 	if base.OfferedQPS == 0 {
-		r.Reason = "not comparable: not every level is valid; " + strings.Join(why, "; ")
+		r.Reason = "not comparable: not every level is valid; " + excluded(base, cand)
 	} else {
-		r.Reason = "skipped: the level is invalid; " + strings.Join(why, "; ")
+		r.Reason = "skipped: the level is invalid; " + excluded(base, cand)
 	}
 	return r
 }

@@ -5,70 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/deploy/proxy"
+	"github.com/hone-llm/hone/internal/honetest"
 	"github.com/hone-llm/hone/replay"
 )
-
-var (
-	buildOnce sync.Once
-	builtHone string
-	buildErr  error
-)
-
-// honeBinary is $HONE_BIN (make test sets it) or a fresh build.
-func honeBinary(t *testing.T) string {
-	t.Helper()
-	if b := os.Getenv("HONE_BIN"); b != "" {
-		return b
-	}
-	if testing.Short() {
-		t.Skip("needs a hone binary: set HONE_BIN or run without -short")
-	}
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "hone-optimizer-test")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		builtHone = filepath.Join(dir, "hone")
-		if b, err := exec.Command("go", "build", "-o", builtHone, "../cmd/hone").CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/hone: %v\n%s", err, b)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtHone
-}
-
-// portPair returns two consecutive free loopback ports.
-func portPair(t *testing.T) int {
-	t.Helper()
-	for range 50 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		if l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+1)); err == nil {
-			l2.Close()
-			return p
-		}
-	}
-	t.Fatal("no two consecutive free ports")
-	return 0
-}
 
 // TestDeployEvaluator measures one emulated config for real: deploy up,
 // replay through the proxy, attribution, the record, deploy down. The
@@ -76,8 +22,8 @@ func portPair(t *testing.T) int {
 // every level started cold through the proxy's reset fan-out, and the
 // proxy's outcome for every request agrees with the client's.
 func TestDeployEvaluator(t *testing.T) {
-	hone := honeBinary(t)
-	base := portPair(t)
+	hone := honetest.Binary(t)
+	base := honetest.FreePorts(t, 2)
 	s, err := deploy.ParseSpec(fmt.Appendf(nil, `
 name: eval
 engine: emulator
