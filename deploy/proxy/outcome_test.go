@@ -199,3 +199,25 @@ func TestEventWatch(t *testing.T) {
 		}
 	}
 }
+
+// FuzzEventWatch: what the watch concludes depends on the bytes written,
+// never on how the writes split them.
+func FuzzEventWatch(f *testing.F) {
+	for _, s := range []string{"data: [DONE]\n\n", "data: {}\r\n\r\ndata: [DONE]\r\n\r\n", ": data: [DONE]\n\n",
+		"data: {\"error\": {\"message\": \"boom\"}}\n\n", "data: " + strings.Repeat("x", 40) + "[DONE]\n\n"} {
+		f.Add(s, uint8(3))
+	}
+	f.Fuzz(func(t *testing.T, stream string, split uint8) {
+		var whole, parts eventWatch
+		whole.write([]byte(stream))
+		k := int(split%16) + 1
+		for s := stream; len(s) > 0; {
+			n := min(k, len(s))
+			parts.write([]byte(s[:n]))
+			s = s[n:]
+		}
+		if whole.done != parts.done || whole.errEvent != parts.errEvent {
+			t.Fatalf("whole: done %v error %v; in %d-byte writes: done %v error %v", whole.done, whole.errEvent, k, parts.done, parts.errEvent)
+		}
+	})
+}
