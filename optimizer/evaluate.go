@@ -90,11 +90,8 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 	tls, terr := diagnose.FetchTimelines(ctx, dep.ProxyURL())
 	if atts, aerr := diagnose.Attribute(rec, diagnose.Evidence{Timelines: tls}); aerr == nil {
 		// The client/proxy residual can make a level client-bound; that
-		// re-judges the record, so attribute again for the level verdicts.
+		// re-judges the record and marks the attributions in place.
 		marked := diagnose.MarkClientBound(rec, atts)
-		if len(marked) > 0 {
-			atts, _ = diagnose.Attribute(rec, diagnose.Evidence{Timelines: tls})
-		}
 		tpot := map[float64]float64{}
 		for _, run := range rec.Runs {
 			for _, l := range run.Levels {

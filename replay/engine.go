@@ -256,12 +256,11 @@ func (c Counters) prefixCache() (hits, queries float64, ok bool) {
 // HitRate is Δhits/Δqueries between two scrapes; nil when either scrape
 // lacks the counters or nothing was queried.
 func HitRate(before, after Counters) *float64 {
-	h0, q0, ok0 := before.prefixCache()
-	h1, q1, ok1 := after.prefixCache()
-	if !ok0 || !ok1 || q1-q0 <= 0 {
+	dh, dq, ok := counterDelta(before, after)
+	if !ok || dq <= 0 {
 		return nil
 	}
-	r := (h1 - h0) / (q1 - q0)
+	r := dh / dq
 	return &r
 }
 

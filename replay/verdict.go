@@ -155,10 +155,12 @@ func (lr *LevelRecord) judge(slo SLO, timeScale float64) {
 			break
 		}
 	}
-	for name, h := range map[string]*float64{"hit_rate_metrics": lr.HitRateMetrics, "hit_rate_metrics_measure": lr.HitRateMetricsMeasure,
-		"hit_rate_cached_tokens": lr.HitRateCachedTokens} {
-		if h != nil && (*h < 0 || *h > 1 || math.IsNaN(*h)) {
-			v.add(ReasonCounterContamination, "%s %.4g is outside [0, 1]", name, *h)
+	for _, r := range []struct {
+		name string
+		h    *float64
+	}{{"hit_rate_metrics", lr.HitRateMetrics}, {"hit_rate_metrics_measure", lr.HitRateMetricsMeasure}, {"hit_rate_cached_tokens", lr.HitRateCachedTokens}} {
+		if r.h != nil && (*r.h < 0 || *r.h > 1 || math.IsNaN(*r.h)) {
+			v.add(ReasonCounterContamination, "%s %.4g is outside [0, 1]", r.name, *r.h)
 		}
 	}
 	if _, dq, ok := counterDelta(lr.Counters.Before, lr.Counters.After); ok && dq != 0 {
