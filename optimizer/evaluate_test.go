@@ -58,8 +58,19 @@ emulator: {profile: exercise, time_scale: 0.25}
 		t.Errorf("trial kind %q, record kind %q, scale %g, cache %q; want emulated, 0.25 adopted, reset through the proxy",
 			tr.Kind, rec.Kind, rec.TimeScale, rec.Cache.Procedure)
 	}
-	if tr.Requests != 32 || len(tr.Levels) != 2 || len(tr.Objectives) != 1 || tr.Objective != rec.Runs[0].Objective {
-		t.Errorf("trial: %d requests, %d levels, objectives %v (record %g); invalid: %v", tr.Requests, len(tr.Levels), tr.Objectives, rec.Runs[0].Objective, tr.InvalidLevels)
+	if tr.Requests != 32 || len(tr.Levels) != 2 {
+		t.Errorf("trial: %d requests, %d levels", tr.Requests, len(tr.Levels))
+	}
+	// Whether the run is valid is the host's to decide (a stalled client
+	// on a loaded machine is client-bound, correctly): only a client-bound
+	// run may be left out, and a valid run is the trial's objective.
+	switch {
+	case rec.Runs[0].Verdict.Valid && (len(tr.Objectives) != 1 || tr.Objective != rec.Runs[0].Objective):
+		t.Errorf("a valid run: objectives %v, record %g", tr.Objectives, rec.Runs[0].Objective)
+	case !rec.Runs[0].Verdict.Valid && (len(tr.Objectives) != 0 || rec.Runs[0].Verdict.Codes() != replay.ReasonClientBound):
+		t.Errorf("an invalid run (%v) counted, or invalid for more than the host: objectives %v", rec.Runs[0].Verdict, tr.Objectives)
+	case !rec.Runs[0].Verdict.Valid:
+		t.Logf("the host made the run client-bound: %v", tr.InvalidLevels)
 	}
 	for _, l := range rec.Runs[0].Levels {
 		if l.WarmupHitRate == nil || *l.WarmupHitRate > 0.05 {
