@@ -339,6 +339,10 @@ func (p *jsonParser) element(first *bool) (more bool, err error) {
 	case ',':
 		p.i++
 		p.ws()
+		if p.i >= len(p.b) {
+			// Every caller reads the next element at p.i.
+			return false, p.syntax("unexpected end in array")
+		}
 		return true, nil
 	case ']':
 		p.i++
