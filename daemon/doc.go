@@ -23,7 +23,7 @@
 //
 // # Snapshot JSON (schema_version 1)
 //
-// GET /v1/snapshot and `hone daemon --once -o FILE` write a Snapshot:
+// GET /v1/snapshot and `hone daemon --once --out FILE` write a Snapshot:
 //
 //	{
 //	  "schema_version": 1,

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +27,7 @@ func honeBinary(t *testing.T) string { return honetest.Binary(t) }
 func TestEmulatorDisaggregatedEndToEnd(t *testing.T) {
 	hone := honeBinary(t)
 	base := freePorts(t, 6)
+	traceDir := filepath.Join(t.TempDir(), "not", "yet") // up makes it
 	y := fmt.Sprintf(`
 name: e2e
 engine: emulator
@@ -41,7 +44,8 @@ emulator:
   profile: qwen2.5-coder-0.5b-h200
   time_scale: 0.05
   faults: ["prefill-0=crash-after=3"]
-`, base+4, base, base+1)
+  trace_dir: %s
+`, base+4, base, base+1, traceDir)
 	s, err := ParseSpec([]byte(y))
 	if err != nil {
 		t.Fatal(err)
@@ -117,6 +121,11 @@ emulator:
 		t.Fatal(err)
 	}
 	assertAllGone(t, pids)
+	// Every request the decode worker answered is in its trace, in the
+	// directory up created.
+	if b, err := os.ReadFile(filepath.Join(traceDir, "decode-0.jsonl")); err != nil || strings.Count(string(b), `"event":"request"`) != n {
+		t.Errorf("decode-0 trace in emulator.trace_dir: %v, %d request lines, want %d", err, strings.Count(string(b), `"event":"request"`), n)
+	}
 }
 
 // TestEmulatorAffinityHitRate deploys emulator replicas and measures the

@@ -121,6 +121,13 @@ func Up(ctx context.Context, s *Spec, o UpOptions) (*Deployment, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
+	// The emulator writes its trace into emulator.trace_dir and exits at
+	// once when it cannot open the file there: make the directory first.
+	if d := s.Emulator.TraceDir; d != "" && s.Engine == EngineEmulator {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("emulator.trace_dir: %w", err)
+		}
+	}
 	statePath := StatePath(o.StateDir, s.Name)
 	if old, err := ReadState(statePath); err == nil {
 		for _, p := range old.Processes {

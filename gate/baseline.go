@@ -142,7 +142,7 @@ func ParseBaseline(b []byte) (*Baseline, error) {
 		bl.SchemaVersion = SchemaVersion // nothing to add: the simulator has no invalid levels and no cache procedure
 	case bl.SchemaVersion == 1:
 		return nil, fmt.Errorf("schema_version 1: a %s baseline from before level verdicts and the cache procedure were recorded; "+
-			"recreate it from schema-2 run records (hone gate baseline create RECORD... -o FILE)", bl.Kind)
+			"recreate it from schema-2 run records (hone gate baseline create RECORD... --out FILE)", bl.Kind)
 	case bl.SchemaVersion != SchemaVersion:
 		return nil, fmt.Errorf("schema_version %d: want %d", bl.SchemaVersion, SchemaVersion)
 	}

@@ -86,7 +86,7 @@ run() {
   local dpid=""
   if [ "$attach" = attached ]; then
     $sudo "$hone" daemon --pid "$pypid" --once --duration "$((secs + 4))s" --cuda-launches 1h \
-      --bpf-stats --listen off -o "$out.json" 2>"$out.log" &
+      --bpf-stats --listen off --out "$out.json" 2>"$out.log" &
     dpid=$!
     for _ in $(seq 300); do grep -q 'msg=attached' "$out.log" 2>/dev/null && break; sleep 0.1; done
     grep -q 'msg=attached' "$out.log" || { echo "gpu-check: daemon did not attach:"; cat "$out.log"; exit 1; } >&2

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
@@ -142,7 +144,7 @@ func TestGateExitCodes(t *testing.T) {
 	// Plant a regression under the same scenario name.
 	offP := write("off.json", strings.Replace(off, `"prefix_cache": false`, `"prefix_cache": true`, 1))
 	bl := filepath.Join(dir, "baselines", "b.json")
-	if _, errs, code := runCLI(t, "", "gate", "baseline", "create", onP, "-o", bl); code != 0 {
+	if _, errs, code := runCLI(t, "", "gate", "baseline", "create", onP, "--out", bl); code != 0 {
 		t.Fatalf("create: %d %s", code, errs)
 	}
 	for _, tc := range []struct {
@@ -153,7 +155,7 @@ func TestGateExitCodes(t *testing.T) {
 		{[]string{"--baseline", bl, "--candidate", offP}, 1},
 		{[]string{"--baseline", bl, "--candidate", disP}, 2}, // another scenario: metrics missing
 		{[]string{"--baseline", bl}, 2},
-		{[]string{"--baseline", bl, "--candidate", onP, "--format", "xml"}, 2},
+		{[]string{"--baseline", bl, "--candidate", onP, "-o", "xml"}, 2},
 		{[]string{"--baseline", write("bad.json", "{"), "--candidate", onP}, 2},
 		{[]string{"--baseline", bl, "--candidate", write("junk.json", `{"x":1}`)}, 2},
 	} {
@@ -183,7 +185,7 @@ func TestGateSuspectAndUnusable(t *testing.T) {
 	}
 	recP := write("rec.json", string(rec))
 	bl := filepath.Join(dir, "b.json")
-	if _, errs, code := runCLI(t, "", "gate", "baseline", "create", recP, "-o", bl); code != 0 {
+	if _, errs, code := runCLI(t, "", "gate", "baseline", "create", recP, "--out", bl); code != 0 {
 		t.Fatalf("create: %d %s", code, errs)
 	}
 	for _, tc := range []struct {
@@ -222,14 +224,84 @@ func TestOptimizeAndReportBadInput(t *testing.T) {
 		{[]string{"optimize", "--spec", "x.yaml", "--out", t.TempDir(), "--budget", "3"}, "--budget"},
 		{[]string{"optimize", "--spec", "x.yaml", "--out", t.TempDir(), "--qps", "0"}, "--qps"},
 		{[]string{"optimize", "--spec", filepath.Join(t.TempDir(), "missing.yaml"), "--out", t.TempDir()}, "missing.yaml"},
-		{[]string{"report", "--log", "nope.json"}, "-o"},
-		{[]string{"report", "--log", filepath.Join(t.TempDir(), "nope.json"), "-o", filepath.Join(t.TempDir(), "r.md")}, "nope.json"},
+		{[]string{"report", "--log", "nope.json"}, "--out"},
+		{[]string{"report", "--log", filepath.Join(t.TempDir(), "nope.json"), "--out", filepath.Join(t.TempDir(), "r.md")}, "nope.json"},
 		{[]string{"diagnose", "report"}, "--record"},
-		{[]string{"diagnose", "report", "--record", "r.json", "--format", "xml"}, "--format"},
+		{[]string{"diagnose", "report", "--record", "r.json", "-o", "xml"}, "-o/--output"},
 	} {
 		_, errs, code := runCLI(t, "", tc.args...)
 		if code != 2 || !strings.Contains(errs, tc.want) {
 			t.Errorf("hone %v: exit %d, stderr %q; want exit 2 naming %s", tc.args, code, errs, tc.want)
+		}
+	}
+}
+
+// TestUsageMistakesExit2: every usage mistake exits 2, as --help promises:
+// an unknown command or subcommand (with a suggestion), a command group
+// without its subcommand, a missing or extra argument, an unknown flag.
+func TestUsageMistakesExit2(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"simm"}, `unknown command "simm" for "hone" (did you mean sim?)`},
+		{[]string{"gate", "chek"}, `unknown command "chek" for "hone gate" (did you mean check?)`},
+		{[]string{"gate"}, "hone gate: a subcommand is required"},
+		{[]string{"deploy"}, "hone deploy: a subcommand is required"},
+		{[]string{"deploy", "render"}, "hone deploy render: accepts 1 arg(s), received 0"},
+		{[]string{"report", "extra"}, `hone report: unknown command "extra"`},
+		{[]string{"sim", "--no-such-flag"}, "unknown flag: --no-such-flag"},
+		{[]string{"sim", "-o", "yaml"}, `-o/--output: "yaml" is not an output format: want table, json`},
+	} {
+		_, errs, code := runCLI(t, "", tc.args...)
+		if code != exitBadInput || !strings.Contains(errs, tc.want) {
+			t.Errorf("hone %v: exit %d, stderr %q; want exit 2 and %q", tc.args, code, errs, tc.want)
+		}
+	}
+	// Help is not a mistake.
+	for _, args := range [][]string{{"--help"}, {"gate", "--help"}, {"help", "gate"}} {
+		if _, errs, code := runCLI(t, "", args...); code != exitOK {
+			t.Errorf("hone %v: exit %d (%s), want 0", args, code, errs)
+		}
+	}
+}
+
+// TestOutputMeansFormat: -o/--output is a format on every command that has
+// one, and no command takes a file path under that name (that is --out).
+func TestOutputMeansFormat(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if f := c.Flags().Lookup("output"); f != nil {
+			if f.Shorthand != "o" || !strings.HasPrefix(f.Usage, "output format: ") {
+				t.Errorf("%s: --output (-%s) %q: want -o/--output, an output format", c.CommandPath(), f.Shorthand, f.Usage)
+			}
+		}
+		if f := c.Flags().ShorthandLookup("o"); f != nil && f.Name != "output" {
+			t.Errorf("%s: -o is --%s, want -o only for --output (the format)", c.CommandPath(), f.Name)
+		}
+		for _, name := range []string{"output-file", "format"} {
+			if f := c.Flags().Lookup(name); f != nil && f.Deprecated == "" {
+				t.Errorf("%s: --%s: a file is --out and a format is -o/--output", c.CommandPath(), name)
+			}
+		}
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(newRootCmd())
+}
+
+func TestDaemonOnceBindsNoPort(t *testing.T) {
+	for _, tc := range []struct {
+		once, explicit bool
+		listen, want   string
+	}{
+		{true, false, "127.0.0.1:9464", "off"},
+		{true, true, "127.0.0.1:9999", "127.0.0.1:9999"},
+		{false, false, "127.0.0.1:9464", "127.0.0.1:9464"},
+	} {
+		if got := daemonListen(tc.once, tc.listen, tc.explicit); got != tc.want {
+			t.Errorf("once=%t listen=%q given=%t: %q, want %q", tc.once, tc.listen, tc.explicit, got, tc.want)
 		}
 	}
 }

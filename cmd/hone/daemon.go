@@ -46,7 +46,7 @@ EngineCore and workers, or "hone sim serve".
 Exit codes: 0 success; 1 the daemon failed (no privilege, no BTF, a write
 failed); 2 bad input (flags).`,
 		Example: `  # 10 s of measurements of a vLLM deployment, as JSON
-  sudo hone daemon --once --duration 10s -o snapshot.json
+  sudo hone daemon --once --duration 10s --out snapshot.json
 
   # Trace one process tree, probing every CUDA kernel launch for 30 s
   sudo hone daemon --pid 4242 --cuda-launches 30s --bpf-stats
@@ -69,6 +69,7 @@ failed); 2 bad input (flags).`,
 			if opts.Once && opts.Duration <= 0 {
 				return badInput("--duration: want a positive duration with --once, got %v", opts.Duration)
 			}
+			opts.Listen = daemonListen(opts.Once, opts.Listen, cmd.Flags().Changed("listen"))
 			if cfg.CUDALaunches < 0 || cfg.BurstGap < 0 || nvmlPeriod < 0 || scanPeriod < 0 {
 				return badInput("durations must not be negative")
 			}
@@ -96,11 +97,20 @@ failed); 2 bad input (flags).`,
 	f.BoolVar(&cfg.BPFStats, "bpf-stats", false, "enable kernel BPF run-time statistics and export per-program run time and count")
 	f.DurationVar(&nvmlPeriod, "nvml-period", time.Second, "NVML sampling period (0: no sampling)")
 	f.DurationVar(&scanPeriod, "scan-period", time.Second, "how often to rescan /proc, cgroups and mapped libcuda files")
-	f.StringVar(&opts.Listen, "listen", "127.0.0.1:9464", `address for /metrics and /v1 ("off": none)`)
+	f.StringVar(&opts.Listen, "listen", "127.0.0.1:9464", `address for /metrics and /v1 ("off": none; with --once, none unless given)`)
 	f.BoolVar(&opts.Once, "once", false, "measure for --duration, write the snapshot and exit")
 	f.DurationVar(&opts.Duration, "duration", 10*time.Second, "how long --once measures")
-	f.StringVarP(&opts.Output, "output", "o", "", "snapshot JSON file (default with --once: stdout)")
+	f.StringVar(&opts.Output, "out", "", "snapshot JSON file (default with --once: stdout)")
 	f.StringVar(&opts.Profile, "profile", "", "write a pprof profile of traced syscall time here at the end")
 	f.BoolVar(&noDropCaps, "keep-capabilities", false, "do not drop capabilities after attaching")
 	return c
+}
+
+// daemonListen is the address the daemon serves on: a --once run writes its
+// snapshot and exits, so it binds no port unless --listen was given.
+func daemonListen(once bool, listen string, explicit bool) string {
+	if once && !explicit {
+		return "off"
+	}
+	return listen
 }

@@ -45,7 +45,10 @@ func loadSpecArg(path string) (*deploy.Spec, error) {
 }
 
 func newDeployRenderCmd() *cobra.Command {
-	var output, vllm string
+	var (
+		output outputFormat
+		vllm   string
+	)
 	c := &cobra.Command{
 		Use:   "render SPEC",
 		Short: "Print every worker's exact command line and environment, and the proxy's",
@@ -53,14 +56,17 @@ func newDeployRenderCmd() *cobra.Command {
 worker (environment, then argv, shell-quoted so a person can paste it), then
 the proxy. hone itself never runs a shell; it executes these argv directly.
 
---output json prints the plan (workers with argv, env, GPUs, ports) and the
+-o json prints the plan (workers with argv, env, GPUs, ports) and the
 proxy configuration instead.
 
 Exit codes: 0 rendered; 2 the spec is invalid (the message names the field).`,
 		Example: `  hone deploy render deploy/testdata/specs/disagg-nixl-2p2d.yaml
-  hone deploy render --output json spec.yaml | jq '.plan.workers[].argv'`,
+  hone deploy render -o json spec.yaml | jq '.plan.workers[].argv'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
+			if err := output.check(); err != nil {
+				return err
+			}
 			s, err := loadSpecArg(args[0])
 			if err != nil {
 				return err
@@ -75,20 +81,18 @@ Exit codes: 0 rendered; 2 the spec is invalid (the message names the field).`,
 			if err != nil {
 				return usageError{err}
 			}
-			switch output {
-			case "sh", "":
+			switch output.value {
+			case "sh":
 				fmt.Fprint(c.OutOrStdout(), plan.Script([]string{hone, "proxy", "--spec", args[0]}))
 			case "json":
 				enc := json.NewEncoder(c.OutOrStdout())
 				enc.SetIndent("", "  ")
 				return enc.Encode(map[string]any{"plan": plan, "proxy": deploy.ProxyConfig(plan)})
-			default:
-				return badInput("--output: want sh or json, got %q", output)
 			}
 			return nil
 		},
 	}
-	c.Flags().StringVar(&output, "output", "sh", "sh | json")
+	output.register(c.Flags(), "sh", "", "sh", "json")
 	c.Flags().StringVar(&vllm, "vllm", "vllm", "the vllm executable to name in vLLM commands")
 	return c
 }
@@ -144,7 +148,7 @@ healthy; 2 the spec is invalid, a port is taken or a binary is missing.`,
 				}
 				return err
 			}
-			fmt.Fprintf(c.OutOrStdout(), "proxy %s\nstate %s\nstop with: hone deploy down %s\n", d.ProxyURL(), d.StatePath, s.Name)
+			fmt.Fprintf(c.OutOrStdout(), "proxy %s\nstate %s\nstop with: %s\n", d.ProxyURL(), d.StatePath, downCommand(s.Name, o.StateDir, c.Flags().Changed("state-dir")))
 			return nil
 		},
 	}
@@ -222,4 +226,14 @@ Exit codes: 0 stopped; 1 a process survived SIGKILL; 2 no such deployment.`,
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd())) && os.Getenv("CI") == ""
+}
+
+// downCommand is the command that stops deployment name: it names the state
+// directory when up was given one (down would not find the state otherwise).
+func downCommand(name, stateDir string, explicit bool) string {
+	down := "hone deploy down " + deploy.ShellQuote(name)
+	if explicit {
+		down += " --state-dir " + deploy.ShellQuote(stateDir)
+	}
+	return down
 }

@@ -40,7 +40,7 @@ func TestDeployCLIErrors(t *testing.T) {
 		code int
 	}{
 		{[]string{"deploy", "render", "/nonexistent.yaml"}, "read spec", exitBadInput},
-		{[]string{"deploy", "render", "--output", "xml", "../../deploy/testdata/specs/colocated-tp2.yaml"}, "--output: want sh or json", exitBadInput},
+		{[]string{"deploy", "render", "--output", "xml", "../../deploy/testdata/specs/colocated-tp2.yaml"}, "-o/--output: \"xml\" is not an output format", exitBadInput},
 		{[]string{"deploy", "down", "--state-dir", t.TempDir(), "nothing"}, "no deployment state", exitBadInput},
 		{[]string{"deploy", "down", "--state-dir", t.TempDir()}, "no deployment under", exitBadInput},
 		{[]string{"proxy"}, "give --replica URL", exitBadInput},
@@ -50,5 +50,14 @@ func TestDeployCLIErrors(t *testing.T) {
 		if code != c.code || !strings.Contains(errs, c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d with %q", c.args, code, errs, c.code, c.want)
 		}
+	}
+}
+
+func TestDownCommand(t *testing.T) {
+	if got := downCommand("emu", "/x", false); got != "hone deploy down emu" {
+		t.Errorf("default state dir: %q", got)
+	}
+	if got := downCommand("emu", "/tmp/my state", true); got != "hone deploy down emu --state-dir '/tmp/my state'" {
+		t.Errorf("--state-dir given: %q", got)
 	}
 }

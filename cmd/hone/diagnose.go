@@ -15,7 +15,8 @@ func init() { subcommands = append(subcommands, newDiagnoseCmd) }
 
 func newDiagnoseCmd() *cobra.Command {
 	c := &cobra.Command{Use: "diagnose", Short: "Attribute each request's latency and name the bottleneck"}
-	var record, timelines, proxyURL, truth, format, pprofOut, snapshot string
+	var record, timelines, proxyURL, truth, pprofOut, snapshot string
+	var format outputFormat
 	report := &cobra.Command{
 		Use:   "report --record run.json",
 		Short: "Split TTFT into client, queueing, prefill, transfer and decode-queue time; name the bottleneck",
@@ -51,7 +52,7 @@ that dominates the TTFT budget at every valid level (mean share over %g%%);
 else none. When the runner-up's interval overlaps, the verdict says
 "uncertain".
 
---daemon joins a hone daemon snapshot (--once -o FILE, or GET /v1/snapshot):
+--daemon joins a hone daemon snapshot (--once --out FILE, or GET /v1/snapshot):
 each disaggregated request gets the KV connection whose bytes started after its
 decode leg was sent and before its first token, with the bytes received and
 first-to-last-byte time as the kernel saw them.
@@ -62,15 +63,15 @@ prints the error per part. --pprof writes a profile for go tool pprof.
 Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*replay.ClientBoundTTFTFraction,
 			100*diagnose.TailFraction, 100*diagnose.Confidence, 100*diagnose.GrowthFraction, 100*diagnose.DominantShare),
 		Example: `  hone diagnose report --record run.json --proxy http://127.0.0.1:8000
-  hone diagnose report --record run.json --timelines tl.json --format md --pprof ttft.pb.gz
+  hone diagnose report --record run.json --timelines tl.json -o md --pprof ttft.pb.gz
   go tool pprof -top ttft.pb.gz`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if record == "" {
 				return badInput("--record: required (a hone replay record)")
 			}
-			if format != "table" && format != "md" && format != "json" {
-				return badInput("--format: %q: want table, md or json", format)
+			if err := format.check(); err != nil {
+				return err
 			}
 			rec, err := replay.ReadRecord(record)
 			if err != nil {
@@ -124,7 +125,7 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 					return usageError{err}
 				}
 			}
-			switch format {
+			switch format.value {
 			case "json":
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
@@ -136,7 +137,7 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 				for _, m := range marked {
 					fmt.Fprintln(out, "client/proxy residual check:", m)
 				}
-				if err := d.WriteTable(out, format == "md"); err != nil {
+				if err := d.WriteTable(out, format.value == "md"); err != nil {
 					return err
 				}
 				if len(errs) > 0 {
@@ -176,7 +177,7 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 	f.StringVar(&timelines, "timelines", "", "proxy timelines file (GET /hone/timeline output)")
 	f.StringVar(&proxyURL, "proxy", "", "fetch timelines from this running hone proxy")
 	f.StringVar(&truth, "truth", "", "emulator --trace-file to compare against")
-	f.StringVar(&format, "format", "table", "table | md | json")
+	format.register(f, "table", "format", "table", "md", "json")
 	f.StringVar(&pprofOut, "pprof", "", "write a pprof profile of attributed time here")
 	f.StringVar(&snapshot, "daemon", "", "hone daemon snapshot: join each disaggregated request to its KV pull as the kernel saw it")
 	c.AddCommand(report)

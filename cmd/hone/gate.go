@@ -47,13 +47,13 @@ func newGateBaselineCmd() *cobra.Command {
 	c := &cobra.Command{Use: "baseline", Short: "Create or update a baseline from run records"}
 	var out, name string
 	create := &cobra.Command{
-		Use:     "create RECORD... -o baselines/NAME.json",
+		Use:     "create RECORD... --out baselines/NAME.json",
 		Short:   "Build a baseline from run records (hone replay or hone sim --output json)",
-		Example: `  hone gate baseline create run1.json run2.json run3.json -o baselines/disagg.json`,
+		Example: `  hone gate baseline create run1.json run2.json run3.json --out baselines/disagg.json`,
 		Args:    cobra.ArbitraryArgs,
 		RunE: func(c *cobra.Command, args []string) error {
 			if out == "" {
-				return badInput("-o/--output: required (where to write the baseline)")
+				return badInput("--out: required (where to write the baseline)")
 			}
 			runs, err := readRuns(args)
 			if err != nil {
@@ -74,7 +74,7 @@ func newGateBaselineCmd() *cobra.Command {
 			return nil
 		},
 	}
-	create.Flags().StringVarP(&out, "output", "o", "", "baseline file to write")
+	create.Flags().StringVar(&out, "out", "", "baseline file to write")
 	create.Flags().StringVar(&name, "name", "", "baseline name (default: the file name)")
 
 	var path string
@@ -116,7 +116,10 @@ func newGateBaselineCmd() *cobra.Command {
 }
 
 func newGateCheckCmd() *cobra.Command {
-	var baseline, config, format string
+	var (
+		baseline, config string
+		format           outputFormat
+	)
 	var candidates []string
 	c := &cobra.Command{
 		Use:   "check --baseline B --candidate RECORD...",
@@ -162,8 +165,8 @@ fingerprint fields compared:
 
 Exit codes: 0 pass, warn or improved; 1 regression (fail) or suspect; 2 bad
 input, incomparable, or unusable (no level valid on both sides).`, gate.DefaultTPOTFloorMs, 100*gate.OfferedTolerance, gate.ObjectiveFactor, gate.ObjectiveFactor),
-		Example: `  hone gate check --baseline baselines/disagg.json --candidate run.json --format md >> "$GITHUB_STEP_SUMMARY"
-  hone gate check --baseline baselines/disagg.json --candidate a.json --candidate b.json --format github`,
+		Example: `  hone gate check --baseline baselines/disagg.json --candidate run.json -o md >> "$GITHUB_STEP_SUMMARY"
+  hone gate check --baseline baselines/disagg.json --candidate a.json --candidate b.json -o github`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(c *cobra.Command, args []string) error {
 			if baseline == "" {
@@ -173,12 +176,8 @@ input, incomparable, or unusable (no level valid on both sides).`, gate.DefaultT
 			if len(candidates) == 0 {
 				return badInput("--candidate: required (one or more run records)")
 			}
-			valid := false
-			for _, f := range gate.Formats {
-				valid = valid || f == format
-			}
-			if !valid {
-				return badInput("--format: %q: want one of %s", format, strings.Join(gate.Formats, ", "))
+			if err := format.check(); err != nil {
+				return err
 			}
 			var cfg gate.Config
 			if config != "" {
@@ -196,7 +195,7 @@ input, incomparable, or unusable (no level valid on both sides).`, gate.DefaultT
 				return err
 			}
 			rep := gate.Check(bl, runs, cfg)
-			if err := rep.Write(c.OutOrStdout(), format); err != nil {
+			if err := rep.Write(c.OutOrStdout(), format.value); err != nil {
 				return err
 			}
 			switch {
@@ -215,6 +214,6 @@ input, incomparable, or unusable (no level valid on both sides).`, gate.DefaultT
 	c.Flags().StringVar(&baseline, "baseline", "", "baseline file")
 	c.Flags().StringSliceVar(&candidates, "candidate", nil, "candidate run record (repeatable)")
 	c.Flags().StringVar(&config, "config", "", "gate config file (YAML or JSON)")
-	c.Flags().StringVar(&format, "format", "table", "table | md | junit | github | json")
+	format.register(c.Flags(), "table", "format", gate.Formats...)
 	return c
 }

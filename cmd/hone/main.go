@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -84,7 +85,45 @@ Exit codes: 0 success; 1 the check failed (regression, SLO violation);
 	for _, add := range subcommands {
 		root.AddCommand(add())
 	}
+	strictUsage(root)
 	return root
+}
+
+// strictUsage makes every usage mistake exit 2, as the exit codes promise:
+// an argument count a command does not accept (cobra's Args validators
+// return plain errors, which would exit 1), and an unknown or missing
+// subcommand of a command group (cobra prints help and exits 0 for `hone gate
+// chek`, and exits 1 for `hone simm`).
+func strictUsage(c *cobra.Command) {
+	if args := c.Args; args != nil {
+		c.Args = func(cmd *cobra.Command, a []string) error {
+			if err := args(cmd, a); err != nil {
+				return usageError{fmt.Errorf("%s: %w (see '%s --help')", cmd.CommandPath(), err, cmd.CommandPath())}
+			}
+			return nil
+		}
+	}
+	if c.HasSubCommands() && !c.Runnable() {
+		c.Args = cobra.ArbitraryArgs
+		c.RunE = func(cmd *cobra.Command, a []string) error {
+			if len(a) == 0 {
+				cmd.SetOut(cmd.ErrOrStderr())
+				_ = cmd.Help()
+				return usageError{fmt.Errorf("%s: a subcommand is required", cmd.CommandPath())}
+			}
+			msg := fmt.Sprintf("unknown command %q for %q", a[0], cmd.CommandPath())
+			if cmd.SuggestionsMinimumDistance <= 0 {
+				cmd.SuggestionsMinimumDistance = 2
+			}
+			if s := cmd.SuggestionsFor(a[0]); len(s) > 0 {
+				msg += fmt.Sprintf(" (did you mean %s?)", strings.Join(s, " or "))
+			}
+			return usageError{fmt.Errorf("%s; see '%s --help'", msg, cmd.CommandPath())}
+		}
+	}
+	for _, sub := range c.Commands() {
+		strictUsage(sub)
+	}
 }
 
 // subcommands is filled by each command file's init, so files for separate

@@ -57,7 +57,7 @@ Emulated trials are labelled emulated, never device.
 
 Exit codes: 0 a verified selection; 1 nothing eligible or verified; 2 bad input.`,
 		Example: `  hone optimize --spec examples/emulator-l4-colocated.yaml --out results/demo --runs 3 --qps 2,8,16,32 --requests 48
-  hone report --log results/demo/log.json -o results/demo/report.md`,
+  hone report --log results/demo/log.json --out results/demo/report.md`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if spec == "" || out == "" {

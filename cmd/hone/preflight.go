@@ -41,7 +41,7 @@ the GPU and serving checks.
 Exit codes: 0 every check passed (warnings allowed); 1 a check failed;
 2 bad flags.`,
 		Example: `  hone preflight
-  sudo hone preflight --target daemon -o env.json
+  sudo hone preflight --target daemon --out env.json
   hone preflight --target gpu --python .venv/bin/python --freeze requirements.lock.txt --model-dir ~/models/qwen --port 8000 --port 8100`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -74,7 +74,7 @@ Exit codes: 0 every check passed (warnings allowed); 1 a check failed;
 	}
 	f := c.Flags()
 	f.StringVar(&target, "target", "cpu", "cpu | daemon | gpu")
-	f.StringVarP(&out, "output", "o", "", "write the JSON report here")
+	f.StringVar(&out, "out", "", "write the JSON report to this file")
 	f.StringVar(&modelDir, "model-dir", "", "local model directory to hash (sha256 of every file)")
 	f.StringVar(&freeze, "freeze", "", "write `pip freeze` of --python to this lock file")
 	f.StringVar(&python, "python", "python3", "Python interpreter of the serving environment")

@@ -73,8 +73,8 @@ Exit codes: 0 the record was written complete and every level is valid;
 1 the run was interrupted or failed, or a level is invalid (the record is
 still written); 2 bad input (a flag, a --model the endpoint does not serve,
 a --kind or --time-scale the endpoint contradicts).`,
-		Example: `  hone replay --endpoint http://127.0.0.1:8000 --model Qwen/Qwen3-8B --qps 1,2,4,8,16,32 --runs 3 -o run.json
-  hone replay --endpoint http://127.0.0.1:9000 --model emu --kind emulated --gpus 2 -o emu.json`,
+		Example: `  hone replay --endpoint http://127.0.0.1:8000 --model Qwen/Qwen3-8B --qps 1,2,4,8,16,32 --runs 3 --out run.json
+  hone replay --endpoint http://127.0.0.1:9000 --model emu --kind emulated --gpus 2 --out emu.json`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			qps, err := parseQPS(wf.qps)
@@ -87,7 +87,7 @@ a --kind or --time-scale the endpoint contradicts).`,
 				}
 			}
 			if out == "" {
-				return badInput("-o/--output-file: want a path for the run record")
+				return badInput("--out: want a path for the run record")
 			}
 			// Options treat 0 as "default"; on the command line it is a mistake.
 			if runs < 1 {
@@ -151,19 +151,24 @@ a --kind or --time-scale the endpoint contradicts).`,
 			if errors.As(err, &pe) {
 				return paramErr(pe)
 			}
-			if rec != nil {
+			// A record is written when a request was sent: one that never
+			// reached the endpoint (unreachable, wrong model, no /tokenize)
+			// holds nothing to keep, and must not leave a run.json behind.
+			written := "no record written (no request was sent)"
+			if rec != nil && sentAny(rec) {
 				if werr := replay.WriteRecord(out, rec); werr != nil {
 					return fmt.Errorf("%w (and the record could not be written: %v)", orNil(err), werr)
 				}
+				written = "partial record (incomplete) written to " + out
 			}
 			var me *replay.ModelError
 			switch {
 			case errors.As(err, &me):
-				return badInput("--model: %v; partial record written to %s", err, out)
+				return badInput("--model: %v; %s", err, written)
 			case err != nil && ctx.Err() != nil:
-				return checkFailed{fmt.Sprintf("interrupted: partial record (incomplete) written to %s", out)}
+				return checkFailed{fmt.Sprintf("interrupted: %s", written)}
 			case err != nil:
-				return checkFailed{fmt.Sprintf("%v; partial record (incomplete) written to %s", err, out)}
+				return checkFailed{fmt.Sprintf("%v; %s", err, written)}
 			}
 			w := c.OutOrStdout()
 			for _, r := range rec.Runs {
@@ -198,7 +203,7 @@ a --kind or --time-scale the endpoint contradicts).`,
 	f.StringVar(&precision, "precision", "", "model precision (e.g. bf16, fp8), for the record")
 	f.StringVar(&configPath, "config", "", "JSON file with the deployment config to store in the record")
 	f.StringVar(&scenario, "scenario", "", "name the gate compares records under (config.scenario; default: the config's name)")
-	f.StringVarP(&out, "output-file", "o", "run.json", "where to write the run record")
+	f.StringVar(&out, "out", "run.json", "where to write the run record")
 	f.Uint64Var(&seed, "seed", replay.DefaultSeed, "workload seed (prefix text and suffix token ids)")
 	f.IntVar(&runs, "runs", 1, "repeat the whole scan this many times (the gate wants 3 or more)")
 	f.IntVar(&gpus, "gpus", 1, "GPUs behind the endpoint, for cost in GPU-seconds per request")
@@ -229,4 +234,16 @@ func outcomeSummary(m map[string]int) string {
 func hostHardware() map[string]any {
 	v, commit := buildVersion()
 	return preflight.Hardware(v, commit)
+}
+
+// sentAny reports whether the replay sent at least one request.
+func sentAny(rec *replay.Record) bool {
+	for _, run := range rec.Runs {
+		for _, l := range run.Levels {
+			if l.Sent > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -88,7 +88,7 @@ func TestReplayBadFlags(t *testing.T) {
 		"--request-timeout": {"--request-timeout", "0s"},
 		"--gpus":            {"--gpus", "two"},
 	} {
-		a := append([]string{"replay", "--endpoint", "http://127.0.0.1:1", "--model", "m", "-o", filepath.Join(t.TempDir(), "r.json")}, args...)
+		a := append([]string{"replay", "--endpoint", "http://127.0.0.1:1", "--model", "m", "--out", filepath.Join(t.TempDir(), "r.json")}, args...)
 		_, stderr, code := runHone(context.Background(), a...)
 		if code != exitBadInput || !strings.Contains(stderr, flag) {
 			t.Errorf("%v: exit %d, stderr %q; want exit 2 naming %s", args, code, stderr, flag)
@@ -116,7 +116,7 @@ func TestReplayWritesRecord(t *testing.T) {
 	}
 	stdout, stderr, code := runHone(context.Background(), "replay", "--endpoint", srv.URL, "--model", "m", "--kind", "emulated",
 		"--qps", "5,10", "--requests", "10", "--input-tokens", "256", "--output-tokens", "4", "--ttft-slo-ms", "1e6",
-		"--runs", "2", "--gpus", "4", "--config", cfg, "--precision", "bf16", "-o", out)
+		"--runs", "2", "--gpus", "4", "--config", cfg, "--precision", "bf16", "--out", out)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -141,7 +141,7 @@ func TestReplayTimeScaleMismatch(t *testing.T) {
 	srv := miniEngine(t, emulatorRoutes(0.1))
 	out := filepath.Join(t.TempDir(), "run.json")
 	_, stderr, code := runHone(context.Background(), "replay", "--endpoint", srv.URL, "--model", "m", "--qps", "5",
-		"--requests", "10", "--input-tokens", "256", "--output-tokens", "4", "--time-scale", "1", "-o", out)
+		"--requests", "10", "--input-tokens", "256", "--output-tokens", "4", "--time-scale", "1", "--out", out)
 	if code != exitBadInput || !strings.Contains(stderr, "--time-scale") || !strings.Contains(stderr, "0.1") {
 		t.Errorf("exit %d, stderr %q; want exit 2 naming --time-scale and the engine's 0.1", code, stderr)
 	}
@@ -166,7 +166,7 @@ func TestReplayInvalidLevelExits1(t *testing.T) {
 	})
 	out := filepath.Join(t.TempDir(), "run.json")
 	stdout, stderr, code := runHone(context.Background(), "replay", "--endpoint", srv.URL, "--model", "m", "--qps", "5",
-		"--requests", "10", "--input-tokens", "256", "--output-tokens", "4", "--time-scale", "0.01", "--ttft-slo-ms", "1e6", "-o", out)
+		"--requests", "10", "--input-tokens", "256", "--output-tokens", "4", "--time-scale", "0.01", "--ttft-slo-ms", "1e6", "--out", out)
 	if code != exitFailed || !strings.Contains(stdout, "INVALID run 1, 5 req/s") || !strings.Contains(stdout, "counter_contamination") {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1 and the invalid level named", code, stdout, stderr)
 	}
@@ -185,7 +185,7 @@ func TestReplayInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(200*time.Millisecond, cancel)
 	_, stderr, code := runHone(ctx, "replay", "--endpoint", srv.URL, "--model", "m", "--qps", "1",
-		"--input-tokens", "256", "--output-tokens", "4", "--time-scale", "0.1", "-o", out)
+		"--input-tokens", "256", "--output-tokens", "4", "--time-scale", "0.1", "--out", out)
 	if code != exitFailed || !strings.Contains(stderr, "interrupted") {
 		t.Fatalf("exit %d, stderr %q; want 1 and 'interrupted'", code, stderr)
 	}
@@ -195,5 +195,19 @@ func TestReplayInterrupted(t *testing.T) {
 	}
 	if !rec.Incomplete || rec.Runs[0].Levels[0].Complete {
 		t.Errorf("record incomplete=%t, level complete=%t", rec.Incomplete, rec.Runs[0].Levels[0].Complete)
+	}
+}
+
+// TestReplayUnreachableWritesNothing: a replay that never reached the
+// endpoint sends no request and leaves no record behind.
+func TestReplayUnreachableWritesNothing(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "run.json")
+	_, stderr, code := runHone(context.Background(), "replay", "--endpoint", "http://127.0.0.1:1", "--model", "m",
+		"--qps", "1", "--requests", "10", "--out", out)
+	if code != exitFailed || !strings.Contains(stderr, "no record written") {
+		t.Errorf("exit %d, stderr %q; want 1 and no record written", code, stderr)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("%s: %v, want no file", out, err)
 	}
 }

@@ -17,7 +17,7 @@ func init() { subcommands = append(subcommands, newReportCmd) }
 func newReportCmd() *cobra.Command {
 	var logPath, out, command, title string
 	c := &cobra.Command{
-		Use:   "report --log DIR/log.json -o DIR/report.md",
+		Use:   "report --log DIR/log.json --out DIR/report.md",
 		Short: "Render an optimization log as a Markdown report with plots",
 		Long: `hone report turns hone optimize's experiment log into a report: before and
 after (objective, per-run values, GPU-seconds per request, hit rate), every
@@ -33,11 +33,11 @@ never shown as a device number); invalid levels are listed with their
 reasons, and "p99 of N requests is their largest" is stated where N < 100.
 
 Exit codes: 0 success; 2 bad input.`,
-		Example: `  hone report --log results/demo/log.json -o results/demo/report.md`,
+		Example: `  hone report --log results/demo/log.json --out results/demo/report.md`,
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if logPath == "" || out == "" {
-				return badInput("--log and -o are required")
+				return badInput("--log and --out are required (the experiment log, and the Markdown file to write)")
 			}
 			lg, err := optimizer.ReadLog(logPath)
 			if err != nil {
@@ -55,7 +55,7 @@ Exit codes: 0 success; 2 bad input.`,
 		},
 	}
 	c.Flags().StringVar(&logPath, "log", "", "experiment log (hone optimize --out DIR writes DIR/log.json)")
-	c.Flags().StringVarP(&out, "output", "o", "", "Markdown file to write; plots go beside it")
+	c.Flags().StringVar(&out, "out", "", "Markdown file to write; plots go beside it")
 	c.Flags().StringVar(&command, "command", "", "the command that produced the log, quoted in the report")
 	c.Flags().StringVar(&title, "title", "", "report title")
 	return c

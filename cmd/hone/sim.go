@@ -96,7 +96,7 @@ func newSimCmd() *cobra.Command {
 		wf     workloadFlags
 		mode   string
 		cache  bool
-		output string
+		output outputFormat
 	)
 	c := &cobra.Command{
 		Use:   "sim",
@@ -113,7 +113,7 @@ their ratio is not a claim about performance at equal GPU cost.
 
 Exit codes: 0 success; 2 bad input.`,
 		Example: `  hone sim --mode disaggregated
-  hone sim --mode colocated --prefix-cache=false --qps 1,2 --output json
+  hone sim --mode colocated --prefix-cache=false --qps 1,2 -o json
   hone sim --requests 192 --input-tokens 8192 --output-tokens 256 --qps 3,7,29`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -129,19 +129,22 @@ Exit codes: 0 success; 2 bad input.`,
 			if err != nil {
 				return paramErr(err)
 			}
-			switch output {
+			if err := output.check(); err != nil {
+				return err
+			}
+			switch output.value {
 			case "json":
 				return writeJSON(c.OutOrStdout(), res)
 			case "table":
 				return writeSimTable(c.OutOrStdout(), res)
 			}
-			return badInput("--output: %q is invalid: want table or json", output)
+			return nil
 		},
 	}
 	wf.register(c)
 	c.Flags().StringVar(&mode, "mode", "colocated", "colocated | disaggregated")
 	c.Flags().BoolVar(&cache, "prefix-cache", true, "reuse cached prefix tokens (false: effective cached tokens are 0)")
-	c.Flags().StringVar(&output, "output", "table", "table | json")
+	output.register(c.Flags(), "table", "", "table", "json")
 	for _, add := range simSubcommands {
 		c.AddCommand(add())
 	}
