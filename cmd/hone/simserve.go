@@ -39,10 +39,15 @@ reports (metrics object, /metrics histograms, trace file) is model time:
 wall time / --time-scale.
 
 API: POST /v1/completions (prompt as text or token ids; stream, max_tokens,
-min_tokens, ignore_eos, temperature, return_token_ids,
-stream_options.include_usage, kv_transfer_params), POST /tokenize,
-POST /detokenize, POST /reset_prefix_cache, GET /health, /version,
-/v1/models, /metrics (vllm:* names). Errors are vLLM's
+min_tokens, ignore_eos, temperature, seed, return_token_ids,
+stream_options.include_usage, kv_transfer_params), POST /v1/chat/completions
+(messages of {role, content}, content a string or text parts joined by "\n";
+the same fields, max_completion_tokens over max_tokens, by default the rest
+of the context; add_generation_prompt, continue_final_message; the prompt is
+Qwen2.5's ChatML, "<|im_start|>{role}\n{content}<|im_end|>\n" per message
+then "<|im_start|>assistant\n", special tokens one id each, no default system
+message), POST /tokenize, POST /detokenize, POST /reset_prefix_cache,
+GET /health, /version, /v1/models, /metrics (vllm:* names). Errors are vLLM's
 {"object":"error","message",...,"type":"BadRequestError","code":400}
 (an unknown model is vLLM's 404 NotFoundError).
 

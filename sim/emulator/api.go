@@ -57,19 +57,26 @@ type rawStreamOptions struct {
 	IncludeUsage *bool `json:"include_usage"`
 }
 
-type rawCompletion struct {
+// rawSampling is the part of a /v1/completions or /v1/chat/completions
+// body that both endpoints read and validate the same way.
+type rawSampling struct {
 	Model            *string           `json:"model"`
-	Prompt           json.RawMessage   `json:"prompt"`
 	MaxTokens        *int              `json:"max_tokens"`
 	MinTokens        *int              `json:"min_tokens"`
 	IgnoreEOS        *bool             `json:"ignore_eos"`
 	Temperature      *float64          `json:"temperature"`
+	Seed             *int64            `json:"seed"` // accepted; outputs are deterministic anyway
 	N                *int              `json:"n"`
 	Stream           *bool             `json:"stream"`
 	StreamOptions    *rawStreamOptions `json:"stream_options"`
 	ReturnTokenIDs   *bool             `json:"return_token_ids"`
 	KVTransferParams *KVTransferParams `json:"kv_transfer_params"`
 	RequestID        *string           `json:"request_id"`
+}
+
+type rawCompletion struct {
+	rawSampling
+	Prompt json.RawMessage `json:"prompt"`
 }
 
 // DefaultMaxTokens is vLLM's default for /v1/completions (OpenAI's 16).
@@ -81,34 +88,62 @@ const DefaultMaxTokens = 16
 // prompt is token ids.
 func ParseCompletion(body []byte, lim Limits, tok *Tokenizer) (*CompletionRequest, *APIError) {
 	var raw rawCompletion
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&raw); err != nil {
-		return nil, badRequest("JSON decode error: %v", err)
+	if err := decodeBody(body, &raw); err != nil {
+		return nil, err
 	}
-	if dec.More() {
-		return nil, badRequest("JSON decode error: unexpected data after the request object")
-	}
-	req := &CompletionRequest{Model: lim.Model, MaxTokens: DefaultMaxTokens}
-	if raw.Model != nil && *raw.Model != "" && *raw.Model != lim.Model {
-		p := "model"
-		return nil, &APIError{Object: "error", Message: fmt.Sprintf("The model `%s` does not exist.", *raw.Model),
-			Type: "NotFoundError", Param: &p, Code: http.StatusNotFound}
+	req := &CompletionRequest{Model: lim.Model}
+	if err := lim.checkModel(raw.Model); err != nil {
+		return nil, err
 	}
 	if err := parsePrompt(raw.Prompt, req, tok); err != nil {
 		return nil, err
 	}
+	if err := raw.apply(req, lim, raw.MaxTokens, false); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// decodeBody reads one JSON object into v.
+func decodeBody(body []byte, v any) *APIError {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(v); err != nil {
+		return badRequest("JSON decode error: %v", err)
+	}
+	if dec.More() {
+		return badRequest("JSON decode error: unexpected data after the request object")
+	}
+	return nil
+}
+
+// checkModel is vLLM's 404 for a model this server does not serve ("" and
+// an absent model mean the served one).
+func (lim Limits) checkModel(m *string) *APIError {
+	if m != nil && *m != "" && *m != lim.Model {
+		p := "model"
+		return &APIError{Object: "error", Message: fmt.Sprintf("The model `%s` does not exist.", *m),
+			Type: "NotFoundError", Param: &p, Code: http.StatusNotFound}
+	}
+	return nil
+}
+
+// apply validates the shared fields against req.Prompt, already set, and
+// fills req. maxTokens is the requested output cap (max_tokens, or for chat
+// max_completion_tokens when sent). Without one, completions default to 16
+// and chat to the rest of the context, as vLLM does.
+func (raw *rawSampling) apply(req *CompletionRequest, lim Limits, maxTokens *int, chat bool) *APIError {
 	for _, id := range req.Prompt {
 		if id < 0 || id >= lim.Vocab {
-			return nil, badRequest("Token id %d is out of vocabulary", id)
+			return badRequest("Token id %d is out of vocabulary", id)
 		}
 	}
 	if raw.N != nil && *raw.N != 1 {
-		return nil, badRequest("n must be 1: the emulator generates one choice per request, got %d.", *raw.N)
+		return badRequest("n must be 1: the emulator generates one choice per request, got %d.", *raw.N)
 	}
 	if raw.Temperature != nil {
 		t := *raw.Temperature
 		if t < 0 || math.IsNaN(t) {
-			return nil, badRequest("temperature must be non-negative, got %v.", t)
+			return badRequest("temperature must be non-negative, got %v.", t)
 		}
 		req.Temperature = t
 	}
@@ -117,7 +152,7 @@ func ParseCompletion(body []byte, lim Limits, tok *Tokenizer) (*CompletionReques
 	}
 	if raw.StreamOptions != nil {
 		if !req.Stream {
-			return nil, badRequest("Stream options can only be defined when `stream=True`.")
+			return badRequest("Stream options can only be defined when `stream=True`.")
 		}
 		req.IncludeUsage = raw.StreamOptions.IncludeUsage != nil && *raw.StreamOptions.IncludeUsage
 	}
@@ -129,39 +164,46 @@ func ParseCompletion(body []byte, lim Limits, tok *Tokenizer) (*CompletionReques
 	}
 	n := len(req.Prompt)
 	if n >= lim.MaxModelLen {
-		return nil, badRequest("This model's maximum context length is %d tokens. However, your request has %d input tokens. Please reduce the length of the input messages.", lim.MaxModelLen, n)
+		return badRequest("This model's maximum context length is %d tokens. However, your request has %d input tokens. Please reduce the length of the input messages.", lim.MaxModelLen, n)
 	}
-	if raw.MaxTokens != nil {
-		req.MaxTokens = *raw.MaxTokens
+	switch {
+	case maxTokens != nil:
+		req.MaxTokens = *maxTokens
 		if req.MaxTokens < 1 {
-			return nil, badRequest("max_tokens must be at least 1, got %d.", req.MaxTokens)
+			return badRequest("max_tokens must be at least 1, got %d.", req.MaxTokens)
 		}
-	} else {
+	case chat:
+		req.MaxTokens = lim.MaxModelLen - n
+	default:
 		req.MaxTokens = min(DefaultMaxTokens, lim.MaxModelLen-n)
 	}
 	if req.MaxTokens > lim.MaxModelLen-n {
-		return nil, badRequest("'max_tokens' is too large: %d. This model's maximum context length is %d tokens and your request has %d input tokens (%d > %d - %d).",
-			req.MaxTokens, lim.MaxModelLen, n, req.MaxTokens, lim.MaxModelLen, n)
+		name := "'max_tokens'"
+		if chat {
+			name = "'max_tokens' or 'max_completion_tokens'"
+		}
+		return badRequest("%s is too large: %d. This model's maximum context length is %d tokens and your request has %d input tokens (%d > %d - %d).",
+			name, req.MaxTokens, lim.MaxModelLen, n, req.MaxTokens, lim.MaxModelLen, n)
 	}
 	if raw.MinTokens != nil {
 		req.MinTokens = *raw.MinTokens
 		if req.MinTokens < 0 {
-			return nil, badRequest("min_tokens must be greater than or equal to 0, got %d.", req.MinTokens)
+			return badRequest("min_tokens must be greater than or equal to 0, got %d.", req.MinTokens)
 		}
 		if req.MinTokens > req.MaxTokens {
-			return nil, badRequest("min_tokens must be less than or equal to max_tokens=%d, got %d.", req.MaxTokens, req.MinTokens)
+			return badRequest("min_tokens must be less than or equal to max_tokens=%d, got %d.", req.MaxTokens, req.MinTokens)
 		}
 	}
 	if p := raw.KVTransferParams; p != nil {
 		if p.DoRemoteDecode && p.DoRemotePrefill {
-			return nil, badRequest("kv_transfer_params: do_remote_decode and do_remote_prefill cannot both be true")
+			return badRequest("kv_transfer_params: do_remote_decode and do_remote_prefill cannot both be true")
 		}
 		if p.DoRemotePrefill && (p.RemoteRequestID == nil || p.RemoteHost == nil || p.RemotePort == nil) {
-			return nil, badRequest("kv_transfer_params: do_remote_prefill needs remote_request_id, remote_host and remote_port")
+			return badRequest("kv_transfer_params: do_remote_prefill needs remote_request_id, remote_host and remote_port")
 		}
 		for _, b := range p.RemoteBlockIDs {
 			if b < 0 {
-				return nil, badRequest("kv_transfer_params: remote_block_ids must be >= 0, got %d", b)
+				return badRequest("kv_transfer_params: remote_block_ids must be >= 0, got %d", b)
 			}
 		}
 		req.KVTransferParams = p
@@ -169,7 +211,7 @@ func ParseCompletion(body []byte, lim Limits, tok *Tokenizer) (*CompletionReques
 	if raw.RequestID != nil {
 		req.RequestID = *raw.RequestID
 	}
-	return req, nil
+	return nil
 }
 
 // parsePrompt accepts a string, a list of token ids, or a one-element

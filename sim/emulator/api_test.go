@@ -176,7 +176,7 @@ func TestServiceEndpoints(t *testing.T) {
 }
 
 func FuzzParseCompletion(f *testing.F) {
-	for _, s := range []string{
+	fuzzParse(f, []string{
 		`{"prompt":"hello world","max_tokens":4}`,
 		`{"prompt":[1,2,3],"max_tokens":2,"min_tokens":1,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`,
 		`{"prompt":[[1,2]],"return_token_ids":true,"temperature":0}`,
@@ -185,32 +185,7 @@ func FuzzParseCompletion(f *testing.F) {
 		`{"prompt":[1],"kv_transfer_params":{"do_remote_decode":true}}`,
 		`{"prompt": [1, 2`, `null`, `{}`, `{"prompt":[-1]}`, `{"prompt":[1e3]}`, `{"prompt":"a","max_tokens":99999999999999999999}`,
 		`{"prompt":"a"} {"x":1}`, `{"prompt":[1],"n":2}`,
-	} {
-		f.Add([]byte(s))
-	}
-	lim := Limits{Model: "m", MaxModelLen: 128, Vocab: 151936}
-	tok := NewTokenizer()
-	f.Fuzz(func(t *testing.T, body []byte) {
-		req, err := ParseCompletion(body, lim, tok)
-		if (req == nil) == (err == nil) {
-			t.Fatalf("want exactly one of request and error, got %v %v", req, err)
-		}
-		if err != nil {
-			if err.Object != "error" || (err.Code != 400 && err.Code != 404) || err.Message == "" {
-				t.Fatalf("bad error %+v", err)
-			}
-			return
-		}
-		if len(req.Prompt) == 0 || len(req.Prompt) >= lim.MaxModelLen || req.MaxTokens < 1 ||
-			len(req.Prompt)+req.MaxTokens > lim.MaxModelLen || req.MinTokens < 0 || req.MinTokens > req.MaxTokens {
-			t.Fatalf("accepted invalid request %+v", req)
-		}
-		for _, id := range req.Prompt {
-			if id < 0 || id >= lim.Vocab {
-				t.Fatalf("accepted token id %d", id)
-			}
-		}
-	})
+	}, ParseCompletion, checkAccepted)
 }
 
 func TestParseIDsMatchesEncodingJSON(t *testing.T) {

@@ -22,6 +22,11 @@
 //     unreferenced blocks, capacity from the profile's memory.
 //   - Tokenizer (tokenizer.go): deterministic and byte-pair-free; outputs
 //     are a function of the prompt and the position only.
+//   - Routes (server.go, api.go, chat.go): POST /v1/completions and
+//     POST /v1/chat/completions (one shared path: a chat request is the
+//     completion of its messages rendered as Qwen2.5's ChatML, see
+//     ChatTemplate), POST /tokenize, /detokenize, /reset_prefix_cache,
+//     GET /health, /version, /v1/models, /metrics.
 //   - P/D (transfer.go): vLLM's NIXL proxy protocol with a real TCP side
 //     channel carrying the model's KV bytes, paced to the profile's link.
 //   - Ground truth (trace.go), Prometheus metrics under vLLM's names

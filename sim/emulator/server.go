@@ -321,6 +321,7 @@ func (s *Server) crashNow() {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", s.completions)
+	mux.HandleFunc("POST /v1/chat/completions", s.chatCompletions)
 	mux.HandleFunc("POST /tokenize", s.tokenize)
 	mux.HandleFunc("POST /detokenize", s.detokenize)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
@@ -368,14 +369,7 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *APIError) {
 	return b, nil
 }
 
-func (s *Server) checkModel(m *string) *APIError {
-	if m != nil && *m != "" && *m != s.cfg.Model {
-		p := "model"
-		return &APIError{Object: "error", Message: fmt.Sprintf("The model `%s` does not exist.", *m),
-			Type: "NotFoundError", Param: &p, Code: http.StatusNotFound}
-	}
-	return nil
-}
+func (s *Server) checkModel(m *string) *APIError { return s.lim.checkModel(m) }
 
 func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 	body, aerr := readBody(w, r)
@@ -472,7 +466,29 @@ func (s *Server) text(id int) string {
 	return s.tok.Piece(id)
 }
 
+// apiKind is what differs between /v1/completions and
+// /v1/chat/completions: names and the shape of the answer. Validation,
+// scheduling, timing and the chunk writer are shared.
+type apiKind struct {
+	chat        bool
+	idPrefix    string // "cmpl-" or "chatcmpl-"
+	object      string // of a non-streaming answer
+	chunkObject string // of a streamed chunk
+	role        string // chat: the role of the answer's message
+}
+
+var textAPI = apiKind{idPrefix: "cmpl-", object: "text_completion", chunkObject: "text_completion"}
+
 func (s *Server) completions(w http.ResponseWriter, hr *http.Request) {
+	s.generate(w, hr, func(body []byte) (*CompletionRequest, apiKind, *APIError) {
+		req, err := ParseCompletion(body, s.lim, s.tok)
+		return req, textAPI, err
+	})
+}
+
+// generate serves one generation request: parse validates the body into a
+// prompt and sampling fields.
+func (s *Server) generate(w http.ResponseWriter, hr *http.Request, parse func([]byte) (*CompletionRequest, apiKind, *APIError)) {
 	// Arrival is the frontend's receipt of the request: the engine clock
 	// starts here, and reading and parsing the body overlap modelled time.
 	arrival := time.Now()
@@ -481,7 +497,7 @@ func (s *Server) completions(w http.ResponseWriter, hr *http.Request) {
 		writeError(w, aerr)
 		return
 	}
-	req, aerr := ParseCompletion(body, s.lim, s.tok)
+	req, kind, aerr := parse(body)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -496,7 +512,7 @@ func (s *Server) completions(w http.ResponseWriter, hr *http.Request) {
 	if h := hr.Header.Get("X-Request-Id"); h != "" {
 		w.Header().Set("X-Request-Id", h)
 	}
-	id := "cmpl-" + base
+	id := kind.idPrefix + base
 	e := s.eng
 	r := &request{id: id, prompt: req.Prompt, maxTokens: req.MaxTokens, minTokens: req.MinTokens,
 		ignoreEOS: req.IgnoreEOS, arrival: arrival, arrivalMs: e.clock.modelMs(arrival),
@@ -516,7 +532,7 @@ func (s *Server) completions(w http.ResponseWriter, hr *http.Request) {
 	ctx := hr.Context()
 	abort := func() { e.post(msg{kind: msgAbort, req: r}) }
 	if req.Stream {
-		s.stream(ctx, w, req, r, abort)
+		s.stream(ctx, w, req, kind, r, abort)
 		return
 	}
 	var res *Result
@@ -538,18 +554,23 @@ func (s *Server) completions(w http.ResponseWriter, hr *http.Request) {
 	for _, t := range toks {
 		text = append(text, s.text(t)...)
 	}
+	var metrics *RequestMetrics
+	if s.cfg.EnablePerRequestMetrics {
+		metrics = requestMetrics(res, s.cfg.TimeScale)
+	}
 	fr := res.FinishReason
+	if kind.chat {
+		writeJSON(w, chatResponse(id, arrival.Unix(), s.cfg.Model, kind.role, string(text), toks, req, res, s.usage(res), metrics))
+		s.responded()
+		return
+	}
 	ch := CompletionChoice{Text: string(text), FinishReason: &fr}
 	if req.ReturnTokenIDs {
 		ch.TokenIDs = toks
 		ch.PromptTokenIDs = req.Prompt
 	}
-	resp := CompletionResponse{ID: id, Object: "text_completion", Created: arrival.Unix(), Model: s.cfg.Model,
-		Choices: []CompletionChoice{ch}, Usage: s.usage(res), KVTransferParams: res.KVTransferParams}
-	if s.cfg.EnablePerRequestMetrics {
-		resp.Metrics = requestMetrics(res, s.cfg.TimeScale)
-	}
-	writeJSON(w, resp)
+	writeJSON(w, CompletionResponse{ID: id, Object: kind.object, Created: arrival.Unix(), Model: s.cfg.Model,
+		Choices: []CompletionChoice{ch}, Usage: s.usage(res), KVTransferParams: res.KVTransferParams, Metrics: metrics})
 	s.responded()
 }
 
@@ -567,20 +588,28 @@ func (s *Server) responded() {
 	}
 }
 
-func (s *Server) stream(ctx context.Context, w http.ResponseWriter, req *CompletionRequest, r *request, abort func()) {
+func (s *Server) stream(ctx context.Context, w http.ResponseWriter, req *CompletionRequest, kind apiKind, r *request, abort func()) {
 	fl, _ := w.(http.Flusher)
 	created := r.arrival.Unix()
 	started := false
 	sent := 0
 	buf := make([]byte, 0, 512)
-	// Every token chunk starts the same way; the rest is appended by hand,
-	// byte for byte what encoding/json writes for CompletionChunk.
-	prefix := append([]byte(`data: {"id":`), mustJSON(r.id)...)
-	prefix = append(prefix, `,"object":"text_completion","created":`...)
-	prefix = strconv.AppendInt(prefix, created, 10)
-	prefix = append(prefix, `,"model":`...)
-	prefix = append(prefix, mustJSON(s.cfg.Model)...)
-	prefix = append(prefix, `,"choices":[{"index":0,"text":`...)
+	// Every chunk starts the same way; the rest is appended by hand, byte
+	// for byte what encoding/json writes for CompletionChunk (a chat token
+	// chunk carries its text as "delta":{"content":...} where a completion
+	// chunk has "text", as vLLM's do).
+	head := append([]byte(`data: {"id":`), mustJSON(r.id)...)
+	head = append(head, `,"object":`...)
+	head = append(head, mustJSON(kind.chunkObject)...)
+	head = append(head, `,"created":`...)
+	head = strconv.AppendInt(head, created, 10)
+	head = append(head, `,"model":`...)
+	head = append(head, mustJSON(s.cfg.Model)...)
+	head = append(head, `,"choices":[`...)
+	prefix, textEnd := append(head[:len(head):len(head)], `{"index":0,"text":`...), ""
+	if kind.chat {
+		prefix, textEnd = append(head[:len(head):len(head)], `{"index":0,"delta":{"content":`...), "}"
+	}
 	// The first chunk echoes the prompt's ids (tens of KiB of JSON for a
 	// coding prompt): render them now, while the engine prefills, rather
 	// than between the first token and its delivery.
@@ -616,18 +645,31 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, req *Complet
 			w.Header().Set("Cache-Control", "no-cache")
 			w.WriteHeader(http.StatusOK)
 			started = true
+			if kind.chat {
+				// vLLM's first chat chunk names the role, with the first
+				// output and on the same write; it carries prompt_token_ids.
+				buf = appendRoleChunk(append(buf[:0], head...), kind.role, promptIDs)
+				promptIDs = nil
+				if _, err := w.Write(buf); err != nil {
+					abort()
+					return
+				}
+			}
 		}
 		for i, t := range toks {
 			last := res != nil && i == len(toks)-1 && res.Err == nil && res.FinishReason != "abort"
 			buf = append(buf[:0], prefix...)
 			buf = append(buf, s.textJSON(t)...)
+			buf = append(buf, textEnd...)
 			buf = append(buf, `,"logprobs":null,"finish_reason":`...)
 			if last {
 				buf = appendJSONString(buf, res.FinishReason)
 			} else {
 				buf = append(buf, "null"...)
 			}
-			buf = append(buf, `,"stop_reason":null`...)
+			if last || !kind.chat { // vLLM's chat chunks name stop_reason only on the last one
+				buf = append(buf, `,"stop_reason":null`...)
+			}
 			if req.ReturnTokenIDs {
 				buf = append(buf, `,"token_ids":[`...)
 				buf = strconv.AppendInt(buf, int64(t), 10)
@@ -663,7 +705,7 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, req *Complet
 				// In-stream errors use the newer vLLM shape {"error": {...}}.
 				_ = writeEvent(map[string]any{"error": &APIError{Object: "error", Message: res.Err.Error(), Type: "InternalServerError", Code: 500}})
 			} else if req.IncludeUsage {
-				chunk := CompletionChunk{ID: r.id, Object: "text_completion", Created: created, Model: s.cfg.Model,
+				chunk := CompletionChunk{ID: r.id, Object: kind.chunkObject, Created: created, Model: s.cfg.Model,
 					Choices: []CompletionChoice{}, Usage: s.usage(res)}
 				if s.cfg.EnablePerRequestMetrics {
 					chunk.Metrics = requestMetrics(res, s.cfg.TimeScale)
