@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"time"
+
+	"github.com/hone-llm/hone/internal/atomicfile"
 )
 
 // RunOptions say how `hone daemon` runs around a Daemon.
@@ -77,70 +79,59 @@ func Run(ctx context.Context, cfg Config, opts RunOptions, log *slog.Logger) err
 	} else {
 		<-ctx.Done()
 	}
-	s := d.Snapshot()
+	return writeOutputs(d.Snapshot(), opts, log)
+}
+
+// outputPerm is the mode of the snapshot and profile files, as it always
+// was: the daemon runs as root and they hold other processes' command lines.
+const outputPerm = 0o600
+
+// writeOutputs writes the final snapshot and profile where opts ask, and
+// logs each one written, or why it was not.
+func writeOutputs(s *Snapshot, opts RunOptions, log *slog.Logger) error {
+	toFile := opts.Output != "" && opts.Output != "-"
 	var errs []error
-	if opts.Once || (opts.Output != "" && opts.Output != "-") {
-		errs = append(errs, writeSnapshot(s, opts.Output))
-		if opts.Output != "" && opts.Output != "-" {
+	if opts.Once || toFile {
+		where := opts.Output
+		if !toFile {
+			where = "stdout"
+		}
+		if err := writeSnapshot(s, opts.Output); err != nil {
+			log.Error("snapshot not written", "path", where, "err", err)
+			errs = append(errs, fmt.Errorf("snapshot: %w", err))
+		} else if toFile {
 			log.Info("snapshot written", "path", opts.Output)
 		}
 	}
 	if opts.Profile != "" {
-		errs = append(errs, writeProfile(s, opts.Profile))
-		log.Info("profile written", "path", opts.Profile)
+		if err := writeProfile(s, opts.Profile); err != nil {
+			log.Error("profile not written", "path", opts.Profile, "err", err)
+			errs = append(errs, fmt.Errorf("profile: %w", err))
+		} else {
+			log.Info("profile written", "path", opts.Profile)
+		}
 	}
 	return errors.Join(errs...)
 }
 
+// writeSnapshot writes s as indented JSON to path, or to stdout for "" or "-".
 func writeSnapshot(s *Snapshot, path string) error {
-	b, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
-		return err
+	encode := func(w io.Writer) error {
+		e := json.NewEncoder(w)
+		e.SetIndent("", "  ")
+		return e.Encode(s) // MarshalIndent's bytes and a newline, in one write
 	}
-	b = append(b, '\n')
 	if path == "" || path == "-" {
-		_, err := os.Stdout.Write(b)
-		return err
+		return encode(os.Stdout)
 	}
-	return writeAtomic(path, b)
+	return atomicfile.WriteFunc(path, outputPerm, encode)
 }
 
+// writeProfile writes the pprof profile of s's traced time (syscalls view).
 func writeProfile(s *Snapshot, path string) error {
 	p, err := Profile(s, ViewSyscalls)
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".hone-profile-*")
-	if err != nil {
-		return fmt.Errorf("write profile %s: %w", path, err)
-	}
-	if err := p.Write(f); err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return fmt.Errorf("write profile %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
-}
-
-// writeAtomic writes through a temporary file in the same directory.
-func writeAtomic(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".hone-snapshot-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return atomicfile.WriteFunc(path, outputPerm, p.Write)
 }

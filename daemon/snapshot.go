@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/hone-llm/hone/internal/monoclock"
 )
 
 // SchemaVersion is the version of the snapshot JSON layout (see doc.go).
@@ -157,11 +157,11 @@ type SelfUsage struct {
 	Capabilities  string  `json:"capabilities,omitempty"`
 }
 
-// monotonicNow reads CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns.
+// monotonicNow reads CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns,
+// directly: a snapshot taken after an event is never stamped before it.
 func monotonicNow() uint64 {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return uint64(ts.Nano())
+	ns, _ := monoclock.Read() // 0 if unreadable
+	return uint64(ns)
 }
 
 func trimHist(h []uint32) []uint32 {

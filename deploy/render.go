@@ -156,21 +156,7 @@ func renderVLLM(s *Spec, bin string, w Worker, tp, index int) (argv, env []strin
 		argv = append(argv, "--no-enable-prefix-caching")
 	}
 	argv = append(argv, "--enable-prompt-tokens-details")
-	if k.MaxNumSeqs > 0 {
-		argv = append(argv, "--max-num-seqs", strconv.Itoa(k.MaxNumSeqs))
-	}
-	if k.MaxNumBatchedTokens > 0 {
-		argv = append(argv, "--max-num-batched-tokens", strconv.Itoa(k.MaxNumBatchedTokens))
-	}
-	if k.GPUMemoryUtilization > 0 {
-		argv = append(argv, "--gpu-memory-utilization", strconv.FormatFloat(k.GPUMemoryUtilization, 'f', -1, 64))
-	}
-	if k.BlockSize > 0 {
-		argv = append(argv, "--block-size", strconv.Itoa(k.BlockSize))
-	}
-	if k.MaxModelLen > 0 {
-		argv = append(argv, "--max-model-len", strconv.Itoa(k.MaxModelLen))
-	}
+	argv = appendSizeKnobs(argv, k)
 	if k.EnforceEager {
 		argv = append(argv, "--enforce-eager")
 	}
@@ -242,21 +228,7 @@ func renderEmulator(s *Spec, bin string, w Worker, index int) (argv, env []strin
 		argv = append(argv, "--no-enable-prefix-caching")
 	}
 	argv = append(argv, "--enable-prompt-tokens-details", "--enable-per-request-metrics")
-	if k.MaxNumSeqs > 0 {
-		argv = append(argv, "--max-num-seqs", strconv.Itoa(k.MaxNumSeqs))
-	}
-	if k.MaxNumBatchedTokens > 0 {
-		argv = append(argv, "--max-num-batched-tokens", strconv.Itoa(k.MaxNumBatchedTokens))
-	}
-	if k.GPUMemoryUtilization > 0 {
-		argv = append(argv, "--gpu-memory-utilization", strconv.FormatFloat(k.GPUMemoryUtilization, 'f', -1, 64))
-	}
-	if k.BlockSize > 0 {
-		argv = append(argv, "--block-size", strconv.Itoa(k.BlockSize))
-	}
-	if k.MaxModelLen > 0 {
-		argv = append(argv, "--max-model-len", strconv.Itoa(k.MaxModelLen))
-	}
+	argv = appendSizeKnobs(argv, k)
 	if k.EnforceEager || k.CUDAGraphMode == "NONE" {
 		argv = append(argv, "--enforce-eager")
 	}
@@ -278,6 +250,28 @@ func renderEmulator(s *Spec, bin string, w Worker, index int) (argv, env []strin
 			"VLLM_NIXL_SIDE_CHANNEL_PORT="+strconv.Itoa(s.KV.SideChannelPort+index))
 	}
 	return argv, env, nil
+}
+
+// appendSizeKnobs spells the knobs vLLM and the emulator take under the
+// same flags (batch, memory and length limits); zero leaves the engine's
+// default.
+func appendSizeKnobs(argv []string, k Knobs) []string {
+	if k.MaxNumSeqs > 0 {
+		argv = append(argv, "--max-num-seqs", strconv.Itoa(k.MaxNumSeqs))
+	}
+	if k.MaxNumBatchedTokens > 0 {
+		argv = append(argv, "--max-num-batched-tokens", strconv.Itoa(k.MaxNumBatchedTokens))
+	}
+	if k.GPUMemoryUtilization > 0 {
+		argv = append(argv, "--gpu-memory-utilization", strconv.FormatFloat(k.GPUMemoryUtilization, 'f', -1, 64))
+	}
+	if k.BlockSize > 0 {
+		argv = append(argv, "--block-size", strconv.Itoa(k.BlockSize))
+	}
+	if k.MaxModelLen > 0 {
+		argv = append(argv, "--max-model-len", strconv.Itoa(k.MaxModelLen))
+	}
+	return argv
 }
 
 func mustJSON(v any) string {

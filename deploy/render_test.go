@@ -127,3 +127,50 @@ func TestShellQuote(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderEveryKnob renders a spec with every knob set for both engines
+// and pins the exact argv: the two engines share the knob spelling, and a
+// change to either path shows here.
+func TestRenderEveryKnob(t *testing.T) {
+	yes, no := true, false
+	knobs := Knobs{
+		MaxNumSeqs: 64, MaxNumBatchedTokens: 4096, GPUMemoryUtilization: 0.85, BlockSize: 32, MaxModelLen: 16384,
+		EnforceEager: true, CUDAGraphMode: "NONE",
+		SpeculativeNgram: &Ngram{NumSpeculativeTokens: 3, PromptLookupMax: 5, PromptLookupMin: 2},
+	}
+	for _, c := range []struct {
+		spec   string
+		prefix *bool
+		extra  []string
+		want   string
+	}{
+		{"testdata/specs/colocated-tp2.yaml", &yes, []string{"--seed", "7"},
+			`vllm serve Qwen/Qwen2.5-Coder-7B-Instruct --revision c03e6d358207e414f1eca0bb1891e29f1db0e242 ` +
+				`--served-model-name Qwen/Qwen2.5-Coder-7B-Instruct --host 127.0.0.1 --port 8100 --tensor-parallel-size 2 ` +
+				`--dtype bfloat16 --kv-cache-dtype auto --enable-prefix-caching --enable-prompt-tokens-details ` +
+				`--max-num-seqs 64 --max-num-batched-tokens 4096 --gpu-memory-utilization 0.85 --block-size 32 --max-model-len 16384 ` +
+				`--enforce-eager --compilation-config {"cudagraph_mode":"NONE"} ` +
+				`--speculative-config {"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":5,"prompt_lookup_min":2} --seed 7`},
+		{"testdata/specs/emulator-colocated-dp2.yaml", &no, nil,
+			`hone sim serve --role colocated --host 127.0.0.1 --port 8100 --model Qwen/Qwen2.5-Coder-0.5B-Instruct ` +
+				`--profile qwen2.5-coder-0.5b-h200 --time-scale 0.1 --no-enable-prefix-caching ` +
+				`--enable-prompt-tokens-details --enable-per-request-metrics ` +
+				`--max-num-seqs 64 --max-num-batched-tokens 4096 --gpu-memory-utilization 0.85 --block-size 32 --max-model-len 16384 ` +
+				`--enforce-eager`},
+	} {
+		s, err := LoadSpec(c.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Knobs = knobs
+		s.Knobs.PrefixCaching = c.prefix
+		s.Knobs.ExtraArgs = c.extra
+		p, err := Render(s, RenderOptions{})
+		if err != nil {
+			t.Fatalf("%s: %v", c.spec, err)
+		}
+		if got := strings.Join(p.Workers[0].Argv, " "); got != c.want {
+			t.Errorf("%s argv\n got %s\nwant %s", c.spec, got, c.want)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package replay
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,6 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // engine talks to the serving endpoint's non-completion routes: /tokenize,
@@ -178,66 +180,54 @@ var (
 	queriesNames = []string{"vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries"}
 )
 
-// scrape reads /metrics; nil (no error) when the route is absent.
+// scrape reads /metrics; nil (no error) when the route is absent, nil and
+// the error when the exposition does not parse.
 func (e *engine) scrape(ctx context.Context) (Counters, error) {
 	b, ok, err := e.get(ctx, "/metrics")
 	if err != nil || !ok {
 		return nil, err
 	}
-	return ParseCounters(b), nil
+	c, err := parseCounters(b)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s/metrics: %w", e.base, err)
+	}
+	return c, nil
 }
 
 // ParseCounters extracts vllm: counters from Prometheus text exposition:
 // series whose name ends in _total, plus the old unsuffixed prefix-cache
-// names, summed over label sets (engines, model names).
+// names, summed over label sets (engines, model names). A histogram's or
+// summary's series (_bucket, _sum, _count) never match. An exposition that
+// does not parse gives nil: a partial read could sum a counter over only
+// some of its label sets.
 func ParseCounters(text []byte) Counters {
-	c := Counters{}
-	sc := bufio.NewScanner(bytes.NewReader(text))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' || !strings.HasPrefix(line, "vllm:") {
-			continue
-		}
-		name, rest := line, ""
-		if i := strings.IndexAny(line, "{ "); i >= 0 {
-			name, rest = line[:i], line[i:]
-		}
-		if !strings.HasSuffix(name, "_total") && name != "vllm:gpu_prefix_cache_hits" && name != "vllm:gpu_prefix_cache_queries" {
-			continue
-		}
-		if strings.HasPrefix(rest, "{") {
-			// Label values may hold spaces or braces inside quotes.
-			end, inQ := -1, false
-			for i := 1; i < len(rest); i++ {
-				switch {
-				case rest[i] == '\\' && inQ:
-					i++
-				case rest[i] == '"':
-					inQ = !inQ
-				case rest[i] == '}' && !inQ:
-					end = i
-				}
-				if end >= 0 {
-					break
-				}
-			}
-			if end < 0 {
-				continue
-			}
-			rest = rest[end+1:]
-		}
-		f := strings.Fields(rest)
-		if len(f) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			continue
-		}
-		c[name] += v
-	}
+	c, _ := parseCounters(text)
 	return c
+}
+
+func parseCounters(text []byte) (Counters, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(text))
+	if err != nil {
+		return nil, fmt.Errorf("metrics exposition: %w", err)
+	}
+	c := Counters{}
+	for _, f := range fams {
+		// The family as samples, each named as its line is in the
+		// exposition (a histogram's as name_bucket, name_sum, name_count).
+		samples, err := expfmt.ExtractSamples(&expfmt.DecodeOptions{}, f)
+		if err != nil {
+			return nil, fmt.Errorf("metrics exposition: %w", err)
+		}
+		for _, s := range samples {
+			name := string(s.Metric[model.MetricNameLabel])
+			if strings.HasPrefix(name, "vllm:") &&
+				(strings.HasSuffix(name, "_total") || name == "vllm:gpu_prefix_cache_hits" || name == "vllm:gpu_prefix_cache_queries") {
+				c[name] += float64(s.Value)
+			}
+		}
+	}
+	return c, nil
 }
 
 // prefixCache returns the prefix-cache hits and queries, by the newest name

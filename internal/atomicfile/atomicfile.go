@@ -6,6 +6,7 @@ package atomicfile
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -13,6 +14,17 @@ import (
 // Write replaces path with data (mode 0644). The directory must exist:
 // callers decide whether a missing one is an error or something to create.
 func Write(path string, data []byte) error {
+	return WriteFunc(path, 0o644, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// WriteFunc replaces path with what fill writes, for content produced by a
+// writer (an encoder, a profile) rather than held as bytes, with mode perm
+// exactly (the umask does not apply). If fill fails, path is left untouched
+// and no temporary file remains.
+func WriteFunc(path string, perm os.FileMode, fill func(io.Writer) error) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -20,7 +32,7 @@ func Write(path string, data []byte) error {
 	}
 	tmp := f.Name()
 	defer os.Remove(tmp) // a no-op after the rename
-	if _, err := f.Write(data); err != nil {
+	if err := fill(f); err != nil {
 		f.Close()
 		return fmt.Errorf("write %s: %w", path, err)
 	}
@@ -31,7 +43,7 @@ func Write(path string, data []byte) error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := os.Chmod(tmp, 0o644); err != nil {
+	if err := os.Chmod(tmp, perm); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {

@@ -1,6 +1,8 @@
 package atomicfile
 
 import (
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -36,5 +38,38 @@ func TestWrite(t *testing.T) {
 	}
 	if err := Write(filepath.Join(dir, "d"), []byte("x")); err == nil {
 		t.Error("renaming over a directory succeeded")
+	}
+}
+
+func TestWriteFunc(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f.pb")
+	err := WriteFunc(p, 0o600, func(w io.Writer) error {
+		_, err := io.WriteString(w, "first\n")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(p); err != nil || string(got) != "first\n" {
+		t.Fatalf("read %q, %v", got, err)
+	}
+	if st, _ := os.Stat(p); st.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v, want 0600", st.Mode())
+	}
+	// A failing fill is the caller's error, and the old content stays.
+	boom := errors.New("boom")
+	err = WriteFunc(p, 0o600, func(w io.Writer) error {
+		io.WriteString(w, "half")
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Errorf("error %v, want one wrapping %v", err, boom)
+	}
+	if got, _ := os.ReadFile(p); string(got) != "first\n" {
+		t.Errorf("a failed fill changed the file to %q", got)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("%d entries in the directory, want 1", len(ents))
 	}
 }

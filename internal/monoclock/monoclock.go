@@ -24,6 +24,19 @@ type Stamp struct {
 // Sub is s − o on the monotonic clock.
 func (s Stamp) Sub(o Stamp) time.Duration { return time.Duration(s.MonoNs - o.MonoNs) }
 
+// Read returns CLOCK_MONOTONIC nanoseconds from clock_gettime itself, one
+// syscall a reading: for code that joins a reading with kernel timestamps
+// taken before it and must not see it earlier than them, which a Stamp can
+// be by its offset's few µs of measurement error. It returns 0 and the
+// error where the clock cannot be read.
+func Read() (int64, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0, err
+	}
+	return ts.Nano(), nil
+}
+
 // Base converts Go time readings to CLOCK_MONOTONIC nanoseconds.
 type Base struct {
 	T0   time.Time
@@ -39,16 +52,15 @@ func NewBase() Base {
 	var best Base
 	bestSpan := time.Duration(-1)
 	for range 16 {
-		var ts unix.Timespec
 		a := time.Now()
-		err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+		mono, err := Read()
 		b := time.Now()
 		if err != nil {
 			return Base{T0: a}
 		}
 		if span := b.Sub(a); bestSpan < 0 || span < bestSpan {
 			bestSpan = span
-			best = Base{T0: a.Add(span / 2), mono: ts.Nano()}
+			best = Base{T0: a.Add(span / 2), mono: mono}
 		}
 	}
 	return best

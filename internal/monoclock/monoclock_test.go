@@ -25,3 +25,20 @@ func TestAgreesWithClockGettime(t *testing.T) {
 		t.Errorf("Sub %v, want 1.5s", d)
 	}
 }
+
+// Read is clock_gettime's own reading: never before one taken earlier, never
+// after one taken later.
+func TestRead(t *testing.T) {
+	for range 100 {
+		var a, b unix.Timespec
+		unix.ClockGettime(unix.CLOCK_MONOTONIC, &a)
+		ns, err := Read()
+		unix.ClockGettime(unix.CLOCK_MONOTONIC, &b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ns < a.Nano() || ns > b.Nano() {
+			t.Fatalf("Read %d outside [%d, %d]", ns, a.Nano(), b.Nano())
+		}
+	}
+}

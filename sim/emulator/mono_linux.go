@@ -7,16 +7,13 @@ import (
 	"strings"
 	"sync"
 
-	"golang.org/x/sys/unix"
+	"github.com/hone-llm/hone/internal/monoclock"
 )
 
-// monotonicNow reads CLOCK_MONOTONIC in nanoseconds.
+// monotonicNow reads CLOCK_MONOTONIC in nanoseconds (0 if unreadable).
 func monotonicNow() int64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return 0
-	}
-	return ts.Nano()
+	ns, _ := monoclock.Read()
+	return ns
 }
 
 // bootID names this boot: two processes that see the same one share

@@ -1,0 +1,75 @@
+package daemon
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+)
+
+// writeOutputs logs a file as written only when it was: a failed write is
+// logged as an error and returned, with no success line.
+func TestWriteOutputsLogsTruthfully(t *testing.T) {
+	s := &Snapshot{SchemaVersion: SchemaVersion, Clock: "CLOCK_MONOTONIC", TakenWall: time.Unix(1, 0).UTC(),
+		Threads: []Thread{{PID: 1, TID: 1, Comm: "x", Syscalls: map[string]*SyscallStats{"read": {Count: 2, TotalNS: 10}}}}}
+	dir := t.TempDir()
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+
+	missing := filepath.Join(dir, "missing")
+	err := writeOutputs(s, RunOptions{Once: true, Output: filepath.Join(missing, "s.json"), Profile: filepath.Join(missing, "p.pb.gz")}, log)
+	if err == nil || !strings.Contains(err.Error(), "snapshot: ") || !strings.Contains(err.Error(), "profile: ") {
+		t.Errorf("writes into a missing directory: error %v, want both named", err)
+	}
+	got := buf.String()
+	for _, bad := range []string{"snapshot written", "profile written"} {
+		if strings.Contains(got, bad) {
+			t.Errorf("log says %q after a failed write:\n%s", bad, got)
+		}
+	}
+	for _, want := range []string{`level=ERROR msg="snapshot not written"`, `level=ERROR msg="profile not written"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("log lacks %s:\n%s", want, got)
+		}
+	}
+
+	buf.Reset()
+	out, prof := filepath.Join(dir, "s.json"), filepath.Join(dir, "p.pb.gz")
+	if err := writeOutputs(s, RunOptions{Output: out, Profile: prof}, log); err != nil {
+		t.Fatal(err)
+	}
+	got = buf.String()
+	if !strings.Contains(got, `msg="snapshot written" path=`+out) || !strings.Contains(got, `msg="profile written" path=`+prof) ||
+		strings.Contains(got, "level=ERROR") {
+		t.Errorf("log after good writes:\n%s", got)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := json.MarshalIndent(s, "", "  ")
+	if string(b) != string(want)+"\n" {
+		t.Errorf("snapshot file\n%s\nwant MarshalIndent's output and a newline", b)
+	}
+	f, err := os.Open(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if p, err := profile.Parse(f); err != nil || len(p.Sample) != 1 {
+		t.Errorf("profile: %v, %v", p, err)
+	}
+	for _, p := range []string{out, prof} {
+		if st, err := os.Stat(p); err != nil {
+			t.Error(err)
+		} else if st.Mode().Perm() != outputPerm {
+			t.Errorf("%s: mode %v, want %v", p, st.Mode(), os.FileMode(outputPerm))
+		}
+	}
+}
