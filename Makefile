@@ -78,10 +78,12 @@ test-loaded:
 clean:
 	rm -rf bin results
 
-# generate regenerates bpf/'s eBPF objects and Go bindings from the C sources
-# (committed, so building needs no clang); it installs clang, llvm,
-# libbpf-dev and bpftool when missing. vmlinux.h is committed too: refresh it
-# with `bpftool btf dump file /sys/kernel/btf/vmlinux format c > bpf/vmlinux.h`.
+# generate regenerates bpf/'s eBPF objects and Go bindings from the C sources,
+# for amd64 and arm64 alike on any host (committed, so building needs no
+# clang); it installs clang, llvm, libbpf-dev and bpftool when missing.
+# vmlinux.h is committed too, an x86-64 dump that serves both (see bpf/gen.go):
+# refresh it on an x86-64 host with
+# `bpftool btf dump file /sys/kernel/btf/vmlinux format c > bpf/vmlinux.h`.
 .PHONY: generate
 generate:
 	@./scripts/ensure-bpf-toolchain.sh

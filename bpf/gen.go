@@ -4,9 +4,18 @@ package bpf
 // no clang; `make generate` regenerates them (scripts/ensure-bpf-toolchain.sh
 // installs clang, llvm and libbpf-dev when missing) and CI checks that the
 // committed objects match their sources (scripts/check-bpf-generated.sh).
+//
+// Each program is built for amd64 (*_x86_bpfel.*) and arm64
+// (*_arm64_bpfel.*, e.g. GH200 hosts); bpf2go defines __TARGET_ARCH_x86 or
+// __TARGET_ARCH_arm64 for each. Both are compiled against the one committed
+// vmlinux.h (an x86-64 BTF dump): kernel struct fields are read through CO-RE
+// relocations, which the loader resolves against the running kernel's BTF,
+// so the layouts need not match. What does differ by architecture is handled
+// in the sources: syscall numbers (syscalls.bpf.c); no program reads pt_regs
+// (see hone.h).
 
-//go:generate go tool bpf2go -tags linux -target amd64 -type hone_proc_event procs procs.bpf.c -- -I. -Wall -Werror
-//go:generate go tool bpf2go -tags linux -target amd64 -type hone_thread_key -type hone_sys_stats syscalls syscalls.bpf.c -- -I. -Wall -Werror
-//go:generate go tool bpf2go -tags linux -target amd64 -type hone_sched_stats sched sched.bpf.c -- -I. -Wall -Werror
-//go:generate go tool bpf2go -tags linux -target amd64 -type hone_conn_stats -type hone_burst -type hone_burst_event -type hone_conn_key sockets sockets.bpf.c -- -I. -Wall -Werror
-//go:generate go tool bpf2go -tags linux -target amd64 -type hone_cuda_key -type hone_cuda_stats cuda cuda.bpf.c -- -I. -Wall -Werror
+//go:generate go tool bpf2go -tags linux -target amd64,arm64 -type hone_proc_event procs procs.bpf.c -- -I. -Wall -Werror
+//go:generate go tool bpf2go -tags linux -target amd64,arm64 -type hone_thread_key -type hone_sys_stats syscalls syscalls.bpf.c -- -I. -Wall -Werror
+//go:generate go tool bpf2go -tags linux -target amd64,arm64 -type hone_sched_stats sched sched.bpf.c -- -I. -Wall -Werror
+//go:generate go tool bpf2go -tags linux -target amd64,arm64 -type hone_conn_stats -type hone_burst -type hone_burst_event -type hone_conn_key sockets sockets.bpf.c -- -I. -Wall -Werror
+//go:generate go tool bpf2go -tags linux -target amd64,arm64 -type hone_cuda_key -type hone_cuda_stats cuda cuda.bpf.c -- -I. -Wall -Werror

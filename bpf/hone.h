@@ -3,6 +3,13 @@
  * layouts read by the daemon, and small helpers. */
 #pragma once
 
+/* vmlinux.h is an x86-64 BTF dump, used for the arm64 objects too: kernel
+ * structs are read with CO-RE (preserve_access_index), relocated against the
+ * running kernel. Its struct pt_regs is x86's, so the programs never read
+ * registers: the uprobes take no arguments and BPF_PROG reads the tracepoint
+ * arguments from the context array, the same on both. (bpf_tracing.h's
+ * PT_REGS_* macros for __TARGET_ARCH_arm64 want struct user_pt_regs, which
+ * this vmlinux.h lacks: using them fails to compile rather than misread.) */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>

@@ -40,7 +40,13 @@ struct {
 	__type(value, struct hone_sys_stats);
 } sys_stats SEC(".maps");
 
-/* x86_64 syscall numbers. */
+/* classify maps a syscall number (raw_syscalls' id, the native table of the
+ * architecture the object is built for) to its class. arm64 uses the generic
+ * table (asm-generic/unistd.h), which has no poll, select or epoll_wait:
+ * libc calls ppoll, pselect6 and epoll_pwait there. The futex2 calls
+ * (futex_waitv, futex_wake, futex_wait, futex_requeue) share one number on
+ * every architecture. */
+#if defined(__TARGET_ARCH_x86)
 static __always_inline __u32 classify(__u32 id)
 {
 	switch (id) {
@@ -82,6 +88,48 @@ static __always_inline __u32 classify(__u32 id)
 	}
 	return SYS_OTHER;
 }
+#elif defined(__TARGET_ARCH_arm64)
+static __always_inline __u32 classify(__u32 id)
+{
+	switch (id) {
+	case 98:  /* futex */
+	case 449: /* futex_waitv */
+	case 454: /* futex_wake */
+	case 455: /* futex_wait */
+	case 456: /* futex_requeue */
+		return SYS_FUTEX;
+	case 21:  /* epoll_ctl */
+	case 22:  /* epoll_pwait */
+	case 72:  /* pselect6 */
+	case 73:  /* ppoll */
+	case 441: /* epoll_pwait2 */
+		return SYS_POLL;
+	case 29: /* ioctl */
+		return SYS_IOCTL;
+	case 206: /* sendto */
+	case 207: /* recvfrom */
+	case 211: /* sendmsg */
+	case 212: /* recvmsg */
+	case 243: /* recvmmsg */
+	case 269: /* sendmmsg */
+		return SYS_SOCKET;
+	case 63:  /* read */
+	case 64:  /* write */
+	case 65:  /* readv */
+	case 66:  /* writev */
+	case 67:  /* pread64 */
+	case 68:  /* pwrite64 */
+	case 69:  /* preadv */
+	case 70:  /* pwritev */
+	case 286: /* preadv2 */
+	case 287: /* pwritev2 */
+		return SYS_FILE;
+	}
+	return SYS_OTHER;
+}
+#else
+#error "syscalls.bpf.c: no syscall table for this architecture (bpf2go -target amd64 or arm64)"
+#endif
 
 SEC("raw_tp/sys_enter")
 int sys_enter(struct bpf_raw_tracepoint_args *ctx)
