@@ -15,6 +15,14 @@
 // measurements of exited processes move from the kernel maps into the
 // daemon's memory after a few seconds.
 //
+// # Builds
+//
+// The tracer is Linux only: elsewhere the package keeps its types, Handler
+// and Profile, and Run returns an error. NVML is loaded through cgo: a build
+// without cgo (CGO_ENABLED=0, or a cross build such as GOARCH=arm64 on an
+// amd64 host) reports nvml "unavailable (hone was built without cgo: ...)";
+// build natively, as on a GH200, for GPU data.
+//
 // # Clocks
 //
 // Every kernel timestamp is CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns),

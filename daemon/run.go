@@ -1,3 +1,5 @@
+//go:build linux
+
 package daemon
 
 import (
@@ -14,17 +16,6 @@ import (
 
 	"github.com/hone-llm/hone/internal/atomicfile"
 )
-
-// RunOptions say how `hone daemon` runs around a Daemon.
-type RunOptions struct {
-	Listen   string        // HTTP address for /metrics and /v1 (""/"off": none)
-	Once     bool          // measure for Duration, write the snapshot, exit
-	Duration time.Duration // with Once
-	Output   string        // snapshot JSON file ("" or "-": stdout with Once; none otherwise)
-	Profile  string        // pprof file of traced time (syscalls view) written at the end
-	DropCaps bool          // keep only KeptCapabilities after attaching
-	Ready    func(*Daemon) // called once attached (tests)
-}
 
 // Run starts the daemon, serves its API until ctx ends (or for Duration
 // with Once), then writes the final snapshot and profile where asked.
