@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,19 +25,8 @@ import (
 	"github.com/hone-llm/hone/bpf"
 	"github.com/hone-llm/hone/bpf/bpftest"
 	"github.com/hone-llm/hone/sim/emulator"
+	"github.com/hone-llm/hone/slo"
 )
-
-func median(v []float64) float64 {
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	if len(s) == 0 {
-		return 0
-	}
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
 
 // spin runs the workload's getppid loop and returns its own ns per call.
 func spin(tb testing.TB, prog string, n int, objs *bpf.Objects) float64 {
@@ -117,9 +105,9 @@ func BenchmarkBPFSyscallCost(b *testing.B) {
 		perSyscall = append(perSyscall, 2*float64(t1-t0)/float64(r1-r0))
 		added = append(added, on-off)
 	}
-	b.ReportMetric(median(perRun), "ns/event")
-	b.ReportMetric(median(perSyscall), "bpf-ns/syscall")
-	b.ReportMetric(median(added), "added-ns/syscall")
+	b.ReportMetric(slo.Median(perRun), "ns/event")
+	b.ReportMetric(slo.Median(perSyscall), "bpf-ns/syscall")
+	b.ReportMetric(slo.Median(added), "added-ns/syscall")
 }
 
 // BenchmarkSyscallAddedLatency is the added time per traced getppid with
@@ -148,8 +136,8 @@ func BenchmarkSyscallAddedLatency(b *testing.B) {
 		added = append(added, on-off)
 		untraced = append(untraced, other-off)
 	}
-	b.ReportMetric(median(added), "added-ns/syscall")
-	b.ReportMetric(median(untraced), "added-ns/syscall-nontarget")
+	b.ReportMetric(slo.Median(added), "added-ns/syscall")
+	b.ReportMetric(slo.Median(untraced), "added-ns/syscall-nontarget")
 }
 
 // BenchmarkEmulatorOverhead drives hone's engine emulator (in this process)
@@ -209,11 +197,10 @@ func BenchmarkEmulatorOverhead(b *testing.B) {
 		}
 		wg.Wait()
 		el := time.Since(start).Seconds()
-		sort.Float64s(ttfts)
 		if len(ttfts) == 0 {
 			b.Fatal("no request succeeded")
 		}
-		return float64(len(ttfts)) / el, ttfts[(len(ttfts)*99+99)/100-1]
+		return float64(len(ttfts)) / el, slo.NearestRank(ttfts, 99)
 	}
 	run() // warm up
 	var offRPS, onRPS, offP99, onP99, cpu, rss []float64
@@ -244,13 +231,13 @@ func BenchmarkEmulatorOverhead(b *testing.B) {
 			rss = append(rss, float64(ru.Maxrss)/1024)
 		}
 	}
-	b.ReportMetric(median(offRPS), "req/s-detached")
-	b.ReportMetric(median(onRPS), "req/s-attached")
-	b.ReportMetric(median(offP99), "p99-ttft-ms-detached")
-	b.ReportMetric(median(onP99), "p99-ttft-ms-attached")
-	b.ReportMetric(100*(median(onP99)/median(offP99)-1), "p99-ttft-diff-%")
-	b.ReportMetric(100*(median(onRPS)/median(offRPS)-1), "throughput-diff-%")
-	b.ReportMetric(median(cpu), "daemon-cpu-s/s")
-	b.ReportMetric(median(rss), "daemon-maxrss-MiB")
+	b.ReportMetric(slo.Median(offRPS), "req/s-detached")
+	b.ReportMetric(slo.Median(onRPS), "req/s-attached")
+	b.ReportMetric(slo.Median(offP99), "p99-ttft-ms-detached")
+	b.ReportMetric(slo.Median(onP99), "p99-ttft-ms-attached")
+	b.ReportMetric(100*(slo.Median(onP99)/slo.Median(offP99)-1), "p99-ttft-diff-%")
+	b.ReportMetric(100*(slo.Median(onRPS)/slo.Median(offRPS)-1), "throughput-diff-%")
+	b.ReportMetric(slo.Median(cpu), "daemon-cpu-s/s")
+	b.ReportMetric(slo.Median(rss), "daemon-maxrss-MiB")
 	fmt.Fprintf(os.Stderr, "windows detached rps %v p99 %v; attached rps %v p99 %v\n", offRPS, offP99, onRPS, onP99)
 }

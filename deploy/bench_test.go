@@ -8,10 +8,11 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hone-llm/hone/slo"
 )
 
 // BenchmarkProxyProcessOverhead is the proxy's added latency as deployed:
@@ -58,12 +59,12 @@ func BenchmarkProxyProcessOverhead(b *testing.B) {
 			}
 			b.StopTimer()
 			us := func(d time.Duration) float64 { return float64(d) / 1e3 }
-			b.ReportMetric(us(nearestRank(direct, 0.5)), "direct-p50-us")
-			b.ReportMetric(us(nearestRank(direct, 0.99)), "direct-p99-us")
-			b.ReportMetric(us(nearestRank(proxied, 0.5)), "proxied-p50-us")
-			b.ReportMetric(us(nearestRank(proxied, 0.99)), "proxied-p99-us")
-			b.ReportMetric(us(nearestRank(proxied, 0.5)-nearestRank(direct, 0.5)), "added-p50-us")
-			b.ReportMetric(us(nearestRank(proxied, 0.99)-nearestRank(direct, 0.99)), "added-p99-us")
+			b.ReportMetric(us(slo.NearestRank(direct, 50)), "direct-p50-us")
+			b.ReportMetric(us(slo.NearestRank(direct, 99)), "direct-p99-us")
+			b.ReportMetric(us(slo.NearestRank(proxied, 50)), "proxied-p50-us")
+			b.ReportMetric(us(slo.NearestRank(proxied, 99)), "proxied-p99-us")
+			b.ReportMetric(us(slo.NearestRank(proxied, 50)-slo.NearestRank(direct, 50)), "added-p50-us")
+			b.ReportMetric(us(slo.NearestRank(proxied, 99)-slo.NearestRank(direct, 99)), "added-p99-us")
 			b.ReportMetric(rate, "req/s")
 		})
 	}
@@ -109,11 +110,4 @@ func paced(b *testing.B, client *http.Client, url string, body []byte, n int, ra
 		b.Fatal(firstErr)
 	}
 	return lat
-}
-
-func nearestRank(d []time.Duration, p float64) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := int(p*float64(len(s))+0.999999) - 1
-	return s[max(0, min(i, len(s)-1))]
 }

@@ -90,11 +90,11 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 					TTFTMs: ttft(rq), E2EMs: *rq.FinishMs - rq.ScheduledMs, Invalid: invalidCodes(lvl.Verdict),
 					Parts: map[string]float64{}, Sources: map[string]string{}}
 				firstMono := rq.Sent.MonoNs + int64((*rq.FirstMs-rq.SentMs)*scale*1e6)
-				a.Parts[Decode], a.Sources[Decode] = *rq.FinishMs-*rq.FirstMs, "client"
 				var em engineMetrics
 				if len(rq.EngineMetrics) > 0 {
 					_ = json.Unmarshal(rq.EngineMetrics, &em) // absent keys stay nil
 				}
+				a.Parts[Decode], a.Sources[Decode] = decodeMs(rq, em)
 				// split reads the engine that streamed the answer: engine
 				// queue and arrival→first token from its metrics when present,
 				// else the whole span from when it was sent the request.
@@ -220,6 +220,17 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 		return out[i].ID < out[j].ID
 	})
 	return out, nil
+}
+
+// decodeMs is the first → last token span: the engine that streamed the
+// answer knows it (mean_itl_ms × (output tokens − 1), vLLM's per-request
+// metrics, model time) without the client's read lateness, which a busy
+// host adds to every chunk; without engine metrics the client's span.
+func decodeMs(rq replay.RequestRecord, em engineMetrics) (float64, string) {
+	if em.MeanITLMs != nil && rq.OutputTokens > 1 {
+		return *em.MeanITLMs * float64(rq.OutputTokens-1), "engine per-request metrics (mean_itl_ms × (output tokens − 1))"
+	}
+	return *rq.FinishMs - *rq.FirstMs, "client (first → last chunk)"
 }
 
 // ttft is the record's TTFT: from the scheduled send (never from the

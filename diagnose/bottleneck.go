@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/slo"
 )
 
 // ClientBound is the bottleneck when the measurement, not the deployment,
@@ -282,7 +283,7 @@ func rank(point []float64, ci [][2]float64, allowed func(k int) bool, skip int) 
 }
 
 // decide applies the rule to the grouped levels.
-func decide(d *Diagnosis, lv []*level, slo replay.SLO, tpotP99 map[float64]float64) {
+func decide(d *Diagnosis, lv []*level, target slo.SLO, tpotP99 map[float64]float64) {
 	var valid []*level
 	for _, l := range lv {
 		if l.decides() {
@@ -308,9 +309,9 @@ func decide(d *Diagnosis, lv []*level, slo replay.SLO, tpotP99 map[float64]float
 	}
 	lo, hi := valid[0], valid[len(valid)-1]
 	for _, l := range valid {
-		if v, ok := tpotP99[l.q]; ok && v > slo.TPOTMillis {
+		if v, ok := tpotP99[l.q]; ok && v > target.TPOTMillis {
 			d.Bottleneck = Decode
-			d.Summary = fmt.Sprintf("p99 TPOT %.1f ms at %g req/s exceeds its %g ms SLO: decode steps are too slow for the batch", v, l.q, slo.TPOTMillis)
+			d.Summary = fmt.Sprintf("p99 TPOT %.1f ms at %g req/s exceeds its %g ms SLO: decode steps are too slow for the batch", v, l.q, target.TPOTMillis)
 			return
 		}
 	}
@@ -324,8 +325,8 @@ func decide(d *Diagnosis, lv []*level, slo replay.SLO, tpotP99 map[float64]float
 		}
 	}
 	loTTFT := interval(append([]float64(nil), lo.bootTTFT...))
-	if loTTFT[0] > slo.TTFTMillis {
-		overSLO(d, lo, loTTFT, slo)
+	if loTTFT[0] > target.TTFTMillis {
+		overSLO(d, lo, loTTFT, target)
 		return
 	}
 	thr := math.Max(1, GrowthFraction*loTTFT[0])
@@ -333,7 +334,7 @@ func decide(d *Diagnosis, lv []*level, slo replay.SLO, tpotP99 map[float64]float
 	// client-bound bound is the host's own cost rising with load, inside
 	// what the validity verdict allows: it is reported, not named, and the
 	// engine-side parts are ranked without it.
-	clientLim := replay.ClientBoundSLOFraction * slo.TTFTMillis
+	clientLim := replay.ClientBoundSLOFraction * target.TTFTMillis
 	clientNote, skip := "", -1
 	if k := slices.Index(TTFTComponents, Client); len(valid) > 1 && ci[k][0] > thr && hi.tail[k] <= clientLim {
 		skip = k // not a runner-up either: it cannot be named
@@ -355,7 +356,7 @@ func decide(d *Diagnosis, lv []*level, slo replay.SLO, tpotP99 map[float64]float
 			d.Label(), point[p.named], ci[p.named][0], ci[p.named][1], 100*Confidence, lo.q, hi.q, lo.tailTTFT, hi.tailTTFT, 100*TailFraction) + clientNote
 		return
 	}
-	if dominant(d, valid, slo) {
+	if dominant(d, valid, target) {
 		d.Summary += clientNote
 		return
 	}
@@ -372,24 +373,24 @@ func decide(d *Diagnosis, lv []*level, slo replay.SLO, tpotP99 map[float64]float
 
 // overSLO names the largest part of the tail at the lowest valid level,
 // whose tail TTFT is over the TTFT SLO (its whole interval).
-func overSLO(d *Diagnosis, lo *level, tailTTFT [2]float64, slo replay.SLO) {
+func overSLO(d *Diagnosis, lo *level, tailTTFT [2]float64, target slo.SLO) {
 	ci := make([][2]float64, len(TTFTComponents))
 	for k := range ci {
 		ci[k] = lo.tailInterval(k)
 	}
 	p, _ := rank(lo.tail, ci, func(int) bool { return true }, -1)
 	if TTFTComponents[p.named] == Client {
-		clientBound(d, fmt.Sprintf("the slowest requests' TTFT is over the %g ms SLO at %g req/s and the client part is the largest part of it", slo.TTFTMillis, lo.q))
+		clientBound(d, fmt.Sprintf("the slowest requests' TTFT is over the %g ms SLO at %g req/s and the client part is the largest part of it", target.TTFTMillis, lo.q))
 		return
 	}
 	named(d, p)
 	d.Summary = fmt.Sprintf("the slowest %g%% of requests take %.0f ms [%.0f, %.0f] to the first token even at %g req/s (SLO %g ms); %s is the largest part of that (%.1f ms [%.1f, %.1f])",
-		100*TailFraction, lo.tailTTFT, tailTTFT[0], tailTTFT[1], lo.q, slo.TTFTMillis, d.Label(), lo.tail[p.named], ci[p.named][0], ci[p.named][1])
+		100*TailFraction, lo.tailTTFT, tailTTFT[0], tailTTFT[1], lo.q, target.TTFTMillis, d.Label(), lo.tail[p.named], ci[p.named][0], ci[p.named][1])
 }
 
 // dominant names a part that holds the TTFT budget at every valid level,
 // growing or not.
-func dominant(d *Diagnosis, valid []*level, slo replay.SLO) bool {
+func dominant(d *Diagnosis, valid []*level, target slo.SLO) bool {
 	best, bestMin := -1, 0.0
 	for k := range TTFTComponents {
 		m := math.Inf(1)
@@ -403,8 +404,8 @@ func dominant(d *Diagnosis, valid []*level, slo replay.SLO) bool {
 	why := ""
 	if best >= 0 {
 		why = fmt.Sprintf("its mean share of TTFT is at least %.0f%% at every valid level", 100*bestMin)
-	} else if slo.TTFTMillis > 0 {
-		lim := SLOBudgetFraction * slo.TTFTMillis
+	} else if target.TTFTMillis > 0 {
+		lim := SLOBudgetFraction * target.TTFTMillis
 		for k := range TTFTComponents {
 			m := math.Inf(1)
 			for _, l := range valid {
@@ -416,7 +417,7 @@ func dominant(d *Diagnosis, valid []*level, slo replay.SLO) bool {
 		}
 		if best >= 0 {
 			why = fmt.Sprintf("its tail mean is above %.1f ms (%g%% interval) at every valid level, over %g%% of the %g ms TTFT SLO",
-				bestMin, 100*Confidence, 100*SLOBudgetFraction, slo.TTFTMillis)
+				bestMin, 100*Confidence, 100*SLOBudgetFraction, target.TTFTMillis)
 		}
 	}
 	if best < 0 {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/slo"
 )
 
 // level builds n attributions at offered rate q in run 0, parts from
@@ -47,7 +48,7 @@ func TestSummarizeNamesTheGrowingPart(t *testing.T) {
 	atts = append(atts, levelAtts(16, 40, func(i int) map[string]float64 {
 		return map[string]float64{Client: 2, Prefill: 18, Queueing: float64(i * 10)}
 	})...)
-	d := Summarize("emulated", atts, replay.DefaultSLO, nil)
+	d := Summarize("emulated", atts, slo.Default, nil)
 	if d.Bottleneck != Queueing || d.Uncertain != "" || len(d.Proposals) == 0 || !strings.Contains(d.Proposals[0], "disaggregate") {
 		t.Errorf("bottleneck %q (uncertain %q) proposals %v: %s", d.Bottleneck, d.Uncertain, d.Proposals, d.Summary)
 	}
@@ -60,11 +61,11 @@ func TestSummarizeNamesTheGrowingPart(t *testing.T) {
 	}
 	// TTFT over the SLO already at the lowest load: the largest part there.
 	slow := levelAtts(1, 20, func(i int) map[string]float64 { return map[string]float64{Prefill: 2900 + float64(i), Client: 100} })
-	if d := Summarize("emulated", slow, replay.DefaultSLO, nil); d.Bottleneck != Prefill {
+	if d := Summarize("emulated", slow, slo.Default, nil); d.Bottleneck != Prefill {
 		t.Errorf("slow prefill: %q: %s", d.Bottleneck, d.Summary)
 	}
 	// TPOT over its SLO: decode.
-	if d := Summarize("emulated", slow, replay.DefaultSLO, map[float64]float64{1: 80}); d.Bottleneck != Decode {
+	if d := Summarize("emulated", slow, slo.Default, map[float64]float64{1: 80}); d.Bottleneck != Decode {
 		t.Errorf("slow decode: %q", d.Bottleneck)
 	}
 }
@@ -80,7 +81,7 @@ func TestSummarizeIgnoresASingleOutlier(t *testing.T) {
 		}
 		atts[at].Parts[Client] += 10000
 		atts[at].TTFTMs += 10000
-		d := Summarize("emulated", atts, replay.DefaultSLO, nil)
+		d := Summarize("emulated", atts, slo.Default, nil)
 		if d.Bottleneck != Prefill || d.Uncertain != "" {
 			t.Errorf("outlier at %g req/s: bottleneck %q (uncertain %q): %s", atts[at].OfferedQPS, d.Bottleneck, d.Uncertain, d.Summary)
 		}
@@ -99,7 +100,7 @@ func TestSummarizeNamesAConstantDominantPart(t *testing.T) {
 			return map[string]float64{Client: 2, Queueing: float64(i % 2), Prefill: 8 + float64(i%4), Transfer: 30, DecodeQ: 1}
 		})...)
 	}
-	d := Summarize("emulated", atts, replay.DefaultSLO, nil)
+	d := Summarize("emulated", atts, slo.Default, nil)
 	if d.Bottleneck != Transfer || !strings.Contains(d.Summary, "dominates") {
 		t.Errorf("bottleneck %q: %s", d.Bottleneck, d.Summary)
 	}
@@ -116,7 +117,7 @@ func TestSummarizeSaysWhenUncertain(t *testing.T) {
 	atts = append(atts, levelAtts(16, 40, func(int) map[string]float64 {
 		return map[string]float64{Client: 2, Prefill: 10 + 60*rng.Float64(), Queueing: 1 + 60*rng.Float64()}
 	})...)
-	d := Summarize("emulated", atts, replay.DefaultSLO, nil)
+	d := Summarize("emulated", atts, slo.Default, nil)
 	pair := map[string]bool{d.Bottleneck: true, d.Uncertain: true}
 	if !pair[Prefill] || !pair[Queueing] {
 		t.Fatalf("bottleneck %q uncertain %q: %s", d.Bottleneck, d.Uncertain, d.Summary)
@@ -134,13 +135,13 @@ func TestSummarizeIsDeterministic(t *testing.T) {
 			return map[string]float64{Client: 1 + rng.Float64(), Prefill: 20 + 5*rng.Float64(), Queueing: q * rng.Float64()}
 		})...)
 	}
-	d := Summarize("emulated", atts, replay.DefaultSLO, nil)
-	if again := Summarize("emulated", atts, replay.DefaultSLO, nil); !reflect.DeepEqual(d, again) {
+	d := Summarize("emulated", atts, slo.Default, nil)
+	if again := Summarize("emulated", atts, slo.Default, nil); !reflect.DeepEqual(d, again) {
 		t.Errorf("two calls differ:\n%+v\n%+v", d, again)
 	}
 	shuffled := append([]Attribution(nil), atts...)
 	rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
-	if other := Summarize("emulated", shuffled, replay.DefaultSLO, nil); !reflect.DeepEqual(d, other) {
+	if other := Summarize("emulated", shuffled, slo.Default, nil); !reflect.DeepEqual(d, other) {
 		t.Errorf("input order changes the diagnosis:\n%+v\n%+v", d, other)
 	}
 }
@@ -158,7 +159,7 @@ func TestSummarizeLeavesInvalidLevelsOut(t *testing.T) {
 	}
 	atts = append(atts, invalid(levelAtts(16, 40, grow), 1, replay.ReasonClientBound)...)
 	atts = append(atts, invalid(levelAtts(32, 40, grow), 0, replay.ReasonWarmStart)...)
-	d := Summarize("emulated", atts, replay.DefaultSLO, nil)
+	d := Summarize("emulated", atts, slo.Default, nil)
 	if d.Bottleneck != Prefill {
 		t.Errorf("bottleneck %q: %s", d.Bottleneck, d.Summary)
 	}
@@ -195,7 +196,7 @@ func TestSummarizeClientBound(t *testing.T) {
 			levelAtts(16, 40, func(i int) map[string]float64 { return map[string]float64{Client: 2 + 20*float64(i), Prefill: 40} })...), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Summarize("emulated", tc.atts, replay.DefaultSLO, tc.tpot)
+			d := Summarize("emulated", tc.atts, slo.Default, tc.tpot)
 			if d.Bottleneck != ClientBound || !strings.HasPrefix(d.Summary, "client-bound: the measurement, not the deployment, is the bottleneck") {
 				t.Errorf("bottleneck %q: %s", d.Bottleneck, d.Summary)
 			}
@@ -212,7 +213,7 @@ func TestSummarizeClientBound(t *testing.T) {
 		})
 	}
 	// A client-bound level fixes the client.
-	d := Summarize("emulated", invalid(levelAtts(4, 40, steady), 0, replay.ReasonClientBound), replay.DefaultSLO, nil)
+	d := Summarize("emulated", invalid(levelAtts(4, 40, steady), 0, replay.ReasonClientBound), slo.Default, nil)
 	want := []string{"fewer streams per client", "--time-scale", "another host"}
 	for i, w := range want {
 		if i >= len(d.Proposals) || !strings.Contains(d.Proposals[i], w) {
@@ -234,13 +235,13 @@ func TestClientGrowthWithinBoundIsNotNamed(t *testing.T) {
 		}
 	}
 	atts := append(levelAtts(2, 40, parts(3)), levelAtts(32, 40, parts(9))...)
-	d := Summarize("emulated", atts, replay.DefaultSLO, nil)
+	d := Summarize("emulated", atts, slo.Default, nil)
 	if d.Bottleneck == ClientBound || d.Bottleneck == Client || d.Uncertain == Client || !strings.Contains(d.Summary, "the client/proxy part grows too, by 6.0 ms") {
 		t.Errorf("bottleneck %q: %s", d.Bottleneck, d.Summary)
 	}
 	// Past the bound (a 150 ms client tail at 32 req/s) it is client-bound.
 	atts = append(levelAtts(2, 40, parts(3)), levelAtts(32, 40, parts(150))...)
-	if d := Summarize("emulated", atts, replay.DefaultSLO, nil); d.Bottleneck != ClientBound {
+	if d := Summarize("emulated", atts, slo.Default, nil); d.Bottleneck != ClientBound {
 		t.Errorf("a 150 ms client tail: bottleneck %q: %s", d.Bottleneck, d.Summary)
 	}
 }

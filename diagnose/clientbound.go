@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/slo"
 )
 
 // MarkClientBound applies replay's client_bound bounds to the client part
@@ -53,8 +54,8 @@ func MarkClientBound(rec *replay.Record, atts []Attribution) []string {
 			if len(c) == 0 {
 				continue
 			}
-			p99, p50 := replay.NearestRank(c, 99), replay.NearestRank(c, 50)
-			medTTFT := replay.NearestRank(ttft[k], 50)
+			p99, p50 := slo.NearestRank(c, 99), slo.NearestRank(c, 50)
+			medTTFT := slo.NearestRank(ttft[k], 50)
 			var detail string
 			if lim := replay.ClientBoundSLOFraction * rec.SLO.TTFTMillis; p99 > lim {
 				detail = fmt.Sprintf("p99 client/proxy residual %.3g ms > %g%% of the %g ms TTFT SLO (%.3g ms): the client side, not the engines, moved TTFT",

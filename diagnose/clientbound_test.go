@@ -6,14 +6,15 @@ import (
 	"testing"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/slo"
 )
 
 // boundRecord has one run with levels at 4 and 8 req/s, both valid.
 func boundRecord() *replay.Record {
 	lvl := func(q float64) replay.LevelRecord {
-		return replay.LevelRecord{Level: replay.Level{OfferedQPS: q, Passed: true, EffectiveQPS: q}, Verdict: validVerdict(), Complete: true}
+		return replay.LevelRecord{Level: slo.Level{OfferedQPS: q, Passed: true, EffectiveQPS: q}, Verdict: validVerdict(), Complete: true}
 	}
-	rec := &replay.Record{Kind: "emulated", TimeScale: 1, SLO: replay.DefaultSLO,
+	rec := &replay.Record{Kind: "emulated", TimeScale: 1, SLO: slo.Default,
 		Runs: []replay.RunRecord{{Levels: []replay.LevelRecord{lvl(4), lvl(8)}}}}
 	rec.Judge()
 	return rec
@@ -29,8 +30,8 @@ func clientAtts(q float64, client func(i int) float64) []Attribution {
 }
 
 func TestMarkClientBound(t *testing.T) {
-	sloLim := replay.ClientBoundSLOFraction * replay.DefaultSLO.TTFTMillis // on the p99
-	medLim := replay.ClientBoundTTFTFraction * 50                          // on the median (TTFT 50 ms)
+	sloLim := replay.ClientBoundSLOFraction * slo.Default.TTFTMillis // on the p99
+	medLim := replay.ClientBoundTTFTFraction * 50                    // on the median (TTFT 50 ms)
 	past := func(x float64) float64 { return math.Nextafter(x, math.Inf(1)) }
 	one := func(v float64) func(int) float64 { // one request (the p99 rank of 40) at v, the rest 1 ms
 		return func(i int) float64 {

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/hone-llm/hone/sim/emulator"
+	"github.com/hone-llm/hone/slo"
 )
 
 // Truth is the emulator's ground truth for one request, mapped onto the
@@ -118,7 +119,7 @@ func Compare(atts []Attribution, truth map[string]Truth) ([]PartError, error) {
 		}
 		n := float64(len(e))
 		out = append(out, PartError{Part: k, Requests: len(e), MeanTruth: sumT[k] / n, MeanAttrib: sumA[k] / n,
-			MAE: mae, MedianErr: e[int(math.Ceil(0.5*n))-1], P90AbsErr: e[int(math.Ceil(0.9*n))-1]})
+			MAE: mae, MedianErr: e[slo.NearestRankIndex(len(e), 50)-1], P90AbsErr: e[slo.NearestRankIndex(len(e), 90)-1]})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Part < out[j].Part })
 	return out, nil

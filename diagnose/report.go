@@ -11,6 +11,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/slo"
 )
 
 // LevelBreakdown summarises one load level's attributions (all runs at
@@ -78,7 +79,7 @@ func (d Diagnosis) Label() string {
 // level with a seeded bootstrap interval, and the parts that dominate the
 // TTFT budget. tpotP99 is p99 TPOT by offered rate (decode when it misses
 // its SLO at a valid level).
-func Summarize(kind string, atts []Attribution, slo replay.SLO, tpotP99 map[float64]float64) Diagnosis {
+func Summarize(kind string, atts []Attribution, target slo.SLO, tpotP99 map[float64]float64) Diagnosis {
 	d := Diagnosis{Kind: kind, Growth: map[string]float64{}, GrowthCI: map[string][2]float64{}, Confidence: Confidence, Rule: BottleneckRule}
 	lv := groupLevels(atts)
 	for _, l := range lv {
@@ -88,7 +89,7 @@ func Summarize(kind string, atts []Attribution, slo replay.SLO, tpotP99 map[floa
 		d.Bottleneck, d.Summary = "none", "no attributed requests"
 		return d
 	}
-	decide(&d, lv, slo, tpotP99)
+	decide(&d, lv, target, tpotP99)
 	d.Proposals = proposals(d.Bottleneck, lv)
 	return d
 }
@@ -120,7 +121,7 @@ func (l *level) breakdown() LevelBreakdown {
 		sort.Strings(lb.Invalid)
 	}
 	lb.Requests = len(as)
-	p99 := as[replay.NearestRankIndex(len(as), 99)-1] // as is in TTFT order
+	p99 := as[slo.NearestRankIndex(len(as), 99)-1] // as is in TTFT order
 	lb.P99TTFTMs = p99.TTFTMs
 	for _, a := range as {
 		for k, v := range a.Parts {

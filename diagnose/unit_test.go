@@ -8,6 +8,7 @@ import (
 
 	"github.com/hone-llm/hone/deploy/proxy"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/slo"
 )
 
 func f(x float64) *float64 { return &x }
@@ -16,13 +17,13 @@ func f(x float64) *float64 { return &x }
 // 100 ms, sent at 101 ms (mono 1e9 ns), first token at 150 ms, last at 250.
 func record(metrics string) *replay.Record {
 	rq := replay.RequestRecord{ID: 8, RequestID: "r8", Outcome: "ok", ScheduledMs: 100, SentMs: 101,
-		Sent: replay.Stamp{MonoNs: 1_000_000_000}, FirstMs: f(150), FinishMs: f(250), OutputTokens: 128}
+		Sent: replay.Stamp{MonoNs: 1_000_000_000}, FirstMs: f(150), FinishMs: f(250), OutputTokens: 126}
 	if metrics != "" {
 		rq.EngineMetrics = json.RawMessage(metrics)
 	}
 	warm := replay.RequestRecord{ID: 0, RequestID: "r0", Outcome: "ok", FirstMs: f(1), FinishMs: f(2)}
 	return &replay.Record{Kind: "emulated", TimeScale: 1, Runs: []replay.RunRecord{{Run: 1, Levels: []replay.LevelRecord{{
-		Level: replay.Level{OfferedQPS: 4}, Verdict: validVerdict(), Requests: []replay.RequestRecord{warm, rq}}}}}}
+		Level: slo.Level{OfferedQPS: 4}, Verdict: validVerdict(), Requests: []replay.RequestRecord{warm, rq}}}}}}
 }
 
 func validVerdict() replay.Verdict { return replay.Verdict{Valid: true, Reasons: []replay.Reason{}} }
@@ -44,6 +45,9 @@ func TestAttributeWithoutProxy(t *testing.T) {
 		if math.Abs(a.Parts[k]-v) > 1e-9 {
 			t.Errorf("%s = %v, want %v", k, a.Parts[k], v)
 		}
+	}
+	if !strings.Contains(a.Sources[Decode], "mean_itl_ms") {
+		t.Errorf("decode source %q: want the engine's mean ITL × (tokens − 1) = 0.8 × 125", a.Sources[Decode])
 	}
 	if a.TTFTMs != 50 || a.E2EMs != 150 {
 		t.Errorf("TTFT %v E2E %v", a.TTFTMs, a.E2EMs)
@@ -104,7 +108,7 @@ func TestAttributeAgainstPlantedTruth(t *testing.T) {
 			DispatchLagMs: sent - 100, Sent: replay.Stamp{MonoNs: mono(sent).MonoNs}, FirstMs: f(first), FinishMs: f(first + 100),
 			TTFTMs: f(first - 100), TTFTFromSentMs: f(first - sent), OutputTokens: 64, EngineMetrics: json.RawMessage(metrics)}
 		return &replay.Record{Kind: "emulated", TimeScale: scale, Runs: []replay.RunRecord{{Levels: []replay.LevelRecord{{
-			Level: replay.Level{OfferedQPS: 4}, Verdict: validVerdict(), Requests: []replay.RequestRecord{rq}}}}}}
+			Level: slo.Level{OfferedQPS: 4}, Verdict: validVerdict(), Requests: []replay.RequestRecord{rq}}}}}}
 	}
 	for _, tc := range []struct {
 		name string
@@ -125,7 +129,9 @@ func TestAttributeAgainstPlantedTruth(t *testing.T) {
 			Prefill: []proxy.Leg{{Worker: "p0", Sent: mono(105), Answered: at(121), Status: 200,
 				EngineMetrics: json.RawMessage(`{"queue_time_ms":4,"time_to_first_token_ms":14}`)}},
 			Decode: &proxy.Leg{Worker: "d0", Sent: mono(123), Answered: at(145.5), Status: 200}},
-		want: map[string]float64{Client: 12, Queueing: 4, Prefill: 10, Transfer: 17, DecodeQ: 3.5, Decode: 100},
+		// Decode: the engine's 63 steps of 1.5 ms, not the client's
+		// first → last chunk (100: it read the chunks late).
+		want: map[string]float64{Client: 12, Queueing: 4, Prefill: 10, Transfer: 17, DecodeQ: 3.5, Decode: 94.5},
 	}, {
 		// Scheduled 100, sent 102 (lag 2), proxy 103 (hop 1), engine leg
 		// sent 104 (proxy 1), engine arrival 105 (hop 1), queue 5, prefill
@@ -134,7 +140,7 @@ func TestAttributeAgainstPlantedTruth(t *testing.T) {
 		rec:  rec(102, 132, `{"queue_time_ms":5,"time_to_first_token_ms":25,"mean_itl_ms":1}`),
 		tl: proxy.Timeline{RequestID: "r8", Received: mono(103), Outcome: proxy.OutcomeSuccess,
 			Decode: &proxy.Leg{Worker: "c0", Sent: mono(104), Answered: at(131), Status: 200}},
-		want: map[string]float64{Client: 7, Queueing: 5, Prefill: 20, Transfer: 0, DecodeQ: 0, Decode: 100},
+		want: map[string]float64{Client: 7, Queueing: 5, Prefill: 20, Transfer: 0, DecodeQ: 0, Decode: 63},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			atts, err := Attribute(tc.rec, Evidence{Timelines: []proxy.Timeline{tc.tl}})

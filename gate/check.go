@@ -10,6 +10,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/perf/benchmath"
+
+	"github.com/hone-llm/hone/slo"
 )
 
 // Verdict is the outcome for one metric or a whole check.
@@ -329,7 +331,7 @@ func levelKey(s Series) string { return s.Scenario + "@" + fmtQPS(s.OfferedQPS) 
 // figures are shown, nothing is decided on them.
 func skipped(base, cand Series) Result {
 	r := Result{Series: base, Candidate: cand.Values, Verdict: Invalid, Test: "skipped"}
-	r.BaseCenter, r.CandCenter = median(base.Values), median(cand.Values)
+	r.BaseCenter, r.CandCenter = slo.Median(base.Values), slo.Median(cand.Values)
 	r.Change = relChange(r.BaseCenter, r.CandCenter)
 	if base.OfferedQPS == 0 {
 		r.Reason = "not comparable: not every level is valid; " + excluded(base, cand)
@@ -431,7 +433,7 @@ func compare(base Series, cand []float64, exact bool, cfg Config) Result {
 	r := Result{Series: base, Candidate: cand}
 	b := append([]float64(nil), base.Values...)
 	c := append([]float64(nil), cand...)
-	r.BaseCenter, r.CandCenter = median(b), median(c)
+	r.BaseCenter, r.CandCenter = slo.Median(b), slo.Median(c)
 	r.Change = relChange(r.BaseCenter, r.CandCenter)
 	r.Worse = (base.Direction == HigherIsBetter && r.CandCenter < r.BaseCenter) ||
 		(base.Direction == LowerIsBetter && r.CandCenter > r.BaseCenter)
@@ -568,19 +570,6 @@ func hardRule(r *Result) {
 		}
 	}
 	r.Verdict, r.Reason = Pass, "hard rule holds"
-}
-
-func median(v []float64) float64 {
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	n := len(s)
-	if n == 0 {
-		return math.NaN()
-	}
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
 }
 
 func mean(v []float64) float64 {

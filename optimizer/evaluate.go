@@ -14,6 +14,7 @@ import (
 	"github.com/hone-llm/hone/diagnose"
 	"github.com/hone-llm/hone/preflight"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/slo"
 )
 
 // DeployEvaluator measures a spec for real: deploy.Up (emulator or vLLM
@@ -25,7 +26,7 @@ type DeployEvaluator struct {
 	Workload replay.Workload
 	QPS      []float64
 	Runs     int
-	SLO      replay.SLO
+	SLO      slo.SLO
 	OutDir   string // records/<tag>.json and traces/<tag>/
 	Hone     replay.Build
 	Log      io.Writer // progress lines; nil: none
@@ -182,36 +183,23 @@ func summarizeRecord(t *Trial, rec *replay.Record) {
 	sort.Float64s(qs)
 	for _, q := range qs {
 		a := levels[q]
-		t.Levels = append(t.Levels, LevelSummary{OfferedQPS: q, P99TTFTMs: median(a.ttft), P99TPOTMs: median(a.tpot),
-			EffectiveQPS: median(a.eff), PassedRuns: a.passed, Runs: len(a.ttft),
+		t.Levels = append(t.Levels, LevelSummary{OfferedQPS: q, P99TTFTMs: slo.Median(a.ttft), P99TPOTMs: slo.Median(a.tpot),
+			EffectiveQPS: slo.Median(a.eff), PassedRuns: a.passed, Runs: len(a.ttft),
 			RunP99TTFTMs: a.ttft, RunP99TPOTMs: a.tpot, RunEffectiveQPS: a.eff, RunValid: a.valid, Invalid: a.invalid, Measured: a.measured})
 	}
 	if len(t.Objectives) > 0 {
-		t.Objective = median(t.Objectives)
+		t.Objective = slo.Median(t.Objectives)
 	}
 	if len(costs) > 0 {
-		c := median(costs)
+		c := slo.Median(costs)
 		t.CostGPUSec = &c
 	}
 	if len(hits) > 0 {
-		h := median(hits)
+		h := slo.Median(hits)
 		t.HitRate = &h
 	}
 	if rec.Incomplete && t.Error == "" {
 		t.Error = "replay incomplete: " + rec.Error
 	}
 	t.InvalidLevels = rec.InvalidLevels()
-}
-
-func median(v []float64) float64 {
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	n := len(s)
-	if n == 0 {
-		return 0
-	}
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/hone-llm/hone/deploy/proxy"
 	"github.com/hone-llm/hone/internal/honetest"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/slo"
 )
 
 // TestDeployEvaluator measures one emulated config for real: deploy up,
@@ -43,7 +44,7 @@ emulator: {profile: exercise, time_scale: 0.25}
 		// are 125 model ms, so the host's few ms of overhead stay small
 		// beside the engine and the levels are valid.
 		Workload: replay.Workload{Seed: 3, Requests: 16, InputTokens: 1024, UncachedTokens: 512, OutputTokens: 8},
-		QPS:      []float64{2, 4}, Runs: 1, SLO: replay.DefaultSLO, OutDir: out, Hone: replay.Build{Version: "test", Commit: "t"}}
+		QPS:      []float64{2, 4}, Runs: 1, SLO: slo.Default, OutDir: out, Hone: replay.Build{Version: "test", Commit: "t"}}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	tr := ev.Evaluate(ctx, s, "01-eval")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/slo"
 )
 
 // FloorFraction is how much of the TTFT SLO the host's own p99 floor may
@@ -121,7 +122,7 @@ func (e *DeployEvaluator) MeasureFloor(ctx context.Context, base *deploy.Spec) (
 		return nil, fmt.Errorf("no measured request completed against the zero-cost engine")
 	}
 	f := &HostFloor{OfferedQPS: top, TimeScale: scale, Requests: len(ttft), sloMs: e.SLO.TTFTMillis,
-		P50RealMs: replay.NearestRank(ttft, 50) * scale, P99RealMs: replay.NearestRank(ttft, 99) * scale,
+		P50RealMs: slo.NearestRank(ttft, 50) * scale, P99RealMs: slo.NearestRank(ttft, 99) * scale,
 		DispatchP99RealMs: lag * scale, SpecTimeScale: scale, Rule: FloorRule}
 	low := slices.Min(e.QPS)
 	if rec, err := e.replayOnce(ctx, CloneSpec(base), "hone-calibrate", low, 1, scale); err == nil {
@@ -192,5 +193,5 @@ func engineMedianTTFT(rec *replay.Record) float64 {
 	if len(v) == 0 {
 		return 0
 	}
-	return replay.NearestRank(v, 50)
+	return slo.NearestRank(v, 50)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/hone-llm/hone/diagnose"
 	"github.com/hone-llm/hone/internal/atomicfile"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/slo"
 )
 
 // LogSchemaVersion is the version of the live experiment log.
@@ -94,7 +95,7 @@ type Log struct {
 	Workload      replay.Workload `json:"workload"`
 	QPS           []float64       `json:"qps"`
 	Runs          int             `json:"runs"`
-	SLO           replay.SLO      `json:"slo"`
+	SLO           slo.SLO         `json:"slo"`
 	Budget        int             `json:"budget"`
 	// HostFloor is the host's own TTFT floor, measured before the first
 	// trial (emulated trials only), and the time scale it led to.
@@ -149,7 +150,7 @@ type LiveOptions struct {
 	Workload  replay.Workload
 	QPS       []float64
 	Runs      int
-	SLO       replay.SLO
+	SLO       slo.SLO
 	LogPath   string
 	Progress  io.Writer  // one line per trial; nil: none
 	HostFloor *HostFloor // measured before the loop, for the log; nil: none
@@ -319,7 +320,7 @@ func boolInt(b bool) int {
 }
 
 // judge sets a trial's eligibility from its figures.
-func judge(t *Trial, slo replay.SLO) {
+func judge(t *Trial, target slo.SLO) {
 	switch {
 	case t.Error != "":
 		t.Eligible, t.Reason = false, "failed: "+t.Error
@@ -335,7 +336,7 @@ func judge(t *Trial, slo replay.SLO) {
 	default:
 		for _, o := range t.Objectives {
 			if o <= 0 {
-				t.Eligible, t.Reason = false, fmt.Sprintf("a run passed no load level (p99 TTFT ≤ %g ms, p99 TPOT ≤ %g ms)", slo.TTFTMillis, slo.TPOTMillis)
+				t.Eligible, t.Reason = false, fmt.Sprintf("a run passed no load level (p99 TTFT ≤ %g ms, p99 TPOT ≤ %g ms)", target.TTFTMillis, target.TPOTMillis)
 				return
 			}
 		}

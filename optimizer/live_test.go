@@ -8,8 +8,8 @@ import (
 
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/diagnose"
-	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/sim"
+	"github.com/hone-llm/hone/slo"
 )
 
 // simEvaluator stands in for deploy+replay with the exact model: mode and
@@ -57,7 +57,7 @@ func TestLiveLoop(t *testing.T) {
 	ev := &simEvaluator{}
 	path := filepath.Join(t.TempDir(), "log.json")
 	lg, err := Live(context.Background(), LiveOptions{Base: baseSpec(), Evaluator: ev, Budget: 8, Runs: 3,
-		SLO: replay.DefaultSLO, LogPath: path})
+		SLO: slo.Default, LogPath: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestLiveRegressionFallsBack(t *testing.T) {
 	// eligible trial in selection order (the eager ablation of the winner,
 	// 0.9 × 15.9 req/s, ahead of the 8.0 req/s baseline) is re-run and kept.
 	ev := &simEvaluator{unstab: map[int]bool{6: true}}
-	lg, err := Live(context.Background(), LiveOptions{Base: baseSpec(), Evaluator: ev, Budget: 8, Runs: 3, SLO: replay.DefaultSLO})
+	lg, err := Live(context.Background(), LiveOptions{Base: baseSpec(), Evaluator: ev, Budget: 8, Runs: 3, SLO: slo.Default})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func (e *routingEvaluator) Evaluate(_ context.Context, s *deploy.Spec, tag strin
 }
 
 func TestAblationThatWinsIsSelected(t *testing.T) {
-	lg, err := Live(context.Background(), LiveOptions{Base: baseSpec(), Evaluator: &routingEvaluator{}, Budget: 8, Runs: 3, SLO: replay.DefaultSLO})
+	lg, err := Live(context.Background(), LiveOptions{Base: baseSpec(), Evaluator: &routingEvaluator{}, Budget: 8, Runs: 3, SLO: slo.Default})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func (e *scriptedEvaluator) Evaluate(_ context.Context, s *deploy.Spec, tag stri
 			"run 3, 32 req/s: invalid (client_bound: p99 dispatch lag 158 ms > 5% of the 2000 ms TTFT SLO (100 ms))"}
 		return t
 	}
-	t.Objectives, t.Objective = o, median(o)
+	t.Objectives, t.Objective = o, slo.Median(o)
 	c := 2 / t.Objective
 	t.CostGPUSec = &c
 	return t
@@ -282,7 +282,7 @@ func TestVerificationNeedsEveryRun(t *testing.T) {
 		// Beats the baseline; its re-run has one run below every baseline run.
 		"disagg-1p1d-cache-sessionaffinity": {{13.2, 13.3, 13.4}, {5.53, 13.00, 13.31}},
 	}}
-	lg, err := Live(context.Background(), LiveOptions{Base: baseSpec(), Evaluator: ev, Budget: 8, Runs: 3, SLO: replay.DefaultSLO})
+	lg, err := Live(context.Background(), LiveOptions{Base: baseSpec(), Evaluator: ev, Budget: 8, Runs: 3, SLO: slo.Default})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +299,7 @@ func TestInvalidLevelsDecideNothing(t *testing.T) {
 		"coloc-r2-tp1-cache-sessionaffinity": {{11.9, 12.0, 12.1}, {11.8, 12.0, 12.2}},
 		"disagg-1p1d-cache-sessionaffinity":  {nil},
 	}}
-	lg, err := Live(context.Background(), LiveOptions{Base: baseSpec(), Evaluator: ev, Budget: 4, Runs: 3, SLO: replay.DefaultSLO})
+	lg, err := Live(context.Background(), LiveOptions{Base: baseSpec(), Evaluator: ev, Budget: 4, Runs: 3, SLO: slo.Default})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +315,7 @@ func TestInvalidLevelsDecideNothing(t *testing.T) {
 // Beats is the rule's core, exactly: ranges that touch do not beat; a
 // separated range below the 2% minimum win does not either.
 func TestBeats(t *testing.T) {
-	tr := func(o ...float64) *Trial { return &Trial{Objectives: o, Objective: median(o)} }
+	tr := func(o ...float64) *Trial { return &Trial{Objectives: o, Objective: slo.Median(o)} }
 	for _, tc := range []struct {
 		a, b *Trial
 		want bool

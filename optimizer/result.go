@@ -8,17 +8,14 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/slo"
 )
 
-// LevelView is what the policy reads of one load level of a result.
+// LevelView is what the policy reads of one load level of a result: the
+// exercise's level figures, and whether both p99s were there.
 type LevelView struct {
-	OfferedQPS   float64
-	P99TTFTMs    float64
-	P99TPOTMs    float64
-	EffectiveQPS float64
-	Passed       bool
-	HasLatency   bool // both p99 figures were present
+	slo.Level
+	HasLatency bool // both p99 figures were present
 }
 
 // ResultView is what the policy reads of an evaluation result, whatever
@@ -29,7 +26,7 @@ type ResultView struct {
 	Objective         float64
 	ObjectiveReported bool // the result carried "objective" itself
 	Levels            []LevelView
-	SLO               replay.SLO
+	SLO               slo.SLO
 }
 
 // Passing reports whether at least one load level met its SLOs.
@@ -51,7 +48,7 @@ func (r ResultView) PassSet() string {
 // "effective_qps","passed"}]}) and close variants (keys matched by the words
 // they contain), and fails when it finds neither an objective nor levels.
 func ReadResult(res map[string]any) (ResultView, error) {
-	v := ResultView{SLO: replay.DefaultSLO}
+	v := ResultView{SLO: slo.Default}
 	if cfg, ok := res["config"].(map[string]any); ok {
 		if x, ok := num(findKey(cfg, "ttft", "slo")); ok {
 			v.SLO.TTFTMillis = x
@@ -76,7 +73,7 @@ func ReadResult(res map[string]any) (ResultView, error) {
 		if p, ok := findKey(m, "pass").(bool); ok {
 			l.Passed = p
 		} else if l.HasLatency {
-			l.Passed = ttft <= v.SLO.TTFTMillis && tpot <= v.SLO.TPOTMillis
+			l.Passed = v.SLO.Met(ttft, tpot)
 		}
 		v.Levels = append(v.Levels, l)
 	}
@@ -88,11 +85,11 @@ func ReadResult(res map[string]any) (ResultView, error) {
 	if len(v.Levels) == 0 {
 		return v, fmt.Errorf("result has neither an objective nor per-level figures (keys: %s)", keyList(res))
 	}
-	for _, l := range v.Levels {
-		if l.Passed && l.EffectiveQPS > v.Objective {
-			v.Objective = l.EffectiveQPS
-		}
+	levels := make([]slo.Level, len(v.Levels))
+	for i, l := range v.Levels {
+		levels[i] = l.Level
 	}
+	v.Objective = slo.Objective(levels)
 	return v, nil
 }
 

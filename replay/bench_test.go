@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hone-llm/hone/slo"
 )
 
 // instantServer answers every completion at once with a pre-rendered
@@ -72,7 +74,7 @@ func lagStats(records []RequestRecord) (p99, maxLag float64, failed int) {
 			failed++
 		}
 	}
-	return NearestRank(lags, 99), NearestRank(lags, 100), failed
+	return slo.NearestRank(lags, 99), slo.NearestRank(lags, 100), failed
 }
 
 // processCPU is the process's user+system CPU time so far.
@@ -100,7 +102,7 @@ func BenchmarkOpenLoop(b *testing.B) {
 			for i, r := range records {
 				lags[i] = r.DispatchLagMs
 			}
-			b.ReportMetric(NearestRank(lags, 50), "p50-lag-ms")
+			b.ReportMetric(slo.NearestRank(lags, 50), "p50-lag-ms")
 			b.ReportMetric(p99, "p99-lag-ms")
 			// CPU per request (client, dispatcher spin and the in-process
 			// server together) does not depend on what else the host runs.

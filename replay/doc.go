@@ -2,8 +2,10 @@
 // against a live endpoint, the run records it writes, and the arithmetic
 // that turns per-request timings into the figures every backend reports.
 //
-// It holds the brief's exact request schedule (Generate), nearest-rank
-// percentiles, effective QPS and the objective (stats.go). It knows nothing
+// It holds the brief's exact request schedule (Generate) and turns a
+// level's per-request timings into its figures (Summarize: p99s over the
+// measured requests, effective QPS); what an SLO is, the objective and the
+// nearest-rank percentile itself live in package slo. It knows nothing
 // about deployments, engines or eBPF: the simulator, the emulator and real
 // vLLM all feed it the same per-request timings.
 //

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/hone-llm/hone/slo"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/record.example.json from a live run against the test server")
@@ -19,7 +21,7 @@ func TestExampleRecord(t *testing.T) {
 		f := newFakeVLLM(t)
 		opts := oneLevel(testOptions(f.start().URL))
 		opts.Workload.OutputTokens = 4
-		opts.SLO = DefaultSLO
+		opts.SLO = slo.Default
 		opts.TimeScale = 0.1
 		opts.RequestTimeout = time.Minute
 		opts.Config = map[string]any{"engine": "vllm", "mode": "colocated", "tp": 1, "prefix_caching": true}

@@ -12,6 +12,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/hone-llm/hone/internal/atomicfile"
+	"github.com/hone-llm/hone/slo"
 )
 
 // SchemaVersion is the version of the run record layout. Readers reject
@@ -109,7 +110,7 @@ type Record struct {
 	// faster and every _ms figure is real time / S (model time).
 	TimeScale        float64        `json:"time_scale"`
 	RequestTimeoutMs float64        `json:"request_timeout_ms"`
-	SLO              SLO            `json:"slo"`
+	SLO              slo.SLO        `json:"slo"`
 	Workload         WorkloadRecord `json:"workload"`
 
 	// Clock pairs the wall and CLOCK_MONOTONIC clocks at the start.
@@ -154,7 +155,7 @@ type LevelRecord struct {
 	// from the scheduled send. passed also requires that every measured
 	// request completed with a valid output and that the level ran to the
 	// end.
-	Level
+	slo.Level
 	// Verdict says whether these figures may decide anything.
 	Verdict   Verdict `json:"verdict"`
 	P50TTFTMs float64 `json:"p50_ttft_ms"`

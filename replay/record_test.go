@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hone-llm/hone/slo"
 )
 
 func TestEncodeCompletion(t *testing.T) {
@@ -108,7 +110,7 @@ func TestWriteReadRecord(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "r.json")
 	rec := &Record{SchemaVersion: SchemaVersion, Kind: KindDevice, Backend: "vllm", Model: Model{ID: "m"}, Config: map[string]any{"tp": 2},
-		Hardware: map[string]any{}, GPUs: 1, TimeScale: 1, RequestTimeoutMs: 1000, SLO: DefaultSLO,
+		Hardware: map[string]any{}, GPUs: 1, TimeScale: 1, RequestTimeoutMs: 1000, SLO: slo.Default,
 		Workload:  WorkloadRecord{Workload: DefaultWorkload(), QPS: []float64{1}, Runs: 1, Generator: PrefixGenerator, SuffixRecipe: "x", PrewarmPolicy: "y"},
 		StartedAt: time.Unix(0, 0).UTC(), FinishedAt: time.Unix(1, 0).UTC(), Outcomes: map[string]int{}, Validation: Validation{Reasons: map[string]int{}},
 		Cache: CacheState{Procedure: CacheReset}, Verdict: Verdict{Valid: true}, VerdictRule: VerdictRule}
@@ -158,11 +160,13 @@ func TestTimebase(t *testing.T) {
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
 		t.Skip("no CLOCK_MONOTONIC:", err)
 	}
-	// Both read the same clock, one through an offset measured once; the
-	// two readings here are microseconds apart unless the host preempts
-	// the test in between, hence the millisecond bound.
-	if d := ts.Nano() - tb.MonoNs(now); d < -int64(50*time.Microsecond) || d > int64(time.Millisecond) {
-		t.Errorf("CLOCK_MONOTONIC - derived = %d ns, want within [-50 µs, 1 ms)", d)
+	// Both read the same clock, one through an offset measured once, and
+	// the direct reading comes second: it cannot be earlier (beyond the
+	// offset's few-µs measurement error). How much later is the host's to
+	// decide (a preemption between the two reads), so that side is bounded
+	// loosely: a wrong clock or offset would be off by years, not 100 ms.
+	if d := ts.Nano() - tb.MonoNs(now); d < -int64(50*time.Microsecond) || d > int64(100*time.Millisecond) {
+		t.Errorf("CLOCK_MONOTONIC - derived = %d ns, want within [-50 µs, 100 ms)", d)
 	}
 	if s := tb.Stamp(now); s.UnixNs != now.UnixNano() || s.MonoNs != tb.MonoNs(now) {
 		t.Errorf("stamp %+v", s)
@@ -176,7 +180,7 @@ func TestProgressPrinter(t *testing.T) {
 		Elapsed: 96 * time.Second, ETA: 90 * time.Second}
 	pp.Update(p)
 	pp.Update(p) // within PlainEvery: no second line
-	lr := &LevelRecord{Level: Level{OfferedQPS: 2, P99TTFTMs: 812.25, P99TPOTMs: 21.5, EffectiveQPS: 1.9876, Passed: true},
+	lr := &LevelRecord{Level: slo.Level{OfferedQPS: 2, P99TTFTMs: 812.25, P99TPOTMs: 21.5, EffectiveQPS: 1.9876, Passed: true},
 		Complete: true, Planned: 128, Sent: 128, Outcomes: map[string]int{OutcomeOK: 127, OutcomeTimeout: 1}, HitRateCachedTokens: fp(0.96875)}
 	pp.Update(Progress{Run: 0, Runs: 3, LevelDone: lr})
 	want := "run 1/3 level 2/6 (2 qps) [##########----------] 64/128 done, 1 failed  2.0 req/s  ETA 1m30s\n" +

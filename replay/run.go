@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hone-llm/hone/internal/finesleep"
+	"github.com/hone-llm/hone/slo"
 )
 
 // EmulatorVersionPrefix starts the GET /version of hone's engine emulator;
@@ -45,7 +46,7 @@ type Options struct {
 	Workload Workload  // zero: DefaultWorkload()
 	QPS      []float64 // offered rates, one level each, in order
 	Runs     int       // passes over all levels; 0: 1
-	SLO      SLO       // zero: DefaultSLO
+	SLO      slo.SLO   // zero: slo.Default
 	// TimeScale compresses the schedule for an engine whose modelled
 	// durations are scaled the same way (hone sim serve --time-scale): sends
 	// happen at arrival x S and every measured duration is divided by S, so
@@ -96,8 +97,8 @@ func (o *Options) defaults() error {
 	if o.Runs == 0 {
 		o.Runs = 1
 	}
-	if o.SLO == (SLO{}) {
-		o.SLO = DefaultSLO
+	if o.SLO == (slo.SLO{}) {
+		o.SLO = slo.Default
 	}
 	if o.RequestTimeout == 0 {
 		o.RequestTimeout = 10 * time.Minute
@@ -284,7 +285,7 @@ func (rec *Record) finish() {
 // summarize sets the run's verdict, and its objective and cost from its
 // valid levels only.
 func (rr *RunRecord) summarize(gpus int) {
-	var levels []Level
+	var levels []slo.Level
 	rr.Verdict = Verdict{Valid: true, Reasons: []Reason{}}
 	for _, l := range rr.Levels {
 		if l.Verdict.Valid {
@@ -296,7 +297,7 @@ func (rr *RunRecord) summarize(gpus int) {
 		}
 		rr.Verdict.Valid = false
 	}
-	rr.Objective = Objective(levels)
+	rr.Objective = slo.Objective(levels)
 	rr.GPUSecondsPerRequest = nil
 	for _, l := range rr.Levels {
 		if l.Verdict.Valid && l.Passed && l.EffectiveQPS == rr.Objective && l.GPUSecondsPerRequest != nil {
@@ -343,7 +344,7 @@ func (r *runner) levelSpan(qps float64) time.Duration {
 func (r *runner) level(ctx context.Context, run, li int, qps float64) (LevelRecord, error) {
 	w := r.opts.Workload
 	reqs, _ := Generate(w.Params(qps)) // validated in defaults
-	lr := LevelRecord{Level: Level{OfferedQPS: qps}, Planned: len(reqs), Outcomes: map[string]int{}, Failures: map[string]int{},
+	lr := LevelRecord{Level: slo.Level{OfferedQPS: qps}, Planned: len(reqs), Outcomes: map[string]int{}, Failures: map[string]int{},
 		PrefixSeed: w.Seed}
 	prompts := r.prompts
 	bg := context.WithoutCancel(ctx)
@@ -461,7 +462,7 @@ func (r *runner) openLoop(ctx context.Context, start time.Time, reqs []Request, 
 }
 
 // summarize computes the level's figures from its requests.
-func (lr *LevelRecord) summarize(reqs []Request, slo SLO, gpus int) {
+func (lr *LevelRecord) summarize(reqs []Request, target slo.SLO, gpus int) {
 	var ttft, tpot, lag []float64
 	var cached, prompt float64
 	haveCached := false
@@ -503,13 +504,13 @@ func (lr *LevelRecord) summarize(reqs []Request, slo SLO, gpus int) {
 		}
 	}
 	if len(lag) > 0 {
-		lr.DispatchLagP50Ms = NearestRank(lag, 50)
-		lr.DispatchLagP99Ms = NearestRank(lag, 99)
-		lr.DispatchLagMaxMs = NearestRank(lag, 100)
+		lr.DispatchLagP50Ms = slo.NearestRank(lag, 50)
+		lr.DispatchLagP99Ms = slo.NearestRank(lag, 99)
+		lr.DispatchLagMaxMs = slo.NearestRank(lag, 100)
 	}
 	if len(ttft) > 0 {
-		lr.P50TTFTMs, lr.P90TTFTMs, lr.P99TTFTMs = NearestRank(ttft, 50), NearestRank(ttft, 90), NearestRank(ttft, 99)
-		lr.P50TPOTMs, lr.P90TPOTMs, lr.P99TPOTMs = NearestRank(tpot, 50), NearestRank(tpot, 90), NearestRank(tpot, 99)
+		lr.P50TTFTMs, lr.P90TTFTMs, lr.P99TTFTMs = slo.NearestRank(ttft, 50), slo.NearestRank(ttft, 90), slo.NearestRank(ttft, 99)
+		lr.P50TPOTMs, lr.P90TPOTMs, lr.P99TPOTMs = slo.NearestRank(tpot, 50), slo.NearestRank(tpot, 90), slo.NearestRank(tpot, 99)
 		lr.WindowSeconds = (last - reqs[Sessions].ArrivalMs) / 1000
 		if lr.WindowSeconds > 0 {
 			lr.EffectiveQPS = float64(lr.Measured) / lr.WindowSeconds
@@ -518,7 +519,7 @@ func (lr *LevelRecord) summarize(reqs []Request, slo SLO, gpus int) {
 				lr.GPUSecondsPerRequest = &c
 			}
 		}
-		lr.SLOMet = lr.P99TTFTMs <= slo.TTFTMillis && lr.P99TPOTMs <= slo.TPOTMillis
+		lr.SLOMet = target.Met(lr.P99TTFTMs, lr.P99TPOTMs)
 	}
 	lr.Passed = lr.SLOMet && lr.Complete && lr.Measured == measuredPlanned && measuredInvalid == 0
 	lr.HitRateMetrics = HitRate(lr.Counters.Before, lr.Counters.After)

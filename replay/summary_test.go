@@ -3,6 +3,8 @@ package replay
 import (
 	"reflect"
 	"testing"
+
+	"github.com/hone-llm/hone/slo"
 )
 
 func fp(v float64) *float64 { return &v }
@@ -28,13 +30,13 @@ func TestSummarize(t *testing.T) {
 	// Measured: 8..11 at 16000, 16500, 17000, 17500 (2 qps).
 	rs = append(rs, mk(8, 16000, 16100, 16140), mk(9, 16500, 16800, 16900), mk(10, 17000, 17050, 17070), mk(11, 17500, 17900, 18000))
 	base := func() LevelRecord {
-		return LevelRecord{Level: Level{OfferedQPS: 2}, Complete: true, Planned: 12, Sent: 12, Outcomes: map[string]int{}, Failures: map[string]int{},
+		return LevelRecord{Level: slo.Level{OfferedQPS: 2}, Complete: true, Planned: 12, Sent: 12, Outcomes: map[string]int{}, Failures: map[string]int{},
 			Requests: append([]RequestRecord(nil), rs...)}
 	}
 	l := base()
-	l.summarize(reqs, SLO{TTFTMillis: 400, TPOTMillis: 25}, 4)
+	l.summarize(reqs, slo.SLO{TTFTMillis: 400, TPOTMillis: 25}, 4)
 	// TTFTs 100, 300, 50, 400; TPOTs 10, 25, 5, 25.
-	want := Level{OfferedQPS: 2, P99TTFTMs: 400, P99TPOTMs: 25, EffectiveQPS: 4 / 2.0, Passed: true}
+	want := slo.Level{OfferedQPS: 2, P99TTFTMs: 400, P99TPOTMs: 25, EffectiveQPS: 4 / 2.0, Passed: true}
 	if l.Level != want || l.P50TTFTMs != 100 || l.P90TTFTMs != 400 || l.P50TPOTMs != 10 || l.P90TPOTMs != 25 || !l.SLOMet {
 		t.Fatalf("summary %+v p50/p90 ttft %g/%g tpot %g/%g", l.Level, l.P50TTFTMs, l.P90TTFTMs, l.P50TPOTMs, l.P90TPOTMs)
 	}
@@ -49,13 +51,13 @@ func TestSummarize(t *testing.T) {
 	for _, r := range rs {
 		outs = append(outs, Outcome{ID: r.ID, ArrivalMs: r.SentMs, FirstMs: *r.FirstMs, FinishMs: *r.FinishMs, OutputTokens: 5})
 	}
-	if s := Summarize(2, outs, SLO{TTFTMillis: 400, TPOTMillis: 25}); s != l.Level {
+	if s := Summarize(2, outs, slo.SLO{TTFTMillis: 400, TPOTMillis: 25}); s != l.Level {
 		t.Errorf("Summarize %+v, live summary %+v", s, l.Level)
 	}
 
 	// One TPOT over the SLO fails the level.
 	l = base()
-	l.summarize(reqs, SLO{TTFTMillis: 400, TPOTMillis: 24.9}, 4)
+	l.summarize(reqs, slo.SLO{TTFTMillis: 400, TPOTMillis: 24.9}, 4)
 	if l.Passed || l.SLOMet {
 		t.Errorf("TPOT 25 > 24.9 passed")
 	}
@@ -64,21 +66,21 @@ func TestSummarize(t *testing.T) {
 	// scheduled arrival.
 	l = base()
 	l.Requests[8] = RequestRecord{ID: 8, Outcome: OutcomeTimeout, Invalid: "failed: timeout"}
-	l.summarize(reqs, SLO{TTFTMillis: 400, TPOTMillis: 25}, 4)
+	l.summarize(reqs, slo.SLO{TTFTMillis: 400, TPOTMillis: 25}, 4)
 	if l.Passed || !l.SLOMet || l.Measured != 3 || !reflect.DeepEqual(l.Failures, map[string]int{OutcomeTimeout: 1}) || l.EffectiveQPS != 1.5 {
 		t.Errorf("passed %t slo %t measured %d failures %v eff %g", l.Passed, l.SLOMet, l.Measured, l.Failures, l.EffectiveQPS)
 	}
 	// An invalid output (wrong length) fails the level too.
 	l = base()
 	l.Requests[9].Valid, l.Requests[9].Invalid = false, "output_tokens: got 4, want 5"
-	l.summarize(reqs, SLO{TTFTMillis: 400, TPOTMillis: 25}, 0)
+	l.summarize(reqs, slo.SLO{TTFTMillis: 400, TPOTMillis: 25}, 0)
 	if l.Passed || l.Invalid != 1 || l.GPUSecondsPerRequest != nil {
 		t.Errorf("passed %t invalid %d cost %v (no GPUs given: no cost)", l.Passed, l.Invalid, l.GPUSecondsPerRequest)
 	}
 	// An incomplete level never passes.
 	l = base()
 	l.Complete = false
-	l.summarize(reqs, SLO{TTFTMillis: 400, TPOTMillis: 25}, 4)
+	l.summarize(reqs, slo.SLO{TTFTMillis: 400, TPOTMillis: 25}, 4)
 	if l.Passed {
 		t.Errorf("incomplete level passed")
 	}

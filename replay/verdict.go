@@ -5,6 +5,8 @@ import (
 	"math"
 	"sort"
 	"strings"
+
+	"github.com/hone-llm/hone/slo"
 )
 
 // Reasons a level's measurement is invalid. An invalid level still shows
@@ -132,15 +134,15 @@ func (lr *LevelRecord) Invalidate(code, format string, a ...any) {
 
 // judge sets the level's verdict from what the level measured. Reasons
 // added by Invalidate before are kept.
-func (lr *LevelRecord) judge(slo SLO, timeScale float64) {
+func (lr *LevelRecord) judge(target slo.SLO, timeScale float64) {
 	v := &lr.Verdict
 	v.Valid = len(v.Reasons) == 0
 	if !lr.Complete {
 		v.add(ReasonIncomplete, "%d of %d requests sent before the level stopped", lr.Sent, lr.Planned)
 	}
-	if lim := ClientBoundSLOFraction * slo.TTFTMillis; lr.DispatchLagP99Ms > lim {
+	if lim := ClientBoundSLOFraction * target.TTFTMillis; lr.DispatchLagP99Ms > lim {
 		v.add(ReasonClientBound, "p99 dispatch lag %.3g ms > %g%% of the %g ms TTFT SLO (%.3g ms): the load generator sent late",
-			lr.DispatchLagP99Ms, 100*ClientBoundSLOFraction, slo.TTFTMillis, lim)
+			lr.DispatchLagP99Ms, 100*ClientBoundSLOFraction, target.TTFTMillis, lim)
 	} else if lr.Measured > 0 && lr.DispatchLagP50Ms > ClientBoundTTFTFraction*lr.P50TTFTMs {
 		v.add(ReasonClientBound, "median dispatch lag %.3g ms > %g%% of the median TTFT %.3g ms: the load generator sent late",
 			lr.DispatchLagP50Ms, 100*ClientBoundTTFTFraction, lr.P50TTFTMs)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hone-llm/hone/slo"
 )
 
 // levels returns every level of a record in run, rate order.
@@ -213,7 +215,7 @@ func TestKindDiscovered(t *testing.T) {
 func TestStarvedClientIsClientBound(t *testing.T) {
 	f := newFakeVLLM(t)
 	opts := testOptions(f.start().URL)
-	opts.SLO = SLO{TTFTMillis: 2000, TPOTMillis: 1e9}
+	opts.SLO = slo.SLO{TTFTMillis: 2000, TPOTMillis: 1e9}
 	opts.beforeSend = func(_ int, qps float64, id int) {
 		if qps == 20 && id >= Sessions {
 			time.Sleep(3 * time.Millisecond)
@@ -258,9 +260,9 @@ func TestForeignTrafficIsCounterContamination(t *testing.T) {
 // decode worker, a queries counter that went backwards, and dispatch lag on
 // both sides of 5% of the TTFT SLO.
 func TestJudgeThresholds(t *testing.T) {
-	slo := SLO{TTFTMillis: 2000, TPOTMillis: 50}
+	target := slo.SLO{TTFTMillis: 2000, TPOTMillis: 50}
 	base := func() LevelRecord {
-		return LevelRecord{Complete: true, Measured: 4, Sent: 12, Planned: 12, Level: Level{OfferedQPS: 1}, P50TTFTMs: 40}
+		return LevelRecord{Complete: true, Measured: 4, Sent: 12, Planned: 12, Level: slo.Level{OfferedQPS: 1}, P50TTFTMs: 40}
 	}
 	h := 1.13
 	for name, tc := range map[string]struct {
@@ -283,7 +285,7 @@ func TestJudgeThresholds(t *testing.T) {
 	} {
 		l := base()
 		tc.edit(&l)
-		l.judge(slo, 1)
+		l.judge(target, 1)
 		if tc.want == "" && !l.Verdict.Valid || tc.want != "" && !l.Verdict.Has(tc.want) || len(l.Verdict.Reasons) > 1 {
 			t.Errorf("%s: %v, want %q", name, l.Verdict, tc.want)
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/hone-llm/hone/optimizer"
+	"github.com/hone-llm/hone/slo"
 )
 
 // A metric is one per-level figure the report tabulates and plots.
@@ -82,11 +83,7 @@ func validSpread(rs []run) spread {
 		return spread{}
 	}
 	sort.Float64s(v)
-	s := spread{min: v[0], max: v[len(v)-1], n: len(v), median: v[len(v)/2]}
-	if len(v)%2 == 0 {
-		s.median = (v[len(v)/2-1] + v[len(v)/2]) / 2
-	}
-	return s
+	return spread{min: v[0], max: v[len(v)-1], n: len(v), median: slo.Median(v)}
 }
 
 // invalidRuns returns the one-based numbers of l's invalid runs and its

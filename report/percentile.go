@@ -6,11 +6,11 @@ import (
 	"strings"
 
 	"github.com/hone-llm/hone/optimizer"
-	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/slo"
 )
 
-// p99Definition is the report's one statement of what p99 means; replay
-// computes every p99 this way (replay.NearestRank).
+// p99Definition is the report's one statement of what p99 means; hone
+// computes every p99 this way (slo.NearestRank).
 const p99Definition = "**p99**, everywhere in this report, is the nearest-rank 99th percentile over one run's measured requests " +
 	"at one level: sorted ascending, the value at rank ceil(0.99·n). TTFT runs from each request's scheduled send time, " +
 	"not from when the client got it out, so a late send counts against the config."
@@ -22,7 +22,7 @@ func p99Note(n int) string {
 	if n <= 0 {
 		return ""
 	}
-	switch n - replay.NearestRankIndex(n, 99) {
+	switch n - slo.NearestRankIndex(n, 99) {
 	case 0:
 		return fmt.Sprintf("p99 of %d requests is their largest", n)
 	case 1:
@@ -44,7 +44,7 @@ func p99Notes(ns []int) string {
 
 // p99Explained is p99Note with its arithmetic, for the report's top.
 func p99Explained(n int) string {
-	k := replay.NearestRankIndex(n, 99)
+	k := slo.NearestRankIndex(n, 99)
 	s := fmt.Sprintf("n = %d measured requests per run and level: rank ceil(0.99·%d) = %d", n, n, k)
 	if note := p99Note(n); note != "" {
 		s += ", so **" + note + "**"

@@ -14,6 +14,7 @@ import (
 	"github.com/hone-llm/hone/diagnose"
 	"github.com/hone-llm/hone/optimizer"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/slo"
 )
 
 var render = flag.String("render", "", "also write the first case's report and plots into this directory, to look at")
@@ -38,7 +39,7 @@ func testLevels(qps []float64, ttft0, capacity float64, measured int, invalidAt 
 			l.RunP99TPOTMs = append(l.RunP99TPOTMs, (6+q/8)*f)
 			l.RunEffectiveQPS = append(l.RunEffectiveQPS, math.Min(q, capacity)*(1-0.01*float64(r)))
 			l.RunValid = append(l.RunValid, valid)
-			if valid && tt <= replay.DefaultSLO.TTFTMillis {
+			if valid && tt <= slo.Default.TTFTMillis {
 				l.PassedRuns++
 			}
 		}
@@ -61,7 +62,7 @@ func testLog(kind string, measured int) *optimizer.Log {
 			EngineP50TTFTMs: 18.16, SpecTimeScale: 0.1, ChosenTimeScale: 0.25, FloorModelMs: 19.04, MedianModelMs: 9.08, Rule: optimizer.FloorRule}
 	}
 	return &optimizer.Log{SchemaVersion: optimizer.LogSchemaVersion, Kind: kind, Workload: replay.DefaultWorkload(), QPS: qps, Runs: 3,
-		SLO: replay.DefaultSLO, HostFloor: floor, BaselineN: 1, Selected: 2, Verified: true, Decision: []string{"selected trial 2 (disagg-1p1d-cache)"},
+		SLO: slo.Default, HostFloor: floor, BaselineN: 1, Selected: 2, Verified: true, Decision: []string{"selected trial 2 (disagg-1p1d-cache)"},
 		SelectionRule: optimizer.LiveSelectionRule, RegressionRule: optimizer.LiveRegressionRule,
 		Interaction: &optimizer.Interaction{Factors: [2]string{"topology", "prefix caching"}, Cells: [4]int{2, 3, 1, 4},
 			Values: [4]float64{16.6, 0, 15.3, 10.5}, Text: "interaction: prefix caching is worth 16.600 req/s on disagg and 4.800 on coloc"},

@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/slo"
 )
 
 // Kind labels every result of this package.
@@ -137,17 +138,17 @@ func Run(cfg Config, reqs []replay.Request) ([]Timeline, error) {
 
 // LevelResult is one load level: its summary and every request's timeline.
 type LevelResult struct {
-	replay.Level
+	slo.Level
 	Timelines []Timeline `json:"-"`
 }
 
 // Result is the outcome of a scan over load levels, in the exercise's JSON
 // shape: {"kind","config","levels","objective"}.
 type Result struct {
-	Kind      string         `json:"kind"`
-	Config    ScanConfig     `json:"config"`
-	Levels    []replay.Level `json:"levels"`
-	Objective float64        `json:"objective"`
+	Kind      string      `json:"kind"`
+	Config    ScanConfig  `json:"config"`
+	Levels    []slo.Level `json:"levels"`
+	Objective float64     `json:"objective"`
 	// Details keeps per-request timelines for attribution; not serialised.
 	Details []LevelResult `json:"-"`
 }
@@ -159,14 +160,14 @@ type ScanConfig struct {
 	InputTokens  int       `json:"input_tokens"`
 	OutputTokens int       `json:"output_tokens"`
 	QPS          []float64 `json:"qps"`
-	replay.SLO
+	slo.SLO
 }
 
 // DefaultScan is the brief's public scan for cfg: 128 requests of 4096
 // input and 128 output tokens at 1, 2, 4, 8, 16 and 32 QPS, default SLOs.
 func DefaultScan(cfg Config) ScanConfig {
 	return ScanConfig{Config: cfg, Requests: 128, InputTokens: 4096, OutputTokens: 128,
-		QPS: []float64{1, 2, 4, 8, 16, 32}, SLO: replay.DefaultSLO}
+		QPS: []float64{1, 2, 4, 8, 16, 32}, SLO: slo.Default}
 }
 
 // Scan runs every load level of sc and computes the objective.
@@ -174,7 +175,7 @@ func Scan(sc ScanConfig) (Result, error) {
 	if len(sc.QPS) == 0 {
 		return Result{}, &replay.ParamError{Field: "qps", Value: "[]", Want: "at least one offered rate"}
 	}
-	res := Result{Kind: Kind, Config: sc, Levels: []replay.Level{}}
+	res := Result{Kind: Kind, Config: sc, Levels: []slo.Level{}}
 	for _, q := range sc.QPS {
 		reqs, err := replay.Generate(replay.Params{Requests: sc.Requests, InputTokens: sc.InputTokens,
 			UncachedTokens: replay.DefaultUncachedTokens, OutputTokens: sc.OutputTokens, OfferedQPS: q})
@@ -193,6 +194,6 @@ func Scan(sc ScanConfig) (Result, error) {
 		res.Levels = append(res.Levels, lvl)
 		res.Details = append(res.Details, LevelResult{Level: lvl, Timelines: tl})
 	}
-	res.Objective = replay.Objective(res.Levels)
+	res.Objective = slo.Objective(res.Levels)
 	return res, nil
 }

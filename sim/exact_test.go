@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/slo"
 )
 
 // The brief's isolated request: 4096 input, 3968 cached, 128 output, at 0.
@@ -63,7 +64,7 @@ func TestPublicScanGolden(t *testing.T) {
 // 0.48828125.
 func TestColocatedQueueingByHand(t *testing.T) {
 	res, err := Scan(ScanConfig{Config: Config{Colocated, true}, Requests: 128, InputTokens: 4096, OutputTokens: 128,
-		QPS: []float64{16}, SLO: replay.DefaultSLO})
+		QPS: []float64{16}, SLO: slo.Default})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,12 +147,12 @@ func TestProperties(t *testing.T) {
 				t.Fatalf("intervals sum to %v, TTFT %v", sum, outs[i].TTFT())
 			}
 		}
-		lvl := replay.Summarize(p.OfferedQPS, outs, replay.DefaultSLO)
+		lvl := replay.Summarize(p.OfferedQPS, outs, slo.Default)
 		// Warm-up requests never enter statistics: make them absurd.
 		for i := 0; i < replay.Sessions; i++ {
 			outs[i].FirstMs, outs[i].FinishMs = 1e12, 2e12
 		}
-		if again := replay.Summarize(p.OfferedQPS, outs, replay.DefaultSLO); again != lvl {
+		if again := replay.Summarize(p.OfferedQPS, outs, slo.Default); again != lvl {
 			t.Fatalf("warm-up requests changed the level: %+v vs %+v", again, lvl)
 		}
 	}

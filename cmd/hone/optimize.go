@@ -16,6 +16,7 @@ import (
 	"github.com/hone-llm/hone/optimizer"
 	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/sim"
+	"github.com/hone-llm/hone/slo"
 )
 
 func init() { subcommands = append(subcommands, newOptimizeCmd) }
@@ -103,7 +104,7 @@ Exit codes: 0 a verified selection; 1 nothing eligible or verified; 2 bad input.
 			v, commit := buildVersion()
 			w := replay.Workload{Seed: seed, Requests: sc.Requests, InputTokens: sc.InputTokens,
 				UncachedTokens: replay.DefaultUncachedTokens, OutputTokens: sc.OutputTokens}
-			slo := replay.SLO{TTFTMillis: sc.TTFTMillis, TPOTMillis: sc.TPOTMillis}
+			slo := slo.SLO{TTFTMillis: sc.TTFTMillis, TPOTMillis: sc.TPOTMillis}
 			ev := &optimizer.DeployEvaluator{Up: deploy.UpOptions{Hone: hone, StateDir: filepath.Join(out, "state")},
 				Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo, OutDir: out, Hone: replay.Build{Version: v, Commit: commit}}
 			logPath := filepath.Join(out, "log.json")

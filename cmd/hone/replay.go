@@ -15,6 +15,7 @@ import (
 
 	"github.com/hone-llm/hone/preflight"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/slo"
 )
 
 func init() { subcommands = append(subcommands, newReplayCmd) }
@@ -138,7 +139,7 @@ a --kind or --time-scale the endpoint contradicts).`,
 				Endpoint: endpoint, TokenizeEndpoint: tokEndpoint, Model: model, Kind: kind, Backend: backend, Cache: cache,
 				Workload: replay.Workload{Seed: seed, Requests: wf.requests, InputTokens: wf.inputTokens,
 					UncachedTokens: replay.DefaultUncachedTokens, OutputTokens: wf.outputTokens},
-				QPS: qps, Runs: runs, SLO: replay.SLO{TTFTMillis: wf.ttftSLO, TPOTMillis: wf.tpotSLO},
+				QPS: qps, Runs: runs, SLO: slo.SLO{TTFTMillis: wf.ttftSLO, TPOTMillis: wf.tpotSLO},
 				TimeScale: timeScale, RequestTimeout: timeout, GPUs: gpus, Config: cfg, Hardware: hostHardware(),
 				ModelInfo: replay.Model{Revision: revision, Precision: precision},
 				Hone:      replay.Build{Version: ver, Commit: rev}, Progress: pp.Update,

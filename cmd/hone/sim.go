@@ -12,6 +12,7 @@ import (
 
 	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/sim"
+	"github.com/hone-llm/hone/slo"
 )
 
 func init() { subcommands = append(subcommands, newSimCmd) }
@@ -36,8 +37,8 @@ func (w *workloadFlags) register(c *cobra.Command) {
 	f.IntVar(&w.requests, "requests", 128, "requests per level, the 8 warm-up requests included")
 	f.IntVar(&w.inputTokens, "input-tokens", 4096, "input tokens per request (128 of them uncached in the measurement phase)")
 	f.IntVar(&w.outputTokens, "output-tokens", 128, "output tokens per request")
-	f.Float64Var(&w.ttftSLO, "ttft-slo-ms", replay.DefaultSLO.TTFTMillis, "SLO on p99 time to first token, ms")
-	f.Float64Var(&w.tpotSLO, "tpot-slo-ms", replay.DefaultSLO.TPOTMillis, "SLO on p99 time per output token, ms")
+	f.Float64Var(&w.ttftSLO, "ttft-slo-ms", slo.Default.TTFTMillis, "SLO on p99 time to first token, ms")
+	f.Float64Var(&w.tpotSLO, "tpot-slo-ms", slo.Default.TPOTMillis, "SLO on p99 time per output token, ms")
 }
 
 // parseQPS parses the --qps list, naming the flag on error.
@@ -80,7 +81,7 @@ func (w *workloadFlags) scan(cfg sim.Config) (sim.ScanConfig, error) {
 		}
 	}
 	return sim.ScanConfig{Config: cfg, Requests: w.requests, InputTokens: w.inputTokens, OutputTokens: w.outputTokens,
-		QPS: qps, SLO: replay.SLO{TTFTMillis: w.ttftSLO, TPOTMillis: w.tpotSLO}}, nil
+		QPS: qps, SLO: slo.SLO{TTFTMillis: w.ttftSLO, TPOTMillis: w.tpotSLO}}, nil
 }
 
 // paramErr turns a replay.ParamError into a usage error naming the flag.

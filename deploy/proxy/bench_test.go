@@ -7,10 +7,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hone-llm/hone/slo"
 )
 
 // instantEngine answers every completion at once: a JSON reply with
@@ -82,13 +83,6 @@ func openLoop(b *testing.B, client *http.Client, urls []string, body []byte, n i
 	return lat
 }
 
-func pct(d []time.Duration, p float64) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := int(p*float64(len(s))+0.999999) - 1 // nearest rank
-	return s[max(0, min(i, len(s)-1))]
-}
-
 // BenchmarkProxyOverhead measures the latency the proxy adds per request at
 // 500 requests/s (open loop), against going straight to an engine that
 // answers at once: p50 and p99 of proxied minus direct, sent in alternating
@@ -136,12 +130,12 @@ func BenchmarkProxyOverhead(b *testing.B) {
 			}
 			b.StopTimer()
 			us := func(d time.Duration) float64 { return float64(d) / 1e3 }
-			b.ReportMetric(us(pct(direct, 0.5)), "direct-p50-us")
-			b.ReportMetric(us(pct(direct, 0.99)), "direct-p99-us")
-			b.ReportMetric(us(pct(proxied, 0.5)), "proxied-p50-us")
-			b.ReportMetric(us(pct(proxied, 0.99)), "proxied-p99-us")
-			b.ReportMetric(us(pct(proxied, 0.5)-pct(direct, 0.5)), "added-p50-us")
-			b.ReportMetric(us(pct(proxied, 0.99)-pct(direct, 0.99)), "added-p99-us")
+			b.ReportMetric(us(slo.NearestRank(direct, 50)), "direct-p50-us")
+			b.ReportMetric(us(slo.NearestRank(direct, 99)), "direct-p99-us")
+			b.ReportMetric(us(slo.NearestRank(proxied, 50)), "proxied-p50-us")
+			b.ReportMetric(us(slo.NearestRank(proxied, 99)), "proxied-p99-us")
+			b.ReportMetric(us(slo.NearestRank(proxied, 50)-slo.NearestRank(direct, 50)), "added-p50-us")
+			b.ReportMetric(us(slo.NearestRank(proxied, 99)-slo.NearestRank(direct, 99)), "added-p99-us")
 			// The proxy's own time per request from its timelines: received
 			// to the streaming leg sent, prefill legs excluded.
 			tls, _ := p.Timelines(0, 0)
@@ -155,8 +149,8 @@ func BenchmarkProxyOverhead(b *testing.B) {
 				}
 				own = append(own, d)
 			}
-			b.ReportMetric(us(pct(own, 0.5)), "own-p50-us")
-			b.ReportMetric(us(pct(own, 0.99)), "own-p99-us")
+			b.ReportMetric(us(slo.NearestRank(own, 50)), "own-p50-us")
+			b.ReportMetric(us(slo.NearestRank(own, 99)), "own-p99-us")
 			b.ReportMetric(rate, "req/s")
 		})
 	}

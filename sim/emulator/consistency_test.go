@@ -17,6 +17,7 @@ import (
 	"github.com/hone-llm/hone/deploy/proxy"
 	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/sim"
+	"github.com/hone-llm/hone/slo"
 )
 
 var long = flag.Bool("long", false, "run the consistency check over the brief's full scan (6 levels × 128 requests)")
@@ -128,7 +129,7 @@ func engineP99TTFT(t *testing.T, lr *replay.LevelRecord, trace *syncBuffer, scal
 	if len(v) != len(measured) {
 		t.Errorf("trace has %d measured requests with a first token, want %d", len(v), len(measured))
 	}
-	return replay.NearestRank(v, 99)
+	return slo.NearestRank(v, 99)
 }
 
 // checkColocatedTrace checks the engine's own ground truth against the
@@ -179,13 +180,17 @@ func checkDisaggregatedTrace(t *testing.T, trace *syncBuffer, scale float64) int
 		}
 	}
 	ms := func(r map[string]any, k string) float64 { return r[k].(float64) / 1e6 / scale }
+	const d = 1000.0 / 2048
+	const eps = 1e-3 // ms: CLOCK_MONOTONIC readings are rounded to the ns
+	// The prefill worker serves in the order requests reached it; the
+	// decode worker in the order their KV became usable, which a late
+	// handoff (the host's doing) can swap: each recurrence runs in its own
+	// engine's order.
 	sort.Slice(dec, func(i, j int) bool {
 		return ms(pre[dec[i]["request_id"].(string)], "arrival_mono_ns") < ms(pre[dec[j]["request_id"].(string)], "arrival_mono_ns")
 	})
-	const d = 1000.0 / 2048
-	const eps = 1e-3 // ms: CLOCK_MONOTONIC readings are rounded to the ns
-	prefillBusy, decodeBusy := math.Inf(-1), math.Inf(-1)
-	late := 0
+	prefillBusy := math.Inf(-1)
+	prefillEnd := map[string]float64{}
 	for _, r := range dec {
 		id := r["request_id"].(string)
 		pr := pre[id]
@@ -193,18 +198,29 @@ func checkDisaggregatedTrace(t *testing.T, trace *syncBuffer, scale float64) int
 			t.Errorf("%s: no prefill trace", id)
 			continue
 		}
-		a := ms(pr, "arrival_mono_ns")
 		uncached := pr["prompt_tokens"].(float64) - pr["cached_tokens"].(float64)
-		prefillEnd := math.Max(a, prefillBusy) + uncached/4096*1000
-		if got := ms(pr, "finish_mono_ns"); math.Abs(got-prefillEnd) > eps {
-			t.Errorf("%s: prefill ends %.6f, recurrence %.6f", id, got, prefillEnd)
+		end := math.Max(ms(pr, "arrival_mono_ns"), prefillBusy) + uncached/4096*1000
+		if got := ms(pr, "finish_mono_ns"); math.Abs(got-end) > eps {
+			t.Errorf("%s: prefill ends %.6f, recurrence %.6f", id, got, end)
 		}
-		prefillBusy = prefillEnd
+		prefillBusy, prefillEnd[id] = end, end
+	}
+	sort.SliceStable(dec, func(i, j int) bool {
+		return ms(dec[i], "transfer_end_mono_ns") < ms(dec[j], "transfer_end_mono_ns")
+	})
+	decodeBusy := math.Inf(-1)
+	late := 0
+	for _, r := range dec {
+		id := r["request_id"].(string)
+		end, ok := prefillEnd[id]
+		if !ok {
+			continue
+		}
 		from, ready := ms(r, "transfer_start_mono_ns"), ms(r, "transfer_end_mono_ns")
-		if math.Abs(from-prefillEnd) > eps || ready < prefillEnd+8-eps {
-			t.Errorf("%s: handoff %.6f..%.6f, want from the prefill's end %.6f for at least 8 ms", id, from, ready, prefillEnd)
+		if math.Abs(from-end) > eps || ready < end+8-eps {
+			t.Errorf("%s: handoff %.6f..%.6f, want from the prefill's end %.6f for at least 8 ms", id, from, ready, end)
 		}
-		if ready > prefillEnd+8+eps {
+		if ready > end+8+eps {
 			late++
 		}
 		first := math.Max(ready, decodeBusy) + d
@@ -236,9 +252,9 @@ type consistencyCase struct {
 // divided by the time scale.
 //
 // By default (make test, where every package's tests share two cores) it
-// runs the first level at which each mode queues: the 3% side of the
-// tolerance, which absorbs the milliseconds an oversubscribed machine can
-// delay a token. -long (make test-consistency, which runs alone) runs the
+// runs the first level at which each mode queues, checks the engines'
+// exact recurrences in model time and holds p99 TTFT to the exact model
+// from below only (a busy host can only add delay). -long (make test-consistency, which runs alone) runs the
 // brief's full scan, whose unqueued levels hold the emulator to 3 ms end to
 // end.
 func TestConsistencyWithExactModel(t *testing.T) {
@@ -263,7 +279,7 @@ func TestConsistencyWithExactModel(t *testing.T) {
 			// allows (default: GOMAXPROCS).
 			t.Parallel()
 			want, err := sim.Scan(sim.ScanConfig{Config: sim.Config{Mode: c.mode, PrefixCache: true}, Requests: replay.DefaultWorkload().Requests,
-				InputTokens: 4096, OutputTokens: 128, QPS: []float64{c.qps}, SLO: replay.DefaultSLO})
+				InputTokens: 4096, OutputTokens: 128, QPS: []float64{c.qps}, SLO: slo.Default})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -283,9 +299,16 @@ func TestConsistencyWithExactModel(t *testing.T) {
 			}
 			t.Logf("CONSISTENCY mode=%s qps=%g scale=%g sim_p99_ttft_ms=%.3f emu_p99_ttft_ms=%.3f diff_ms=%+.3f tol_ms=%.3f emu_p50_ttft_ms=%.3f engine_p99_ttft_ms=%.3f p99_dispatch_lag_ms=%.3f sim_p99_tpot_ms=%.4f emu_p99_tpot_ms=%.4f",
 				c.mode, c.qps, c.scale, w.P99TTFTMs, got.P99TTFTMs, got.P99TTFTMs-w.P99TTFTMs, tol,
-				got.P50TTFTMs, engineP99TTFT(t, got, trace, c.scale), replay.NearestRank(lag, 99), w.P99TPOTMs, got.P99TPOTMs)
+				got.P50TTFTMs, engineP99TTFT(t, got, trace, c.scale), slo.NearestRank(lag, 99), w.P99TPOTMs, got.P99TPOTMs)
 			t.Logf("runtime while it ran (the whole test process): %s; handoffs past the modelled 8 ms: %d", rt.since(), late)
-			if d := math.Abs(got.P99TTFTMs - w.P99TTFTMs); d > tol {
+			// Every delay the host adds (dispatch lag, transport, a late
+			// handoff) only moves arrivals and readiness later, and the
+			// recurrences are monotone in them: the emulator's p99 cannot
+			// beat the exact model's, whatever the load (the lower side is
+			// the model's). How far above it lands is the host's to decide:
+			// that side is held to the tolerance only by -long (make
+			// test-consistency), which runs alone on a quiet machine.
+			if d := got.P99TTFTMs - w.P99TTFTMs; d < -tol || (*long && d > tol) {
 				// The slowest requests, to tell a stall at one instant
 				// from a steady excess.
 				slow := slices.Clone(got.Requests[replay.Sessions:])

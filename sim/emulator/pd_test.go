@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"math"
 	"slices"
 	"testing"
 	"time"
@@ -204,8 +203,11 @@ func TestPDHandoffStart(t *testing.T) {
 		if d := mono(dec, "transfer_start_mono_ns") - mono(pre, "finish_mono_ns"); d < -1000 || d > 1000 {
 			t.Errorf("transfer starts %d ns after the prefill's end, want 0", d)
 		}
-		if got := dec["transfer_ms"].(float64); math.Abs(got-8) > 1e-6 {
-			t.Errorf("transfer_ms %v, want exactly 8 (the 3 ms hop inside it)", got)
+		// The start above is the model's decision (exact); the end is the
+		// later of the modelled 8 ms and the bytes' arrival, which a busy
+		// host can delay, so only the model's floor is exact here.
+		if got := dec["transfer_ms"].(float64); got < 8-1e-6 {
+			t.Errorf("transfer_ms %v, want at least the modelled 8", got)
 		}
 		if hop := mono(dec, "arrival_mono_ns") - mono(pre, "finish_mono_ns"); hop < 3e6 {
 			t.Errorf("decode received the request %d ns after the prefill ended, want >= 3 ms", hop)

@@ -1,0 +1,38 @@
+package slo
+
+// SLO is the pair of latency objectives a load level must meet. The brief's
+// defaults are p99 TTFT <= 2000 ms and p99 TPOT <= 50 ms.
+type SLO struct {
+	TTFTMillis float64 `json:"ttft_slo_ms"`
+	TPOTMillis float64 `json:"tpot_slo_ms"`
+}
+
+// Default is the brief's default experiment SLO.
+var Default = SLO{TTFTMillis: 2000, TPOTMillis: 50}
+
+// Met reports whether a level's p99 TTFT and p99 TPOT (milliseconds) are
+// both within s. A NaN figure does not meet it.
+func (s SLO) Met(p99TTFTMs, p99TPOTMs float64) bool {
+	return p99TTFTMs <= s.TTFTMillis && p99TPOTMs <= s.TPOTMillis
+}
+
+// Level is the summary of one load level, in the exercise's JSON shape.
+type Level struct {
+	OfferedQPS   float64 `json:"offered_qps"`
+	P99TTFTMs    float64 `json:"p99_ttft_ms"`
+	P99TPOTMs    float64 `json:"p99_tpot_ms"`
+	EffectiveQPS float64 `json:"effective_qps"`
+	Passed       bool    `json:"passed"`
+}
+
+// Objective is the largest effective QPS among passing levels, or 0 when
+// none pass.
+func Objective(levels []Level) float64 {
+	best := 0.0
+	for _, l := range levels {
+		if l.Passed && l.EffectiveQPS > best {
+			best = l.EffectiveQPS
+		}
+	}
+	return best
+}
