@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -32,6 +34,7 @@ func newReplayCmd() *cobra.Command {
 		runs, gpus            int
 		timeScale             float64
 		timeout               time.Duration
+		output                outputFormat
 	)
 	c := &cobra.Command{
 		Use:   "replay",
@@ -42,9 +45,14 @@ distinct code prefixes tokenized through the engine's /tokenize, open loop at
 each --qps level in order (each after the previous one drained), repeated
 --runs times. Every request's send and chunk arrival times (wall and
 CLOCK_MONOTONIC), TTFT, TPOT, output ids hash, cached tokens and outcome go
-into a JSON run record (-o), with per-level p50/p90/p99, effective QPS,
+into a JSON run record (--out), with per-level p50/p90/p99, effective QPS,
 pass/fail, prefix-cache hit rates from /metrics and from cached_tokens, and
 cost in GPU-seconds per request.
+
+It then prints, per level (pooled over the runs valid at that level), what a
+vllm bench serve user reads: request, output-token and total-token
+throughput, and the mean, median, p90 and p99 of TTFT, TPOT, ITL and E2E
+latency, in model time (-o json for the same as JSON).
 
 The kind labels the numbers for good and is discovered, not trusted: GET
 /version naming hone's emulator makes them "emulated", vLLM's own version
@@ -78,6 +86,9 @@ a --kind or --time-scale the endpoint contradicts).`,
   hone replay --endpoint http://127.0.0.1:9000 --model emu --kind emulated --gpus 2 --out emu.json`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
+			if err := output.check(); err != nil {
+				return err
+			}
 			qps, err := parseQPS(wf.qps)
 			if err != nil {
 				return err
@@ -172,23 +183,17 @@ a --kind or --time-scale the endpoint contradicts).`,
 				return checkFailed{fmt.Sprintf("%v; %s", err, written)}
 			}
 			w := c.OutOrStdout()
-			for _, r := range rec.Runs {
-				fmt.Fprintf(w, "run %d: objective %.4g req/s (%s, valid levels only)", r.Run+1, r.Objective, rec.Kind)
-				if r.GPUSecondsPerRequest != nil {
-					fmt.Fprintf(w, ", %.4g GPU-s/request", *r.GPUSecondsPerRequest)
+			bad := rec.InvalidLevels()
+			if output.value == "json" {
+				if err := writeJSON(w, replaySummary(rec, out)); err != nil {
+					return err
 				}
-				fmt.Fprintln(w)
+			} else {
+				writeReplayTable(w, rec, out, bad)
 			}
-			fmt.Fprintf(w, "cache: %s; time scale %g\n", rec.Cache.Procedure, rec.TimeScale)
-			fmt.Fprintf(w, "record (%s, %d requests: %s) written to %s\n", rec.Kind,
-				rec.Validation.Valid+rec.Validation.Invalid, outcomeSummary(rec.Outcomes), out)
-			if bad := rec.InvalidLevels(); len(bad) > 0 {
-				for _, l := range bad {
-					fmt.Fprintln(w, "INVALID", l)
-				}
+			if len(bad) > 0 {
 				return checkFailed{fmt.Sprintf("%d of the record's levels are invalid: they do not count (see above)", len(bad))}
 			}
-			fmt.Fprintln(w, "verdict: every level valid")
 			return nil
 		},
 	}
@@ -205,6 +210,7 @@ a --kind or --time-scale the endpoint contradicts).`,
 	f.StringVar(&configPath, "config", "", "JSON file with the deployment config to store in the record")
 	f.StringVar(&scenario, "scenario", "", "name the gate compares records under (config.scenario; default: the config's name)")
 	f.StringVar(&out, "out", "run.json", "where to write the run record")
+	output.register(f, "table", "", "table", "json")
 	f.Uint64Var(&seed, "seed", replay.DefaultSeed, "workload seed (prefix text and suffix token ids)")
 	f.IntVar(&runs, "runs", 1, "repeat the whole scan this many times (the gate wants 3 or more)")
 	f.IntVar(&gpus, "gpus", 1, "GPUs behind the endpoint, for cost in GPU-seconds per request")
@@ -247,4 +253,58 @@ func sentAny(rec *replay.Record) bool {
 		}
 	}
 	return false
+}
+
+// writeReplayTable prints the runs' objectives, every level's serving
+// statistics (vllm bench serve's figures, model time) and the verdict.
+func writeReplayTable(w io.Writer, rec *replay.Record, out string, bad []string) {
+	for _, r := range rec.Runs {
+		fmt.Fprintf(w, "run %d: objective %.4g req/s (%s, valid levels only)", r.Run+1, r.Objective, rec.Kind)
+		if r.GPUSecondsPerRequest != nil {
+			fmt.Fprintf(w, ", %.4g GPU-s/request", *r.GPUSecondsPerRequest)
+		}
+		fmt.Fprintln(w)
+	}
+	for _, s := range replay.ServeStatsByLevel(rec) {
+		valid := "valid"
+		if !s.Valid {
+			valid = "INVALID: does not count"
+		}
+		fmt.Fprintf(w, "\n== %g req/s offered: %d run(s), %d completed, %d failed (%s, model time; %s)\n",
+			s.OfferedQPS, s.Runs, s.Completed, s.Failed, rec.Kind, valid)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "request throughput\t%.2f\treq/s\t\n", s.RequestThroughput)
+		fmt.Fprintf(tw, "output token throughput\t%.1f\ttok/s\t\n", s.OutputTokenThroughput)
+		fmt.Fprintf(tw, "total token throughput\t%.1f\ttok/s\t\n", s.TotalTokenThroughput)
+		tw.Flush()
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "ms\tmean\tmedian\tp90\tp99\t")
+		for _, m := range []struct {
+			name string
+			d    replay.Dist
+		}{{"TTFT", s.TTFT}, {"TPOT", s.TPOT}, {"ITL", s.ITL}, {"E2E", s.E2E}} {
+			fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t\n", m.name, m.d.Mean, m.d.Median, m.d.P90, m.d.P99)
+		}
+		tw.Flush()
+	}
+	fmt.Fprintf(w, "\ncache: %s; time scale %g\n", rec.Cache.Procedure, rec.TimeScale)
+	fmt.Fprintf(w, "record (%s, %d requests: %s) written to %s\n", rec.Kind,
+		rec.Validation.Valid+rec.Validation.Invalid, outcomeSummary(rec.Outcomes), out)
+	for _, l := range bad {
+		fmt.Fprintln(w, "INVALID", l)
+	}
+	if len(bad) == 0 {
+		fmt.Fprintln(w, "verdict: every level valid")
+	}
+}
+
+// replaySummary is -o json: the record's path, kind and verdict, each run's
+// objective and every level's serving statistics.
+func replaySummary(rec *replay.Record, out string) map[string]any {
+	runs := []map[string]any{}
+	for _, r := range rec.Runs {
+		runs = append(runs, map[string]any{"run": r.Run, "objective": r.Objective, "gpu_seconds_per_request": r.GPUSecondsPerRequest})
+	}
+	return map[string]any{"record": out, "kind": rec.Kind, "time_scale": rec.TimeScale, "cache": rec.Cache.Procedure,
+		"outcomes": rec.Outcomes, "invalid_levels": rec.InvalidLevels(), "runs": runs, "levels": replay.ServeStatsByLevel(rec)}
 }

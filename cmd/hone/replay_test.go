@@ -132,6 +132,24 @@ func TestReplayWritesRecord(t *testing.T) {
 		rec.Cache.Procedure != replay.CacheReset {
 		t.Errorf("stdout %q\nstderr %q: want the record's path, one line per level and the verdict", stdout, stderr)
 	}
+	// vllm bench serve's figures per level, pooled over both runs.
+	for _, want := range []string{"== 5 req/s offered: 2 run(s), 4 completed, 0 failed (emulated, model time; valid)",
+		"request throughput", "output token throughput", "total token throughput", "median", "p90", "TTFT", "TPOT", "ITL", "E2E"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+	// -o json: the same statistics, machine-readable.
+	stdout, stderr, code = runHone(context.Background(), "replay", "--endpoint", srv.URL, "--model", "m", "--kind", "emulated",
+		"--qps", "5", "--requests", "10", "--input-tokens", "256", "--output-tokens", "4", "--ttft-slo-ms", "1e6", "-o", "json",
+		"--out", filepath.Join(dir, "run2.json"))
+	var sum struct {
+		Levels []replay.ServeStats `json:"levels"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &sum); code != 0 || err != nil || len(sum.Levels) != 1 || sum.Levels[0].Completed != 2 ||
+		sum.Levels[0].TPOT.N != 2 || sum.Levels[0].ITL.N != 6 || !(sum.Levels[0].RequestThroughput > 0) {
+		t.Errorf("-o json: exit %d, %v, %+v\n%s", code, err, sum, stderr)
+	}
 }
 
 // An emulator at time scale 0.1 replayed at a stated scale of 1 gave

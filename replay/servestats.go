@@ -1,0 +1,129 @@
+package replay
+
+import (
+	"github.com/hone-llm/hone/slo"
+)
+
+// Dist summarizes one latency metric over a level's requests the way
+// `vllm bench serve` prints it: mean, median, p90 and p99, in model
+// milliseconds. Percentiles (the median too) are nearest rank, as in every
+// hone record (vllm bench serve interpolates; with hundreds of requests the
+// two differ by less than one request's spacing).
+type Dist struct {
+	N      int     `json:"n"`
+	Mean   float64 `json:"mean_ms"`
+	Median float64 `json:"median_ms"`
+	P90    float64 `json:"p90_ms"`
+	P99    float64 `json:"p99_ms"`
+}
+
+func dist(v []float64) Dist {
+	d := Dist{N: len(v)}
+	if d.N == 0 {
+		return d
+	}
+	sum := 0.0
+	for _, x := range v {
+		sum += x
+	}
+	d.Mean = sum / float64(d.N)
+	d.Median, d.P90, d.P99 = slo.NearestRank(v, 50), slo.NearestRank(v, 90), slo.NearestRank(v, 99)
+	return d
+}
+
+// ServeStats is one load level in `vllm bench serve`'s terms, pooled over
+// the runs given: the measured requests (ids >= 8) that completed. TTFT and
+// E2E latency run from the scheduled send (the open loop's latency, as the
+// record's percentiles do); TPOT is per request, (last - first
+// chunk)/(output tokens - 1); ITL pools the gaps between successive output
+// chunks. Throughputs divide by the levels' measurement windows (model
+// seconds: request 8's scheduled arrival to the last completion).
+type ServeStats struct {
+	OfferedQPS            float64 `json:"offered_qps"`
+	Runs                  int     `json:"runs"`
+	Valid                 bool    `json:"valid"` // every run pooled is valid at this level
+	Completed             int     `json:"completed"`
+	Failed                int     `json:"failed"`
+	DurationS             float64 `json:"duration_s"`
+	RequestThroughput     float64 `json:"request_throughput"`     // req/s
+	OutputTokenThroughput float64 `json:"output_throughput"`      // output tok/s
+	TotalTokenThroughput  float64 `json:"total_token_throughput"` // (prompt + output) tok/s
+	TTFT                  Dist    `json:"ttft"`
+	TPOT                  Dist    `json:"tpot"`
+	ITL                   Dist    `json:"itl"`
+	E2E                   Dist    `json:"e2el"`
+}
+
+// LevelServeStats pools level i of every run in rec: of the runs where that
+// level is valid when there are any (Valid true), else of all of them.
+func LevelServeStats(rec *Record, i int) ServeStats {
+	var valid, all []*LevelRecord
+	for r := range rec.Runs {
+		if i < len(rec.Runs[r].Levels) {
+			l := &rec.Runs[r].Levels[i]
+			all = append(all, l)
+			if l.Verdict.Valid {
+				valid = append(valid, l)
+			}
+		}
+	}
+	levels := all
+	if len(valid) > 0 {
+		levels = valid
+	}
+	scale := rec.TimeScale
+	if !(scale > 0) {
+		scale = 1
+	}
+	s := ServeStats{Runs: len(levels), Valid: len(valid) > 0 && len(valid) == len(levels)}
+	var ttft, tpot, itl, e2e []float64
+	var outTok, inTok int
+	for _, l := range levels {
+		s.OfferedQPS = l.OfferedQPS
+		s.DurationS += l.WindowSeconds
+		for _, q := range l.Requests {
+			if q.ID < Sessions {
+				continue
+			}
+			if q.Outcome != OutcomeOK || q.FirstMs == nil || q.FinishMs == nil || q.TTFTMs == nil {
+				s.Failed++
+				continue
+			}
+			s.Completed++
+			ttft = append(ttft, *q.TTFTMs)
+			e2e = append(e2e, *q.FinishMs-q.ScheduledMs)
+			if q.TPOTMs != nil && q.OutputTokens > 1 {
+				tpot = append(tpot, *q.TPOTMs)
+			}
+			for k := 1; k < len(q.Chunks.MonoNs); k++ {
+				itl = append(itl, float64(q.Chunks.MonoNs[k]-q.Chunks.MonoNs[k-1])/1e6/scale)
+			}
+			outTok += q.OutputTokens
+			if q.PromptTokens != nil {
+				inTok += *q.PromptTokens
+			} else {
+				inTok += q.InputTokens
+			}
+		}
+	}
+	if s.DurationS > 0 {
+		s.RequestThroughput = float64(s.Completed) / s.DurationS
+		s.OutputTokenThroughput = float64(outTok) / s.DurationS
+		s.TotalTokenThroughput = float64(inTok+outTok) / s.DurationS
+	}
+	s.TTFT, s.TPOT, s.ITL, s.E2E = dist(ttft), dist(tpot), dist(itl), dist(e2e)
+	return s
+}
+
+// ServeStatsByLevel is LevelServeStats for every level of the record's
+// first run, in order.
+func ServeStatsByLevel(rec *Record) []ServeStats {
+	if len(rec.Runs) == 0 {
+		return nil
+	}
+	out := make([]ServeStats, len(rec.Runs[0].Levels))
+	for i := range out {
+		out[i] = LevelServeStats(rec, i)
+	}
+	return out
+}
