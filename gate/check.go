@@ -11,6 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/perf/benchmath"
 
+	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -233,7 +234,7 @@ func Check(bl *Baseline, runs []Run, cfg Config) *Report {
 			levels[lk] = true
 		}
 		bv, cv := s.valid(), c.valid()
-		if len(bv.Values) == 0 || len(cv.Values) == 0 {
+		if !replay.EnoughValid(len(bv.Values), len(s.Values)) || !replay.EnoughValid(len(cv.Values), len(c.Values)) {
 			rep.Results = append(rep.Results, skipped(s, *c))
 			continue
 		}
@@ -333,10 +334,17 @@ func skipped(base, cand Series) Result {
 	r := Result{Series: base, Candidate: cand.Values, Verdict: Invalid, Test: "skipped"}
 	r.BaseCenter, r.CandCenter = slo.Median(base.Values), slo.Median(cand.Values)
 	r.Change = relChange(r.BaseCenter, r.CandCenter)
+	why := "the level is invalid"
+	if len(base.valid().Values) > 0 && len(cand.valid().Values) > 0 {
+		why = fmt.Sprintf("too few valid runs (at least %d of a side's runs must be valid)", replay.MinValidRuns)
+	}
 	if base.OfferedQPS == 0 {
 		r.Reason = "not comparable: not every level is valid; " + excluded(base, cand)
+		if why != "the level is invalid" {
+			r.Reason = "not comparable: " + why + "; " + excluded(base, cand)
+		}
 	} else {
-		r.Reason = "skipped: the level is invalid; " + excluded(base, cand)
+		r.Reason = "skipped: " + why + "; " + excluded(base, cand)
 	}
 	return r
 }

@@ -36,8 +36,12 @@
 //     invalid (replay.VerdictRule); the baseline stores that per run and
 //     level. A metric is compared on the runs whose level is valid on each
 //     side; a level with no valid run on a side is invalid — reported with
-//     its reasons, never pass or fail. The objective (and the highest
-//     passing level) is compared only on runs whose every level is valid.
+//     its reasons, never pass or fail. A side of several runs needs at
+//     least replay.MinValidRuns (2) valid ones: runs the host made invalid
+//     cast doubt on those it spared, and one run cannot show its noise (a
+//     one-run candidate by design is judged on it by threshold alone). The
+//     objective (and the highest passing level) is compared only on runs
+//     whose every level is valid.
 //     No level valid on both sides: unusable (exit 2).
 //   - Plausibility. A compared metric is suspect when its figures are
 //     physically implausible (PlausibilityRule): a TPOT below

@@ -471,3 +471,29 @@ func TestReadVersion1SimBaseline(t *testing.T) {
 		t.Errorf("version 1 sim baseline: schema %d", bl.SchemaVersion)
 	}
 }
+
+// Runs the host made invalid cast doubt on the ones it spared: with two of
+// three candidate runs invalid at a level, the one left decides nothing,
+// even 40% worse (what a starved host did to an unchanged config). The
+// same with one of three invalid: two valid runs are compared.
+func TestTooFewValidRunsDecideNothing(t *testing.T) {
+	bl := mustBaseline(t, healthyRuns())
+	withInvalid8 := func(r Run) Run { r.Levels[1].Invalid = []string{clientBound}; return r }
+	worse := healthy(1.4)
+	rep := Check(bl, []Run{withInvalid8(healthy(1)), withInvalid8(healthy(1.01)), worse}, Config{})
+	v := verdictOf(t, rep, "p99_ttft_ms", 8)
+	if v.Verdict != Invalid || !strings.HasPrefix(v.Reason, "skipped: too few valid runs (at least 2 of a side's runs must be valid); candidate: 2 of 3 runs invalid") {
+		t.Errorf("8 req/s p99 TTFT with one valid candidate run: %s: %s", v.Verdict, v.Reason)
+	}
+	if o := verdictOf(t, rep, "objective", 0); o.Verdict != Invalid || !strings.HasPrefix(o.Reason, "not comparable: too few valid runs") {
+		t.Errorf("objective: %s: %s", o.Verdict, o.Reason)
+	}
+	if rep.Verdict == Fail {
+		t.Errorf("report %s: one spared run failed the check\n%s", rep.Verdict, dump(rep))
+	}
+	// A one-run candidate by design is judged on its run (threshold only).
+	rep = Check(bl, []Run{worse}, Config{})
+	if v := verdictOf(t, rep, "p99_ttft_ms", 8); v.Verdict != Fail || !strings.Contains(v.Test, "too few for a test") {
+		t.Errorf("one-run candidate: %s (%s): %s", v.Verdict, v.Test, v.Reason)
+	}
+}

@@ -31,6 +31,18 @@ const (
 	ReasonCounterContamination = "counter_contamination"
 )
 
+// MinValidRuns is how many valid runs a figure repeated over runs needs
+// before anything decides on it, when more than one run was made: one run
+// cannot show its noise, and runs the host made invalid cast doubt on the
+// ones it spared. A session of one run by design is judged on that run (by
+// threshold alone). The optimizer's eligibility and the gate's comparisons
+// both use it.
+const MinValidRuns = 2
+
+// EnoughValid reports whether valid runs of all suffice: at least one, and
+// MinValidRuns when all is more than one.
+func EnoughValid(valid, all int) bool { return valid >= 1 && valid >= min(MinValidRuns, all) }
+
 // Thresholds of the verdicts, stated once for the record, the docs and the
 // tests.
 const (
