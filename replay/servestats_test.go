@@ -7,7 +7,6 @@ import (
 	"github.com/hone-llm/hone/slo"
 )
 
-
 // servedLevel has the 8 warm-ups and n measured requests: request k
 // (k = 0..n-1) is scheduled at 100k ms, its first token comes k+1 ms later,
 // then 3 more chunks every 2 ms real (4 model ms at scale 0.5), one token
