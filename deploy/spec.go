@@ -312,235 +312,324 @@ func (s *Spec) GPUsNeeded() int {
 
 // Validate checks every field and returns the first problem, naming the
 // field by its YAML path ("spec.topology.prefill.replicas: want >= 1").
+// Sections are checked in this order, each field in the order of its
+// section's function.
 func (s *Spec) Validate() error {
-	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("spec.%s: %s", field, fmt.Sprintf(format, args...))
+	for _, check := range []func() error{
+		s.validateNameEngine,
+		s.validateModel,
+		s.validatePrecision,
+		s.validateGPUs,
+		s.validateTopology,
+		s.validateKVConnector,
+		s.validateBudget,
+		s.validateKnobs,
+		s.validateRouting,
+		s.validateNetwork,
+		s.validateEmulator,
+	} {
+		if err := check(); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// badField is Validate's error: "spec.<field>: <message>".
+func badField(field, format string, args ...any) error {
+	return fmt.Errorf("spec.%s: %s", field, fmt.Sprintf(format, args...))
+}
+
+func (s *Spec) validateNameEngine() error {
 	if !nameRE.MatchString(s.Name) {
-		return bad("name", "want lowercase letters, digits, '.', '_' or '-' (1-63, starting alphanumeric), got %q", s.Name)
+		return badField("name", "want lowercase letters, digits, '.', '_' or '-' (1-63, starting alphanumeric), got %q", s.Name)
 	}
 	switch s.Engine {
 	case EngineVLLM, EngineEmulator:
 	default:
-		return bad("engine", "want vllm or emulator, got %q", s.Engine)
+		return badField("engine", "want vllm or emulator, got %q", s.Engine)
 	}
+	return nil
+}
+
+// validateModel checks spec.model; it needs a valid engine.
+func (s *Spec) validateModel() error {
 	m := s.Model
 	switch {
 	case m.ID == "" && m.Path == "":
-		return bad("model", "want id (a hub id) or path (a local directory)")
+		return badField("model", "want id (a hub id) or path (a local directory)")
 	case m.ID != "" && m.Path != "":
-		return bad("model", "want id or path, not both")
+		return badField("model", "want id or path, not both")
 	case m.Path != "":
 		if m.Revision != "" {
-			return bad("model.revision", "a local path has no revision; its file hashes are recorded instead")
+			return badField("model.revision", "a local path has no revision; its file hashes are recorded instead")
 		}
 		if s.Engine == EngineVLLM {
 			if fi, err := os.Stat(m.Path); err != nil || !fi.IsDir() {
-				return bad("model.path", "want an existing directory, got %q", m.Path)
+				return badField("model.path", "want an existing directory, got %q", m.Path)
 			}
 		}
 	case s.Engine == EngineVLLM && !commitRE.MatchString(m.Revision):
-		return bad("model.revision", "a hub model must be pinned to a 40-hex commit, got %q", m.Revision)
+		return badField("model.revision", "a hub model must be pinned to a 40-hex commit, got %q", m.Revision)
 	}
 	if strings.ContainsAny(m.ServedName, " \t\n") {
-		return bad("model.served_name", "want no whitespace, got %q", m.ServedName)
+		return badField("model.served_name", "want no whitespace, got %q", m.ServedName)
 	}
+	return nil
+}
+
+func (s *Spec) validatePrecision() error {
 	switch s.Precision.DType {
 	case "", "auto", "bfloat16", "float16", "float32", "half", "float":
 	default:
-		return bad("precision.dtype", "want auto, bfloat16, float16 or float32, got %q", s.Precision.DType)
+		return badField("precision.dtype", "want auto, bfloat16, float16 or float32, got %q", s.Precision.DType)
 	}
 	switch s.Precision.KVCacheDType {
 	case "", "auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16":
 	default:
-		return bad("precision.kv_cache_dtype", "want auto, fp8, fp8_e4m3, fp8_e5m2 or bfloat16, got %q", s.Precision.KVCacheDType)
+		return badField("precision.kv_cache_dtype", "want auto, fp8, fp8_e4m3, fp8_e5m2 or bfloat16, got %q", s.Precision.KVCacheDType)
 	}
+	return nil
+}
 
+func (s *Spec) validateGPUs() error {
 	g := s.GPUs
 	if g.Budget < 1 {
-		return bad("gpus.budget", "want >= 1, got %d", g.Budget)
+		return badField("gpus.budget", "want >= 1, got %d", g.Budget)
 	}
 	if len(g.IDs) != g.Budget {
-		return bad("gpus.ids", "want %d ids (the budget), got %d", g.Budget, len(g.IDs))
+		return badField("gpus.ids", "want %d ids (the budget), got %d", g.Budget, len(g.IDs))
 	}
 	seen := map[int]bool{}
 	for i, id := range g.IDs {
 		if id < 0 {
-			return bad(fmt.Sprintf("gpus.ids[%d]", i), "want >= 0, got %d", id)
+			return badField(fmt.Sprintf("gpus.ids[%d]", i), "want >= 0, got %d", id)
 		}
 		if seen[id] {
-			return bad(fmt.Sprintf("gpus.ids[%d]", i), "GPU %d listed twice", id)
+			return badField(fmt.Sprintf("gpus.ids[%d]", i), "GPU %d listed twice", id)
 		}
 		seen[id] = true
 	}
+	return nil
+}
 
+// validateTopology checks spec.topology's kind and its shape: replicas and
+// tp when colocated, the prefill and decode pools when disaggregated.
+func (s *Spec) validateTopology() error {
 	t := s.Topology
 	switch t.Kind {
 	case Colocated:
 		if t.Prefill != nil || t.Decode != nil {
-			return bad("topology", "a colocated topology has replicas and tp, not prefill/decode")
+			return badField("topology", "a colocated topology has replicas and tp, not prefill/decode")
 		}
 		if t.Replicas < 1 {
-			return bad("topology.replicas", "want >= 1, got %d", t.Replicas)
+			return badField("topology.replicas", "want >= 1, got %d", t.Replicas)
 		}
 		if t.TP < 1 {
-			return bad("topology.tp", "want >= 1, got %d", t.TP)
-		}
-		if s.KV.Name != "" {
-			return bad("kv_connector", "only a disaggregated topology transfers KV")
+			return badField("topology.tp", "want >= 1, got %d", t.TP)
 		}
 	case Disaggregated:
 		if t.Replicas != 0 || t.TP != 0 {
-			return bad("topology", "a disaggregated topology has prefill and decode pools, not replicas/tp")
+			return badField("topology", "a disaggregated topology has prefill and decode pools, not replicas/tp")
 		}
 		for _, p := range []struct {
 			name string
 			pool *Pool
 		}{{"prefill", t.Prefill}, {"decode", t.Decode}} {
 			if p.pool == nil {
-				return bad("topology."+p.name, "missing: want {replicas, tp}")
+				return badField("topology."+p.name, "missing: want {replicas, tp}")
 			}
 			if p.pool.Replicas < 1 {
-				return bad("topology."+p.name+".replicas", "want >= 1, got %d", p.pool.Replicas)
+				return badField("topology."+p.name+".replicas", "want >= 1, got %d", p.pool.Replicas)
 			}
 			if p.pool.TP < 1 {
-				return bad("topology."+p.name+".tp", "want >= 1, got %d", p.pool.TP)
+				return badField("topology."+p.name+".tp", "want >= 1, got %d", p.pool.TP)
 			}
 		}
-		switch s.KV.Name {
-		case NixlConnector, P2pNcclConnector:
-		default:
-			return bad("kv_connector.name", "want NixlConnector or P2pNcclConnector, got %q", s.KV.Name)
-		}
-		switch s.KV.LoadFailurePolicy {
-		case "", "recompute", "fail":
-		default:
-			return bad("kv_connector.load_failure_policy", "want recompute or fail, got %q", s.KV.LoadFailurePolicy)
-		}
-		if s.KV.Name != P2pNcclConnector && (s.KV.BufferSize != "" || s.KV.KVPort != 0 || s.KV.DiscoveryPort != 0) {
-			return bad("kv_connector", "buffer_size, kv_port and discovery_port are P2pNcclConnector's")
-		}
-		if s.KV.Name == P2pNcclConnector && s.KV.SideChannelPort != 0 {
-			return bad("kv_connector.side_channel_port", "NixlConnector's; P2pNcclConnector uses kv_port")
-		}
 	default:
-		return bad("topology.kind", "want colocated or disaggregated, got %q", t.Kind)
+		return badField("topology.kind", "want colocated or disaggregated, got %q", t.Kind)
 	}
-	if need := s.GPUsNeeded(); need > g.Budget {
-		return bad("topology", "workers need %d GPUs, over the budget of %d (spec.gpus.budget)", need, g.Budget)
-	}
+	return nil
+}
 
+// validateKVConnector checks spec.kv_connector against a valid topology:
+// none when colocated, one of the two connectors, with only its own
+// fields, when disaggregated. Its ports are checked with the network's.
+func (s *Spec) validateKVConnector() error {
+	kv := s.KV
+	if s.Topology.Kind == Colocated {
+		if kv.Name != "" {
+			return badField("kv_connector", "only a disaggregated topology transfers KV")
+		}
+		return nil
+	}
+	switch kv.Name {
+	case NixlConnector, P2pNcclConnector:
+	default:
+		return badField("kv_connector.name", "want NixlConnector or P2pNcclConnector, got %q", kv.Name)
+	}
+	switch kv.LoadFailurePolicy {
+	case "", "recompute", "fail":
+	default:
+		return badField("kv_connector.load_failure_policy", "want recompute or fail, got %q", kv.LoadFailurePolicy)
+	}
+	if kv.Name != P2pNcclConnector && (kv.BufferSize != "" || kv.KVPort != 0 || kv.DiscoveryPort != 0) {
+		return badField("kv_connector", "buffer_size, kv_port and discovery_port are P2pNcclConnector's")
+	}
+	if kv.Name == P2pNcclConnector && kv.SideChannelPort != 0 {
+		return badField("kv_connector.side_channel_port", "NixlConnector's; P2pNcclConnector uses kv_port")
+	}
+	return nil
+}
+
+// validateBudget checks that a valid topology fits spec.gpus.budget.
+func (s *Spec) validateBudget() error {
+	if need := s.GPUsNeeded(); need > s.GPUs.Budget {
+		return badField("topology", "workers need %d GPUs, over the budget of %d (spec.gpus.budget)", need, s.GPUs.Budget)
+	}
+	return nil
+}
+
+func (s *Spec) validateKnobs() error {
 	k := s.Knobs
 	if k.MaxNumSeqs < 0 {
-		return bad("knobs.max_num_seqs", "want >= 1, got %d", k.MaxNumSeqs)
+		return badField("knobs.max_num_seqs", "want >= 1, got %d", k.MaxNumSeqs)
 	}
 	if k.MaxNumBatchedTokens < 0 {
-		return bad("knobs.max_num_batched_tokens", "want >= 1, got %d", k.MaxNumBatchedTokens)
+		return badField("knobs.max_num_batched_tokens", "want >= 1, got %d", k.MaxNumBatchedTokens)
 	}
 	if k.GPUMemoryUtilization < 0 || k.GPUMemoryUtilization > 1 {
-		return bad("knobs.gpu_memory_utilization", "want a fraction in (0, 1], got %v", k.GPUMemoryUtilization)
+		return badField("knobs.gpu_memory_utilization", "want a fraction in (0, 1], got %v", k.GPUMemoryUtilization)
 	}
 	if k.BlockSize < 0 || k.BlockSize&(k.BlockSize-1) != 0 {
-		return bad("knobs.block_size", "want a power of two, got %d", k.BlockSize)
+		return badField("knobs.block_size", "want a power of two, got %d", k.BlockSize)
 	}
 	if k.MaxModelLen < 0 {
-		return bad("knobs.max_model_len", "want >= 1, got %d", k.MaxModelLen)
+		return badField("knobs.max_model_len", "want >= 1, got %d", k.MaxModelLen)
 	}
 	switch k.CUDAGraphMode {
 	case "", "FULL_AND_PIECEWISE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "NONE":
 	default:
-		return bad("knobs.cudagraph_mode", "want FULL_AND_PIECEWISE, PIECEWISE, FULL, FULL_DECODE_ONLY or NONE, got %q", k.CUDAGraphMode)
+		return badField("knobs.cudagraph_mode", "want FULL_AND_PIECEWISE, PIECEWISE, FULL, FULL_DECODE_ONLY or NONE, got %q", k.CUDAGraphMode)
 	}
 	if k.EnforceEager && k.CUDAGraphMode != "" && k.CUDAGraphMode != "NONE" {
-		return bad("knobs.cudagraph_mode", "enforce_eager disables CUDA graphs; got mode %s", k.CUDAGraphMode)
+		return badField("knobs.cudagraph_mode", "enforce_eager disables CUDA graphs; got mode %s", k.CUDAGraphMode)
 	}
 	if n := k.SpeculativeNgram; n != nil {
 		if n.NumSpeculativeTokens < 1 {
-			return bad("knobs.speculative_ngram.num_speculative_tokens", "want >= 1, got %d", n.NumSpeculativeTokens)
+			return badField("knobs.speculative_ngram.num_speculative_tokens", "want >= 1, got %d", n.NumSpeculativeTokens)
 		}
 		if n.PromptLookupMax < 1 {
-			return bad("knobs.speculative_ngram.prompt_lookup_max", "want >= 1, got %d", n.PromptLookupMax)
+			return badField("knobs.speculative_ngram.prompt_lookup_max", "want >= 1, got %d", n.PromptLookupMax)
 		}
 		if n.PromptLookupMin < 0 || n.PromptLookupMin > n.PromptLookupMax {
-			return bad("knobs.speculative_ngram.prompt_lookup_min", "want 1..prompt_lookup_max, got %d", n.PromptLookupMin)
+			return badField("knobs.speculative_ngram.prompt_lookup_min", "want 1..prompt_lookup_max, got %d", n.PromptLookupMin)
 		}
 	}
 	if len(k.ExtraArgs) > 0 && s.Engine != EngineVLLM {
-		return bad("knobs.extra_args", "only the vllm engine takes extra arguments")
+		return badField("knobs.extra_args", "only the vllm engine takes extra arguments")
 	}
+	return nil
+}
 
+func (s *Spec) validateRouting() error {
 	r := s.Routing
 	switch r.Policy {
 	case SessionAffinity, RoundRobin:
 	default:
-		return bad("routing.policy", "want session_affinity or round_robin, got %q", r.Policy)
+		return badField("routing.policy", "want session_affinity or round_robin, got %q", r.Policy)
 	}
 	if r.AffinityTokens < 1 {
-		return bad("routing.affinity_tokens", "want >= 1, got %d", r.AffinityTokens)
+		return badField("routing.affinity_tokens", "want >= 1, got %d", r.AffinityTokens)
 	}
 	for name, d := range map[string]Duration{"prefill_timeout": r.PrefillTimeout, "decode_timeout": r.DecodeTimeout,
 		"stream_idle_timeout": r.StreamIdleTimeout, "health_interval": r.HealthInterval} {
 		if d < 0 {
-			return bad("routing."+name, "want a positive duration, got %s", time.Duration(d))
+			return badField("routing."+name, "want a positive duration, got %s", time.Duration(d))
 		}
 	}
+	return nil
+}
 
+// validateNetwork checks spec.network's host and ports, and, for a valid
+// disaggregated topology, that the connector's ports are in range and
+// collide with none of them.
+func (s *Spec) validateNetwork() error {
 	n := s.Network
-	if n.Host != "127.0.0.1" && n.Host != "localhost" && n.Host != "::1" && n.Host != "0.0.0.0" && net4(n.Host) == false {
-		return bad("network.host", "want an IP address or localhost, got %q", n.Host)
+	if n.Host != "127.0.0.1" && n.Host != "localhost" && n.Host != "::1" && n.Host != "0.0.0.0" && !net4(n.Host) {
+		return badField("network.host", "want an IP address or localhost, got %q", n.Host)
 	}
 	for name, p := range map[string]int{"proxy_port": n.ProxyPort, "worker_port": n.WorkerPort} {
 		if p < 1 || p > 65535 {
-			return bad("network."+name, "want 1..65535, got %d", p)
+			return badField("network."+name, "want 1..65535, got %d", p)
 		}
 	}
-	workers := s.Topology.Replicas
-	if t.Kind == Disaggregated {
-		workers = t.Prefill.Replicas + t.Decode.Replicas
-	}
+	workers := s.workerCount()
 	if n.WorkerPort+workers-1 > 65535 {
-		return bad("network.worker_port", "%d workers from port %d run past 65535", workers, n.WorkerPort)
+		return badField("network.worker_port", "%d workers from port %d run past 65535", workers, n.WorkerPort)
 	}
 	if n.ProxyPort >= n.WorkerPort && n.ProxyPort < n.WorkerPort+workers {
-		return bad("network.proxy_port", "port %d collides with the workers' ports %d..%d", n.ProxyPort, n.WorkerPort, n.WorkerPort+workers-1)
+		return badField("network.proxy_port", "port %d collides with the workers' ports %d..%d", n.ProxyPort, n.WorkerPort, n.WorkerPort+workers-1)
 	}
-	if t.Kind == Disaggregated {
-		base, field := s.KV.SideChannelPort, "kv_connector.side_channel_port"
-		if s.KV.Name == P2pNcclConnector {
-			base, field = s.KV.KVPort, "kv_connector.kv_port"
-		}
-		if base < 1 || base+workers-1 > 65535 {
-			return bad(field, "want 1..%d, got %d", 65535-workers+1, base)
-		}
-		lo, hi := base, base+workers-1
-		if lo <= n.WorkerPort+workers-1 && n.WorkerPort <= hi || n.ProxyPort >= lo && n.ProxyPort <= hi {
-			return bad(field, "ports %d..%d collide with the proxy or worker ports", lo, hi)
-		}
-		if d := s.KV.DiscoveryPort; s.KV.Name == P2pNcclConnector {
-			if d < 1 || d > 65535 || d == n.ProxyPort || d >= lo && d <= hi || d >= n.WorkerPort && d < n.WorkerPort+workers {
-				return bad("kv_connector.discovery_port", "want a port of its own in 1..65535, got %d", d)
-			}
-		}
+	if s.Topology.Kind == Disaggregated {
+		return s.validateKVPorts(workers)
 	}
+	return nil
+}
 
+// workerCount is the number of workers a valid topology runs.
+func (s *Spec) workerCount() int {
+	t := s.Topology
+	if t.Kind == Disaggregated {
+		return t.Prefill.Replicas + t.Decode.Replicas
+	}
+	return t.Replicas
+}
+
+// validateKVPorts checks the connector's per-worker ports (side_channel_port
+// or kv_port) and P2pNcclConnector's discovery_port against the network's.
+func (s *Spec) validateKVPorts(workers int) error {
+	n := s.Network
+	base, field := s.KV.SideChannelPort, "kv_connector.side_channel_port"
+	if s.KV.Name == P2pNcclConnector {
+		base, field = s.KV.KVPort, "kv_connector.kv_port"
+	}
+	if base < 1 || base+workers-1 > 65535 {
+		return badField(field, "want 1..%d, got %d", 65535-workers+1, base)
+	}
+	lo, hi := base, base+workers-1
+	if lo <= n.WorkerPort+workers-1 && n.WorkerPort <= hi || n.ProxyPort >= lo && n.ProxyPort <= hi {
+		return badField(field, "ports %d..%d collide with the proxy or worker ports", lo, hi)
+	}
+	if d := s.KV.DiscoveryPort; s.KV.Name == P2pNcclConnector {
+		if d < 1 || d > 65535 || d == n.ProxyPort || d >= lo && d <= hi || d >= n.WorkerPort && d < n.WorkerPort+workers {
+			return badField("kv_connector.discovery_port", "want a port of its own in 1..65535, got %d", d)
+		}
+	}
+	return nil
+}
+
+func (s *Spec) validateEmulator() error {
 	e := s.Emulator
-	if s.Engine == EngineEmulator {
-		if _, err := emulator.LookupProfile(e.Profile); err != nil {
-			return bad("emulator.profile", "want one of %s, got %q", strings.Join(emulator.ProfileNames(), ", "), e.Profile)
+	if s.Engine != EngineEmulator {
+		if e.Profile != "" || e.TimeScale != 0 || e.TraceDir != "" || len(e.Faults) > 0 {
+			return badField("emulator", "only for engine: emulator")
 		}
-		if s.Topology.Kind == Disaggregated && s.KV.Name != NixlConnector {
-			return bad("kv_connector.name", "the emulator speaks NixlConnector's protocol only, got %q", s.KV.Name)
+		return nil
+	}
+	if _, err := emulator.LookupProfile(e.Profile); err != nil {
+		return badField("emulator.profile", "want one of %s, got %q", strings.Join(emulator.ProfileNames(), ", "), e.Profile)
+	}
+	if s.Topology.Kind == Disaggregated && s.KV.Name != NixlConnector {
+		return badField("kv_connector.name", "the emulator speaks NixlConnector's protocol only, got %q", s.KV.Name)
+	}
+	if !(e.TimeScale > 0) || e.TimeScale > 1000 {
+		return badField("emulator.time_scale", "want a positive factor, got %v", e.TimeScale)
+	}
+	for i, f := range e.Faults {
+		if w, _, ok := strings.Cut(f, "="); !ok || w == "" {
+			return badField(fmt.Sprintf("emulator.faults[%d]", i), "want WORKER=FAULT (e.g. prefill-0=crash-after=5), got %q", f)
 		}
-		if !(e.TimeScale > 0) || e.TimeScale > 1000 {
-			return bad("emulator.time_scale", "want a positive factor, got %v", e.TimeScale)
-		}
-		for i, f := range e.Faults {
-			if w, _, ok := strings.Cut(f, "="); !ok || w == "" {
-				return bad(fmt.Sprintf("emulator.faults[%d]", i), "want WORKER=FAULT (e.g. prefill-0=crash-after=5), got %q", f)
-			}
-		}
-	} else if e.Profile != "" || e.TimeScale != 0 || e.TraceDir != "" || len(e.Faults) > 0 {
-		return bad("emulator", "only for engine: emulator")
 	}
 	return nil
 }

@@ -90,14 +90,70 @@ func (d *Deployment) Down(grace time.Duration) error { return Down(d.StatePath, 
 // start, so a crash part-way still leaves every started process findable),
 // and waits until every /health answers. On failure everything started is
 // stopped. The processes outlive this one; Down stops them.
+//
+// The steps run in this order: fill options, render, make directories,
+// refuse (already up, missing binary, busy address) before anything starts,
+// hash the model, write the proxy config and a first state file, start the
+// workers then the proxy, wait for health. A failure before the first
+// state write has started nothing and writes no state; one from the first
+// start on stops whatever started and removes the state file, kept only
+// when a process group survives SIGKILL (rollback).
 func Up(ctx context.Context, s *Spec, o UpOptions) (*Deployment, error) {
+	o, err := o.withDefaults(s)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := Render(s, RenderOptions{VLLM: o.VLLM, Hone: o.Hone})
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(o.StateDir, s.Name)
+	if err := makeUpDirs(s, dir); err != nil {
+		return nil, err
+	}
+	statePath := StatePath(o.StateDir, s.Name)
+	if err := refuseBeforeStart(s, plan, statePath); err != nil {
+		return nil, err
+	}
+	var files map[string]string
+	if s.Model.Path != "" {
+		if files, err = HashModelDir(s.Model.Path); err != nil {
+			return nil, err
+		}
+	}
+	proxyConfig, err := writeProxyConfig(plan, dir)
+	if err != nil {
+		return nil, err
+	}
+	d := &Deployment{
+		StatePath: statePath,
+		exited:    map[int]chan struct{}{},
+		State: State{
+			SchemaVersion: StateSchemaVersion, Name: s.Name, Dir: dir,
+			ProxyURL: "http://" + plan.ProxyAddr, StartedAt: time.Now().UTC(), Spec: s, ModelFiles: files,
+		},
+	}
+	if err := d.State.write(statePath); err != nil {
+		return nil, err
+	}
+	if err := d.startAll(plan, proxyConfig, o); err != nil {
+		return nil, d.rollback(err, o.Grace)
+	}
+	if err := d.waitHealthy(ctx, o); err != nil {
+		return nil, d.rollback(err, o.Grace)
+	}
+	return d, nil
+}
+
+// withDefaults fills the options Up leaves to it.
+func (o UpOptions) withDefaults(s *Spec) (UpOptions, error) {
 	if o.StateDir == "" {
 		o.StateDir = DefaultStateDir()
 	}
 	if o.Hone == "" {
 		exe, err := os.Executable()
 		if err != nil {
-			return nil, fmt.Errorf("find the hone binary: %w", err)
+			return o, fmt.Errorf("find the hone binary: %w", err)
 		}
 		o.Hone = exe
 	}
@@ -113,35 +169,54 @@ func Up(ctx context.Context, s *Spec, o UpOptions) (*Deployment, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	plan, err := Render(s, RenderOptions{VLLM: o.VLLM, Hone: o.Hone})
-	if err != nil {
-		return nil, err
-	}
-	dir := filepath.Join(o.StateDir, s.Name)
+	return o, nil
+}
+
+// makeUpDirs makes the deployment's state directory and, for the emulator,
+// its trace directory.
+func makeUpDirs(s *Spec, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("state directory: %w", err)
+		return fmt.Errorf("state directory: %w", err)
 	}
 	// The emulator writes its trace into emulator.trace_dir and exits at
 	// once when it cannot open the file there: make the directory first.
 	if d := s.Emulator.TraceDir; d != "" && s.Engine == EngineEmulator {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, fmt.Errorf("emulator.trace_dir: %w", err)
+			return fmt.Errorf("emulator.trace_dir: %w", err)
 		}
 	}
-	statePath := StatePath(o.StateDir, s.Name)
+	return nil
+}
+
+// refuseBeforeStart refuses everything that can be refused before anything
+// starts: a deployment of that name already up, a worker binary that is
+// not there, an address that is not free.
+func refuseBeforeStart(s *Spec, plan *Plan, statePath string) error {
 	if old, err := ReadState(statePath); err == nil {
 		for _, p := range old.Processes {
 			if p.ours() && groupAlive(p.PGID) {
-				return nil, fmt.Errorf("%w: deployment %s is already up (%s, pid %d); run hone deploy down %s first", ErrAlreadyUp, s.Name, p.Name, p.PID, s.Name)
+				return fmt.Errorf("%w: deployment %s is already up (%s, pid %d); run hone deploy down %s first", ErrAlreadyUp, s.Name, p.Name, p.PID, s.Name)
 			}
 		}
 	}
-	// Everything that can be refused is refused before anything starts.
 	for _, w := range plan.Workers {
 		if _, err := exec.LookPath(w.Argv[0]); err != nil {
-			return nil, fmt.Errorf("worker %s: %w", w.Name, err)
+			return fmt.Errorf("worker %s: %w", w.Name, err)
 		}
 	}
+	for a, who := range planAddrs(s, plan) {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			return fmt.Errorf("%s's address %s is not free: %w", who, a, err)
+		}
+		ln.Close()
+	}
+	return nil
+}
+
+// planAddrs maps every address the plan's processes listen on to who
+// listens there.
+func planAddrs(s *Spec, plan *Plan) map[string]string {
 	addrs := map[string]string{plan.ProxyAddr: "the proxy"}
 	for i, w := range plan.Workers {
 		addrs[hostPort(w.Host, w.Port)] = "worker " + w.Name
@@ -152,94 +227,81 @@ func Up(ctx context.Context, s *Spec, o UpOptions) (*Deployment, error) {
 			addrs[w.KVAddr] = "worker " + w.Name + " (KV port)"
 		}
 	}
-	for a, who := range addrs {
-		ln, err := net.Listen("tcp", a)
-		if err != nil {
-			return nil, fmt.Errorf("%s's address %s is not free: %w", who, a, err)
-		}
-		ln.Close()
+	return addrs
+}
+
+// writeProxyConfig writes the plan's proxy config into dir and returns its
+// path.
+func writeProxyConfig(plan *Plan, dir string) (string, error) {
+	pb, _ := json.MarshalIndent(ProxyConfig(plan), "", "  ")
+	path := filepath.Join(dir, "proxy.json")
+	if err := atomicfile.Write(path, pb); err != nil {
+		return "", fmt.Errorf("write proxy config: %w", err)
 	}
-	var files map[string]string
-	if s.Model.Path != "" {
-		if files, err = HashModelDir(s.Model.Path); err != nil {
-			return nil, err
-		}
-	}
-	pcfg := ProxyConfig(plan)
-	pb, _ := json.MarshalIndent(pcfg, "", "  ")
-	proxyConfig := filepath.Join(dir, "proxy.json")
-	if err := atomicfile.Write(proxyConfig, pb); err != nil {
-		return nil, fmt.Errorf("write proxy config: %w", err)
-	}
-	d := &Deployment{
-		StatePath: statePath,
-		exited:    map[int]chan struct{}{},
-		State: State{
-			SchemaVersion: StateSchemaVersion, Name: s.Name, Dir: dir,
-			ProxyURL: "http://" + plan.ProxyAddr, StartedAt: time.Now().UTC(), Spec: s, ModelFiles: files,
-		},
-	}
-	fail := func(err error) (*Deployment, error) {
-		if left := stopGroups(d.State.Processes, o.Grace); len(left) > 0 {
-			err = fmt.Errorf("%w (and %d process groups survived SIGKILL)", err, len(left))
-		} else {
-			os.Remove(statePath)
-		}
-		return nil, err
-	}
-	if err := d.State.write(statePath); err != nil {
-		return nil, err
-	}
-	start := func(name, role, url string, argv, env []string) error {
-		logPath := filepath.Join(dir, name+".log")
-		lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-		if err != nil {
-			return fmt.Errorf("%s log: %w", name, err)
-		}
-		defer lf.Close() // the child keeps its own descriptor
-		path, err := exec.LookPath(argv[0])
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		// exec, never a shell: argv goes to the kernel as is.
-		cmd := &exec.Cmd{
-			Path: path, Args: argv, Env: append(os.Environ(), env...),
-			Stdout: lf, Stderr: lf,
-			SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
-		}
-		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("start %s: %w", name, err)
-		}
-		pid := cmd.Process.Pid
-		done := make(chan struct{})
-		d.exited[pid] = done
-		go func() { cmd.Wait(); close(done) }() // reap, so no zombie lingers
-		d.State.Processes = append(d.State.Processes, Process{
-			Name: name, Role: role, PID: pid, PGID: pid, StartTicks: startTicks(pid),
-			URL: url, Argv: argv, Env: env, Log: logPath,
-		})
-		o.Log.Info("started", "process", name, "pid", pid, "log", logPath)
-		return d.State.write(statePath)
-	}
+	return path, nil
+}
+
+// startAll starts the plan's workers, in order, then the proxy.
+func (d *Deployment) startAll(plan *Plan, proxyConfig string, o UpOptions) error {
 	for _, w := range plan.Workers {
-		if err := start(w.Name, w.Role, w.URL(), w.Argv, w.Env); err != nil {
-			return fail(err)
+		if err := d.start(w.Name, w.Role, w.URL(), w.Argv, w.Env, o.Log); err != nil {
+			return err
 		}
 	}
 	// The proxy writes its timelines when stopped, so down loses none.
-	d.State.Timelines = filepath.Join(dir, "timelines.jsonl")
+	d.State.Timelines = filepath.Join(d.State.Dir, "timelines.jsonl")
 	proxyArgv := []string{o.Hone, "proxy", "--config", proxyConfig, "--timeline-out", d.State.Timelines}
-	if err := start("proxy", "proxy", d.State.ProxyURL, proxyArgv, nil); err != nil {
-		return fail(err)
+	return d.start("proxy", "proxy", d.State.ProxyURL, proxyArgv, nil, o.Log)
+}
+
+// start starts one process as the leader of its own process group, its
+// output in <name>.log, and records it in the state file before returning.
+func (d *Deployment) start(name, role, url string, argv, env []string, log *slog.Logger) error {
+	logPath := filepath.Join(d.State.Dir, name+".log")
+	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("%s log: %w", name, err)
 	}
-	if err := d.waitHealthy(ctx, o); err != nil {
-		return fail(err)
+	defer lf.Close() // the child keeps its own descriptor
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
 	}
-	return d, nil
+	// exec, never a shell: argv goes to the kernel as is.
+	cmd := &exec.Cmd{
+		Path: path, Args: argv, Env: append(os.Environ(), env...),
+		Stdout: lf, Stderr: lf,
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	pid := cmd.Process.Pid
+	done := make(chan struct{})
+	d.exited[pid] = done
+	go func() { cmd.Wait(); close(done) }() // reap, so no zombie lingers
+	d.State.Processes = append(d.State.Processes, Process{
+		Name: name, Role: role, PID: pid, PGID: pid, StartTicks: startTicks(pid),
+		URL: url, Argv: argv, Env: env, Log: logPath,
+	})
+	log.Info("started", "process", name, "pid", pid, "log", logPath)
+	return d.State.write(d.StatePath)
+}
+
+// rollback stops every process Up started and removes the state file,
+// unless a process group survived SIGKILL: then the state file stays, so
+// Down can still find it, and the error says so.
+func (d *Deployment) rollback(err error, grace time.Duration) error {
+	if left := stopGroups(d.State.Processes, grace); len(left) > 0 {
+		return fmt.Errorf("%w (and %d process groups survived SIGKILL)", err, len(left))
+	}
+	os.Remove(d.StatePath)
+	return err
 }
 
 // waitHealthy polls every process's /health until all answer 200, a process
-// exits, ctx ends or the timeout passes.
+// exits, ctx ends or the timeout passes, reporting progress at most once a
+// second and once more when all are healthy.
 func (d *Deployment) waitHealthy(ctx context.Context, o UpOptions) error {
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{Proxy: nil}}
 	t0 := time.Now()
@@ -247,26 +309,9 @@ func (d *Deployment) waitHealthy(ctx context.Context, o UpOptions) error {
 	healthy := map[string]bool{}
 	lastReport := time.Time{}
 	for {
-		var waiting []string
-		for _, p := range d.State.Processes {
-			select {
-			case <-d.exited[p.PID]:
-				return fmt.Errorf("%s exited before it was healthy; its log %s ends:\n%s", p.Name, p.Log, logTail(p.Log, 20))
-			default:
-			}
-			if healthy[p.Name] {
-				continue
-			}
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+"/health", nil)
-			resp, err := client.Do(req)
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					healthy[p.Name] = true
-					continue
-				}
-			}
-			waiting = append(waiting, p.Name)
+		waiting, err := d.pollHealth(ctx, client, healthy)
+		if err != nil {
+			return err
 		}
 		done := len(waiting) == 0
 		if o.Progress != nil && (done || time.Since(lastReport) >= time.Second) {
@@ -285,6 +330,34 @@ func (d *Deployment) waitHealthy(ctx context.Context, o UpOptions) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// pollHealth asks /health of every process not yet in healthy, adds those
+// that answer 200, and returns the names of the rest; an error when a
+// process has exited.
+func (d *Deployment) pollHealth(ctx context.Context, client *http.Client, healthy map[string]bool) ([]string, error) {
+	var waiting []string
+	for _, p := range d.State.Processes {
+		select {
+		case <-d.exited[p.PID]:
+			return nil, fmt.Errorf("%s exited before it was healthy; its log %s ends:\n%s", p.Name, p.Log, logTail(p.Log, 20))
+		default:
+		}
+		if healthy[p.Name] {
+			continue
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+"/health", nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				healthy[p.Name] = true
+				continue
+			}
+		}
+		waiting = append(waiting, p.Name)
+	}
+	return waiting, nil
 }
 
 func logTail(path string, lines int) string {

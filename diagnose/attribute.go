@@ -73,7 +73,6 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 	if !(scale > 0) {
 		scale = 1
 	}
-	toMs := func(ns int64) float64 { return float64(ns) / 1e6 / scale }
 	tl := map[string]*proxy.Timeline{}
 	for i := range ev.Timelines {
 		tl[ev.Timelines[i].RequestID] = &ev.Timelines[i]
@@ -86,119 +85,13 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 				if rq.ID < replay.Sessions || rq.Outcome != "ok" || rq.FirstMs == nil || rq.FinishMs == nil {
 					continue
 				}
-				a := Attribution{Run: run.Run, OfferedQPS: lvl.OfferedQPS, ID: rq.ID, RequestID: rq.RequestID,
-					TTFTMs: ttft(rq), E2EMs: *rq.FinishMs - rq.ScheduledMs, Invalid: invalidCodes(lvl.Verdict),
-					Parts: map[string]float64{}, Sources: map[string]string{}}
-				firstMono := rq.Sent.MonoNs + int64((*rq.FirstMs-rq.SentMs)*scale*1e6)
-				var em engineMetrics
-				if len(rq.EngineMetrics) > 0 {
-					_ = json.Unmarshal(rq.EngineMetrics, &em) // absent keys stay nil
-				}
-				a.Parts[Decode], a.Sources[Decode] = decodeMs(rq, em)
-				// split reads the engine that streamed the answer: engine
-				// queue and arrival→first token from its metrics when present,
-				// else the whole span from when it was sent the request.
-				split := func(engineFromMono int64) {
-					engineSpan := toMs(firstMono - engineFromMono) // decode/colocated engine: arrival → first token at the client
-					q, t1 := em.QueueTimeMs, em.TTFTMs
-					if q != nil && t1 != nil {
-						a.Parts["_engine_queue"] = *q
-						a.Parts["_engine_first"] = *t1 - *q
-					} else {
-						a.Parts["_engine_first"] = engineSpan
-					}
-				}
-				p := tl[rq.RequestID]
-				a.Timeline = p != nil
-				switch {
-				case p == nil:
-					// No proxy: the engine's own metrics, the rest is client.
-					split(rq.Sent.MonoNs)
-					a.Parts[Queueing] = a.Parts["_engine_queue"]
-					a.Parts[Prefill] = a.Parts["_engine_first"]
-					a.Sources[Queueing], a.Sources[Prefill] = sourceOf(em), sourceOf(em)
-				case len(p.Prefill) == 0 && p.Decode != nil:
-					// Colocated through the proxy.
-					split(p.Decode.Sent.MonoNs)
-					a.Parts[Queueing] = a.Parts["_engine_queue"]
-					a.Parts[Prefill] = a.Parts["_engine_first"]
-					a.Sources[Queueing], a.Sources[Prefill] = sourceOf(em), sourceOf(em)
-				case p.Decode != nil:
-					// Disaggregated: the prefill leg(s), the hand-off, then the
-					// decode worker.
-					a.Retries = p.Retries
-					a.Fallback = p.Outcome == proxy.OutcomeFallback
-					var ok *proxy.Leg
-					for i := range p.Prefill {
-						if p.Prefill[i].Answered != nil && p.Prefill[i].Error == "" && p.Prefill[i].Status/100 == 2 {
-							ok = &p.Prefill[i]
-						}
-					}
-					if ok != nil && !a.Fallback {
-						// Failed legs and retries before the good one are time
-						// spent waiting for a prefill; without them the gap is
-						// the proxy's own (client residual).
-						if ok != &p.Prefill[0] {
-							a.Parts[Queueing] += toMs(ok.Sent.MonoNs - p.Prefill[0].Sent.MonoNs)
-						}
-						var pm engineMetrics
-						if len(ok.EngineMetrics) > 0 {
-							_ = json.Unmarshal(ok.EngineMetrics, &pm)
-						}
-						if pm.QueueTimeMs != nil && pm.TTFTMs != nil {
-							a.Parts[Queueing] += *pm.QueueTimeMs
-							a.Parts[Prefill] = *pm.TTFTMs - *pm.QueueTimeMs
-							a.Sources[Prefill] = "prefill engine's per-request metrics (via the proxy)"
-						} else {
-							a.Parts[Prefill] = toMs(ok.Answered.MonoNs - ok.Sent.MonoNs)
-							a.Sources[Prefill] = "proxy prefill leg (engine queue + prefill + hops; no engine metrics)"
-						}
-						// The hand-off between the legs is the proxy's own time:
-						// it stays in the client residual.
-					} else {
-						a.Parts[Queueing] += toMs(p.Decode.Sent.MonoNs - p.Received.MonoNs)
-					}
-					split(p.Decode.Sent.MonoNs)
-					if a.Fallback || ok == nil {
-						// Decode-side prefill: the decode engine did the prefill.
-						a.Parts[Queueing] += a.Parts["_engine_queue"]
-						a.Parts[Prefill] += a.Parts["_engine_first"]
-						a.Sources[Prefill] = "decode engine (fallback: decode-side prefill)"
-					} else {
-						// The decode engine's arrival → first token is KV wait +
-						// its queue + one step. vLLM's queue_time covers the
-						// queue; one mean inter-token time stands for the step
-						// (never more than the span it is taken from); the rest
-						// is the KV transfer. Queue and step are the decode
-						// worker's own time: decode_queue holds both, so the
-						// engine's whole arrival → first token is attributed and
-						// the client residual keeps only what happened outside
-						// the engines.
-						step := 0.0
-						if em.MeanITLMs != nil {
-							step = *em.MeanITLMs
-						}
-						first := a.Parts["_engine_first"]
-						step = math.Max(0, math.Min(step, first))
-						a.Parts[DecodeQ] = a.Parts["_engine_queue"] + step
-						a.Parts[Transfer] += first - step
-						a.Sources[Transfer] = "decode engine (time_to_first_token − queue_time − one ITL)"
-						windows[a.RequestID] = [2]int64{p.Decode.Sent.MonoNs, firstMono}
-						a.Sources[DecodeQ] = sourceOf(em) + " + one mean ITL for the first step"
-					}
-				default:
+				a, window, ok := attributeRequest(rq, tl[rq.RequestID], scale)
+				if !ok {
 					continue // no decode leg: the request failed in the proxy
 				}
-				attributed := 0.0
-				for _, k := range []string{Queueing, Prefill, Transfer, DecodeQ} {
-					attributed += a.Parts[k]
-				}
-				a.Parts[Client] = a.TTFTMs - attributed
-				a.Sources[Client] = "residual: TTFT − the other parts (dispatch lag, hops, proxy hand-off, delivery)"
-				for k := range a.Parts {
-					if k[0] == '_' {
-						delete(a.Parts, k)
-					}
+				a.Run, a.OfferedQPS, a.Invalid = run.Run, lvl.OfferedQPS, invalidCodes(lvl.Verdict)
+				if window[1] != 0 {
+					windows[a.RequestID] = window
 				}
 				out = append(out, a)
 			}
@@ -220,6 +113,127 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 		return out[i].ID < out[j].ID
 	})
 	return out, nil
+}
+
+// engineSpan is what the engine that streamed the answer says about its
+// arrival → first token: its queue (when it reports per-request metrics)
+// and the rest, or the whole span from when it was sent the request as the
+// client and proxy saw it.
+type engineSpan struct {
+	queue, first float64
+}
+
+// spanOf reads the streaming engine's span: from its metrics when it
+// reports queue_time_ms and time_to_first_token_ms, else the client's view
+// from sentMono to the first token.
+func spanOf(em engineMetrics, sentMono, firstMono int64, toMs func(int64) float64) engineSpan {
+	if em.QueueTimeMs != nil && em.TTFTMs != nil {
+		return engineSpan{queue: *em.QueueTimeMs, first: *em.TTFTMs - *em.QueueTimeMs}
+	}
+	return engineSpan{first: toMs(firstMono - sentMono)}
+}
+
+// attributeRequest splits one completed request's TTFT with its proxy
+// timeline p (nil: no proxy). It returns the decode leg's window (sent ..
+// first token, CLOCK_MONOTONIC) of a disaggregated request, for the
+// kernel's KV join, and false when the request has no decode leg.
+func attributeRequest(rq replay.RequestRecord, p *proxy.Timeline, scale float64) (Attribution, [2]int64, bool) {
+	toMs := func(ns int64) float64 { return float64(ns) / 1e6 / scale }
+	a := Attribution{ID: rq.ID, RequestID: rq.RequestID, TTFTMs: ttft(rq), E2EMs: *rq.FinishMs - rq.ScheduledMs,
+		Parts: map[string]float64{}, Sources: map[string]string{}}
+	firstMono := rq.Sent.MonoNs + int64((*rq.FirstMs-rq.SentMs)*scale*1e6)
+	var em engineMetrics
+	if len(rq.EngineMetrics) > 0 {
+		_ = json.Unmarshal(rq.EngineMetrics, &em) // absent keys stay nil
+	}
+	a.Parts[Decode], a.Sources[Decode] = decodeMs(rq, em)
+	a.Timeline = p != nil
+	var window [2]int64
+	switch {
+	case p == nil:
+		// No proxy: the engine's own metrics, the rest is client.
+		attributeColocated(&a, spanOf(em, rq.Sent.MonoNs, firstMono, toMs), em)
+	case len(p.Prefill) == 0 && p.Decode != nil:
+		attributeColocated(&a, spanOf(em, p.Decode.Sent.MonoNs, firstMono, toMs), em)
+	case p.Decode != nil:
+		if attributeDisaggregated(&a, p, spanOf(em, p.Decode.Sent.MonoNs, firstMono, toMs), em, toMs) {
+			window = [2]int64{p.Decode.Sent.MonoNs, firstMono}
+		}
+	default:
+		return a, window, false
+	}
+	attributed := 0.0
+	for _, k := range []string{Queueing, Prefill, Transfer, DecodeQ} {
+		attributed += a.Parts[k]
+	}
+	a.Parts[Client] = a.TTFTMs - attributed
+	a.Sources[Client] = "residual: TTFT − the other parts (dispatch lag, hops, proxy hand-off, delivery)"
+	return a, window, true
+}
+
+// attributeColocated attributes a request one engine served whole: its queue and
+// its arrival → first token.
+func attributeColocated(a *Attribution, sp engineSpan, em engineMetrics) {
+	a.Parts[Queueing], a.Parts[Prefill] = sp.queue, sp.first
+	a.Sources[Queueing], a.Sources[Prefill] = sourceOf(em), sourceOf(em)
+}
+
+// attributeDisaggregated attributes a request through the P/D proxy: the prefill
+// leg(s), the hand-off (the proxy's own time: it stays in the client
+// residual), then the decode worker. It reports whether the KV came from a
+// prefill worker (false: a fallback, the decode engine prefilled).
+func attributeDisaggregated(a *Attribution, p *proxy.Timeline, sp engineSpan, em engineMetrics, toMs func(int64) float64) bool {
+	a.Retries = p.Retries
+	a.Fallback = p.Outcome == proxy.OutcomeFallback
+	var ok *proxy.Leg
+	for i := range p.Prefill {
+		if p.Prefill[i].Answered != nil && p.Prefill[i].Error == "" && p.Prefill[i].Status/100 == 2 {
+			ok = &p.Prefill[i]
+		}
+	}
+	if ok == nil || a.Fallback {
+		// Decode-side prefill: the time before the decode leg was spent
+		// waiting for a prefill; then the decode engine did the prefill.
+		a.Parts[Queueing] = toMs(p.Decode.Sent.MonoNs-p.Received.MonoNs) + sp.queue
+		a.Parts[Prefill] = sp.first
+		a.Sources[Prefill] = "decode engine (fallback: decode-side prefill)"
+		return false
+	}
+	// Failed legs and retries before the good one are time spent waiting
+	// for a prefill; without them the gap is the proxy's own (client
+	// residual).
+	if ok != &p.Prefill[0] {
+		a.Parts[Queueing] += toMs(ok.Sent.MonoNs - p.Prefill[0].Sent.MonoNs)
+	}
+	var pm engineMetrics
+	if len(ok.EngineMetrics) > 0 {
+		_ = json.Unmarshal(ok.EngineMetrics, &pm)
+	}
+	if pm.QueueTimeMs != nil && pm.TTFTMs != nil {
+		a.Parts[Queueing] += *pm.QueueTimeMs
+		a.Parts[Prefill] = *pm.TTFTMs - *pm.QueueTimeMs
+		a.Sources[Prefill] = "prefill engine's per-request metrics (via the proxy)"
+	} else {
+		a.Parts[Prefill] = toMs(ok.Answered.MonoNs - ok.Sent.MonoNs)
+		a.Sources[Prefill] = "proxy prefill leg (engine queue + prefill + hops; no engine metrics)"
+	}
+	// The decode engine's arrival → first token is KV wait + its queue +
+	// one step. vLLM's queue_time covers the queue; one mean inter-token
+	// time stands for the step (never more than the span it is taken
+	// from); the rest is the KV transfer. Queue and step are the decode
+	// worker's own time: decode_queue holds both, so the engine's whole
+	// arrival → first token is attributed and the client residual keeps
+	// only what happened outside the engines.
+	step := 0.0
+	if em.MeanITLMs != nil {
+		step = *em.MeanITLMs
+	}
+	step = math.Max(0, math.Min(step, sp.first))
+	a.Parts[DecodeQ] = sp.queue + step
+	a.Parts[Transfer] = sp.first - step
+	a.Sources[Transfer] = "decode engine (time_to_first_token − queue_time − one ITL)"
+	a.Sources[DecodeQ] = sourceOf(em) + " + one mean ITL for the first step"
+	return true
 }
 
 // decodeMs is the first → last token span: the engine that streamed the
