@@ -542,10 +542,14 @@ func (s *Spec) validateRouting() error {
 	if r.AffinityTokens < 1 {
 		return badField("routing.affinity_tokens", "want >= 1, got %d", r.AffinityTokens)
 	}
-	for name, d := range map[string]Duration{"prefill_timeout": r.PrefillTimeout, "decode_timeout": r.DecodeTimeout,
-		"stream_idle_timeout": r.StreamIdleTimeout, "health_interval": r.HealthInterval} {
-		if d < 0 {
-			return badField("routing."+name, "want a positive duration, got %s", time.Duration(d))
+	// In the spec's own order, so two bad fields always report the same one.
+	for _, f := range []struct {
+		name string
+		d    Duration
+	}{{"prefill_timeout", r.PrefillTimeout}, {"decode_timeout", r.DecodeTimeout},
+		{"stream_idle_timeout", r.StreamIdleTimeout}, {"health_interval", r.HealthInterval}} {
+		if f.d < 0 {
+			return badField("routing."+f.name, "want a positive duration, got %s", time.Duration(f.d))
 		}
 	}
 	return nil
@@ -559,9 +563,12 @@ func (s *Spec) validateNetwork() error {
 	if n.Host != "127.0.0.1" && n.Host != "localhost" && n.Host != "::1" && n.Host != "0.0.0.0" && !net4(n.Host) {
 		return badField("network.host", "want an IP address or localhost, got %q", n.Host)
 	}
-	for name, p := range map[string]int{"proxy_port": n.ProxyPort, "worker_port": n.WorkerPort} {
-		if p < 1 || p > 65535 {
-			return badField("network."+name, "want 1..65535, got %d", p)
+	for _, f := range []struct {
+		name string
+		p    int
+	}{{"proxy_port", n.ProxyPort}, {"worker_port", n.WorkerPort}} {
+		if f.p < 1 || f.p > 65535 {
+			return badField("network."+f.name, "want 1..65535, got %d", f.p)
 		}
 	}
 	workers := s.workerCount()

@@ -70,9 +70,12 @@ func ReadConfig(path string) (Config, error) {
 		if _, ok := Metrics[name]; !ok {
 			return c, fmt.Errorf("gate config %s: metrics.%s: unknown metric (known: %s)", path, name, knownMetrics())
 		}
-		for field, v := range map[string]*float64{"fail": t.Fail, "warn": t.Warn} {
-			if v != nil && (*v < 0 || math.IsNaN(*v)) {
-				return c, fmt.Errorf("gate config %s: metrics.%s.%s: %v: want a relative change >= 0 (0.05 = 5%%)", path, name, field, *v)
+		for _, f := range []struct {
+			field string
+			v     *float64
+		}{{"fail", t.Fail}, {"warn", t.Warn}} {
+			if f.v != nil && (*f.v < 0 || math.IsNaN(*f.v)) {
+				return c, fmt.Errorf("gate config %s: metrics.%s.%s: %v: want a relative change >= 0 (0.05 = 5%%)", path, name, f.field, *f.v)
 			}
 		}
 	}

@@ -93,10 +93,8 @@ a --kind or --time-scale the endpoint contradicts).`,
 			if err != nil {
 				return err
 			}
-			for name, v := range map[string]float64{"--ttft-slo-ms": wf.ttftSLO, "--tpot-slo-ms": wf.tpotSLO} {
-				if !(v > 0) || v > 1e300 {
-					return badInput("%s: want a positive finite number of milliseconds, got %v", name, v)
-				}
+			if err := wf.checkSLO(); err != nil {
+				return err
 			}
 			if out == "" {
 				return badInput("--out: want a path for the run record")

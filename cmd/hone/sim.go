@@ -75,13 +75,24 @@ func (w *workloadFlags) scan(cfg sim.Config) (sim.ScanConfig, error) {
 			return sim.ScanConfig{}, paramErr(err)
 		}
 	}
-	for name, v := range map[string]float64{"--ttft-slo-ms": w.ttftSLO, "--tpot-slo-ms": w.tpotSLO} {
-		if !(v > 0) || v != v || v > 1e300 {
-			return sim.ScanConfig{}, badInput("%s: want a positive finite number of milliseconds, got %v", name, v)
-		}
+	if err := w.checkSLO(); err != nil {
+		return sim.ScanConfig{}, err
 	}
 	return sim.ScanConfig{Config: cfg, Requests: w.requests, InputTokens: w.inputTokens, OutputTokens: w.outputTokens,
 		QPS: qps, SLO: slo.SLO{TTFTMillis: w.ttftSLO, TPOTMillis: w.tpotSLO}}, nil
+}
+
+// checkSLO checks --ttft-slo-ms and --tpot-slo-ms, in that order.
+func (w *workloadFlags) checkSLO() error {
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"--ttft-slo-ms", w.ttftSLO}, {"--tpot-slo-ms", w.tpotSLO}} {
+		if !(f.v > 0) || f.v > 1e300 {
+			return badInput("%s: want a positive finite number of milliseconds, got %v", f.name, f.v)
+		}
+	}
+	return nil
 }
 
 // paramErr turns a replay.ParamError into a usage error naming the flag.
