@@ -168,13 +168,27 @@ func ParseBaseline(b []byte) (*Baseline, error) {
 			return nil, fmt.Errorf("%s: invalid: %d entries for %d values (want one per value, or none)", where, len(s.Invalid), len(s.Values))
 		}
 		for j, v := range s.Values {
-			if math.IsNaN(v) || math.IsInf(v, 0) {
-				return nil, fmt.Errorf("%s: values[%d] is %v: want a finite number", where, j, v)
+			if err := checkValue(v); err != nil {
+				return nil, fmt.Errorf("%s: values[%d]: %w", where, j, err)
 			}
 		}
 		seen[s.Key()] = true
 	}
 	return &bl, nil
+}
+
+// MaxMagnitude bounds every value the gate compares: no latency (ms), rate
+// (req/s), cost (GPU-s) or count hone measures comes near it, and below it
+// the statistics (means, squares, ratios) cannot overflow to Inf or NaN.
+const MaxMagnitude = 1e15
+
+// checkValue refuses a value the gate cannot compute with: not a number,
+// infinite, or beyond MaxMagnitude.
+func checkValue(v float64) error {
+	if math.IsNaN(v) || math.IsInf(v, 0) || math.Abs(v) > MaxMagnitude {
+		return fmt.Errorf("%v: want a finite number of magnitude at most %g", v, MaxMagnitude)
+	}
+	return nil
 }
 
 // Write stores the baseline atomically: a temporary file in the same

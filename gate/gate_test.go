@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"encoding/xml"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -322,6 +323,7 @@ func TestFormats(t *testing.T) {
 func FuzzParseBaseline(f *testing.F) {
 	f.Add([]byte(`{"schema_version":2,"kind":"emulated","series":[{"scenario":"s","metric":"p99_ttft_ms","direction":"lower","values":[1,2,3]}]}`))
 	f.Add([]byte(`{"schema_version":2,"kind":"emulated","series":[{"scenario":"s","metric":"m","direction":"lower","values":[1e400]}]}`))
+	f.Add([]byte(`{"schema_version":2,"kind":"emulated","series":[{"scenario":"s","metric":"objective","direction":"higher","values":[1e308,1e308,1e308]}]}`))
 	f.Add([]byte(`{"schema_version":2,"kind":"emulated","series":[{"scenario":"s","metric":"passed","direction":"higher","values":[1,0],"invalid":["","warm_start: warm"]}]}`))
 	f.Add([]byte(`{"schema_version":1,"kind":"simulation_only","series":[{"scenario":"s","metric":"m","direction":"lower","values":[1]}]}`))
 	f.Add([]byte(`{"schema_version":1}`))
@@ -332,15 +334,40 @@ func FuzzParseBaseline(f *testing.F) {
 		if err != nil {
 			return
 		}
-		// Whatever parses must be checkable without a panic.
+		// Whatever parses must be checkable without a panic, and its report
+		// must be writable in every format (JSON has no NaN or Inf).
 		var runs []Run
 		runs = append(runs, Run{Kind: bl.Kind, Scenario: "s", Fingerprint: bl.Fingerprint, Levels: []LevelRun{{OfferedQPS: 1, Metrics: map[string]float64{"p99_ttft_ms": 1}}}})
-		Check(bl, runs, Config{})
+		rep := Check(bl, runs, Config{})
+		for _, f := range Formats {
+			if err := rep.Write(io.Discard, f); err != nil {
+				t.Fatalf("%s report of a parsed baseline: %v", f, err)
+			}
+		}
 	})
+}
+
+// A baseline value the statistics cannot compute with (1e308: its mean
+// overflows, the noise floor was NaN, the JSON report failed) is bad input,
+// named by series and index.
+func TestParseBaselineRejectsHugeValues(t *testing.T) {
+	for _, v := range []string{"1e308", "-1e16"} {
+		_, err := ParseBaseline([]byte(`{"schema_version":2,"kind":"emulated","series":[{"scenario":"s","metric":"objective","direction":"higher","values":[4,` + v + `]}]}`))
+		if err == nil || !strings.Contains(err.Error(), "series[0] (s@0/objective): values[1]") || !strings.Contains(err.Error(), "magnitude at most 1e+15") {
+			t.Errorf("%s: %v", v, err)
+		}
+	}
 }
 
 func dump(rep *Report) string {
 	var b bytes.Buffer
 	rep.Write(&b, "table")
 	return b.String()
+}
+
+func TestParseRunsRejectsHugeValues(t *testing.T) {
+	rec := `{"kind":"simulation_only","config":{"mode":"colocated"},"levels":[{"offered_qps":4,"p99_ttft_ms":1e308,"p99_tpot_ms":5,"effective_qps":4,"passed":true}],"objective":4}`
+	if _, err := ParseRuns([]byte(rec)); err == nil || !strings.Contains(err.Error(), "p99_ttft_ms: 1e+308: want a finite number") {
+		t.Errorf("ParseRuns: %v", err)
+	}
 }

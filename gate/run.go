@@ -161,6 +161,15 @@ func ParseRuns(b []byte) ([]Run, error) {
 		if len(runs) == 0 {
 			return nil, fmt.Errorf("no runs in the record")
 		}
+		for i, run := range runs {
+			for _, s := range run.Series() {
+				for _, v := range s.Values {
+					if err := checkValue(v); err != nil {
+						return nil, fmt.Errorf("run %d: %s: %w", i+1, s.Key(), err)
+					}
+				}
+			}
+		}
 		return runs, nil
 	}
 	return nil, fmt.Errorf("not a record hone knows: want `hone sim --output json` or `hone replay` output")
