@@ -1,9 +1,12 @@
-// Package optimizer decides which configuration to try next and which to
-// keep. It owns the candidates, the proposal rules, the experiment budget,
-// the selection rule, the regression rule and the experiment log.
+// Package optimizer decides which deployment to try next and which to keep:
+// the live loop (Live) owns the candidates (Propose, Ablations), the trial
+// budget, the selection rule, the regression rule and the experiment log.
 //
-// This file set holds the CPU exercise's policy (Exercise): four calls —
-// baseline, disaggregated, a prefix-cache ablation and a verification re-run
-// — on configs whose key names it does not know in advance. The optimizer
-// never talks to engines itself; it calls an Evaluator.
+// The loop never talks to engines itself; it calls an Evaluator, one
+// interface for every backend: ModelEvaluator (the exact queueing model,
+// kind simulation_only) and DeployEvaluator (deploy + replay on the
+// emulator, kind emulated, or on vLLM, kind device).
+//
+// The CPU exercise's four-call policy over opaque configs is package
+// exercise.
 package optimizer

@@ -17,10 +17,10 @@ import (
 	"github.com/hone-llm/hone/slo"
 )
 
-// DeployEvaluator measures a spec for real: deploy.Up (emulator or vLLM
-// workers behind hone's proxy), replay through the proxy, fetch the proxy's
-// timelines, attribute, write the record, deploy.Down. The optimizer never
-// talks to an engine itself.
+// DeployEvaluator is the emulated and device backend. It measures a spec
+// for real: deploy.Up (emulator or vLLM workers behind hone's proxy),
+// replay through the proxy, fetch the proxy's timelines, attribute, write
+// the record, deploy.Down. The optimizer never talks to an engine itself.
 type DeployEvaluator struct {
 	Up       deploy.UpOptions
 	Workload replay.Workload
@@ -32,7 +32,7 @@ type DeployEvaluator struct {
 	Log      io.Writer // progress lines; nil: none
 }
 
-// Evaluate implements SpecEvaluator.
+// Evaluate implements Evaluator.
 func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag string) (t Trial) {
 	start := time.Now()
 	// The kind is what the endpoint proves (GET /version): an emulator
@@ -93,16 +93,7 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 		// The client/proxy residual can make a level client-bound; that
 		// re-judges the record and marks the attributions in place.
 		marked := diagnose.MarkClientBound(rec, atts)
-		tpot := map[float64]float64{}
-		for _, run := range rec.Runs {
-			for _, l := range run.Levels {
-				if l.Verdict.Valid {
-					tpot[l.OfferedQPS] = max(tpot[l.OfferedQPS], l.P99TPOTMs)
-				}
-			}
-		}
-		d := diagnose.Summarize(rec.Kind, atts, rec.SLO, tpot)
-		t.Bottleneck, t.Diagnosis, t.Proposals, t.Breakdown = d.Bottleneck, d.Summary, d.Proposals, d.Levels
+		d := diagnoseTrial(&t, rec, atts)
 		rec.Attribution, _ = json.Marshal(map[string]any{"diagnosis": d, "timelines_error": errString(terr), "client_bound": marked})
 	}
 	path := filepath.Join(e.OutDir, "records", tag+".json")
@@ -122,6 +113,23 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// diagnoseTrial names a trial's bottleneck from its record's attributions
+// (diagnose.Summarize, p99 TPOT from the valid levels) and fills the
+// trial's diagnosis, whichever backend measured it.
+func diagnoseTrial(t *Trial, rec *replay.Record, atts []diagnose.Attribution) diagnose.Diagnosis {
+	tpot := map[float64]float64{}
+	for _, run := range rec.Runs {
+		for _, l := range run.Levels {
+			if l.Verdict.Valid {
+				tpot[l.OfferedQPS] = max(tpot[l.OfferedQPS], l.P99TPOTMs)
+			}
+		}
+	}
+	d := diagnose.Summarize(rec.Kind, atts, rec.SLO, tpot)
+	t.Bottleneck, t.Diagnosis, t.Proposals, t.Breakdown = d.Bottleneck, d.Summary, d.Proposals, d.Levels
+	return d
 }
 
 // summarizeRecord fills a trial's figures from its record: per-run

@@ -32,7 +32,7 @@ type Trial struct {
 	Why     string       `json:"why"`
 	Key     string       `json:"key"`
 	Spec    *deploy.Spec `json:"spec"`
-	Kind    string       `json:"kind"` // emulated | device: never mixed
+	Kind    string       `json:"kind"` // simulation_only | emulated | device: never mixed
 	Record  string       `json:"record,omitempty"`
 	Started time.Time    `json:"started"`
 	Seconds float64      `json:"seconds"`
@@ -136,16 +136,21 @@ const (
 		"baseline by the same rule; the next eligible config is then re-run in turn, finally the baseline."
 )
 
-// Evaluator runs one spec and returns its trial (the optimizer fills N,
-// Role and Why).
-type SpecEvaluator interface {
+// Evaluator is every backend behind one interface: it runs one spec and
+// returns its trial, labelled with the backend's kind, never mixed in one
+// log (the optimizer fills N, Role, Why, Key and Spec, and judges
+// eligibility). ModelEvaluator is the exact model (simulation_only);
+// DeployEvaluator deploys the emulator (emulated) or vLLM (device). A spec
+// the backend cannot run is a trial with Error set, not a panic: the loop
+// logs it as a failed candidate and goes on.
+type Evaluator interface {
 	Evaluate(ctx context.Context, spec *deploy.Spec, tag string) Trial
 }
 
 // LiveOptions configure the live loop.
 type LiveOptions struct {
 	Base      *deploy.Spec
-	Evaluator SpecEvaluator
+	Evaluator Evaluator
 	Budget    int // trials in all, verification included; >= 4
 	Workload  replay.Workload
 	QPS       []float64
@@ -172,68 +177,120 @@ func Live(ctx context.Context, o LiveOptions) (*Log, error) {
 	lg := &Log{SchemaVersion: LogSchemaVersion, Started: time.Now().UTC(), Workload: o.Workload, QPS: o.QPS, Runs: o.Runs,
 		SLO: o.SLO, Budget: o.Budget, HostFloor: o.HostFloor, SelectionRule: LiveSelectionRule, RegressionRule: LiveRegressionRule,
 		Trials: make([]Trial, 0, o.Budget)} // never outgrown: pointers into it stay valid
-	tried := map[string]int{} // key → trial N
-	say := func(format string, a ...any) {
-		line := fmt.Sprintf(format, a...)
-		lg.Decision = append(lg.Decision, line)
-		if o.Progress != nil {
-			fmt.Fprintln(o.Progress, "optimize:", line)
-		}
-	}
-	run := func(role, why string, s *deploy.Spec) (*Trial, error) {
-		n := len(lg.Trials) + 1
-		if o.Progress != nil {
-			fmt.Fprintf(o.Progress, "optimize: trial %d/%d %s: %s (%s)\n", n, o.Budget, role, SpecKey(s), why)
-		}
-		t := o.Evaluator.Evaluate(ctx, s, fmt.Sprintf("%02d-%s", n, SpecKey(s)))
-		t.N, t.Role, t.Why, t.Key, t.Spec = n, role, why, SpecKey(s), s
-		judge(&t, o.SLO)
-		lg.Trials = append(lg.Trials, t)
-		if lg.Kind == "" {
-			lg.Kind = t.Kind
-		}
-		if role != "verify" {
-			if _, ok := tried[t.Key]; !ok {
-				tried[t.Key] = n
-			}
-		}
-		if o.Progress != nil {
-			fmt.Fprintf(o.Progress, "optimize: trial %d: objective %.3f req/s (median of %d runs), eligible %t: %s; bottleneck %s\n",
-				n, t.Objective, len(t.Objectives), t.Eligible, t.Reason, t.Bottleneck)
-		}
-		if err := writeLog(o.LogPath, lg); err != nil {
-			return nil, err
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		return &lg.Trials[len(lg.Trials)-1], nil
-	}
-	left := func() int { return o.Budget - len(lg.Trials) }
-
-	base, err := run("baseline", "the baseline as given", CloneSpec(o.Base))
-	if err != nil {
+	l := &loop{ctx: ctx, o: o, lg: lg, tried: map[string]int{}}
+	if err := l.baseline(); err != nil {
 		return lg, err
 	}
-	lg.BaselineN = base.N
+	if err := l.proposals(); err != nil {
+		return lg, err
+	}
+	order := rankTrials(lg.Trials, l.base)
+	if len(order) == 0 {
+		l.say("no trial was eligible: keeping the baseline (trial %d) unverified", l.base.N)
+		lg.Selected = 0
+		return l.done()
+	}
+	best := order[0]
+	l.say("best so far: trial %d (%s), median objective %.3f req/s; ablating it", best.N, best.Key, best.Objective)
+	if err := l.ablations(best); err != nil {
+		return lg, err
+	}
+	if err := l.interaction(best); err != nil {
+		return lg, err
+	}
+	if err := l.verification(l.selection(best)); err != nil {
+		return lg, err
+	}
+	return l.done()
+}
+
+// loop is the live loop's state between its steps.
+type loop struct {
+	ctx   context.Context
+	o     LiveOptions
+	lg    *Log
+	tried map[string]int // spec key → the first trial N that measured it; re-runs are not counted
+	base  *Trial
+}
+
+// say adds a line to the log's decision and the progress output.
+func (l *loop) say(format string, a ...any) {
+	line := fmt.Sprintf(format, a...)
+	l.lg.Decision = append(l.lg.Decision, line)
+	if l.o.Progress != nil {
+		fmt.Fprintln(l.o.Progress, "optimize:", line)
+	}
+}
+
+// run evaluates s as the next trial, judges it, logs it and rewrites the
+// log file. An error (the log could not be written, ctx is done) ends the
+// loop.
+func (l *loop) run(role, why string, s *deploy.Spec) (*Trial, error) {
+	o, lg := l.o, l.lg
+	n := len(lg.Trials) + 1
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, "optimize: trial %d/%d %s: %s (%s)\n", n, o.Budget, role, SpecKey(s), why)
+	}
+	t := o.Evaluator.Evaluate(l.ctx, s, fmt.Sprintf("%02d-%s", n, SpecKey(s)))
+	t.N, t.Role, t.Why, t.Key, t.Spec = n, role, why, SpecKey(s), s
+	judge(&t, o.SLO)
+	lg.Trials = append(lg.Trials, t)
+	if lg.Kind == "" {
+		lg.Kind = t.Kind
+	}
+	if role != "verify" {
+		if _, ok := l.tried[t.Key]; !ok {
+			l.tried[t.Key] = n
+		}
+	}
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, "optimize: trial %d: objective %.3f req/s (median of %d runs), eligible %t: %s; bottleneck %s\n",
+			n, t.Objective, len(t.Objectives), t.Eligible, t.Reason, t.Bottleneck)
+	}
+	if err := writeLog(o.LogPath, lg); err != nil {
+		return nil, err
+	}
+	if err := l.ctx.Err(); err != nil {
+		return nil, err
+	}
+	return &lg.Trials[len(lg.Trials)-1], nil
+}
+
+// left is the number of trials the budget still allows.
+func (l *loop) left() int { return l.o.Budget - len(l.lg.Trials) }
+
+// baseline measures the base spec as given.
+func (l *loop) baseline() error {
+	base, err := l.run("baseline", "the baseline as given", CloneSpec(l.o.Base))
+	if err != nil {
+		return err
+	}
+	l.base, l.lg.BaselineN = base, base.N
+	return nil
+}
+
+// proposals explores: each trial's diagnosis proposes the next spec, from
+// the best eligible trial so far (or, while none is eligible, the newest),
+// until only the reserve is left or nothing untried is proposed.
+func (l *loop) proposals() error {
 	// Reserve: one re-run, two ablations, one interaction cell.
-	reserve := min(4, o.Budget-2)
-	cur := base
-	for left() > reserve {
+	reserve := min(4, l.o.Budget-2)
+	cur := l.base
+	for l.left() > reserve {
 		var next *Candidate
 		for _, c := range Propose(cur.Spec, cur.Bottleneck) {
-			if _, seen := tried[SpecKey(c.Spec)]; !seen {
+			if _, seen := l.tried[SpecKey(c.Spec)]; !seen {
 				next = &c
 				break
 			}
 		}
 		if next == nil {
-			say("no untried proposal for trial %d's bottleneck (%s): exploration ends", cur.N, cur.Bottleneck)
-			break
+			l.say("no untried proposal for trial %d's bottleneck (%s): exploration ends", cur.N, cur.Bottleneck)
+			return nil
 		}
-		t, err := run("proposal", next.Why, next.Spec)
+		t, err := l.run("proposal", next.Why, next.Spec)
 		if err != nil {
-			return lg, err
+			return err
 		}
 		if t.Eligible && (!cur.Eligible || t.Objective > cur.Objective) {
 			cur = t
@@ -241,75 +298,91 @@ func Live(ctx context.Context, o LiveOptions) (*Log, error) {
 			cur = t // follow the diagnosis from the newest trial
 		}
 	}
+	return nil
+}
 
-	order := rankTrials(lg.Trials, base)
-	if len(order) == 0 {
-		say("no trial was eligible: keeping the baseline (trial %d) unverified", base.N)
-		lg.Selected = 0
-		lg.Done = true
-		return lg, writeLog(o.LogPath, lg)
-	}
-	best := order[0]
-	say("best so far: trial %d (%s), median objective %.3f req/s; ablating it", best.N, best.Key, best.Objective)
-
-	// Ablations of the selection, then the interaction's missing cell.
+// ablations measures the single-factor reversals of best that were not
+// measured yet, keeping one trial for the re-run and, when it is still
+// missing, one for the interaction cell.
+func (l *loop) ablations(best *Trial) error {
 	for _, c := range Ablations(best.Spec) {
-		if left() <= 1+boolInt(interactionNeeded(lg, best)) {
+		if l.left() <= 1+boolInt(interactionNeeded(l.lg, best)) {
 			break
 		}
-		if n, seen := tried[SpecKey(c.Spec)]; seen {
-			say("%s: already measured as trial %d", c.Why, n)
+		if n, seen := l.tried[SpecKey(c.Spec)]; seen {
+			l.say("%s: already measured as trial %d", c.Why, n)
 			continue
 		}
-		if _, err := run("ablation", c.Why, c.Spec); err != nil {
-			return lg, err
+		if _, err := l.run("ablation", c.Why, c.Spec); err != nil {
+			return err
 		}
 	}
-	if cell := interactionCell(best.Spec, tried); cell != nil && left() > 1 {
-		if _, err := run("interaction", "topology × prefix caching: the other topology with the cache off", cell); err != nil {
-			return lg, err
-		}
-	}
-	lg.Interaction = readInteraction(lg, best.Spec, tried)
-	if lg.Interaction != nil {
-		say("%s", lg.Interaction.Text)
-	}
+	return nil
+}
 
-	// Every measured config competes, ablations and the interaction cell
-	// included: an ablation that beats the config it ablates is a better
-	// config, and it is what gets verified.
-	order = rankTrials(lg.Trials, base)
+// interaction measures the missing cell of topology × prefix caching
+// around best, when the budget leaves room before the re-run, and reads
+// the interaction when all four cells are measured.
+func (l *loop) interaction(best *Trial) error {
+	if cell := interactionCell(best.Spec, l.tried); cell != nil && l.left() > 1 {
+		if _, err := l.run("interaction", "topology × prefix caching: the other topology with the cache off", cell); err != nil {
+			return err
+		}
+	}
+	l.lg.Interaction = readInteraction(l.lg, best.Spec, l.tried)
+	if l.lg.Interaction != nil {
+		l.say("%s", l.lg.Interaction.Text)
+	}
+	return nil
+}
+
+// selection ranks every measured config, ablations and the interaction
+// cell included: an ablation that beats the config it ablates is a better
+// config, and it is what gets verified. The first is the selection, the
+// rest its fallbacks.
+func (l *loop) selection(best *Trial) []*Trial {
+	order := rankTrials(l.lg.Trials, l.base)
 	if order[0] != best {
-		say("trial %d (%s, %s) beats trial %d: %.3f vs %.3f req/s", order[0].N, order[0].Key, order[0].Why, best.N, order[0].Objective, best.Objective)
+		l.say("trial %d (%s, %s) beats trial %d: %.3f vs %.3f req/s", order[0].N, order[0].Key, order[0].Why, best.N, order[0].Objective, best.Objective)
 	}
-	if order[0].N == base.N && len(order) > 1 {
-		say("no trial beats the baseline beyond the runs' noise (best other: trial %d, %s, runs %s vs the baseline's %s): keeping the baseline",
-			order[1].N, order[1].Key, fmtRuns(order[1].Objectives), fmtRuns(base.Objectives))
+	if order[0].N == l.base.N && len(order) > 1 {
+		l.say("no trial beats the baseline beyond the runs' noise (best other: trial %d, %s, runs %s vs the baseline's %s): keeping the baseline",
+			order[1].N, order[1].Key, fmtRuns(order[1].Objectives), fmtRuns(l.base.Objectives))
 	}
-	say("selected trial %d (%s): median objective %.3f req/s (runs %s)", order[0].N, order[0].Key, order[0].Objective, fmtRuns(order[0].Objectives))
+	l.say("selected trial %d (%s): median objective %.3f req/s (runs %s)", order[0].N, order[0].Key, order[0].Objective, fmtRuns(order[0].Objectives))
+	return order
+}
 
-	// Verification: re-run the selection; fall back in selection order.
+// verification re-runs the selection by LiveRegressionRule; a rejected
+// one falls back to the next in order while the budget lasts.
+func (l *loop) verification(order []*Trial) error {
+	lg := l.lg
 	lg.Selected = order[0].N
-	for i := 0; i < len(order) && left() > 0; i++ {
+	for i := 0; i < len(order) && l.left() > 0; i++ {
 		cand := order[i]
-		v, err := run("verify", fmt.Sprintf("re-run of trial %d", cand.N), CloneSpec(cand.Spec))
+		v, err := l.run("verify", fmt.Sprintf("re-run of trial %d", cand.N), CloneSpec(cand.Spec))
 		if err != nil {
-			return lg, err
+			return err
 		}
-		if reason := liveRegressed(cand, v, base); reason != "" {
-			say("trial %d rejected by the regression rule: %s", cand.N, reason)
+		if reason := liveRegressed(cand, v, l.base); reason != "" {
+			l.say("trial %d rejected by the regression rule: %s", cand.N, reason)
 			lg.Selected = 0
 			continue
 		}
 		lg.Selected, lg.Verified = cand.N, true
-		say("trial %d confirmed by its re-run (trial %d: median objective %.3f req/s)", cand.N, v.N, v.Objective)
+		l.say("trial %d confirmed by its re-run (trial %d: median objective %.3f req/s)", cand.N, v.N, v.Objective)
 		break
 	}
 	if lg.Selected == 0 {
-		say("no selection survived its re-run: keeping the baseline (trial %d)", base.N)
+		l.say("no selection survived its re-run: keeping the baseline (trial %d)", l.base.N)
 	}
-	lg.Done = true
-	return lg, writeLog(o.LogPath, lg)
+	return nil
+}
+
+// done marks the log complete and writes it.
+func (l *loop) done() (*Log, error) {
+	l.lg.Done = true
+	return l.lg, writeLog(l.o.LogPath, l.lg)
 }
 
 func boolInt(b bool) int {
@@ -350,6 +423,12 @@ func judge(t *Trial, target slo.SLO) {
 // rankTrials orders eligible trials (re-runs excluded) by
 // LiveSelectionRule: the first is the selection, the rest follow by median
 // objective, as fallbacks.
+//
+// It is not the exercise's ranking (highest objective, ties to the
+// baseline, then the earliest call) and does not share its code: live
+// objectives are medians of noisy runs, so a trial displaces the baseline
+// only when it beats it run for run (Beats), and ties fall to cost before
+// the distance to the baseline. Distance is the one piece both rules share.
 func rankTrials(ts []Trial, base *Trial) []*Trial {
 	var out []*Trial
 	for i := range ts {
@@ -399,8 +478,8 @@ func rankTrials(ts []Trial, base *Trial) []*Trial {
 }
 
 // MinValidRuns is how many runs valid at every level a trial needs to be
-// eligible: fewer cannot show its noise.
-const MinValidRuns = 2
+// eligible: fewer cannot show its noise (the gate's rule too).
+const MinValidRuns = replay.MinValidRuns
 
 // MinWin is the smallest median improvement that counts as a win.
 const MinWin = 0.02
@@ -427,6 +506,13 @@ func specDistance(a, b *deploy.Spec) int {
 	return Distance(x, y)
 }
 
+// liveRegressed applies LiveRegressionRule to a selection's re-run.
+//
+// It is not the exercise's regression rule (exercise.RegressionRule, which
+// rejects any difference at all): a live trial's figures are medians of
+// noisy runs, so the re-run may fall up to 10% below the first run before
+// it counts as a regression, and beside that it must still beat the
+// baseline by Beats, the noise rule the selection itself used.
 func liveRegressed(first, again, base *Trial) string {
 	switch {
 	case !again.Eligible:

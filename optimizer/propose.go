@@ -3,7 +3,6 @@ package optimizer
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/hone-llm/hone/deploy"
@@ -207,14 +206,4 @@ func Ablations(s *deploy.Spec) []Candidate {
 		out = append(out, Candidate{c, "ablation: CUDA graphs off (eager)"})
 	}
 	return out
-}
-
-// sortedKeys returns a map's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	k := make([]string, 0, len(m))
-	for s := range m {
-		k = append(k, s)
-	}
-	sort.Strings(k)
-	return k
 }

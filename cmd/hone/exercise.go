@@ -3,7 +3,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/hone-llm/hone/optimizer"
+	"github.com/hone-llm/hone/exercise"
 )
 
 func init() { subcommands = append(subcommands, newExerciseCmd) }
@@ -35,7 +35,7 @@ Exit codes: 0 a decision was sent; 2 a protocol error or an unusable baseline.`,
 		Example: `  printf '{"type":"start","baseline":{"mode":"colocated","prefix_cache":true}}\n' | hone exercise bridge`,
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			if err := optimizer.ServeBridge(c.Context(), c.InOrStdin(), c.OutOrStdout(), c.ErrOrStderr()); err != nil {
+			if err := exercise.ServeBridge(c.Context(), c.InOrStdin(), c.OutOrStdout(), c.ErrOrStderr()); err != nil {
 				return usageError{err}
 			}
 			return nil

@@ -1,4 +1,4 @@
-package optimizer
+package exercise
 
 import (
 	"encoding/json"

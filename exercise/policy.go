@@ -1,4 +1,4 @@
-package optimizer
+package exercise
 
 import (
 	"context"
@@ -6,14 +6,19 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/hone-llm/hone/optimizer"
 )
 
-// ExerciseBudget is the brief's limit on evaluate calls in the CPU exercise.
-const ExerciseBudget = 4
+// Budget is the brief's limit on evaluate calls in the CPU exercise.
+const Budget = 4
 
 // Evaluator runs one configuration and returns its result object exactly as
 // the backend produced it. An error makes that candidate failed; the policy
-// goes on within its budget.
+// goes on within its budget. It is the brief's evaluate(config) callback:
+// configs are the driver's opaque objects and results its own shape, so it
+// is a function over JSON objects, not optimizer.Evaluator over deployment
+// specs.
 type Evaluator func(ctx context.Context, cfg Config) (map[string]any, error)
 
 // Evaluation is one call of the Evaluator: the experiment log's entry.
@@ -42,8 +47,8 @@ const (
 		"and finally to the baseline."
 )
 
-// ExerciseDecision is the policy's outcome.
-type ExerciseDecision struct {
+// Decision is the policy's outcome.
+type Decision struct {
 	Selected     Config       `json:"selected"`
 	SelectedCall int          `json:"selected_call"` // the call whose config was selected; 0 if none succeeded
 	Verified     bool         `json:"verified"`      // the selection survived its re-run
@@ -54,7 +59,8 @@ type ExerciseDecision struct {
 	Knobs        Knobs        `json:"-"`
 }
 
-// Exercise spends at most budget calls of eval, in this order:
+// Optimize is submission.py's optimize(baseline, evaluate): it spends at
+// most budget calls of eval, in this order:
 //
 //  1. the baseline;
 //  2. the baseline with the deployment mode flipped (disaggregated);
@@ -68,7 +74,7 @@ type ExerciseDecision struct {
 // smaller budgets drop steps from the end of the list above, but the
 // verification re-run is kept whenever budget >= 4. When ctx is cancelled
 // (the evaluator's peer is gone) it stops and returns context.Cause(ctx).
-func Exercise(ctx context.Context, baseline Config, eval Evaluator, budget int) (*ExerciseDecision, error) {
+func Optimize(ctx context.Context, baseline Config, eval Evaluator, budget int) (*Decision, error) {
 	if budget < 1 {
 		return nil, fmt.Errorf("budget %d: want at least 1 evaluate call", budget)
 	}
@@ -77,7 +83,7 @@ func Exercise(ctx context.Context, baseline Config, eval Evaluator, budget int) 
 		return nil, err
 	}
 	// The log never outgrows budget, so pointers into it stay valid.
-	d := &ExerciseDecision{Knobs: knobs, Selection: SelectionRule, Regression: RegressionRule, Log: make([]Evaluation, 0, budget)}
+	d := &Decision{Knobs: knobs, Selection: SelectionRule, Regression: RegressionRule, Log: make([]Evaluation, 0, budget)}
 	run := func(role string, cfg Config) *Evaluation {
 		e := Evaluation{Call: len(d.Log) + 1, Role: role, Config: cfg}
 		res, err := eval(ctx, clone(cfg))
@@ -95,7 +101,7 @@ func Exercise(ctx context.Context, baseline Config, eval Evaluator, budget int) 
 			}
 		}
 		if ctx.Err() != nil {
-			return nil // the evaluator can no longer answer; Exercise stops
+			return nil // the evaluator can no longer answer; Optimize stops
 		}
 		d.Log = append(d.Log, e)
 		d.Diagnosis = append(d.Diagnosis, diagnoseResult(e, knobs))
@@ -104,7 +110,7 @@ func Exercise(ctx context.Context, baseline Config, eval Evaluator, budget int) 
 	left := func() int { return budget - len(d.Log) }
 	// Reserve the last call for verification when the budget allows it.
 	explore := budget
-	if budget >= ExerciseBudget {
+	if budget >= Budget {
 		explore = budget - 1
 	}
 
@@ -113,7 +119,7 @@ func Exercise(ctx context.Context, baseline Config, eval Evaluator, budget int) 
 	if base == nil {
 		return nil, stopped()
 	}
-	mode, _ := Get(baseline, knobs.Mode)
+	mode, _ := optimizer.Get(baseline, knobs.Mode)
 	flipped := modeDisaggregated
 	if strings.EqualFold(mode.(string), modeDisaggregated) {
 		flipped = modeColocated
@@ -129,7 +135,7 @@ func Exercise(ctx context.Context, baseline Config, eval Evaluator, budget int) 
 		if alt != nil && objective(alt) > objective(base) {
 			better = alt
 		}
-		cache, _ := Get(better.Config, knobs.Cache)
+		cache, _ := optimizer.Get(better.Config, knobs.Cache)
 		on, _ := cache.(bool)
 		if run("ablation (prefix cache "+onOff(!on)+")", With(better.Config, knobs.Cache, !on)) == nil {
 			return nil, stopped()
@@ -146,7 +152,7 @@ func Exercise(ctx context.Context, baseline Config, eval Evaluator, budget int) 
 	}
 
 	d.Diagnosis = append(d.Diagnosis, effects(d.Log, knobs)...)
-	order := ranked(d.Log, baseline)
+	order := selectionOrder(d.Log, baseline)
 	if len(order) == 0 {
 		d.Selected, d.SelectedCall = clone(baseline), 0
 		if !base.Failed() {
@@ -156,12 +162,12 @@ func Exercise(ctx context.Context, baseline Config, eval Evaluator, budget int) 
 		return d, nil
 	}
 	pick := order[0]
-	if left() > 0 && budget >= ExerciseBudget {
+	if left() > 0 && budget >= Budget {
 		v := run("verify", clone(pick.Config))
 		if v == nil {
 			return nil, stopped()
 		}
-		if reason := regressed(pick, v); reason != "" {
+		if reason := rerunDiffers(pick, v); reason != "" {
 			d.Diagnosis = append(d.Diagnosis, fmt.Sprintf("decision: call %d (%s) rejected by the regression rule: %s",
 				pick.Call, describe(pick.Config, knobs), reason))
 			if len(order) > 1 {
@@ -189,9 +195,17 @@ func objective(e *Evaluation) float64 {
 	return e.View.Objective
 }
 
-// ranked orders the eligible evaluations by SelectionRule. Re-runs are not
-// candidates of their own.
-func ranked(log []Evaluation, baseline Config) []*Evaluation {
+// selectionOrder orders the eligible evaluations by SelectionRule. Re-runs
+// are not candidates of their own.
+//
+// It is not the live loop's ranking (optimizer.LiveSelectionRule) and does
+// not share its code: an exercise result is one deterministic
+// simulation_only figure per config, so the highest objective wins outright
+// and ties fall to the baseline, then the earliest call; the live loop ranks
+// medians of noisy runs, so a trial must beat another run for run
+// (optimizer.Beats) and ties fall to cost. Only the distance to the
+// baseline (optimizer.Distance) is one rule in both.
+func selectionOrder(log []Evaluation, baseline Config) []*Evaluation {
 	var out []*Evaluation
 	for i := range log {
 		e := &log[i]
@@ -204,7 +218,7 @@ func ranked(log []Evaluation, baseline Config) []*Evaluation {
 		if a.View.Objective != b.View.Objective {
 			return a.View.Objective > b.View.Objective
 		}
-		if da, db := Distance(baseline, a.Config), Distance(baseline, b.Config); da != db {
+		if da, db := optimizer.Distance(baseline, a.Config), optimizer.Distance(baseline, b.Config); da != db {
 			return da < db
 		}
 		return a.Call < b.Call
@@ -217,8 +231,14 @@ func ranked(log []Evaluation, baseline Config) []*Evaluation {
 	return out
 }
 
-// regressed applies RegressionRule to a selection and its re-run.
-func regressed(first, again *Evaluation) string {
+// rerunDiffers applies RegressionRule to a selection and its re-run.
+//
+// It is not the live loop's regression rule (optimizer.LiveRegressionRule:
+// the re-run's median may fall up to 10% below the first before it counts):
+// the exact model is deterministic, so any difference between a config's
+// re-run and its first result, however small, means the evaluator did not
+// measure what it measured before, and rejects the selection.
+func rerunDiffers(first, again *Evaluation) string {
 	switch {
 	case again.Failed():
 		return "the re-run failed: " + again.Error
@@ -287,7 +307,7 @@ func diagnoseResult(e Evaluation, k Knobs) string {
 		if low.P99TTFTMs > v.SLO.TTFTMillis/4 {
 			s += fmt.Sprintf("; an unloaded request already spends %s%% of the TTFT SLO in prefill, so uncached prefill work is the service time to cut (prefix caching)",
 				fmtF(math.Round(100*low.P99TTFTMs/v.SLO.TTFTMillis)))
-		} else if m, _ := Get(e.Config, k.Mode); m == modeDisaggregated {
+		} else if m, _ := optimizer.Get(e.Config, k.Mode); m == modeDisaggregated {
 			s += "; prefill and decode already queue separately, so the prefill queue saturates: more prefill capacity is what helps"
 		} else {
 			s += "; in one FCFS queue each prefill waits for whole decodes, so separating prefill and decode queues (disaggregation) is what helps"
@@ -297,8 +317,8 @@ func diagnoseResult(e Evaluation, k Knobs) string {
 }
 
 func describe(c Config, k Knobs) string {
-	m, _ := Get(c, k.Mode)
-	on, _ := Get(c, k.Cache)
+	m, _ := optimizer.Get(c, k.Mode)
+	on, _ := optimizer.Get(c, k.Cache)
 	return fmt.Sprintf("%s=%v, %s=%v", k.Mode, m, k.Cache, on)
 }
 
@@ -328,14 +348,14 @@ func effects(log []Evaluation, k Knobs) []string {
 		if a.Failed() || a.Role == "verify" {
 			continue
 		}
-		m, _ := Get(a.Config, k.Mode)
-		c, _ := Get(a.Config, k.Cache)
+		m, _ := optimizer.Get(a.Config, k.Mode)
+		c, _ := optimizer.Get(a.Config, k.Cache)
 		ms, _ := m.(string)
 		cb, _ := c.(bool)
 		obj[cell{strings.ToLower(ms), cb}] = a.View.Objective
 		for j := 0; j < i; j++ {
 			b := &log[j]
-			if b.Failed() || b.Role == "verify" || Distance(a.Config, b.Config) != 1 {
+			if b.Failed() || b.Role == "verify" || optimizer.Distance(a.Config, b.Config) != 1 {
 				continue
 			}
 			out = append(out, fmt.Sprintf("effect: %s → %s moves the objective %s → %s req/s (%s)",

@@ -1,4 +1,4 @@
-package optimizer
+package exercise
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hone-llm/hone/optimizer"
 	"github.com/hone-llm/hone/sim"
 )
 
@@ -15,8 +16,8 @@ import (
 func simEval(t *testing.T, k Knobs, calls *[]Config) Evaluator {
 	return func(_ context.Context, cfg Config) (map[string]any, error) {
 		*calls = append(*calls, cfg)
-		m, _ := Get(cfg, k.Mode)
-		c, _ := Get(cfg, k.Cache)
+		m, _ := optimizer.Get(cfg, k.Mode)
+		c, _ := optimizer.Get(cfg, k.Cache)
 		res, err := sim.Scan(sim.DefaultScan(sim.Config{Mode: sim.Mode(m.(string)), PrefixCache: c.(bool)}))
 		if err != nil {
 			return nil, err
@@ -30,7 +31,7 @@ func simEval(t *testing.T, k Knobs, calls *[]Config) Evaluator {
 func TestExercisePublic(t *testing.T) {
 	base := Config{"mode": "colocated", "prefix_cache": true}
 	var calls []Config
-	d, err := Exercise(context.Background(), base, simEval(t, Knobs{Path{"mode"}, Path{"prefix_cache"}}, &calls), 4)
+	d, err := Optimize(context.Background(), base, simEval(t, Knobs{Path{"mode"}, Path{"prefix_cache"}}, &calls), 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func TestExerciseOtherKeyNamesAndExtras(t *testing.T) {
 		t.Fatalf("knobs %v %v", k.Mode, k.Cache)
 	}
 	var calls []Config
-	d, err := Exercise(context.Background(), base, simEval(t, k, &calls), 4)
+	d, err := Optimize(context.Background(), base, simEval(t, k, &calls), 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func TestExerciseRaisingCallsAndBudget(t *testing.T) {
 	base := Config{"mode": "colocated", "cache": true}
 	good := result(5, lvl(1, 10, 1, true), lvl(8, 10, 5, true))
 	eval, n := scripted(errors.New("ValueError: bad config"), good, result(0, lvl(1, 3000, 1, false)), good)
-	d, err := Exercise(context.Background(), base, eval, 4)
+	d, err := Optimize(context.Background(), base, eval, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +153,7 @@ func TestExerciseRaisingCallsAndBudget(t *testing.T) {
 	}
 	for budget := 1; budget <= 6; budget++ {
 		var calls []Config
-		d, err := Exercise(context.Background(), base, simEval(t, Knobs{Path{"mode"}, Path{"cache"}}, &calls), budget)
+		d, err := Optimize(context.Background(), base, simEval(t, Knobs{Path{"mode"}, Path{"cache"}}, &calls), budget)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -167,7 +168,7 @@ func TestExerciseRaisingCallsAndBudget(t *testing.T) {
 			t.Errorf("budget %d: no interaction read from the full 2x2", budget)
 		}
 	}
-	if _, err := Exercise(context.Background(), base, eval, 0); err == nil {
+	if _, err := Optimize(context.Background(), base, eval, 0); err == nil {
 		t.Error("budget 0 accepted")
 	}
 }
@@ -179,7 +180,7 @@ func TestRegressionRuleRejectsUnstableWinner(t *testing.T) {
 	abl := result(0, lvl(1, 3000, 1, false), lvl(8, 3000, 1, false))
 	rerun := result(7, lvl(1, 10, 1, true), lvl(8, 10, 7, true)) // differs from its first run
 	eval, _ := scripted(b, dis, abl, rerun)
-	d, err := Exercise(context.Background(), base, eval, 4)
+	d, err := Optimize(context.Background(), base, eval, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +196,7 @@ func TestTieGoesToBaseline(t *testing.T) {
 	base := Config{"mode": "colocated", "cache": true}
 	same := result(5, lvl(1, 10, 5, true))
 	eval, _ := scripted(same, same, result(0, lvl(1, 9000, 1, false)), same)
-	d, err := Exercise(context.Background(), base, eval, 4)
+	d, err := Optimize(context.Background(), base, eval, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +213,7 @@ func TestNothingPassesKeepsBaseline(t *testing.T) {
 	base := Config{"mode": "colocated", "cache": true}
 	fail := result(0, lvl(1, 9000, 1, false))
 	eval, n := scripted(fail, fail, fail, fail)
-	d, err := Exercise(context.Background(), base, eval, 4)
+	d, err := Optimize(context.Background(), base, eval, 4)
 	if err != nil {
 		t.Fatal(err)
 	}

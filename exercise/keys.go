@@ -1,21 +1,22 @@
-package optimizer
+package exercise
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strings"
+
+	"github.com/hone-llm/hone/optimizer"
 )
 
 // Config is a configuration exactly as the caller's driver shapes it: a JSON
 // object whose key names hone does not assume.
 type Config = map[string]any
 
-// Path addresses a value inside a Config, outermost key first.
-type Path []string
-
-func (p Path) String() string { return strings.Join(p, ".") }
+// Path addresses a value inside a Config, outermost key first. It is the
+// optimizer's: optimizer.Distance, the tie-break toward the baseline that
+// both selection rules share, is stated in it.
+type Path = optimizer.Path
 
 // Mode values recognised in a baseline config.
 const (
@@ -38,7 +39,7 @@ type Knobs struct {
 // fails, naming what it saw, when either is missing or ambiguous.
 func FindKnobs(baseline Config) (Knobs, error) {
 	var modes, bools []Path
-	walk(baseline, nil, func(p Path, v any) {
+	optimizer.Walk(baseline, func(p Path, v any) {
 		switch x := v.(type) {
 		case string:
 			if s := strings.ToLower(x); s == modeColocated || s == modeDisaggregated {
@@ -81,25 +82,9 @@ func FindKnobs(baseline Config) (Knobs, error) {
 	return k, nil
 }
 
-func walk(m map[string]any, prefix Path, fn func(Path, any)) {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		p := append(append(Path(nil), prefix...), k)
-		if sub, ok := m[k].(map[string]any); ok {
-			walk(sub, p, fn)
-			continue
-		}
-		fn(p, m[k])
-	}
-}
-
 func keyList(m map[string]any) string {
 	var ps []Path
-	walk(m, nil, func(p Path, _ any) { ps = append(ps, p) })
+	optimizer.Walk(m, func(p Path, _ any) { ps = append(ps, p) })
 	if len(ps) == 0 {
 		return "(none)"
 	}
@@ -112,21 +97,6 @@ func pathList(ps []Path) string {
 		s[i] = p.String()
 	}
 	return strings.Join(s, ", ")
-}
-
-// Get returns the value at p, if any.
-func Get(c Config, p Path) (any, bool) {
-	var cur any = map[string]any(c)
-	for _, k := range p {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return nil, false
-		}
-		if cur, ok = m[k]; !ok {
-			return nil, false
-		}
-	}
-	return cur, true
 }
 
 // With returns a deep copy of c with the value at p replaced by v. Every
@@ -144,34 +114,9 @@ func With(c Config, p Path, v any) Config {
 func clone(c Config) Config {
 	b, err := json.Marshal(c)
 	if err != nil {
-		panic(fmt.Sprintf("optimizer: config is not JSON: %v", err))
+		panic(fmt.Sprintf("exercise: config is not JSON: %v", err))
 	}
 	return mustDecode(b)
-}
-
-// Distance counts the settings in which c differs from base: the tie-break
-// toward the baseline.
-func Distance(base, c Config) int {
-	n := 0
-	seen := map[string]bool{}
-	walk(base, nil, func(p Path, v any) {
-		seen[p.String()] = true
-		if w, ok := Get(c, p); !ok || !jsonEqual(v, w) {
-			n++
-		}
-	})
-	walk(c, nil, func(p Path, _ any) {
-		if !seen[p.String()] {
-			n++
-		}
-	})
-	return n
-}
-
-func jsonEqual(a, b any) bool {
-	x, err1 := json.Marshal(a)
-	y, err2 := json.Marshal(b)
-	return err1 == nil && err2 == nil && string(x) == string(y)
 }
 
 // mustDecode decodes a JSON object keeping numbers as json.Number, so
@@ -181,7 +126,7 @@ func mustDecode(b []byte) Config {
 	d.UseNumber()
 	var out Config
 	if err := d.Decode(&out); err != nil {
-		panic(fmt.Sprintf("optimizer: decode config: %v", err))
+		panic(fmt.Sprintf("exercise: decode config: %v", err))
 	}
 	return out
 }

@@ -1,4 +1,4 @@
-package optimizer
+package exercise
 
 import (
 	"bufio"
@@ -83,7 +83,7 @@ func ServeBridge(ctx context.Context, in io.Reader, out io.Writer, logw io.Write
 	}
 	budget := start.Budget
 	if budget == 0 {
-		budget = ExerciseBudget
+		budget = Budget
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -115,7 +115,7 @@ func ServeBridge(ctx context.Context, in io.Reader, out io.Writer, logw io.Write
 		}
 		return broken(fmt.Errorf("answer to call %d: want type \"result\" or \"error\", got %q", call, m.Type))
 	}
-	d, err := Exercise(ctx, baseline, eval, budget)
+	d, err := Optimize(ctx, baseline, eval, budget)
 	if err != nil {
 		return fatal(err)
 	}
