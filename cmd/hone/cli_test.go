@@ -305,3 +305,17 @@ func TestDaemonOnceBindsNoPort(t *testing.T) {
 		}
 	}
 }
+
+// hone optimize --backend model runs the whole loop on the exact model
+// (deterministic): its pick and its kind are exact.
+func TestOptimizeOnTheModel(t *testing.T) {
+	out := t.TempDir()
+	stdout, errs, code := runCLI(t, "", "optimize", "--spec", "../../examples/emulator-l4-colocated.yaml", "--out", out, "--backend", "model",
+		"--qps", "2,4,8,16,24,32")
+	if code != exitOK || !strings.Contains(stdout, "selected: trial 2 disagg-1p1d-cache-sessionaffinity, median objective 15.917 req/s (simulation_only)") {
+		t.Errorf("exit %d\n%s\n%s", code, stdout, errs)
+	}
+	if _, errs, code := runCLI(t, "", "optimize", "--spec", "x.yaml", "--out", out, "--backend", "gpu"); code != exitBadInput || !strings.Contains(errs, "--backend") {
+		t.Errorf("--backend gpu: exit %d %s", code, errs)
+	}
+}

@@ -28,6 +28,7 @@ func newOptimizeCmd() *cobra.Command {
 		runs, budget int
 		seed         uint64
 		timeScale    string
+		backend      string
 	)
 	c := &cobra.Command{
 		Use:   "optimize --spec base.yaml --out DIR",
@@ -52,6 +53,11 @@ median TTFT at the lowest level. With --time-scale auto (the default) ` + optimi
 so that the host does not decide what is measured. "spec" keeps the spec's
 scale (the floor is still measured and logged); a number sets the scale.
 
+--backend model runs the same loop on the brief's exact queueing model
+instead (simulation_only, seconds in all): it deploys nothing and refuses, as
+a failed trial naming the spec field, what the model cannot express (tensor
+parallelism, engine knobs, more than 1P1D).
+
 Every trial, failed ones too, goes to DIR/log.json (rewritten atomically after
 each trial); records to DIR/records/, emulator ground truth to DIR/traces/.
 Emulated trials are labelled emulated, never device.
@@ -69,6 +75,9 @@ Exit codes: 0 a verified selection; 1 nothing eligible or verified; 2 bad input.
 			}
 			if budget < 4 {
 				return badInput("--budget: %d: want at least 4 trials", budget)
+			}
+			if backend != "live" && backend != "model" {
+				return badInput("--backend: %q: want live (deploy and replay) or model (the exact queueing model)", backend)
 			}
 			sc, err := wf.scan(sim.Config{Mode: sim.Colocated})
 			if err != nil {
@@ -105,17 +114,21 @@ Exit codes: 0 a verified selection; 1 nothing eligible or verified; 2 bad input.
 			w := replay.Workload{Seed: seed, Requests: sc.Requests, InputTokens: sc.InputTokens,
 				UncachedTokens: replay.DefaultUncachedTokens, OutputTokens: sc.OutputTokens}
 			slo := slo.SLO{TTFTMillis: sc.TTFTMillis, TPOTMillis: sc.TPOTMillis}
-			ev := &optimizer.DeployEvaluator{Up: deploy.UpOptions{Hone: hone, StateDir: filepath.Join(out, "state")},
+			dev := &optimizer.DeployEvaluator{Up: deploy.UpOptions{Hone: hone, StateDir: filepath.Join(out, "state")},
 				Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo, OutDir: out, Hone: replay.Build{Version: v, Commit: commit}}
+			var ev optimizer.Evaluator = dev
+			if backend == "model" {
+				ev = &optimizer.ModelEvaluator{Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo}
+			}
 			logPath := filepath.Join(out, "log.json")
 			// Ctrl-C or SIGTERM ends the current trial cleanly: its
 			// deployment is torn down and the log keeps every trial so far.
 			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			var floor *optimizer.HostFloor
-			if base.Engine == deploy.EngineEmulator {
+			if base.Engine == deploy.EngineEmulator && backend == "live" {
 				fmt.Fprintf(c.ErrOrStderr(), "optimize: measuring the host's floor (zero-cost engine, %g req/s, %d runs)\n", slices.Max(sc.QPS), optimizer.FloorRuns)
-				floor, err = ev.MeasureFloor(ctx, base)
+				floor, err = dev.MeasureFloor(ctx, base)
 				if err != nil {
 					return fmt.Errorf("optimize: host floor: %w", err)
 				}
@@ -159,6 +172,7 @@ Exit codes: 0 a verified selection; 1 nothing eligible or verified; 2 bad input.
 	f.IntVar(&runs, "runs", 3, "independent runs per trial")
 	f.IntVar(&budget, "budget", 8, "trials in all, the verification re-run included")
 	f.Uint64Var(&seed, "seed", replay.DefaultSeed, "workload seed")
+	f.StringVar(&backend, "backend", "live", "live (deploy the spec and replay: emulated or device) | model (the exact queueing model: simulation_only)")
 	f.StringVar(&timeScale, "time-scale", "auto", "emulated trials' time scale: auto (from the host's measured floor) | spec | a factor")
 	return c
 }
