@@ -59,7 +59,7 @@ test-consistency:
 # fuzz runs every fuzz target for FUZZTIME each (their seed corpora already
 # run under `make test`). Long: not part of the test suite.
 FUZZTIME ?= 60s
-FUZZ_TARGETS = ./gate:FuzzParseBaseline ./replay:FuzzSSE ./replay:FuzzParseChunk ./sim/emulator:FuzzParseCompletion ./deploy/proxy:FuzzSplitObject ./deploy/proxy:FuzzEventWatch
+FUZZ_TARGETS = ./gate:FuzzParseBaseline ./replay:FuzzSSE ./replay:FuzzParseChunk ./sim/emulator:FuzzParseCompletion ./sim/emulator:FuzzParseChat ./deploy/proxy:FuzzSplitObject ./deploy/proxy:FuzzEventWatch
 .PHONY: fuzz
 fuzz:
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
