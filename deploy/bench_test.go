@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hone-llm/hone/slo"
+	"github.com/hone-llm/hone/internal/honetest"
 )
 
 // BenchmarkProxyProcessOverhead is the proxy's added latency as deployed:
@@ -58,13 +58,7 @@ func BenchmarkProxyProcessOverhead(b *testing.B) {
 				proxied = append(proxied, paced(b, client, pu, body, k, rate)...)
 			}
 			b.StopTimer()
-			us := func(d time.Duration) float64 { return float64(d) / 1e3 }
-			b.ReportMetric(us(slo.NearestRank(direct, 50)), "direct-p50-us")
-			b.ReportMetric(us(slo.NearestRank(direct, 99)), "direct-p99-us")
-			b.ReportMetric(us(slo.NearestRank(proxied, 50)), "proxied-p50-us")
-			b.ReportMetric(us(slo.NearestRank(proxied, 99)), "proxied-p99-us")
-			b.ReportMetric(us(slo.NearestRank(proxied, 50)-slo.NearestRank(direct, 50)), "added-p50-us")
-			b.ReportMetric(us(slo.NearestRank(proxied, 99)-slo.NearestRank(direct, 99)), "added-p99-us")
+			honetest.ReportAdded(b, direct, proxied)
 			b.ReportMetric(rate, "req/s")
 		})
 	}

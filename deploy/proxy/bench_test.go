@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hone-llm/hone/internal/honetest"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -129,13 +130,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 				proxied = append(proxied, openLoop(b, client, pu, body, k, rate)[0]...)
 			}
 			b.StopTimer()
-			us := func(d time.Duration) float64 { return float64(d) / 1e3 }
-			b.ReportMetric(us(slo.NearestRank(direct, 50)), "direct-p50-us")
-			b.ReportMetric(us(slo.NearestRank(direct, 99)), "direct-p99-us")
-			b.ReportMetric(us(slo.NearestRank(proxied, 50)), "proxied-p50-us")
-			b.ReportMetric(us(slo.NearestRank(proxied, 99)), "proxied-p99-us")
-			b.ReportMetric(us(slo.NearestRank(proxied, 50)-slo.NearestRank(direct, 50)), "added-p50-us")
-			b.ReportMetric(us(slo.NearestRank(proxied, 99)-slo.NearestRank(direct, 99)), "added-p99-us")
+			honetest.ReportAdded(b, direct, proxied)
 			// The proxy's own time per request from its timelines: received
 			// to the streaming leg sent, prefill legs excluded.
 			tls, _ := p.Timelines(0, 0)
@@ -149,8 +144,8 @@ func BenchmarkProxyOverhead(b *testing.B) {
 				}
 				own = append(own, d)
 			}
-			b.ReportMetric(us(slo.NearestRank(own, 50)), "own-p50-us")
-			b.ReportMetric(us(slo.NearestRank(own, 99)), "own-p99-us")
+			b.ReportMetric(float64(slo.NearestRank(own, 50))/1e3, "own-p50-us")
+			b.ReportMetric(float64(slo.NearestRank(own, 99))/1e3, "own-p99-us")
 			b.ReportMetric(rate, "req/s")
 		})
 	}

@@ -14,6 +14,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/hone-llm/hone/slo"
 )
 
 var (
@@ -104,4 +107,16 @@ func ephemeralLow() int {
 		return 32768
 	}
 	return v
+}
+
+// ReportAdded reports a proxy benchmark's latencies side by side: direct
+// and proxied p50 and p99 (nearest rank, µs) and what the proxy added.
+func ReportAdded(b *testing.B, direct, proxied []time.Duration) {
+	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
+	for _, p := range []float64{50, 99} {
+		d, q := slo.NearestRank(direct, p), slo.NearestRank(proxied, p)
+		b.ReportMetric(us(d), fmt.Sprintf("direct-p%g-us", p))
+		b.ReportMetric(us(q), fmt.Sprintf("proxied-p%g-us", p))
+		b.ReportMetric(us(q-d), fmt.Sprintf("added-p%g-us", p))
+	}
 }
