@@ -28,7 +28,10 @@ const (
 	OutcomeCanceled     = "canceled"      // the run was interrupted while it was in flight
 )
 
-// completionBody is the JSON body of POST /v1/completions. go-openai's
+// completionBody is the JSON body of POST /v1/completions. It sends no
+// min_tokens: ignore_eos with max_tokens already yields exactly max_tokens
+// tokens (validation checks the count), and vLLM rejects min_tokens > 1
+// under a speculative-decoding config. go-openai's
 // CompletionRequest supplies the OpenAI fields; vLLM's own fields sit beside
 // it in this wrapper instead of a fork, so the upstream type can be updated
 // freely. Temperature is shadowed because go-openai tags it omitempty: a 0
@@ -40,7 +43,6 @@ const (
 type completionBody struct {
 	openai.CompletionRequest
 	Temperature    float32 `json:"temperature"`
-	MinTokens      int     `json:"min_tokens"`
 	IgnoreEOS      bool    `json:"ignore_eos"`
 	ReturnTokenIDs bool    `json:"return_token_ids"`
 }
@@ -53,7 +55,7 @@ func encodeCompletion(model string, prompt []int, outputTokens int) ([]byte, err
 			Model: model, Prompt: prompt, MaxTokens: outputTokens, Stream: true,
 			StreamOptions: &openai.StreamOptions{IncludeUsage: true},
 		},
-		Temperature: 0, MinTokens: outputTokens, IgnoreEOS: true, ReturnTokenIDs: true,
+		Temperature: 0, IgnoreEOS: true, ReturnTokenIDs: true,
 	})
 }
 

@@ -120,6 +120,12 @@ type Record struct {
 
 	// Cache is how every level was brought to the prescribed cold state.
 	Cache CacheState `json:"cache"`
+	// RequestIDNonce is this replay's own part of every request id
+	// (hone-<nonce>-<run>-<qps>-<id>), so that no two replays send the same id.
+	RequestIDNonce string `json:"request_id_nonce"`
+	// CachedTokensRule says how requests' cached_tokens were read
+	// (CachedTokensAsReported or CachedTokensZeroWhenAbsent).
+	CachedTokensRule string `json:"cached_tokens_rule"`
 
 	Runs       []RunRecord    `json:"runs"`
 	Outcomes   map[string]int `json:"outcomes"` // every request sent, by outcome

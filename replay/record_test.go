@@ -20,8 +20,10 @@ func TestEncodeCompletion(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Exactly the fields vLLM needs; temperature 0 is written even though
-	// go-openai tags its own field omitempty.
-	want := `{"model":"m","prompt":[1,2,3],"max_tokens":128,"stream":true,"stream_options":{"include_usage":true},"temperature":0,"min_tokens":128,"ignore_eos":true,"return_token_ids":true}`
+	// go-openai tags its own field omitempty. No min_tokens: vLLM rejects
+	// min_tokens > 1 with speculative decoding, and ignore_eos already
+	// gives exactly max_tokens.
+	want := `{"model":"m","prompt":[1,2,3],"max_tokens":128,"stream":true,"stream_options":{"include_usage":true},"temperature":0,"ignore_eos":true,"return_token_ids":true}`
 	if string(b) != want {
 		t.Errorf("body\n got %s\nwant %s", b, want)
 	}

@@ -65,6 +65,15 @@ type Options struct {
 	HTTPClient     *http.Client   // nil: a client tuned for an open loop
 	Progress       func(Progress) // called from one goroutine, a few times a second
 
+	// CachedTokensReported says the engine reports cached prompt tokens
+	// (vLLM's --enable-prompt-tokens-details, which hone's deployments
+	// always render): vLLM writes usage.prompt_tokens_details only when
+	// the count is non-zero, so a usage block without it means 0 cached.
+	// False: the same is concluded once any request of the replay carried
+	// the details (the engine evidently reports them); before that, and on
+	// an engine that never does, a missing count stays unknown.
+	CachedTokensReported bool
+
 	// PrefixNonce perturbs every level's prefix seed under
 	// CacheFreshPrefixes, so that nothing an earlier replay against the
 	// same engine cached can hit; 0: a random one (recorded in
@@ -229,7 +238,9 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 			rec.Cache.Nonce = rand.Uint64()
 		}
 	}
-	r := &runner{opts: opts, eng: eng, tok: tok, prompts: prompts, cache: rec.Cache.Procedure, nonce: rec.Cache.Nonce, tb: tb,
+	rec.RequestIDNonce = fmt.Sprintf("%08x", rand.Uint32())
+	rec.CachedTokensRule = CachedTokensAsReported
+	r := &runner{opts: opts, eng: eng, tok: tok, prompts: prompts, cache: rec.Cache.Procedure, nonce: rec.Cache.Nonce, tb: tb, idNonce: rec.RequestIDNonce,
 		cl: &client{http: hc, url: opts.Endpoint + "/v1/completions", scale: opts.TimeScale,
 			timeout: time.Duration(float64(opts.RequestTimeout) * opts.TimeScale), tb: tb}}
 	for _, q := range opts.QPS {
@@ -247,6 +258,9 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 				return fail(err)
 			}
 			rr.Levels = append(rr.Levels, lr)
+			if r.opts.CachedTokensReported || r.detailsSeen {
+				rec.CachedTokensRule = CachedTokensZeroWhenAbsent
+			}
 			r.report(&rr.Levels[len(rr.Levels)-1])
 			if ctx.Err() != nil {
 				break
@@ -316,6 +330,12 @@ type runner struct {
 	cache   string // CacheReset or CacheFreshPrefixes
 	nonce   uint64 // CacheFreshPrefixes: the replay's prefix nonce
 	tb      timebase
+	// idNonce makes this invocation's request ids its own: an id reused
+	// across replays could meet KV a prefill worker still holds for it.
+	idNonce string
+	// detailsSeen: some request carried prompt_tokens_details, so the
+	// engine reports cached tokens and their absence means 0.
+	detailsSeen bool
 
 	mu           sync.Mutex
 	cur          Progress
@@ -372,7 +392,7 @@ func (r *runner) level(ctx context.Context, run, li int, qps float64) (LevelReco
 			panic(err) // ints and strings always encode
 		}
 		bodies[i] = body
-		records[i] = RequestRecord{ID: q.ID, Session: q.Session, RequestID: fmt.Sprintf("hone-%d-%g-%d", run, qps, q.ID),
+		records[i] = RequestRecord{ID: q.ID, Session: q.Session, RequestID: fmt.Sprintf("hone-%s-%d-%g-%d", r.idNonce, run, qps, q.ID),
 			InputTokens: len(ids), PromptSHA256: HashTokens(ids), ScheduledMs: q.ArrivalMs}
 		hashes.Write([]byte(records[i].PromptSHA256))
 	}
@@ -411,6 +431,7 @@ func (r *runner) level(ctx context.Context, run, li int, qps float64) (LevelReco
 	lr.Requests = records[:sent]
 	lr.Sent = sent
 	lr.Complete = sent == len(reqs) && ctx.Err() == nil
+	r.fillCachedTokens(lr.Requests)
 	lr.summarize(reqs, r.opts.SLO, r.opts.GPUs)
 	lr.judge(r.opts.SLO, r.opts.TimeScale)
 	r.endLevel(len(reqs))
@@ -635,5 +656,36 @@ func (r *runner) startProgress() (stop func()) {
 func (r *runner) report(lr *LevelRecord) {
 	if r.progressCh != nil {
 		r.progressCh <- lr
+	}
+}
+
+// CachedTokensRule states how a request's cached_tokens were read, for the
+// record.
+const (
+	CachedTokensAsReported     = "as reported: a usage block without prompt_tokens_details leaves cached_tokens unknown (null)"
+	CachedTokensZeroWhenAbsent = "the engine reports cached tokens (vLLM --enable-prompt-tokens-details), and vLLM omits " +
+		"prompt_tokens_details when the count is 0: a usage block without it counts as 0 cached"
+)
+
+// fillCachedTokens sets cached_tokens to 0 on every answered request whose
+// usage carried no prompt_tokens_details, once the engine is known to
+// report them (Options.CachedTokensReported, or a request so far carried
+// them), so that a cold request or a cache-off level counts as 0% rather
+// than dropping out of the hit rate and biasing it upward.
+func (r *runner) fillCachedTokens(reqs []RequestRecord) {
+	for _, q := range reqs {
+		if q.CachedTokens != nil {
+			r.detailsSeen = true
+			break
+		}
+	}
+	if !r.opts.CachedTokensReported && !r.detailsSeen {
+		return
+	}
+	for i := range reqs {
+		if q := &reqs[i]; q.PromptTokens != nil && q.CachedTokens == nil {
+			zero := 0
+			q.CachedTokens = &zero
+		}
 	}
 }

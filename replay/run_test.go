@@ -79,11 +79,18 @@ func TestRunAllOK(t *testing.T) {
 	}
 	// The wire body carries every field vLLM needs, temperature 0 included.
 	b := f.bodies[0]
-	for k, want := range map[string]any{"temperature": 0.0, "max_tokens": 8.0, "min_tokens": 8.0, "ignore_eos": true,
+	for k, want := range map[string]any{"temperature": 0.0, "max_tokens": 8.0, "ignore_eos": true,
 		"stream": true, "return_token_ids": true, "model": "test-model"} {
 		if b[k] != want {
 			t.Errorf("body[%q] = %v, want %v", k, b[k], want)
 		}
+	}
+	if _, ok := b["min_tokens"]; ok {
+		t.Errorf("body has min_tokens %v: vLLM refuses it with speculative decoding", b["min_tokens"])
+	}
+	// Request ids carry the replay's own nonce.
+	if id := rec.Runs[0].Levels[0].Requests[0].RequestID; len(rec.RequestIDNonce) != 8 || id != "hone-"+rec.RequestIDNonce+"-0-10-0" {
+		t.Errorf("request id %q, nonce %q", id, rec.RequestIDNonce)
 	}
 	if so, _ := b["stream_options"].(map[string]any); so["include_usage"] != true {
 		t.Errorf("stream_options = %v, want include_usage true", b["stream_options"])
@@ -403,5 +410,47 @@ func TestTimeScale(t *testing.T) {
 	}
 	if rec.TimeScale != 0.1 {
 		t.Errorf("time_scale %g", rec.TimeScale)
+	}
+}
+
+// vLLM omits prompt_tokens_details when no token was cached. Requests
+// without it count as 0 cached once the engine is known to report them:
+// from the options (hone's deployments render the flag), or because a
+// request carried them. Otherwise a cache-off level had no hit rate at all
+// and a cold warm-up dropped out of the sums (biasing the rate upward).
+func TestCachedTokensAbsentMeansZero(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		noCache  bool
+		reported bool
+		want     *float64 // measured hit rate from cached_tokens
+		rule     string
+	}{
+		{"cache on, discovered", false, false, fp(240.0 / 256), CachedTokensZeroWhenAbsent},
+		{"cache off, declared", true, true, fp(0.0), CachedTokensZeroWhenAbsent},
+		{"cache off, unknown", true, false, nil, CachedTokensAsReported},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeVLLM(t)
+			f.noPrefixCache = tc.noCache
+			opts := oneLevel(testOptions(f.start().URL))
+			opts.CachedTokensReported = tc.reported
+			rec, err := Run(context.Background(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := rec.Runs[0].Levels[0]
+			if (l.HitRateCachedTokens == nil) != (tc.want == nil) || (tc.want != nil && *l.HitRateCachedTokens != *tc.want) || rec.CachedTokensRule != tc.rule {
+				t.Errorf("hit rate %v, rule %q; want %v, %q", l.HitRateCachedTokens, rec.CachedTokensRule, tc.want, tc.rule)
+			}
+			for _, q := range l.Requests {
+				if tc.want != nil && (q.CachedTokens == nil || (q.ID < Sessions && *q.CachedTokens != 0)) {
+					t.Errorf("request %d: cached_tokens %v, want a count (0 for a cold warm-up)", q.ID, q.CachedTokens)
+				}
+			}
+			if tc.want != nil && (l.WarmupHitRate == nil || *l.WarmupHitRate != 0) {
+				t.Errorf("warm-up hit rate %v, want 0 from the warm-ups' own (absent = 0) counts", l.WarmupHitRate)
+			}
+		})
 	}
 }

@@ -47,6 +47,8 @@ type fakeVLLM struct {
 	// metricsTimeScale, when set, is the time_scale the per-request
 	// metrics state (hone's emulator writes one).
 	metricsTimeScale float64
+	// noPrefixCache plays --no-enable-prefix-caching: nothing ever hits.
+	noPrefixCache bool
 
 	mu          sync.Mutex
 	cache       map[uint64]bool
@@ -172,7 +174,7 @@ func (f *fakeVLLM) cached(prompt []int) int {
 			h.Write(b[:])
 		}
 		k := h.Sum64()
-		if !missed && f.cache[k] {
+		if !missed && f.cache[k] && !f.noPrefixCache {
 			hit += block
 		} else {
 			missed = true
@@ -307,10 +309,15 @@ func (f *fakeVLLM) complete(w http.ResponseWriter, r *http.Request) {
 		event(map[string]any{"id": "cmpl-1", "object": "text_completion", "created": 1, "model": f.model,
 			"choices": []any{choice}, "usage": nil})
 	}
+	// vLLM writes prompt_tokens_details only when the count is non-zero
+	// (serving_completion.py: `if self.enable_prompt_tokens_details and
+	// num_cached_tokens`).
+	usage := map[string]any{"prompt_tokens": len(req.Prompt), "total_tokens": len(req.Prompt) + req.MaxTokens, "completion_tokens": n}
+	if cached > 0 {
+		usage["prompt_tokens_details"] = map[string]any{"cached_tokens": cached}
+	}
 	event(map[string]any{"id": "cmpl-1", "object": "text_completion", "created": 1, "model": f.model, "choices": []any{},
-		"usage": map[string]any{"prompt_tokens": len(req.Prompt), "total_tokens": len(req.Prompt) + req.MaxTokens,
-			"completion_tokens": n, "prompt_tokens_details": map[string]any{"cached_tokens": cached}},
-		"metrics": f.requestMetrics()})
+		"usage": usage, "metrics": f.requestMetrics()})
 	write("data: [DONE]\n\n")
 }
 

@@ -35,6 +35,7 @@ func newReplayCmd() *cobra.Command {
 		timeScale             float64
 		timeout               time.Duration
 		output                outputFormat
+		cachedReported        bool
 	)
 	c := &cobra.Command{
 		Use:   "replay",
@@ -151,7 +152,7 @@ a --kind or --time-scale the endpoint contradicts).`,
 				QPS: qps, Runs: runs, SLO: slo.SLO{TTFTMillis: wf.ttftSLO, TPOTMillis: wf.tpotSLO},
 				TimeScale: timeScale, RequestTimeout: timeout, GPUs: gpus, Config: cfg, Hardware: hostHardware(),
 				ModelInfo: replay.Model{Revision: revision, Precision: precision},
-				Hone:      replay.Build{Version: ver, Commit: rev}, Progress: pp.Update,
+				Hone:      replay.Build{Version: ver, Commit: rev}, Progress: pp.Update, CachedTokensReported: cachedReported,
 			}
 			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -202,6 +203,7 @@ a --kind or --time-scale the endpoint contradicts).`,
 	f.StringVar(&model, "model", "", "served model name (required)")
 	f.StringVar(&kind, "kind", "", "assert what serves the endpoint: device (real vLLM) | emulated (hone sim serve) | unverified (default: discovered from GET /version)")
 	f.StringVar(&backend, "backend", "", "backend label (default: vllm, emulator or unknown, from the kind found)")
+	f.BoolVar(&cachedReported, "cached-tokens-reported", false, "the engine runs with --enable-prompt-tokens-details: a usage block without cached tokens means 0 (vLLM omits them at 0); without it, concluded once a request carries them")
 	f.StringVar(&cache, "cache", "auto", "cold-start procedure before every level: auto | reset (POST /reset_prefix_cache) | fresh-prefixes")
 	f.StringVar(&revision, "revision", "", "model revision, for the record")
 	f.StringVar(&precision, "precision", "", "model precision (e.g. bf16, fp8), for the record")

@@ -255,12 +255,22 @@ func parsePrompt(raw json.RawMessage, req *CompletionRequest, tok *Tokenizer) *A
 }
 
 // Usage is the OpenAI usage object. PromptTokensDetails is set only with
-// --enable-prompt-tokens-details.
+// --enable-prompt-tokens-details, and, as in vLLM, only when some prompt
+// tokens were cached.
 type Usage struct {
 	PromptTokens        int                  `json:"prompt_tokens"`
 	TotalTokens         int                  `json:"total_tokens"`
 	CompletionTokens    int                  `json:"completion_tokens"`
-	PromptTokensDetails *PromptTokensDetails `json:"prompt_tokens_details"`
+	PromptTokensDetails *PromptTokensDetails `json:"prompt_tokens_details,omitempty"` // streams omit it unset, as vLLM (exclude_unset); vLLM's non-streaming answers write null
+}
+
+// Cached is the usage's cached prompt tokens: 0 when prompt_tokens_details
+// is absent, which is how vLLM (and the emulator) say 0.
+func (u *Usage) Cached() int {
+	if u == nil || u.PromptTokensDetails == nil {
+		return 0
+	}
+	return u.PromptTokensDetails.CachedTokens
 }
 
 // PromptTokensDetails carries cached_tokens: the prompt tokens whose KV

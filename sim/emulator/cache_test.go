@@ -24,7 +24,7 @@ func cacheRun(t *testing.T, s *Server, sessions, prefix, suffixLen, rounds, repe
 				t.Fatal(r.err)
 			}
 			if round > 0 {
-				cached = append(cached, r.usage.PromptTokensDetails.CachedTokens)
+				cached = append(cached, r.usage.Cached())
 			}
 		}
 	}

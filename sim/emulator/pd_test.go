@@ -96,7 +96,7 @@ func TestPDMovesExactlyTheMissingKV(t *testing.T) {
 			len(params.RemoteBlockIDs) != (len(st.prompt)+15)/16 || *params.RemotePort == 0 {
 			t.Fatalf("%s: kv_transfer_params %+v", st.id, params)
 		}
-		if got := res.usage.PromptTokensDetails.CachedTokens; got != st.decodeHit {
+		if got := res.usage.Cached(); got != st.decodeHit {
 			t.Errorf("%s: decode cached_tokens %d, want %d", st.id, got, st.decodeHit)
 		}
 		cr := streamCompletion(ctx, colo.URL(), body, "")

@@ -576,7 +576,10 @@ func (s *Server) generate(w http.ResponseWriter, hr *http.Request, parse func([]
 
 func (s *Server) usage(res *Result) *Usage {
 	u := &Usage{PromptTokens: res.PromptTokens, CompletionTokens: res.OutputTokens, TotalTokens: res.PromptTokens + res.OutputTokens}
-	if s.cfg.EnablePromptTokensDetails {
+	// As vLLM: prompt_tokens_details only when the count is non-zero
+	// (serving_completion.py / serving_chat.py: `if
+	// self.enable_prompt_tokens_details and num_cached_tokens`).
+	if s.cfg.EnablePromptTokensDetails && res.CachedTokens > 0 {
 		u.PromptTokensDetails = &PromptTokensDetails{CachedTokens: res.CachedTokens}
 	}
 	return u
