@@ -13,6 +13,7 @@ import (
 
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/deploy/proxy"
+	"github.com/hone-llm/hone/deploy/proxy/guard"
 )
 
 func init() { subcommands = append(subcommands, newProxyCmd) }
@@ -38,7 +39,8 @@ prefill worker, then served by decode-side prefill (outcome "fallback").
 
 Workers come from --config (written by hone deploy up), --spec, or the
 --replica / --prefill / --decode flags. Other routes:
-  GET /hone/timeline?since=N  per-request timelines (wall and CLOCK_MONOTONIC ns)
+  GET /hone/timeline?since=N  per-request timelines (wall and CLOCK_MONOTONIC ns),
+                              at most 10000 a page (&limit=N); page with since=next
   GET /hone/metrics           the proxy's own hone_proxy_* metrics
   GET /metrics                the workers' metrics merged (label hone_worker), then the proxy's
   GET /hone/workers           workers and whether they are in rotation
@@ -47,6 +49,16 @@ Anything else (/tokenize, /v1/models, ...) goes to one worker.
 
 It binds 127.0.0.1 unless told otherwise, and stops on SIGINT/SIGTERM,
 letting requests in flight finish.
+
+Limits on clients (flags below, or the config's max_body_bytes, ...): a
+request body over --max-body-bytes gets 413, one not received within
+--body-timeout of its headers 408 with the connection closed; bodies held by
+requests in flight total at most --max-body-memory (the disaggregated path
+holds up to two re-encoded copies besides), further requests wait for room
+until their --body-timeout, then get 503; keep-alive connections idle for
+--idle-timeout are closed; at most --max-connections clients are served at
+once, the rest wait to be accepted (idle keep-alive connections are closed
+first to make room).
 
 Exit codes: 0 stopped by a signal; 1 the listener failed; 2 bad flags or config.`,
 		Example: `  hone proxy --replica http://127.0.0.1:8100 --replica http://127.0.0.1:8101
@@ -116,6 +128,7 @@ Exit codes: 0 stopped by a signal; 1 the listener failed; 2 bad flags or config.
 			if fl.Changed("session-header") {
 				cfg.SessionHeader = flags.SessionHeader
 			}
+			guard.Changed(fl, flags.Limits, &cfg.Limits)
 			log := slog.New(slog.NewTextHandler(c.ErrOrStderr(), nil))
 			p, err := proxy.New(cfg, log)
 			if err != nil {
@@ -128,7 +141,8 @@ Exit codes: 0 stopped by a signal; 1 the listener failed; 2 bad flags or config.
 				for _, w := range p.Config().Workers {
 					names = append(names, w.Name+"="+w.URL)
 				}
-				log.Info("proxy listening", "addr", "http://"+addr, "mode", p.Config().Mode, "routing", p.Config().Routing, "workers", strings.Join(names, " "))
+				log.Info("proxy listening", "addr", "http://"+addr, "mode", p.Config().Mode, "routing", p.Config().Routing, "workers", strings.Join(names, " "),
+					"max_connections", p.Config().MaxConnections, "max_body_bytes", p.Config().MaxBodyBytes)
 			}, 10*time.Second)
 			if err != nil {
 				return err
@@ -159,5 +173,6 @@ Exit codes: 0 stopped by a signal; 1 the listener failed; 2 bad flags or config.
 	f.DurationVar(&cfg.PrefillTimeout, "prefill-timeout", proxy.DefaultPrefillTimeout, "longest prefill leg")
 	f.DurationVar(&cfg.DecodeTimeout, "decode-timeout", proxy.DefaultDecodeTimeout, "longest wait for a streaming leg's response headers")
 	f.DurationVar(&cfg.StreamIdleTimeout, "stream-idle-timeout", proxy.DefaultStreamIdleTimeout, "longest silence inside a stream")
+	cfg.Limits.AddFlags(f)
 	return c
 }

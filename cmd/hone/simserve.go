@@ -104,6 +104,16 @@ Model ms:
 Trace file (--trace-file):
 ` + emulator.TraceHelp + `
 
+Limits on clients: a request body over --max-body-bytes gets 413, one not
+received within --body-timeout of its headers 408 with the connection
+closed; bodies being read and parsed total at most --max-body-memory, further
+requests wait for room until their --body-timeout, then get 503; keep-alive
+connections idle for --idle-timeout are closed; at most --max-connections
+clients are served at once (and as many KV side-channel peers), the rest
+wait to be accepted. A side-channel pull request line is at most 1 MiB (more
+only if a max-model-len sequence's block ids need it) and must arrive within
+10 s; a longer one is answered with an error line and the connection closed.
+
 Exit codes: 0 stopped by SIGINT/SIGTERM; 1 crashed (crash-after fault) or
 failed; 2 bad flags.`,
 		Example: `  # colocated, the brief's exercise model, 10x faster than model time
@@ -137,6 +147,9 @@ failed; 2 bad flags.`,
 					return badInput("VLLM_NIXL_SIDE_CHANNEL_PORT: %q is not a port", p)
 				}
 				cfg.KVPort = n
+			}
+			if err := cfg.Guard.Fill(); err != nil {
+				return badInput("%v", err)
 			}
 			if _, err := emulator.LookupProfile(cfg.Profile); err != nil {
 				return badInput("--profile: %v", err)
@@ -218,5 +231,6 @@ failed; 2 bad flags.`,
 	f.StringArrayVar(&faults, "fault", nil, "inject a fault (repeatable); see above")
 	f.StringVar(&traceFile, "trace-file", "", "append one JSON line per request (ground truth) to this file")
 	f.StringVar(&logLevel, "log-level", "info", "debug | info | warn | error")
+	cfg.Guard.AddFlags(f)
 	return c
 }

@@ -28,10 +28,12 @@ func LoadConfig(path string) (Config, error) {
 }
 
 // FetchTimelines reads one page of GET /hone/timeline from a running proxy:
-// the timelines finished after cursor since, and the cursor for next time.
-// Loop until a page comes back empty to read everything.
+// at most MaxTimelinePage timelines finished after cursor since, and the
+// cursor for next time. Loop until a page comes back empty to read
+// everything (diagnose.FetchTimelines does).
 func FetchTimelines(ctx context.Context, proxyURL string, since uint64) (*TimelinePage, error) {
-	u := strings.TrimRight(proxyURL, "/") + "/hone/timeline?since=" + strconv.FormatUint(since, 10)
+	u := strings.TrimRight(proxyURL, "/") + "/hone/timeline?since=" + strconv.FormatUint(since, 10) +
+		"&limit=" + strconv.Itoa(MaxTimelinePage)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err

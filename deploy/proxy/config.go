@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/url"
 	"time"
+
+	"github.com/hone-llm/hone/deploy/proxy/guard"
 )
 
 // Modes of a deployment.
@@ -59,6 +61,9 @@ type Config struct {
 	HealthInterval    time.Duration `json:"health_interval_ns,omitempty"`
 	// TimelineCapacity is how many finished requests' timelines are kept.
 	TimelineCapacity int `json:"timeline_capacity,omitempty"`
+	// Limits on clients: body size and memory, header/body/idle timeouts,
+	// connections (package guard; zero fields take its defaults).
+	guard.Limits
 }
 
 // Defaults for zero Config fields.
@@ -99,6 +104,9 @@ func (c *Config) fill() error {
 	}
 	if c.TimelineCapacity <= 0 {
 		c.TimelineCapacity = DefaultTimelineCapacity
+	}
+	if err := c.Limits.Fill(); err != nil {
+		return err
 	}
 	if c.Mode == ModeDisaggregated && c.Connector == "" {
 		c.Connector = NixlConnector

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hone-llm/hone/deploy/proxy/guard"
 )
 
 // Proxy routes requests to a deployment's workers.
@@ -30,6 +32,9 @@ type Proxy struct {
 	tl      *timelines
 	m       *metrics
 	mux     *http.ServeMux
+	guard   *guard.Guard
+	handler http.Handler  // mux under guard's body limits
+	pages   chan struct{} // GET /hone/timeline pages being encoded
 	idBase  string
 	idSeq   atomic.Uint64
 	healthy atomic.Bool // the health loop runs
@@ -51,14 +56,22 @@ func New(cfg Config, log *slog.Logger) (*Proxy, error) {
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        4096,
 		MaxIdleConnsPerHost: 1024,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
+		// Below the emulator's keep-alive idle timeout (guard's 60 s), so
+		// the proxy drops an idle worker connection before the worker does.
+		IdleConnTimeout:    50 * time.Second,
+		DisableCompression: true,
 		// A coding prompt's body, and the first streamed chunk that echoes
 		// its ids, are tens of KiB: one syscall each, not one per 4 KiB.
 		ReadBufferSize:  64 << 10,
 		WriteBufferSize: 64 << 10,
 	}
+	g, err := guard.New(cfg.Limits)
+	if err != nil {
+		return nil, fmt.Errorf("proxy config: %w", err)
+	}
 	p := &Proxy{
+		guard:  g,
+		pages:  make(chan struct{}, 4),
 		cfg:    cfg,
 		log:    log,
 		client: &http.Client{Transport: tr},
@@ -91,11 +104,13 @@ func New(cfg Config, log *slog.Logger) (*Proxy, error) {
 	p.mux.HandleFunc("GET /hone/workers", p.serveWorkers)
 	p.mux.HandleFunc("POST /reset_prefix_cache", p.serveResetPrefixCache)
 	p.mux.HandleFunc("/", p.serveForward)
+	p.handler = g.Handler(p.mux)
 	return p, nil
 }
 
-// Handler serves the proxy's routes.
-func (p *Proxy) Handler() http.Handler { return p.mux }
+// Handler serves the proxy's routes, every request body under the size
+// limit and the body deadline.
+func (p *Proxy) Handler() http.Handler { return p.handler }
 
 // Config is the proxy's configuration with defaults filled in.
 func (p *Proxy) Config() Config { return p.cfg }
@@ -107,13 +122,16 @@ func (p *Proxy) Run(ctx context.Context) {
 }
 
 // ListenAndServe serves on cfg.Listen and checks health until ctx ends, then
-// shuts down, letting in-flight requests finish for up to grace.
+// shuts down, letting in-flight requests finish for up to grace. The
+// server has cfg's limits: header, body and idle timeouts, header and body
+// sizes, and at most MaxConnections clients at once.
 func (p *Proxy) ListenAndServe(ctx context.Context, ready func(addr string), grace time.Duration) error {
-	ln, err := net.Listen("tcp", p.cfg.Listen)
+	l, err := net.Listen("tcp", p.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("proxy listen: %w", err)
 	}
-	srv := &http.Server{Handler: p.mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := p.guard.Server(p.handler)
+	ln := p.guard.Listener(l, srv)
 	hctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go p.Run(hctx)
@@ -164,21 +182,6 @@ type request struct {
 	header  http.Header // headers to forward upstream
 }
 
-// maxBody bounds a request body: a 128k-token prompt is under 1 MiB.
-const maxBody = 256 << 20
-
-// readBody reads the request body into one buffer sized by Content-Length.
-func readBody(r *http.Request) ([]byte, error) {
-	if n := r.ContentLength; n > 0 && n <= maxBody {
-		b := make([]byte, n)
-		if _, err := io.ReadFull(r.Body, b); err != nil {
-			return nil, err
-		}
-		return b, nil
-	}
-	return io.ReadAll(io.LimitReader(r.Body, maxBody))
-}
-
 func (p *Proxy) newRequestID() string {
 	return "hone-" + p.idBase + "-" + strconv.FormatUint(p.idSeq.Add(1), 10)
 }
@@ -201,12 +204,16 @@ func (p *Proxy) serveGenerate(w http.ResponseWriter, r *http.Request) {
 			rq.header.Set(h, v)
 		}
 	}
-	body, err := readBody(r)
-	if err != nil {
-		p.clientError(w, &rq.tl, http.StatusBadRequest, OutcomeFailed, "read request body: "+err.Error())
+	// The body, and the copies of it the legs send, are held to the end:
+	// they count against the body memory budget until then.
+	body, release, lerr := p.guard.ReadBody(w, r)
+	defer release()
+	if lerr != nil {
+		p.clientError(w, &rq.tl, lerr.Status, OutcomeFailed, lerr.Message)
 		return
 	}
 	rq.body = body
+	var err error
 	if rq.fields, err = splitObject(body); err != nil {
 		p.clientError(w, &rq.tl, http.StatusBadRequest, OutcomeFailed, err.Error())
 		return

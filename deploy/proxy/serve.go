@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/expfmt"
+
+	"github.com/hone-llm/hone/deploy/proxy/guard"
 )
 
 // serveHealth is 200 while every role has a worker in rotation.
@@ -177,10 +180,17 @@ type TimelinePage struct {
 	Counts  map[string]uint64 `json:"counts"`
 }
 
+// MaxTimelinePage is the most timelines one GET /hone/timeline answers,
+// and the default page size: about 10 MB of JSON. A larger ?limit= is
+// refused (400) rather than clamped, so that no client mistakes a short
+// page for everything; clients page with ?since=next until a page comes
+// back empty (diagnose.FetchTimelines).
+const MaxTimelinePage = 10_000
+
 // serveTimeline answers GET /hone/timeline?since=SEQ&limit=N.
 func (p *Proxy) serveTimeline(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	since, limit := uint64(0), 10000
+	since, limit := uint64(0), MaxTimelinePage
 	if v := q.Get("since"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
@@ -195,7 +205,18 @@ func (p *Proxy) serveTimeline(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "limit: want a positive integer, got "+strconv.Quote(v), http.StatusBadRequest)
 			return
 		}
+		if n > MaxTimelinePage {
+			http.Error(w, fmt.Sprintf("limit: at most %d timelines a page, got %d; page with ?since= the answer's next", MaxTimelinePage, n), http.StatusBadRequest)
+			return
+		}
 		limit = n
+	}
+	// A full page is encoded in memory (some 10 MB): a few at a time.
+	select {
+	case p.pages <- struct{}{}:
+		defer func() { <-p.pages }()
+	case <-r.Context().Done():
+		return
 	}
 	tls, next, dropped := p.tl.since(since, limit)
 	if tls == nil {
@@ -266,8 +287,13 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request) {
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
-		b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": "worker " + b.Name + ": " + err.Error(), "type": "hone_proxy_error", "code": http.StatusBadGateway}})
-		writeRaw(w, http.StatusBadGateway, b)
+		if e := guard.BodyError(r); e != nil {
+			// The client's body broke a limit while it streamed upstream.
+			w.Header().Set("Connection", "close")
+			writeError(w, e.Status, e.Message, nil)
+			return
+		}
+		writeError(w, http.StatusBadGateway, "worker "+b.Name+": "+err.Error(), nil)
 		return
 	}
 	defer resp.Body.Close()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/hone-llm/hone/deploy/proxy/guard"
 	"github.com/hone-llm/hone/internal/finesleep"
 )
 
@@ -82,10 +83,17 @@ type Config struct {
 	OnCrash func()
 	// Version is reported by GET /version.
 	Version string
+	// Guard limits clients: body size and memory, header/body/idle
+	// timeouts, connections on the HTTP port and on the KV side channel
+	// (package guard; zero fields take its defaults).
+	Guard guard.Limits
 
 	faults          faultState
 	kvAdvertiseHost string
 	kvPort          int
+	// pullLineMax bounds a pull request line on the side channel
+	// (pullLineLimit).
+	pullLineMax int
 }
 
 // Server is a running emulated engine.
@@ -103,6 +111,7 @@ type Server struct {
 	crash  sync.Once
 	seq    atomic.Int64
 	lim    Limits
+	guard  *guard.Guard
 
 	jsonMu   sync.RWMutex
 	jsonText map[int][]byte
@@ -189,6 +198,9 @@ func (c *Config) resolve() (*Profile, error) {
 	if c.Version == "" {
 		c.Version = "hone-emulator"
 	}
+	if err := c.Guard.Fill(); err != nil {
+		return nil, err
+	}
 	c.faults = c.Faults.state()
 	return p, nil
 }
@@ -208,21 +220,27 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("KV cache of %d blocks × %d tokens cannot hold one sequence of max-model-len %d",
 			blocks, cfg.BlockSize, cfg.MaxModelLen)
 	}
+	g, err := guard.New(cfg.Guard)
+	if err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
 	if err != nil {
 		return nil, fmt.Errorf("listen on --host %s --port %d: %w", cfg.Host, cfg.Port, err)
 	}
-	s := &Server{cfg: cfg, prof: prof, tok: NewTokenizer(), ln: ln, done: make(chan struct{}), jsonText: map[int][]byte{},
-		lim: Limits{Model: cfg.Model, MaxModelLen: cfg.MaxModelLen, Vocab: prof.Model.Vocab}}
+	s := &Server{cfg: cfg, prof: prof, tok: NewTokenizer(), done: make(chan struct{}), jsonText: map[int][]byte{},
+		lim: Limits{Model: cfg.Model, MaxModelLen: cfg.MaxModelLen, Vocab: prof.Model.Vocab}, guard: g}
 	if cfg.Role == RolePrefill {
-		s.kvLn, err = net.Listen("tcp", net.JoinHostPort(cfg.KVHost, strconv.Itoa(cfg.KVPort)))
+		kvLn, err := net.Listen("tcp", net.JoinHostPort(cfg.KVHost, strconv.Itoa(cfg.KVPort)))
 		if err != nil {
 			ln.Close()
 			return nil, fmt.Errorf("listen on KV side channel %s:%d: %w", cfg.KVHost, cfg.KVPort, err)
 		}
-		s.cfg.kvPort = s.kvLn.Addr().(*net.TCPAddr).Port
+		s.kvLn = guard.Limit(kvLn, cfg.Guard.MaxConnections)
+		s.cfg.kvPort = kvLn.Addr().(*net.TCPAddr).Port
 	}
 	s.cfg.kvAdvertiseHost = s.cfg.KVAdvertiseHost
+	s.cfg.pullLineMax = pullLineLimit(cfg.MaxModelLen, cfg.BlockSize, blocks)
 	ctx, cancel := context.WithCancel(ctx)
 	s.cancel = cancel
 	e := &engine{cfg: &s.cfg, prof: prof, scale: cfg.TimeScale, log: cfg.Logger,
@@ -238,13 +256,14 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	e.fineArm, e.fineFired = make(chan time.Time, 1), make(chan time.Time, 1)
 	context.AfterFunc(ctx, e.ftimer.Wake)
 	s.eng = e
-	s.hs = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second,
-		BaseContext: func(net.Listener) context.Context { return ctx }}
+	s.hs = g.Server(s.Handler())
+	s.hs.BaseContext = func(net.Listener) context.Context { return ctx }
+	s.ln = g.Listener(ln, s.hs)
 	var wg sync.WaitGroup
 	wg.Add(3)
 	go func() { defer wg.Done(); e.run(ctx) }()
 	go func() { defer wg.Done(); e.fineLoop(ctx) }()
-	go func() { defer wg.Done(); _ = s.hs.Serve(ln) }()
+	go func() { defer wg.Done(); _ = s.hs.Serve(s.ln) }()
 	if s.kvLn != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); e.serveSideChannel(ctx, s.kvLn) }()
@@ -261,7 +280,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}()
 	go func() { wg.Wait(); close(s.done) }()
 	cfg.Logger.Info("emulator serving", "addr", ln.Addr().String(), "role", cfg.Role, "profile", prof.Name,
-		"kv_blocks", blocks, "block_size", cfg.BlockSize, "time_scale", cfg.TimeScale, "kv_side_channel", s.KVAddr())
+		"kv_blocks", blocks, "block_size", cfg.BlockSize, "time_scale", cfg.TimeScale, "kv_side_channel", s.KVAddr(),
+		"max_connections", cfg.Guard.MaxConnections, "max_body_bytes", cfg.Guard.MaxBodyBytes)
 	return s, nil
 }
 
@@ -317,7 +337,8 @@ func (s *Server) crashNow() {
 	})
 }
 
-// Handler serves vLLM's API subset.
+// Handler serves vLLM's API subset, every request body under the size
+// limit and the body deadline (Config.Guard).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", s.completions)
@@ -344,7 +365,7 @@ func (s *Server) Handler() http.Handler {
 		w.WriteHeader(http.StatusOK)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.eng.metrics.reg, promhttp.HandlerOpts{}))
-	return mux
+	return s.guard.Handler(mux)
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -359,20 +380,32 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 	}}})
 }
 
-const maxBody = 32 << 20
-
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *APIError) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+// readBody reads the request body under Config.Guard's limits. The body
+// counts against the body memory budget until release is called, once it
+// has been parsed. Over a limit, the error names it: 413 too large, 408
+// too slow, 503 the budget full.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), aerr *APIError) {
+	b, release, err := s.guard.ReadBody(w, r)
 	if err != nil {
-		return nil, badRequest("read request body: %v", err)
+		typ := "BadRequestError"
+		switch err.Status {
+		case http.StatusRequestEntityTooLarge:
+			typ = "RequestTooLargeError"
+		case http.StatusRequestTimeout:
+			typ = "RequestTimeoutError"
+		case http.StatusServiceUnavailable:
+			typ = "ServiceUnavailableError"
+		}
+		return nil, release, &APIError{Object: "error", Message: err.Message, Type: typ, Code: err.Status}
 	}
-	return b, nil
+	return b, release, nil
 }
 
 func (s *Server) checkModel(m *string) *APIError { return s.lim.checkModel(m) }
 
 func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
-	body, aerr := readBody(w, r)
+	body, release, aerr := s.readBody(w, r)
+	defer release()
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -404,7 +437,8 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) detokenize(w http.ResponseWriter, r *http.Request) {
-	body, aerr := readBody(w, r)
+	body, release, aerr := s.readBody(w, r)
+	defer release()
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -492,12 +526,17 @@ func (s *Server) generate(w http.ResponseWriter, hr *http.Request, parse func([]
 	// Arrival is the frontend's receipt of the request: the engine clock
 	// starts here, and reading and parsing the body overlap modelled time.
 	arrival := time.Now()
-	body, aerr := readBody(w, hr)
+	body, release, aerr := s.readBody(w, hr)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
 	}
 	req, kind, aerr := parse(body)
+	// The body is parsed: what the request keeps (its prompt's ids, at
+	// most max-model-len of them) is bounded by validation, not by the
+	// body's size.
+	body = nil
+	release()
 	if aerr != nil {
 		writeError(w, aerr)
 		return

@@ -210,16 +210,71 @@ func (e *engine) serveSideChannel(ctx context.Context, ln net.Listener) {
 	}
 }
 
+// Side-channel limits. A pull request line is bounded by pullLineLimit; a
+// decode worker reads the prefill worker's header and trailer lines (and
+// the prefill worker the ack) under maxReplyLine: each is well under 1 KiB,
+// and a decode worker dials whatever remote_host and remote_port the
+// client's kv_transfer_params name. The request line must arrive within
+// sideChannelReadTimeout of the connection (a decode worker sends it at
+// once), the ack within pullAckTimeout of the trailer.
+const (
+	maxReplyLine           = 64 << 10
+	sideChannelReadTimeout = 10 * time.Second
+	pullAckTimeout         = 30 * time.Second
+)
+
+// pullLineLimit is the longest pull request line a prefill worker reads:
+// 1 MiB, or more when the block ids of a max-model-len sequence could need
+// it (ceil(maxModelLen / blockSize) ids of up to digits(numBlocks) digits
+// and a comma each, plus 64 KiB for the request id and the rest). For the
+// default 32768-token model and 16-token blocks that is 2048 ids, under
+// 20 KiB.
+func pullLineLimit(maxModelLen, blockSize, numBlocks int) int {
+	ids := (maxModelLen + blockSize - 1) / blockSize
+	need := ids*(len(strconv.Itoa(numBlocks))+1) + 64<<10
+	return max(1<<20, need)
+}
+
+var errLineTooLong = errors.New("line too long")
+
+// readLine reads one '\n'-terminated line of at most max bytes (the newline
+// included) from br, never buffering more than max plus br's buffer.
+func readLine(br *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := br.ReadSlice('\n')
+		if len(line)+len(frag) > max {
+			return nil, errLineTooLong
+		}
+		switch {
+		case err == nil:
+			if line == nil {
+				return frag, nil
+			}
+			return append(line, frag...), nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			line = append(line, frag...)
+		default:
+			return nil, err
+		}
+	}
+}
+
 func (e *engine) servePull(ctx context.Context, c net.Conn) {
 	defer c.Close()
 	br := bufio.NewReader(c)
-	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
-	line, err := br.ReadBytes('\n')
+	_ = c.SetReadDeadline(time.Now().Add(sideChannelReadTimeout))
+	enc := json.NewEncoder(c)
+	line, err := readLine(br, e.cfg.pullLineMax)
 	if err != nil {
+		if errors.Is(err, errLineTooLong) {
+			_ = c.SetWriteDeadline(time.Now().Add(sideChannelReadTimeout))
+			_ = enc.Encode(pullHeader{Error: fmt.Sprintf("pull request line longer than %d bytes", e.cfg.pullLineMax)})
+			lingerClose(c)
+		}
 		return
 	}
 	var pr pullRequest
-	enc := json.NewEncoder(c)
 	if err := json.Unmarshal(line, &pr); err != nil {
 		_ = enc.Encode(pullHeader{Error: "bad pull request: " + err.Error()})
 		return
@@ -245,7 +300,11 @@ func (e *engine) servePull(ctx context.Context, c net.Conn) {
 	}
 	e.holdsMu.Unlock()
 	if !ok {
-		_ = enc.Encode(pullHeader{Error: fmt.Sprintf("no held KV for request %q with those blocks", pr.RequestID)})
+		id := pr.RequestID
+		if len(id) > 256 {
+			id = id[:256] + "..."
+		}
+		_ = enc.Encode(pullHeader{Error: fmt.Sprintf("no held KV for request %q with those blocks", id)})
 		return
 	}
 	bytes := int64(tokens) * int64(e.prof.Model.KVBytesPerToken())
@@ -277,13 +336,26 @@ func (e *engine) servePull(ctx context.Context, c net.Conn) {
 		e.trace.kvSend(e, pr.RequestID, sent, start, err)
 		return
 	}
-	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
-	if _, err := br.ReadBytes('\n'); err != nil {
+	_ = c.SetReadDeadline(time.Now().Add(pullAckTimeout))
+	if _, err := readLine(br, maxReplyLine); err != nil {
 		e.trace.kvSend(e, pr.RequestID, sent, start, fmt.Errorf("no ack: %w", err))
 		return
 	}
 	e.trace.kvSend(e, pr.RequestID, sent, start, nil)
 	e.post(msg{kind: msgRelease, id: pr.RequestID})
+}
+
+// lingerClose ends a connection whose peer is still sending: it stops
+// writing (FIN after the reply), then discards at most 64 KiB for at most a
+// second, so that the reply is read before the close resets the
+// connection, and closes it.
+func lingerClose(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	_, _ = io.CopyN(io.Discard, c, 64<<10)
+	c.Close()
 }
 
 // sleepCtx sleeps d unless ctx ends first, to within about 0.1 ms (a Go
@@ -336,7 +408,7 @@ func (e *engine) pullOnce(ctx context.Context, r *request, from int, fromMs, end
 	}
 	br := bufio.NewReaderSize(c, 256<<10)
 	var h pullHeader
-	line, err := br.ReadBytes('\n')
+	line, err := readLine(br, maxReplyLine)
 	if err != nil {
 		return 0, 0, fmt.Errorf("read pull header: %w", err)
 	}
@@ -362,7 +434,7 @@ func (e *engine) pullOnce(ctx context.Context, r *request, from int, fromMs, end
 	if err != nil {
 		return n, 0, fmt.Errorf("KV payload cut after %d of %d bytes: %w", n, h.Bytes, err)
 	}
-	line, err = br.ReadBytes('\n')
+	line, err = readLine(br, maxReplyLine)
 	if err != nil {
 		return n, 0, fmt.Errorf("read pull trailer: %w", err)
 	}

@@ -1,0 +1,219 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// echoLen answers a body's length, or the limit's refusal.
+func echoLen(g *Guard, hold <-chan struct{}) http.Handler {
+	return g.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, release, err := g.ReadBody(w, r)
+		defer release()
+		if err != nil {
+			Refuse(w, err)
+			return
+		}
+		if hold != nil {
+			<-hold
+		}
+		io.WriteString(w, strconv.Itoa(len(b)))
+	}))
+}
+
+// onlyReader hides a reader's length, so the request goes chunked.
+type onlyReader struct{ io.Reader }
+
+func send(t *testing.T, url string, n int, chunked bool) (int, string) {
+	t.Helper()
+	var body io.Reader = strings.NewReader(strings.Repeat("x", n))
+	if chunked {
+		body = onlyReader{body}
+	}
+	req, _ := http.NewRequest(http.MethodPost, url, body)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestReadBodyLimit(t *testing.T) {
+	const max = 200 << 10 // above the chunked path's first 64 KiB, so it grows
+	g, err := New(Limits{MaxBodyBytes: max})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(echoLen(g, nil))
+	defer srv.Close()
+	for _, chunked := range []bool{false, true} {
+		if code, body := send(t, srv.URL, max, chunked); code != 200 || body != strconv.Itoa(max) {
+			t.Errorf("chunked %v: a body of exactly the limit: %d %q", chunked, code, body)
+		}
+		code, body := send(t, srv.URL, max+1, chunked)
+		if code != http.StatusRequestEntityTooLarge || !strings.Contains(body, "limit of 204800 bytes (200 KiB") {
+			t.Errorf("chunked %v: one byte over: %d %q", chunked, code, body)
+		}
+		if code, _ := send(t, srv.URL, 0, chunked); code != 200 {
+			t.Errorf("chunked %v: empty body: %d", chunked, code)
+		}
+	}
+	if n := g.InUse(); n != 0 {
+		t.Errorf("body bytes still held after the requests: %d", n)
+	}
+}
+
+// TestBodyMemoryBudget: a body that would take the bytes in flight past
+// the budget waits, and gets 503 at its body deadline; room made, the next
+// is read.
+func TestBodyMemoryBudget(t *testing.T) {
+	g, err := New(Limits{MaxBodyBytes: 1000, BodyMemory: 1500, BodyTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := make(chan struct{})
+	srv := httptest.NewServer(echoLen(g, hold))
+	defer srv.Close()
+	first := make(chan int)
+	go func() { code, _ := send(t, srv.URL, 1000, false); first <- code }()
+	deadline := time.Now().Add(10 * time.Second)
+	for g.InUse() != 1000 {
+		if time.Now().After(deadline) {
+			t.Fatalf("first body never held: in use %d", g.InUse())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	code, body := send(t, srv.URL, 1000, false)
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "--max-body-memory") {
+		t.Errorf("over the budget: %d %q", code, body)
+	}
+	close(hold)
+	if code := <-first; code != 200 {
+		t.Errorf("first: %d", code)
+	}
+	if code, _ := send(t, srv.URL, 1000, false); code != 200 {
+		t.Errorf("after room was made: %d", code)
+	}
+	if n := g.InUse(); n != 0 {
+		t.Errorf("held after: %d", n)
+	}
+}
+
+func TestBudgetFIFO(t *testing.T) {
+	b := &budget{size: 10}
+	ctx := context.Background()
+	if err := b.acquire(ctx, 8); err != nil {
+		t.Fatal(err)
+	}
+	big, small := make(chan error), make(chan error)
+	go func() { big <- b.acquire(ctx, 5) }()
+	for {
+		b.mu.Lock()
+		n := b.waiters.Len()
+		b.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	go func() { small <- b.acquire(ctx, 1) }()
+	select {
+	case <-small:
+		t.Fatal("a small request overtook a waiting large one")
+	case <-time.After(50 * time.Millisecond):
+	}
+	b.release(8)
+	if err := <-big; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-small; err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if err := b.acquire(cctx, 5); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("acquire past its deadline: %v", err)
+	}
+	b.release(6)
+	if b.used != 0 || b.waiters.Len() != 0 {
+		t.Errorf("used %d, waiters %d", b.used, b.waiters.Len())
+	}
+}
+
+// TestListenerCap: the third connection is accepted only when one of the
+// first two closes.
+func TestListenerCap(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := Limit(inner, 2)
+	defer ln.Close()
+	accepted := make(chan net.Conn, 3)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	var clients []net.Conn
+	for range 3 {
+		c, err := net.Dial("tcp", inner.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		clients = append(clients, c)
+	}
+	a := <-accepted
+	<-accepted
+	select {
+	case <-accepted:
+		t.Fatal("a third connection was accepted past the cap of 2")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if ln.Open() != 2 {
+		t.Errorf("open %d, want 2", ln.Open())
+	}
+	a.Close()
+	a.Close() // twice frees one slot
+	select {
+	case c := <-accepted:
+		c.Close()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the third connection was not accepted after one closed")
+	}
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFill(t *testing.T) {
+	var l Limits
+	if err := l.Fill(); err != nil {
+		t.Fatal(err)
+	}
+	if l.MaxBodyBytes != DefaultMaxBodyBytes || l.MaxConnections < 64 || l.MaxConnections > MaxAutoConnections {
+		t.Errorf("defaults: %+v", l)
+	}
+	if n := nofile(); n > 0 && uint64(2*l.MaxConnections+fdReserve) > n && l.MaxConnections > 64 {
+		t.Errorf("max connections %d: two descriptors each would pass RLIMIT_NOFILE %d", l.MaxConnections, n)
+	}
+	bad := Limits{MaxBodyBytes: 10, BodyMemory: 5}
+	if err := bad.Fill(); err == nil {
+		t.Error("a budget below one body passed")
+	}
+}
