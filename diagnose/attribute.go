@@ -15,8 +15,8 @@ const (
 	Client   = "client"       // dispatch lag, client↔proxy↔engine hops and the proxy's hand-off, first-byte delivery: nothing an engine does
 	Queueing = "queueing"     // waiting in an engine's queue (prefill or colocated; decode side in DecodeQ), failed prefill legs
 	Prefill  = "prefill"      // computing the prompt (incl. the first token on a colocated engine)
-	Transfer = "transfer"     // the decode worker waiting for KV blocks
-	DecodeQ  = "decode_queue" // the decode worker's queue and its first step (one mean ITL)
+	Transfer = "transfer"     // the decode worker waiting for KV blocks (with vLLM's metrics: its queue_time_ms, any queue after the KV inside)
+	DecodeQ  = "decode_queue" // the decode worker's queue after the KV and its first step (with vLLM's metrics: the step, its time_to_first_token_ms)
 	Decode   = "decode"       // first → last token (not part of TTFT)
 )
 
@@ -38,6 +38,13 @@ type Attribution struct {
 	Fallback bool              `json:"fallback,omitempty"`
 	// Timeline says the request was joined to its proxy timeline.
 	Timeline bool `json:"timeline,omitempty"`
+	// EngineMetrics says the engine that streamed the answer reported
+	// vLLM's per-request metrics (queue_time_ms and time_to_first_token_ms)
+	// and the split used them; PrefillEngineMetrics the same of the prefill
+	// worker, through the proxy. Without them that engine's span is one
+	// client- or proxy-timed block.
+	EngineMetrics        bool `json:"engine_metrics,omitempty"`
+	PrefillEngineMetrics bool `json:"prefill_engine_metrics,omitempty"`
 	// Invalid holds the reason codes of the request's level (run, offered
 	// rate) when that level's verdict is invalid: such a request is shown
 	// but never decides the bottleneck. Empty: the level is valid.
@@ -57,12 +64,31 @@ type Evidence struct {
 	KV []KVConn
 }
 
-// engineMetrics are vLLM's per-request metrics keys (model ms).
+// engineMetrics are the keys attribution reads of vLLM's per-request
+// "metrics" object (vllm serve --enable-per-request-metrics; in a stream on
+// the final usage chunk). vLLM computes them from the engine core's
+// timestamps of the request (build_per_request_timing_metrics in
+// vllm/entrypoints/generate/base/serving.py), in ms (model ms on hone's
+// emulator, which follows the same definitions):
+//
+//	queue_time_ms           queued (the engine core took the request in) →
+//	                        first scheduled. A decode worker schedules a
+//	                        remote-prefill request only when its KV has
+//	                        arrived: there the KV wait is inside it.
+//	time_to_first_token_ms  first scheduled → first token. Not from
+//	                        arrival: the queue is not inside it, so the
+//	                        prefill is this figure itself, never it − queue.
+//	generation_time_ms      first → last token.
+//	mean_itl_ms             generation_time_ms / (output tokens − 1).
 type engineMetrics struct {
-	QueueTimeMs *float64 `json:"queue_time_ms"`
-	TTFTMs      *float64 `json:"time_to_first_token_ms"`
-	MeanITLMs   *float64 `json:"mean_itl_ms"`
+	QueueTimeMs      *float64 `json:"queue_time_ms"`
+	TTFTMs           *float64 `json:"time_to_first_token_ms"`
+	GenerationTimeMs *float64 `json:"generation_time_ms"`
+	MeanITLMs        *float64 `json:"mean_itl_ms"`
 }
+
+// split says the engine reported both halves of its receipt → first token.
+func (em engineMetrics) split() bool { return em.QueueTimeMs != nil && em.TTFTMs != nil }
 
 // Attribute splits every measured, successful request of rec.
 func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
@@ -116,21 +142,25 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 }
 
 // engineSpan is what the engine that streamed the answer says about its
-// arrival → first token: its queue (when it reports per-request metrics)
-// and the rest, or the whole span from when it was sent the request as the
-// client and proxy saw it.
+// receipt → first token. With per-request metrics: queue is vLLM's
+// queue_time_ms (receipt → first scheduled) and run its
+// time_to_first_token_ms (first scheduled → first token); the two follow
+// each other, so neither is subtracted from the other. Without: run is the
+// whole span from when the engine was sent the request, as the client or
+// proxy saw it, and queue is 0.
 type engineSpan struct {
-	queue, first float64
+	queue, run float64
+	metrics    bool
 }
 
 // spanOf reads the streaming engine's span: from its metrics when it
 // reports queue_time_ms and time_to_first_token_ms, else the client's view
 // from sentMono to the first token.
 func spanOf(em engineMetrics, sentMono, firstMono int64, toMs func(int64) float64) engineSpan {
-	if em.QueueTimeMs != nil && em.TTFTMs != nil {
-		return engineSpan{queue: *em.QueueTimeMs, first: *em.TTFTMs - *em.QueueTimeMs}
+	if em.split() {
+		return engineSpan{queue: *em.QueueTimeMs, run: *em.TTFTMs, metrics: true}
 	}
-	return engineSpan{first: toMs(firstMono - sentMono)}
+	return engineSpan{run: toMs(firstMono - sentMono)}
 }
 
 // attributeRequest splits one completed request's TTFT with its proxy
@@ -152,9 +182,9 @@ func attributeRequest(rq replay.RequestRecord, p *proxy.Timeline, scale float64)
 	switch {
 	case p == nil:
 		// No proxy: the engine's own metrics, the rest is client.
-		attributeColocated(&a, spanOf(em, rq.Sent.MonoNs, firstMono, toMs), em)
+		attributeColocated(&a, spanOf(em, rq.Sent.MonoNs, firstMono, toMs))
 	case len(p.Prefill) == 0 && p.Decode != nil:
-		attributeColocated(&a, spanOf(em, p.Decode.Sent.MonoNs, firstMono, toMs), em)
+		attributeColocated(&a, spanOf(em, p.Decode.Sent.MonoNs, firstMono, toMs))
 	case p.Decode != nil:
 		if attributeDisaggregated(&a, p, spanOf(em, p.Decode.Sent.MonoNs, firstMono, toMs), em, toMs) {
 			window = [2]int64{p.Decode.Sent.MonoNs, firstMono}
@@ -162,6 +192,7 @@ func attributeRequest(rq replay.RequestRecord, p *proxy.Timeline, scale float64)
 	default:
 		return a, window, false
 	}
+	a.EngineMetrics = em.split()
 	attributed := 0.0
 	for _, k := range []string{Queueing, Prefill, Transfer, DecodeQ} {
 		attributed += a.Parts[k]
@@ -171,11 +202,18 @@ func attributeRequest(rq replay.RequestRecord, p *proxy.Timeline, scale float64)
 	return a, window, true
 }
 
-// attributeColocated attributes a request one engine served whole: its queue and
-// its arrival → first token.
-func attributeColocated(a *Attribution, sp engineSpan, em engineMetrics) {
-	a.Parts[Queueing], a.Parts[Prefill] = sp.queue, sp.first
-	a.Sources[Queueing], a.Sources[Prefill] = sourceOf(em), sourceOf(em)
+// attributeColocated attributes a request one engine served whole: its
+// queue (receipt → first scheduled) and its prefill (first scheduled →
+// first token, vLLM's time_to_first_token_ms as it is).
+func attributeColocated(a *Attribution, sp engineSpan) {
+	a.Parts[Queueing], a.Parts[Prefill] = sp.queue, sp.run
+	if sp.metrics {
+		a.Sources[Queueing] = "engine per-request metrics (queue_time_ms: receipt → first scheduled)"
+		a.Sources[Prefill] = "engine per-request metrics (time_to_first_token_ms: first scheduled → first token)"
+		return
+	}
+	a.Sources[Queueing] = noMetrics
+	a.Sources[Prefill] = noMetrics
 }
 
 // attributeDisaggregated attributes a request through the P/D proxy: the prefill
@@ -195,7 +233,7 @@ func attributeDisaggregated(a *Attribution, p *proxy.Timeline, sp engineSpan, em
 		// Decode-side prefill: the time before the decode leg was spent
 		// waiting for a prefill; then the decode engine did the prefill.
 		a.Parts[Queueing] = toMs(p.Decode.Sent.MonoNs-p.Received.MonoNs) + sp.queue
-		a.Parts[Prefill] = sp.first
+		a.Parts[Prefill] = sp.run
 		a.Sources[Prefill] = "decode engine (fallback: decode-side prefill)"
 		return false
 	}
@@ -209,39 +247,57 @@ func attributeDisaggregated(a *Attribution, p *proxy.Timeline, sp engineSpan, em
 	if len(ok.EngineMetrics) > 0 {
 		_ = json.Unmarshal(ok.EngineMetrics, &pm)
 	}
-	if pm.QueueTimeMs != nil && pm.TTFTMs != nil {
+	if pm.split() {
+		// vLLM's TTFT runs from the first scheduling: it is the prefill.
 		a.Parts[Queueing] += *pm.QueueTimeMs
-		a.Parts[Prefill] = *pm.TTFTMs - *pm.QueueTimeMs
-		a.Sources[Prefill] = "prefill engine's per-request metrics (via the proxy)"
+		a.Parts[Prefill] = *pm.TTFTMs
+		a.Sources[Prefill] = "prefill engine's per-request metrics via the proxy (time_to_first_token_ms: first scheduled → first token)"
+		a.PrefillEngineMetrics = true
 	} else {
 		a.Parts[Prefill] = toMs(ok.Answered.MonoNs - ok.Sent.MonoNs)
 		a.Sources[Prefill] = "proxy prefill leg (engine queue + prefill + hops; no engine metrics)"
 	}
-	// The decode engine's arrival → first token is KV wait + its queue +
-	// one step. vLLM's queue_time covers the queue; one mean inter-token
-	// time stands for the step (never more than the span it is taken
-	// from); the rest is the KV transfer. Queue and step are the decode
-	// worker's own time: decode_queue holds both, so the engine's whole
-	// arrival → first token is attributed and the client residual keeps
-	// only what happened outside the engines.
+	if sp.metrics {
+		// vLLM's decode worker schedules a remote-prefill request only
+		// once its pulled KV is usable (the request waits in
+		// WAITING_FOR_REMOTE_KVS until then), so its queue_time_ms
+		// (receipt → first scheduled) is the KV wait plus any queue after
+		// the KV arrived, and its time_to_first_token_ms is its first
+		// step. vLLM does not report the queue after the KV apart: it
+		// stays in transfer.
+		a.Parts[Transfer] = sp.queue
+		a.Parts[DecodeQ] = sp.run
+		a.Sources[Transfer] = "decode engine's queue_time_ms (receipt → first scheduled: vLLM schedules it once the KV is there; any queue after the KV is inside)"
+		a.Sources[DecodeQ] = "decode engine's time_to_first_token_ms (first scheduled → first token: its first step)"
+		return true
+	}
+	// No engine metrics: the decode engine's sent → first token is KV
+	// wait + its queue + one step; one mean inter-token time stands for
+	// the step when known (never more than the span), the rest is
+	// transfer.
 	step := 0.0
 	if em.MeanITLMs != nil {
 		step = *em.MeanITLMs
 	}
-	step = math.Max(0, math.Min(step, sp.first))
-	a.Parts[DecodeQ] = sp.queue + step
-	a.Parts[Transfer] = sp.first - step
-	a.Sources[Transfer] = "decode engine (time_to_first_token − queue_time − one ITL)"
-	a.Sources[DecodeQ] = sourceOf(em) + " + one mean ITL for the first step"
+	step = math.Max(0, math.Min(step, sp.run))
+	a.Parts[DecodeQ] = step
+	a.Parts[Transfer] = sp.run - step
+	a.Sources[Transfer] = "proxy decode leg (sent → first token, less one step; no engine metrics)"
+	a.Sources[DecodeQ] = noMetrics
 	return true
 }
 
 // decodeMs is the first → last token span: the engine that streamed the
-// answer knows it (mean_itl_ms × (output tokens − 1), vLLM's per-request
-// metrics, model time) without the client's read lateness, which a busy
-// host adds to every chunk; without engine metrics the client's span.
+// answer knows it (vLLM's generation_time_ms, first → last token; or
+// mean_itl_ms × (output tokens − 1), the same figure, as vLLM divides
+// generation_time_ms by the request's output tokens − 1) without the
+// client's read lateness, which a busy host adds to every chunk; without
+// engine metrics the client's span.
 func decodeMs(rq replay.RequestRecord, em engineMetrics) (float64, string) {
-	if em.MeanITLMs != nil && rq.OutputTokens > 1 {
+	switch {
+	case em.GenerationTimeMs != nil:
+		return *em.GenerationTimeMs, "engine per-request metrics (generation_time_ms: first → last token)"
+	case em.MeanITLMs != nil && rq.OutputTokens > 1:
 		return *em.MeanITLMs * float64(rq.OutputTokens-1), "engine per-request metrics (mean_itl_ms × (output tokens − 1))"
 	}
 	return *rq.FinishMs - *rq.FirstMs, "client (first → last chunk)"
@@ -277,9 +333,6 @@ func invalidCodes(v replay.Verdict) []string {
 // unjudged marks a level whose record carries no verdict at all.
 const unjudged = "unjudged"
 
-func sourceOf(em engineMetrics) string {
-	if em.QueueTimeMs != nil && em.TTFTMs != nil {
-		return "engine per-request metrics (queue_time_ms, time_to_first_token_ms)"
-	}
-	return "client timing (no engine metrics: run vLLM with --enable-per-request-metrics)"
-}
+// noMetrics is the source of a part the engine's metrics would have split.
+const noMetrics = "client timing (no engine metrics: run vLLM with --enable-per-request-metrics; " +
+	"a stream carries them on its usage chunk, so the request needs stream_options.include_usage)"

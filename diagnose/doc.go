@@ -9,9 +9,12 @@
 //
 //   - the replay record: when each request was scheduled, sent, and when
 //     its first and last tokens arrived; the engine's per-request metrics
-//     object when vLLM runs with --enable-per-request-metrics (only vLLM's
-//     own keys are read: queue_time_ms, time_to_first_token_ms,
-//     mean_itl_ms);
+//     object when vLLM runs with --enable-per-request-metrics (it needs no
+//     request field; a stream carries it on its usage chunk). Only vLLM's
+//     own keys are read, with vLLM's definitions: queue_time_ms (queued →
+//     first scheduled), time_to_first_token_ms (first scheduled → first
+//     token: the prefill as it is, the queue is not inside it),
+//     generation_time_ms (first → last token), mean_itl_ms;
 //   - the proxy's per-request timeline (received, each prefill leg sent and
 //     answered, decode leg sent, first and last byte), joined by
 //     X-Request-Id;
@@ -22,8 +25,11 @@
 // a request's parts add up to the TTFT the record's percentiles and
 // verdicts read, and the client's lateness is part of it. The parts are
 // queueing (engine queues, failed prefill legs), prefill, transfer (the
-// decode worker waiting for KV), decode_queue (the decode worker's queue
-// and its first step, one mean ITL) and client: the residual, which
+// decode worker waiting for KV: its queue_time_ms, as vLLM schedules the
+// request only once the KV is there, so a queue after the KV is counted
+// here too), decode_queue (the decode worker's first step, its
+// time_to_first_token_ms; without engine metrics one mean ITL) and
+// client: the residual, which
 // therefore holds only what happened outside the engines — dispatch lag,
 // the hops through the proxy and its hand-off, first-byte delivery.
 //

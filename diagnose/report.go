@@ -42,7 +42,22 @@ type LevelBreakdown struct {
 	KernelJoined     int     `json:"kernel_joined,omitempty"`
 	KernelKVBytes    float64 `json:"kernel_kv_bytes_mean,omitempty"`
 	KernelTransferMs float64 `json:"kernel_transfer_ms_mean,omitempty"`
+	// Sources counts the level's requests (those its figures cover) by
+	// the evidence their split used: SourceEngineMetrics (the answering
+	// engine's per-request metrics), SourcePrefillEngineMetrics (the
+	// prefill worker's, through the proxy), SourceTimeline (the proxy's
+	// timeline), SourceKernel (the daemon's KV connections). A part with
+	// none of them is client timing.
+	Sources map[string]int `json:"sources"`
 }
+
+// Evidence kinds counted in LevelBreakdown.Sources.
+const (
+	SourceEngineMetrics        = "engine_metrics"
+	SourcePrefillEngineMetrics = "prefill_engine_metrics"
+	SourceTimeline             = "proxy_timeline"
+	SourceKernel               = "kernel"
+)
 
 // Diagnosis is the bottleneck verdict over the valid levels.
 type Diagnosis struct {
@@ -99,7 +114,7 @@ func Summarize(kind string, atts []Attribution, target slo.SLO, tpotP99 map[floa
 func (l *level) breakdown() LevelBreakdown {
 	as := l.valid
 	lb := LevelBreakdown{OfferedQPS: l.q, Valid: l.decides(), Mean: map[string]float64{}, AtP99: map[string]float64{},
-		Share: map[string]float64{}, Tail: map[string]float64{}}
+		Share: map[string]float64{}, Tail: map[string]float64{}, Sources: map[string]int{}}
 	if lb.Valid {
 		lb.Excluded = len(l.invalid)
 		for _, r := range l.runs {
@@ -126,6 +141,12 @@ func (l *level) breakdown() LevelBreakdown {
 	for _, a := range as {
 		for k, v := range a.Parts {
 			lb.Mean[k] += v / float64(len(as))
+		}
+		for k, used := range map[string]bool{SourceEngineMetrics: a.EngineMetrics, SourcePrefillEngineMetrics: a.PrefillEngineMetrics,
+			SourceTimeline: a.Timeline, SourceKernel: a.KernelKVBytes > 0} {
+			if used {
+				lb.Sources[k]++
+			}
 		}
 		if a.KernelKVBytes > 0 {
 			lb.KernelJoined++
@@ -263,6 +284,10 @@ func (d Diagnosis) WriteTable(w io.Writer, md bool) error {
 		line(fmt.Sprintf("tail-mean growth, lowest → highest valid level, ms (%g%% bootstrap interval): %s", 100*d.Confidence, strings.Join(g, "; ")))
 	}
 	for _, l := range d.Levels {
+		if l.Requests > 0 && l.Sources[SourceEngineMetrics] < l.Requests {
+			line(fmt.Sprintf("engine per-request metrics at %g req/s: %d of %d requests (the rest: the engine's span is client- or proxy-timed, "+
+				"its queue not split out; vLLM needs --enable-per-request-metrics)", l.OfferedQPS, l.Sources[SourceEngineMetrics], l.Requests))
+		}
 		if l.KernelJoined > 0 {
 			line(fmt.Sprintf("kernel (daemon) at %g req/s: %d requests joined to their KV pull, %.2f MB received and %.2f ms first→last byte on average",
 				l.OfferedQPS, l.KernelJoined, l.KernelKVBytes/1e6, l.KernelTransferMs))

@@ -30,8 +30,16 @@ func validVerdict() replay.Verdict { return replay.Verdict{Valid: true, Reasons:
 
 func stamp(ms float64) proxy.Stamp { return proxy.Stamp{MonoNs: 1_000_000_000 + int64((ms-101)*1e6)} }
 
+// The planted engine metrics follow vLLM's definitions
+// (build_per_request_timing_metrics): queue_time_ms is receipt → first
+// scheduled, time_to_first_token_ms first scheduled → first token (the
+// queue is not inside it), generation_time_ms first → last token,
+// mean_itl_ms generation_time_ms / (output tokens − 1).
+
 func TestAttributeWithoutProxy(t *testing.T) {
-	atts, err := Attribute(record(`{"queue_time_ms":10,"time_to_first_token_ms":40,"mean_itl_ms":0.8}`), Evidence{})
+	// The engine got the request at 104, scheduled it at 114, its first
+	// token at 144, its last at 244 (125 gaps of 0.8).
+	atts, err := Attribute(record(`{"queue_time_ms":10,"time_to_first_token_ms":30,"generation_time_ms":100,"mean_itl_ms":0.8}`), Evidence{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,15 +54,20 @@ func TestAttributeWithoutProxy(t *testing.T) {
 			t.Errorf("%s = %v, want %v", k, a.Parts[k], v)
 		}
 	}
-	if !strings.Contains(a.Sources[Decode], "mean_itl_ms") {
-		t.Errorf("decode source %q: want the engine's mean ITL × (tokens − 1) = 0.8 × 125", a.Sources[Decode])
+	if !strings.Contains(a.Sources[Decode], "generation_time_ms") || !a.EngineMetrics {
+		t.Errorf("decode source %q (engine metrics %t): want the engine's generation_time_ms", a.Sources[Decode], a.EngineMetrics)
+	}
+	// Without generation_time_ms: mean ITL × (tokens − 1) = 0.8 × 125, the same figure.
+	atts, _ = Attribute(record(`{"queue_time_ms":10,"time_to_first_token_ms":30,"mean_itl_ms":0.8}`), Evidence{})
+	if a := atts[0]; math.Abs(a.Parts[Decode]-100) > 1e-9 || !strings.Contains(a.Sources[Decode], "mean_itl_ms") {
+		t.Errorf("decode %v from %q: want 0.8 × 125 from mean_itl_ms", a.Parts[Decode], a.Sources[Decode])
 	}
 	if a.TTFTMs != 50 || a.E2EMs != 150 {
 		t.Errorf("TTFT %v E2E %v", a.TTFTMs, a.E2EMs)
 	}
 	// No engine metrics: the whole engine span is prefill, and the source says so.
 	atts, _ = Attribute(record(""), Evidence{})
-	if a := atts[0]; a.Parts[Prefill] != 49 || !strings.Contains(a.Sources[Prefill], "--enable-per-request-metrics") {
+	if a := atts[0]; a.Parts[Prefill] != 49 || a.EngineMetrics || !strings.Contains(a.Sources[Prefill], "--enable-per-request-metrics") {
 		t.Errorf("no metrics: prefill %v (%s)", a.Parts[Prefill], a.Sources[Prefill])
 	}
 }
@@ -65,40 +78,49 @@ func TestAttributeDisaggregatedWithRetryAndFallback(t *testing.T) {
 		Prefill: []proxy.Leg{
 			{Worker: "p0", Sent: stamp(103), Answered: ans(108), Status: 503, Error: "status 503"},
 			{Worker: "p1", Sent: stamp(109), Answered: ans(125), Status: 200,
-				EngineMetrics: json.RawMessage(`{"queue_time_ms":4,"time_to_first_token_ms":14}`)}},
+				EngineMetrics: json.RawMessage(`{"queue_time_ms":4,"time_to_first_token_ms":10}`)}},
 		Decode: &proxy.Leg{Worker: "d0", Sent: stamp(126), Answered: ans(127), Status: 200}}
-	atts, err := Attribute(record(`{"queue_time_ms":2,"time_to_first_token_ms":20,"mean_itl_ms":1}`), Evidence{Timelines: []proxy.Timeline{tl}})
+	// The decode worker waited 17 ms for the KV, then 2 in its queue, then
+	// took a 1 ms step: vLLM reports receipt → first scheduled (19) as
+	// queue_time_ms, the step as time_to_first_token_ms.
+	atts, err := Attribute(record(`{"queue_time_ms":19,"time_to_first_token_ms":1,"mean_itl_ms":1}`), Evidence{Timelines: []proxy.Timeline{tl}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := atts[0]
 	// Queueing: the failed leg (109−103 = 6) + the prefill engine's queue 4.
-	// Prefill 10. Transfer: decode TTFT 20 − queue 2 − one ITL 1 = 17.
-	// Decode queue: queue 2 + the first step (one ITL) 1. Client: the rest
-	// of TTFT 50.
-	want := map[string]float64{Queueing: 10, Prefill: 10, Transfer: 17, DecodeQ: 3, Client: 50 - 10 - 10 - 17 - 3}
+	// Prefill 10 (its time_to_first_token_ms as it is). Transfer: the
+	// decode engine's queue_time_ms 19 (the queue after the KV is inside
+	// it: vLLM does not report it apart). Decode queue: its first step 1.
+	// Client: the rest of TTFT 50.
+	want := map[string]float64{Queueing: 10, Prefill: 10, Transfer: 19, DecodeQ: 1, Client: 50 - 10 - 10 - 19 - 1}
 	for k, v := range want {
 		if math.Abs(a.Parts[k]-v) > 1e-6 {
 			t.Errorf("%s = %v, want %v", k, a.Parts[k], v)
 		}
 	}
-	if a.Retries != 1 {
-		t.Errorf("retries %d", a.Retries)
+	if a.Retries != 1 || !a.EngineMetrics || !a.PrefillEngineMetrics {
+		t.Errorf("retries %d, engine metrics %t, prefill engine metrics %t", a.Retries, a.EngineMetrics, a.PrefillEngineMetrics)
 	}
-	// A fallback: the decode engine prefilled; nothing is transfer.
+	// A fallback: the decode engine prefilled (queue 2, prefill 18);
+	// nothing is transfer. Queueing: receipt 102 → decode leg sent 126,
+	// waiting for a prefill, + the decode engine's queue 2.
 	tl.Outcome = proxy.OutcomeFallback
-	atts, _ = Attribute(record(`{"queue_time_ms":2,"time_to_first_token_ms":20,"mean_itl_ms":1}`), Evidence{Timelines: []proxy.Timeline{tl}})
-	if a := atts[0]; !a.Fallback || a.Parts[Transfer] != 0 || !strings.Contains(a.Sources[Prefill], "fallback") {
+	atts, _ = Attribute(record(`{"queue_time_ms":2,"time_to_first_token_ms":18,"mean_itl_ms":1}`), Evidence{Timelines: []proxy.Timeline{tl}})
+	if a := atts[0]; !a.Fallback || a.Parts[Transfer] != 0 || math.Abs(a.Parts[Prefill]-18) > 1e-6 ||
+		math.Abs(a.Parts[Queueing]-26) > 1e-6 || !strings.Contains(a.Sources[Prefill], "fallback") {
 		t.Errorf("fallback: %+v", a)
 	}
 }
 
 // TestAttributeAgainstPlantedTruth builds a request whose every interval
 // is known, on a time scale of 2 (stamps in real nanoseconds, figures in
-// model ms), and holds each part to its planted value. The client part
-// must be exactly the planted dispatch lag plus the planted hops: an
-// engine's time left in it (the decode worker's first step, say) or
-// counted twice fails here.
+// model ms), and holds each part to its planted value. The engines'
+// metrics are what vLLM would send for those intervals (see above). The
+// client part must be exactly the planted dispatch lag plus the planted
+// hops: an engine's time left in it (the decode worker's first step, say)
+// or counted twice (a queue subtracted from a TTFT that never held it)
+// fails here.
 func TestAttributeAgainstPlantedTruth(t *testing.T) {
 	const scale = 2.0
 	mono := func(ms float64) proxy.Stamp { return proxy.Stamp{MonoNs: 1_000_000_000 + int64(ms*scale*1e6)} }
@@ -123,21 +145,26 @@ func TestAttributeAgainstPlantedTruth(t *testing.T) {
 		// 123 (2); the decode engine gets it at 124 (hop 1), waits 17 for
 		// KV, queues 2, takes one 1.5 ms step: first token at 144.5, at
 		// the client at 146.5 (delivery 2). Client: 3 + 1+1+1+1+2+1 + 2.
+		// vLLM's decode worker schedules the request once the KV is there:
+		// queue_time_ms 19 (KV 17 + queue 2), time_to_first_token_ms the
+		// 1.5 ms step. It does not report the 2 ms apart, so attribution
+		// counts them in transfer; the client part stays exact.
 		name: "disaggregated",
-		rec:  rec(103, 146.5, `{"queue_time_ms":2,"time_to_first_token_ms":20.5,"mean_itl_ms":1.5}`),
+		rec: rec(103, 146.5, `{"queue_time_ms":19,"time_to_first_token_ms":1.5,"generation_time_ms":94.5,`+
+			`"mean_itl_ms":1.5,"tokens_per_second":668.42}`),
 		tl: proxy.Timeline{RequestID: "r8", Received: mono(104), Outcome: proxy.OutcomeSuccess,
 			Prefill: []proxy.Leg{{Worker: "p0", Sent: mono(105), Answered: at(121), Status: 200,
-				EngineMetrics: json.RawMessage(`{"queue_time_ms":4,"time_to_first_token_ms":14}`)}},
+				EngineMetrics: json.RawMessage(`{"queue_time_ms":4,"time_to_first_token_ms":10,"generation_time_ms":0,"tokens_per_second":100}`)}},
 			Decode: &proxy.Leg{Worker: "d0", Sent: mono(123), Answered: at(145.5), Status: 200}},
 		// Decode: the engine's 63 steps of 1.5 ms, not the client's
 		// first → last chunk (100: it read the chunks late).
-		want: map[string]float64{Client: 12, Queueing: 4, Prefill: 10, Transfer: 17, DecodeQ: 3.5, Decode: 94.5},
+		want: map[string]float64{Client: 12, Queueing: 4, Prefill: 10, Transfer: 17 + 2, DecodeQ: 1.5, Decode: 94.5},
 	}, {
 		// Scheduled 100, sent 102 (lag 2), proxy 103 (hop 1), engine leg
 		// sent 104 (proxy 1), engine arrival 105 (hop 1), queue 5, prefill
 		// 20: first token 130, at the client 132 (delivery 2).
 		name: "colocated",
-		rec:  rec(102, 132, `{"queue_time_ms":5,"time_to_first_token_ms":25,"mean_itl_ms":1}`),
+		rec:  rec(102, 132, `{"queue_time_ms":5,"time_to_first_token_ms":20,"generation_time_ms":63,"mean_itl_ms":1,"tokens_per_second":771.08}`),
 		tl: proxy.Timeline{RequestID: "r8", Received: mono(103), Outcome: proxy.OutcomeSuccess,
 			Decode: &proxy.Leg{Worker: "c0", Sent: mono(104), Answered: at(131), Status: 200}},
 		want: map[string]float64{Client: 7, Queueing: 5, Prefill: 20, Transfer: 0, DecodeQ: 0, Decode: 63},
@@ -160,10 +187,41 @@ func TestAttributeAgainstPlantedTruth(t *testing.T) {
 	}
 }
 
+// TestAttributeVLLMsOwnExample plants vLLM's unit-test timestamps
+// (tests for build_per_request_timing_metrics: queued 1.0 s, scheduled
+// 1.5 s, first token 2.0 s, last 3.0 s, 10 tokens → time_to_first_token_ms
+// 500, queue_time_ms 500, generation_time_ms 1000, mean_itl_ms 1000/9,
+// tokens_per_second 10/1.5) behind a client that sent at 101 ms (scheduled
+// 100), reached the engine at 103 and read the first token at 1104: the
+// queue is 500, the prefill 500, the client 4. Reading vLLM's TTFT as from
+// arrival (TTFT − queue) would give a prefill of 0 and a client part of
+// 504.
+func TestAttributeVLLMsOwnExample(t *testing.T) {
+	rq := replay.RequestRecord{ID: 8, RequestID: "r8", Outcome: "ok", ScheduledMs: 100, SentMs: 101, DispatchLagMs: 1,
+		Sent: replay.Stamp{MonoNs: 1_000_000_000}, FirstMs: f(1104), FinishMs: f(2104), TTFTMs: f(1004), OutputTokens: 10,
+		EngineMetrics: json.RawMessage(`{"time_to_first_token_ms":500.0,"generation_time_ms":1000.0,"queue_time_ms":500.0,` +
+			`"mean_itl_ms":111.11111111111111,"tokens_per_second":6.666666666666667}`)}
+	rec := &replay.Record{Kind: "device", TimeScale: 1, Runs: []replay.RunRecord{{Levels: []replay.LevelRecord{{
+		Level: slo.Level{OfferedQPS: 1}, Verdict: validVerdict(), Requests: []replay.RequestRecord{rq}}}}}}
+	atts, err := Attribute(rec, Evidence{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]float64{Queueing: 500, Prefill: 500, Client: 4, Decode: 1000} {
+		if math.Abs(atts[0].Parts[k]-v) > 1e-9 {
+			t.Errorf("%s = %v, want %v", k, atts[0].Parts[k], v)
+		}
+	}
+	d := Summarize(rec.Kind, atts, slo.Default, nil)
+	if src := d.Levels[0].Sources; src[SourceEngineMetrics] != 1 || src[SourceTimeline] != 0 {
+		t.Errorf("sources %v: want the request counted under engine metrics only", src)
+	}
+}
+
 // The TTFT attributed is the record's, from the scheduled send: never the
 // one from the actual send.
 func TestAttributeReadsTTFTFromTheScheduledSend(t *testing.T) {
-	r := record(`{"queue_time_ms":10,"time_to_first_token_ms":40}`)
+	r := record(`{"queue_time_ms":10,"time_to_first_token_ms":30}`)
 	rq := &r.Runs[0].Levels[0].Requests[1]
 	rq.TTFTMs, rq.TTFTFromSentMs = f(50), f(49)
 	atts, err := Attribute(r, Evidence{})

@@ -48,7 +48,9 @@ type completionBody struct {
 }
 
 // encodeCompletion renders the body of one request: the prompt as token
-// ids, greedy, exactly outputTokens tokens, streamed with a usage chunk.
+// ids, greedy, exactly outputTokens tokens, streamed with a usage chunk
+// (vLLM's per-request metrics ride on it and on nothing else; they need no
+// other request field: see enginemetrics.go).
 func encodeCompletion(model string, prompt []int, outputTokens int) ([]byte, error) {
 	return json.Marshal(completionBody{
 		CompletionRequest: openai.CompletionRequest{

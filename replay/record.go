@@ -210,6 +210,11 @@ type LevelRecord struct {
 	DispatchLagP99Ms float64 `json:"dispatch_lag_p99_ms"`
 	DispatchLagMaxMs float64 `json:"dispatch_lag_max_ms"`
 
+	// EngineMetricsKeys records the level's attribution sources: per key
+	// of the engine's per-request "metrics" object, the measured requests
+	// (of measured_ok) whose answer carried it (see engineMetricsKeys).
+	EngineMetricsKeys map[string]int `json:"engine_metrics_keys,omitempty"`
+
 	// PromptsSHA256 hashes every request's prompt hash in id order: equal
 	// values mean identical inputs.
 	PromptsSHA256 string          `json:"prompts_sha256"`

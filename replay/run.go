@@ -552,6 +552,7 @@ func (lr *LevelRecord) summarize(reqs []Request, target slo.SLO, gpus int) {
 		lr.HitRateCachedTokens = &h
 	}
 	lr.WarmupHitRate = warmupHitRate(lr)
+	lr.EngineMetricsKeys = engineMetricsKeys(lr.Requests)
 	rate := lr.HitRateMetricsMeasure
 	if rate == nil {
 		rate = lr.HitRateCachedTokens

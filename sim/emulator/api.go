@@ -280,30 +280,75 @@ type PromptTokensDetails struct {
 }
 
 // RequestMetrics is the per-request "metrics" object
-// (--enable-per-request-metrics), in model milliseconds. The first five
-// keys are vLLM's; the rest are the emulator's ground truth.
+// (--enable-per-request-metrics), in model milliseconds.
+//
+// The first five keys are vLLM's, with vLLM's definitions: vLLM builds them
+// (build_per_request_timing_metrics in vllm/entrypoints/generate/base/
+// serving.py) from the engine core's timestamps of the request
+// (RequestStateStats: queued_ts when the engine core took it in,
+// scheduled_ts its first scheduling — "ignore preemptions" —, first_token_ts,
+// last_token_ts):
+//
+//	time_to_first_token_ms  first scheduled → first token. Not from arrival:
+//	                        vLLM's TTFT here leaves the queue out, so
+//	                        TTFT − queue_time_ms would count the queue twice.
+//	generation_time_ms      first token → last token (queue and TTFT excluded)
+//	queue_time_ms           queued → first scheduled. A decode worker schedules
+//	                        a remote-prefill request only once its KV has
+//	                        arrived, so there it holds the KV wait too.
+//	mean_itl_ms             generation_time_ms / (output tokens − 1); absent
+//	                        for one output token (vLLM: null)
+//	tokens_per_second       output tokens / (first scheduled → last token);
+//	                        absent when that interval is 0 (vLLM: null)
+//
+// The emulator's queued instant is the request's arrival (it models no
+// frontend work before the engine core). As vLLM, the object comes only
+// with the flag: on a non-streaming answer, and in a stream on the final
+// usage chunk (stream_options.include_usage).
+//
+// The remaining keys are hone extensions, the emulator's ground truth; vLLM
+// has none of them (its other keys, speculative_decoding and
+// output_token_metrics, are not modelled):
+//
+//	prefill_time_ms      first scheduled → first token (= time_to_first_token_ms)
+//	kv_transfer_time_ms  decode worker: receipt → pulled KV usable
+//	decode_time_ms       first → last token (= generation_time_ms)
+//	e2e_time_ms          arrival → last token
+//	time_scale           wall = model × time_scale
 type RequestMetrics struct {
-	TimeToFirstTokenMs float64 `json:"time_to_first_token_ms"` // arrival -> first token
-	GenerationTimeMs   float64 `json:"generation_time_ms"`     // first scheduled -> last token
-	QueueTimeMs        float64 `json:"queue_time_ms"`          // arrival (KV ready on decode) -> first scheduled
-	MeanITLMs          float64 `json:"mean_itl_ms"`            // (last - first token)/(tokens - 1)
-	TokensPerSecond    float64 `json:"tokens_per_second"`      // output tokens / generation time
-	PrefillTimeMs      float64 `json:"prefill_time_ms"`        // first scheduled -> first token
-	KVTransferTimeMs   float64 `json:"kv_transfer_time_ms"`    // decode worker: receipt -> pulled KV usable
-	DecodeTimeMs       float64 `json:"decode_time_ms"`         // first -> last token
-	E2ETimeMs          float64 `json:"e2e_time_ms"`            // arrival -> last token
-	TimeScale          float64 `json:"time_scale"`             // wall = model x time_scale
+	TimeToFirstTokenMs float64  `json:"time_to_first_token_ms"`
+	GenerationTimeMs   float64  `json:"generation_time_ms"`
+	QueueTimeMs        float64  `json:"queue_time_ms"`
+	MeanITLMs          *float64 `json:"mean_itl_ms,omitempty"`
+	TokensPerSecond    *float64 `json:"tokens_per_second,omitempty"`
+	PrefillTimeMs      float64  `json:"prefill_time_ms"`
+	KVTransferTimeMs   float64  `json:"kv_transfer_time_ms"`
+	DecodeTimeMs       float64  `json:"decode_time_ms"`
+	E2ETimeMs          float64  `json:"e2e_time_ms"`
+	TimeScale          float64  `json:"time_scale"`
 }
 
+// requestMetrics builds the "metrics" object of a finished request by
+// vLLM's definitions (see RequestMetrics).
 func requestMetrics(res *Result, scale float64) *RequestMetrics {
 	t := res.Timing
-	m := &RequestMetrics{TimeToFirstTokenMs: t.TTFTMs, GenerationTimeMs: t.PrefillMs + t.DecodeMs, QueueTimeMs: t.QueueMs,
-		PrefillTimeMs: t.PrefillMs, KVTransferTimeMs: t.TransferMs, DecodeTimeMs: t.DecodeMs, E2ETimeMs: t.E2EMs, TimeScale: scale}
-	if res.OutputTokens > 1 {
-		m.MeanITLMs = t.DecodeMs / float64(res.OutputTokens-1)
+	m := &RequestMetrics{PrefillTimeMs: t.PrefillMs, KVTransferTimeMs: t.TransferMs, DecodeTimeMs: t.DecodeMs,
+		E2ETimeMs: t.E2EMs, TimeScale: scale}
+	if t.ScheduledMono != 0 {
+		m.QueueTimeMs = t.ScheduledMs - t.ArrivalMs
 	}
-	if m.GenerationTimeMs > 0 {
-		m.TokensPerSecond = float64(res.OutputTokens) / (m.GenerationTimeMs / 1000)
+	n := res.OutputTokens
+	if n == 0 {
+		return m
+	}
+	m.TimeToFirstTokenMs, m.GenerationTimeMs = t.PrefillMs, t.DecodeMs
+	if n > 1 {
+		itl := t.DecodeMs / float64(n-1)
+		m.MeanITLMs = &itl
+	}
+	if inference := t.PrefillMs + t.DecodeMs; inference > 0 {
+		tps := float64(n) / inference * 1000
+		m.TokensPerSecond = &tps
 	}
 	return m
 }

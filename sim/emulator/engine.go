@@ -111,6 +111,7 @@ type Result struct {
 // CLOCK_MONOTONIC nanoseconds of each instant (0 when it did not happen).
 type Timing struct {
 	ArrivalMs        float64
+	ScheduledMs      float64 // the first scheduling, model ms since engine start (when ScheduledMono != 0); later ones (after a preemption) do not move it
 	QueueMs          float64 // arrival (or KV ready) -> first scheduled
 	PrefillMs        float64 // first scheduled -> first token
 	TransferMs       float64 // KV pull, decode worker only
@@ -675,6 +676,7 @@ func (e *engine) timing(r *request) Timing {
 	}
 	if r.scheduled {
 		t.QueueMs = r.scheduledMs - r.readyMs
+		t.ScheduledMs = r.scheduledMs
 		t.ScheduledMono = c.mono(r.scheduledMs)
 	}
 	if r.output > 0 {

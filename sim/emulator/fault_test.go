@@ -75,7 +75,9 @@ func TestFaultStall(t *testing.T) {
 	// Model time is exact: 128/4096 s of prefill plus one decode step,
 	// plus the stall for the second request only.
 	base := 128.0/4096*1000 + 1000.0/2048
-	// (1e-9 ms: TTFT is first - arrival on the engine's float64 clock.)
+	// (1e-9 ms: vLLM's time_to_first_token_ms is first token - first
+	// scheduled on the engine's float64 clock; the engine is idle, so no
+	// queue comes before the scheduling.)
 	for i, want := range []float64{base, base + 200, base} {
 		if math.Abs(ttft[i]-want) > 1e-9 {
 			t.Errorf("request %d: model TTFT %v, want %v", i+1, ttft[i], want)
