@@ -1,6 +1,7 @@
 package optimizer
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -181,11 +182,15 @@ func engineMedianTTFT(rec *replay.Record) float64 {
 	for _, r := range rec.Runs {
 		for _, l := range r.Levels {
 			for _, q := range l.Requests {
+				// vLLM's time_to_first_token_ms runs from the first
+				// scheduling: the engine's own arrival → first token adds
+				// its queue_time_ms.
 				var m struct {
-					TTFT *float64 `json:"time_to_first_token_ms"`
+					TTFT  *float64 `json:"time_to_first_token_ms"`
+					Queue *float64 `json:"queue_time_ms"`
 				}
 				if q.ID >= replay.Sessions && len(q.EngineMetrics) > 0 && json.Unmarshal(q.EngineMetrics, &m) == nil && m.TTFT != nil {
-					v = append(v, *m.TTFT)
+					v = append(v, *m.TTFT+*cmp.Or(m.Queue, new(float64)))
 				}
 			}
 		}

@@ -27,11 +27,13 @@ measured request's TTFT into:
 
   client        dispatch lag, client↔proxy↔engine hops, the proxy's hand-off,
                 first-byte delivery (the residual: nothing an engine does)
-  queueing      the engine's queue (vLLM queue_time_ms) and failed prefill legs
-  prefill       the engine's arrival→first token minus its queue
-  transfer      on a decode worker: time_to_first_token − queue_time − one ITL
-                (waiting for KV blocks)
-  decode_queue  the decode worker's queue and its first step (one mean ITL)
+  queueing      the engine's queue (vLLM queue_time_ms: queued → first
+                scheduled) and failed prefill legs
+  prefill       the engine's first scheduling → first token (vLLM
+                time_to_first_token_ms)
+  transfer      on a decode worker: its queue_time_ms (vLLM counts the wait
+                for KV blocks there, before it schedules the request)
+  decode_queue  the decode worker's first step (its time_to_first_token_ms)
 
 and reports decode (first → last token) beside them. TTFT runs from the
 scheduled send, as in the record. Figures are model time. vLLM must run with

@@ -90,16 +90,17 @@ time; figures stay in model time. Replay records store the scale.
 Faults (--fault, repeatable):
 ` + emulator.FaultHelp + `
 
-Per-request metrics (--enable-per-request-metrics): a top-level "metrics"
-object on a non-streaming reply; when streaming, on the usage chunk (with
-stream_options.include_usage) or else on the chunk with finish_reason.
-Model ms:
-  time_to_first_token_ms  arrival -> first token
-  generation_time_ms      first scheduled -> last token
-  queue_time_ms           arrival (decode worker: KV ready) -> first scheduled
+Per-request metrics (--enable-per-request-metrics), as vLLM defines them: a
+top-level "metrics" object on a non-streaming reply; when streaming, only on
+the usage chunk (stream_options.include_usage). Model ms:
+  time_to_first_token_ms  first scheduled -> first token
+  generation_time_ms      first -> last token
+  queue_time_ms           arrival -> first scheduled (a decode worker: its
+                          wait for the KV included)
   mean_itl_ms             (last - first token) / (tokens - 1)
-  tokens_per_second       output tokens / generation time
-  prefill_time_ms, kv_transfer_time_ms, decode_time_ms, e2e_time_ms, time_scale
+  tokens_per_second       output tokens / (first scheduled -> last token)
+hone's own additions: prefill_time_ms, kv_transfer_time_ms, decode_time_ms,
+e2e_time_ms, time_scale.
 
 Trace file (--trace-file):
 ` + emulator.TraceHelp + `

@@ -290,13 +290,13 @@ func TestChatStreaming(t *testing.T) {
 		t.Errorf("streamed %q, non-streamed %q", text.String(), r.Choices[0].Message.Content)
 	}
 
-	// Without include_usage: no usage chunk, metrics on the last token's
-	// chunk; with return_token_ids, the prompt's ids on the role chunk and
+	// Without include_usage: no usage chunk and no metrics (vLLM puts them
+	// on the usage chunk only); with return_token_ids, the prompt's ids on the role chunk and
 	// each token's id on its chunk.
 	body2 := map[string]any{"messages": body["messages"], "max_tokens": 4, "ignore_eos": true, "stream": true, "return_token_ids": true}
 	st = chatStreamed(t, s.URL(), body2)
 	wantPrompt := s.tok.TokenizeChat(ChatTemplate([]ChatMessage{{"system", "Be brief."}, {"user", "Count."}}, true, false))
-	if len(st.chunks) != 5 || !slices.Equal(st.chunks[0].PromptTokenIDs, wantPrompt) || st.chunks[4].Metrics == nil {
+	if len(st.chunks) != 5 || !slices.Equal(st.chunks[0].PromptTokenIDs, wantPrompt) || st.chunks[4].Metrics != nil {
 		t.Fatalf("chunks:\n%s", strings.Join(st.raw, "\n"))
 	}
 	for i, ch := range st.chunks[1:] {

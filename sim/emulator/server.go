@@ -721,12 +721,9 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, req *Complet
 					promptIDs = nil
 				}
 			}
+			// No metrics here: vLLM puts them only on the usage chunk
+			// (stream_options.include_usage), never on a content chunk.
 			buf = append(buf, "}]"...)
-			if last && !req.IncludeUsage && s.cfg.EnablePerRequestMetrics {
-				m, _ := json.Marshal(requestMetrics(res, s.cfg.TimeScale))
-				buf = append(buf, `,"metrics":`...)
-				buf = append(buf, m...)
-			}
 			buf = append(buf, "}\n\n"...)
 			if _, err := w.Write(buf); err != nil {
 				abort()
