@@ -27,8 +27,14 @@ type Worker struct {
 	Argv []string `json:"argv"`
 	Env  []string `json:"env"` // KEY=VALUE, sorted
 	// KVAddr is the worker's KV-transfer address (P2pNcclConnector's
-	// kv_ip:kv_port); the proxy encodes it in request ids.
+	// VLLM_HOST_IP:kv_port, its rank-0 port); the proxy encodes it in
+	// request ids.
 	KVAddr string `json:"kv_addr,omitempty"`
+	// KVPorts are the ports on Host the worker's KV transfer may bind, one
+	// per tensor-parallel rank: the NIXL side channel's
+	// (VLLM_NIXL_SIDE_CHANNEL_PORT onward) or P2pNcclConnector's (kv_port
+	// onward). No two workers share one.
+	KVPorts []int `json:"kv_ports,omitempty"`
 }
 
 // URL is the worker's HTTP base URL.
@@ -40,6 +46,12 @@ type Plan struct {
 	Spec      *Spec    `json:"spec"`
 	Workers   []Worker `json:"workers"`
 	ProxyAddr string   `json:"proxy_addr"`
+	// VLLMVersion is the vLLM version the commands were adapted to; empty
+	// when unknown (or the engine is the emulator).
+	VLLMVersion string `json:"vllm_version,omitempty"`
+	// Warnings say what the render could not check or adapt, e.g. that
+	// the vLLM version was unknown.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // RenderOptions says how to spell the commands.
@@ -48,6 +60,12 @@ type RenderOptions struct {
 	VLLM string
 	// Hone is argv[0] for emulator workers (the running hone binary).
 	Hone string
+	// VLLMVersion is the installed vLLM's version as `vllm --version`
+	// prints it (see VLLMVersion); empty when unknown. Render omits what
+	// that version lacks and refuses what the spec needs but it cannot do
+	// (vllmversions.go); unknown renders for the newest vLLM and says so
+	// in Plan.Warnings.
+	VLLMVersion string
 }
 
 // Render turns a valid spec into workers. GPUs are handed out in spec order:
@@ -81,21 +99,46 @@ func Render(s *Spec, o RenderOptions) (*Plan, error) {
 		}
 	}
 	p := &Plan{Spec: s, ProxyAddr: hostPort(s.Network.Host, s.Network.ProxyPort)}
+	var adapt vllmAdapt
+	if s.Engine == EngineVLLM {
+		var err error
+		adapt, p.Warnings, err = s.adaptToVLLM(o.VLLMVersion)
+		if err != nil {
+			return nil, err
+		}
+		if adapt.known {
+			p.VLLMVersion = adapt.version.Raw
+		}
+	}
+	// next is both the first GPU and the first KV port offset of the next
+	// worker: a worker of TP n binds n KV ports, one per rank, because
+	// P2pNcclConnector binds kv_port + rank (p2p_nccl_connector.py
+	// P2pNcclConnector.__init__: port_offset=get_world_group().rank;
+	// p2p_nccl_engine.py P2pNcclEngine.__init__: port = kv_port +
+	// port_offset) and NIXL before the scheduler-side handshake listener
+	// bound VLLM_NIXL_SIDE_CHANNEL_PORT + dp_rank*tp + tp_rank (today's
+	// nixl/base_scheduler.py binds one port, + data_parallel_index: the
+	// reserved range covers both).
 	next := 0
 	for i, sl := range slots {
 		w := Worker{
 			Name: sl.name, Role: sl.role, Host: s.Network.Host, Port: s.Network.WorkerPort + i,
 			GPUs: slices.Clone(s.GPUs.IDs[next : next+sl.tp]),
 		}
+		if base := s.kvPortBase(); base > 0 {
+			for r := range sl.tp {
+				w.KVPorts = append(w.KVPorts, base+next+r)
+			}
+		}
 		next += sl.tp
 		if s.Topology.Kind == Disaggregated && s.KV.Name == P2pNcclConnector {
-			w.KVAddr = hostPort(s.Network.Host, s.KV.KVPort+i)
+			w.KVAddr = hostPort(p2pHost(s.Network.Host), w.KVPorts[0])
 		}
 		var err error
 		if s.Engine == EngineVLLM {
-			w.Argv, w.Env, err = renderVLLM(s, o.VLLM, w, sl.tp, i)
+			w.Argv, w.Env, err = renderVLLM(s, o.VLLM, w, sl.tp, adapt)
 		} else {
-			w.Argv, w.Env, err = renderEmulator(s, o.Hone, w, i)
+			w.Argv, w.Env, err = renderEmulator(s, o.Hone, w)
 		}
 		if err != nil {
 			return nil, err
@@ -116,6 +159,32 @@ func Render(s *Spec, o RenderOptions) (*Plan, error) {
 	return p, nil
 }
 
+// kvPortBase is the first KV port of a disaggregated topology (NIXL's
+// side channel or P2pNcclConnector's kv_port), 0 when there is none.
+func (s *Spec) kvPortBase() int {
+	if s.Topology.Kind != Disaggregated {
+		return 0
+	}
+	if s.KV.Name == P2pNcclConnector {
+		return s.KV.KVPort
+	}
+	return s.KV.SideChannelPort
+}
+
+// p2pHost is the address a P2pNcclConnector worker binds its KV socket
+// on and the proxy writes into request ids. The engine binds
+// f"{get_ip()}:{kv_port + rank}" (p2p_nccl_engine.py P2pNcclEngine.__init__,
+// hostname "" from p2p_nccl_connector.py) and get_ip() returns VLLM_HOST_IP
+// when set (vllm/utils/network_utils.py get_ip), else the default-route
+// address; kv_ip is not read. ZMQ binds an IP, so localhost becomes
+// 127.0.0.1.
+func p2pHost(h string) string {
+	if h == "localhost" {
+		return "127.0.0.1"
+	}
+	return h
+}
+
 // ServedName is the model name clients send and workers answer to.
 func (s *Spec) ServedName() string {
 	switch {
@@ -128,7 +197,7 @@ func (s *Spec) ServedName() string {
 	}
 }
 
-func renderVLLM(s *Spec, bin string, w Worker, tp, index int) (argv, env []string, err error) {
+func renderVLLM(s *Spec, bin string, w Worker, tp int, adapt vllmAdapt) (argv, env []string, err error) {
 	model := s.Model.ID
 	if model == "" {
 		model = s.Model.Path
@@ -156,6 +225,9 @@ func renderVLLM(s *Spec, bin string, w Worker, tp, index int) (argv, env []strin
 		argv = append(argv, "--no-enable-prefix-caching")
 	}
 	argv = append(argv, "--enable-prompt-tokens-details")
+	if adapt.perRequestMetrics {
+		argv = append(argv, "--enable-per-request-metrics")
+	}
 	argv = appendSizeKnobs(argv, k)
 	if k.EnforceEager {
 		argv = append(argv, "--enforce-eager")
@@ -179,7 +251,12 @@ func renderVLLM(s *Spec, bin string, w Worker, tp, index int) (argv, env []strin
 			kv = map[string]any{"kv_connector": NixlConnector, "kv_role": "kv_both"}
 			env = append(env,
 				"VLLM_NIXL_SIDE_CHANNEL_HOST="+w.Host,
-				"VLLM_NIXL_SIDE_CHANNEL_PORT="+strconv.Itoa(s.KV.SideChannelPort+index))
+				"VLLM_NIXL_SIDE_CHANNEL_PORT="+strconv.Itoa(w.KVPorts[0]))
+			// No VLLM_DISABLE_REQUEST_ID_RANDOMIZATION: the decode side
+			// finds the prefill's blocks by the remote_request_id the
+			// prefill returns in kv_transfer_params (nixl/base_scheduler.py
+			// request_finished, on_new_request), which the proxy passes on
+			// verbatim, not by the id it sent.
 		case P2pNcclConnector:
 			role, buf := "kv_producer", "1e9"
 			extra := map[string]any{"proxy_ip": s.Network.Host, "proxy_port": strconv.Itoa(s.KV.DiscoveryPort), "http_port": strconv.Itoa(w.Port)}
@@ -190,8 +267,20 @@ func renderVLLM(s *Spec, bin string, w Worker, tp, index int) (argv, env []strin
 			if s.KV.BufferSize != "" {
 				buf = s.KV.BufferSize
 			}
-			kv = map[string]any{"kv_connector": P2pNcclConnector, "kv_role": role, "kv_ip": w.Host,
-				"kv_port": strconv.Itoa(s.KV.KVPort + index), "kv_buffer_size": buf, "kv_connector_extra_config": extra}
+			host := p2pHost(w.Host)
+			// kv_ip is kept for the record, but P2pNcclEngine ignores it
+			// and binds get_ip(), i.e. VLLM_HOST_IP (see p2pHost).
+			kv = map[string]any{"kv_connector": P2pNcclConnector, "kv_role": role, "kv_ip": host,
+				"kv_port": strconv.Itoa(w.KVPorts[0]), "kv_buffer_size": buf, "kv_connector_extra_config": extra}
+			env = append(env, "VLLM_HOST_IP="+host)
+			if adapt.disableRandomIDs {
+				// Since 0.14 vLLM appends a random suffix to every request
+				// id (input_processor.py InputProcessor.assign_request_id)
+				// and P2pNcclConnector keys KV tensors by that id
+				// (request_id + "#" + layer_name in save_kv_layer and
+				// start_load_kv), so each side must keep the id it is sent.
+				env = append(env, "VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1")
+			}
 		}
 		if s.KV.LoadFailurePolicy != "" {
 			kv["kv_load_failure_policy"] = s.KV.LoadFailurePolicy
@@ -205,7 +294,7 @@ func renderVLLM(s *Spec, bin string, w Worker, tp, index int) (argv, env []strin
 // renderEmulator spells `hone sim serve` (cmd/hone/simserve.go) with the
 // same role and knobs. The emulator reads VLLM_NIXL_SIDE_CHANNEL_HOST/PORT
 // like vLLM does, so its KV side channel is placed the same way.
-func renderEmulator(s *Spec, bin string, w Worker, index int) (argv, env []string, err error) {
+func renderEmulator(s *Spec, bin string, w Worker) (argv, env []string, err error) {
 	model := s.Model.ID
 	if model == "" {
 		model = s.ServedName()
@@ -247,7 +336,7 @@ func renderEmulator(s *Spec, bin string, w Worker, index int) (argv, env []strin
 	if s.Topology.Kind == Disaggregated && s.KV.Name == NixlConnector {
 		env = append(env,
 			"VLLM_NIXL_SIDE_CHANNEL_HOST="+w.Host,
-			"VLLM_NIXL_SIDE_CHANNEL_PORT="+strconv.Itoa(s.KV.SideChannelPort+index))
+			"VLLM_NIXL_SIDE_CHANNEL_PORT="+strconv.Itoa(w.KVPorts[0]))
 	}
 	return argv, env, nil
 }
@@ -321,6 +410,12 @@ func ShellQuote(s string) string {
 func (p *Plan) Script(proxyArgv []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# hone deploy render: %s (%s, %s)\n", p.Spec.Name, p.Spec.Engine, p.Spec.Topology.Kind)
+	if p.VLLMVersion != "" {
+		fmt.Fprintf(&b, "# for vLLM %s\n", p.VLLMVersion)
+	}
+	for _, w := range p.Warnings {
+		fmt.Fprintf(&b, "# warning: %s\n", w)
+	}
 	for _, w := range p.Workers {
 		fmt.Fprintf(&b, "# %s: role %s, GPUs %s, http://%s\n", w.Name, w.Role, joinInts(w.GPUs), hostPort(w.Host, w.Port))
 		words := []string{"env"}

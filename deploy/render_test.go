@@ -1,7 +1,9 @@
 package deploy
 
 import (
+	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -76,6 +78,18 @@ func TestRenderInvariants(t *testing.T) {
 				t.Errorf("%s: port %d used twice", f, w.Port)
 			}
 			ports[w.Port] = true
+			if s.Topology.Kind == Disaggregated && len(w.KVPorts) != len(w.GPUs) {
+				t.Errorf("%s %s: %d KV ports for TP %d", f, w.Name, len(w.KVPorts), len(w.GPUs))
+			}
+			for _, kp := range w.KVPorts {
+				if ports[kp] || kp == s.Network.ProxyPort {
+					t.Errorf("%s %s: KV port %d used twice", f, w.Name, kp)
+				}
+				ports[kp] = true
+			}
+			if w.KVAddr != "" && (s.Engine != EngineVLLM || w.KVAddr != hostPort(envOf(w, "VLLM_HOST_IP"), w.KVPorts[0])) {
+				t.Errorf("%s %s: KVAddr %s is not where the engine binds (VLLM_HOST_IP %q, ports %v)", f, w.Name, w.KVAddr, envOf(w, "VLLM_HOST_IP"), w.KVPorts)
+			}
 			for _, g := range strings.Split(envOf(w, "CUDA_VISIBLE_DEVICES"), ",") {
 				if gpus[g] {
 					t.Errorf("%s: GPU %s given twice", f, g)
@@ -172,5 +186,229 @@ func TestRenderEveryKnob(t *testing.T) {
 		if got := strings.Join(p.Workers[0].Argv, " "); got != c.want {
 			t.Errorf("%s argv\n got %s\nwant %s", c.spec, got, c.want)
 		}
+	}
+}
+
+// p2pSpec is a vLLM P2pNcclConnector spec; tp is each pool's TP.
+func p2pSpec(t *testing.T, host string, tp int, extra string) *Spec {
+	t.Helper()
+	s, err := ParseSpec([]byte(fmt.Sprintf(`
+name: p2p
+engine: vllm
+model: {id: org/m, revision: 0123456789abcdef0123456789abcdef01234567}
+gpus: {budget: %d}
+topology:
+  kind: disaggregated
+  prefill: {replicas: 1, tp: %d}
+  decode: {replicas: 1, tp: %d}
+kv_connector: {name: P2pNcclConnector, kv_port: 21001%s}
+network: {host: %q}
+`, 2*tp, tp, tp, extra, host)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func kvConfig(t *testing.T, w Worker) map[string]any {
+	t.Helper()
+	i := slices.Index(w.Argv, "--kv-transfer-config")
+	if i < 0 {
+		t.Fatalf("%s: no --kv-transfer-config in %v", w.Name, w.Argv)
+	}
+	var kv map[string]any
+	if err := json.Unmarshal([]byte(w.Argv[i+1]), &kv); err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+// TestRenderP2PBindsWhereTheProxyPoints: P2pNcclEngine binds
+// get_ip():kv_port+rank and ignores kv_ip (p2p_nccl_engine.py
+// P2pNcclEngine.__init__, hostname "" from p2p_nccl_connector.py); get_ip()
+// is VLLM_HOST_IP when set, else the default-route address. So every P2P
+// worker must get VLLM_HOST_IP = the host the proxy writes into request
+// ids (KVAddr), or the prefill worker connects where nothing listens.
+func TestRenderP2PBindsWhereTheProxyPoints(t *testing.T) {
+	for _, c := range []struct{ host, want string }{
+		{"127.0.0.1", "127.0.0.1"}, {"localhost", "127.0.0.1"}, {"10.1.2.3", "10.1.2.3"},
+	} {
+		p, err := Render(p2pSpec(t, c.host, 1, ""), RenderOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range p.Workers {
+			kvHost, kvPort, _ := strings.Cut(w.KVAddr, ":")
+			if got := envOf(w, "VLLM_HOST_IP"); got != c.want || kvHost != c.want {
+				t.Errorf("host %s, %s: VLLM_HOST_IP=%q, KVAddr %q; want both on %s", c.host, w.Name, got, w.KVAddr, c.want)
+			}
+			if kv := kvConfig(t, w); kv["kv_port"] != kvPort {
+				t.Errorf("%s: kv_port %v but KVAddr %s", w.Name, kv["kv_port"], w.KVAddr)
+			}
+		}
+	}
+	// NIXL workers place their side channel with VLLM_NIXL_SIDE_CHANNEL_HOST
+	// and get no VLLM_HOST_IP.
+	s, _ := LoadSpec("testdata/specs/disagg-nixl-2p2d.yaml")
+	p, _ := Render(s, RenderOptions{})
+	if envOf(p.Workers[0], "VLLM_HOST_IP") != "" {
+		t.Errorf("NIXL worker got VLLM_HOST_IP: %v", p.Workers[0].Env)
+	}
+}
+
+// TestRenderRequestIDRandomization: vLLM >= 0.14 appends a random suffix
+// to every request id (input_processor.py assign_request_id), and
+// P2pNcclConnector keys KV tensors by request_id + "#" + layer, so prefill
+// and decode never meet unless VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
+// (vllm/envs.py). NIXL matches by the remote_request_id the prefill
+// returns and needs nothing.
+func TestRenderRequestIDRandomization(t *testing.T) {
+	nixl, _ := LoadSpec("testdata/specs/disagg-nixl-2p2d.yaml")
+	nixl.KV.LoadFailurePolicy = ""
+	for _, c := range []struct {
+		version, env, err string
+	}{
+		{"", "1", ""},      // unknown: render the switch (ignored where unread)
+		{"0.13.0", "", ""}, // ids kept as sent: nothing to switch off
+		{"0.15.1", "", "spec.kv_connector.name: P2pNcclConnector cannot run on vLLM 0.15.1"},
+		{"0.16.1.dev4+gabc", "", "spec.kv_connector.name"},
+		{"0.17.0", "1", ""},
+		{"0.27.1", "1", ""},
+	} {
+		p, err := Render(p2pSpec(t, "127.0.0.1", 1, ""), RenderOptions{VLLMVersion: c.version})
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%q: err %v, want %q", c.version, err, c.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", c.version, err)
+		}
+		for _, w := range p.Workers {
+			if got := envOf(w, "VLLM_DISABLE_REQUEST_ID_RANDOMIZATION"); got != c.env {
+				t.Errorf("%q %s: VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=%q, want %q", c.version, w.Name, got, c.env)
+			}
+		}
+		pn, err := Render(nixl, RenderOptions{VLLMVersion: c.version})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range pn.Workers {
+			if envOf(w, "VLLM_DISABLE_REQUEST_ID_RANDOMIZATION") != "" {
+				t.Errorf("%q NIXL %s got the switch", c.version, w.Name)
+			}
+		}
+	}
+}
+
+// TestRenderKVPortsPerRank: a worker of TP n binds n KV ports (P2P binds
+// kv_port + rank; NIXL before its scheduler-side listener bound
+// side_channel_port + tp_rank), so worker i starts at base + the TP of the
+// workers before it.
+func TestRenderKVPortsPerRank(t *testing.T) {
+	s, err := ParseSpec([]byte(`
+name: nixl-tp
+engine: vllm
+model: {id: org/m, revision: 0123456789abcdef0123456789abcdef01234567}
+gpus: {budget: 7}
+topology:
+  kind: disaggregated
+  prefill: {replicas: 1, tp: 1}
+  decode: {replicas: 3, tp: 2}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Render(s, RenderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]int{{5600}, {5601, 5602}, {5603, 5604}, {5605, 5606}}
+	for i, w := range p.Workers {
+		if !slices.Equal(w.KVPorts, want[i]) || envOf(w, "VLLM_NIXL_SIDE_CHANNEL_PORT") != fmt.Sprint(want[i][0]) {
+			t.Errorf("%s: KVPorts %v, env %s; want %v", w.Name, w.KVPorts, envOf(w, "VLLM_NIXL_SIDE_CHANNEL_PORT"), want[i])
+		}
+	}
+	p2, err := Render(p2pSpec(t, "127.0.0.1", 2, ""), RenderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := p2.Workers[0], p2.Workers[1]; a.KVAddr != "127.0.0.1:21001" || b.KVAddr != "127.0.0.1:21003" ||
+		kvConfig(t, b)["kv_port"] != "21003" || !slices.Equal(b.KVPorts, []int{21003, 21004}) {
+		t.Errorf("P2P TP 2: prefill %s %v, decode %s %v", a.KVAddr, a.KVPorts, b.KVAddr, b.KVPorts)
+	}
+}
+
+// TestRenderVLLMVersionAdapts: with the installed version known, Render
+// omits what it lacks and refuses, naming the spec field, what the spec
+// needs and it cannot do; unknown renders as before and says so.
+func TestRenderVLLMVersionAdapts(t *testing.T) {
+	load := func() *Spec {
+		s, err := LoadSpec("testdata/specs/disagg-nixl-2p2d.yaml") // sets load_failure_policy
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	metrics := func(p *Plan) bool { return slices.Contains(p.Workers[0].Argv, "--enable-per-request-metrics") }
+	p, err := Render(load(), RenderOptions{})
+	if err != nil || metrics(p) || len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0], "vLLM version unknown") || p.VLLMVersion != "" {
+		t.Fatalf("unknown version: err %v, warnings %q", err, p.Warnings)
+	}
+	if b, _ := json.Marshal(p); !strings.Contains(string(b), `"warnings":["vLLM version unknown`) {
+		t.Errorf("plan JSON lacks the warning: %s", b)
+	}
+	if kv := kvConfig(t, p.Workers[0]); kv["kv_load_failure_policy"] != "recompute" {
+		t.Errorf("unknown version dropped kv_load_failure_policy: %v", kv)
+	}
+	p, err = Render(load(), RenderOptions{VLLMVersion: "0.26.0"})
+	if err != nil || !metrics(p) || len(p.Warnings) != 0 || p.VLLMVersion != "0.26.0" {
+		t.Errorf("0.26.0: err %v, metrics %v, warnings %q", err, p != nil && metrics(p), p.Warnings)
+	}
+	if p, err = Render(load(), RenderOptions{VLLMVersion: "0.25.0"}); err != nil || metrics(p) {
+		t.Errorf("0.25.0 has no --enable-per-request-metrics: err %v", err)
+	}
+	if _, err = Render(load(), RenderOptions{VLLMVersion: "0.11.0"}); err == nil ||
+		!strings.Contains(err.Error(), "spec.kv_connector.load_failure_policy: vLLM 0.11.0 has no kv_load_failure_policy") {
+		t.Errorf("0.11.0 with load_failure_policy: %v", err)
+	}
+	if _, err = Render(load(), RenderOptions{VLLMVersion: "0.11.1"}); err != nil {
+		t.Errorf("0.11.1: %v", err)
+	}
+	dtype := func(d, v string) error {
+		s := load()
+		s.KV.LoadFailurePolicy = ""
+		s.Precision.KVCacheDType = d
+		_, err := Render(s, RenderOptions{VLLMVersion: v})
+		return err
+	}
+	if err := dtype("bfloat16", "0.10.2"); err == nil || !strings.Contains(err.Error(),
+		"spec.precision.kv_cache_dtype: vLLM 0.10.2 does not accept --kv-cache-dtype bfloat16") ||
+		!strings.Contains(err.Error(), "want one of auto, fp8, fp8_e4m3, fp8_e5m2") {
+		t.Errorf("bfloat16 on 0.10.2: %v", err)
+	}
+	if err := dtype("float16", "0.17.0"); err == nil || !strings.Contains(err.Error(), "want one of auto, bfloat16, fp8") {
+		t.Errorf("float16 on 0.17.0: %v", err)
+	}
+	for _, ok := range [][2]string{{"bfloat16", "0.11.0"}, {"float16", "0.18.0"}, {"fp8", "0.10.2"}} {
+		if err := dtype(ok[0], ok[1]); err != nil {
+			t.Errorf("%s on %s: %v", ok[0], ok[1], err)
+		}
+	}
+	if p, err := Render(load(), RenderOptions{VLLMVersion: "0.10.2.dev1"}); err == nil {
+		t.Errorf("0.10.2.dev1 rendered load_failure_policy: %v", p.Workers[0].Argv)
+	}
+	s := load()
+	s.KV.LoadFailurePolicy = ""
+	if p, err := Render(s, RenderOptions{VLLMVersion: "0.10.2"}); err != nil || len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0], "older than 0.11.0") {
+		t.Errorf("below the table's floor: err %v, warnings %q", err, p.Warnings)
+	}
+	if p, err := Render(load(), RenderOptions{VLLMVersion: "nightly"}); err != nil || len(p.Warnings) != 2 {
+		t.Errorf("unparsable version: err %v, warnings %q", err, p.Warnings)
+	}
+	emu, _ := LoadSpec("testdata/specs/emulator-disagg-1p2d.yaml")
+	if p, err := Render(emu, RenderOptions{}); err != nil || len(p.Warnings) != 0 {
+		t.Errorf("the emulator needs no vLLM version: %v %q", err, p.Warnings)
 	}
 }

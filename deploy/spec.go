@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -99,10 +100,13 @@ type Pool struct {
 // KVConnector configures KV transfer between prefill and decode workers.
 type KVConnector struct {
 	Name string `yaml:"name" json:"name,omitempty"`
-	// SideChannelPort is the first VLLM_NIXL_SIDE_CHANNEL_PORT; worker i
-	// gets SideChannelPort+i so no two workers on a host share one.
+	// SideChannelPort is the first VLLM_NIXL_SIDE_CHANNEL_PORT. Each
+	// worker gets one port per tensor-parallel rank: worker i's is
+	// SideChannelPort plus the TP of the workers before it (prefill
+	// workers first, then decode), so no two workers on a host share one.
 	SideChannelPort int `yaml:"side_channel_port" json:"side_channel_port,omitempty"`
-	// KVPort is P2pNcclConnector's first kv_port; worker i gets KVPort+i.
+	// KVPort is P2pNcclConnector's first kv_port, laid out like
+	// SideChannelPort: the engine binds kv_port + rank.
 	KVPort int `yaml:"kv_port" json:"kv_port,omitempty"`
 	// DiscoveryPort is where P2pNcclConnector workers announce themselves
 	// over ZMQ (its proxy_port). hone's proxy knows every address from the
@@ -384,10 +388,13 @@ func (s *Spec) validatePrecision() error {
 	default:
 		return badField("precision.dtype", "want auto, bfloat16, float16 or float32, got %q", s.Precision.DType)
 	}
-	switch s.Precision.KVCacheDType {
-	case "", "auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16":
-	default:
-		return badField("precision.kv_cache_dtype", "want auto, fp8, fp8_e4m3, fp8_e5m2 or bfloat16, got %q", s.Precision.KVCacheDType)
+	// vLLM takes exactly the values of its CacheDType literal
+	// (vllm/config/cache.py); which of them a given release takes is
+	// checked at render time against the installed version
+	// (vllmversions.go: bfloat16 from 0.11.0, float16 from 0.18.0).
+	if d := s.Precision.KVCacheDType; d != "" && !slices.Contains(KVCacheDTypes, d) {
+		return badField("precision.kv_cache_dtype", "want one of %s (vLLM's --kv-cache-dtype values hone renders), got %q",
+			strings.Join(KVCacheDTypes, ", "), d)
 	}
 	return nil
 }
@@ -478,6 +485,14 @@ func (s *Spec) validateKVConnector() error {
 	}
 	if kv.Name == P2pNcclConnector && kv.SideChannelPort != 0 {
 		return badField("kv_connector.side_channel_port", "NixlConnector's; P2pNcclConnector uses kv_port")
+	}
+	// P2pNcclConnector pairs ranks one to one: prefill rank r sends to the
+	// decode worker's kv_port + r and decode rank r receives there
+	// (p2p_nccl_connector.py save_kv_layer / start_load_kv: port +
+	// self._rank), each a TP shard of the same shape.
+	if t := s.Topology; kv.Name == P2pNcclConnector && t.Prefill.TP != t.Decode.TP {
+		return badField("topology.decode.tp", "P2pNcclConnector pairs prefill and decode ranks one to one: want the prefill pool's tp %d, got %d",
+			t.Prefill.TP, t.Decode.TP)
 	}
 	return nil
 }
@@ -579,6 +594,12 @@ func (s *Spec) validateNetwork() error {
 		return badField("network.proxy_port", "port %d collides with the workers' ports %d..%d", n.ProxyPort, n.WorkerPort, n.WorkerPort+workers-1)
 	}
 	if s.Topology.Kind == Disaggregated {
+		// P2pNcclEngine spells its address f"{host}:{port}" with no
+		// brackets (p2p_nccl_engine.py P2pNcclEngine.__init__), and so do
+		// its request ids: an IPv6 host cannot work.
+		if s.KV.Name == P2pNcclConnector && strings.Contains(n.Host, ":") {
+			return badField("network.host", "P2pNcclConnector needs an IPv4 address or localhost (it writes host:port unbracketed), got %q", n.Host)
+		}
 		return s.validateKVPorts(workers)
 	}
 	return nil
@@ -593,18 +614,21 @@ func (s *Spec) workerCount() int {
 	return t.Replicas
 }
 
-// validateKVPorts checks the connector's per-worker ports (side_channel_port
-// or kv_port) and P2pNcclConnector's discovery_port against the network's.
+// validateKVPorts checks the connector's ports (side_channel_port or
+// kv_port onward, one per tensor-parallel rank of every worker, as Render
+// lays them out) and P2pNcclConnector's discovery_port against the
+// network's.
 func (s *Spec) validateKVPorts(workers int) error {
 	n := s.Network
 	base, field := s.KV.SideChannelPort, "kv_connector.side_channel_port"
 	if s.KV.Name == P2pNcclConnector {
 		base, field = s.KV.KVPort, "kv_connector.kv_port"
 	}
-	if base < 1 || base+workers-1 > 65535 {
-		return badField(field, "want 1..%d, got %d", 65535-workers+1, base)
+	ranks := s.GPUsNeeded()
+	if base < 1 || base+ranks-1 > 65535 {
+		return badField(field, "want 1..%d (%d ports, one per tensor-parallel rank), got %d", 65535-ranks+1, ranks, base)
 	}
-	lo, hi := base, base+workers-1
+	lo, hi := base, base+ranks-1
 	if lo <= n.WorkerPort+workers-1 && n.WorkerPort <= hi || n.ProxyPort >= lo && n.ProxyPort <= hi {
 		return badField(field, "ports %d..%d collide with the proxy or worker ports", lo, hi)
 	}

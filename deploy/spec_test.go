@@ -83,6 +83,16 @@ func TestSpecErrors(t *testing.T) {
 		{"time scale", validDisagg, "{profile: exercise}", "{profile: exercise, time_scale: -1}", "spec.emulator.time_scale: want a positive factor"},
 		{"name", validColocated, "name: t", "name: Bad Name", "spec.name: want lowercase"},
 		{"host", validColocated, "gpus:", "network: {host: example.com}\ngpus:", "spec.network.host: want an IP address"},
+		{"kv cache dtype", validColocated, "gpus:", "precision: {kv_cache_dtype: bf16}\ngpus:",
+			`spec.precision.kv_cache_dtype: want one of auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2 (vLLM's --kv-cache-dtype values hone renders), got "bf16"`},
+		// A TP-2 worker binds two side-channel ports: three ranks from 8098
+		// reach the first worker's 8100.
+		{"side channel per rank", strings.Replace(validDisagg, "budget: 2", "budget: 3", 1), "decode: {replicas: 1, tp: 1}\nemulator:",
+			"decode: {replicas: 1, tp: 2}\nkv_connector: {side_channel_port: 8098}\nemulator:", "spec.kv_connector.side_channel_port: ports 8098..8100 collide"},
+		{"p2p tp mismatch", strings.Replace(validDisagg, "budget: 2", "budget: 3", 1), "decode: {replicas: 1, tp: 1}\nemulator:",
+			"decode: {replicas: 1, tp: 2}\nkv_connector: {name: P2pNcclConnector}\nemulator:", "spec.topology.decode.tp: P2pNcclConnector pairs prefill and decode ranks one to one: want the prefill pool's tp 1, got 2"},
+		{"p2p ipv6", validDisagg, "emulator:", "kv_connector: {name: P2pNcclConnector}\nnetwork: {host: \"::1\"}\nemulator:", "spec.network.host: P2pNcclConnector needs an IPv4 address"},
+		{"kv port range", validDisagg, "emulator:", "kv_connector: {name: P2pNcclConnector, kv_port: 65535}\nemulator:", "spec.kv_connector.kv_port: want 1..65534 (2 ports, one per tensor-parallel rank), got 65535"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -94,6 +104,17 @@ func TestSpecErrors(t *testing.T) {
 				t.Fatalf("err = %v, want it to contain %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestKVCacheDTypes: vLLM's CacheDType literal (vllm/config/cache.py) has
+// bfloat16 (0.11.0 on) and float16 (0.18.0 on); the spec takes both and
+// Render checks them against the installed version.
+func TestKVCacheDTypes(t *testing.T) {
+	for _, d := range KVCacheDTypes {
+		if _, err := ParseSpec([]byte(strings.Replace(validColocated, "gpus:", "precision: {kv_cache_dtype: "+d+"}\ngpus:", 1))); err != nil {
+			t.Errorf("%s: %v", d, err)
+		}
 	}
 }
 

@@ -165,3 +165,54 @@ func TestCPUTargetAndReport(t *testing.T) {
 		t.Errorf("missing python: %+v", c)
 	}
 }
+
+// TestVLLMVersionChecks runs the gpu target's serving checks against a fake
+// vllm executable: its version and, per deploy's version table, which hone
+// features it supports (pass) or lacks (warn, never fail).
+func TestVLLMVersionChecks(t *testing.T) {
+	fake := func(body string) string {
+		p := filepath.Join(t.TempDir(), "vllm")
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	ctx := context.Background()
+	_, cs := servingChecks(ctx, Options{Target: TargetGPU, Python: "python3", VLLM: fake(`echo "INFO noise" >&2; echo 0.15.1`)})
+	if c := find(t, cs, "vllm-version"); c.Status != Pass || !strings.Contains(c.Detail, "vLLM 0.15.1") {
+		t.Errorf("version: %+v", c)
+	}
+	for name, want := range map[string]Status{
+		"vllm-table": Pass, "vllm-kv-load-failure-policy": Pass, "vllm-kv-cache-dtype-bfloat16": Pass,
+		"vllm-per-request-metrics": Warn, "vllm-p2p-request-ids": Warn, "vllm-kv-cache-dtype-float16": Warn,
+	} {
+		if c := find(t, cs, name); c.Status != want || c.Detail == "" {
+			t.Errorf("%s: %+v, want %s", name, c, want)
+		}
+	}
+	if c := find(t, cs, "vllm-p2p-request-ids"); !strings.Contains(c.Detail, "P2pNcclConnector specs are refused") {
+		t.Errorf("p2p: %+v", c)
+	}
+	sv, cs := servingChecks(ctx, Options{Target: TargetGPU, Python: "python3", VLLM: fake(`echo 0.27.1`)})
+	for _, c := range cs {
+		if strings.HasPrefix(c.Name, "vllm-") && c.Status != Pass {
+			t.Errorf("0.27.1 %s: %+v", c.Name, c)
+		}
+	}
+	if !sv.VLLMFeatures["p2p-request-ids"] || !sv.VLLMFeatures["per-request-metrics"] {
+		t.Errorf("features in the report: %v", sv.VLLMFeatures)
+	}
+	// No runnable vllm and none importable: a warning, not a failure of its own.
+	_, cs = servingChecks(ctx, Options{Target: TargetGPU, Python: "/nonexistent/python3", VLLM: fake(`exit 1`)})
+	if c := find(t, cs, "vllm-version"); c.Status != Warn || c.Fix == "" {
+		t.Errorf("no vllm: %+v", c)
+	}
+	// The vllm beside --python is the one asked.
+	dir := filepath.Dir(fake(`echo 0.11.1`))
+	if got := (Options{Python: filepath.Join(dir, "python3")}).vllm(); got != filepath.Join(dir, "vllm") {
+		t.Errorf("vllm beside python: %s", got)
+	}
+	if got := (Options{Python: "python3"}).vllm(); got != "vllm" {
+		t.Errorf("default vllm: %s", got)
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -60,6 +62,10 @@ type Options struct {
 	Freeze      string // write `pip freeze` here
 	Ports       []int  // ports the deployment needs free on 127.0.0.1
 	Python      string // interpreter; default python3
+	// VLLM is the vllm executable whose `--version` the gpu target reads;
+	// default: the vllm beside Python when Python names a path and one is
+	// there, else vllm on PATH.
+	VLLM string
 }
 
 // Report is the preflight's result.
@@ -109,6 +115,23 @@ func (o Options) python() string {
 		return o.Python
 	}
 	return "python3"
+}
+
+func (o Options) vllm() string {
+	if o.VLLM != "" {
+		return o.VLLM
+	}
+	if py := o.python(); strings.ContainsRune(py, filepath.Separator) {
+		if p := filepath.Join(filepath.Dir(py), "vllm"); isExecutable(p) {
+			return p
+		}
+	}
+	return "vllm"
+}
+
+func isExecutable(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }
 
 func (r *Report) add(c ...Check) { r.Checks = append(r.Checks, c...) }

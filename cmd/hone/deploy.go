@@ -46,8 +46,9 @@ func loadSpecArg(path string) (*deploy.Spec, error) {
 
 func newDeployRenderCmd() *cobra.Command {
 	var (
-		output outputFormat
-		vllm   string
+		output      outputFormat
+		vllm        string
+		vllmVersion string
 	)
 	c := &cobra.Command{
 		Use:   "render SPEC",
@@ -56,11 +57,20 @@ func newDeployRenderCmd() *cobra.Command {
 worker (environment, then argv, shell-quoted so a person can paste it), then
 the proxy. hone itself never runs a shell; it executes these argv directly.
 
--o json prints the plan (workers with argv, env, GPUs, ports) and the
-proxy configuration instead.
+-o json prints the plan (workers with argv, env, GPUs, ports, warnings)
+and the proxy configuration instead.
 
-Exit codes: 0 rendered; 2 the spec is invalid (the message names the field).`,
+--vllm-version adapts vLLM commands to the installed release: flags it
+lacks are left out, and a spec it cannot run (say P2pNcclConnector on a
+vLLM that randomizes request ids with no switch to stop it) is refused
+with the field named. "auto" asks --vllm (vllm --version); without it the
+version is unknown, the commands are rendered for the newest vLLM and the
+plan says so in a warning.
+
+Exit codes: 0 rendered; 2 the spec is invalid, or the given vLLM version
+cannot run it (the message names the field).`,
 		Example: `  hone deploy render deploy/testdata/specs/disagg-nixl-2p2d.yaml
+  hone deploy render --vllm-version auto --vllm .venv/bin/vllm examples/vllm-disagg-nixl-1p1d.yaml
   hone deploy render -o json spec.yaml | jq '.plan.workers[].argv'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
@@ -77,7 +87,14 @@ Exit codes: 0 rendered; 2 the spec is invalid (the message names the field).`,
 					hone = exe
 				}
 			}
-			plan, err := deploy.Render(s, deploy.RenderOptions{VLLM: vllm, Hone: hone})
+			if vllmVersion == "auto" {
+				if s.Engine != deploy.EngineVLLM {
+					vllmVersion = ""
+				} else if vllmVersion, err = deploy.VLLMVersion(c.Context(), vllm); err != nil {
+					fmt.Fprintf(c.ErrOrStderr(), "hone deploy render: %v; rendering for an unknown vLLM version\n", err)
+				}
+			}
+			plan, err := deploy.Render(s, deploy.RenderOptions{VLLM: vllm, Hone: hone, VLLMVersion: vllmVersion})
 			if err != nil {
 				return usageError{err}
 			}
@@ -94,6 +111,7 @@ Exit codes: 0 rendered; 2 the spec is invalid (the message names the field).`,
 	}
 	output.register(c.Flags(), "sh", "", "sh", "json")
 	c.Flags().StringVar(&vllm, "vllm", "vllm", "the vllm executable to name in vLLM commands")
+	c.Flags().StringVar(&vllmVersion, "vllm-version", "", `the installed vLLM's version (e.g. 0.11.1), or "auto" to run --vllm --version; empty: unknown`)
 	return c
 }
 

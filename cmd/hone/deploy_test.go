@@ -15,7 +15,9 @@ func TestDeployRenderCLI(t *testing.T) {
 	if n := strings.Count(out, "vllm serve "); n != 4 {
 		t.Errorf("want 4 worker lines, got %d:\n%s", n, out)
 	}
-	if !strings.Contains(out, "VLLM_NIXL_SIDE_CHANNEL_PORT=5603") || !strings.Contains(out, "hone proxy --spec "+spec) {
+	// decode-0 has TP 2, so it holds side-channel ports 5602-5603 and
+	// decode-1 starts at 5604.
+	if !strings.Contains(out, "VLLM_NIXL_SIDE_CHANNEL_PORT=5604") || !strings.Contains(out, "hone proxy --spec "+spec) {
 		t.Errorf("render output:\n%s", out)
 	}
 	out, _, code = runCLI(t, "", "deploy", "render", "--output", "json", spec)

@@ -1,4 +1,5 @@
 # hone deploy render: disagg-nixl-2p2d (vllm, disaggregated)
+# warning: vLLM version unknown: rendered for the newest vLLM, unchecked, without --enable-per-request-metrics; give the installed version (hone deploy render --vllm-version auto) to adapt
 # prefill-0: role prefill, GPUs 0, http://127.0.0.1:9100
 env CUDA_VISIBLE_DEVICES=0 VLLM_NIXL_SIDE_CHANNEL_HOST=127.0.0.1 VLLM_NIXL_SIDE_CHANNEL_PORT=5600 vllm serve Qwen/Qwen2.5-Coder-7B-Instruct --revision c03e6d358207e414f1eca0bb1891e29f1db0e242 --served-model-name Qwen/Qwen2.5-Coder-7B-Instruct --host 127.0.0.1 --port 9100 --tensor-parallel-size 1 --dtype bfloat16 --enable-prefix-caching --enable-prompt-tokens-details --max-num-batched-tokens 16384 --kv-transfer-config '{"kv_connector":"NixlConnector","kv_load_failure_policy":"recompute","kv_role":"kv_both"}' &
 # prefill-1: role prefill, GPUs 1, http://127.0.0.1:9101
@@ -6,6 +7,6 @@ env CUDA_VISIBLE_DEVICES=1 VLLM_NIXL_SIDE_CHANNEL_HOST=127.0.0.1 VLLM_NIXL_SIDE_
 # decode-0: role decode, GPUs 2,3, http://127.0.0.1:9102
 env CUDA_VISIBLE_DEVICES=2,3 VLLM_NIXL_SIDE_CHANNEL_HOST=127.0.0.1 VLLM_NIXL_SIDE_CHANNEL_PORT=5602 vllm serve Qwen/Qwen2.5-Coder-7B-Instruct --revision c03e6d358207e414f1eca0bb1891e29f1db0e242 --served-model-name Qwen/Qwen2.5-Coder-7B-Instruct --host 127.0.0.1 --port 9102 --tensor-parallel-size 2 --dtype bfloat16 --enable-prefix-caching --enable-prompt-tokens-details --max-num-batched-tokens 16384 --kv-transfer-config '{"kv_connector":"NixlConnector","kv_load_failure_policy":"recompute","kv_role":"kv_both"}' &
 # decode-1: role decode, GPUs 4,5, http://127.0.0.1:9103
-env CUDA_VISIBLE_DEVICES=4,5 VLLM_NIXL_SIDE_CHANNEL_HOST=127.0.0.1 VLLM_NIXL_SIDE_CHANNEL_PORT=5603 vllm serve Qwen/Qwen2.5-Coder-7B-Instruct --revision c03e6d358207e414f1eca0bb1891e29f1db0e242 --served-model-name Qwen/Qwen2.5-Coder-7B-Instruct --host 127.0.0.1 --port 9103 --tensor-parallel-size 2 --dtype bfloat16 --enable-prefix-caching --enable-prompt-tokens-details --max-num-batched-tokens 16384 --kv-transfer-config '{"kv_connector":"NixlConnector","kv_load_failure_policy":"recompute","kv_role":"kv_both"}' &
+env CUDA_VISIBLE_DEVICES=4,5 VLLM_NIXL_SIDE_CHANNEL_HOST=127.0.0.1 VLLM_NIXL_SIDE_CHANNEL_PORT=5604 vllm serve Qwen/Qwen2.5-Coder-7B-Instruct --revision c03e6d358207e414f1eca0bb1891e29f1db0e242 --served-model-name Qwen/Qwen2.5-Coder-7B-Instruct --host 127.0.0.1 --port 9103 --tensor-parallel-size 2 --dtype bfloat16 --enable-prefix-caching --enable-prompt-tokens-details --max-num-batched-tokens 16384 --kv-transfer-config '{"kv_connector":"NixlConnector","kv_load_failure_policy":"recompute","kv_role":"kv_both"}' &
 # proxy: http://127.0.0.1:9000
 hone proxy --spec testdata/specs/disagg-nixl-2p2d.yaml
