@@ -295,6 +295,15 @@ func (p *Proxy) disaggregated(w http.ResponseWriter, r *http.Request, rq *reques
 		} else {
 			fields = withField(fields, "kv_transfer_params", params)
 		}
+	} else if p2p {
+		// No fallback for P2pNcclConnector: its decode worker is a
+		// kv_consumer that always waits for the whole prompt's KV
+		// (p2p_nccl_engine.py recv_tensor blocks), so a decode-side
+		// prefill would stall that worker and every request behind it.
+		p.m.overhead.Observe((now().Sub(rq.tl.Received) - spent).Seconds())
+		p.clientError(w, &rq.tl, http.StatusBadGateway, OutcomeFailed,
+			fmt.Sprintf("prefill failed on %d worker(s) tried; P2pNcclConnector has no decode-side fallback (its decode worker would wait for KV that never comes)", len(tried)))
+		return
 	} else {
 		// Declared fallback: the decode worker prefills locally.
 		rq.tl.Error = "prefill failed; decode-side prefill"
@@ -357,7 +366,9 @@ func prefillRequest(f map[string]json.RawMessage) ([]byte, error) {
 		// return_token_ids would have the prefill worker echo the whole
 		// prompt's ids (tens of KiB for a coding prompt) in an answer of
 		// which the proxy keeps only kv_transfer_params.
-		case "min_tokens", "stream_options", "return_token_ids":
+		// min_tokens and min_completion_tokens conflict with max_tokens 1
+		// (vLLM's own disaggregation proxies drop both).
+		case "min_tokens", "min_completion_tokens", "stream_options", "return_token_ids":
 			continue
 		}
 		out[k] = v

@@ -285,7 +285,9 @@ func TestDisaggregatedProtocol(t *testing.T) {
 	pre, dec := newFakeEngine(t, "prefill-0"), newFakeEngine(t, "decode-0")
 	p := startProxy(t, disagg([]*fakeEngine{pre}, []*fakeEngine{dec}))
 	prompt := sessionPrompt(1, 0)
-	status, _, body := post(t, p.URL, completion(prompt, 3), map[string]string{"X-Request-Id": "req-9"})
+	req := completion(prompt, 3)
+	req["min_completion_tokens"] = 3
+	status, _, body := post(t, p.URL, req, map[string]string{"X-Request-Id": "req-9"})
 	if status != 200 {
 		t.Fatalf("%d %s", status, body)
 	}
@@ -300,7 +302,7 @@ func TestDisaggregatedProtocol(t *testing.T) {
 	if pb["stream"] != false || pb["max_tokens"] != 1.0 {
 		t.Errorf("prefill leg: stream %v max_tokens %v", pb["stream"], pb["max_tokens"])
 	}
-	for _, k := range []string{"min_tokens", "stream_options", "return_token_ids"} {
+	for _, k := range []string{"min_tokens", "min_completion_tokens", "stream_options", "return_token_ids"} {
 		if _, ok := pb[k]; ok {
 			t.Errorf("prefill leg kept %s", k)
 		}
@@ -346,6 +348,30 @@ func TestP2pNcclRequestID(t *testing.T) {
 	}
 	if _, ok := dec.got()[0].Body["kv_transfer_params"]; ok {
 		t.Errorf("P2pNccl decode leg must not carry kv_transfer_params")
+	}
+}
+
+// P2pNcclConnector has no decode-side fallback: its decode worker waits for
+// the prompt's KV whatever happens, so a failed prefill is a 502 and the
+// decode worker never sees the request.
+func TestP2pNcclPrefillFailureIs502(t *testing.T) {
+	pre, dec := newFakeEngine(t, "prefill-0"), newFakeEngine(t, "decode-0")
+	pre.set(func(f *fakeEngine) { f.failStatus = 503 })
+	cfg := disagg([]*fakeEngine{pre}, []*fakeEngine{dec})
+	cfg.Connector = P2pNcclConnector
+	cfg.Workers[0].KVAddr, cfg.Workers[1].KVAddr = "127.0.0.1:21001", "127.0.0.1:21002"
+	cfg.HealthInterval = time.Hour
+	p := startProxy(t, cfg)
+	status, _, body := post(t, p.URL, completion([]int{1, 2, 3}, 2), map[string]string{"X-Request-Id": "u2"})
+	if status != http.StatusBadGateway || !strings.Contains(body, "no decode-side fallback") {
+		t.Errorf("%d %s; want 502 naming the missing fallback", status, body)
+	}
+	if n := len(dec.got()); n != 0 {
+		t.Errorf("the decode worker got %d requests, want none", n)
+	}
+	tls, _ := p.Timelines(0, 0)
+	if len(tls) != 1 || tls[0].Outcome != OutcomeFailed || tls[0].Decode != nil {
+		t.Errorf("timeline %+v", tls)
 	}
 }
 
