@@ -125,7 +125,7 @@ func newTransport() *http.Transport {
 		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        4096,
 		MaxIdleConnsPerHost: 4096,
-		IdleConnTimeout:     90 * time.Second,
+		IdleConnTimeout:     50 * time.Second, // below the servers' 60 s idle timeout: never reuse a connection they are closing
 		DisableCompression:  true,
 		ReadBufferSize:      32 << 10,
 		WriteBufferSize:     32 << 10,
