@@ -32,7 +32,7 @@ func BenchmarkProxyProcessOverhead(b *testing.B) {
 			s := testSpec(b, topo)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			d, err := Up(ctx, s, UpOptions{StateDir: b.TempDir(), VLLM: os.Args[0], Hone: os.Args[0], HealthTimeout: 20 * time.Second, Grace: time.Second})
+			d, err := Up(ctx, s, UpOptions{StateDir: b.TempDir(), VLLM: os.Args[0], Hone: os.Args[0], Owned: true, HealthTimeout: 20 * time.Second, Grace: time.Second})
 			if err != nil {
 				b.Fatal(err)
 			}

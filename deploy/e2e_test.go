@@ -52,7 +52,7 @@ emulator:
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	d, err := Up(ctx, s, UpOptions{StateDir: t.TempDir(), Hone: hone, HealthTimeout: 30 * time.Second, Grace: 2 * time.Second})
+	d, err := Up(ctx, s, UpOptions{StateDir: t.TempDir(), Hone: hone, Owned: true, HealthTimeout: 30 * time.Second, Grace: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ emulator: {profile: qwen2.5-coder-0.5b-h200, time_scale: 0.05}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		d, err := Up(ctx, s, UpOptions{StateDir: t.TempDir(), Hone: hone, HealthTimeout: 30 * time.Second, Grace: time.Second})
+		d, err := Up(ctx, s, UpOptions{StateDir: t.TempDir(), Hone: hone, Owned: true, HealthTimeout: 30 * time.Second, Grace: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -239,7 +239,7 @@ emulator:
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	d, err := Up(ctx, s, UpOptions{StateDir: t.TempDir(), Hone: hone, HealthTimeout: 30 * time.Second, Grace: time.Second})
+	d, err := Up(ctx, s, UpOptions{StateDir: t.TempDir(), Hone: hone, Owned: true, HealthTimeout: 30 * time.Second, Grace: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -82,6 +83,61 @@ func ReadState(path string) (*State, error) {
 		return nil, fmt.Errorf("deployment state %s: schema_version %d, want %d", path, s.SchemaVersion, StateSchemaVersion)
 	}
 	return &s, nil
+}
+
+// Alive returns the recorded processes whose process group still has a
+// live member (the leader may be gone), leaving out any whose PID now
+// names another process.
+func (s *State) Alive() []Process {
+	var live []Process
+	for _, p := range s.Processes {
+		if p.ours() && groupAlive(p.PGID) {
+			live = append(live, p)
+		}
+	}
+	return live
+}
+
+// GroupPIDs lists the live processes of the groups of procs; nil where
+// /proc cannot be read.
+func GroupPIDs(procs []Process) []int {
+	var pids []int
+	for _, p := range procs {
+		m, _ := groupMembers(p.PGID)
+		pids = append(pids, m...)
+	}
+	return pids
+}
+
+// Leftover is a deployment under a state directory that is still running.
+type Leftover struct {
+	StatePath string
+	State     *State
+	Live      []Process // its process groups with a live member
+}
+
+// Leftovers returns the deployments under dir whose state file records a
+// process group that is still alive: left behind by a process that could
+// not stop them (it was killed), unless something else is running them.
+// A state file that cannot be read is reported in err, after the others.
+func Leftovers(dir string) ([]Leftover, error) {
+	paths, err := List(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Leftover
+	var errs []error
+	for _, path := range paths {
+		s, err := ReadState(path)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if live := s.Alive(); len(live) > 0 {
+			out = append(out, Leftover{StatePath: path, State: s, Live: live})
+		}
+	}
+	return out, errors.Join(errs...)
 }
 
 func (s *State) write(path string) error {

@@ -59,6 +59,20 @@ type UpOptions struct {
 	// Grace is how long processes get between SIGTERM and SIGKILL when Up
 	// fails part-way; 10 s when zero.
 	Grace time.Duration
+	// Owned ties the deployment to this process: when it dies — exits,
+	// crashes, or is SIGKILLed — every process of the deployment dies too,
+	// workers with everything they started, and the proxy. For
+	// deployments a running program measures and tears down (hone
+	// optimize's trials, tests). Leave it false for one that must outlive
+	// the command that started it (hone deploy up).
+	//
+	// On Linux each started process gets a parent-death signal (SIGKILL),
+	// and a watchdog process kills the deployment's process groups when
+	// this one is gone (watchdog.go). Elsewhere only the watchdog acts: if
+	// it is killed along with this process, the deployment stays up until
+	// hone deploy down (or the next hone optimize on the same --out) stops
+	// it.
+	Owned bool
 	// Progress, when set, is called as workers come up.
 	Progress func(Progress)
 	Log      *slog.Logger
@@ -77,27 +91,39 @@ type Deployment struct {
 	State     State
 	StatePath string
 	exited    map[int]chan struct{} // pid → closed when reaped
+	guard     *watchdog             // an owned deployment's watchdog; nil otherwise
 }
 
 // ProxyURL is the front door every request goes through.
 func (d *Deployment) ProxyURL() string { return d.State.ProxyURL }
 
-// Down stops the deployment: see Down.
-func (d *Deployment) Down(grace time.Duration) error { return Down(d.StatePath, grace) }
+// Down stops the deployment: see Down. An owned deployment's watchdog is
+// released once nothing is left (or someone else already stopped it); while
+// a process survives, the watchdog stays, and kills it again when this
+// process exits.
+func (d *Deployment) Down(grace time.Duration) error {
+	err := Down(d.StatePath, grace)
+	if err == nil || errors.Is(err, ErrNotUp) {
+		d.guard.release()
+	}
+	return err
+}
 
 // Up starts a spec's workers and proxy, each the leader of its own process
 // group, records them in a state file (rewritten atomically after each
 // start, so a crash part-way still leaves every started process findable),
 // and waits until every /health answers. On failure everything started is
-// stopped. The processes outlive this one; Down stops them.
+// stopped. The processes outlive this one, and Down stops them — unless
+// o.Owned: then they also die with this process.
 //
 // The steps run in this order: fill options, render, make directories,
 // refuse (already up, missing binary, busy address) before anything starts,
 // hash the model, write the proxy config and a first state file, start the
-// workers then the proxy, wait for health. A failure before the first
-// state write has started nothing and writes no state; one from the first
-// start on stops whatever started and removes the state file, kept only
-// when a process group survives SIGKILL (rollback).
+// watchdog (owned deployments), start the workers then the proxy, wait for
+// health. A failure before the first state write has started nothing and
+// writes no state; one from the first start on stops whatever started and
+// removes the state file, kept only when a process group survives SIGKILL
+// (rollback).
 func Up(ctx context.Context, s *Spec, o UpOptions) (*Deployment, error) {
 	o, err := o.withDefaults(s)
 	if err != nil {
@@ -135,6 +161,12 @@ func Up(ctx context.Context, s *Spec, o UpOptions) (*Deployment, error) {
 	}
 	if err := d.State.write(statePath); err != nil {
 		return nil, err
+	}
+	if o.Owned {
+		if d.guard, err = startWatchdog(dir, statePath, d.State.StartedAt); err != nil {
+			os.Remove(statePath)
+			return nil, err
+		}
 	}
 	if err := d.startAll(plan, proxyConfig, o); err != nil {
 		return nil, d.rollback(err, o.Grace)
@@ -273,17 +305,27 @@ func (d *Deployment) start(name, role, url string, argv, env []string, log *slog
 		Stdout: lf, Stderr: lf,
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 	}
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if d.guard != nil {
+		start = func() error { return startOwned(cmd) }
+	}
+	if err := start(); err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
 	}
 	pid := cmd.Process.Pid
 	done := make(chan struct{})
 	d.exited[pid] = done
 	go func() { cmd.Wait(); close(done) }() // reap, so no zombie lingers
-	d.State.Processes = append(d.State.Processes, Process{
+	p := Process{
 		Name: name, Role: role, PID: pid, PGID: pid, StartTicks: startTicks(pid),
 		URL: url, Argv: argv, Env: env, Log: logPath,
-	})
+	}
+	d.State.Processes = append(d.State.Processes, p)
+	if d.guard != nil {
+		if err := d.guard.add(p); err != nil {
+			return err
+		}
+	}
 	log.Info("started", "process", name, "pid", pid, "log", logPath)
 	return d.State.write(d.StatePath)
 }
@@ -296,6 +338,7 @@ func (d *Deployment) rollback(err error, grace time.Duration) error {
 		return fmt.Errorf("%w (and %d process groups survived SIGKILL)", err, len(left))
 	}
 	os.Remove(d.StatePath)
+	d.guard.release()
 	return err
 }
 

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,7 +28,9 @@ import (
 // The test binary doubles as the processes Up starts, chosen by
 // HONE_DEPLOY_FAKE: a fake vLLM worker (which also starts a grandchild in
 // its process group, to prove Down leaves no orphan), the real proxy, a
-// sleeper, or a whole `deploy up` that a test kills to play a crash.
+// sleeper, or a whole `deploy up` (or owner of a deployment) that a test
+// kills to play a crash. It is also an owned deployment's watchdog: deploy's
+// init runs that before TestMain.
 func TestMain(m *testing.M) {
 	switch os.Getenv("HONE_DEPLOY_FAKE") {
 	case "":
@@ -114,20 +117,137 @@ func fakeProxy() {
 	os.Exit(0)
 }
 
+// fakeUp plays a program that runs Up and is then killed: `deploy up`
+// (HONE_FAKE_OWNED unset), or an owner such as hone optimize
+// (HONE_FAKE_OWNED=1). It prints the deployment's live pids ("PIDS ..."),
+// its watchdog's ("WATCHDOG n", owned only), then "UP"; then it exits when
+// a line "exit" arrives on stdin, and sleeps otherwise.
 func fakeUp() {
 	os.Setenv("HONE_DEPLOY_FAKE", "worker") // for the processes Up starts
 	s, err := LoadSpec(os.Getenv("HONE_FAKE_SPEC"))
 	if err != nil {
 		panic(err)
 	}
-	_, err = Up(context.Background(), s, UpOptions{StateDir: os.Getenv("HONE_FAKE_STATE"), VLLM: os.Args[0], Hone: os.Args[0], HealthTimeout: 20 * time.Second})
+	owned := os.Getenv("HONE_FAKE_OWNED") == "1"
+	o := UpOptions{StateDir: os.Getenv("HONE_FAKE_STATE"), VLLM: os.Args[0], Hone: os.Args[0], HealthTimeout: 20 * time.Second, Owned: owned}
+	var d *Deployment
+	done := make(chan struct{})
+	// Up runs on a goroutine locked to its thread and never unlocked, so
+	// the thread ends with the goroutine: were the processes forked from
+	// it, their parent-death signal would kill them right then. (The main
+	// goroutine holds the main thread, which Go never ends.)
+	runtime.LockOSThread()
+	go func() {
+		runtime.LockOSThread()
+		d, err = Up(context.Background(), s, o)
+		close(done)
+	}()
+	<-done
 	if err != nil {
 		fmt.Println("up failed:", err)
 		os.Exit(1)
 	}
+	// More threads come and go while the deployment runs.
+	go func() {
+		for {
+			ch := make(chan struct{})
+			go func() { runtime.LockOSThread(); close(ch) }()
+			<-ch
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	time.Sleep(200 * time.Millisecond) // the retired threads' signals, had they any, are delivered by now
+	var pids []string
+	for _, pid := range GroupPIDs(d.State.Processes) {
+		pids = append(pids, strconv.Itoa(pid))
+	}
+	fmt.Println("PIDS", strings.Join(pids, " "))
+	if d.guard != nil {
+		fmt.Println("WATCHDOG", d.guard.pid)
+	}
 	fmt.Println("UP")
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		if sc.Text() == "exit" {
+			os.Exit(0) // no Down: an owned deployment goes with its owner
+		}
+	}
 	time.Sleep(5 * time.Minute)
 	os.Exit(0)
+}
+
+// fakeUpProcess is a started fakeUp and what it printed.
+type fakeUpProcess struct {
+	cmd       *exec.Cmd
+	stdin     io.WriteCloser
+	statePath string
+	pids      []int // every live process of the deployment after Up
+	watchdog  int   // 0 when not owned
+}
+
+// startFakeUp runs fakeUp for s under dir and waits for "UP".
+func startFakeUp(t *testing.T, s *Spec, dir string, env ...string) *fakeUpProcess {
+	t.Helper()
+	specPath := filepath.Join(dir, "spec.yaml")
+	b, _ := json.Marshal(s) // JSON is YAML
+	os.WriteFile(specPath, b, 0o644)
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(append(os.Environ(), "HONE_DEPLOY_FAKE=up", "HONE_FAKE_SPEC="+specPath, "HONE_FAKE_STATE="+dir), env...)
+	out, _ := cmd.StdoutPipe()
+	stdin, _ := cmd.StdinPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeUpProcess{cmd: cmd, stdin: stdin, statePath: StatePath(dir, s.Name)}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		Down(f.statePath, 100*time.Millisecond)
+		for _, pid := range append(f.pids, f.watchdog) {
+			if pid > 0 && alive(pid) {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	line := make(chan string, 4)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if l := sc.Text(); l == "UP" || strings.HasPrefix(l, "up failed") || strings.HasPrefix(l, "PIDS") || strings.HasPrefix(l, "WATCHDOG") {
+				line <- l
+			}
+		}
+		close(line)
+	}()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case l, ok := <-line:
+			switch {
+			case !ok:
+				t.Fatal("deploy up exited without UP")
+			case l == "UP":
+				return f
+			case strings.HasPrefix(l, "PIDS"):
+				for _, p := range strings.Fields(l)[1:] {
+					pid, _ := strconv.Atoi(p)
+					f.pids = append(f.pids, pid)
+				}
+			case strings.HasPrefix(l, "WATCHDOG"):
+				f.watchdog, _ = strconv.Atoi(strings.Fields(l)[1])
+			default:
+				t.Fatal(l)
+			}
+		case <-timeout:
+			t.Fatal("deploy up did not finish")
+		}
+	}
+}
+
+// kill SIGKILLs the fake up and reaps it.
+func (f *fakeUpProcess) kill() {
+	f.cmd.Process.Kill()
+	f.cmd.Wait()
 }
 
 // freePorts is the first of n consecutive free ports, below the
@@ -196,7 +316,7 @@ func up(t *testing.T, s *Spec, dir string) *Deployment {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var steps []Progress
-	d, err := Up(ctx, s, UpOptions{StateDir: dir, VLLM: os.Args[0], Hone: os.Args[0], Grace: 2 * time.Second,
+	d, err := Up(ctx, s, UpOptions{StateDir: dir, VLLM: os.Args[0], Hone: os.Args[0], Grace: 2 * time.Second, Owned: true,
 		HealthTimeout: 20 * time.Second, Progress: func(p Progress) { steps = append(steps, p) }})
 	if err != nil {
 		t.Fatal(err)
@@ -246,6 +366,11 @@ func TestUpServeDown(t *testing.T) {
 				t.Fatal(err)
 			}
 			assertAllGone(t, pids)
+			select {
+			case <-d.guard.exited: // released by Down, it exits without acting
+			case <-time.After(5 * time.Second):
+				t.Errorf("the watchdog (pid %d) outlived down", d.guard.pid)
+			}
 			if b, err := os.ReadFile(st.Timelines); err != nil || strings.Count(string(b), "\n") != 1 || !strings.Contains(string(b), `"outcome":"success"`) {
 				t.Errorf("timelines written at down: %v %q", err, b)
 			}
@@ -264,39 +389,10 @@ func TestUpServeDown(t *testing.T) {
 // workers ignore SIGTERM. Down from the state file still leaves nothing.
 func TestDownAfterCrash(t *testing.T) {
 	dir := t.TempDir()
-	specPath := filepath.Join(dir, "spec.yaml")
 	s := testSpec(t, onePoneD)
-	b, _ := json.Marshal(s) // JSON is YAML
-	os.WriteFile(specPath, b, 0o644)
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "HONE_DEPLOY_FAKE=up", "HONE_FAKE_SPEC="+specPath, "HONE_FAKE_STATE="+dir, "HONE_FAKE_IGNORE_TERM=1")
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	statePath := StatePath(dir, s.Name)
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait(); Down(statePath, 100*time.Millisecond) })
-	line := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if l := sc.Text(); l == "UP" || strings.HasPrefix(l, "up failed") {
-				line <- l
-			}
-		}
-		close(line)
-	}()
-	select {
-	case l := <-line:
-		if l != "UP" {
-			t.Fatal(l)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("deploy up did not finish")
-	}
-	cmd.Process.Kill() // the crash
-	cmd.Wait()
-	st, err := ReadState(statePath)
+	f := startFakeUp(t, s, dir, "HONE_FAKE_IGNORE_TERM=1")
+	f.kill() // the crash
+	st, err := ReadState(f.statePath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,13 +402,133 @@ func TestDownAfterCrash(t *testing.T) {
 	}
 	syscall.Kill(st.Processes[0].PID, syscall.SIGKILL) // a worker crashes; its grandchild stays
 	start := time.Now()
-	if err := Down(statePath, 300*time.Millisecond); err != nil {
+	if err := Down(f.statePath, 300*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	if el := time.Since(start); el > 6*time.Second {
 		t.Errorf("down took %v", el)
 	}
 	assertAllGone(t, pids)
+}
+
+// waitGone polls until none of pids is alive, up to 10 s (the host may be
+// busy), and returns those still alive.
+func waitGone(pids []int) []int {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var left []int
+		for _, pid := range pids {
+			if pid > 0 && alive(pid) {
+				left = append(left, pid)
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestOwnedDeploymentDiesWithItsOwner: a program runs Up with Owned and is
+// SIGKILLed; every process of the deployment — the workers, their
+// grandchildren, the proxy — and the watchdog are gone soon after, and the
+// state file with them. Ten times over, while the owner's threads come
+// and go (fakeUp), since the parent-death signal is tied to a thread.
+func TestOwnedDeploymentDiesWithItsOwner(t *testing.T) {
+	if _, ok := groupMembers(1); !ok {
+		t.Skip("no /proc: cannot list a deployment's processes")
+	}
+	for i := range 10 {
+		topo := []string{onePoneD, twoReplicas}[i%2]
+		dir := t.TempDir()
+		f := startFakeUp(t, testSpec(t, topo), dir, "HONE_FAKE_OWNED=1")
+		if len(f.pids) != 5 || f.watchdog == 0 {
+			t.Fatalf("run %d: live processes %v, watchdog %d; want 5 and a watchdog", i, f.pids, f.watchdog)
+		}
+		for _, pid := range f.pids {
+			if !alive(pid) {
+				t.Fatalf("run %d: pid %d died before its owner (its forking thread ended?)", i, pid)
+			}
+		}
+		f.kill()
+		if left := waitGone(append(f.pids, f.watchdog)); len(left) > 0 {
+			t.Fatalf("run %d: %v of %v (watchdog %d) outlived their owner by 10 s", i, left, f.pids, f.watchdog)
+		}
+		if _, err := os.Stat(f.statePath); !os.IsNotExist(err) {
+			t.Errorf("run %d: the watchdog left the state file: %v", i, err)
+		}
+	}
+}
+
+// TestOwnedDeploymentEndsWithItsOwner: an owner that exits without Down
+// takes its deployment with it too.
+func TestOwnedDeploymentEndsWithItsOwner(t *testing.T) {
+	if _, ok := groupMembers(1); !ok {
+		t.Skip("no /proc: cannot list a deployment's processes")
+	}
+	f := startFakeUp(t, testSpec(t, onePoneD), t.TempDir(), "HONE_FAKE_OWNED=1")
+	io.WriteString(f.stdin, "exit\n")
+	f.cmd.Wait()
+	if left := waitGone(append(f.pids, f.watchdog)); len(left) > 0 {
+		t.Fatalf("%v of %v (watchdog %d) outlived their owner's exit by 10 s", left, f.pids, f.watchdog)
+	}
+}
+
+// TestOwnedDeploymentWithoutItsWatchdog: with the watchdog SIGKILLed
+// first, the parent-death signal (Linux) still kills every process Up
+// started when the owner is SIGKILLed. Their own children are the
+// watchdog's to kill, so they stay: the test stops them with Down.
+func TestOwnedDeploymentWithoutItsWatchdog(t *testing.T) {
+	if !pdeathsigSupported {
+		t.Skip("no parent-death signal on " + runtime.GOOS)
+	}
+	for i := range 3 {
+		dir := t.TempDir()
+		f := startFakeUp(t, testSpec(t, twoReplicas), dir, "HONE_FAKE_OWNED=1")
+		st, err := ReadState(f.statePath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		syscall.Kill(f.watchdog, syscall.SIGKILL)
+		if left := waitGone([]int{f.watchdog}); len(left) > 0 {
+			t.Fatal("the watchdog survived SIGKILL")
+		}
+		f.kill()
+		var leaders []int
+		for _, p := range st.Processes {
+			leaders = append(leaders, p.PID)
+		}
+		if left := waitGone(leaders); len(left) > 0 {
+			t.Fatalf("run %d: %v of the processes Up started outlived their owner by 10 s", i, left)
+		}
+		if err := Down(f.statePath, 100*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		assertAllGone(t, f.pids)
+	}
+}
+
+// TestUnownedDeploymentOutlivesItsStarter: without Owned (hone deploy up),
+// the deployment stays up when the program that started it is SIGKILLed.
+func TestUnownedDeploymentOutlivesItsStarter(t *testing.T) {
+	if _, ok := groupMembers(1); !ok {
+		t.Skip("no /proc: cannot list a deployment's processes")
+	}
+	f := startFakeUp(t, testSpec(t, onePoneD), t.TempDir())
+	if len(f.pids) != 5 || f.watchdog != 0 {
+		t.Fatalf("live processes %v, watchdog %d; want 5 and none", f.pids, f.watchdog)
+	}
+	f.kill()
+	time.Sleep(time.Second)
+	for _, pid := range f.pids {
+		if !alive(pid) {
+			t.Errorf("pid %d died with the program that ran deploy up", pid)
+		}
+	}
+	if err := Down(f.statePath, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	assertAllGone(t, f.pids)
 }
 
 func TestUpRefusesBeforeStarting(t *testing.T) {

@@ -22,6 +22,9 @@ import (
 // replay through the proxy, fetch the proxy's timelines, attribute, write
 // the record, deploy.Down. The optimizer never talks to an engine itself.
 type DeployEvaluator struct {
+	// Up starts each trial's deployment; Evaluate sets Up.Owned, so that
+	// a trial's processes never outlive this one (set it here too for
+	// MeasureFloor's).
 	Up       deploy.UpOptions
 	Workload replay.Workload
 	QPS      []float64
@@ -58,7 +61,9 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 		t.Error = "invalid spec: " + err.Error()
 		return t
 	}
-	dep, err := deploy.Up(ctx, s, e.Up)
+	up := e.Up
+	up.Owned = true // measured, then torn down: it dies with this process
+	dep, err := deploy.Up(ctx, s, up)
 	if err != nil {
 		t.Error = "deploy: " + err.Error()
 		return t

@@ -162,7 +162,9 @@ func (e *DeployEvaluator) replayOnce(ctx context.Context, s *deploy.Spec, name s
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("spec: %w", err)
 	}
-	dep, err := deploy.Up(ctx, s, e.Up)
+	up := e.Up
+	up.Owned = true // measured, then torn down: it dies with this process
+	dep, err := deploy.Up(ctx, s, up)
 	if err != nil {
 		return nil, fmt.Errorf("deploy: %w", err)
 	}

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -9,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -29,6 +32,7 @@ func newOptimizeCmd() *cobra.Command {
 		seed         uint64
 		timeScale    string
 		backend      string
+		force        bool
 	)
 	c := &cobra.Command{
 		Use:   "optimize --spec base.yaml --out DIR",
@@ -59,10 +63,22 @@ a failed trial naming the spec field, what the model cannot express (tensor
 parallelism, engine knobs, more than 1P1D).
 
 Every trial, failed ones too, goes to DIR/log.json (rewritten atomically after
-each trial); records to DIR/records/, emulator ground truth to DIR/traces/.
-Emulated trials are labelled emulated, never device.
+each trial); records to DIR/records/, emulator ground truth to DIR/traces/,
+deployment state and worker logs to DIR/state/. Emulated trials are labelled
+emulated, never device.
 
-Exit codes: 0 a verified selection; 1 nothing eligible or verified; 2 bad input.`,
+A trial's deployment dies with hone optimize, even on kill -9 (Linux: the
+kernel's parent-death signal and a watchdog process; elsewhere the watchdog
+only). An earlier run is never silently reused or overwritten: a DIR that
+holds a log.json is refused (exit 2) unless --force, which keeps the earlier
+run's log.json, records/, traces/ and state/ as NAME.<time>.bak; a
+deployment an earlier, killed run left running under DIR/state/ is stopped
+(reported on stderr) before anything starts. One hone optimize at a time
+uses a DIR.
+
+Exit codes: 0 a verified selection; 1 nothing eligible or verified, or a
+deployment left under DIR/state/ could not be stopped; 2 bad input, or DIR
+holds an earlier run's log (see --force) or is in use.`,
 		Example: `  hone optimize --spec examples/emulator-l4-colocated.yaml --out results/demo --runs 3 --qps 2,8,16,32 --requests 48
   hone report --log results/demo/log.json --out results/demo/report.md`,
 		Args: cobra.NoArgs,
@@ -90,6 +106,14 @@ Exit codes: 0 a verified selection; 1 nothing eligible or verified; 2 bad input.
 			if err := os.MkdirAll(out, 0o755); err != nil {
 				return err
 			}
+			unlock, err := lockOutDir(out, c.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			defer unlock()
+			if err := claimOutDir(out, force, c.ErrOrStderr()); err != nil {
+				return err
+			}
 			hone, err := os.Executable()
 			if err != nil {
 				return err
@@ -114,7 +138,7 @@ Exit codes: 0 a verified selection; 1 nothing eligible or verified; 2 bad input.
 			w := replay.Workload{Seed: seed, Requests: sc.Requests, InputTokens: sc.InputTokens,
 				UncachedTokens: replay.DefaultUncachedTokens, OutputTokens: sc.OutputTokens}
 			slo := slo.SLO{TTFTMillis: sc.TTFTMillis, TPOTMillis: sc.TPOTMillis}
-			dev := &optimizer.DeployEvaluator{Up: deploy.UpOptions{Hone: hone, StateDir: filepath.Join(out, "state")},
+			dev := &optimizer.DeployEvaluator{Up: deploy.UpOptions{Hone: hone, StateDir: filepath.Join(out, "state"), Owned: true},
 				Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo, OutDir: out, Hone: replay.Build{Version: v, Commit: commit}}
 			var ev optimizer.Evaluator = dev
 			if backend == "model" {
@@ -174,5 +198,148 @@ Exit codes: 0 a verified selection; 1 nothing eligible or verified; 2 bad input.
 	f.Uint64Var(&seed, "seed", replay.DefaultSeed, "workload seed")
 	f.StringVar(&backend, "backend", "live", "live (deploy the spec and replay: emulated or device) | model (the exact queueing model: simulation_only)")
 	f.StringVar(&timeScale, "time-scale", "auto", "emulated trials' time scale: auto (from the host's measured floor) | spec | a factor")
+	f.BoolVar(&force, "force", false, "start over in an --out that holds an earlier run (which is kept as NAME.<time>.bak)")
 	return c
+}
+
+// lockOutDir takes an exclusive lock on the --out directory for this run,
+// so that no other hone optimize writes there, or stops this run's
+// deployments as an earlier run's leftovers. The kernel drops the lock when
+// this process dies, however it dies. Where the file system has no locks,
+// it warns and goes on.
+func lockOutDir(out string, errw io.Writer) (unlock func(), err error) {
+	f, err := os.Open(out)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, badInput("--out %s is in use by another hone optimize: wait for it to end, or give another --out", out)
+		}
+		fmt.Fprintf(errw, "optimize: warning: cannot lock --out %s (%v): nothing keeps another hone optimize out of it\n", out, err)
+		return func() {}, nil
+	}
+	return func() { f.Close() }, nil
+}
+
+// The files and directories of a run in --out, in the order they are kept.
+var runFiles = []string{"log.json", "records", "traces", "state"}
+
+// claimOutDir makes --out this run's: it refuses a directory that holds an
+// earlier run's log unless force, stops the deployments an earlier run left
+// running under state/, then moves whatever that run left (its log,
+// records, traces and state) aside as NAME.<time>.bak, so that nothing of
+// it is reused or overwritten.
+func claimOutDir(out string, force bool, errw io.Writer) error {
+	logPath := filepath.Join(out, "log.json")
+	stateDir := filepath.Join(out, "state")
+	if _, err := os.Stat(logPath); err == nil && !force {
+		what := logPath
+		if lg, err := optimizer.ReadLog(logPath); err == nil {
+			what = fmt.Sprintf("%s: %d trials, started %s", logPath, len(lg.Trials), lg.Started.Format(time.RFC3339))
+		}
+		msg := fmt.Sprintf("--out %s already holds an earlier run's log (%s): give a new --out directory, or --force to start over there (keeping the earlier run's log as log.json.<time>.bak, and its records, traces and state likewise)", out, what)
+		if left, _ := deploy.Leftovers(stateDir); len(left) > 0 {
+			var names []string
+			for _, l := range left {
+				names = append(names, fmt.Sprintf("%s (pids %s)", l.State.Name, joinInts(deploy.GroupPIDs(l.Live))))
+			}
+			msg += fmt.Sprintf("; that run left deployments running under %s: %s, which hone optimize --force stops, as does hone deploy down NAME --state-dir %s",
+				stateDir, strings.Join(names, ", "), stateDir)
+		}
+		return badInput("%s", msg)
+	}
+	if err := stopLeftovers(stateDir, errw); err != nil {
+		return err
+	}
+	return keepEarlierRun(out, errw)
+}
+
+// stopLeftovers stops every deployment under stateDir that is still
+// running — left by an earlier run that was killed — and reports each on
+// errw. An error (exit 1) names the processes that could not be stopped.
+func stopLeftovers(stateDir string, errw io.Writer) error {
+	left, err := deploy.Leftovers(stateDir)
+	if err != nil {
+		fmt.Fprintf(errw, "optimize: warning: %v\n", err)
+	}
+	var stuck []string
+	for _, l := range left {
+		var names []string
+		for _, p := range l.Live {
+			names = append(names, p.Name)
+		}
+		fmt.Fprintf(errw, "optimize: deployment %s was left running by an earlier run (%s: pids %s): stopping it\n",
+			l.State.Name, strings.Join(names, ", "), joinInts(deploy.GroupPIDs(l.Live)))
+		if err := deploy.Down(l.StatePath, 5*time.Second); err != nil {
+			pids := "unknown"
+			if st, rerr := deploy.ReadState(l.StatePath); rerr == nil {
+				pids = joinInts(deploy.GroupPIDs(st.Alive()))
+			}
+			stuck = append(stuck, fmt.Sprintf("%s (pids %s: %v)", l.State.Name, pids, err))
+			continue
+		}
+		fmt.Fprintf(errw, "optimize: stopped deployment %s\n", l.State.Name)
+	}
+	if len(stuck) > 0 {
+		return fmt.Errorf("optimize: deployments an earlier run left under %s could not be stopped: %s; stop them before using this --out",
+			stateDir, strings.Join(stuck, "; "))
+	}
+	return nil
+}
+
+// keepEarlierRun moves an earlier run's files in out (runFiles; empty
+// directories do not count) aside as NAME.<time>.bak, all with one time,
+// and says so on errw.
+func keepEarlierRun(out string, errw io.Writer) error {
+	var found []string
+	for _, name := range runFiles {
+		path := filepath.Join(out, name)
+		fi, err := os.Stat(path)
+		if err != nil {
+			continue
+		}
+		if fi.IsDir() {
+			if ents, err := os.ReadDir(path); err == nil && len(ents) == 0 {
+				continue
+			}
+		}
+		found = append(found, name)
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	base := time.Now().UTC().Format("20060102T150405Z")
+	stamp := base
+	for i := 2; ; i++ {
+		free := true
+		for _, name := range found {
+			if _, err := os.Lstat(filepath.Join(out, name+"."+stamp+".bak")); err == nil {
+				free = false
+			}
+		}
+		if free {
+			break
+		}
+		stamp = fmt.Sprintf("%s-%d", base, i)
+	}
+	var kept []string
+	for _, name := range found {
+		to := name + "." + stamp + ".bak"
+		if err := os.Rename(filepath.Join(out, name), filepath.Join(out, to)); err != nil {
+			return fmt.Errorf("optimize: keep the earlier run's %s: %w", name, err)
+		}
+		kept = append(kept, name+" as "+to)
+	}
+	fmt.Fprintf(errw, "optimize: --out %s held an earlier run; kept its %s\n", out, strings.Join(kept, ", "))
+	return nil
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, " ")
 }
