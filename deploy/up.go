@@ -129,9 +129,19 @@ func Up(ctx context.Context, s *Spec, o UpOptions) (*Deployment, error) {
 	if err != nil {
 		return nil, err
 	}
-	plan, err := Render(s, RenderOptions{VLLM: o.VLLM, Hone: o.Hone})
+	// The installed vLLM's version adapts the flags that changed across
+	// versions (vllmversions.go); unknown ("" when vllm --version fails):
+	// rendered as for current vLLM, with a warning.
+	var vv string
+	if s.Engine == EngineVLLM {
+		vv, _ = VLLMVersion(ctx, o.VLLM)
+	}
+	plan, err := Render(s, RenderOptions{VLLM: o.VLLM, Hone: o.Hone, VLLMVersion: vv})
 	if err != nil {
 		return nil, err
+	}
+	for _, w := range plan.Warnings {
+		o.Log.Warn("deploy "+s.Name+": "+w, "vllm_version", vv)
 	}
 	dir := filepath.Join(o.StateDir, s.Name)
 	if err := makeUpDirs(s, dir); err != nil {
@@ -236,7 +246,7 @@ func refuseBeforeStart(s *Spec, plan *Plan, statePath string) error {
 			return fmt.Errorf("worker %s: %w", w.Name, err)
 		}
 	}
-	for a, who := range planAddrs(s, plan) {
+	for a, who := range planAddrs(plan) {
 		ln, err := net.Listen("tcp", a)
 		if err != nil {
 			return fmt.Errorf("%s's address %s is not free: %w", who, a, err)
@@ -248,14 +258,15 @@ func refuseBeforeStart(s *Spec, plan *Plan, statePath string) error {
 
 // planAddrs maps every address the plan's processes listen on to who
 // listens there.
-func planAddrs(s *Spec, plan *Plan) map[string]string {
+func planAddrs(plan *Plan) map[string]string {
 	addrs := map[string]string{plan.ProxyAddr: "the proxy"}
-	for i, w := range plan.Workers {
+	for _, w := range plan.Workers {
 		addrs[hostPort(w.Host, w.Port)] = "worker " + w.Name
-		switch {
-		case s.Topology.Kind == Disaggregated && s.KV.Name == NixlConnector:
-			addrs[hostPort(w.Host, s.KV.SideChannelPort+i)] = "worker " + w.Name + " (NIXL side channel)"
-		case w.KVAddr != "":
+		// One KV port (NIXL side channel, P2P kv_port) per TP rank.
+		for _, p := range w.KVPorts {
+			addrs[hostPort(w.Host, p)] = "worker " + w.Name + " (KV port)"
+		}
+		if w.KVAddr != "" {
 			addrs[w.KVAddr] = "worker " + w.Name + " (KV port)"
 		}
 	}

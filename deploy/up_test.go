@@ -61,6 +61,10 @@ func argValue(args []string, flag string) string {
 }
 
 func fakeWorker() {
+	if len(os.Args) == 2 && os.Args[1] == "--version" { // Up asks the installed vLLM's version
+		fmt.Println(fakeVLLMVersion)
+		os.Exit(0)
+	}
 	if os.Getenv("HONE_FAKE_EXIT") == "1" {
 		fmt.Println("fake worker: exiting on purpose")
 		os.Exit(3)
@@ -587,4 +591,51 @@ func TestHashModelDir(t *testing.T) {
 	if _, err := HashModelDir(t.TempDir()); err == nil {
 		t.Errorf("empty dir: want an error")
 	}
+}
+
+// fakeVLLMVersion is what the fake vllm says to --version.
+const fakeVLLMVersion = "0.26.0"
+
+// Up reads the installed vLLM's version and adapts to it; every TP rank's
+// KV port is checked free before anything starts.
+func TestUpReadsVersionAndChecksEveryKVPort(t *testing.T) {
+	t.Setenv("HONE_DEPLOY_FAKE", "worker")
+	base := freePorts(t, 8)
+	y := fmt.Sprintf(`
+name: up-kv
+engine: vllm
+model: {id: org/m, revision: 0123456789abcdef0123456789abcdef01234567}
+gpus: {budget: 4, ids: [0, 1, 2, 3]}
+topology: {kind: disaggregated, prefill: {replicas: 1, tp: 2}, decode: {replicas: 1, tp: 2}}
+kv_connector: {name: NixlConnector, side_channel_port: %d}
+routing: {health_interval: 100ms}
+network: {proxy_port: %d, worker_port: %d}
+`, base+4, base, base+1)
+	s, err := ParseSpec([]byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := Render(s, RenderOptions{VLLM: os.Args[0], Hone: os.Args[0], VLLMVersion: fakeVLLMVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := plan.Workers[1].KVPorts; len(got) != 2 || got[0] != base+6 || got[1] != base+7 {
+		t.Fatalf("decode-0 KV ports %v, want [%d %d] (after prefill-0's two)", got, base+6, base+7)
+	}
+	// The decode worker's second rank's port is taken: refused before start.
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", fmt.Sprint(base+7)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, err = Up(context.Background(), s, UpOptions{StateDir: t.TempDir(), VLLM: os.Args[0], Hone: os.Args[0], Owned: true, HealthTimeout: 10 * time.Second})
+	if err == nil || !strings.Contains(err.Error(), "decode-0 (KV port)") {
+		t.Fatalf("up with a TP rank's KV port taken: %v", err)
+	}
+	ln.Close()
+	d := up(t, s, t.TempDir())
+	if v, err := VLLMVersion(context.Background(), os.Args[0]); err != nil || v != fakeVLLMVersion {
+		t.Errorf("VLLMVersion of the fake: %q %v", v, err)
+	}
+	_ = d
 }
