@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 )
 
@@ -84,6 +85,13 @@ const (
 type Options struct {
 	// BurstGap is the silence that ends a burst on a KV-transfer connection.
 	BurstGap time.Duration
+	// PerfUprobes attaches libcuda probes as perf-event uprobes even where
+	// the kernel has uprobe_multi links (Linux >= 6.6). Perf-event uprobes
+	// need CAP_SYS_ADMIN at every attach (perf_event_open of a uprobe with
+	// raw samples); uprobe_multi links need no capability once the
+	// programs are loaded, so a daemon that has dropped its capabilities
+	// can still probe a libcuda it finds later.
+	PerfUprobes bool
 }
 
 // Objects are hone's loaded programs and maps. The shared maps (targets,
@@ -95,6 +103,8 @@ type Objects struct {
 	sched    schedObjects
 	sockets  socketsObjects
 	cuda     cudaObjects
+
+	uprobeMulti bool // the CUDA programs are loaded for uprobe_multi links
 }
 
 // Load loads every program and map into the kernel. Nothing is attached yet.
@@ -134,7 +144,19 @@ func Load(opts Options) (_ *Objects, err error) {
 	if err := spec.LoadAndAssign(&o.sockets, shared); err != nil {
 		return nil, fmt.Errorf("load sockets: %w", verifierDetail(err))
 	}
-	if err := loadCudaObjects(&o.cuda, shared); err != nil {
+	cuda, err := loadCuda()
+	if err != nil {
+		return nil, fmt.Errorf("load cuda spec: %w", err)
+	}
+	// The feature probe loads a program: it must run now, while the caller
+	// still holds CAP_BPF (cilium/ebpf caches the answer).
+	if !opts.PerfUprobes && features.HaveBPFLinkUprobeMulti() == nil {
+		for _, p := range cuda.Programs {
+			p.AttachType = ebpf.AttachTraceUprobeMulti
+		}
+		o.uprobeMulti = true
+	}
+	if err := cuda.LoadAndAssign(&o.cuda, shared); err != nil {
 		return nil, fmt.Errorf("load cuda: %w", verifierDetail(err))
 	}
 	return o, nil
@@ -147,6 +169,11 @@ func verifierDetail(err error) error {
 	}
 	return err
 }
+
+// UprobeMulti says whether AttachCUDA attaches uprobe_multi links, which
+// need no capability after loading, rather than perf-event uprobes, which
+// need CAP_SYS_ADMIN at each attach.
+func (o *Objects) UprobeMulti() bool { return o.uprobeMulti }
 
 // Close releases every program and map (links are closed by their owners).
 func (o *Objects) Close() error {
@@ -365,6 +392,26 @@ func (o *Objects) AttachCUDA(path string, calls []int) (_ Links, probed []string
 		CUDAMemcpy: o.cuda.CudaMemcpy,
 	}
 	for _, call := range calls {
+		if o.uprobeMulti {
+			if len(syms[call]) == 0 {
+				continue
+			}
+			// One link per call kind covers all its entry points.
+			l, err := ex.UprobeMulti(syms[call], progs[call], nil)
+			if err != nil {
+				return nil, nil, fmt.Errorf("uprobe_multi %s:%v: %w", path, syms[call], err)
+			}
+			ls = append(ls, l)
+			if call == CUDAStreamSync || call == CUDACtxSync {
+				l, err := ex.UretprobeMulti(syms[call], o.cuda.CudaSyncReturn, nil)
+				if err != nil {
+					return nil, nil, fmt.Errorf("uretprobe_multi %s:%v: %w", path, syms[call], err)
+				}
+				ls = append(ls, l)
+			}
+			probed = append(probed, syms[call]...)
+			continue
+		}
 		for _, sym := range syms[call] {
 			l, err := ex.Uprobe(sym, progs[call], nil)
 			if err != nil {

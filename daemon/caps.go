@@ -3,42 +3,74 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"strings"
 
+	"golang.org/x/sys/unix"
 	"kernel.org/pub/linux/libs/security/libcap/cap"
 )
 
-// KeptCapabilities are what the daemon still needs once its programs are
-// attached, each proven by TestOnceDroppedCapabilities (which runs the
-// daemon with exactly this set and probes a libcuda found only afterwards,
-// in a process of another user):
-//   - CAP_BPF and CAP_PERFMON: attaching programs to new uprobes, reading
-//     program statistics;
-//   - CAP_SYS_ADMIN: on Linux 6.18, perf_event_open of a uprobe PMU event
-//     with a raw sample (how cilium/ebpf attaches uprobes) fails with EACCES
-//     without it, so libcuda files mapped after the drop could not be probed.
+// What the daemon needs once its programs are attached was established by
+// experiment (TestPrivilegeNeeds, on Linux 6.18), each probe run after a
+// drop to a chosen set:
 //
-// Reading /proc/PID/maps of a target running as another user needed no
-// CAP_SYS_PTRACE on this kernel (the test's workload runs as nobody), so it
-// is not kept.
-var KeptCapabilities = []cap.Value{cap.BPF, cap.PERFMON, cap.SYS_ADMIN}
+//   - reading, updating and deleting map entries, reading the ring buffer,
+//     program statistics (BPF_OBJ_GET_INFO_BY_FD), closing links: no
+//     capability (they work on file descriptors already open);
+//   - attaching a uprobe_multi link to a libcuda found later: no capability
+//     (BPF_LINK_CREATE on an already-loaded program);
+//   - attaching a perf-event uprobe (kernels without uprobe_multi):
+//     CAP_SYS_ADMIN (perf_event_open of a uprobe with raw samples; with
+//     CAP_PERFMON alone it fails with EACCES);
+//   - reading /proc/PID/maps of a target run by root or by another user, to
+//     find a libcuda it mapped: CAP_PERFMON (mm_access accepts
+//     perfmon_capable for read access), or CAP_SYS_ADMIN, which includes
+//     it; without either it fails with EACCES even as uid 0;
+//   - reading /proc/PID/cmdline, stat, comm and cgroup.procs: none;
+//   - re-enabling BPF statistics would need CAP_SYS_ADMIN: the daemon does
+//     it once, before the drop.
+//
+// So on kernels with uprobe_multi links (Linux >= 6.6) the daemon keeps
+// CAP_PERFMON alone; elsewhere CAP_SYS_ADMIN alone (which covers both
+// needs). CAP_BPF is never needed after attaching.
 
-// DropCapabilities reduces the process, every thread of it, to
-// KeptCapabilities (permitted and effective; inheritable and the bounding set
-// emptied of the rest), so that nothing it execs regains them. It returns
-// the resulting capability text.
-func DropCapabilities() (string, error) {
-	c := cap.NewSet()
-	if err := c.SetFlag(cap.Permitted, true, KeptCapabilities...); err != nil {
-		return "", err
+// KeptCapabilities are what the daemon keeps after attaching: with
+// uprobeMulti (see bpf.Objects.UprobeMulti), only CAP_PERFMON, to read the
+// memory maps of targets found later for the libcuda they map; without it,
+// only CAP_SYS_ADMIN, which perf-event uprobes need at each attach and
+// which also covers reading the maps.
+func KeptCapabilities(uprobeMulti bool) []cap.Value {
+	if uprobeMulti {
+		return []cap.Value{cap.PERFMON}
 	}
-	if err := c.SetFlag(cap.Effective, true, KeptCapabilities...); err != nil {
-		return "", err
-	}
-	// The bounding set needs CAP_SETPCAP to shrink: do it before the set
-	// loses that capability.
+	return []cap.Value{cap.SYS_ADMIN}
+}
+
+// dropSpec says how far DropPrivileges goes.
+type dropSpec struct {
+	keep     []cap.Value
+	uid, gid int  // -1: keep the user and group
+	denyPerf bool // seccomp also refuses perf_event_open (uprobe_multi in use)
+}
+
+// DropPrivileges reduces the daemon, on every thread, to what it needs
+// after attaching:
+//
+//   - the bounding set, permitted and effective sets to keep; the
+//     inheritable and ambient sets emptied;
+//   - with root and uid >= 0: supplementary groups cleared and every user
+//     and group id (real, effective, saved, filesystem) set to uid and gid,
+//     the capabilities in keep surviving the change;
+//   - no_new_privs set and the process made non-dumpable;
+//   - a seccomp filter refusing, with EPERM, syscalls the daemon never
+//     makes and an intruder would want (see seccompDenied).
+//
+// It returns the resulting capability text.
+func dropPrivileges(s dropSpec) (string, error) {
 	keep := map[cap.Value]bool{}
-	for _, v := range KeptCapabilities {
+	for _, v := range s.keep {
 		keep[v] = true
 	}
 	var drop []cap.Value
@@ -47,14 +79,56 @@ func DropCapabilities() (string, error) {
 			drop = append(drop, v)
 		}
 	}
-	if err := cap.DropBound(drop...); err != nil {
-		return "", fmt.Errorf("drop bounding capabilities: %w", err)
+	// The bounding set needs CAP_SETPCAP to shrink, and the id changes
+	// CAP_SETGID and CAP_SETUID: all before the sets lose them. A non-root
+	// daemon given file capabilities may lack CAP_SETPCAP: its bounding set
+	// stays, harmless under no_new_privs (execve grants no capabilities).
+	if ok, _ := cap.GetProc().GetFlag(cap.Permitted, cap.SETPCAP); ok || os.Geteuid() == 0 {
+		if err := cap.DropBound(drop...); err != nil {
+			return "", fmt.Errorf("drop bounding capabilities: %w", err)
+		}
+	}
+	if s.uid >= 0 && os.Geteuid() == 0 && (s.uid != 0 || s.gid != 0) {
+		if err := cap.SetGroups(s.gid); err != nil {
+			return "", fmt.Errorf("set group %d: %w", s.gid, err)
+		}
+		if err := cap.SetUID(s.uid); err != nil {
+			return "", fmt.Errorf("set user %d: %w", s.uid, err)
+		}
+	}
+	c := cap.NewSet()
+	if err := c.SetFlag(cap.Permitted, true, s.keep...); err != nil {
+		return "", err
+	}
+	if err := c.SetFlag(cap.Effective, true, s.keep...); err != nil {
+		return "", err
 	}
 	if err := c.SetProc(); err != nil {
 		return "", fmt.Errorf("set capabilities %s: %w", c, err)
+	}
+	if err := cap.ResetAmbient(); err != nil && !errors.Is(err, unix.EINVAL) {
+		return "", fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	if _, err := cap.Prctlw(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return "", fmt.Errorf("set no_new_privs: %w", err)
+	}
+	if _, err := cap.Prctlw(unix.PR_SET_DUMPABLE, 0); err != nil {
+		return "", fmt.Errorf("set non-dumpable: %w", err)
+	}
+	if err := installSeccomp(s.denyPerf); err != nil {
+		return "", fmt.Errorf("seccomp: %w", err)
 	}
 	return cap.GetProc().String(), nil
 }
 
 // currentCapabilities describes this process's capabilities.
 func currentCapabilities() string { return cap.GetProc().String() }
+
+// capabilityNames lists caps as "CAP_X, CAP_Y".
+func capabilityNames(caps []cap.Value) string {
+	var out []string
+	for _, c := range caps {
+		out = append(out, strings.ToUpper(c.String()))
+	}
+	return strings.Join(out, ", ")
+}

@@ -27,6 +27,13 @@ func (nc netCollector) Collect(ch chan<- prometheus.Metric) {
 	s := nc.c.get()
 	var bytes, ops [2][2]float64 // [kv][dir]
 	var bursts, burstSec [2]float64
+	f := s.ClosedConnections // closed connections no longer listed
+	for kv := range 2 {
+		bytes[kv][0], bytes[kv][1] = float64(f.TXBytes[kv]), float64(f.RXBytes[kv])
+		ops[kv][0], ops[kv][1] = float64(f.TXOps[kv]), float64(f.RXOps[kv])
+		bursts[kv] = float64(f.Bursts[kv])
+		burstSec[kv] = float64(f.BurstNS[kv]) / 1e9
+	}
 	for _, c := range s.Connections {
 		kv := 0
 		if c.KVTransfer {

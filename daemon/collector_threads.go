@@ -2,6 +2,15 @@ package daemon
 
 import "github.com/prometheus/client_golang/prometheus"
 
+// exitedRows presents the exited groups as threads (TID 0).
+func exitedRows(s *Snapshot) []Thread {
+	out := make([]Thread, 0, len(s.Exited))
+	for i := range s.Exited {
+		out = append(out, s.Exited[i].thread())
+	}
+	return out
+}
+
 // threadCollector exports syscall, scheduling and CUDA figures of the
 // traced threads, summed per process name.
 type threadCollector struct{ c *cachedSnapshot }
@@ -15,10 +24,15 @@ var (
 	runQueueDesc   = desc("sched_run_queue_seconds_total", "Time traced threads waited runnable for a CPU.", "process")
 	cudaCallsDesc  = desc("cuda_calls_total", "CUDA driver calls by traced threads, by call kind.", "process", "call")
 	cudaWaitDesc   = desc("cuda_synchronize_wait_seconds_total", "Time traced threads waited in CUDA synchronize calls.", "process", "call")
+	tableDesc      = desc("target_table_entries", "Processes in the daemon's target table: live ones and those exited in the last seconds.")
+	tableMaxDesc   = desc("target_table_max_entries", "Capacity of the daemon's target table.")
+	overflowDesc   = desc("target_table_overflows_total", "Traced processes left out of the full target table (their measurements still count).")
+	exitedDesc     = desc("exited_processes_total", "Exited traced processes whose measurements were folded into per-root totals.")
 )
 
 func (threadCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{targetsDesc, syscallsDesc, syscallSecDesc, onCPUDesc, offCPUDesc, runQueueDesc, cudaCallsDesc, cudaWaitDesc} {
+	for _, d := range []*prometheus.Desc{targetsDesc, syscallsDesc, syscallSecDesc, onCPUDesc, offCPUDesc, runQueueDesc, cudaCallsDesc, cudaWaitDesc,
+		tableDesc, tableMaxDesc, overflowDesc, exitedDesc} {
 		ch <- d
 	}
 }
@@ -32,13 +46,26 @@ func (tc threadCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(targetsDesc, prometheus.GaugeValue, float64(alive))
+	ch <- prometheus.MustNewConstMetric(tableDesc, prometheus.GaugeValue, float64(s.TargetTable.Entries))
+	ch <- prometheus.MustNewConstMetric(tableMaxDesc, prometheus.GaugeValue, float64(s.TargetTable.MaxEntries))
+	ch <- prometheus.MustNewConstMetric(overflowDesc, prometheus.CounterValue, float64(s.TargetTable.Overflow))
+	ch <- prometheus.MustNewConstMetric(exitedDesc, prometheus.CounterValue, float64(s.TargetTable.ExitedProcesses))
 	names := processNames(s)
 	type pc struct{ proc, class string }
 	calls, callNS := map[pc]float64{}, map[pc]float64{}
 	cuda, cudaWait := map[pc]float64{}, map[pc]float64{}
 	on, off, rq := map[string]float64{}, map[string]float64{}, map[string]float64{}
-	for _, th := range s.Threads {
+	// Exited processes count under the name they had while alive, so
+	// that the counters never go down when they are folded.
+	rows := s.Threads
+	if len(s.Exited) > 0 {
+		rows = append(append(make([]Thread, 0, len(s.Threads)+len(s.Exited)), s.Threads...), exitedRows(s)...)
+	}
+	for i, th := range rows {
 		p := nameOf(names, th.PID, th.Comm)
+		if i >= len(s.Threads) {
+			p = th.Comm
+		}
 		for class, st := range th.Syscalls {
 			calls[pc{p, class}] += float64(st.Count)
 			callNS[pc{p, class}] += float64(st.TotalNS)

@@ -39,6 +39,8 @@ type Config struct {
 	ScanPeriod time.Duration // how often /proc, cgroups and mapped libraries are rescanned
 	NVMLPeriod time.Duration // NVML sampling period (0: no sampling)
 	NVML       NVMLOpener    // nil: the real libnvidia-ml
+
+	perfUprobes bool // tests: perf-event uprobes even where uprobe_multi exists
 }
 
 func (c *Config) defaults() {

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,17 +40,60 @@ type Daemon struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu           sync.Mutex
-	targets      map[int]*Target
-	comms        map[int]string // tid -> comm, remembered for threads that exit
-	bursts       map[bpf.ConnKey][]Burst
-	cuda         map[[2]uint64]*cudaLib
-	launchUntil  uint64
-	eventsRead   uint64
-	retiredThr   []Thread
-	retiredConns []Connection
-	caps         string
+	// foldMu is held for writing while measurements move from the kernel
+	// maps into exited (retire), and for reading while a snapshot reads
+	// both, so that a snapshot counts each measurement exactly once.
+	foldMu sync.RWMutex
+	// scanMu keeps a scan (which may attach probes) and the privilege
+	// drop apart: an attach must not see the capability sets change.
+	scanMu sync.Mutex
+	// foldNow asks the loop to fold exited processes before their time:
+	// the table holds too many of them.
+	foldNow chan struct{}
+
+	mu            sync.Mutex
+	targets       map[int]*Target // live targets and those exited < retireAfter ago
+	exitedPending int             // entries of targets that have exited
+	orphanExits   map[int]orphanExit
+	pidsDone      map[int]bool // --pid targets that exited
+	exited        map[exitedKey]*ExitedGroup
+	table         TargetTable // Overflow and ExitedProcesses
+	maxTargets    int
+	logNew        []string // "pid (how)" of targets added since the last log line, the first few
+	logNewCount   int
+	logExited     int
+	logAddErrs    int
+	comms         map[int]string // tid -> comm, remembered for threads that exit
+	bursts        map[bpf.ConnKey][]Burst
+	cuda          map[[2]uint64]*cudaLib
+	cudaSkipped   map[[2]uint64]bool // libcuda files beyond maxCUDALibraries (up to 4096)
+	launchUntil   uint64
+	eventsRead    uint64
+	retiredConns  []Connection
+	closedFolded  ConnectionTotals
+	retires       int
+	suspects      map[int]*Target // live entries found gone at the last check for lost exits
+	lostSuspects  map[int]bool    // unknown pids in the maps found gone at the last check
+	caps          string
 }
+
+// orphanExit is the exit of a traced process that is not in the table
+// (it overflowed, or its fork event was lost).
+type orphanExit struct {
+	ts   uint64
+	comm string
+}
+
+// defaultMaxTargets bounds the target table: the kernel's targets map
+// (8192 live processes) and room for exited ones awaiting their fold.
+const defaultMaxTargets = 8192 + maxExitedDetail
+
+// maxExitedDetail is how many exited processes the table keeps, one by
+// one, before folding them early, ahead of retireAfter.
+const maxExitedDetail = 1024
+
+// logNewMax is how many new targets a log line names.
+const logNewMax = 8
 
 type cudaLib struct {
 	info        CUDALibrary
@@ -78,13 +122,19 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 		}
 	}
 	return &Daemon{
-		cfg:     cfg,
-		log:     log,
-		self:    os.Getpid(),
-		targets: map[int]*Target{},
-		comms:   map[int]string{},
-		bursts:  map[bpf.ConnKey][]Burst{},
-		cuda:    map[[2]uint64]*cudaLib{},
+		cfg:         cfg,
+		log:         log,
+		self:        os.Getpid(),
+		foldNow:     make(chan struct{}, 1),
+		targets:     map[int]*Target{},
+		orphanExits: map[int]orphanExit{},
+		pidsDone:    map[int]bool{},
+		exited:      map[exitedKey]*ExitedGroup{},
+		maxTargets:  defaultMaxTargets,
+		comms:       map[int]string{},
+		bursts:      map[bpf.ConnKey][]Burst{},
+		cuda:        map[[2]uint64]*cudaLib{},
+		cudaSkipped: map[[2]uint64]bool{},
 	}, nil
 }
 
@@ -104,7 +154,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("enable BPF run-time statistics: %w", err)
 		}
 	}
-	if d.objs, err = bpf.Load(bpf.Options{BurstGap: d.cfg.BurstGap}); err != nil {
+	if d.objs, err = bpf.Load(bpf.Options{BurstGap: d.cfg.BurstGap, PerfUprobes: d.cfg.perfUprobes}); err != nil {
 		return err
 	}
 	for _, p := range d.cfg.KVPorts {
@@ -124,7 +174,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	ctx, d.cancel = context.WithCancel(ctx)
 	d.wg.Add(1)
 	go func() { defer d.wg.Done(); d.readEvents() }()
-	d.scan()
+	d.scan(true)
 	if d.cfg.NVMLPeriod > 0 {
 		d.nvml = OpenNVML(d.cfg.NVML)
 		d.nvml.Sample()
@@ -179,7 +229,9 @@ func (d *Daemon) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-scan.C:
-			d.scan()
+			d.scan(false)
+		case <-d.foldNow:
+			d.retire(true)
 		case <-sample:
 			d.nvml.Sample()
 		}
@@ -188,7 +240,11 @@ func (d *Daemon) loop(ctx context.Context) {
 
 // scan selects new targets, probes newly mapped libcuda files, ends the
 // launch-probe window and retires the measurements of exited processes.
-func (d *Daemon) scan() {
+// The descendants of --pid targets are looked up on the first scan only:
+// children forked later become targets in the kernel, at fork.
+func (d *Daemon) scan(first bool) {
+	d.scanMu.Lock()
+	defer d.scanMu.Unlock()
 	var pids []struct {
 		pid int
 		how string
@@ -199,10 +255,14 @@ func (d *Daemon) scan() {
 			how string
 		}{p, how})
 	}
+	d.mu.Lock()
 	for _, p := range d.cfg.PIDs {
-		add(p, "pid")
+		if !d.pidsDone[p] { // an exited --pid is not traced again under a reused pid
+			add(p, "pid")
+		}
 	}
-	if len(d.cfg.PIDs) > 0 {
+	d.mu.Unlock()
+	if len(d.cfg.PIDs) > 0 && first {
 		for _, p := range descendants(d.cfg.PIDs) {
 			add(p, "descendant")
 		}
@@ -224,31 +284,120 @@ func (d *Daemon) scan() {
 		}
 	}
 	for _, p := range pids {
-		d.addTarget(p.pid, 0, p.how)
+		d.addTarget(p.pid, p.how)
 	}
 	d.scanCUDA()
-	d.retire()
+	d.retire(false)
+	d.logTargets()
 }
 
-func (d *Daemon) addTarget(pid, ppid int, how string) {
+// addTarget makes a process the daemon selected a target (a child found
+// as a descendant joins its parent's root).
+func (d *Daemon) addTarget(pid int, how string) {
 	if pid == d.self {
 		return
 	}
 	d.mu.Lock()
-	t, ok := d.targets[pid]
-	if ok && t.ExitMonotonicNS == 0 {
+	if t, ok := d.targets[pid]; ok && t.ExitMonotonicNS == 0 {
 		d.mu.Unlock()
 		return
 	}
-	d.targets[pid] = &Target{PID: pid, PPID: ppid, How: how, AddedMonotonicNS: monotonicNow(),
-		Comm: procComm(pid, pid), Cmdline: procCmdline(pid)}
 	d.mu.Unlock()
-	if how != "fork" { // the kernel added forked children itself
-		if err := d.objs.AddTarget(uint32(pid)); err != nil {
-			d.log.Warn("add target", "pid", pid, "err", err)
+	if !procAlive(pid) {
+		return // gone already, or a zombie: its exit has passed
+	}
+	ppid := procPPID(pid)
+	t := &Target{PID: pid, PPID: ppid, RootPID: pid, How: how, AddedMonotonicNS: monotonicNow(),
+		Comm: procComm(pid, pid), Cmdline: procCmdlineRedacted(pid)}
+	if how == "pid" {
+		t.PPID = 0
+	}
+	d.mu.Lock()
+	if how == "descendant" {
+		if p := d.targets[ppid]; p != nil {
+			t.RootPID = p.RootPID
 		}
 	}
-	d.log.Info("target", "pid", pid, "how", how)
+	d.insertLocked(t)
+	d.mu.Unlock()
+	if err := d.objs.AddTarget(uint32(pid)); err != nil {
+		d.mu.Lock()
+		d.logAddErrs++
+		d.mu.Unlock()
+		return
+	}
+	// A process that exited while it was being added left no exit event
+	// to clear it from the kernel's map: its pid, once reused, would make
+	// an unrelated process a target. Take it out again.
+	if !procAlive(pid) {
+		_ = d.objs.RemoveTarget(uint32(pid))
+		d.mu.Lock()
+		if t.ExitMonotonicNS == 0 && d.targets[pid] == t {
+			t.ExitMonotonicNS = monotonicNow()
+			t.exitUnreported = true
+			d.exitedPending++
+		}
+		d.mu.Unlock()
+	}
+}
+
+// insertLocked puts t in the table, or counts an overflow when the table
+// is full even after folding exited entries. The caller holds d.mu.
+func (d *Daemon) insertLocked(t *Target) {
+	if old, ok := d.targets[t.PID]; ok && old.ExitMonotonicNS != 0 {
+		// A reused pid before the old process was folded: the kernel
+		// keys measurements by pid and tid, so the old ones add up with
+		// the new process's and are folded with them; count the process.
+		d.exitedPending--
+		d.groupLocked(old.RootPID, old.Comm, "").Processes++
+		d.table.ExitedProcesses++
+	} else if !ok && len(d.targets) >= d.maxTargets {
+		d.table.Overflow++
+		d.askFold()
+		return
+	}
+	d.targets[t.PID] = t
+	d.logNewCount++
+	if len(d.logNew) < logNewMax {
+		d.logNew = append(d.logNew, fmt.Sprintf("%d (%s)", t.PID, t.How))
+	}
+}
+
+// askFold asks the loop to fold exited processes now.
+func (d *Daemon) askFold() {
+	select {
+	case d.foldNow <- struct{}{}:
+	default:
+	}
+}
+
+// logTargets writes one line for the targets added and exited since the
+// last one, instead of a line per process.
+func (d *Daemon) logTargets() {
+	d.mu.Lock()
+	n, x, errs, names := d.logNewCount, d.logExited, d.logAddErrs, d.logNew
+	d.logNewCount, d.logExited, d.logAddErrs, d.logNew = 0, 0, 0, nil
+	live := len(d.targets) - d.exitedPending
+	overflow := d.table.Overflow
+	d.mu.Unlock()
+	if n == 0 && x == 0 && errs == 0 {
+		return
+	}
+	attrs := []any{"live", live}
+	if len(names) > 0 {
+		more := ""
+		if n > len(names) {
+			more = fmt.Sprintf(" and %d more", n-len(names))
+		}
+		attrs = append(attrs, "new", strings.Join(names, ", ")+more)
+	}
+	if overflow > 0 {
+		attrs = append(attrs, "table_overflow_total", overflow)
+	}
+	if errs > 0 {
+		attrs = append(attrs, "kernel_map_full", errs)
+	}
+	d.log.Info(fmt.Sprintf("traced %d new processes (%d exited)", n, x), attrs...)
 }
 
 func (d *Daemon) readEvents() {
@@ -310,35 +459,52 @@ func (d *Daemon) procEvent(e *bpf.ProcEvent) {
 	pid := int(e.Tgid)
 	switch e.Kind {
 	case bpf.EventFork:
+		t := &Target{PID: pid, PPID: int(e.Ppid), RootPID: int(e.Ppid), How: "fork", AddedMonotonicNS: e.TsNs, Comm: cString(e.Comm)}
 		d.mu.Lock()
-		d.targets[pid] = &Target{PID: pid, PPID: int(e.Ppid), How: "fork", AddedMonotonicNS: e.TsNs, Comm: cString(e.Comm)}
+		if p := d.targets[t.PPID]; p != nil {
+			t.RootPID = p.RootPID
+		}
+		d.insertLocked(t)
 		d.mu.Unlock()
-		d.log.Info("target", "pid", pid, "how", "fork", "parent", e.Ppid)
 	case bpf.EventExec:
 		if e.Target != 0 {
+			cl := procCmdlineRedacted(pid)
 			d.mu.Lock()
 			if t := d.targets[pid]; t != nil {
 				t.Comm = cString(e.Comm)
-				t.Cmdline = procCmdline(pid)
+				t.Cmdline = cl
 			}
 			d.mu.Unlock()
 			return
 		}
 		if d.cfg.Match != nil {
 			if cl := procCmdline(pid); cl != "" && d.cfg.Match.MatchString(cl) {
-				d.addTarget(pid, 0, "cmdline")
+				d.addTarget(pid, "cmdline")
 			}
 		}
 	case bpf.EventExit:
 		d.mu.Lock()
+		d.logExited++
 		if t := d.targets[pid]; t != nil {
-			t.ExitMonotonicNS = e.TsNs
+			if t.ExitMonotonicNS == 0 {
+				t.ExitMonotonicNS = e.TsNs
+				d.exitedPending++
+			}
+			if t.How == "pid" {
+				d.pidsDone[pid] = true
+			}
+		} else {
+			d.orphanExits[pid] = orphanExit{ts: e.TsNs, comm: cString(e.Comm)}
+		}
+		if d.exitedPending > maxExitedDetail || len(d.orphanExits) > maxExitedDetail {
+			d.askFold()
 		}
 		d.mu.Unlock()
 	}
 }
 
-// Targets lists the traced processes, live and exited.
+// Targets lists the traced processes: live ones and those that exited less
+// than retireAfter ago (older ones are folded into Snapshot.Exited).
 func (d *Daemon) Targets() []Target {
 	d.mu.Lock()
 	defer d.mu.Unlock()

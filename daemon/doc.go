@@ -11,9 +11,85 @@
 // --cgroup, or --match-cmdline (default DefaultMatch: vLLM's API server,
 // EngineCore and workers, and `hone sim serve`). Their children become
 // targets in the kernel at fork, before they first run; exec events let a
-// new matching process be picked up at once; exits are recorded and the
-// measurements of exited processes move from the kernel maps into the
-// daemon's memory after a few seconds.
+// new matching process be picked up at once. Every target has a root: the
+// selected process it descends from (itself if selected).
+//
+// Exits come from the sched_process_exit tracepoint (a periodic /proc
+// check catches any whose event was lost). An exited process stays in the
+// target table, its threads listed one by one, for retireAfter (2 s);
+// then its measurements are folded out of the kernel maps and the table
+// into "exited": one group per root and process name, whose counts, sums
+// and histograms add up exactly what its processes did. So totals stay
+// exact (in the snapshot and in the counters of /metrics, which never go
+// down) while the table holds only the live processes and the last
+// seconds' exits. The table is bounded (8192 + 1024 entries): past 1024
+// exited entries they are folded at once, and a process that does not fit
+// is counted in target_table.overflow_total (hone_target_table_overflows_total)
+// while the kernel still measures it; it is folded under root_pid 0. The
+// log has one line per scan ("traced N new processes (M exited)"), not one
+// per process.
+//
+// # Privileges
+//
+// Loading and attaching needs root (or CAP_BPF, CAP_PERFMON and
+// CAP_SYS_ADMIN). Once attached, and before serving anything, the daemon
+// drops, on every thread (libcap's psx): it keeps only the capabilities
+// below in its effective, permitted and bounding sets, empties the
+// inheritable and ambient sets, becomes --user (default nobody,
+// 65534:65534, supplementary groups cleared), sets no_new_privs, makes
+// itself non-dumpable and installs a seccomp filter. The listening socket
+// is bound and the --out and --profile files are opened before the drop
+// (and written at the end through those descriptors), so a low port or a
+// directory only root may write to still work. --keep-capabilities skips
+// all of it.
+//
+// What is kept was established by experiment (TestPrivilegeNeeds, Linux
+// 6.18): map reads, updates and deletes, the ring buffer, program
+// statistics and closing links need no capability (open descriptors);
+// attaching a uprobe_multi link to a libcuda found later needs none (the
+// program is loaded); a perf-event uprobe needs CAP_SYS_ADMIN
+// (perf_event_open of a uprobe with raw samples; CAP_PERFMON is refused);
+// reading /proc/PID/maps of a target run by root or another user, to find
+// the libcuda it mapped, needs CAP_PERFMON (mm_access accepts
+// perfmon_capable) or CAP_SYS_ADMIN; /proc/PID/cmdline, stat, comm and
+// cgroup.procs need nothing. So the daemon keeps CAP_PERFMON alone where
+// the kernel has uprobe_multi links (Linux >= 6.6: libcuda probes are
+// attached that way), and CAP_SYS_ADMIN alone elsewhere. Kernels whose
+// mm_access does not accept CAP_PERFMON would need CAP_SYS_PTRACE to read
+// other users' maps; the daemon does not keep it (it could write any
+// process's memory), so there libcuda of such targets found after the drop
+// is not seen. After the drop /proc/PID/root of another user's process is
+// out of reach: a libcuda a target maps from its own mount namespace is
+// probed only if the same path in the daemon's view is the same file
+// (device and inode from the maps), else reported with an error.
+//
+// The seccomp filter is a deny list in classic BPF, built with
+// golang.org/x/sys/unix (no libseccomp): an allow list would have to
+// cover everything the Go runtime, cgo (NVML) and cilium/ebpf may call.
+// It answers EPERM to ptrace, process_vm_readv/writev, kexec_load,
+// kexec_file_load, init_module, finit_module, delete_module, mount,
+// umount2, pivot_root, chroot, the new mount API, the setuid/setgid
+// family and setgroups, unshare, setns, clone with namespace flags,
+// keyctl, add_key, request_key, userfaultfd, io_uring_*,
+// open_by_handle_at, name_to_handle_at, reboot, swapon/swapoff, acct,
+// quotactl, syslog, vhangup, clock and time setters, sethostname,
+// setdomainname, iopl, ioperm, uselib, and perf_event_open where
+// uprobe_multi makes it unneeded; clone3 answers ENOSYS (its flags cannot
+// be inspected; libc falls back to clone); syscalls of another ABI (i386,
+// x32) answer EPERM. bpf(2) stays: the daemon uses it on its maps and for
+// uprobe_multi links, and cannot load programs without CAP_BPF.
+//
+// # API exposure
+//
+// The HTTP API has no authentication. --listen must be a loopback address
+// (127.0.0.0/8, ::1, localhost) unless --allow-remote is given, which logs
+// a warning. Command lines in the snapshot have likely secrets replaced by
+// [REDACTED] (redactArgs): the value after a flag whose name ends in key,
+// token, secret, password or credential (--api-key, --hf-token), NAME=VALUE
+// arguments whose name contains KEY, TOKEN, SECRET, PASSWORD or CREDENTIAL,
+// sk-..., hf_..., GitHub, AWS, Slack and JWT tokens, bearer tokens,
+// passwords in URLs, and key/token/secret/password fields inside JSON
+// arguments. --match-cmdline still matches the real command line.
 //
 // # Builds
 //
@@ -37,9 +113,13 @@
 //	  "schema_version": 1,
 //	  "clock": "CLOCK_MONOTONIC",
 //	  "taken_monotonic_ns": N, "taken_wall": RFC3339, "started_monotonic_ns": N,
-//	  "targets": [{"pid", "ppid", "comm", "cmdline",
+//	  "targets": [{"pid", "ppid", "root_pid", "comm", "cmdline" (redacted),
 //	               "how": "pid|descendant|cgroup|cmdline|fork",
 //	               "added_monotonic_ns", "exit_monotonic_ns"}],
+//	  "target_table": {"entries", "max_entries", "overflow_total",
+//	                   "exited_processes_total"},
+//	  "exited": [{"root_pid", "comm", "processes", "threads",
+//	              "syscalls", "sched", "cuda" (as in threads, summed)}],
 //	  "threads": [{"pid", "tid", "comm",
 //	    "syscalls": {CLASS: {"count", "total_ns", "max_ns",
 //	                         "first_monotonic_ns", "last_monotonic_ns",
@@ -56,9 +136,11 @@
 //	    "established_monotonic_ns", "closed_monotonic_ns",
 //	    "bursts": [{"direction": "tx|rx", "start_monotonic_ns",
 //	                "end_monotonic_ns", "bytes", "ops", "open"}]}],
+//	  "closed_connections_folded": {"connections", "tx_bytes", "rx_bytes",
+//	    "tx_ops", "rx_ops" ([non-KV, KV]), "bursts", "burst_ns" ([tx, rx])},
 //	  "cuda": {"libraries": [{"path", "dev", "inode", "symbols",
 //	                          "launch_symbols", "error"}],
-//	           "launch_probes_until_monotonic_ns"},
+//	           "launch_probes_until_monotonic_ns", "skipped_libraries"},
 //	  "nvml": {"status": "ok" | "unavailable (<reason>)", "driver_version",
 //	           "devices": [{"index", "uuid", "name", "memory_total_bytes"}],
 //	           "samples": [{"monotonic_ns", "gpu", "uuid", "utilization_ratio",
@@ -70,7 +152,8 @@
 //	                        "sm_utilization_ratio", "memory_utilization_ratio"}]}]},
 //	  "bpf": {"stats_enabled", "programs": [{"name", "runs", "run_time_ns"}],
 //	          "ringbuf_dropped_events", "map_full_updates", "events_read"},
-//	  "daemon": {"pid", "cpu_seconds", "max_rss_bytes", "uptime_seconds", "capabilities"}
+//	  "daemon": {"pid", "cpu_seconds", "max_rss_bytes", "uptime_seconds", "capabilities",
+//	             "uid", "no_new_privs", "seccomp_filter"}
 //	}
 //
 // Syscall classes: futex, poll (poll, select, epoll), ioctl (the GPU
@@ -84,6 +167,11 @@
 // switch-in, run-queue wait included; run_queue_ns runs from wakeup (or
 // preemption) to switch-in. Time of a thread running at snapshot time is
 // counted at its next switch.
+//
+// Threads lists the live threads and those of processes exited in the last
+// retireAfter; earlier ones are in "exited". Closed connections are listed
+// one by one (the last 8192); older ones are summed in
+// closed_connections_folded.
 //
 // Connections are seen from each socket's own side; both ends of a loopback
 // connection between targets appear, mirrored. kv_transfer marks a port in
@@ -103,5 +191,6 @@
 // syscalls, scheduling, CUDA calls and waits, socket bytes and KV bursts,
 // NVML gauges labelled gpu and UUID like dcgm-exporter, per-program BPF run
 // counts and times (with --bpf-stats), ring-buffer drops and full-map
-// updates.
+// updates, the target table's size, capacity and overflows, and the
+// exited processes folded. Exited processes count under the name they had.
 package daemon

@@ -89,3 +89,39 @@ hone_bpf_ringbuf_dropped_events_total 2
 		t.Error(err)
 	}
 }
+
+// Exited processes keep counting under their name once folded, and closed
+// connections once summed: the counters never go down.
+func TestRegistryCountsFolded(t *testing.T) {
+	src := func() *Snapshot {
+		s := fixture()
+		s.Exited = []ExitedGroup{{RootPID: 10, Comm: "EngineCore", Processes: 3, Threads: 3,
+			Syscalls: map[string]*SyscallStats{"other": {Count: 5, TotalNS: 5}}}}
+		s.TargetTable = TargetTable{Entries: 2, MaxEntries: 9216, Overflow: 4, ExitedProcesses: 3}
+		s.ClosedConnections = ConnectionTotals{Connections: 1, TXBytes: [2]uint64{100, 0}}
+		return s
+	}
+	want := `
+# HELP hone_syscalls_total Syscalls made by traced threads, by class.
+# TYPE hone_syscalls_total counter
+hone_syscalls_total{class="futex",process="vllm"} 4
+hone_syscalls_total{class="ioctl",process="vllm"} 2
+hone_syscalls_total{class="other",process="EngineCore"} 6
+# HELP hone_socket_bytes_total Bytes traced processes sent (tx) or received (rx) on inet sockets.
+# TYPE hone_socket_bytes_total counter
+hone_socket_bytes_total{direction="rx",kv_transfer="false"} 7
+hone_socket_bytes_total{direction="rx",kv_transfer="true"} 10
+hone_socket_bytes_total{direction="tx",kv_transfer="false"} 105
+hone_socket_bytes_total{direction="tx",kv_transfer="true"} 1000
+# HELP hone_target_table_overflows_total Traced processes left out of the full target table (their measurements still count).
+# TYPE hone_target_table_overflows_total counter
+hone_target_table_overflows_total 4
+# HELP hone_exited_processes_total Exited traced processes whose measurements were folded into per-root totals.
+# TYPE hone_exited_processes_total counter
+hone_exited_processes_total 3
+`
+	if err := testutil.GatherAndCompare(NewRegistry(src), strings.NewReader(want), "hone_syscalls_total", "hone_socket_bytes_total",
+		"hone_target_table_overflows_total", "hone_exited_processes_total"); err != nil {
+		t.Error(err)
+	}
+}

@@ -11,13 +11,25 @@ import (
 	"strings"
 )
 
-// procCmdline is a process's command line with NULs read as spaces.
+// procCmdline is a process's command line with NULs read as spaces: what
+// --match-cmdline matches. It may hold secrets: store procCmdlineRedacted.
 func procCmdline(pid int) string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil {
 		return ""
 	}
 	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+}
+
+// procCmdlineRedacted is the command line as the snapshot shows it: likely
+// secrets replaced (redactArgs), argument by argument.
+func procCmdlineRedacted(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return ""
+	}
+	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	return strings.TrimSpace(strings.Join(redactArgs(args), " "))
 }
 
 func procComm(pid, tid int) string {
@@ -45,6 +57,25 @@ func procPPID(pid int) int {
 	}
 	p, _ := strconv.Atoi(f[1])
 	return p
+}
+
+// procAlive says whether a process exists and has not exited (a zombie
+// has: its sched_process_exit has passed).
+func procAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return false
+	}
+	switch s[i+2] {
+	case 'Z', 'X', 'x':
+		return false
+	}
+	return true
 }
 
 // allPIDs lists the processes in /proc.
@@ -106,16 +137,24 @@ func cgroupPIDs(dir string) ([]int, error) {
 	return out, sc.Err()
 }
 
-// mappedLibs returns the paths of the files a process maps whose base name
-// starts with prefix.
-func mappedLibs(pid int, prefix string) []string {
+// mappedLib is a file a process maps, with the device and inode
+// /proc/PID/maps gives for it.
+type mappedLib struct {
+	path         string
+	major, minor uint32
+	inode        uint64
+}
+
+// mappedLibs returns the files a process maps whose base name starts with
+// prefix.
+func mappedLibs(pid int, prefix string) []mappedLib {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
 	seen := map[string]bool{}
-	var out []string
+	var out []mappedLib
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
@@ -123,10 +162,18 @@ func mappedLibs(pid int, prefix string) []string {
 			continue
 		}
 		path := fields[5]
-		if strings.HasPrefix(filepath.Base(path), prefix) && !seen[path] {
-			seen[path] = true
-			out = append(out, path)
+		if !strings.HasPrefix(filepath.Base(path), prefix) || seen[path] {
+			continue
 		}
+		seen[path] = true
+		l := mappedLib{path: path}
+		if ma, mi, ok := strings.Cut(fields[3], ":"); ok {
+			a, _ := strconv.ParseUint(ma, 16, 32)
+			b, _ := strconv.ParseUint(mi, 16, 32)
+			l.major, l.minor = uint32(a), uint32(b)
+		}
+		l.inode, _ = strconv.ParseUint(fields[4], 10, 64)
+		out = append(out, l)
 	}
 	return out
 }

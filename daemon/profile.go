@@ -41,18 +41,35 @@ func Profile(s *Snapshot, view string) (*profile.Profile, error) {
 		return l
 	}
 	names := processNames(s)
+	nthreads := len(s.Threads)
+	var groups []ExitedGroup
+	rows := s.Threads
+	if len(s.Exited) > 0 {
+		groups = s.Exited
+		rows = append(append(make([]Thread, 0, len(s.Threads)+len(s.Exited)), s.Threads...), exitedRows(s)...)
+	}
+	var row int
 	add := func(th Thread, what string, n, ns uint64) {
 		if n == 0 && ns == 0 {
 			return
 		}
 		proc := fmt.Sprintf("process %s (%d)", nameOf(names, th.PID, th.Comm), th.PID)
 		thread := fmt.Sprintf("thread %s (%d)", th.Comm, th.TID)
+		if row >= nthreads { // an exited group: its root's frame, then the group's
+			g := groups[row-nthreads]
+			proc = fmt.Sprintf("process %s (%d)", nameOf(names, g.RootPID, g.Comm), g.RootPID)
+			if g.RootPID == 0 {
+				proc = "process (root unknown)"
+			}
+			thread = fmt.Sprintf("exited %s: %d processes, %d threads", g.Comm, g.Processes, g.Threads)
+		}
 		p.Sample = append(p.Sample, &profile.Sample{
 			Location: []*profile.Location{loc(what), loc(thread), loc(proc)},
 			Value:    []int64{int64(n), int64(ns)},
 		})
 	}
-	for _, th := range s.Threads {
+	for i, th := range rows {
+		row = i
 		switch view {
 		case ViewSyscalls:
 			classes := make([]string, 0, len(th.Syscalls))

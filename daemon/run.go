@@ -3,6 +3,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,14 +15,29 @@ import (
 	"os"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/hone-llm/hone/internal/atomicfile"
 )
 
 // Run starts the daemon, serves its API until ctx ends (or for Duration
 // with Once), then writes the final snapshot and profile where asked.
+//
+// With opts.DropCaps it drops privileges once everything is attached and
+// before it serves anything (see dropPrivileges): the listening socket is
+// bound, and the output files opened, before the drop, so that a low port
+// or a directory only root may write to still work.
 func Run(ctx context.Context, cfg Config, opts RunOptions, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	remote, err := CheckListen(opts.Listen, opts.AllowRemote)
+	if err != nil {
+		return err
+	}
+	uid, gid, err := ParseUser(opts.User)
+	if err != nil {
+		return fmt.Errorf("--user: %w", err)
 	}
 	d, err := New(cfg, log)
 	if err != nil {
@@ -31,15 +47,35 @@ func Run(ctx context.Context, cfg Config, opts RunOptions, log *slog.Logger) err
 		return fmt.Errorf("start: %w (the daemon needs root, or CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN, and a kernel with BTF)", err)
 	}
 	defer d.Close()
-	if opts.DropCaps && os.Geteuid() == 0 {
-		caps, err := DropCapabilities()
-		if err != nil {
+	var ln net.Listener
+	if opts.Listen != "" && opts.Listen != "off" {
+		if ln, err = net.Listen("tcp", opts.Listen); err != nil {
+			return fmt.Errorf("--listen %s: %w", opts.Listen, err)
+		}
+		defer ln.Close()
+	}
+	var files *outputFiles
+	if opts.DropCaps && hasCapabilities() {
+		if files, err = openOutputs(opts); err != nil {
 			return err
+		}
+		defer files.close()
+		keep := KeptCapabilities(d.objs.UprobeMulti())
+		if os.Geteuid() != 0 {
+			uid = -1
+		}
+		d.scanMu.Lock()
+		caps, err := dropPrivileges(dropSpec{keep: keep, uid: uid, gid: gid, denyPerf: d.objs.UprobeMulti()})
+		d.scanMu.Unlock()
+		if err != nil {
+			files.remove()
+			return fmt.Errorf("drop privileges (pass --keep-capabilities to run without dropping them): %w", err)
 		}
 		d.mu.Lock()
 		d.caps = caps
 		d.mu.Unlock()
-		log.Info("capabilities dropped", "kept", caps)
+		log.Info("privileges dropped", "kept", capabilityNames(keep), "uid", os.Getuid(), "gid", os.Getgid(),
+			"no_new_privs", true, "seccomp", seccompAuditArch != 0)
 	} else {
 		d.mu.Lock()
 		d.caps = currentCapabilities()
@@ -49,14 +85,14 @@ func Run(ctx context.Context, cfg Config, opts RunOptions, log *slog.Logger) err
 	if opts.Ready != nil {
 		opts.Ready(d)
 	}
-	var srv *http.Server
-	if opts.Listen != "" && opts.Listen != "off" {
-		ln, err := net.Listen("tcp", opts.Listen)
-		if err != nil {
-			return fmt.Errorf("--listen %s: %w", opts.Listen, err)
-		}
-		srv = &http.Server{Handler: Handler(d.Snapshot), ReadHeaderTimeout: 5 * time.Second}
+	if ln != nil {
+		srv := &http.Server{Handler: Handler(d.Snapshot), ReadHeaderTimeout: 5 * time.Second}
 		go srv.Serve(ln)
+		if remote {
+			log.Warn("serving without authentication on a non-loopback address (--allow-remote): anyone who can "+
+				"connect reads the traced processes' command lines (likely secrets redacted) and measurements",
+				"addr", ln.Addr().String())
+		}
 		log.Info("serving", "addr", ln.Addr().String(), "paths", "/metrics /v1/snapshot /v1/connections /v1/threads /v1/profile")
 		defer srv.Close()
 	}
@@ -70,7 +106,99 @@ func Run(ctx context.Context, cfg Config, opts RunOptions, log *slog.Logger) err
 	} else {
 		<-ctx.Done()
 	}
-	return writeOutputs(d.Snapshot(), opts, log)
+	return writeOutputsTo(d.Snapshot(), opts, files, log)
+}
+
+// hasCapabilities says whether the process holds any capability to drop.
+func hasCapabilities() bool {
+	h := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&h, &data[0]); err != nil {
+		return true
+	}
+	return data[0].Permitted != 0 || data[1].Permitted != 0
+}
+
+// outputFiles are the snapshot and profile files, opened before privileges
+// are dropped: afterwards the daemon may no longer create files where it
+// was asked to write (a directory of root's, or of the user who ran sudo).
+type outputFiles struct {
+	snapshot, profile *os.File
+	created           []string
+}
+
+// openOutputs opens the --out and --profile files for writing at the end.
+// An existing file keeps its content until then.
+func openOutputs(opts RunOptions) (*outputFiles, error) {
+	o := &outputFiles{}
+	open := func(path, what string) (*os.File, error) {
+		_, statErr := os.Lstat(path)
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|unix.O_NOFOLLOW, outputPerm)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", what, path, err)
+		}
+		if statErr != nil {
+			o.created = append(o.created, path)
+		}
+		if err := f.Chmod(outputPerm); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("%s %s: %w", what, path, err)
+		}
+		return f, nil
+	}
+	var err error
+	if opts.Output != "" && opts.Output != "-" {
+		if o.snapshot, err = open(opts.Output, "--out"); err != nil {
+			o.close()
+			o.remove()
+			return nil, err
+		}
+	}
+	if opts.Profile != "" {
+		if o.profile, err = open(opts.Profile, "--profile"); err != nil {
+			o.close()
+			o.remove()
+			return nil, err
+		}
+	}
+	return o, nil
+}
+
+func (o *outputFiles) close() {
+	if o == nil {
+		return
+	}
+	for _, f := range []*os.File{o.snapshot, o.profile} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// remove deletes the files openOutputs created (while it still may).
+func (o *outputFiles) remove() {
+	if o == nil {
+		return
+	}
+	for _, p := range o.created {
+		os.Remove(p)
+	}
+}
+
+// rewrite replaces f's content with what fill writes, rendered in memory
+// first so that a failing fill leaves the old content.
+func rewrite(f *os.File, fill func(io.Writer) error) error {
+	var buf bytes.Buffer
+	if err := fill(&buf); err != nil {
+		return err
+	}
+	if err := f.Truncate(0); err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(buf.Bytes(), 0); err != nil {
+		return err
+	}
+	return f.Sync()
 }
 
 // outputPerm is the mode of the snapshot and profile files, as it always
@@ -80,6 +208,14 @@ const outputPerm = 0o600
 // writeOutputs writes the final snapshot and profile where opts ask, and
 // logs each one written, or why it was not.
 func writeOutputs(s *Snapshot, opts RunOptions, log *slog.Logger) error {
+	return writeOutputsTo(s, opts, nil, log)
+}
+
+// writeOutputsTo is writeOutputs into files opened earlier, where given.
+func writeOutputsTo(s *Snapshot, opts RunOptions, files *outputFiles, log *slog.Logger) error {
+	if files == nil {
+		files = &outputFiles{}
+	}
 	toFile := opts.Output != "" && opts.Output != "-"
 	var errs []error
 	if opts.Once || toFile {
@@ -87,7 +223,7 @@ func writeOutputs(s *Snapshot, opts RunOptions, log *slog.Logger) error {
 		if !toFile {
 			where = "stdout"
 		}
-		if err := writeSnapshot(s, opts.Output); err != nil {
+		if err := writeSnapshot(s, opts.Output, files.snapshot); err != nil {
 			log.Error("snapshot not written", "path", where, "err", err)
 			errs = append(errs, fmt.Errorf("snapshot: %w", err))
 		} else if toFile {
@@ -95,7 +231,7 @@ func writeOutputs(s *Snapshot, opts RunOptions, log *slog.Logger) error {
 		}
 	}
 	if opts.Profile != "" {
-		if err := writeProfile(s, opts.Profile); err != nil {
+		if err := writeProfile(s, opts.Profile, files.profile); err != nil {
 			log.Error("profile not written", "path", opts.Profile, "err", err)
 			errs = append(errs, fmt.Errorf("profile: %w", err))
 		} else {
@@ -105,8 +241,9 @@ func writeOutputs(s *Snapshot, opts RunOptions, log *slog.Logger) error {
 	return errors.Join(errs...)
 }
 
-// writeSnapshot writes s as indented JSON to path, or to stdout for "" or "-".
-func writeSnapshot(s *Snapshot, path string) error {
+// writeSnapshot writes s as indented JSON to f if open, else to path, or to
+// stdout for "" or "-".
+func writeSnapshot(s *Snapshot, path string, f *os.File) error {
 	encode := func(w io.Writer) error {
 		e := json.NewEncoder(w)
 		e.SetIndent("", "  ")
@@ -115,14 +252,21 @@ func writeSnapshot(s *Snapshot, path string) error {
 	if path == "" || path == "-" {
 		return encode(os.Stdout)
 	}
+	if f != nil {
+		return rewrite(f, encode)
+	}
 	return atomicfile.WriteFunc(path, outputPerm, encode)
 }
 
-// writeProfile writes the pprof profile of s's traced time (syscalls view).
-func writeProfile(s *Snapshot, path string) error {
+// writeProfile writes the pprof profile of s's traced time (syscalls view)
+// to f if open, else to path.
+func writeProfile(s *Snapshot, path string, f *os.File) error {
 	p, err := Profile(s, ViewSyscalls)
 	if err != nil {
 		return err
+	}
+	if f != nil {
+		return rewrite(f, p.Write)
 	}
 	return atomicfile.WriteFunc(path, outputPerm, p.Write)
 }

@@ -4,15 +4,20 @@ package daemon
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/pprof/profile"
+
+	"github.com/hone-llm/hone/bpf/bpftest"
 )
 
 // writeOutputs logs a file as written only when it was: a failed write is
@@ -73,5 +78,25 @@ func TestWriteOutputsLogsTruthfully(t *testing.T) {
 		} else if st.Mode().Perm() != outputPerm {
 			t.Errorf("%s: mode %v, want %v", p, st.Mode(), os.FileMode(outputPerm))
 		}
+	}
+}
+
+// Run refuses a non-loopback --listen before loading anything, and with
+// AllowRemote serves there with a warning in the log.
+func TestRunListenExposure(t *testing.T) {
+	cfg := Config{Match: regexp.MustCompile("^no such process$"), NVMLPeriod: 0}
+	err := Run(context.Background(), cfg, RunOptions{Listen: "0.0.0.0:0", Once: true, Duration: time.Millisecond}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil || !strings.Contains(err.Error(), "--listen 0.0.0.0:0") || !strings.Contains(err.Error(), "--allow-remote") {
+		t.Fatalf("Run with --listen 0.0.0.0:0: %v", err)
+	}
+	bpftest.Require(t)
+	var buf syncBuffer
+	err = Run(context.Background(), cfg, RunOptions{Listen: "0.0.0.0:0", AllowRemote: true, Once: true, Duration: 100 * time.Millisecond,
+		Output: filepath.Join(t.TempDir(), "s.json")}, slog.New(slog.NewTextHandler(&buf, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`level=WARN msg="serving without authentication on a non-loopback address \(--allow-remote\).*" addr=\S+:\d+`).MatchString(buf.String()) {
+		t.Errorf("no warning for a remote listener:\n%s", buf.String())
 	}
 }

@@ -15,31 +15,80 @@ const SchemaVersion = 1
 // *_monotonic_ns are CLOCK_MONOTONIC nanoseconds, the clock of
 // bpf_ktime_get_ns, so they join with other CLOCK_MONOTONIC records.
 type Snapshot struct {
-	SchemaVersion      int          `json:"schema_version"`
-	Clock              string       `json:"clock"`
-	TakenMonotonicNS   uint64       `json:"taken_monotonic_ns"`
-	TakenWall          time.Time    `json:"taken_wall"`
-	StartedMonotonicNS uint64       `json:"started_monotonic_ns"`
-	Targets            []Target     `json:"targets"`
-	Threads            []Thread     `json:"threads"`
-	Connections        []Connection `json:"connections"`
-	CUDA               CUDAReport   `json:"cuda"`
-	NVML               NVMLReport   `json:"nvml"`
-	BPF                BPFReport    `json:"bpf"`
-	Daemon             SelfUsage    `json:"daemon"`
+	SchemaVersion      int       `json:"schema_version"`
+	Clock              string    `json:"clock"`
+	TakenMonotonicNS   uint64    `json:"taken_monotonic_ns"`
+	TakenWall          time.Time `json:"taken_wall"`
+	StartedMonotonicNS uint64    `json:"started_monotonic_ns"`
+	Targets            []Target  `json:"targets"`
+	Threads            []Thread  `json:"threads"`
+	// Exited holds the measurements of exited processes, folded per root
+	// target and process name once they leave the target table.
+	Exited      []ExitedGroup `json:"exited"`
+	TargetTable TargetTable   `json:"target_table"`
+	Connections []Connection  `json:"connections"`
+	// ClosedConnections sums closed connections no longer listed one by
+	// one (the oldest beyond the last maxRetired), so totals stay exact.
+	ClosedConnections ConnectionTotals `json:"closed_connections_folded"`
+	CUDA              CUDAReport       `json:"cuda"`
+	NVML              NVMLReport       `json:"nvml"`
+	BPF               BPFReport        `json:"bpf"`
+	Daemon            SelfUsage        `json:"daemon"`
 }
 
 // Target is a traced process.
 type Target struct {
-	PID              int    `json:"pid"`
-	PPID             int    `json:"ppid,omitempty"`
-	Comm             string `json:"comm"`
+	PID     int    `json:"pid"`
+	PPID    int    `json:"ppid,omitempty"`
+	RootPID int    `json:"root_pid"` // the selected target it descends from (itself if selected)
+	Comm    string `json:"comm"`
+	// Cmdline has likely secrets replaced by [REDACTED] (see redactArgs).
 	Cmdline          string `json:"cmdline,omitempty"`
 	How              string `json:"how"` // pid | descendant | cgroup | cmdline | fork
 	AddedMonotonicNS uint64 `json:"added_monotonic_ns"`
 	ExitMonotonicNS  uint64 `json:"exit_monotonic_ns,omitempty"`
 
-	retired bool
+	exitUnreported bool // exit found by the daemon, not reported by the kernel
+}
+
+// ExitedGroup sums the measurements of exited processes with one root
+// target and one process name: every thread's syscalls, scheduling and
+// CUDA calls, added up (counts, sums and histograms added; minima, maxima,
+// first and last timestamps kept). Processes whose root is unknown (the
+// table was full when they started) have root_pid 0; beyond
+// maxExitedGroups groups, further ones fold into root_pid 0, comm "other".
+type ExitedGroup struct {
+	RootPID   int                      `json:"root_pid"`
+	Comm      string                   `json:"comm"`
+	Processes uint64                   `json:"processes"`
+	Threads   uint64                   `json:"threads"`
+	Syscalls  map[string]*SyscallStats `json:"syscalls,omitempty"`
+	Sched     *SchedStats              `json:"sched,omitempty"`
+	CUDA      map[string]*CUDAStats    `json:"cuda,omitempty"`
+}
+
+// TargetTable describes the daemon's table of traced processes: live ones
+// and those exited in the last few seconds, at most max_entries.
+type TargetTable struct {
+	Entries    int `json:"entries"`
+	MaxEntries int `json:"max_entries"`
+	// Overflow counts processes traced in the kernel but left out of the
+	// table because it was full; their measurements still count, folded
+	// under root_pid 0 once they exit.
+	Overflow uint64 `json:"overflow_total"`
+	// ExitedProcesses counts processes folded into Exited.
+	ExitedProcesses uint64 `json:"exited_processes_total"`
+}
+
+// ConnectionTotals sums connections.
+type ConnectionTotals struct {
+	Connections uint64    `json:"connections"`
+	TXBytes     [2]uint64 `json:"tx_bytes"` // [non-KV, KV]
+	RXBytes     [2]uint64 `json:"rx_bytes"`
+	TXOps       [2]uint64 `json:"tx_ops"`
+	RXOps       [2]uint64 `json:"rx_ops"`
+	Bursts      [2]uint64 `json:"bursts"`   // [tx, rx]
+	BurstNS     [2]uint64 `json:"burst_ns"` // [tx, rx], first to last operation
 }
 
 // Thread holds one traced thread's measurements.
@@ -120,6 +169,8 @@ type Burst struct {
 type CUDAReport struct {
 	Libraries         []CUDALibrary `json:"libraries"`
 	LaunchProbesUntil uint64        `json:"launch_probes_until_monotonic_ns,omitempty"`
+	// Skipped counts libcuda files found beyond maxCUDALibraries, not probed.
+	Skipped int `json:"skipped_libraries,omitempty"`
 }
 
 // CUDALibrary is one probed libcuda file (deduplicated by device and inode).
@@ -155,6 +206,9 @@ type SelfUsage struct {
 	MaxRSSBytes   uint64  `json:"max_rss_bytes"`
 	UptimeSeconds float64 `json:"uptime_seconds"`
 	Capabilities  string  `json:"capabilities,omitempty"`
+	UID           int     `json:"uid"`
+	NoNewPrivs    bool    `json:"no_new_privs"`
+	Seccomp       bool    `json:"seccomp_filter"`
 }
 
 // monotonicNow reads CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns,

@@ -29,14 +29,24 @@ func newDaemonCmd() *cobra.Command {
 		Long: `hone daemon traces the processes of an LLM-serving deployment: syscalls per
 thread and class, scheduling, socket traffic with bursts on KV-transfer
 connections, CUDA driver calls (uprobes on libcuda.so), and GPUs through NVML.
-Children of targets are followed from their first syscall. It serves
-Prometheus metrics and a JSON API on 127.0.0.1 (/metrics, /v1/snapshot,
-/v1/connections, /v1/threads, /v1/profile). Kernel timestamps are
+Children of targets are followed from their first syscall; exited processes
+are folded into per-target totals after a few seconds, so the table of
+traced processes stays bounded. It serves Prometheus metrics and a JSON API
+on 127.0.0.1 (/metrics, /v1/snapshot, /v1/connections, /v1/threads,
+/v1/profile). The API has no authentication: a --listen address that is not
+loopback is refused unless --allow-remote is given. Command lines in the
+snapshot have likely secrets (--api-key values, sk-... and hf_... tokens,
+*_TOKEN=... variables) replaced by [REDACTED]. Kernel timestamps are
 CLOCK_MONOTONIC nanoseconds.
 
 It needs root (or CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN) and a kernel with
-BTF; it uses no kprobes. After attaching it keeps only the capabilities it
-needs. Without an NVIDIA driver it reports "nvml: unavailable (<reason>)" and
+BTF; it uses no kprobes. After attaching it drops privileges on every thread:
+it keeps CAP_PERFMON alone (to read the memory maps of targets found later,
+for libcuda; CAP_SYS_ADMIN alone on kernels before 6.6, which lack
+uprobe_multi links), becomes --user (default nobody), sets no_new_privs and
+installs a seccomp filter refusing ptrace, mount, module loading, setuid and
+the like. --out and --profile are opened before the drop and written at the
+end. Without an NVIDIA driver it reports "nvml: unavailable (<reason>)" and
 carries on.
 
 Targets: --pid (with existing descendants), --cgroup, --match-cmdline; with
@@ -70,6 +80,12 @@ failed); 2 bad input (flags).`,
 				return badInput("--duration: want a positive duration with --once, got %v", opts.Duration)
 			}
 			opts.Listen = daemonListen(opts.Once, opts.Listen, cmd.Flags().Changed("listen"))
+			if _, err := daemon.CheckListen(opts.Listen, opts.AllowRemote); err != nil {
+				return badInput("%v", err)
+			}
+			if _, _, err := daemon.ParseUser(opts.User); err != nil {
+				return badInput("--user: %v", err)
+			}
 			if cfg.CUDALaunches < 0 || cfg.BurstGap < 0 || nvmlPeriod < 0 || scanPeriod < 0 {
 				return badInput("durations must not be negative")
 			}
@@ -102,7 +118,9 @@ failed); 2 bad input (flags).`,
 	f.DurationVar(&opts.Duration, "duration", 10*time.Second, "how long --once measures")
 	f.StringVar(&opts.Output, "out", "", "snapshot JSON file (default with --once: stdout)")
 	f.StringVar(&opts.Profile, "profile", "", "write a pprof profile of traced syscall time here at the end")
-	f.BoolVar(&noDropCaps, "keep-capabilities", false, "do not drop capabilities after attaching")
+	f.BoolVar(&opts.AllowRemote, "allow-remote", false, "accept a --listen address that is not loopback (the API has no authentication)")
+	f.StringVar(&opts.User, "user", daemon.DefaultUser, `user (name or UID[:GID]) to become after attaching, when run as root ("root" keeps uid 0)`)
+	f.BoolVar(&noDropCaps, "keep-capabilities", false, "do not drop privileges after attaching (capabilities, user, no_new_privs, seccomp)")
 	return c
 }
 

@@ -1,0 +1,99 @@
+package daemon
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestRedactArgs(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		// Flags naming a secret: the next argument, or the =value.
+		{"vllm serve m --api-key sk-abcdef0123456789abcd --port 8000", "vllm serve m --api-key [REDACTED] --port 8000"},
+		{"vllm serve m --api-key=hunter2 --hf-token hf_x --hf_token=y", "vllm serve m --api-key=[REDACTED] --hf-token [REDACTED] --hf_token=[REDACTED]"},
+		{"app --password p --client-secret s --db-passwd q --apiKey k", "app --password [REDACTED] --client-secret [REDACTED] --db-passwd [REDACTED] --apiKey [REDACTED]"},
+		// A flag with no value before the next flag leaves that flag alone.
+		{"app --api-key --port 1", "app --api-key --port 1"},
+		// Names that only look alike are kept: counts, tokenizers, key files.
+		{"vllm serve m --max-num-batched-tokens 8192 --tokenizer t --ssl-keyfile /k.pem --max-model-len 4096",
+			"vllm serve m --max-num-batched-tokens 8192 --tokenizer t --ssl-keyfile /k.pem --max-model-len 4096"},
+		// Environment-style assignments.
+		{"env HF_TOKEN=abc OPENAI_API_KEY=xyz DB_PASSWORD=p AWS_SECRET_ACCESS_KEY=s PATH=/bin python x",
+			"env HF_TOKEN=[REDACTED] OPENAI_API_KEY=[REDACTED] DB_PASSWORD=[REDACTED] AWS_SECRET_ACCESS_KEY=[REDACTED] PATH=/bin python x"},
+		// Known token formats anywhere.
+		{"curl -H Authorization:Bearer_x sk-proj-ABCDEFGHIJKLMNOPQRSTUV hf_ABCDEFGHIJKLMNOPQRSTUVWXYZ012345",
+			"curl -H Authorization:Bearer_x [REDACTED] [REDACTED]"},
+		{"x ghp_0123456789abcdefghijABCDEFGHIJ AKIAABCDEFGHIJKLMNOP xoxb-1234567890-abcdef",
+			"x [REDACTED] [REDACTED] [REDACTED]"},
+		{"x --header=Authorization: Bearer abcdefgh12345678", "x --header=Authorization: Bearer [REDACTED]"},
+		{"x https://user:pa55w0rd@host/repo.git", "x https://user:[REDACTED]@host/repo.git"},
+		{`vllm serve m --kv-transfer-config {"kv_connector":"X","api_key":"s3cr3t","kv_role":"kv_both"}`,
+			`vllm serve m --kv-transfer-config {"kv_connector":"X","api_key":"[REDACTED]","kv_role":"kv_both"}`},
+		// Nothing to hide.
+		{"python3 -m vllm.entrypoints.openai.api_server --model Qwen/Qwen2.5-0.5B --port 8000",
+			"python3 -m vllm.entrypoints.openai.api_server --model Qwen/Qwen2.5-0.5B --port 8000"},
+	} {
+		if got := strings.Join(redactArgs(strings.Split(tc.in, " ")), " "); got != tc.want {
+			t.Errorf("redact %q\n got %q\nwant %q", tc.in, got, tc.want)
+		}
+		if got := RedactCommandLine(tc.in); got != tc.want {
+			t.Errorf("RedactCommandLine %q = %q", tc.in, got)
+		}
+	}
+	// Arguments are redacted whole, spaces and all.
+	if got := redactArgs([]string{"app", "--token", "two words", "--x"}); strings.Join(got, "|") != "app|--token|[REDACTED]|--x" {
+		t.Errorf("got %q", got)
+	}
+}
+
+func TestCheckListen(t *testing.T) {
+	for _, tc := range []struct {
+		addr          string
+		allow, remote bool
+		ok            bool
+	}{
+		{"127.0.0.1:9464", false, false, true},
+		{"127.0.0.2:9464", false, false, true},
+		{"[::1]:9464", false, false, true},
+		{"localhost:9464", false, false, true},
+		{"off", false, false, true},
+		{"", false, false, true},
+		{"0.0.0.0:9464", false, true, false},
+		{":9464", false, true, false},
+		{"[::]:9464", false, true, false},
+		{"10.1.2.3:9464", false, true, false},
+		{"myhost:9464", false, true, false},
+		{"0.0.0.0:9464", true, true, true},
+		{"nonsense", true, false, false},
+	} {
+		remote, err := CheckListen(tc.addr, tc.allow)
+		if (err == nil) != tc.ok || remote != tc.remote {
+			t.Errorf("CheckListen(%q, %t) = %t, %v", tc.addr, tc.allow, remote, err)
+		}
+		if err != nil && tc.addr != "nonsense" && (!strings.Contains(err.Error(), "--listen") || !strings.Contains(err.Error(), "authentication") ||
+			!strings.Contains(err.Error(), "command lines") || !strings.Contains(err.Error(), "--allow-remote")) {
+			t.Errorf("CheckListen(%q): %v does not say why and how", tc.addr, err)
+		}
+	}
+}
+
+func TestParseUser(t *testing.T) {
+	for _, tc := range []struct {
+		in       string
+		uid, gid int
+		ok       bool
+	}{
+		{"root", 0, 0, true},
+		{"0", 0, 0, true},
+		{"1234:99", 1234, 99, true},
+		{"65534", 65534, 65534, true},
+		{"", 65534, 65534, true}, // nobody
+		{"no-such-user-here", 0, 0, false},
+		{"-1", 0, 0, false},
+		{"1:x", 0, 0, false},
+	} {
+		uid, gid, err := ParseUser(tc.in)
+		if (err == nil) != tc.ok || tc.ok && (uid != tc.uid || gid != tc.gid) {
+			t.Errorf("ParseUser(%q) = %d, %d, %v", tc.in, uid, gid, err)
+		}
+	}
+}
