@@ -40,7 +40,7 @@ demo: deps-test build
 	@echo "== 1/2 CPU exercise (simulation_only) =="
 	HONE_BIN=$(CURDIR)/$(BIN) python3 exercise/driver.py --submission exercise/submission.py --output $(DEMO_OUT)-exercise.json --tables
 	@echo "== 2/2 live optimization on the engine emulator (emulated) =="
-	$(BIN) optimize --spec examples/emulator-l4-colocated.yaml --out $(DEMO_OUT) $(DEMO_FLAGS) || test $$? -eq 1
+	$(BIN) optimize --spec examples/emulator-l4-colocated.yaml --out $(DEMO_OUT) --force $(DEMO_FLAGS) || test $$? -eq 1
 	$(BIN) report --log $(DEMO_OUT)/log.json --out $(DEMO_OUT)/report.md --command "$(BIN) optimize --spec examples/emulator-l4-colocated.yaml --out $(DEMO_OUT) $(DEMO_FLAGS)"
 	@echo "report: $(DEMO_OUT)/report.md (plots beside it)"
 
