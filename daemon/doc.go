@@ -81,9 +81,10 @@
 //
 // # API exposure
 //
-// The HTTP API has no authentication. --listen must be a loopback address
-// (127.0.0.0/8, ::1, localhost) unless --allow-remote is given, which logs
-// a warning. Command lines in the snapshot have likely secrets replaced by
+// On loopback the HTTP API has no authentication. --listen must be a
+// loopback address (127.0.0.0/8, ::1, localhost) unless --allow-remote is
+// given with --token-file: then every request must carry that bearer token
+// (RequireToken; 401 otherwise), and a warning is logged. Command lines in the snapshot have likely secrets replaced by
 // [REDACTED] (redactArgs): the value after a flag whose name ends in key,
 // token, secret, password or credential (--api-key, --hf-token), NAME=VALUE
 // arguments whose name contains KEY, TOKEN, SECRET, PASSWORD or CREDENTIAL,

@@ -1,8 +1,11 @@
 package daemon
 
 import (
+	"crypto/subtle"
 	"fmt"
 	"net"
+	"net/http"
+	"os"
 	"os/user"
 	"strconv"
 	"strings"
@@ -11,12 +14,15 @@ import (
 
 // RunOptions say how `hone daemon` runs around a Daemon.
 type RunOptions struct {
-	Listen      string        // HTTP address for /metrics and /v1 (""/"off": none)
-	AllowRemote bool          // serve Listen even when it is not a loopback address
-	Once        bool          // measure for Duration, write the snapshot, exit
-	Duration    time.Duration // with Once
-	Output      string        // snapshot JSON file ("" or "-": stdout with Once; none otherwise)
-	Profile     string        // pprof file of traced time (syscalls view) written at the end
+	Listen      string // HTTP address for /metrics and /v1 (""/"off": none)
+	AllowRemote bool   // serve Listen even when it is not a loopback address
+	// TokenFile holds the bearer token every API request must carry
+	// (Authorization: Bearer <token>); required with a remote Listen.
+	TokenFile string
+	Once      bool          // measure for Duration, write the snapshot, exit
+	Duration  time.Duration // with Once
+	Output    string        // snapshot JSON file ("" or "-": stdout with Once; none otherwise)
+	Profile   string        // pprof file of traced time (syscalls view) written at the end
 	// DropCaps drops privileges after attaching: capabilities down to
 	// KeptCapabilities, user and group to User, no_new_privs, seccomp.
 	DropCaps bool
@@ -68,12 +74,52 @@ func ParseUser(s string) (uid, gid int, err error) {
 	return uid, gid, nil
 }
 
+// MinTokenLength is the shortest bearer token accepted: 16 bytes of
+// randomness as hex would be 32 characters; below 16 a token is guessable.
+const MinTokenLength = 16
+
+// ReadToken reads a bearer token file: one line, at least MinTokenLength
+// characters, readable by its owner only (as ssh insists of keys: a token
+// others can read authenticates nobody in particular).
+func ReadToken(path string) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("--token-file %s: mode %04o: readable by others; chmod 600 it", path, st.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if len(tok) < MinTokenLength || strings.ContainsAny(tok, " \t\r\n") {
+		return "", fmt.Errorf("--token-file %s: want one token of at least %d characters and no spaces", path, MinTokenLength)
+	}
+	return tok, nil
+}
+
+// RequireToken serves h only to requests that carry token as a bearer
+// token; anything else gets 401 and nothing of the API.
+func RequireToken(h http.Handler, token string) http.Handler {
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="hone daemon"`)
+			http.Error(w, "a bearer token is required (Authorization: Bearer <the daemon's --token-file>)", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // CheckListen refuses a --listen address that is not loopback unless
 // allowRemote: the API has no authentication and serves the traced
 // processes' command lines. It reports whether the address is remote.
 // "off" and "" are fine. Host names other than "localhost" count as
 // remote: what they resolve to can change.
-func CheckListen(addr string, allowRemote bool) (remote bool, err error) {
+func CheckListen(addr string, allowRemote bool, tokenFile string) (remote bool, err error) {
 	if addr == "" || addr == "off" {
 		return false, nil
 	}
@@ -94,7 +140,11 @@ func CheckListen(addr string, allowRemote bool) (remote bool, err error) {
 		}
 		return true, fmt.Errorf("--listen %s: refusing to serve on %s, not a loopback address: the API has no "+
 			"authentication and shows the traced processes' command lines and measurements to anyone who can "+
-			"connect; bind 127.0.0.1 (or ::1) and tunnel, or pass --allow-remote to accept the exposure", addr, where)
+			"connect; bind 127.0.0.1 (or ::1) and tunnel, or pass --allow-remote with --token-file to require a bearer token", addr, where)
+	}
+	if remote && tokenFile == "" {
+		return true, fmt.Errorf("--allow-remote: --listen %s is not loopback, so the API requires a bearer token: "+
+			"pass --token-file FILE (one token of at least %d characters, mode 600)", addr, MinTokenLength)
 	}
 	return remote, nil
 }

@@ -1,6 +1,10 @@
 package daemon
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -65,13 +69,66 @@ func TestCheckListen(t *testing.T) {
 		{"0.0.0.0:9464", true, true, true},
 		{"nonsense", true, false, false},
 	} {
-		remote, err := CheckListen(tc.addr, tc.allow)
+		remote, err := CheckListen(tc.addr, tc.allow, "token.txt")
 		if (err == nil) != tc.ok || remote != tc.remote {
 			t.Errorf("CheckListen(%q, %t) = %t, %v", tc.addr, tc.allow, remote, err)
 		}
 		if err != nil && tc.addr != "nonsense" && (!strings.Contains(err.Error(), "--listen") || !strings.Contains(err.Error(), "authentication") ||
 			!strings.Contains(err.Error(), "command lines") || !strings.Contains(err.Error(), "--allow-remote")) {
 			t.Errorf("CheckListen(%q): %v does not say why and how", tc.addr, err)
+		}
+	}
+	// Remote needs a bearer token, even with --allow-remote.
+	if _, err := CheckListen("0.0.0.0:9464", true, ""); err == nil || !strings.Contains(err.Error(), "--token-file") {
+		t.Errorf("remote without a token: %v", err)
+	}
+	if _, err := CheckListen("127.0.0.1:9464", false, ""); err != nil {
+		t.Errorf("loopback without a token: %v", err)
+	}
+}
+
+// With a token, every route answers 401 without it or with another one,
+// and serves with it; token files others can read, or too short, are
+// refused.
+func TestBearerToken(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "tok")
+	if err := os.WriteFile(good, []byte("0123456789abcdef0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := ReadToken(good)
+	if err != nil || tok != "0123456789abcdef0123" {
+		t.Fatalf("ReadToken: %q %v", tok, err)
+	}
+	for name, c := range map[string]struct {
+		body string
+		mode os.FileMode
+	}{"world-readable": {"0123456789abcdef0123", 0o644}, "short": {"short", 0o600}, "two words": {"0123456789abcdef 0123", 0o600}} {
+		p := filepath.Join(dir, strings.ReplaceAll(name, " ", "-"))
+		if err := os.WriteFile(p, []byte(c.body), c.mode); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(p, c.mode)
+		if _, err := ReadToken(p); err == nil || !strings.Contains(err.Error(), "--token-file") {
+			t.Errorf("%s token file: %v", name, err)
+		}
+	}
+	srv := httptest.NewServer(RequireToken(Handler(func() *Snapshot { return &Snapshot{} }), tok))
+	defer srv.Close()
+	for _, path := range []string{"/metrics", "/v1/snapshot", "/v1/threads"} {
+		for auth, want := range map[string]int{"": 401, "Bearer wrong-token-0123456789": 401, "Bearer " + tok: 200} {
+			req, _ := http.NewRequest("GET", srv.URL+path, nil)
+			if auth != "" {
+				req.Header.Set("Authorization", auth)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != want {
+				t.Errorf("%s with %q: %d, want %d", path, auth, resp.StatusCode, want)
+			}
 		}
 	}
 }

@@ -31,9 +31,15 @@ func Run(ctx context.Context, cfg Config, opts RunOptions, log *slog.Logger) err
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	remote, err := CheckListen(opts.Listen, opts.AllowRemote)
+	remote, err := CheckListen(opts.Listen, opts.AllowRemote, opts.TokenFile)
 	if err != nil {
 		return err
+	}
+	var token string
+	if opts.TokenFile != "" { // read before privileges are dropped
+		if token, err = ReadToken(opts.TokenFile); err != nil {
+			return err
+		}
 	}
 	uid, gid, err := ParseUser(opts.User)
 	if err != nil {
@@ -86,11 +92,15 @@ func Run(ctx context.Context, cfg Config, opts RunOptions, log *slog.Logger) err
 		opts.Ready(d)
 	}
 	if ln != nil {
-		srv := &http.Server{Handler: Handler(d.Snapshot), ReadHeaderTimeout: 5 * time.Second}
+		h := Handler(d.Snapshot)
+		if token != "" {
+			h = RequireToken(h, token)
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 		go srv.Serve(ln)
 		if remote {
-			log.Warn("serving without authentication on a non-loopback address (--allow-remote): anyone who can "+
-				"connect reads the traced processes' command lines (likely secrets redacted) and measurements",
+			log.Warn("serving on a non-loopback address (--allow-remote), bearer token required: anyone who has the "+
+				"token reads the traced processes' command lines (likely secrets redacted) and measurements",
 				"addr", ln.Addr().String())
 		}
 		log.Info("serving", "addr", ln.Addr().String(), "paths", "/metrics /v1/snapshot /v1/connections /v1/threads /v1/profile")

@@ -33,8 +33,10 @@ Children of targets are followed from their first syscall; exited processes
 are folded into per-target totals after a few seconds, so the table of
 traced processes stays bounded. It serves Prometheus metrics and a JSON API
 on 127.0.0.1 (/metrics, /v1/snapshot, /v1/connections, /v1/threads,
-/v1/profile). The API has no authentication: a --listen address that is not
-loopback is refused unless --allow-remote is given. Command lines in the
+/v1/profile). On loopback the API has no authentication; a --listen address
+that is not loopback is refused unless --allow-remote is given together with
+--token-file, and then every request must carry that bearer token
+(Prometheus: authorization.credentials_file). Command lines in the
 snapshot have likely secrets (--api-key values, sk-... and hf_... tokens,
 *_TOKEN=... variables) replaced by [REDACTED]. Kernel timestamps are
 CLOCK_MONOTONIC nanoseconds.
@@ -80,8 +82,13 @@ failed); 2 bad input (flags).`,
 				return badInput("--duration: want a positive duration with --once, got %v", opts.Duration)
 			}
 			opts.Listen = daemonListen(opts.Once, opts.Listen, cmd.Flags().Changed("listen"))
-			if _, err := daemon.CheckListen(opts.Listen, opts.AllowRemote); err != nil {
+			if _, err := daemon.CheckListen(opts.Listen, opts.AllowRemote, opts.TokenFile); err != nil {
 				return badInput("%v", err)
+			}
+			if opts.TokenFile != "" {
+				if _, err := daemon.ReadToken(opts.TokenFile); err != nil {
+					return badInput("%v", err)
+				}
 			}
 			if _, _, err := daemon.ParseUser(opts.User); err != nil {
 				return badInput("--user: %v", err)
@@ -118,7 +125,8 @@ failed); 2 bad input (flags).`,
 	f.DurationVar(&opts.Duration, "duration", 10*time.Second, "how long --once measures")
 	f.StringVar(&opts.Output, "out", "", "snapshot JSON file (default with --once: stdout)")
 	f.StringVar(&opts.Profile, "profile", "", "write a pprof profile of traced syscall time here at the end")
-	f.BoolVar(&opts.AllowRemote, "allow-remote", false, "accept a --listen address that is not loopback (the API has no authentication)")
+	f.BoolVar(&opts.AllowRemote, "allow-remote", false, "accept a --listen address that is not loopback (requires --token-file)")
+	f.StringVar(&opts.TokenFile, "token-file", "", "bearer token every API request must carry (Authorization: Bearer ...); one line, >= 16 characters, mode 600; required with --allow-remote")
 	f.StringVar(&opts.User, "user", daemon.DefaultUser, `user (name or UID[:GID]) to become after attaching, when run as root ("root" keeps uid 0)`)
 	f.BoolVar(&noDropCaps, "keep-capabilities", false, "do not drop privileges after attaching (capabilities, user, no_new_privs, seccomp)")
 	return c

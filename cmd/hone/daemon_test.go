@@ -18,6 +18,10 @@ func TestDaemonRefusesRemoteListen(t *testing.T) {
 	if _, errs, code := runCLI(t, "", "daemon", "--once", "--listen", "0.0.0.0:0"); code != exitBadInput {
 		t.Errorf("--once --listen 0.0.0.0:0: exit %d\n%s", code, errs)
 	}
+	// --allow-remote needs a bearer token file.
+	if _, errs, code := runCLI(t, "", "daemon", "--listen", "0.0.0.0:9464", "--allow-remote"); code != exitBadInput || !strings.Contains(errs, "--token-file") {
+		t.Errorf("--allow-remote without --token-file: exit %d\n%s", code, errs)
+	}
 	if _, errs, code := runCLI(t, "", "daemon", "--user", "no-such-user-here"); code != exitBadInput || !strings.Contains(errs, "--user") {
 		t.Errorf("--user no-such-user-here: exit %d\n%s", code, errs)
 	}
