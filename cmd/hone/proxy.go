@@ -13,7 +13,7 @@ import (
 
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/deploy/proxy"
-	"github.com/hone-llm/hone/deploy/proxy/guard"
+	"github.com/hone-llm/hone/internal/guard"
 )
 
 func init() { subcommands = append(subcommands, newProxyCmd) }

@@ -6,7 +6,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/hone-llm/hone/deploy/proxy/guard"
+	"github.com/hone-llm/hone/internal/guard"
 )
 
 // Modes of a deployment.

@@ -1,20 +1,18 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/hone-llm/hone/deploy/proxy/guard"
+	"github.com/hone-llm/hone/internal/guard"
+	"github.com/hone-llm/hone/internal/guard/guardtest"
 )
 
 // listenProxy runs p.ListenAndServe (the real server, with its limits) on
@@ -92,51 +90,6 @@ func TestBodyLimit(t *testing.T) {
 	}
 }
 
-// rawRequest writes a request's head on c.
-func rawHead(t *testing.T, c net.Conn, method, path string, contentLength int) {
-	t.Helper()
-	h := method + " " + path + " HTTP/1.1\r\nHost: x\r\n"
-	if contentLength >= 0 {
-		h += fmt.Sprintf("Content-Type: application/json\r\nContent-Length: %d\r\n", contentLength)
-	}
-	if _, err := io.WriteString(c, h+"\r\n"); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// waitClosed reads c to EOF (or a reset) and fails if that takes longer
-// than a generous bound.
-func waitClosed(t *testing.T, c net.Conn, br *bufio.Reader, what string) {
-	t.Helper()
-	c.SetReadDeadline(time.Now().Add(20 * time.Second))
-	_, err := io.Copy(io.Discard, br)
-	var ne net.Error
-	if err != nil && (errorsAs(err, &ne) && ne.Timeout()) {
-		t.Fatalf("%s: connection still open after 20 s", what)
-	}
-}
-
-func errorsAs(err error, target *net.Error) bool {
-	ne, ok := err.(net.Error)
-	if ok {
-		*target = ne
-	}
-	return ok
-}
-
-// settle waits until the process's goroutines number at most n.
-func settle(t *testing.T, n int, what string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for runtime.NumGoroutine() > n {
-		if time.Now().After(deadline) {
-			t.Errorf("%s: %d goroutines, want at most %d as before", what, runtime.NumGoroutine(), n)
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestBodyTimeout: a body trickled a byte at a time is cut at the body
 // deadline: 408 naming it, the connection closed, the server's goroutine
 // for it gone.
@@ -146,47 +99,7 @@ func TestBodyTimeout(t *testing.T) {
 	cfg.BodyTimeout = 300 * time.Millisecond
 	_, addr := listenProxy(t, cfg)
 	time.Sleep(100 * time.Millisecond) // let the health loop's first round settle
-	before := runtime.NumGoroutine()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	start := time.Now()
-	rawHead(t, c, "POST", "/v1/completions", 1000)
-	stop := make(chan struct{})
-	trickled := make(chan struct{})
-	go func() {
-		defer close(trickled)
-		for {
-			if _, err := c.Write([]byte(" ")); err != nil {
-				return
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}()
-	br := bufio.NewReader(c)
-	c.SetReadDeadline(time.Now().Add(20 * time.Second))
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatalf("no answer to a trickled body: %v", err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	if el := time.Since(start); el < cfg.BodyTimeout {
-		t.Errorf("cut after %v, before the %v deadline", el, cfg.BodyTimeout)
-	}
-	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), "within 300ms") || !resp.Close {
-		t.Errorf("trickled body: %d close=%v %s", resp.StatusCode, resp.Close, body)
-	}
-	waitClosed(t, c, br, "trickled body")
-	close(stop)
-	<-trickled
-	c.Close()
-	settle(t, before, "after the trickled connection")
+	guardtest.CheckTrickledBody(t, addr, "/v1/completions", cfg.BodyTimeout)
 }
 
 // TestIdleTimeout: a keep-alive connection left idle is closed after
@@ -196,26 +109,7 @@ func TestIdleTimeout(t *testing.T) {
 	cfg := colocated(e)
 	cfg.IdleTimeout = 200 * time.Millisecond
 	_, addr := listenProxy(t, cfg)
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	rawHead(t, c, "GET", "/health", -1)
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	if resp.StatusCode != 200 || resp.Close {
-		t.Fatalf("health: %d, close %v: want a kept-alive 200", resp.StatusCode, resp.Close)
-	}
-	start := time.Now()
-	waitClosed(t, c, br, "idle keep-alive connection")
-	if el := time.Since(start); el < 100*time.Millisecond {
-		t.Errorf("closed after %v, before the idle timeout", el)
-	}
+	guardtest.CheckIdleTimeout(t, addr, cfg.IdleTimeout)
 }
 
 // TestConnectionCap: with MaxConnections busy, the next client waits, and
@@ -226,49 +120,7 @@ func TestConnectionCap(t *testing.T) {
 	cfg.MaxConnections = 2
 	cfg.ReadHeaderTimeout = time.Minute
 	_, addr := listenProxy(t, cfg)
-	testCap(t, addr)
-}
-
-// testCap holds two connections that send nothing (not idle: new), then
-// checks a third client waits for one of them.
-func testCap(t *testing.T, addr string) {
-	t.Helper()
-	var held []net.Conn
-	for range 2 {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		held = append(held, c)
-	}
-	cl := &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}
-	defer cl.CloseIdleConnections()
-	got := make(chan error, 1)
-	go func() {
-		resp, err := cl.Get("http://" + addr + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode != 200 {
-				err = fmt.Errorf("status %d", resp.StatusCode)
-			}
-		}
-		got <- err
-	}()
-	select {
-	case err := <-got:
-		t.Fatalf("a third client was served past the cap of 2 (%v)", err)
-	case <-time.After(300 * time.Millisecond):
-	}
-	held[0].Close()
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the waiting client was not served after a connection closed")
-	}
+	guardtest.CheckConnectionCap(t, addr, cfg.MaxConnections)
 }
 
 // TestConnectionCapReclaimsIdle: with every slot held by idle keep-alive
@@ -278,38 +130,7 @@ func TestConnectionCapReclaimsIdle(t *testing.T) {
 	cfg := colocated(e)
 	cfg.MaxConnections = 2
 	_, addr := listenProxy(t, cfg)
-	var idle []*bufio.Reader
-	var conns []net.Conn
-	for range 2 {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		rawHead(t, c, "GET", "/health", -1)
-		br := bufio.NewReader(c)
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		idle, conns = append(idle, br), append(conns, c)
-	}
-	resp, err := (&http.Client{Transport: &http.Transport{}, Timeout: 20 * time.Second}).Get("http://" + addr + "/health")
-	if err != nil {
-		t.Fatalf("a new client behind idle connections: %v", err)
-	}
-	resp.Body.Close()
-	closed := 0
-	for i, c := range conns {
-		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-		if _, err := idle[i].ReadByte(); err == io.EOF {
-			closed++
-		}
-	}
-	if closed != 1 {
-		t.Errorf("%d idle connections closed to make room, want 1", closed)
-	}
+	guardtest.CheckCapReclaimsIdle(t, addr, cfg.MaxConnections)
 }
 
 // TestTimelineLimitMax: a page larger than MaxTimelinePage is refused with

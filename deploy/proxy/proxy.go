@@ -18,7 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hone-llm/hone/deploy/proxy/guard"
+	"github.com/hone-llm/hone/internal/guard"
 )
 
 // Proxy routes requests to a deployment's workers.

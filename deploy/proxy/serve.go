@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/expfmt"
 
-	"github.com/hone-llm/hone/deploy/proxy/guard"
+	"github.com/hone-llm/hone/internal/guard"
 )
 
 // serveHealth is 200 while every role has a worker in rotation.

@@ -6,17 +6,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/hone-llm/hone/deploy/proxy/guard"
+	"github.com/hone-llm/hone/internal/guard"
+	"github.com/hone-llm/hone/internal/guard/guardtest"
 )
 
 // paddedBody is a valid completion request of exactly n bytes.
@@ -67,151 +66,37 @@ func TestBodyLimit(t *testing.T) {
 	}
 }
 
-func head(t *testing.T, c net.Conn, method, path string, contentLength int) {
-	t.Helper()
-	h := method + " " + path + " HTTP/1.1\r\nHost: x\r\n"
-	if contentLength >= 0 {
-		h += fmt.Sprintf("Content-Type: application/json\r\nContent-Length: %d\r\n", contentLength)
-	}
-	if _, err := io.WriteString(c, h+"\r\n"); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// closedWithin reads c to its end (EOF or reset), failing if it is still
-// open after a generous bound.
-func closedWithin(t *testing.T, c net.Conn, r io.Reader, what string) {
-	t.Helper()
-	c.SetReadDeadline(time.Now().Add(20 * time.Second))
-	_, err := io.Copy(io.Discard, r)
-	if ne, ok := err.(net.Error); ok && ne.Timeout() {
-		t.Fatalf("%s: connection still open after 20 s", what)
-	}
-}
-
-func settleGoroutines(t *testing.T, n int, what string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for runtime.NumGoroutine() > n {
-		if time.Now().After(deadline) {
-			t.Errorf("%s: %d goroutines, want at most %d as before", what, runtime.NumGoroutine(), n)
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestBodyTimeout: a body trickled a byte at a time is cut at the body
-// deadline with 408 and the connection closed, and the server's goroutine
-// for it ends.
+// deadline with 408, in vLLM's error shape, and the connection closed, and
+// the server's goroutine for it ends.
 func TestBodyTimeout(t *testing.T) {
 	s := startServer(t, Config{Profile: "exercise", TimeScale: 0.001, Guard: guard.Limits{BodyTimeout: 300 * time.Millisecond}})
-	before := runtime.NumGoroutine()
-	c, err := net.Dial("tcp", s.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	start := time.Now()
-	head(t, c, "POST", "/v1/completions", 1000)
-	stop, trickled := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(trickled)
-		for {
-			if _, err := c.Write([]byte(" ")); err != nil {
-				return
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}()
-	br := bufio.NewReader(c)
-	c.SetReadDeadline(time.Now().Add(20 * time.Second))
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatalf("no answer to a trickled body: %v", err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	if el := time.Since(start); el < 300*time.Millisecond {
-		t.Errorf("cut after %v, before the deadline", el)
-	}
+	b := guardtest.CheckTrickledBody(t, s.Addr().String(), "/v1/completions", 300*time.Millisecond)
 	var e APIError
-	if json.Unmarshal(b, &e) != nil || resp.StatusCode != http.StatusRequestTimeout || e.Code != 408 || !strings.Contains(e.Message, "within 300ms") || !resp.Close {
-		t.Errorf("trickled body: %d close=%v %s", resp.StatusCode, resp.Close, b)
+	if json.Unmarshal(b, &e) != nil || e.Code != 408 || !strings.Contains(e.Message, "within 300ms") {
+		t.Errorf("trickled body: %s", b)
 	}
-	closedWithin(t, c, br, "trickled body")
-	close(stop)
-	<-trickled
-	c.Close()
-	settleGoroutines(t, before, "after the trickled connection")
 }
 
 // TestIdleTimeout: a keep-alive connection left idle is closed after
 // IdleTimeout.
 func TestIdleTimeout(t *testing.T) {
 	s := startServer(t, Config{Profile: "exercise", TimeScale: 0.001, Guard: guard.Limits{IdleTimeout: 200 * time.Millisecond}})
-	c, err := net.Dial("tcp", s.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	head(t, c, "GET", "/health", -1)
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	if resp.StatusCode != 200 || resp.Close {
-		t.Fatalf("health: %d, close %v: want a kept-alive 200", resp.StatusCode, resp.Close)
-	}
-	start := time.Now()
-	closedWithin(t, c, br, "idle keep-alive connection")
-	if el := time.Since(start); el < 100*time.Millisecond {
-		t.Errorf("closed after %v, before the idle timeout", el)
-	}
+	guardtest.CheckIdleTimeout(t, s.Addr().String(), 200*time.Millisecond)
 }
 
 // TestConnectionCap: with MaxConnections held, the next client waits, and
 // is served when one closes.
 func TestConnectionCap(t *testing.T) {
 	s := startServer(t, Config{Profile: "exercise", TimeScale: 0.001, Guard: guard.Limits{MaxConnections: 2, ReadHeaderTimeout: time.Minute}})
-	var held []net.Conn
-	for range 2 {
-		c, err := net.Dial("tcp", s.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		held = append(held, c)
-	}
-	cl := &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}
-	defer cl.CloseIdleConnections()
-	got := make(chan error, 1)
-	go func() {
-		resp, err := cl.Get(s.URL() + "/health")
-		if err == nil {
-			resp.Body.Close()
-		}
-		got <- err
-	}()
-	select {
-	case err := <-got:
-		t.Fatalf("a third client was served past the cap of 2 (%v)", err)
-	case <-time.After(300 * time.Millisecond):
-	}
-	held[1].Close()
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the waiting client was not served after a connection closed")
-	}
+	guardtest.CheckConnectionCap(t, s.Addr().String(), 2)
+}
+
+// TestConnectionCapReclaimsIdle: with every slot held by idle keep-alive
+// connections, a new client is served at once and an idle one is closed.
+func TestConnectionCapReclaimsIdle(t *testing.T) {
+	s := startServer(t, Config{Profile: "exercise", TimeScale: 0.001, Guard: guard.Limits{MaxConnections: 2}})
+	guardtest.CheckCapReclaimsIdle(t, s.Addr().String(), 2)
 }
 
 // countingConn counts the bytes read from it.
@@ -284,7 +169,7 @@ func TestSideChannelLineLimit(t *testing.T) {
 	if err != nil || json.Unmarshal(line, &h) != nil || h.OK || !strings.Contains(h.Error, "longer than 1048576 bytes") {
 		t.Errorf("answer to an over-long line: %q %v", line, err)
 	}
-	closedWithin(t, c, br, "over-long pull line")
+	guardtest.WaitClosed(t, c, br, "over-long pull line")
 	var cc *countingConn
 	select {
 	case cc = <-served:
@@ -311,7 +196,7 @@ func TestSideChannelLineLimit(t *testing.T) {
 	if line, err := kr.ReadBytes('\n'); err != nil || !bytes.Contains(line, []byte("longer than")) {
 		t.Errorf("side channel: %q %v", line, err)
 	}
-	closedWithin(t, k, kr, "side channel")
+	guardtest.WaitClosed(t, k, kr, "side channel")
 }
 
 // TestReadLine: lines up to the limit are read whole, longer ones refused;

@@ -17,8 +17,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/hone-llm/hone/deploy/proxy/guard"
 	"github.com/hone-llm/hone/internal/finesleep"
+	"github.com/hone-llm/hone/internal/guard"
 )
 
 // Role is what a worker does in a deployment.
