@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/internal/atomicfile"
 	"github.com/hone-llm/hone/optimizer"
 	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/sim"
@@ -252,6 +253,16 @@ func claimOutDir(out string, force bool, errw io.Writer) error {
 	}
 	if err := stopLeftovers(stateDir, errw); err != nil {
 		return err
+	}
+	// Temporary files a killed run left mid-write (this run holds the lock).
+	for _, d := range []string{out, filepath.Join(out, "records")} {
+		removed, err := atomicfile.RemoveStale(d)
+		if err != nil {
+			return fmt.Errorf("optimize: stale temporary files in %s: %w", d, err)
+		}
+		if len(removed) > 0 {
+			fmt.Fprintf(errw, "optimize: removed %d temporary file(s) a killed run left in %s: %s\n", len(removed), d, strings.Join(removed, ", "))
+		}
 	}
 	return keepEarlierRun(out, errw)
 }

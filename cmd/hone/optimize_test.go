@@ -148,3 +148,26 @@ func zombie(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i > 0 && len(s) > i+2 && (s[i+2] == 'Z' || s[i+2] == 'X')
 }
+
+// Temporary files a killed run left mid-write are removed at the start, and
+// said so; nothing else is touched.
+func TestOptimizeRemovesStaleTempFiles(t *testing.T) {
+	out := t.TempDir()
+	os.MkdirAll(filepath.Join(out, "records"), 0o755)
+	stale := []string{filepath.Join(out, ".log.json.tmp-42"), filepath.Join(out, "records", ".hone-01-colocated.json.tmp-7")}
+	for _, p := range stale {
+		if err := os.WriteFile(p, []byte("{"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, errs, code := optimizeIn(t, out)
+	if code != exitOK || !strings.Contains(errs, "removed 1 temporary file(s) a killed run left in "+out+": .log.json.tmp-42") ||
+		!strings.Contains(errs, ".hone-01-colocated.json.tmp-7") {
+		t.Errorf("exit %d\n%s", code, errs)
+	}
+	for _, p := range stale {
+		if fileExists(p) {
+			t.Errorf("%s left", p)
+		}
+	}
+}

@@ -55,3 +55,25 @@ func WriteFunc(path string, perm os.FileMode, fill func(io.Writer) error) error 
 	}
 	return nil
 }
+
+// RemoveStale deletes the temporary files a killed writer left in dir
+// (.NAME.tmp-*: Write and WriteFunc remove their own unless the process
+// dies between creating and renaming one) and returns their names. Call
+// it only where no other writer is at work in dir.
+func RemoveStale(dir string) ([]string, error) {
+	matches, err := filepath.Glob(filepath.Join(dir, ".*.tmp-*"))
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	for _, m := range matches {
+		if st, err := os.Lstat(m); err != nil || !st.Mode().IsRegular() {
+			continue
+		}
+		if err := os.Remove(m); err != nil {
+			return removed, err
+		}
+		removed = append(removed, filepath.Base(m))
+	}
+	return removed, nil
+}

@@ -73,3 +73,24 @@ func TestWriteFunc(t *testing.T) {
 		t.Errorf("%d entries in the directory, want 1", len(ents))
 	}
 }
+
+func TestRemoveStale(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{".log.json.tmp-123", ".r.json.tmp-9", "log.json", ".hidden", "x.tmp-1"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, ".d.tmp-1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := RemoveStale(dir)
+	if err != nil || len(removed) != 2 || removed[0] != ".log.json.tmp-123" || removed[1] != ".r.json.tmp-9" {
+		t.Errorf("removed %v, %v", removed, err)
+	}
+	for _, keep := range []string{"log.json", ".hidden", "x.tmp-1", ".d.tmp-1"} {
+		if _, err := os.Stat(filepath.Join(dir, keep)); err != nil {
+			t.Errorf("%s: %v", keep, err)
+		}
+	}
+}
