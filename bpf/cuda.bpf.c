@@ -2,8 +2,9 @@
 
 // SPDX-License-Identifier: (MIT OR GPL-2.0)
 /* CUDA driver calls of target processes, by uprobes on libcuda.so: counts and
- * inter-call gaps per thread and call kind, and for the synchronize calls the
- * time spent waiting (uprobe + uretprobe). */
+ * inter-call gaps per thread and call kind, and for the calls in which the
+ * host waits (synchronizes, synchronous copies) the time spent waiting
+ * (uprobe + uretprobe). */
 #include "hone.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
@@ -14,7 +15,16 @@ enum cuda_call {
 	CUDA_STREAM_SYNC = 2, /* cuStreamSynchronize* */
 	CUDA_CTX_SYNC = 3,    /* cuCtxSynchronize* */
 	CUDA_MEMCPY = 4,      /* cuMemcpy*Async* */
+	CUDA_EVENT_SYNC = 5,  /* cuEventSynchronize */
+	CUDA_MEMCPY_SYNC = 6, /* cuMemcpy, cuMemcpyHtoD_v2, cuMemcpyDtoH_v2, ...: synchronous copies */
 };
+
+/* waits says whether the host waits in a call kind: those get a uretprobe. */
+static __always_inline bool waits(__u32 call)
+{
+	return call == CUDA_STREAM_SYNC || call == CUDA_CTX_SYNC || call == CUDA_EVENT_SYNC ||
+	       call == CUDA_MEMCPY_SYNC;
+}
 
 struct hone_cuda_key {
 	__u32 tgid;
@@ -87,7 +97,7 @@ static __always_inline int record(__u32 call)
 	}
 	s->count++;
 	s->last_ns = now;
-	if (call == CUDA_STREAM_SYNC || call == CUDA_CTX_SYNC) {
+	if (waits(call)) {
 		__u32 tid = (__u32)pt;
 		struct hone_sync_entry e = { .start_ns = now, .call = call };
 		bpf_map_update_elem(&cuda_sync, &tid, &e, BPF_ANY);
@@ -109,6 +119,12 @@ int cuda_ctx_sync(struct pt_regs *ctx) { return record(CUDA_CTX_SYNC); }
 
 SEC("uprobe")
 int cuda_memcpy(struct pt_regs *ctx) { return record(CUDA_MEMCPY); }
+
+SEC("uprobe")
+int cuda_event_sync(struct pt_regs *ctx) { return record(CUDA_EVENT_SYNC); }
+
+SEC("uprobe")
+int cuda_memcpy_sync(struct pt_regs *ctx) { return record(CUDA_MEMCPY_SYNC); }
 
 SEC("uretprobe")
 int cuda_sync_return(struct pt_regs *ctx)

@@ -63,9 +63,11 @@ const (
 	cudaMapInflight        = "inflight"
 	cudaMapTargets         = "targets"
 	cudaProgCudaCtxSync    = "cuda_ctx_sync"
+	cudaProgCudaEventSync  = "cuda_event_sync"
 	cudaProgCudaGraph      = "cuda_graph"
 	cudaProgCudaLaunch     = "cuda_launch"
 	cudaProgCudaMemcpy     = "cuda_memcpy"
+	cudaProgCudaMemcpySync = "cuda_memcpy_sync"
 	cudaProgCudaStreamSync = "cuda_stream_sync"
 	cudaProgCudaSyncReturn = "cuda_sync_return"
 )
@@ -113,9 +115,11 @@ type cudaSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudaProgramSpecs struct {
 	CudaCtxSync    *ebpf.ProgramSpec `ebpf:"cuda_ctx_sync"`
+	CudaEventSync  *ebpf.ProgramSpec `ebpf:"cuda_event_sync"`
 	CudaGraph      *ebpf.ProgramSpec `ebpf:"cuda_graph"`
 	CudaLaunch     *ebpf.ProgramSpec `ebpf:"cuda_launch"`
 	CudaMemcpy     *ebpf.ProgramSpec `ebpf:"cuda_memcpy"`
+	CudaMemcpySync *ebpf.ProgramSpec `ebpf:"cuda_memcpy_sync"`
 	CudaStreamSync *ebpf.ProgramSpec `ebpf:"cuda_stream_sync"`
 	CudaSyncReturn *ebpf.ProgramSpec `ebpf:"cuda_sync_return"`
 }
@@ -188,9 +192,11 @@ type cudaVariables struct {
 // It can be passed to loadCudaObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudaPrograms struct {
 	CudaCtxSync    *ebpf.Program `ebpf:"cuda_ctx_sync"`
+	CudaEventSync  *ebpf.Program `ebpf:"cuda_event_sync"`
 	CudaGraph      *ebpf.Program `ebpf:"cuda_graph"`
 	CudaLaunch     *ebpf.Program `ebpf:"cuda_launch"`
 	CudaMemcpy     *ebpf.Program `ebpf:"cuda_memcpy"`
+	CudaMemcpySync *ebpf.Program `ebpf:"cuda_memcpy_sync"`
 	CudaStreamSync *ebpf.Program `ebpf:"cuda_stream_sync"`
 	CudaSyncReturn *ebpf.Program `ebpf:"cuda_sync_return"`
 }
@@ -198,9 +204,11 @@ type cudaPrograms struct {
 func (p *cudaPrograms) Close() error {
 	return _CudaClose(
 		p.CudaCtxSync,
+		p.CudaEventSync,
 		p.CudaGraph,
 		p.CudaLaunch,
 		p.CudaMemcpy,
+		p.CudaMemcpySync,
 		p.CudaStreamSync,
 		p.CudaSyncReturn,
 	)

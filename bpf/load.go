@@ -64,10 +64,24 @@ const (
 	CUDAStreamSync
 	CUDACtxSync
 	CUDAMemcpy
+	CUDAEventSync
+	CUDAMemcpySync
 )
 
-// CUDACalls names the CUDA call kinds by their index.
-var CUDACalls = []string{"launch", "graph_launch", "stream_synchronize", "ctx_synchronize", "memcpy_async"}
+// CUDACalls names the CUDA call kinds by their index. Names are stable (they
+// are metric labels and snapshot keys): new kinds are appended.
+var CUDACalls = []string{"launch", "graph_launch", "stream_synchronize", "ctx_synchronize", "memcpy_async",
+	"event_synchronize", "memcpy_sync"}
+
+// CUDAWaits says whether the host waits in a call kind: synchronizes and
+// synchronous copies, which get a uretprobe for their wait time.
+func CUDAWaits(call int) bool {
+	switch call {
+	case CUDAStreamSync, CUDACtxSync, CUDAEventSync, CUDAMemcpySync:
+		return true
+	}
+	return false
+}
 
 // Drop counters (index into the drops map).
 const (
@@ -236,6 +250,8 @@ func (o *Objects) Programs() map[string]*ebpf.Program {
 		"cuda_stream_sync": o.cuda.CudaStreamSync,
 		"cuda_ctx_sync":    o.cuda.CudaCtxSync,
 		"cuda_memcpy":      o.cuda.CudaMemcpy,
+		"cuda_event_sync":  o.cuda.CudaEventSync,
+		"cuda_memcpy_sync": o.cuda.CudaMemcpySync,
 		"cuda_sync_return": o.cuda.CudaSyncReturn,
 	}
 }
@@ -327,6 +343,9 @@ func (o *Objects) Attach(p Probes) (_ Links, err error) {
 }
 
 // cudaSymbols matches the libcuda entry points hone probes, by call kind.
+// The synchronous copies are the cuMemcpy* entry points without Async in
+// their name (cuMemcpy, cuMemcpyHtoD_v2, cuMemcpyDtoH_v2, cuMemcpy2D_v2,
+// cuMemcpyPeer, ... and their _ptds forms): the host waits in them.
 var cudaSymbols = []struct {
 	call int
 	re   *regexp.Regexp
@@ -336,6 +355,8 @@ var cudaSymbols = []struct {
 	{CUDAStreamSync, regexp.MustCompile(`^cuStreamSynchronize(_ptsz|_ptds)?$`)},
 	{CUDACtxSync, regexp.MustCompile(`^cuCtxSynchronize(_v2)?$`)},
 	{CUDAMemcpy, regexp.MustCompile(`^cuMemcpy[A-Za-z0-9]*Async(_v2)?(_ptsz|_ptds)?$`)},
+	{CUDAEventSync, regexp.MustCompile(`^cuEventSynchronize(_ptsz|_ptds)?$`)},
+	{CUDAMemcpySync, regexp.MustCompile(`^cuMemcpy(Peer|HtoD|DtoH|DtoD|DtoA|AtoD|HtoA|AtoH|AtoA|2D|2DUnaligned|3D|3DPeer)?(_v2)?(_ptsz|_ptds)?$`)},
 }
 
 // CUDASymbols lists, by call kind, the probed entry points a library
@@ -357,20 +378,28 @@ func CUDASymbols(path string) (map[int][]string, error) {
 		if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Value == 0 || s.Section == elf.SHN_UNDEF {
 			continue
 		}
-		for _, c := range cudaSymbols {
-			if c.re.MatchString(s.Name) && !seen[s.Value] {
-				seen[s.Value] = true
-				out[c.call] = append(out[c.call], s.Name)
-			}
+		if call, ok := cudaCall(s.Name); ok && !seen[s.Value] {
+			seen[s.Value] = true
+			out[call] = append(out[call], s.Name)
 		}
 	}
 	return out, nil
 }
 
+// cudaCall is the call kind of a probed libcuda entry point, by name.
+func cudaCall(name string) (int, bool) {
+	for _, c := range cudaSymbols {
+		if c.re.MatchString(name) {
+			return c.call, true
+		}
+	}
+	return 0, false
+}
+
 // AttachCUDA puts uprobes on the given call kinds' entry points in one
 // libcuda file (all processes mapping it hit them; the programs keep only
-// targets). Synchronize calls get a uretprobe too, for their wait time. It
-// returns the links and the symbols probed.
+// targets). Calls the host waits in (CUDAWaits) get a uretprobe too, for
+// their wait time. It returns the links and the symbols probed.
 func (o *Objects) AttachCUDA(path string, calls []int) (_ Links, probed []string, err error) {
 	syms, err := CUDASymbols(path)
 	if err != nil {
@@ -389,7 +418,8 @@ func (o *Objects) AttachCUDA(path string, calls []int) (_ Links, probed []string
 	progs := map[int]*ebpf.Program{
 		CUDALaunch: o.cuda.CudaLaunch, CUDAGraph: o.cuda.CudaGraph,
 		CUDAStreamSync: o.cuda.CudaStreamSync, CUDACtxSync: o.cuda.CudaCtxSync,
-		CUDAMemcpy: o.cuda.CudaMemcpy,
+		CUDAMemcpy: o.cuda.CudaMemcpy, CUDAEventSync: o.cuda.CudaEventSync,
+		CUDAMemcpySync: o.cuda.CudaMemcpySync,
 	}
 	for _, call := range calls {
 		if o.uprobeMulti {
@@ -402,7 +432,7 @@ func (o *Objects) AttachCUDA(path string, calls []int) (_ Links, probed []string
 				return nil, nil, fmt.Errorf("uprobe_multi %s:%v: %w", path, syms[call], err)
 			}
 			ls = append(ls, l)
-			if call == CUDAStreamSync || call == CUDACtxSync {
+			if CUDAWaits(call) {
 				l, err := ex.UretprobeMulti(syms[call], o.cuda.CudaSyncReturn, nil)
 				if err != nil {
 					return nil, nil, fmt.Errorf("uretprobe_multi %s:%v: %w", path, syms[call], err)
@@ -418,7 +448,7 @@ func (o *Objects) AttachCUDA(path string, calls []int) (_ Links, probed []string
 				return nil, nil, fmt.Errorf("uprobe %s:%s: %w", path, sym, err)
 			}
 			ls = append(ls, l)
-			if call == CUDAStreamSync || call == CUDACtxSync {
+			if CUDAWaits(call) {
 				l, err := ex.Uretprobe(sym, o.cuda.CudaSyncReturn, nil)
 				if err != nil {
 					return nil, nil, fmt.Errorf("uretprobe %s:%s: %w", path, sym, err)

@@ -34,9 +34,11 @@ func (d *Daemon) unreachableCUDA(pid int, m mappedLib, own syscall.Stat_t) {
 	d.log.Warn("libcuda not reachable", "pid", pid, "path", m.path)
 }
 
-// alwaysCUDA are the call kinds probed whenever libcuda is found; kernel
-// launches are probed only inside the --cuda-launches window.
-var alwaysCUDA = []int{bpf.CUDAGraph, bpf.CUDAStreamSync, bpf.CUDACtxSync, bpf.CUDAMemcpy}
+// alwaysCUDA are the call kinds probed whenever libcuda is found: graph
+// launches, async copies, and every call the host waits in (stream,
+// context and event synchronizes, synchronous copies); kernel launches are
+// probed only inside the --cuda-launches window.
+var alwaysCUDA = []int{bpf.CUDAGraph, bpf.CUDAStreamSync, bpf.CUDACtxSync, bpf.CUDAMemcpy, bpf.CUDAEventSync, bpf.CUDAMemcpySync}
 
 // scanCUDA finds libcuda files mapped by live targets and probes each file
 // once (by device and inode: one uprobe covers every process mapping it).

@@ -354,7 +354,8 @@ func TestDaemonCUDAUprobes(t *testing.T) {
 	if !strings.HasSuffix(l.Path, "/libcuda.so.1") || !strings.HasPrefix(l.Path, lib[:len(lib)-len("/libcuda.so.1")]) {
 		t.Errorf("probed %s, want %s", l.Path, lib)
 	}
-	if fmt.Sprint(l.Symbols) != "[cuGraphLaunch cuStreamSynchronize]" || fmt.Sprint(l.Launch) != "[cuLaunchKernel]" {
+	if fmt.Sprint(l.Symbols) != "[cuGraphLaunch cuStreamSynchronize cuCtxSynchronize cuMemcpyDtoHAsync_v2 cuMemcpyHtoDAsync_v2 "+
+		"cuEventSynchronize cuMemcpyDtoH_v2 cuMemcpyHtoD_v2]" || fmt.Sprint(l.Launch) != "[cuLaunchKernel]" {
 		t.Errorf("symbols = %v, launch symbols = %v", l.Symbols, l.Launch)
 	}
 	w.goAhead(t)
@@ -408,6 +409,69 @@ func TestDaemonCUDAUprobes(t *testing.T) {
 	if sy.WaitCount != syncs || time.Duration(sy.WaitMinNS) < syncSleep || time.Duration(sy.WaitSumNS/sy.WaitCount) > syncSleep+tol {
 		t.Errorf("synchronize waits: n=%d min %v mean %v, want %d of %v", sy.WaitCount, time.Duration(sy.WaitMinNS),
 			time.Duration(sy.WaitSumNS/max(sy.WaitCount, 1)), syncs, syncSleep)
+	}
+}
+
+// TestDaemonCUDAHostWaits counts, exactly, the calls the host waits in
+// besides stream synchronizes (event and context synchronizes, synchronous
+// copies both ways) and async copies, each with a wait per call from the
+// uretprobe that covers the fake driver's sleep; and nothing else.
+func TestDaemonCUDAHostWaits(t *testing.T) {
+	bpftest.Require(t)
+	for _, perf := range []bool{false, true} {
+		t.Run(map[bool]string{false: "uprobe_multi", true: "perf_uprobes"}[perf], func(t *testing.T) { testCUDAHostWaits(t, perf) })
+	}
+}
+
+func testCUDAHostWaits(t *testing.T, perf bool) {
+	prog, _ := bpftest.Workload(t)
+	const events, ctxs, htod, dtoh, async = 7, 5, 11, 13, 17
+	const gap = 2 * time.Millisecond
+	const syncSleep = 3 * time.Millisecond
+	env := []string{fmt.Sprintf("FAKECUDA_SYNC_US=%d", syncSleep/time.Microsecond)}
+	w := startChild(t, prog, env, "cudawait", strconv.Itoa(events), strconv.Itoa(ctxs), strconv.Itoa(htod),
+		strconv.Itoa(dtoh), strconv.Itoa(async), strconv.Itoa(int(gap/time.Microsecond)))
+	w.waitReady(t)
+	d := startDaemon(t, Config{PIDs: []int{w.pid()}, perfUprobes: perf})
+	s := d.Snapshot()
+	if len(s.CUDA.Libraries) != 1 || s.CUDA.Libraries[0].Error != "" || len(s.CUDA.Libraries[0].Launch) != 0 {
+		t.Fatalf("libcuda not probed (or launches probed without --cuda-launches): %+v", s.CUDA)
+	}
+	w.goAhead(t)
+	w.wait(t)
+	s = d.Snapshot()
+	ths := threadsOf(s, w.pid())
+	if len(ths) != 1 {
+		t.Fatalf("threads of the CUDA workload: %+v", ths)
+	}
+	want := map[string]uint64{"event_synchronize": events, "ctx_synchronize": ctxs, "memcpy_sync": htod + dtoh, "memcpy_async": async}
+	got := map[string]uint64{}
+	for call, st := range ths[0].CUDA {
+		got[call] = st.Count
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("CUDA calls = %v, want exactly %v", got, want)
+	}
+	const tol = 25 * time.Millisecond
+	for call, n := range want {
+		st := ths[0].CUDA[call]
+		if call == "memcpy_async" {
+			if st.WaitCount != 0 {
+				t.Errorf("memcpy_async has %d waits: the host does not wait in async copies, no uretprobe", st.WaitCount)
+			}
+			continue
+		}
+		if st.WaitCount != n || time.Duration(st.WaitMinNS) < syncSleep || time.Duration(st.WaitSumNS/st.WaitCount) > syncSleep+tol {
+			t.Errorf("%s waits: n=%d min %v mean %v, want %d of %v", call, st.WaitCount, time.Duration(st.WaitMinNS),
+				time.Duration(st.WaitSumNS/max(st.WaitCount, 1)), n, syncSleep)
+		}
+		var h uint64
+		for _, c := range st.WaitHistLog2NS {
+			h += uint64(c)
+		}
+		if h != n {
+			t.Errorf("%s wait histogram holds %d, want %d", call, h, n)
+		}
 	}
 }
 

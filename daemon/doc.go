@@ -182,7 +182,10 @@
 //
 // CUDA calls: launch (cuLaunchKernel*, probed only inside the
 // --cuda-launches window), graph_launch, stream_synchronize,
-// ctx_synchronize (with wait times from a uretprobe), memcpy_async. Gaps are
+// ctx_synchronize, event_synchronize (cuEventSynchronize), memcpy_async
+// (cuMemcpy*Async*) and memcpy_sync (the synchronous cuMemcpy*:
+// cuMemcpyHtoD_v2, cuMemcpyDtoH_v2, ...). The calls the host waits in (the
+// synchronizes and memcpy_sync) have wait times from a uretprobe. Gaps are
 // between entries of consecutive calls of one kind on one thread.
 //
 // # Metrics

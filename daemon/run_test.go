@@ -89,14 +89,23 @@ func TestRunListenExposure(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--listen 0.0.0.0:0") || !strings.Contains(err.Error(), "--allow-remote") {
 		t.Fatalf("Run with --listen 0.0.0.0:0: %v", err)
 	}
+	// --allow-remote alone is not enough: a remote API needs a token.
+	err = Run(context.Background(), cfg, RunOptions{Listen: "0.0.0.0:0", AllowRemote: true, Once: true, Duration: time.Millisecond}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil || !strings.Contains(err.Error(), "--token-file") {
+		t.Fatalf("--allow-remote without a token: %v", err)
+	}
 	bpftest.Require(t)
+	tok := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tok, []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	var buf syncBuffer
-	err = Run(context.Background(), cfg, RunOptions{Listen: "0.0.0.0:0", AllowRemote: true, Once: true, Duration: 100 * time.Millisecond,
+	err = Run(context.Background(), cfg, RunOptions{Listen: "0.0.0.0:0", AllowRemote: true, TokenFile: tok, Once: true, Duration: 100 * time.Millisecond,
 		Output: filepath.Join(t.TempDir(), "s.json")}, slog.New(slog.NewTextHandler(&buf, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !regexp.MustCompile(`level=WARN msg="serving without authentication on a non-loopback address \(--allow-remote\).*" addr=\S+:\d+`).MatchString(buf.String()) {
+	if !regexp.MustCompile(`level=WARN msg="serving on a non-loopback address \(--allow-remote\), bearer token required.*" addr=\S+:\d+`).MatchString(buf.String()) {
 		t.Errorf("no warning for a remote listener:\n%s", buf.String())
 	}
 }

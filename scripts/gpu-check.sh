@@ -1,23 +1,31 @@
 #!/usr/bin/env bash
-# gpu-check: hone daemon against a real GPU. On a Linux host with an NVIDIA
-# GPU and PyTorch, runs a small decode-like loop (eager, then CUDA graphs)
-# with and without `hone daemon` attached, and prints NVML samples, libcuda
-# launch / graph-launch / synchronize counts and the daemon's overhead as a
-# table. Unattended; about 2 minutes (well under 5).
+# gpu-check: hone daemon against a real GPU, in two steps.
+#
+# 1. The driver-only proof (needs the NVIDIA driver and root, nothing else):
+#    `hone preflight --target gpu --prove`, which runs counted CUDA driver
+#    calls (launches through the exported cuLaunchKernel and through
+#    cuGetProcAddress's pointer, graph launches, async and synchronous
+#    copies, context/stream/event synchronizes, busy kernels) under the daemon
+#    and compares its counts exactly, and checks NVML's energy counter. Its
+#    verdict is kept in $OUT_DIR/proof.json (default: a temporary directory,
+#    printed).
+# 2. Only where PyTorch with CUDA is installed (skipped otherwise, saying so):
+#    a small decode-like loop (eager, then CUDA graphs) with and without
+#    `hone daemon` attached: NVML samples, libcuda call counts and the
+#    daemon's overhead as a table.
+#
+# Unattended; the proof takes under 3 minutes, step 2 about 2 more.
 #
 #   scripts/gpu-check.sh            # builds bin/hone if HONE_BIN is unset
-#   SECONDS_PER_RUN=10 HONE_BIN=/path/to/hone scripts/gpu-check.sh
+#   SECONDS_PER_RUN=10 HONE_BIN=/path/to/hone OUT_DIR=gpu-check scripts/gpu-check.sh
 #
-# Exit codes: 0 ran; 1 a step failed; 2 no GPU, PyTorch or privilege.
+# Exit codes: 0 ran (the proof passed; step 2 ran or was skipped for want of
+# PyTorch); 1 a step failed (the proof's verdict is fail); 2 no NVIDIA driver
+# (the proof's verdict is skipped) or no privilege.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${SECONDS_PER_RUN:-10}
 
-py=${PYTHON:-python3}
-if ! $py -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-  echo "gpu-check: needs PyTorch with a CUDA GPU ($py -c 'import torch; torch.cuda.is_available()' is not true)" >&2
-  exit 2
-fi
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then
   if ! sudo -n true 2>/dev/null; then
@@ -32,6 +40,27 @@ if [ -z "$hone" ]; then
   hone=$PWD/bin/hone
 fi
 command -v nvidia-smi >/dev/null && nvidia-smi -L || true
+
+out_dir=${OUT_DIR:-$(mktemp -d)}
+mkdir -p "$out_dir"
+echo "== 1/2 driver-only proof: hone preflight --target gpu --prove (verdict: $out_dir/proof.json)"
+rc=0
+$sudo "$hone" preflight --target gpu --prove --out "$out_dir/proof.json" || rc=$?
+if [ $rc -ne 0 ]; then
+  echo "gpu-check: the proof failed (exit $rc): see $out_dir/proof.json" >&2
+  exit 1
+fi
+if grep -q '"verdict": "skipped"' "$out_dir/proof.json"; then
+  echo "gpu-check: no NVIDIA driver on this host: nothing to check" >&2
+  exit 2
+fi
+
+py=${PYTHON:-python3}
+if ! $py -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  echo "== 2/2 skipped: no PyTorch with CUDA ($py -c 'import torch; torch.cuda.is_available()' is not true); the proof above needed none"
+  exit 0
+fi
+echo "== 2/2 PyTorch decode loop with and without the daemon (${secs}s per run)"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -116,7 +145,7 @@ for mode in ("eager", "graph"):
     for th in s["threads"]:
         for c, st in (th.get("cuda") or {}).items():
             calls[c] = calls.get(c, 0) + st["count"]
-            if c.endswith("synchronize"):
+            if c.endswith("synchronize") or c == "memcpy_sync":  # every call the host waits in
                 wait_ns += st.get("wait_sum_ns", 0); waits += st.get("wait_count", 0)
     nv = s["nvml"]
     samples = nv.get("samples") or []
@@ -130,7 +159,7 @@ for mode in ("eager", "graph"):
     power = [g["power_watts"] for g in samples if g.get("power_watts") is not None]
     bpf_ns = sum(p["run_time_ns"] for p in s["bpf"]["programs"])
     rows.append((mode, det, att, 100 * (det - att) / det, calls.get("launch", 0), calls.get("graph_launch", 0),
-                 calls.get("stream_synchronize", 0) + calls.get("ctx_synchronize", 0),
+                 calls.get("stream_synchronize", 0) + calls.get("ctx_synchronize", 0) + calls.get("event_synchronize", 0),
                  (wait_ns / waits / 1e6) if waits else 0, statistics.mean(util) if util else float("nan"),
                  statistics.mean(power) if power else float("nan"), s["daemon"]["cpu_seconds"],
                  s["daemon"]["max_rss_bytes"] / 2**20, bpf_ns / 1e6))
@@ -145,5 +174,5 @@ if not libs:
     print("note: the daemon found no libcuda.so mapped by the loop, so no CUDA calls were probed.")
 elif rows[0][4] == 0:
     print("note: libcuda was probed but no cuLaunchKernel* hits in eager mode: the runtime reached the driver "
-          "without the exported symbols (cuGetProcAddress); graph launches and synchronizes remain.")
+          "without the exported symbols (cuGetProcAddress; see proof.json's proc_address); graph launches and synchronizes remain.")
 PY

@@ -74,8 +74,12 @@ var fakeCUDAC string
 
 // Workload builds the C workload program (see testdata/workload.c for its
 // modes) into a temporary directory, linked against a fake libcuda.so.1
-// that exports cuLaunchKernel, cuGraphLaunch and cuStreamSynchronize stubs.
-// It returns the program's path and the library's.
+// (testdata/fakecuda.c) that exports stubs of the entry points the daemon
+// probes (cuLaunchKernel, cuGraphLaunch, cuStreamSynchronize,
+// cuCtxSynchronize, cuEventSynchronize, cuMemcpyHtoD_v2, cuMemcpyDtoH_v2,
+// cuMemcpyHtoDAsync_v2, cuMemcpyDtoHAsync_v2) and of those the GPU proof's
+// workload calls around them (cuInit, cuModuleLoadDataEx, cuGetProcAddress,
+// graph capture, ...). It returns the program's path and the library's.
 func Workload(tb testing.TB) (prog, libcuda string) {
 	tb.Helper()
 	if _, err := exec.LookPath("gcc"); err != nil {

@@ -11,6 +11,10 @@
  *                            waits, prints the child's pid.
  *   workload cuda L G S GAP_US   L cuLaunchKernel, G cuGraphLaunch and S
  *                            cuStreamSynchronize calls, GAP_US apart.
+ *   workload cudawait E C H D A GAP_US   E cuEventSynchronize, C
+ *                            cuCtxSynchronize, H cuMemcpyHtoD_v2, D
+ *                            cuMemcpyDtoH_v2 and A cuMemcpyHtoDAsync_v2
+ *                            calls, GAP_US apart.
  *   workload tcp-server B    listens on 127.0.0.1 (port 0), prints the port,
  *                            receives until EOF, prints the byte count.
  *   workload tcp-client PORT B PAUSE_MS   connects, sends B/2 bytes, sleeps,
@@ -40,6 +44,11 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
 		   void **params, void **extra);
 int cuGraphLaunch(void *exec, void *stream);
 int cuStreamSynchronize(void *stream);
+int cuEventSynchronize(void *event);
+int cuCtxSynchronize(void);
+int cuMemcpyHtoD_v2(unsigned long long dst, const void *src, size_t n);
+int cuMemcpyDtoH_v2(void *dst, unsigned long long src, size_t n);
+int cuMemcpyHtoDAsync_v2(unsigned long long dst, const void *src, size_t n, void *stream);
 
 static void wait_go(void)
 {
@@ -150,6 +159,27 @@ int main(int argc, char **argv)
 			if (i)
 				usleep(gap);
 			cuStreamSynchronize(0);
+		}
+		return 0;
+	}
+	if (!strcmp(mode, "cudawait") && argc == 8) {
+		long n[5], gap = atol(argv[7]);
+		char buf[64];
+		for (int k = 0; k < 5; k++)
+			n[k] = atol(argv[2 + k]);
+		wait_go();
+		for (int k = 0; k < 5; k++) {
+			for (long i = 0; i < n[k]; i++) {
+				if (i)
+					usleep(gap);
+				switch (k) {
+				case 0: cuEventSynchronize(0); break;
+				case 1: cuCtxSynchronize(); break;
+				case 2: cuMemcpyHtoD_v2(0x1000, buf, sizeof(buf)); break;
+				case 3: cuMemcpyDtoH_v2(buf, 0x1000, sizeof(buf)); break;
+				case 4: cuMemcpyHtoDAsync_v2(0x1000, buf, sizeof(buf), 0); break;
+				}
+			}
 		}
 		return 0;
 	}
