@@ -8,12 +8,19 @@ COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 
-.PHONY: all build test test-short lint demo deps-test clean
+.PHONY: all build build-portable test test-short lint demo deps-test clean
 
 all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/hone
+
+# build-portable: hone without cgo (bin/hone-portable), for GPU hosts whose
+# glibc is older than the build host's (the cgo build of bin/hone needs the
+# glibc it was linked against, >= 2.34 here). Everything works but what needs
+# cgo: NVML sampling and the GPU proof report "built without cgo".
+build-portable:
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o bin/hone-portable ./cmd/hone
 
 # deps-test installs what the test suite needs and is not part of Go:
 # python3 (>= 3.10) for the CPU exercise's submission bridge and driver.
@@ -59,7 +66,7 @@ test-consistency:
 # fuzz runs every fuzz target for FUZZTIME each (their seed corpora already
 # run under `make test`). Long: not part of the test suite.
 FUZZTIME ?= 60s
-FUZZ_TARGETS = ./gate:FuzzParseBaseline ./replay:FuzzSSE ./replay:FuzzParseChunk ./sim/emulator:FuzzParseCompletion ./sim/emulator:FuzzParseChat ./deploy/proxy:FuzzSplitObject ./deploy/proxy:FuzzEventWatch
+FUZZ_TARGETS = ./gate:FuzzParseBaseline ./gate:FuzzReadConfig ./replay:FuzzSSE ./replay:FuzzParseChunk ./replay:FuzzParseCounters ./sim/emulator:FuzzParseCompletion ./sim/emulator:FuzzParseChat ./sim/emulator:FuzzPullRequestLine ./sim/emulator:FuzzPullReply ./deploy:FuzzParseSpec ./deploy/proxy:FuzzSplitObject ./deploy/proxy:FuzzEventWatch ./deploy/proxy:FuzzFetchTimelines ./diagnose:FuzzParseTimelines ./diagnose:FuzzReadTrace
 .PHONY: fuzz
 fuzz:
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
@@ -74,6 +81,41 @@ LOADED_RUNS ?= 1
 .PHONY: test-loaded
 test-loaded:
 	@for i in $$(seq $(LOADED_RUNS)); do echo "== test-loaded run $$i/$(LOADED_RUNS)"; ./scripts/test-loaded.sh test || exit 1; done
+
+# soak and soak-churn are long checks, not part of `make test`; both need
+# root (hone daemon loads eBPF programs) and write a JSON report under
+# SOAK_OUT (results/soak). The rig is internal/soak (bin/hone-soak, kept out
+# of the hone binary); exit 0 pass, 1 a check failed, 2 the run failed.
+# soak: SOAK_STREAMS streaming requests (default 1,000) kept in flight for
+# SOAK_DURATION (default 10m) through `hone proxy` in front of `hone sim serve`
+# workers (SOAK_MODE colocated | disaggregated), with `hone daemon` attached
+# to the proxy and workers by --pid. It samples the RSS of the proxy, each
+# worker, the daemon and the load client every 5 s and judges each flat after
+# warm-up (last-third median at most 10% above the middle third's, and no
+# monotonic rise), and matches every request's client-side outcome, by
+# X-Request-Id, with the proxy's /hone/timeline (paged with since=) and its
+# outcome counters. More flags (time scale, profile, tokens, workers):
+# SOAK_FLAGS="--time-scale 30", see bin/hone-soak serve -h.
+# soak-churn: the daemon traces a parent that forks CHURN_CHILDREN (30,000)
+# short-lived children, CHURN_WAVE (1,000) at a time, each making a known
+# number of syscalls; it checks the daemon's syscall totals are exact, its
+# target table returns to the live processes, its RSS stays within a bound
+# (pre-churn + 64 MiB), and reports snapshot size and drop counters.
+SOAK_DURATION ?= 10m
+SOAK_STREAMS ?= 1000
+SOAK_MODE ?= colocated
+SOAK_OUT ?= results/soak
+SOAK_FLAGS ?=
+CHURN_CHILDREN ?= 30000
+CHURN_WAVE ?= 1000
+CHURN_FLAGS ?=
+.PHONY: soak soak-churn soak-tool
+soak-tool:
+	$(GO) build -o bin/hone-soak ./internal/soak
+soak: build soak-tool
+	bin/hone-soak serve --hone $(BIN) --duration $(SOAK_DURATION) --streams $(SOAK_STREAMS) --mode $(SOAK_MODE) --out $(SOAK_OUT) $(SOAK_FLAGS)
+soak-churn: build soak-tool
+	bin/hone-soak churn --hone $(BIN) --children $(CHURN_CHILDREN) --wave $(CHURN_WAVE) --out $(SOAK_OUT) $(CHURN_FLAGS)
 
 clean:
 	rm -rf bin results

@@ -217,6 +217,11 @@ const (
 	DefaultSessionHeader   = "X-Session-Id"
 )
 
+// MaxGPUBudget is the largest spec.gpus.budget: far above any host's GPUs,
+// small enough that default ids and the topology's GPU count stay cheap
+// and cannot overflow.
+const MaxGPUBudget = 1024
+
 // LoadSpec reads and validates a spec file.
 func LoadSpec(path string) (*Spec, error) {
 	b, err := os.ReadFile(path)
@@ -290,7 +295,9 @@ func (s *Spec) fillDefaults() {
 	if s.Routing.AffinityTokens == 0 {
 		s.Routing.AffinityTokens = DefaultAffinityTokens
 	}
-	if len(s.GPUs.IDs) == 0 && s.GPUs.Budget > 0 {
+	// Only a budget Validate can accept gets default ids: a huge one
+	// would allocate without bound before validation refused it.
+	if len(s.GPUs.IDs) == 0 && s.GPUs.Budget > 0 && s.GPUs.Budget <= MaxGPUBudget {
 		for i := range s.GPUs.Budget {
 			s.GPUs.IDs = append(s.GPUs.IDs, i)
 		}
@@ -401,8 +408,8 @@ func (s *Spec) validatePrecision() error {
 
 func (s *Spec) validateGPUs() error {
 	g := s.GPUs
-	if g.Budget < 1 {
-		return badField("gpus.budget", "want >= 1, got %d", g.Budget)
+	if g.Budget < 1 || g.Budget > MaxGPUBudget {
+		return badField("gpus.budget", "want 1..%d, got %d", MaxGPUBudget, g.Budget)
 	}
 	if len(g.IDs) != g.Budget {
 		return badField("gpus.ids", "want %d ids (the budget), got %d", g.Budget, len(g.IDs))
@@ -499,6 +506,19 @@ func (s *Spec) validateKVConnector() error {
 
 // validateBudget checks that a valid topology fits spec.gpus.budget.
 func (s *Spec) validateBudget() error {
+	// Every replicas and tp is >= 1 here, so one over the budget is over
+	// it whatever the others are; bounding them first keeps GPUsNeeded's
+	// products from overflowing into a count that fits.
+	t := s.Topology
+	pools := []Pool{{Replicas: t.Replicas, TP: t.TP}}
+	if t.Kind == Disaggregated {
+		pools = []Pool{*t.Prefill, *t.Decode}
+	}
+	for _, p := range pools {
+		if p.Replicas > s.GPUs.Budget || p.TP > s.GPUs.Budget {
+			return badField("topology", "workers need more than %d GPUs, over the budget of %d (spec.gpus.budget)", s.GPUs.Budget, s.GPUs.Budget)
+		}
+	}
 	if need := s.GPUsNeeded(); need > s.GPUs.Budget {
 		return badField("topology", "workers need %d GPUs, over the budget of %d (spec.gpus.budget)", need, s.GPUs.Budget)
 	}
@@ -625,7 +645,7 @@ func (s *Spec) validateKVPorts(workers int) error {
 		base, field = s.KV.KVPort, "kv_connector.kv_port"
 	}
 	ranks := s.GPUsNeeded()
-	if base < 1 || base+ranks-1 > 65535 {
+	if base < 1 || base > 65535-ranks+1 { // (base+ranks-1 could overflow)
 		return badField(field, "want 1..%d (%d ports, one per tensor-parallel rank), got %d", 65535-ranks+1, ranks, base)
 	}
 	lo, hi := base, base+ranks-1

@@ -37,7 +37,7 @@ func ParseTimelines(b []byte) ([]proxy.Timeline, error) {
 			return nil, fmt.Errorf("want a JSON array of timelines: %w", err)
 		}
 		return tls, nil
-	case strings.HasPrefix(s, `{"timelines"`) || strings.Contains(s[:min(len(s), 200)], `"timelines"`):
+	case isPage(s):
 		var page proxy.TimelinePage
 		if err := json.Unmarshal(b, &page); err != nil {
 			return nil, fmt.Errorf("want a /hone/timeline page: %w", err)
@@ -54,6 +54,21 @@ func ParseTimelines(b []byte) ([]proxy.Timeline, error) {
 		tls = append(tls, t)
 	}
 	return tls, nil
+}
+
+// isPage reports whether s, a document ParseTimelines reads, is a
+// /hone/timeline page: its first JSON value is an object with a
+// "timelines" member, which a timeline never has. A timeline's values may
+// well spell "timelines" (a client chooses its request id), so the text
+// alone does not decide, unless the first value does not decode: then a
+// page's opening says which error is the helpful one.
+func isPage(s string) bool {
+	var first map[string]json.RawMessage
+	if err := json.NewDecoder(strings.NewReader(s)).Decode(&first); err != nil {
+		return strings.HasPrefix(s, `{"timelines"`) || strings.Contains(s[:min(len(s), 200)], `"timelines"`)
+	}
+	_, ok := first["timelines"]
+	return ok
 }
 
 // FetchTimelines pages through a live proxy's GET /hone/timeline and

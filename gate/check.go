@@ -63,7 +63,7 @@ func ReadConfig(path string) (Config, error) {
 	if err := dec.Decode(&c); err != nil {
 		return c, fmt.Errorf("gate config %s: %w", path, err)
 	}
-	if c.Alpha < 0 || c.Alpha >= 0.5 {
+	if !(c.Alpha >= 0 && c.Alpha < 0.5) { // (NaN fails every comparison)
 		return c, fmt.Errorf("gate config %s: alpha %v: want 0 < alpha < 0.5", path, c.Alpha)
 	}
 	for name, t := range c.Metrics {
@@ -74,8 +74,10 @@ func ReadConfig(path string) (Config, error) {
 			field string
 			v     *float64
 		}{{"fail", t.Fail}, {"warn", t.Warn}} {
-			if f.v != nil && (*f.v < 0 || math.IsNaN(*f.v)) {
-				return c, fmt.Errorf("gate config %s: metrics.%s.%s: %v: want a relative change >= 0 (0.05 = 5%%)", path, name, f.field, *f.v)
+			// An infinite threshold would reach the report, whose JSON
+			// cannot hold it.
+			if f.v != nil && !(*f.v >= 0 && !math.IsInf(*f.v, 1)) {
+				return c, fmt.Errorf("gate config %s: metrics.%s.%s: %v: want a finite relative change >= 0 (0.05 = 5%%)", path, name, f.field, *f.v)
 			}
 		}
 	}

@@ -199,7 +199,9 @@ func (e *engine) scrape(ctx context.Context) (Counters, error) {
 // names, summed over label sets (engines, model names). A histogram's or
 // summary's series (_bucket, _sum, _count) never match. An exposition that
 // does not parse gives nil: a partial read could sum a counter over only
-// some of its label sets.
+// some of its label sets. A counter with a value no counter can hold (NaN,
+// infinite or negative), or whose sum overflows, is left out: it would make
+// deltas meaningless and the run record unwritable (JSON has no NaN or Inf).
 func ParseCounters(text []byte) Counters {
 	c, _ := parseCounters(text)
 	return c
@@ -212,6 +214,7 @@ func parseCounters(text []byte) (Counters, error) {
 		return nil, fmt.Errorf("metrics exposition: %w", err)
 	}
 	c := Counters{}
+	bad := map[string]bool{}
 	for _, f := range fams {
 		// The family as samples, each named as its line is in the
 		// exposition (a histogram's as name_bucket, name_sum, name_count).
@@ -223,8 +226,17 @@ func parseCounters(text []byte) (Counters, error) {
 			name := string(s.Metric[model.MetricNameLabel])
 			if strings.HasPrefix(name, "vllm:") &&
 				(strings.HasSuffix(name, "_total") || name == "vllm:gpu_prefix_cache_hits" || name == "vllm:gpu_prefix_cache_queries") {
-				c[name] += float64(s.Value)
+				v := float64(s.Value)
+				if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+					bad[name] = true
+				}
+				c[name] += v
 			}
+		}
+	}
+	for name, v := range c {
+		if bad[name] || math.IsInf(v, 0) {
+			delete(c, name)
 		}
 	}
 	return c, nil

@@ -188,6 +188,33 @@ type pullTrailer struct {
 	ModelMs float64 `json:"model_ms"`
 }
 
+// parsePullHeader reads the prefill worker's first answer line: the
+// header of a pull it serves, or why it does not. A negative byte count is
+// malformed (it would pass for an empty payload and a finished transfer).
+func parsePullHeader(line []byte) (pullHeader, error) {
+	var h pullHeader
+	if err := json.Unmarshal(line, &h); err != nil {
+		return h, fmt.Errorf("bad pull header: %w", err)
+	}
+	if !h.OK {
+		return h, errors.New(h.Error)
+	}
+	if h.Bytes < 0 {
+		return h, fmt.Errorf("bad pull header: bytes %d", h.Bytes)
+	}
+	return h, nil
+}
+
+// parsePullTrailer reads the line after the KV payload: its end mark and
+// the transfer's modelled duration, at most 1e9 ms.
+func parsePullTrailer(line []byte) (pullTrailer, error) {
+	var t pullTrailer
+	if err := json.Unmarshal(line, &t); err != nil || !t.End || !(t.ModelMs >= 0) || t.ModelMs > 1e9 {
+		return t, fmt.Errorf("bad pull trailer %q", line)
+	}
+	return t, nil
+}
+
 // kvPayload is the pattern the KV bytes are cut from.
 var kvPayload = func() []byte {
 	b := make([]byte, 256<<10)
@@ -251,13 +278,26 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 			if line == nil {
 				return frag, nil
 			}
-			return append(line, frag...), nil
+			return appendWithin(line, frag, max), nil
 		case errors.Is(err, bufio.ErrBufferFull):
-			line = append(line, frag...)
+			line = appendWithin(line, frag, max)
 		default:
 			return nil, err
 		}
 	}
+}
+
+// appendWithin appends frag to line, whose length with frag's is at most
+// limit, growing it by doubling but never past limit bytes of capacity
+// (append's own growth could overshoot the line limit by a quarter or
+// more).
+func appendWithin(line, frag []byte, limit int) []byte {
+	if n := len(line) + len(frag); n > cap(line) {
+		grown := make([]byte, len(line), min(limit, max(n, 2*cap(line))))
+		copy(grown, line)
+		line = grown
+	}
+	return append(line, frag...)
 }
 
 func (e *engine) servePull(ctx context.Context, c net.Conn) {
@@ -407,16 +447,13 @@ func (e *engine) pullOnce(ctx context.Context, r *request, from int, fromMs, end
 		return 0, 0, err
 	}
 	br := bufio.NewReaderSize(c, 256<<10)
-	var h pullHeader
 	line, err := readLine(br, maxReplyLine)
 	if err != nil {
 		return 0, 0, fmt.Errorf("read pull header: %w", err)
 	}
-	if err := json.Unmarshal(line, &h); err != nil {
-		return 0, 0, fmt.Errorf("bad pull header: %w", err)
-	}
-	if !h.OK {
-		return 0, 0, errors.New(h.Error)
+	h, err := parsePullHeader(line)
+	if err != nil {
+		return 0, 0, err
 	}
 	if e.prof.Exercise != nil && *fromMs == r.arrivalMs { // (a pull that waited for blocks keeps its later start)
 		switch {
@@ -438,9 +475,9 @@ func (e *engine) pullOnce(ctx context.Context, r *request, from int, fromMs, end
 	if err != nil {
 		return n, 0, fmt.Errorf("read pull trailer: %w", err)
 	}
-	var t pullTrailer
-	if err := json.Unmarshal(line, &t); err != nil || !t.End || !(t.ModelMs >= 0) || t.ModelMs > 1e9 {
-		return n, 0, fmt.Errorf("bad pull trailer %q", line)
+	t, err := parsePullTrailer(line)
+	if err != nil {
+		return n, 0, err
 	}
 	// The KV is usable once the modelled transfer has ended. The engine
 	// is told that instant, not when this goroutine woke after it, so its
