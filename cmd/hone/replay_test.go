@@ -117,8 +117,12 @@ func TestReplayWritesRecord(t *testing.T) {
 	stdout, stderr, code := runHone(context.Background(), "replay", "--endpoint", srv.URL, "--model", "m", "--kind", "emulated",
 		"--qps", "5,10", "--requests", "10", "--input-tokens", "256", "--output-tokens", "4", "--ttft-slo-ms", "1e6",
 		"--runs", "2", "--gpus", "4", "--config", cfg, "--precision", "bf16", "--out", out)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr)
+	// At time scale 0.01 a millisecond of the host's lateness is 100 model
+	// ms: a busy host can make a level client-bound, which is exit 1 with
+	// the reason printed. Anything else is a failure.
+	hostBound := code == exitFailed && strings.Contains(stdout, "INVALID") && hostOnly(stdout)
+	if code != 0 && !hostBound {
+		t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
 	}
 	rec, err := replay.ReadRecord(out)
 	if err != nil {
@@ -128,15 +132,18 @@ func TestReplayWritesRecord(t *testing.T) {
 		rec.Outcomes[replay.OutcomeOK] != 40 || rec.Hone.Commit == "" || rec.Config["mode"] != "disaggregated" || rec.Model.Precision != "bf16" {
 		t.Fatalf("record: kind %q backend %q gpus %d scale %g runs %d outcomes %v", rec.Kind, rec.Backend, rec.GPUs, rec.TimeScale, len(rec.Runs), rec.Outcomes)
 	}
-	if !strings.Contains(stdout, "written to "+out) || strings.Count(stderr, "qps ") != 4 || !strings.Contains(stdout, "verdict: every level valid") ||
-		rec.Cache.Procedure != replay.CacheReset {
+	if !strings.Contains(stdout, "written to "+out) || strings.Count(stderr, "qps ") != 4 || rec.Cache.Procedure != replay.CacheReset ||
+		strings.Contains(stdout, "verdict: every level valid") == hostBound {
 		t.Errorf("stdout %q\nstderr %q: want the record's path, one line per level and the verdict", stdout, stderr)
 	}
-	// vllm bench serve's figures per level, pooled over both runs.
-	for _, want := range []string{"== 5 req/s offered: 2 run(s), 4 completed, 0 failed (emulated, model time; valid)",
-		"request throughput", "output token throughput", "total token throughput", "median", "p90", "TTFT", "TPOT", "ITL", "E2E"} {
-		if !strings.Contains(stdout, want) {
-			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+	// vllm bench serve's figures per level, pooled over the valid runs.
+	want := []string{"request throughput", "output token throughput", "total token throughput", "median", "p90", "TTFT", "TPOT", "ITL", "E2E"}
+	if !hostBound {
+		want = append(want, "== 5 req/s offered: 2 run(s), 4 completed, 0 failed (emulated, model time; valid)")
+	}
+	for _, w := range want {
+		if !strings.Contains(stdout, w) {
+			t.Errorf("stdout lacks %q:\n%s", w, stdout)
 		}
 	}
 	// -o json: the same statistics, machine-readable.
@@ -144,12 +151,31 @@ func TestReplayWritesRecord(t *testing.T) {
 		"--qps", "5", "--requests", "10", "--input-tokens", "256", "--output-tokens", "4", "--ttft-slo-ms", "1e6", "-o", "json",
 		"--out", filepath.Join(dir, "run2.json"))
 	var sum struct {
-		Levels []replay.ServeStats `json:"levels"`
+		Levels        []replay.ServeStats `json:"levels"`
+		InvalidLevels []string            `json:"invalid_levels"`
 	}
-	if err := json.Unmarshal([]byte(stdout), &sum); code != 0 || err != nil || len(sum.Levels) != 1 || sum.Levels[0].Completed != 2 ||
+	err = json.Unmarshal([]byte(stdout), &sum)
+	if !(code == 0 || code == exitFailed && len(sum.InvalidLevels) > 0 && hostOnly(strings.Join(sum.InvalidLevels, "\n"))) ||
+		err != nil || len(sum.Levels) != 1 || sum.Levels[0].Completed != 2 ||
 		sum.Levels[0].TPOT.N != 2 || sum.Levels[0].ITL.N != 6 || !(sum.Levels[0].RequestThroughput > 0) {
 		t.Errorf("-o json: exit %d, %v, %+v\n%s", code, err, sum, stderr)
 	}
+}
+
+// hostOnly reports whether every line of a replay's output that names an
+// invalid-level reason names only the host's (client_bound), which a busy
+// test host may cause, and at least one does.
+func hostOnly(out string) bool {
+	seen := false
+	for _, l := range strings.Split(out, "\n") {
+		for _, r := range []string{replay.ReasonWarmStart, replay.ReasonTimeScaleMismatch, replay.ReasonIncomplete, replay.ReasonCounterContamination} {
+			if strings.Contains(l, r) {
+				return false
+			}
+		}
+		seen = seen || strings.Contains(l, replay.ReasonClientBound)
+	}
+	return seen
 }
 
 // An emulator at time scale 0.1 replayed at a stated scale of 1 gave
