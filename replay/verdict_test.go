@@ -46,7 +46,7 @@ func TestSecondReplayStartsColdAfterReset(t *testing.T) {
 		t.Errorf("%d resets, want 6", f.resets)
 	}
 	for i, rec := range recs {
-		if !rec.Verdict.Valid {
+		if !validOrHostBound(rec.Verdict) {
 			t.Errorf("replay %d: %v", i, rec.Verdict)
 		}
 		for _, l := range levels(rec) {
@@ -82,7 +82,7 @@ func TestSecondReplayWithoutResetUsesFreshPrefixes(t *testing.T) {
 			t.Fatal(err)
 		}
 		recs[i] = rec
-		if rec.Cache.Procedure != CacheFreshPrefixes || !rec.Verdict.Valid {
+		if rec.Cache.Procedure != CacheFreshPrefixes || !validOrHostBound(rec.Verdict) {
 			t.Fatalf("replay %d: cache %+v, verdict %v", i, rec.Cache, rec.Verdict)
 		}
 	}
@@ -125,7 +125,7 @@ func TestWarmStartIsInvalid(t *testing.T) {
 		t.Fatal(err)
 	}
 	ls := levels(rec)
-	if !ls[0].Verdict.Valid {
+	if !validOrHostBound(ls[0].Verdict) {
 		t.Errorf("first level (a fresh engine) %v, want valid", ls[0].Verdict)
 	}
 	if ls[1].Verdict.Valid || !ls[1].Verdict.Has(ReasonWarmStart) || *ls[1].WarmupHitRate != 240.0/256 {
@@ -290,4 +290,19 @@ func TestJudgeThresholds(t *testing.T) {
 			t.Errorf("%s: %v, want %q", name, l.Verdict, tc.want)
 		}
 	}
+}
+
+// validOrHostBound: valid, or invalid only because a busy test host made
+// the load generator late (client_bound), which these tests at time scale
+// 0.01 (1 ms late = 100 model ms) cannot rule out; any other reason fails.
+func validOrHostBound(v Verdict) bool {
+	if v.Valid {
+		return true
+	}
+	for _, r := range v.Reasons {
+		if r.Code != ReasonClientBound {
+			return false
+		}
+	}
+	return len(v.Reasons) > 0
 }
