@@ -23,6 +23,7 @@ import (
 
 	"github.com/hone-llm/hone/deploy/proxy"
 	"github.com/hone-llm/hone/internal/honetest"
+	"github.com/hone-llm/hone/internal/procstat"
 )
 
 // The test binary doubles as the processes Up starts, chosen by
@@ -260,16 +261,21 @@ func freePorts(t testing.TB, n int) int { return honetest.FreePorts(t, n) }
 
 func testSpec(t testing.TB, topology string) *Spec {
 	t.Helper()
-	base := freePorts(t, 4)
+	base := freePorts(t, 6)
+	kv := ""
+	if strings.Contains(topology, "disaggregated") { // its side channel, off the fixed default 5600
+		kv = fmt.Sprintf("kv_connector: {side_channel_port: %d}", base+4)
+	}
 	y := fmt.Sprintf(`
 name: up-test
 engine: vllm
 model: {id: org/m, revision: 0123456789abcdef0123456789abcdef01234567}
 gpus: {budget: 2, ids: [4, 5]}
 %s
+%s
 routing: {health_interval: 100ms}
 network: {proxy_port: %d, worker_port: %d}
-`, topology, base, base+1)
+`, topology, kv, base, base+1)
 	s, err := ParseSpec([]byte(y))
 	if err != nil {
 		t.Fatal(err)
@@ -296,14 +302,7 @@ func members(t *testing.T, st *State) []int {
 	return pids
 }
 
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	f := statFields(b)
-	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
-}
+func alive(pid int) bool { return procstat.Alive(pid) }
 
 func assertAllGone(t *testing.T, pids []int) {
 	t.Helper()
