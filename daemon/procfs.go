@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/hone-llm/hone/internal/procstat"
 )
 
 // procCmdline is a process's command line with NULs read as spaces: what
@@ -42,16 +44,7 @@ func procComm(pid, tid int) string {
 
 // procPPID reads the parent pid from /proc/PID/stat (after the comm's ')').
 func procPPID(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
+	f := procstat.Fields(pid)
 	if len(f) < 2 {
 		return 0
 	}
@@ -61,22 +54,7 @@ func procPPID(pid int) int {
 
 // procAlive says whether a process exists and has not exited (a zombie
 // has: its sched_process_exit has passed).
-func procAlive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return false
-	}
-	switch s[i+2] {
-	case 'Z', 'X', 'x':
-		return false
-	}
-	return true
-}
+func procAlive(pid int) bool { return procstat.Alive(pid) }
 
 // allPIDs lists the processes in /proc.
 func allPIDs() []int {

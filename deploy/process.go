@@ -1,39 +1,25 @@
 package deploy
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/hone-llm/hone/internal/procstat"
 )
 
 // startTicks reads a process's start time (field 22 of /proc/PID/stat, in
 // clock ticks since boot); 0 when unknown.
 func startTicks(pid int) uint64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	f := statFields(b)
+	f := procstat.Fields(pid)
 	if len(f) < 20 {
 		return 0
 	}
 	v, _ := strconv.ParseUint(f[19], 10, 64)
 	return v
-}
-
-// statFields splits /proc/PID/stat after the command name (which may hold
-// spaces), so index 0 is field 3 (state).
-func statFields(b []byte) []string {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return nil
-	}
-	return strings.Fields(string(b[i+1:]))
 }
 
 // groupMembers lists the live (non-zombie) processes of a process group.
@@ -54,7 +40,7 @@ func groupMembers(pgid int) (pids []int, ok bool) {
 		if err != nil {
 			continue
 		}
-		f := statFields(b)
+		f := procstat.Split(b)
 		// f[0] state, f[1] ppid, f[2] pgrp
 		if len(f) > 2 && f[2] == want && f[0] != "Z" && f[0] != "X" {
 			pids = append(pids, pid)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/internal/procstat"
 	"github.com/hone-llm/hone/optimizer"
 )
 
@@ -139,15 +140,7 @@ func TestOptimizeOutInUse(t *testing.T) {
 
 func fileExists(path string) bool { _, err := os.Stat(path); return err == nil }
 
-func zombie(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && len(s) > i+2 && (s[i+2] == 'Z' || s[i+2] == 'X')
-}
+func zombie(pid int) bool { return !procstat.Alive(pid) }
 
 // Temporary files a killed run left mid-write are removed at the start, and
 // said so; nothing else is touched.

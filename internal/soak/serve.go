@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/hone-llm/hone/internal/procstat"
 )
 
 // serveReport is `hone-soak serve`'s JSON report (results/soak/soak.json).
@@ -724,16 +726,7 @@ func fmtFloats(m map[string]float64) string {
 
 // cpuSeconds reads utime+stime of a process (0 once it is gone).
 func cpuSeconds(pid int) float64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
+	f := procstat.Fields(pid)
 	if len(f) < 13 {
 		return 0
 	}
