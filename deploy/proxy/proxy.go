@@ -84,7 +84,7 @@ func New(cfg Config, log *slog.Logger) (*Proxy, error) {
 	}
 	for _, w := range cfg.Workers {
 		w.URL = strings.TrimRight(w.URL, "/")
-		b := &backend{Worker: w, seed: mix64(hashString("w:" + w.Name))}
+		b := &backend{Worker: w, seed: workerSeed(w.Name)}
 		b.up.Store(true)
 		p.m.workerUp.WithLabelValues(w.Name, w.Role).Set(1)
 		p.all = append(p.all, b)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"hash/fnv"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,6 +57,60 @@ func (p *pool) pick(key uint64, haveKey bool, exclude []*backend) *backend {
 		}
 	}
 	return best
+}
+
+// workerSeed is a worker's rendezvous-hash identity, from its name.
+func workerSeed(name string) uint64 { return mix64(hashString("w:" + name)) }
+
+// Router is one pool's worker choice outside a running proxy: the same
+// rendezvous hashing and round robin as pick, every worker healthy.
+// Package predict routes its virtual requests with it, so a prediction
+// sends each session where the proxy would.
+type Router struct {
+	p   pool
+	idx map[*backend]int
+}
+
+// NewRouter is a router over workers with these names, in this order.
+func NewRouter(names []string) *Router {
+	r := &Router{idx: map[*backend]int{}}
+	for i, n := range names {
+		b := &backend{Worker: Worker{Name: n}, seed: workerSeed(n)}
+		b.up.Store(true)
+		r.p.backends = append(r.p.backends, b)
+		r.idx[b] = i
+	}
+	return r
+}
+
+// Pick returns the index of the worker the proxy picks for a request with
+// affinity key (haveKey false: round robin, in call order); -1 when the
+// router has no workers.
+func (r *Router) Pick(key uint64, haveKey bool) int {
+	b := r.p.pick(key, haveKey, nil)
+	if b == nil {
+		return -1
+	}
+	return r.idx[b]
+}
+
+// PromptKey is the affinity key the proxy computes for a request whose
+// prompt is the token ids ids and that carries no session header (as
+// affinityKey reads a token-id prompt: its first n ids).
+func PromptKey(ids []int, n int) (uint64, bool) {
+	if len(ids) > n+1 {
+		ids = ids[:n+1] // affinityKey reads n of them
+	}
+	raw := make([]byte, 0, 8*len(ids)+2)
+	raw = append(raw, '[')
+	for i, id := range ids {
+		if i > 0 {
+			raw = append(raw, ',')
+		}
+		raw = strconv.AppendInt(raw, int64(id), 10)
+	}
+	raw = append(raw, ']')
+	return affinityKey("", map[string]json.RawMessage{"prompt": raw}, n)
 }
 
 func contains(l []*backend, b *backend) bool {
