@@ -312,6 +312,9 @@ func renderEmulator(s *Spec, bin string, w Worker) (argv, env []string, err erro
 		"--profile", s.Emulator.Profile,
 		"--time-scale", strconv.FormatFloat(s.Emulator.TimeScale, 'f', -1, 64),
 	)
+	if tp := len(w.GPUs); tp > 1 {
+		argv = append(argv, "--tensor-parallel-size", strconv.Itoa(tp))
+	}
 	k := s.Knobs
 	if k.PrefixCaching != nil && !*k.PrefixCaching {
 		argv = append(argv, "--no-enable-prefix-caching")

@@ -340,6 +340,39 @@ topology:
 	}
 }
 
+// TestRenderEmulatorTP: an emulated worker spanning several GPUs models
+// them (--tensor-parallel-size); one of a single GPU keeps the default.
+func TestRenderEmulatorTP(t *testing.T) {
+	s, err := ParseSpec([]byte(`
+name: emu-tp
+engine: emulator
+model: {id: Qwen/Qwen2.5-Coder-0.5B-Instruct}
+gpus: {budget: 3}
+topology:
+  kind: disaggregated
+  prefill: {replicas: 1, tp: 1}
+  decode: {replicas: 1, tp: 2}
+emulator: {profile: qwen2.5-coder-0.5b-h200}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Render(s, RenderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"", "2"} {
+		w := p.Workers[i]
+		got := ""
+		if j := slices.Index(w.Argv, "--tensor-parallel-size"); j >= 0 {
+			got = w.Argv[j+1]
+		}
+		if got != want || envOf(w, "CUDA_VISIBLE_DEVICES") != joinInts(w.GPUs) {
+			t.Errorf("%s on GPUs %v: --tensor-parallel-size %q, want %q: %v", w.Name, w.GPUs, got, want, w.Argv)
+		}
+	}
+}
+
 // TestRenderVLLMVersionAdapts: with the installed version known, Render
 // omits what it lacks and refuses, naming the spec field, what the spec
 // needs and it cannot do; unknown renders as before and says so.

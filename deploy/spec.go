@@ -669,7 +669,7 @@ func (s *Spec) validateEmulator() error {
 		return nil
 	}
 	if _, err := emulator.LookupProfile(e.Profile); err != nil {
-		return badField("emulator.profile", "want one of %s, got %q", strings.Join(emulator.ProfileNames(), ", "), e.Profile)
+		return badField("emulator.profile", "%v", err)
 	}
 	if s.Topology.Kind == Disaggregated && s.KV.Name != NixlConnector {
 		return badField("kv_connector.name", "the emulator speaks NixlConnector's protocol only, got %q", s.KV.Name)

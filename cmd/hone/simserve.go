@@ -82,7 +82,17 @@ Profiles (` + strings.Join(emulator.ProfileNames(), ", ") + `):
   qwen2.5-coder-0.5b-a10     Qwen2.5-Coder-0.5B-Instruct bf16 on an NVIDIA A10 (24 GB)
   qwen2.5-coder-0.5b-l4      the same on an NVIDIA L4 (24 GB)
   qwen2.5-coder-0.5b-h200    the same on an NVIDIA H200 (141 GB)
-  Derivations: sim/emulator/PROFILES.md.
+  FILE.yaml                  a profile file: a roofline, a linear cost model (as
+                             hone calibrate fits it) or exercise rates; "base: NAME"
+                             takes every key the file omits from a built-in
+  Derivations and the file format: sim/emulator/PROFILES.md.
+
+Tensor parallelism: --tensor-parallel-size N models one worker on N GPUs, as
+vLLM's flag does: a roofline profile splits each step's compute and memory
+traffic over the N ranks and adds two ring all-reduces per layer over the
+GPU's interconnect; the KV cache holds what one rank's memory holds (weights
+and KV heads are sharded). Linear and exercise profiles ignore N for step
+time.
 
 Time scale: --time-scale 0.1 runs every modelled duration 10x faster in wall
 time; figures stay in model time. Replay records store the scale.
@@ -125,6 +135,10 @@ failed; 2 bad flags.`,
   hone sim serve --role prefill --profile qwen2.5-coder-0.5b-h200 --port 8100 --kv-port 5600
   hone sim serve --role decode  --profile qwen2.5-coder-0.5b-h200 --port 8200
 
+  # two GPUs per worker; a profile from a file
+  hone sim serve --profile qwen2.5-coder-0.5b-h200 --tensor-parallel-size 2
+  hone sim serve --profile ./h200-measured.yaml
+
   # faults
   hone sim serve --fault stall=500ms@10 --fault cut-stream-after-tokens=32`,
 		Args: cobra.NoArgs,
@@ -154,6 +168,9 @@ failed; 2 bad flags.`,
 			}
 			if _, err := emulator.LookupProfile(cfg.Profile); err != nil {
 				return badInput("--profile: %v", err)
+			}
+			if cfg.TensorParallelSize < 1 || cfg.TensorParallelSize > 64 {
+				return badInput("--tensor-parallel-size: want 1..64, got %d", cfg.TensorParallelSize)
 			}
 			if !(cfg.TimeScale > 0) || cfg.TimeScale > 1e6 {
 				return badInput("--time-scale: want a positive number, got %v", cfg.TimeScale)
@@ -206,7 +223,8 @@ failed; 2 bad flags.`,
 	}
 	f := c.Flags()
 	f.StringVar(&role, "role", "colocated", "colocated | prefill | decode")
-	f.StringVar(&cfg.Profile, "profile", emulator.DefaultProfile, "cost-model profile: "+strings.Join(emulator.ProfileNames(), " | "))
+	f.StringVar(&cfg.Profile, "profile", emulator.DefaultProfile, "cost-model profile: a built-in name ("+strings.Join(emulator.ProfileNames(), " | ")+") or a .yaml profile file")
+	f.IntVar(&cfg.TensorParallelSize, "tensor-parallel-size", 1, "GPUs per worker (1..64): the roofline splits each step across them, adds the all-reduces, and sizes the KV cache per GPU")
 	f.StringVar(&cfg.Host, "host", "127.0.0.1", "address to bind the HTTP API")
 	f.IntVar(&cfg.Port, "port", 8000, "HTTP port (0: any free port)")
 	f.StringVar(&modelID, "model", "", "model id, also the API's model name unless --served-model-name is given (default: the profile's model, Qwen/Qwen2.5-Coder-0.5B-Instruct)")

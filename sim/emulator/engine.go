@@ -73,6 +73,9 @@ type stream struct {
 func newStream() *stream { return &stream{notify: make(chan struct{}, 1)} }
 
 func (s *stream) push(tok int, res *Result) {
+	if s == nil { // virtual time: nobody streams
+		return
+	}
 	s.mu.Lock()
 	if tok >= 0 {
 		s.tokens = append(s.tokens, tok)
@@ -178,6 +181,11 @@ type engine struct {
 	trace   *traceWriter
 	puller  func(r *request, fromTokens int)
 	done    <-chan struct{}
+	// virt, when set, is the virtual-time worker this engine is (see
+	// virtual.go): the same scheduler, KV cache and transfer rules, driven
+	// by a discrete-event loop instead of run; nothing waits on the wall
+	// clock or starts a goroutine.
+	virt *vworker
 	// ftimer serves the last finesleep.Margin of each step's wait, in
 	// fineLoop: waitUntil arms it on fineArm, fineLoop answers on
 	// fineFired (both buffered 1).
@@ -225,6 +233,15 @@ func (c *clock) mono(ms float64) int64 { return c.mono0 + int64(ms*c.scale*1e6) 
 
 // fromMono is the model instant of a CLOCK_MONOTONIC reading.
 func (c *clock) fromMono(ns int64) float64 { return float64(ns-c.mono0) / 1e6 / c.scale }
+
+// nowMs is the model time now: the wall clock's reading, or the virtual
+// clock's.
+func (e *engine) nowMs() float64 {
+	if e.virt != nil {
+		return e.virt.c.now
+	}
+	return e.clock.modelMs(time.Now())
+}
 
 func (e *engine) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
@@ -354,7 +371,9 @@ func (e *engine) handle(m msg) {
 	switch m.kind {
 	case msgAdd:
 		r := m.req
-		r.tokens = append([]int(nil), r.prompt...)
+		if r.tokens == nil {
+			r.tokens = append(make([]int, 0, len(r.prompt)+max(r.maxTokens, 0)), r.prompt...)
+		}
 		r.readyMs = r.arrivalMs
 		if r.remote != nil {
 			if !e.allocRemote(r) {
@@ -585,7 +604,9 @@ func (e *engine) complete(p stepPlan, end float64) {
 			reason = "length"
 		}
 		if reason == "" {
-			r.out.push(tok, nil)
+			if r.out != nil {
+				r.out.push(tok, nil)
+			}
 		} else {
 			// The last token and the result are published together, so a
 			// streaming handler can never send the last token without its
@@ -658,6 +679,10 @@ func (e *engine) finish(r *request, reason string, err error) {
 		e.metrics.observe(r, res)
 	}
 	e.trace.request(e, r, res)
+	if e.virt != nil {
+		e.virt.finished(r, res)
+		return
+	}
 	tok := -1
 	if r.hasFinal {
 		tok, r.hasFinal = r.finalTok, false

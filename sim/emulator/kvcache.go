@@ -6,9 +6,17 @@ import "sync/atomic"
 // block, a free queue in LRU order (head evicted first) that also holds
 // cached blocks nobody references, and a map from chained block hash to
 // the block that holds it. It is owned by the engine goroutine.
+//
+// Blocks come into being on first use: the free queue starts as every
+// block in index order, so the blocks never used yet are always at its
+// head, ahead of any freed one, and are handed out first in index order.
+// Only those used so far are stored (blocks), so an engine with hundreds of
+// thousands of blocks costs nothing to start (the virtual-time predictor
+// starts one per worker and level).
 type kvCache struct {
 	blockSize int
 	prefix    bool // prefix caching on
+	total     int  // capacity in blocks
 	blocks    []kvBlock
 	head      int // free queue; -1 when empty
 	tail      int
@@ -27,14 +35,12 @@ type kvBlock struct {
 const notQueued = -2
 
 func newKVCache(numBlocks, blockSize int, prefix bool) *kvCache {
-	c := &kvCache{blockSize: blockSize, prefix: prefix, blocks: make([]kvBlock, numBlocks),
-		head: -1, tail: -1, cached: make(map[uint64]int32)}
-	for i := range c.blocks {
-		c.blocks[i].prev, c.blocks[i].next = notQueued, notQueued
-		c.pushTail(int32(i))
-	}
-	return c
+	return &kvCache{blockSize: blockSize, prefix: prefix, total: numBlocks, numFree: numBlocks,
+		head: -1, tail: -1, cached: make(map[uint64]int32, min(numBlocks, 1<<12))}
 }
+
+// numBlocks is the capacity in blocks.
+func (c *kvCache) numBlocks() int { return c.total }
 
 func (c *kvCache) pushTail(id int32) {
 	b := &c.blocks[id]
@@ -45,7 +51,6 @@ func (c *kvCache) pushTail(id int32) {
 		c.head = int(id)
 	}
 	c.tail = int(id)
-	c.numFree++
 }
 
 func (c *kvCache) unlink(id int32) {
@@ -61,7 +66,6 @@ func (c *kvCache) unlink(id int32) {
 		c.tail = int(b.prev)
 	}
 	b.prev, b.next = notQueued, notQueued
-	c.numFree--
 }
 
 // match returns the blocks holding the longest run of hashes, at most
@@ -103,6 +107,7 @@ func (c *kvCache) touch(ids []int32) {
 		b := &c.blocks[id]
 		if b.ref == 0 {
 			c.unlink(id)
+			c.numFree--
 		}
 		b.ref++
 	}
@@ -112,7 +117,13 @@ func (c *kvCache) touch(ids []int32) {
 // cached contents; the caller has checked canAllocate.
 func (c *kvCache) allocate(n int) []int32 {
 	out := make([]int32, n)
+	c.numFree -= n
 	for i := range out {
+		if len(c.blocks) < c.total { // never used: at the queue's head
+			out[i] = int32(len(c.blocks))
+			c.blocks = append(c.blocks, kvBlock{ref: 1, prev: notQueued, next: notQueued})
+			continue
+		}
 		id := int32(c.head)
 		c.unlink(id)
 		b := &c.blocks[id]
@@ -137,6 +148,7 @@ func (c *kvCache) free(ids []int32) {
 		b.ref--
 		if b.ref == 0 {
 			c.pushTail(ids[i])
+			c.numFree++
 		}
 	}
 }
@@ -171,8 +183,8 @@ func (c *kvCache) reset() {
 
 // usage is the fraction of blocks in use (vLLM's kv_cache_usage_perc).
 func (c *kvCache) usage() float64 {
-	if len(c.blocks) == 0 {
+	if c.total == 0 {
 		return 0
 	}
-	return 1 - float64(c.numFree)/float64(len(c.blocks))
+	return 1 - float64(c.numFree)/float64(c.total)
 }

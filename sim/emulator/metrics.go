@@ -84,7 +84,7 @@ func (m *metrics) watchCache(c *kvCache) {
 	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "hone_emulator_kv_evictions_total",
 		Help: "Cached KV blocks evicted (LRU) to make room."}, func() float64 { return float64(c.evictions.Load()) }))
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "hone_emulator_kv_blocks",
-		Help: "KV cache capacity in blocks."}, func() float64 { return float64(len(c.blocks)) }))
+		Help: "KV cache capacity in blocks."}, func() float64 { return float64(c.numBlocks()) }))
 }
 
 // observe records a request that finished normally.

@@ -10,23 +10,35 @@ import (
 // Model describes the transformer whose GPU time the emulator models.
 // The derivation of every figure is in PROFILES.md.
 type Model struct {
-	Name         string // Hugging Face id, served by default
-	Layers       int
-	Hidden       int
-	Heads        int
-	KVHeads      int
-	HeadDim      int
-	Vocab        int     // logits width (lm_head rows)
-	Params       float64 // all parameters, embeddings included
-	EmbedParams  float64 // the (tied) embedding / lm_head matrix
-	BytesPerElem int     // 2 for bf16
-	MaxModelLen  int
+	Name         string  `yaml:"name"` // Hugging Face id, served by default
+	Layers       int     `yaml:"layers"`
+	Hidden       int     `yaml:"hidden"`
+	Heads        int     `yaml:"heads"`
+	KVHeads      int     `yaml:"kv_heads"`
+	HeadDim      int     `yaml:"head_dim"`
+	Vocab        int     `yaml:"vocab"`          // logits width (lm_head rows)
+	Params       float64 `yaml:"params"`         // all parameters, embeddings included
+	EmbedParams  float64 `yaml:"embed_params"`   // the (tied) embedding / lm_head matrix
+	BytesPerElem int     `yaml:"bytes_per_elem"` // 2 for bf16
+	MaxModelLen  int     `yaml:"max_model_len"`
 }
 
 // KVBytesPerToken is the size of one token's K and V across all layers:
 // layers × 2 (K and V) × KV heads × head dim × bytes per element.
 func (m Model) KVBytesPerToken() int {
 	return m.Layers * 2 * m.KVHeads * m.HeadDim * m.BytesPerElem
+}
+
+// KVBytesPerTokenPerGPU is the part of one token's KV that each of tp
+// tensor-parallel ranks holds: the KV heads are split across the ranks,
+// and where there are fewer KV heads than ranks each rank keeps a
+// replica of one, as vLLM does: layers × 2 × max(1, KV heads/tp) × head
+// dim × bytes. tp ≤ 1 is KVBytesPerToken.
+func (m Model) KVBytesPerTokenPerGPU(tp int) int {
+	if tp <= 1 {
+		return m.KVBytesPerToken()
+	}
+	return m.Layers * 2 * max(1, m.KVHeads/tp) * m.HeadDim * m.BytesPerElem
 }
 
 // Qwen25Coder05B is Qwen/Qwen2.5-Coder-0.5B-Instruct (config.json): 24
@@ -39,56 +51,99 @@ var Qwen25Coder05B = Model{
 
 // GPU holds the public datasheet figures a profile is derived from.
 type GPU struct {
-	Name         string
-	MemoryBytes  float64 // usable device memory as nvidia-smi reports it
-	PeakFLOPS    float64 // dense bf16 tensor-core FLOP/s
-	MemBandwidth float64 // bytes/s
-	LinkBytesSec float64 // GPU-to-GPU bandwidth available to a KV transfer, bytes/s
+	Name         string  `yaml:"name"`
+	MemoryBytes  float64 `yaml:"memory_bytes"`   // usable device memory as nvidia-smi reports it
+	PeakFLOPS    float64 `yaml:"peak_flops"`     // dense bf16 tensor-core FLOP/s
+	MemBandwidth float64 `yaml:"mem_bandwidth"`  // bytes/s
+	LinkBytesSec float64 `yaml:"link_bytes_sec"` // GPU-to-GPU bandwidth available to a KV transfer, bytes/s
+	// InterconnectBytesSec is the per-direction bandwidth between the
+	// tensor-parallel ranks of one worker (PCIe or NVLink, datasheet),
+	// and InterconnectLatencyUs the fixed cost of one all-reduce over it.
+	InterconnectBytesSec  float64 `yaml:"interconnect_bytes_sec"`
+	InterconnectLatencyUs float64 `yaml:"interconnect_latency_us"`
 }
 
 // Profile is a named cost model: what one engine step costs on a GPU, how
 // much KV cache fits, and how fast KV moves between workers. All durations
 // are model time.
+//
+// A profile is one of three forms: the roofline (Model, GPU and the
+// efficiencies below), Linear (fitted per-step coefficients) or Exercise
+// (the brief's fixed rates). Every form needs Model, whose size and
+// vocabulary the server and the KV transfer use; the roofline and Linear
+// take the KV-cache capacity from Model and GPU.
 type Profile struct {
-	Name  string
-	Model Model
-	GPU   GPU
+	Name  string `yaml:"name"`
+	Model Model  `yaml:"model"`
+	GPU   GPU    `yaml:"gpu"`
 
 	// Achieved fractions of peak compute and bandwidth (MFU, MBU).
-	MFU, MBU float64
+	MFU float64 `yaml:"mfu"`
+	MBU float64 `yaml:"mbu"`
 	// StepOverheadMs is the per-step host cost (scheduler, input
 	// preparation, sampler, detokenizer) that does not overlap the GPU.
-	StepOverheadMs float64
+	StepOverheadMs float64 `yaml:"step_overhead_ms"`
 	// LaunchUs is one kernel launch; KernelsPerLayer the kernels of one
 	// layer; a CUDA-graph replay costs GraphLaunchMs instead of the
 	// per-kernel launches.
-	LaunchUs        float64
-	KernelsPerLayer int
-	GraphLaunchMs   float64
+	LaunchUs        float64 `yaml:"launch_us"`
+	KernelsPerLayer int     `yaml:"kernels_per_layer"`
+	GraphLaunchMs   float64 `yaml:"graph_launch_ms"`
 	// ActivationReserveBytes is memory kept back from the KV cache for
 	// activations, CUDA graphs and the non-torch allocator.
-	ActivationReserveBytes float64
+	ActivationReserveBytes float64 `yaml:"activation_reserve_bytes"`
 	// TransferFixedMs is the fixed cost of one KV pull (handshake,
 	// descriptor exchange, completion notification).
-	TransferFixedMs float64
+	TransferFixedMs float64 `yaml:"transfer_fixed_ms"`
 
 	// Serving defaults, as vLLM picks them for this GPU class.
-	MaxNumSeqs          int
-	MaxNumBatchedTokens int
+	MaxNumSeqs          int `yaml:"max_num_seqs"`
+	MaxNumBatchedTokens int `yaml:"max_num_batched_tokens"`
 
 	// Exercise, when set, replaces the roofline by the brief's rates.
-	Exercise *ExerciseRates
+	Exercise *ExerciseRates `yaml:"exercise,omitempty"`
+	// Linear, when set, replaces the roofline by fitted per-step costs
+	// (hone calibrate).
+	Linear *LinearCosts `yaml:"linear,omitempty"`
+
+	// TP is the worker's tensor-parallel size (Config.TensorParallelSize);
+	// 0 or 1 is one GPU. StepMs uses it for the roofline only (compute and
+	// memory traffic split across the ranks, plus the all-reduces);
+	// NumBlocks sizes the KV cache per GPU with it for the roofline and
+	// Linear. It belongs to the deployment, not the cost model, so profile
+	// files do not carry it.
+	TP int `yaml:"-"`
 }
 
 // ExerciseRates is the CPU exercise's model: prefill at PrefillTokensPerSec,
 // d = DecodeMsPerToken for each token sampled, and a fixed transfer.
 type ExerciseRates struct {
-	PrefillTokensPerSec float64
-	DecodeMsPerToken    float64
+	PrefillTokensPerSec float64 `yaml:"prefill_tokens_per_sec"`
+	DecodeMsPerToken    float64 `yaml:"decode_ms_per_token"`
 	// TransferMs is the KV handoff, counted as the brief counts it: from
 	// the prefill's end to the decode worker being able to start, so the
 	// proxy's hop to the decode worker overlaps it.
-	TransferMs float64
+	TransferMs float64 `yaml:"transfer_ms"`
+}
+
+// LinearCosts is a step cost linear in what the step holds, the form
+// hone calibrate fits to a device's measured steps:
+//
+//	StepBaseMs + Σ decode entries DecodePerSeqMs
+//	           + Σ prefill entries (PrefillPerTokenMs × tokens + PrefillPerContextMs × context)
+//	           + EagerStepMs under --enforce-eager
+//
+// A fit holds for the deployment shape it was measured on, tensor
+// parallelism included, so StepMs ignores Profile.TP for it.
+type LinearCosts struct {
+	StepBaseMs     float64 `yaml:"step_base_ms"`      // every step: host overhead, weights read, launches
+	DecodePerSeqMs float64 `yaml:"decode_per_seq_ms"` // each decode entry in the step
+	// PrefillPerTokenMs is each new (uncached) prefill token;
+	// PrefillPerContextMs each context token a prefill chunk attends to,
+	// counted once per entry, not per query token.
+	PrefillPerTokenMs   float64 `yaml:"prefill_per_token_ms"`
+	PrefillPerContextMs float64 `yaml:"prefill_per_context_ms"`
+	EagerStepMs         float64 `yaml:"eager_step_ms"` // added to every step under --enforce-eager
 }
 
 // StepEntry is one sequence's share of an engine step: Tokens new query
@@ -112,7 +167,14 @@ type StepEntry struct {
 // token). Bytes = all weights once + every entry's KV context read + new KV
 // written. Launch overhead: a decode-only step replays one CUDA graph; a
 // step with prefill runs piecewise graphs with attention eager
-// (2 kernels/layer); eager mode launches every kernel.
+// (2 kernels/layer); eager mode launches every kernel. With TP ranks, each
+// rank does FLOPs/TP and moves weights/TP plus its share of the KV
+// (KVBytesPerTokenPerGPU), and the step adds two ring all-reduces per
+// layer of tokens×hidden×bytes each (AllReduceMs); host and launch
+// overhead are not divided.
+//
+// Linear and Exercise profiles replace the roofline (see LinearCosts and
+// ExerciseRates) and ignore TP.
 func (p *Profile) StepMs(entries []StepEntry, eager bool) float64 {
 	if len(entries) == 0 {
 		return 0
@@ -129,11 +191,26 @@ func (p *Profile) StepMs(entries []StepEntry, eager bool) float64 {
 		}
 		return ms
 	}
+	if l := p.Linear; l != nil {
+		ms := l.StepBaseMs
+		for _, en := range entries {
+			if en.Decode {
+				ms += l.DecodePerSeqMs
+			} else {
+				ms += l.PrefillPerTokenMs*float64(en.Tokens) + l.PrefillPerContextMs*float64(en.Context)
+			}
+		}
+		if eager {
+			ms += l.EagerStepMs
+		}
+		return ms
+	}
 	m := p.Model
+	tp := p.ranks()
 	nonEmb := m.Params - m.EmbedParams
 	var tokens, sampled, attn, kvRead, kvWrite float64
 	prefill := false
-	kvb := float64(m.KVBytesPerToken())
+	kvb := float64(m.KVBytesPerTokenPerGPU(tp))
 	for _, en := range entries {
 		n, c := float64(en.Tokens), float64(en.Context)
 		tokens += n
@@ -147,8 +224,8 @@ func (p *Profile) StepMs(entries []StepEntry, eager bool) float64 {
 		kvRead += c * kvb
 		kvWrite += n * kvb
 	}
-	flops := 2*nonEmb*tokens + 2*m.EmbedParams*sampled + 4*float64(m.Layers*m.Heads*m.HeadDim)*attn
-	bytes := m.Params*float64(m.BytesPerElem) + kvRead + kvWrite
+	flops := (2*nonEmb*tokens + 2*m.EmbedParams*sampled + 4*float64(m.Layers*m.Heads*m.HeadDim)*attn) / float64(tp)
+	bytes := m.Params*float64(m.BytesPerElem)/float64(tp) + kvRead + kvWrite
 	compute := flops / (p.GPU.PeakFLOPS * p.MFU) * 1000
 	memory := bytes / (p.GPU.MemBandwidth * p.MBU) * 1000
 	launch := p.GraphLaunchMs
@@ -158,7 +235,31 @@ func (p *Profile) StepMs(entries []StepEntry, eager bool) float64 {
 	case prefill:
 		launch = p.GraphLaunchMs + float64(m.Layers*2)*p.LaunchUs/1000
 	}
-	return math.Max(compute, memory) + p.StepOverheadMs + launch
+	ms := math.Max(compute, memory) + p.StepOverheadMs + launch
+	if tp > 1 {
+		ms += float64(2*m.Layers) * p.AllReduceMs(tokens)
+	}
+	return ms
+}
+
+// ranks is the tensor-parallel size, at least 1.
+func (p *Profile) ranks() int { return max(p.TP, 1) }
+
+// AllReduceMs is one ring all-reduce across the profile's TP ranks of the
+// activations of tokens tokens (tokens × hidden × bytes per element):
+// 2(TP−1)/TP of the bytes cross each rank's link, at
+// GPU.InterconnectBytesSec, plus GPU.InterconnectLatencyUs. 0 on one GPU.
+func (p *Profile) AllReduceMs(tokens float64) float64 {
+	tp := p.ranks()
+	if tp <= 1 {
+		return 0
+	}
+	bytes := tokens * float64(p.Model.Hidden*p.Model.BytesPerElem)
+	ms := p.GPU.InterconnectLatencyUs / 1000
+	if p.GPU.InterconnectBytesSec > 0 {
+		ms += 2 * float64(tp-1) / float64(tp) * bytes / p.GPU.InterconnectBytesSec * 1000
+	}
+	return ms
 }
 
 // TransferMs is the modelled duration of one KV pull of bytes.
@@ -183,14 +284,19 @@ func (p *Profile) LinkBytesPerSec() float64 {
 }
 
 // NumBlocks is the KV cache capacity in blocks of blockSize tokens at the
-// given memory utilisation: (util × memory − weights − reserve) / block bytes.
+// given memory utilisation: (util × memory − weights − reserve) / block
+// bytes, per GPU. With TP ranks every rank holds weights/TP and its share
+// of every block (KVBytesPerTokenPerGPU), so the worker's capacity is one
+// rank's. Linear profiles size it the same way; Exercise profiles never
+// evict.
 func (p *Profile) NumBlocks(blockSize int, util float64) int {
 	if p.Exercise != nil {
 		// Large enough that the exercise never evicts: 2^20 tokens.
 		return (1 << 20) / blockSize
 	}
-	free := util*p.GPU.MemoryBytes - p.Model.Params*float64(p.Model.BytesPerElem) - p.ActivationReserveBytes
-	n := int(free / float64(blockSize*p.Model.KVBytesPerToken()))
+	tp := p.ranks()
+	free := util*p.GPU.MemoryBytes - p.Model.Params*float64(p.Model.BytesPerElem)/float64(tp) - p.ActivationReserveBytes
+	n := int(free / float64(blockSize*p.Model.KVBytesPerTokenPerGPU(tp)))
 	return max(n, 0)
 }
 
@@ -220,19 +326,23 @@ var profiles = map[string]*Profile{
 		MaxNumBatchedTokens: 1 << 22,
 		Exercise:            &ExerciseRates{PrefillTokensPerSec: math.Inf(1), DecodeMsPerToken: 0, TransferMs: 0},
 	},
-	// NVIDIA A10 (24 GB GDDR6): 125 TFLOPS dense bf16, 600 GB/s, PCIe 4.0 x16.
+	// NVIDIA A10 (24 GB GDDR6): 125 TFLOPS dense bf16, 600 GB/s, PCIe 4.0
+	// x16 (32 GB/s per direction), no NVLink.
 	"qwen2.5-coder-0.5b-a10": {
 		Name: "qwen2.5-coder-0.5b-a10", Model: Qwen25Coder05B,
-		GPU: GPU{Name: "NVIDIA A10", MemoryBytes: 23028 * mib, PeakFLOPS: 125e12, MemBandwidth: 600e9, LinkBytesSec: 20e9},
+		GPU: GPU{Name: "NVIDIA A10", MemoryBytes: 23028 * mib, PeakFLOPS: 125e12, MemBandwidth: 600e9, LinkBytesSec: 20e9,
+			InterconnectBytesSec: 32e9, InterconnectLatencyUs: 15},
 		MFU: 0.35, MBU: 0.70,
 		StepOverheadMs: 1.5, LaunchUs: 5, KernelsPerLayer: 14, GraphLaunchMs: 0.05,
 		ActivationReserveBytes: 2 * gib, TransferFixedMs: 1.0,
 		MaxNumSeqs: 256, MaxNumBatchedTokens: 2048,
 	},
-	// NVIDIA L4 (24 GB GDDR6): 121 TFLOPS dense bf16, 300 GB/s, PCIe 4.0 x16.
+	// NVIDIA L4 (24 GB GDDR6): 121 TFLOPS dense bf16, 300 GB/s, PCIe 4.0
+	// x16 (32 GB/s per direction), no NVLink.
 	"qwen2.5-coder-0.5b-l4": {
 		Name: "qwen2.5-coder-0.5b-l4", Model: Qwen25Coder05B,
-		GPU: GPU{Name: "NVIDIA L4", MemoryBytes: 23034 * mib, PeakFLOPS: 121e12, MemBandwidth: 300e9, LinkBytesSec: 20e9},
+		GPU: GPU{Name: "NVIDIA L4", MemoryBytes: 23034 * mib, PeakFLOPS: 121e12, MemBandwidth: 300e9, LinkBytesSec: 20e9,
+			InterconnectBytesSec: 32e9, InterconnectLatencyUs: 15},
 		MFU: 0.35, MBU: 0.70,
 		StepOverheadMs: 1.5, LaunchUs: 5, KernelsPerLayer: 14, GraphLaunchMs: 0.05,
 		ActivationReserveBytes: 2 * gib, TransferFixedMs: 1.0,
@@ -242,7 +352,8 @@ var profiles = map[string]*Profile{
 	// NVLink 4 (450 GB/s per direction).
 	"qwen2.5-coder-0.5b-h200": {
 		Name: "qwen2.5-coder-0.5b-h200", Model: Qwen25Coder05B,
-		GPU: GPU{Name: "NVIDIA H200", MemoryBytes: 143771 * mib, PeakFLOPS: 989e12, MemBandwidth: 4.8e12, LinkBytesSec: 300e9},
+		GPU: GPU{Name: "NVIDIA H200", MemoryBytes: 143771 * mib, PeakFLOPS: 989e12, MemBandwidth: 4.8e12, LinkBytesSec: 300e9,
+			InterconnectBytesSec: 450e9, InterconnectLatencyUs: 5},
 		MFU: 0.20, MBU: 0.60,
 		StepOverheadMs: 1.0, LaunchUs: 4, KernelsPerLayer: 14, GraphLaunchMs: 0.04,
 		ActivationReserveBytes: 4 * gib, TransferFixedMs: 0.5,
@@ -253,18 +364,31 @@ var profiles = map[string]*Profile{
 // DefaultProfile is the profile used when none is named.
 const DefaultProfile = "qwen2.5-coder-0.5b-a10"
 
-// LookupProfile returns a copy of the named profile.
+// LookupProfile returns a copy of the named built-in profile or, when name
+// ends in .yaml or .yml, the profile file at that path (LoadProfileFile).
 func LookupProfile(name string) (*Profile, error) {
 	p, ok := profiles[name]
 	if !ok {
-		return nil, fmt.Errorf("unknown profile %q: want one of %s", name, strings.Join(ProfileNames(), ", "))
+		if isProfileFile(name) {
+			return LoadProfileFile(name)
+		}
+		return nil, fmt.Errorf("unknown profile %q: want one of %s, or a .yaml profile file", name, strings.Join(ProfileNames(), ", "))
 	}
+	return p.clone(), nil
+}
+
+// clone is a deep copy.
+func (p *Profile) clone() *Profile {
 	c := *p
 	if p.Exercise != nil {
 		e := *p.Exercise
 		c.Exercise = &e
 	}
-	return &c, nil
+	if p.Linear != nil {
+		l := *p.Linear
+		c.Linear = &l
+	}
+	return &c
 }
 
 // ProfileNames lists the built-in profiles, sorted.

@@ -45,11 +45,21 @@ func ParseRole(s string) (Role, error) {
 
 // Config is one emulated engine. Zero values take the documented default.
 type Config struct {
-	Role    Role   // default colocated
-	Profile string // default DefaultProfile
-	Model   string // served model name; default the profile's model id
-	Host    string // default 127.0.0.1
-	Port    int    // 0: any free port
+	Role Role // default colocated
+	// Profile is a built-in profile's name or a .yaml profile file's path
+	// (LookupProfile); default DefaultProfile.
+	Profile string
+	// ProfileValue, when set, is the cost model itself, used in place of
+	// looking Profile up (a copy: TP is set on the copy); Profile then
+	// defaults to its name.
+	ProfileValue *Profile
+	// TensorParallelSize is the GPUs one worker spans (vLLM's
+	// --tensor-parallel-size), 1..64; default 1. The roofline splits each
+	// step across them and the KV cache is sized per GPU (Profile.TP).
+	TensorParallelSize int
+	Model              string // served model name; default the profile's model id
+	Host               string // default 127.0.0.1
+	Port               int    // 0: any free port
 	// KVHost and KVPort are the prefill worker's side channel (vLLM's
 	// VLLM_NIXL_SIDE_CHANNEL_HOST/PORT); port 0 picks a free one.
 	// KVAdvertiseHost is what kv_transfer_params.remote_host says
@@ -124,13 +134,34 @@ func (c *Config) resolve() (*Profile, error) {
 	if _, err := ParseRole(string(c.Role)); err != nil {
 		return nil, err
 	}
-	if c.Profile == "" {
-		c.Profile = DefaultProfile
+	var p *Profile
+	if c.ProfileValue != nil {
+		p = c.ProfileValue.clone()
+		if err := p.Validate(); err != nil {
+			return nil, fmt.Errorf("profile %s: %w", p.Name, err)
+		}
+		if c.Profile == "" {
+			c.Profile = p.Name
+		}
+	} else {
+		if c.Profile == "" {
+			c.Profile = DefaultProfile
+		}
+		var err error
+		if p, err = LookupProfile(c.Profile); err != nil {
+			return nil, err
+		}
 	}
-	p, err := LookupProfile(c.Profile)
-	if err != nil {
-		return nil, err
+	if c.TensorParallelSize == 0 {
+		c.TensorParallelSize = 1
 	}
+	if c.TensorParallelSize < 1 || c.TensorParallelSize > 64 {
+		return nil, fmt.Errorf("--tensor-parallel-size %d: want 1..64", c.TensorParallelSize)
+	}
+	if c.TensorParallelSize > 1 && p.Exercise == nil && p.Linear == nil && !(p.GPU.InterconnectBytesSec > 0) {
+		return nil, fmt.Errorf("--tensor-parallel-size %d: profile %s has no gpu.interconnect_bytes_sec for the all-reduces", c.TensorParallelSize, p.Name)
+	}
+	p.TP = c.TensorParallelSize
 	if c.Model == "" {
 		c.Model = p.Model.Name
 	}
@@ -306,7 +337,7 @@ func (s *Server) EngineID() string { return s.cfg.EngineID }
 func (s *Server) Profile() *Profile { return s.prof }
 
 // NumBlocks is the KV cache's capacity in blocks.
-func (s *Server) NumBlocks() int { return len(s.eng.kv.blocks) }
+func (s *Server) NumBlocks() int { return s.eng.kv.numBlocks() }
 
 // StepLateness is every step's completion lateness so far, in step order:
 // how long after its modelled end (in wall time) the engine finished it.

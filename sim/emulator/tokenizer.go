@@ -209,7 +209,12 @@ func mix(x uint64) uint64 {
 // hashTokens is FNV-1a over the ids, chained from seed; it names prompts
 // and KV blocks.
 func hashTokens(seed uint64, ids []int) uint64 {
-	h := seed ^ 0xcbf29ce484222325
+	return mix(fnvTokens(seed^0xcbf29ce484222325, ids))
+}
+
+// fnvTokens continues FNV-1a state h over ids (each as 4 little-endian
+// bytes): hashTokens(seed, a++b) = mix(fnvTokens(fnvTokens(seed^offset, a), b)).
+func fnvTokens(h uint64, ids []int) uint64 {
 	for _, id := range ids {
 		v := uint64(id)
 		for k := 0; k < 4; k++ {
@@ -218,5 +223,5 @@ func hashTokens(seed uint64, ids []int) uint64 {
 			v >>= 8
 		}
 	}
-	return mix(h)
+	return h
 }

@@ -35,12 +35,14 @@ type KVTransferParams struct {
 func (e *engine) holdBlocks(r *request) *KVTransferParams {
 	h := &hold{blocks: r.blocks, promptLen: len(r.prompt), readyMs: r.lastMs}
 	id := r.id
-	h.timer = time.AfterFunc(e.cfg.KVLease, func() {
-		e.post(msg{kind: msgRelease, id: id})
-	})
+	if e.virt == nil { // virtual time: every pull comes, so no lease runs out
+		h.timer = time.AfterFunc(e.cfg.KVLease, func() {
+			e.post(msg{kind: msgRelease, id: id})
+		})
+	}
 	e.holdsMu.Lock()
 	if old, ok := e.holds[id]; ok { // a reused request id: the old pull never came
-		old.timer.Stop()
+		old.stop()
 		e.kv.free(old.blocks)
 	}
 	e.holds[id] = h
@@ -61,8 +63,14 @@ func (e *engine) release(id string) {
 	delete(e.holds, id)
 	e.holdsMu.Unlock()
 	if ok {
-		h.timer.Stop()
+		h.stop()
 		e.kv.free(h.blocks)
+	}
+}
+
+func (h *hold) stop() {
+	if h.timer != nil {
+		h.timer.Stop()
 	}
 }
 
@@ -91,9 +99,13 @@ func (e *engine) allocRemote(r *request) bool {
 	// exercise profile moves it back to the prefill's end (pullOnce).
 	r.transferFromMs = r.arrivalMs
 	if len(e.pending) > 0 && e.pending[0] == r {
-		r.transferFromMs = e.clock.modelMs(time.Now())
+		r.transferFromMs = e.nowMs()
 	}
-	go e.puller(r, r.cached)
+	if e.virt != nil {
+		e.virt.pull(r, r.cached)
+	} else {
+		go e.puller(r, r.cached)
+	}
 	return true
 }
 

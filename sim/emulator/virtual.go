@@ -1,0 +1,454 @@
+package emulator
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// Virtual time: the engine above (scheduler, KV cache with prefix hashing
+// and LRU eviction, preemption, cost profile, the P/D handoff) driven by a
+// discrete-event loop instead of the wall clock. A step ends at its
+// modelled end exactly; a request reaches its engine at the instant the
+// workload says; the proxy's hops and the client cost nothing. One run is
+// a pure function of its inputs: no goroutine, socket or clock is read.
+//
+// The wall-time server and this loop share every decision the engine
+// makes. What differs is only what happens between decisions: where run
+// sleeps until a step's end (taking in messages meanwhile, which join the
+// next step), Simulate jumps to the earliest pending event, handling every
+// event of one instant before the engine schedules again, as run's drain
+// does for messages that are already queued.
+
+// VirtualRequest is one request of a virtual run: its prompt, its output
+// length (ignore_eos, as the replay client sends) and when the proxy
+// receives it, in model milliseconds. Worker is the engine that serves it
+// (colocated) or prefills it (disaggregated); Decode is the decode worker,
+// or -1 for a colocated request. Routing is the caller's: a proxy's
+// routing policies depend only on the request and arrival order.
+type VirtualRequest struct {
+	ID string
+	// Prompt is given up to Simulate: a request's output tokens are
+	// written after it, in its capacity beyond its length when there is
+	// room for MaxTokens (a copy is made otherwise).
+	Prompt    []int
+	MaxTokens int
+	ArrivalMs float64
+	Worker    int
+	Decode    int
+	// Shared, when not empty, names the first SharedLen tokens, which
+	// every request with the same Shared string begins with (a session's
+	// code prefix): its hashes are computed once per run, not once per
+	// request. Only speed depends on it.
+	Shared    string
+	SharedLen int
+}
+
+// VirtualOutcome is what became of one VirtualRequest: the serving
+// engine's result (the decode worker's, disaggregated) with the first and
+// last token's model instants, and, disaggregated, the prefill leg's result.
+type VirtualOutcome struct {
+	ID        string
+	ArrivalMs float64 // the proxy's receipt
+	FirstMs   float64 // first output token sampled
+	FinishMs  float64 // last output token sampled
+	Result    Result
+	Prefill   *Result
+}
+
+// RequestMetrics is the per-request metrics object the serving engine
+// would return with the result (vLLM's semantics; see RequestMetrics).
+func (o *VirtualOutcome) RequestMetrics() *RequestMetrics { return requestMetrics(&o.Result, 1) }
+
+// Simulate runs reqs through engines configured by workers, in virtual
+// time, and returns one outcome per request, indexed like reqs. Each
+// Config is resolved as Start resolves it (profile, defaults, limits);
+// TimeScale, hosts, ports, guard limits and traces are not read. Faults
+// other than stall and slow-transfer are refused.
+func Simulate(workers []Config, reqs []VirtualRequest) ([]VirtualOutcome, error) {
+	c := &vcluster{reqs: reqs, outcomes: make([]VirtualOutcome, len(reqs))}
+	for i := range workers {
+		w, err := newVWorker(c, i, workers[i])
+		if err != nil {
+			return nil, fmt.Errorf("worker %d: %w", i, err)
+		}
+		c.workers = append(c.workers, w)
+	}
+	for i, q := range reqs {
+		if err := c.check(i, q); err != nil {
+			return nil, err
+		}
+		c.arrivals = append(c.arrivals, i)
+	}
+	// Arrivals in time order, equal ones in request order; they come
+	// before any other event of their instant.
+	slices.SortStableFunc(c.arrivals, func(a, b int) int { return cmp.Compare(reqs[a].ArrivalMs, reqs[b].ArrivalMs) })
+	if err := c.loop(); err != nil {
+		return nil, err
+	}
+	return c.outcomes, nil
+}
+
+type evKind uint8
+
+const (
+	evArrive  evKind = iota // a request reaches its (first) worker
+	evDecode                // the proxy forwards a finished prefill to its decode worker
+	evStepEnd               // the worker's step in flight ends
+	evLoaded                // a KV pull ended at the decode worker
+	evRelease               // the prefill worker frees a pulled request's blocks
+)
+
+type event struct {
+	at     float64
+	seq    uint64
+	kind   evKind
+	worker int
+	req    int // index into the run's requests
+	r      *request
+	// evLoaded
+	fromMs, endMs, model float64
+	bytes                int64
+	// evDecode
+	params *KVTransferParams
+	id     string
+}
+
+// eventHeap is a binary min-heap of events by (at, seq), typed so that
+// pushing and popping allocate nothing.
+type eventHeap []event
+
+func (h eventHeap) less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+
+func (h *eventHeap) push(ev event) {
+	*h = append(*h, ev)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !q.less(i, p) {
+			break
+		}
+		q[i], q[p] = q[p], q[i]
+		i = p
+	}
+}
+
+func (h *eventHeap) pop() event {
+	q := *h
+	top := q[0]
+	n := len(q) - 1
+	q[0] = q[n]
+	q[n] = event{}
+	q = q[:n]
+	for i := 0; ; {
+		l, m := 2*i+1, i
+		if l < n && q.less(l, m) {
+			m = l
+		}
+		if r := l + 1; r < n && q.less(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		q[i], q[m] = q[m], q[i]
+		i = m
+	}
+	*h = q
+	return top
+}
+
+type vcluster struct {
+	workers  []*vworker
+	events   eventHeap
+	arrivals []int // request indices in arrival order; next is the first not yet arrived
+	next     int
+	seq      uint64
+	now      float64
+	reqs     []VirtualRequest
+	outcomes []VirtualOutcome
+	// index of each in-flight request (by engine request pointer) in reqs
+	index map[*request]int
+	dirty []bool
+	err   error
+	// memo holds each shared prefix's FNV state and block hashes, per
+	// block size.
+	memo map[memoKey]*prefixMemo
+}
+
+type memoKey struct {
+	shared    string
+	blockSize int
+}
+
+type prefixMemo struct {
+	fnv    uint64   // FNV-1a state after the prefix
+	hashes []uint64 // chained hashes of its full blocks
+}
+
+type vworker struct {
+	c    *vcluster
+	i    int
+	e    *engine
+	busy bool
+	step stepPlan
+}
+
+func newVWorker(c *vcluster, i int, cfg Config) (*vworker, error) {
+	switch {
+	case cfg.Faults.CrashAfter > 0, cfg.Faults.RefuseKV, cfg.Faults.CutAfter > 0:
+		return nil, fmt.Errorf("faults other than stall and slow-transfer have no meaning in virtual time")
+	}
+	prof, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	blocks := prof.NumBlocks(cfg.BlockSize, cfg.GPUMemoryUtilization)
+	if cfg.NumGPUBlocksOverride > 0 {
+		blocks = cfg.NumGPUBlocksOverride
+	}
+	if blocks*cfg.BlockSize < cfg.MaxModelLen {
+		return nil, fmt.Errorf("KV cache of %d blocks × %d tokens cannot hold one sequence of max-model-len %d",
+			blocks, cfg.BlockSize, cfg.MaxModelLen)
+	}
+	cfg.EngineID = fmt.Sprintf("virtual-%d", i)
+	w := &vworker{c: c, i: i}
+	w.e = &engine{cfg: &cfg, prof: prof, scale: 1, kv: newKVCache(blocks, cfg.BlockSize, !cfg.DisablePrefixCaching),
+		clock: &clock{epoch: time.Unix(0, 0), scale: 1}, metrics: newMetrics(cfg.Model), holds: map[string]*hold{}, virt: w}
+	c.dirty = append(c.dirty, false)
+	return w, nil
+}
+
+func (c *vcluster) check(i int, q VirtualRequest) error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("virtual request %d (%q): %s", i, q.ID, fmt.Sprintf(format, a...))
+	}
+	switch {
+	case q.Worker < 0 || q.Worker >= len(c.workers):
+		return bad("worker %d: want 0..%d", q.Worker, len(c.workers)-1)
+	case len(q.Prompt) == 0 || q.MaxTokens < 1:
+		return bad("want a prompt and max tokens >= 1")
+	case math.IsNaN(q.ArrivalMs) || math.IsInf(q.ArrivalMs, 0) || q.ArrivalMs < 0:
+		return bad("arrival %v ms: want a finite time >= 0", q.ArrivalMs)
+	}
+	first := c.workers[q.Worker].e.cfg
+	if len(q.Prompt)+q.MaxTokens > first.MaxModelLen {
+		return bad("%d prompt + %d output tokens exceed max-model-len %d", len(q.Prompt), q.MaxTokens, first.MaxModelLen)
+	}
+	if q.Decode < 0 {
+		if first.Role != RoleColocated {
+			return bad("worker %d is a %s worker: a request without a decode worker needs a colocated one", q.Worker, first.Role)
+		}
+		return nil
+	}
+	if q.Decode >= len(c.workers) {
+		return bad("decode worker %d: want 0..%d", q.Decode, len(c.workers)-1)
+	}
+	if first.Role != RolePrefill || c.workers[q.Decode].e.cfg.Role != RoleDecode {
+		return bad("workers %d and %d are %s and %s: want prefill and decode", q.Worker, q.Decode, first.Role, c.workers[q.Decode].e.cfg.Role)
+	}
+	return nil
+}
+
+func (c *vcluster) push(ev event) {
+	c.seq++
+	ev.seq = c.seq
+	c.events.push(ev)
+}
+
+// loop handles events in time order; after the last event of each
+// instant, every worker that took something in schedules its next step.
+func (c *vcluster) loop() error {
+	c.index = make(map[*request]int, len(c.reqs))
+	for {
+		var ev event
+		switch {
+		case c.next < len(c.arrivals) && (len(c.events) == 0 || c.reqs[c.arrivals[c.next]].ArrivalMs <= c.events[0].at):
+			i := c.arrivals[c.next]
+			c.next++
+			ev = event{at: c.reqs[i].ArrivalMs, kind: evArrive, worker: c.reqs[i].Worker, req: i}
+		case len(c.events) > 0:
+			ev = c.events.pop()
+		default:
+			return c.unfinished()
+		}
+		c.now = ev.at
+		c.handle(ev)
+		if c.err != nil {
+			return c.err
+		}
+		if (c.next < len(c.arrivals) && c.reqs[c.arrivals[c.next]].ArrivalMs == c.now) ||
+			(len(c.events) > 0 && c.events[0].at == c.now) {
+			continue
+		}
+		for i, d := range c.dirty {
+			if d {
+				c.dirty[i] = false
+				c.workers[i].kick()
+			}
+		}
+	}
+}
+
+// unfinished is an error naming the first request that never finished.
+func (c *vcluster) unfinished() error {
+	for i, o := range c.outcomes {
+		if o.Result.FinishReason == "" {
+			return fmt.Errorf("virtual request %d (%q) never finished", i, o.ID)
+		}
+	}
+	return nil
+}
+
+func (c *vcluster) handle(ev event) {
+	w := c.workers[ev.worker]
+	e := w.e
+	switch ev.kind {
+	case evArrive:
+		q := &c.reqs[ev.req]
+		var r *request
+		if q.Decode >= 0 {
+			r = c.newRequest(e, q, 1) // the proxy's prefill leg: max_tokens 1
+			r.remoteDecode = true
+		} else {
+			r = c.newRequest(e, q, q.MaxTokens)
+		}
+		c.index[r] = ev.req
+		c.outcomes[ev.req] = VirtualOutcome{ID: q.ID, ArrivalMs: q.ArrivalMs}
+		e.handle(msg{kind: msgAdd, req: r})
+	case evDecode:
+		q := &c.reqs[ev.req]
+		r := c.newRequest(e, q, q.MaxTokens)
+		r.remote = ev.params
+		c.index[r] = ev.req
+		e.handle(msg{kind: msgAdd, req: r})
+	case evStepEnd:
+		end := ev.at
+		e.complete(w.step, end)
+		e.clockMs = end
+		e.retryPending()
+		w.busy = false
+	case evLoaded:
+		e.loaded(msg{kind: msgLoaded, req: ev.r, endMs: ev.endMs, fromMs: ev.fromMs, bytes: ev.bytes, model: ev.model})
+	case evRelease:
+		e.release(ev.id)
+		e.retryPending()
+	}
+	c.dirty[ev.worker] = true
+}
+
+func (c *vcluster) newRequest(e *engine, q *VirtualRequest, maxTokens int) *request {
+	r := &request{id: q.ID, prompt: q.Prompt, maxTokens: maxTokens, ignoreEOS: true, arrivalMs: c.now,
+		arrival: time.Unix(0, int64(c.now*1e6)), seq: e.arrivals.Add(1)}
+	// The output goes after the prompt, in place when the caller left room
+	// (see VirtualRequest.Prompt). A prefill leg's one token and then its
+	// decode leg's tokens use the same room: the decode leg begins after
+	// the prefill leg has ended, and an ended request's tokens are never
+	// read again.
+	r.tokens = q.Prompt
+	if cap(q.Prompt)-len(q.Prompt) < maxTokens {
+		r.tokens = slices.Grow(q.Prompt[:len(q.Prompt):len(q.Prompt)], maxTokens)
+	}
+	if q.Shared == "" || q.SharedLen <= 0 || q.SharedLen > len(q.Prompt) {
+		r.promptHash = hashTokens(0, q.Prompt)
+		return r
+	}
+	// The same hashes as hashTokens and extendHashes would compute, the
+	// shared prefix's taken from the memo.
+	bs := e.kv.blockSize
+	k := memoKey{q.Shared, bs}
+	m := c.memo[k]
+	if m == nil {
+		pre := q.Prompt[:q.SharedLen]
+		m = &prefixMemo{fnv: fnvTokens(0xcbf29ce484222325, pre)}
+		var parent uint64
+		for j := 0; j < len(pre)/bs; j++ {
+			parent = hashTokens(parent, pre[j*bs:(j+1)*bs])
+			m.hashes = append(m.hashes, parent)
+		}
+		if c.memo == nil {
+			c.memo = map[memoKey]*prefixMemo{}
+		}
+		c.memo[k] = m
+	}
+	r.promptHash = mix(fnvTokens(m.fnv, q.Prompt[q.SharedLen:]))
+	r.hashes = append(make([]uint64, 0, len(r.tokens)/bs+(maxTokens+bs-1)/bs+1), m.hashes...)
+	return r
+}
+
+// kick starts the worker's next step if it is idle and has work.
+func (w *vworker) kick() {
+	if w.busy {
+		return
+	}
+	e := w.e
+	step, start := e.schedule()
+	if len(step.plan) == 0 {
+		return
+	}
+	e.entBuf = step.entries(e.entBuf)
+	end := start + e.prof.StepMs(e.entBuf, e.cfg.EnforceEager) + step.stallMs
+	w.busy, w.step = true, step
+	w.c.push(event{at: end, kind: evStepEnd, worker: w.i})
+}
+
+// pull models the decode worker's KV pull from the prefill worker that
+// holds r's blocks, as pullOnce and servePull do over the side channel:
+// the bytes beyond the decode worker's local hit, moved in the prefill
+// worker's TransferMs (times its slow-transfer fault), starting at the
+// decode worker's receipt (or, for the exercise profile, at the prefill's
+// end). The KV is usable at the modelled end; the prefill worker frees its
+// blocks then, when the pull is acknowledged.
+func (w *vworker) pull(r *request, from int) {
+	c := w.c
+	pre := c.workers[c.reqs[c.index[r]].Worker].e
+	id := *r.remote.RemoteRequestID
+	h, ok := pre.holds[id]
+	if !ok {
+		c.err = fmt.Errorf("virtual request %q: no held KV on prefill worker %d", id, c.reqs[c.index[r]].Worker)
+		return
+	}
+	bytes := int64(h.promptLen-from) * int64(pre.prof.Model.KVBytesPerToken())
+	model := pre.prof.TransferMs(bytes) * pre.cfg.faults.slowTransfer
+	fromMs := r.transferFromMs
+	if w.e.prof.Exercise != nil && fromMs == r.arrivalMs {
+		fromMs = min(fromMs, h.readyMs)
+	}
+	end := fromMs + model
+	at := max(end, c.now)
+	c.push(event{at: at, kind: evLoaded, worker: w.i, r: r, fromMs: fromMs, endMs: end, bytes: bytes, model: model})
+	c.push(event{at: at, kind: evRelease, worker: pre.virt.i, id: id})
+}
+
+// finished takes a request's end: a prefill leg goes on to its decode
+// worker at once (the proxy's hop costs nothing here); a serving engine's
+// result is the request's outcome.
+func (w *vworker) finished(r *request, res *Result) {
+	c := w.c
+	i, ok := c.index[r]
+	if !ok {
+		return
+	}
+	delete(c.index, r)
+	q := c.reqs[i]
+	o := &c.outcomes[i]
+	if w.e.cfg.Role == RolePrefill {
+		pr := *res
+		o.Prefill = &pr
+		if res.KVTransferParams == nil {
+			c.err = fmt.Errorf("virtual request %q: prefill ended %q without KV for the decode worker", q.ID, res.FinishReason)
+			return
+		}
+		c.push(event{at: c.now, kind: evDecode, worker: q.Decode, req: i, params: res.KVTransferParams})
+		return
+	}
+	o.Result = *res
+	o.FirstMs, o.FinishMs = r.firstMs, r.lastMs
+}
