@@ -28,6 +28,10 @@ const (
 	// GET /version, or an answer that is neither vLLM's nor the
 	// emulator's). Reports never show such numbers as device numbers.
 	KindUnverified = "unverified"
+	// KindPredicted: nothing was measured. The emulator's engine ran in
+	// virtual time (package predict) with a cost profile: a prediction,
+	// to be compared with measurements, never mixed with them.
+	KindPredicted = "predicted"
 )
 
 // Build identifies the hone binary that made a record.

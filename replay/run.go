@@ -483,6 +483,15 @@ func (r *runner) openLoop(ctx context.Context, start time.Time, reqs []Request, 
 }
 
 // summarize computes the level's figures from its requests.
+// Summarize fills the level's summary from its request records, as a
+// replay does: percentiles over the measured requests (ids from Sessions
+// on) that completed, effective rate, GPU-seconds per request, hit rates
+// and whether it passed. Producers of records other than replay (package
+// predict) use it so their levels mean exactly what a replay's do.
+func (lr *LevelRecord) Summarize(reqs []Request, target slo.SLO, gpus int) {
+	lr.summarize(reqs, target, gpus)
+}
+
 func (lr *LevelRecord) summarize(reqs []Request, target slo.SLO, gpus int) {
 	var ttft, tpot, lag []float64
 	var cached, prompt float64

@@ -122,10 +122,16 @@ func (p *Prompts) VocabSize() int { return len(p.vocab) }
 // between runs and levels so a repeated request never hits the prefix cache
 // beyond its session prefix; it is the same for every config compared.
 func (p *Prompts) Prompt(run int, qps float64, req Request) []int {
+	return p.AppendPrompt(nil, run, qps, req)
+}
+
+// AppendPrompt appends Prompt(run, qps, req) to dst and returns the
+// extended slice (for callers that want room after the prompt).
+func (p *Prompts) AppendPrompt(dst []int, run int, qps float64, req Request) []int {
 	prefix := p.Prefixes[req.Session].ids
 	n := req.InputTokens - len(prefix)
-	out := make([]int, len(prefix), len(prefix)+max(n, 0))
-	copy(out, prefix)
+	out := slices.Grow(dst, len(prefix)+max(n, 0))
+	out = append(out, prefix...)
 	rng := rand.New(rand.NewPCG(p.Workload.Seed^uint64(run+1)*0x9E3779B97F4A7C15, math.Float64bits(qps)^uint64(req.ID)<<1))
 	for range n {
 		out = append(out, p.vocab[rng.IntN(len(p.vocab))])

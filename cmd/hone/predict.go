@@ -1,0 +1,475 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/internal/atomicfile"
+	"github.com/hone-llm/hone/predict"
+	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/sim"
+	"github.com/hone-llm/hone/sim/emulator"
+	"github.com/hone-llm/hone/slo"
+)
+
+func init() { subcommands = append(subcommands, newPredictCmd) }
+
+// predictNote says what a predicted figure is, under every table.
+const predictNote = "predicted: the emulator's scheduler in virtual time with the profile's cost model; not a measurement"
+
+// gridAxes are predict.AxisError's axis names, in flag order; axis A is
+// the flag --grid-A.
+var gridAxes = []string{"tp", "max-num-seqs", "max-num-batched-tokens", "prefix-caching", "routing", "enforce-eager",
+	"gpu-memory-utilization"}
+
+func newPredictCmd() *cobra.Command {
+	var (
+		wf           workloadFlags
+		profile, out string
+		output       outputFormat
+		grid         bool
+		top          int
+		axes         predict.AxisFlags
+	)
+	c := &cobra.Command{
+		Use:   "predict SPEC",
+		Short: "Predict a deployment spec's latency, throughput and cost in virtual time, without deploying it",
+		Long: `hone predict evaluates a deployment spec (see hone deploy) without starting
+anything: the emulator's engine — its scheduler, prefix-cached KV blocks,
+preemption and P/D handoff, behind the proxy's routing — runs as a
+discrete-event simulation in virtual time, with the cost model of an
+emulator profile (a GPU and a model: --profile, else the spec's
+emulator.profile, else the default). The replay workload is driven through
+it level by level (--qps), every level starting cold, and summarised the way
+hone replay summarises a measurement: p50/p90/p99 TTFT and TPOT, effective
+QPS, GPU-seconds per request, prefix-cache hit rate and pass/fail against
+the SLOs, and the objective (the largest effective QPS among passing
+levels). A spec takes well under a second.
+
+Every figure is labelled kind "predicted" with its profile: it is what the
+profile's cost model says, not a measurement. A vllm spec is predicted on
+the profile's hardware too.
+
+--grid enumerates every deployment of the spec's model within its GPU budget
+— colocated replicas × TP and disaggregated prefill/decode pools with a TP
+each, using the whole budget or less (a smaller deployment costs less per
+request) — and on each every point of the knob axes (--grid-*: max-num-seqs,
+max-num-batched-tokens, prefix caching, routing where a pool has two workers
+or more, CUDA graphs or eager, GPU memory fraction), predicts them all, and
+prints the --top best by objective (then the cheaper), and the Pareto front
+of objective against GPU-seconds per request: the specs no other beats on
+both. Each grid spec's name says its point
+(colo-dp2-tp1-seqs256-bt2048-cache-aff-graphs-mem0.9, pd-p1tp1-d2tp1-...),
+and its gpus.budget is the GPUs it uses.
+
+--out writes the result: the prediction as a run record (per-request records
+included), or with --grid every point, ranked, with its spec and its
+levels.
+
+Exit codes: 0 predicted; 1 with --grid, no spec could be predicted, or the
+grid was interrupted; 2 bad input (a flag, the spec, the profile, or a spec
+the prediction cannot model).`,
+		Example: `  hone predict examples/emulator-l4-colocated.yaml
+  hone predict --profile qwen2.5-coder-0.5b-h200 --qps 4,16,64 -o json examples/emulator-disagg-nixl-1p1d.yaml
+  hone predict --grid --top 10 examples/emulator-l4-colocated.yaml
+  hone predict --grid --grid-max-num-seqs 64,256,1024 --grid-enforce-eager false --out grid.json spec.yaml`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if err := output.check(); err != nil {
+				return err
+			}
+			if !grid {
+				for _, name := range append([]string{"top"}, gridFlagNames()...) {
+					if c.Flags().Changed(name) {
+						return badInput("--%s: only with --grid", name)
+					}
+				}
+			}
+			if top < 1 {
+				return badInput("--top: want at least 1, got %d", top)
+			}
+			sc, err := wf.scan(sim.Config{})
+			if err != nil {
+				return err
+			}
+			var ax predict.Axes
+			if grid {
+				if ax, err = axes.Axes(); err != nil {
+					return axisErr(err)
+				}
+			}
+			spec, err := loadSpecArg(args[0])
+			if err != nil {
+				return err
+			}
+			prof, err := predictProfile(profile, spec)
+			if err != nil {
+				return err
+			}
+			opts := predict.Options{Profile: prof,
+				Workload: replay.Workload{Seed: replay.DefaultSeed, Requests: sc.Requests, InputTokens: sc.InputTokens,
+					UncachedTokens: replay.DefaultUncachedTokens, OutputTokens: sc.OutputTokens},
+				QPS: sc.QPS, SLO: sc.SLO, KeepRequests: out != ""}
+			if grid {
+				return runPredictGrid(c, spec, ax, opts, top, out, output.value)
+			}
+			rec, err := predict.Run(spec, opts)
+			if err != nil {
+				var pe *replay.ParamError
+				if errors.As(err, &pe) {
+					return paramErr(pe)
+				}
+				return badInput("%s: cannot predict: %v", args[0], err)
+			}
+			if out != "" {
+				if err := replay.WriteRecord(out, rec); err != nil {
+					return err
+				}
+			}
+			w := c.OutOrStdout()
+			if output.value == "json" {
+				return writeJSON(w, withoutRequests(rec))
+			}
+			writePredictTable(w, spec, prof.Name, rec)
+			if out != "" {
+				fmt.Fprintf(w, "record (%s, profile %s) written to %s\n", rec.Kind, prof.Name, out)
+			}
+			return nil
+		},
+	}
+	wf.register(c)
+	f := c.Flags()
+	f.StringVar(&profile, "profile", "", "emulator profile: a built-in name or a .yaml file (default: the spec's emulator.profile, else "+emulator.DefaultProfile+")")
+	f.StringVar(&out, "out", "", "write the result here: the run record, or with --grid every point (JSON)")
+	output.register(f, "table", "", "table", "json")
+	f.BoolVar(&grid, "grid", false, "predict every deployment within the spec's GPU budget on the --grid-* axes and rank them")
+	f.IntVar(&top, "top", 20, "with --grid: how many of the ranked specs to print")
+	d := predict.DefaultAxes()
+	f.StringVar(&axes.TP, "grid-tp", "", "tensor-parallel sizes a pool may use (default: every power of two within the budget)")
+	f.StringVar(&axes.MaxNumSeqs, "grid-max-num-seqs", joinList(d.MaxNumSeqs), "max_num_seqs values (0: the engine's default)")
+	f.StringVar(&axes.MaxNumBatchedTokens, "grid-max-num-batched-tokens", joinList(d.MaxNumBatchedTokens), "max_num_batched_tokens values (0: the engine's default; below max_num_seqs: skipped)")
+	f.StringVar(&axes.PrefixCaching, "grid-prefix-caching", joinList(d.PrefixCaching), "prefix caching: true, false or both")
+	f.StringVar(&axes.Routing, "grid-routing", joinList(d.Routing), "routing policies, tried where a pool has two workers or more")
+	f.StringVar(&axes.EnforceEager, "grid-enforce-eager", joinList(d.EnforceEager), "enforce_eager: false (CUDA graphs), true (eager) or both")
+	f.StringVar(&axes.GPUMemoryUtilization, "grid-gpu-memory-utilization", joinList(d.GPUMemoryUtilization), "gpu_memory_utilization values (0: the engine's default)")
+	return c
+}
+
+func gridFlagNames() []string {
+	var out []string
+	for _, a := range gridAxes {
+		out = append(out, "grid-"+a)
+	}
+	return out
+}
+
+func joinList[T any](vs []T) string {
+	s := make([]string, len(vs))
+	for i, v := range vs {
+		s[i] = fmt.Sprint(v)
+	}
+	return strings.Join(s, ",")
+}
+
+// axisErr names the --grid-* flag of a bad axis.
+func axisErr(err error) error {
+	var ae *predict.AxisError
+	if errors.As(err, &ae) {
+		return badInput("--grid-%s: %q is invalid: want %s", ae.Axis, ae.Value, ae.Want)
+	}
+	return usageError{err}
+}
+
+// predictProfile resolves --profile, else the spec's emulator.profile,
+// else the default.
+func predictProfile(flag string, spec *deploy.Spec) (*emulator.Profile, error) {
+	name, from := flag, "--profile"
+	if name == "" {
+		name, from = spec.Emulator.Profile, "spec.emulator.profile"
+	}
+	if name == "" {
+		name = emulator.DefaultProfile
+	}
+	p, err := emulator.LookupProfile(name)
+	if err != nil {
+		return nil, badInput("%s: %v", from, err)
+	}
+	return p, nil
+}
+
+// withoutRequests is rec without its per-request records: -o json prints
+// the summaries (--out keeps everything).
+func withoutRequests(rec *replay.Record) *replay.Record {
+	r := *rec
+	r.Runs = make([]replay.RunRecord, len(rec.Runs))
+	for i, run := range rec.Runs {
+		run.Levels = append([]replay.LevelRecord(nil), run.Levels...)
+		for j := range run.Levels {
+			run.Levels[j].Requests = nil
+		}
+		r.Runs[i] = run
+	}
+	return &r
+}
+
+func writePredictTable(w io.Writer, spec *deploy.Spec, profile string, rec *replay.Record) {
+	fmt.Fprintf(w, "kind: %s  profile: %s  spec: %s  gpus: %d  SLO: p99 TTFT <= %g ms, p99 TPOT <= %g ms\n",
+		rec.Kind, profile, spec.Name, spec.GPUsNeeded(), rec.SLO.TTFTMillis, rec.SLO.TPOTMillis)
+	if len(rec.Runs) == 0 {
+		fmt.Fprintln(w, "no levels")
+		return
+	}
+	run := rec.Runs[0]
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "offered_qps\tp50_ttft_ms\tp90_ttft_ms\tp99_ttft_ms\tp50_tpot_ms\tp90_tpot_ms\tp99_tpot_ms\teffective_qps\tgpu_s_per_req\thit_rate\tpassed\t")
+	for _, l := range run.Levels {
+		fmt.Fprintf(tw, "%g\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.4f\t%s\t%s\t%t\t\n", l.OfferedQPS,
+			l.P50TTFTMs, l.P90TTFTMs, l.P99TTFTMs, l.P50TPOTMs, l.P90TPOTMs, l.P99TPOTMs, l.EffectiveQPS,
+			optFloat(l.GPUSecondsPerRequest, "%.4g"), optPercent(l.HitRateCachedTokens), l.Passed)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "objective: %s req/s (largest effective QPS among passing levels)",
+		strconv.FormatFloat(run.Objective, 'g', -1, 64))
+	if run.GPUSecondsPerRequest != nil {
+		fmt.Fprintf(w, ", %.4g GPU-s/request at that level", *run.GPUSecondsPerRequest)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, predictNote)
+}
+
+func optFloat(v *float64, format string) string {
+	if v == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf(format, *v)
+}
+
+func optPercent(v *float64) string {
+	if v == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f%%", 100**v)
+}
+
+// gridRow is one ranked point as the grid's table and -o json show it.
+type gridRow struct {
+	Rank      int          `json:"rank"`
+	Name      string       `json:"name"`
+	GPUs      int          `json:"gpus"`
+	Objective float64      `json:"objective"`
+	Cost      *float64     `json:"gpu_seconds_per_request"`
+	P99TTFTMs *float64     `json:"p99_ttft_ms"` // at the objective's level
+	P99TPOTMs *float64     `json:"p99_tpot_ms"`
+	Pareto    bool         `json:"pareto"`
+	Error     string       `json:"error,omitempty"`
+	Spec      *deploy.Spec `json:"spec"`
+}
+
+// gridResult is --grid's -o json (Ranked cut to --top) and --out (Points:
+// every point, ranked, with its record's levels).
+type gridResult struct {
+	Kind      string          `json:"kind"`
+	Profile   string          `json:"profile"`
+	Base      string          `json:"base"`
+	Budget    int             `json:"budget"`
+	Specs     int             `json:"specs"`
+	Failed    int             `json:"failed"`
+	SLO       slo.SLO         `json:"slo"`
+	QPS       []float64       `json:"qps"`
+	Workload  replay.Workload `json:"workload"`
+	Axes      predict.Axes    `json:"axes"`
+	Ranked    []gridRow       `json:"ranked,omitempty"`
+	Pareto    []gridRow       `json:"pareto"`
+	Points    []predict.Point `json:"points,omitempty"`
+	Rule      string          `json:"rule"`
+	Predicted string          `json:"predicted"`
+}
+
+const gridRule = "ranked by objective (largest effective QPS among passing levels) descending, then GPU-seconds per request at that level, then GPUs, then name; the Pareto front holds the specs with an objective above 0 that no other spec matches or beats on both objective and cost while beating on one"
+
+func runPredictGrid(c *cobra.Command, base *deploy.Spec, axes predict.Axes, opts predict.Options, top int, out, format string) error {
+	specs, err := predict.Grid(base, axes)
+	if err != nil {
+		var ae *predict.AxisError
+		if errors.As(err, &ae) {
+			return axisErr(err)
+		}
+		return badInput("--grid: %v", err)
+	}
+	ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	pp := &gridProgress{w: c.ErrOrStderr(), tty: term.IsTerminal(int(os.Stderr.Fd())) && os.Getenv("CI") == "", start: time.Now()}
+	points := predict.Evaluate(ctx, specs, opts, pp.update)
+	pp.close(len(specs))
+
+	ranked := predict.Rank(points)
+	front := predict.ParetoFront(points)
+	onFront := map[string]bool{}
+	for _, p := range front {
+		onFront[p.Name()] = true
+	}
+	res := gridResult{Kind: predict.Kind, Profile: opts.Profile.Name, Base: base.Name, Budget: base.GPUs.Budget, Specs: len(specs),
+		SLO: opts.SLO, QPS: opts.QPS, Workload: opts.Workload, Axes: axes, Rule: gridRule, Predicted: predictNote}
+	var failed []predict.Point
+	for _, p := range ranked {
+		if p.Err != "" {
+			failed = append(failed, p)
+		}
+	}
+	res.Failed = len(failed)
+	rank := map[string]int{}
+	for i, p := range ranked {
+		rank[p.Name()] = i + 1
+	}
+	row := func(p predict.Point) gridRow {
+		r := gridRow{Rank: rank[p.Name()], Name: p.Name(), GPUs: p.GPUs, Objective: p.Objective, Cost: p.CostGPUSecPerReq,
+			Pareto: onFront[p.Name()], Error: p.Err, Spec: p.Spec}
+		if l := objectiveLevel(p); l != nil {
+			r.P99TTFTMs, r.P99TPOTMs = &l.P99TTFTMs, &l.P99TPOTMs
+		}
+		return r
+	}
+	for _, p := range front {
+		res.Pareto = append(res.Pareto, row(p))
+	}
+	if out != "" {
+		all := res
+		all.Points = ranked
+		b, err := json.MarshalIndent(all, "", "  ")
+		if err != nil {
+			return fmt.Errorf("encode grid: %w", err)
+		}
+		if err := atomicfile.Write(out, append(b, '\n')); err != nil {
+			return fmt.Errorf("write grid %s: %w", out, err)
+		}
+	}
+	for _, p := range ranked[:min(top, len(ranked))] {
+		res.Ranked = append(res.Ranked, row(p))
+	}
+	w := c.OutOrStdout()
+	if format == "json" {
+		if err := writeJSON(w, res); err != nil {
+			return err
+		}
+	} else {
+		writeGridTable(w, res, failed, out)
+	}
+	switch {
+	case ctx.Err() != nil:
+		return checkFailed{fmt.Sprintf("interrupted: the specs not predicted are marked (%d of %d failed or skipped)", len(failed), len(specs))}
+	case len(failed) == len(specs):
+		return checkFailed{fmt.Sprintf("no spec of the grid could be predicted: %s: %s", failed[0].Name(), failed[0].Err)}
+	}
+	return nil
+}
+
+// objectiveLevel is the level a point's objective comes from: the passing
+// level with the largest effective QPS; nil when none passed.
+func objectiveLevel(p predict.Point) *replay.LevelRecord {
+	if p.Record == nil || len(p.Record.Runs) == 0 {
+		return nil
+	}
+	var best *replay.LevelRecord
+	levels := p.Record.Runs[0].Levels
+	for i := range levels {
+		if l := &levels[i]; l.Passed && (best == nil || l.EffectiveQPS > best.EffectiveQPS) {
+			best = l
+		}
+	}
+	return best
+}
+
+func writeGridTable(w io.Writer, res gridResult, failed []predict.Point, out string) {
+	fmt.Fprintf(w, "kind: %s  profile: %s  base: %s  grid: %d specs within %d GPUs  SLO: p99 TTFT <= %g ms, p99 TPOT <= %g ms\n",
+		res.Kind, res.Profile, res.Base, res.Specs, res.Budget, res.SLO.TTFTMillis, res.SLO.TPOTMillis)
+	fmt.Fprintf(w, "\ntop %d of %d by objective, then GPU-s/request (--top; * on the Pareto front):\n", len(res.Ranked), res.Specs)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "rank\tspec\tgpus\tobjective_qps\tgpu_s_per_req\tp99_ttft_ms\tp99_tpot_ms\tpareto")
+	for _, r := range res.Ranked {
+		writeGridRow(tw, r)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\nPareto front, objective against GPU-s/request (%d specs, cheapest first):\n", len(res.Pareto))
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "rank\tspec\tgpus\tobjective_qps\tgpu_s_per_req\tp99_ttft_ms\tp99_tpot_ms\tpareto")
+	for _, r := range res.Pareto {
+		writeGridRow(tw, r)
+	}
+	tw.Flush()
+	if len(failed) > 0 {
+		fmt.Fprintf(w, "\n%d specs could not be predicted:\n", len(failed))
+		for i, p := range failed {
+			if i == 10 {
+				fmt.Fprintf(w, "  ... and %d more (see --out)\n", len(failed)-i)
+				break
+			}
+			fmt.Fprintf(w, "  %s: %s\n", p.Name(), p.Err)
+		}
+	}
+	if out != "" {
+		fmt.Fprintf(w, "\nevery point written to %s\n", out)
+	}
+	fmt.Fprintln(w, predictNote)
+}
+
+func writeGridRow(w io.Writer, r gridRow) {
+	mark := ""
+	if r.Pareto {
+		mark = "*"
+	}
+	obj := strconv.FormatFloat(r.Objective, 'f', 3, 64)
+	if r.Error != "" {
+		obj = "error"
+	}
+	fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Rank, r.Name, r.GPUs, obj, optFloat(r.Cost, "%.4g"),
+		optFloat(r.P99TTFTMs, "%.2f"), optFloat(r.P99TPOTMs, "%.2f"), mark)
+}
+
+// gridProgress shows a grid's progress on stderr: on a terminal a line
+// redrawn in place with the rate and ETA; elsewhere a line every 10 s; and
+// a summary line at the end.
+type gridProgress struct {
+	w     io.Writer
+	tty   bool
+	start time.Time
+	last  time.Time
+	drawn bool
+}
+
+func (p *gridProgress) update(done, total int) {
+	el := time.Since(p.start)
+	rate := float64(done) / max(el.Seconds(), 1e-9)
+	eta := time.Duration(float64(total-done) / rate * float64(time.Second)).Round(time.Second)
+	line := fmt.Sprintf("predict: %d/%d specs  %.0f specs/s  ETA %s", done, total, rate, eta)
+	if p.tty {
+		fmt.Fprint(p.w, "\r\x1b[K"+line)
+		p.drawn = true
+		return
+	}
+	if time.Since(p.last) >= 10*time.Second && done < total {
+		if !p.last.IsZero() {
+			fmt.Fprintln(p.w, line)
+		}
+		p.last = time.Now()
+	}
+}
+
+func (p *gridProgress) close(total int) {
+	if p.drawn {
+		fmt.Fprint(p.w, "\r\x1b[K")
+	}
+	fmt.Fprintf(p.w, "predict: %d specs in %s\n", total, time.Since(p.start).Round(time.Millisecond))
+}

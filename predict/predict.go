@@ -1,0 +1,342 @@
+// Package predict evaluates a deployment spec without deploying it: the
+// emulator's engine (its V1-style scheduler, prefix-cached KV blocks,
+// preemption, cost profile and P/D handoff) runs as a discrete-event
+// simulation in virtual time (emulator.Simulate), behind the proxy's own
+// routing, driven by the replay workload. The result is a replay.Record of
+// kind "predicted" whose levels are summarised by the same code a replay's
+// are, so every consumer of records (optimizer, report, calibrate) reads a
+// prediction and a measurement alike, and never confuses them: the kind
+// and the profile travel with every figure.
+package predict
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/deploy/proxy"
+	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/sim/emulator"
+	"github.com/hone-llm/hone/slo"
+)
+
+// Kind is the replay.Record kind of a prediction.
+const Kind = replay.KindPredicted
+
+// Options are what a prediction depends on besides the spec.
+type Options struct {
+	// Profile is the cost model; nil: the spec's emulator.profile, or
+	// emulator.DefaultProfile when it names none.
+	Profile  *emulator.Profile
+	Workload replay.Workload
+	QPS      []float64
+	SLO      slo.SLO
+	// KeepRequests keeps every request's record in the result (grids drop
+	// them to save memory; calibration needs them).
+	KeepRequests bool
+}
+
+// Run predicts spec under opts: one run over every level, each level
+// starting cold as a replay's does, as a record of kind "predicted".
+func Run(spec *deploy.Spec, opts Options) (*replay.Record, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	prof := opts.Profile
+	if prof == nil {
+		name := spec.Emulator.Profile
+		if name == "" {
+			name = emulator.DefaultProfile
+		}
+		var err error
+		if prof, err = emulator.LookupProfile(name); err != nil {
+			return nil, fmt.Errorf("emulator.profile: %w", err)
+		}
+	}
+	if len(opts.QPS) == 0 {
+		return nil, &replay.ParamError{Field: "qps", Value: "[]", Want: "at least one offered rate"}
+	}
+	w := opts.Workload
+	if err := w.Params(opts.QPS[0]).Validate(); err != nil {
+		return nil, err
+	}
+	cl, err := clusterOf(spec, prof)
+	if err != nil {
+		return nil, err
+	}
+	prompts, err := promptsFor(w)
+	if err != nil {
+		return nil, err
+	}
+	gpus := spec.GPUsNeeded()
+	rec := &replay.Record{
+		SchemaVersion: replay.SchemaVersion, Kind: Kind, VerdictRule: replay.VerdictRule,
+		Backend: "predict: emulator engine in virtual time, profile " + prof.Name,
+		Engine:  replay.EngineInfo{Endpoint: "virtual"},
+		Model:   replay.Model{ID: spec.ServedName()}, Config: specConfig(spec),
+		Hardware: map[string]any{"profile": prof.Name, "gpu": prof.GPU.Name},
+		GPUs:     gpus, TimeScale: 1, SLO: opts.SLO,
+		Workload: replay.WorkloadRecord{Workload: w, QPS: opts.QPS, Runs: 1, Generator: replay.PrefixGenerator,
+			PrewarmPolicy: "every level starts cold (fresh engines), then the schedule's 8 warm-up requests (ids 0-7), one per session, open it"},
+		Cache:            replay.CacheState{Procedure: "fresh engines per level"},
+		CachedTokensRule: replay.CachedTokensAsReported,
+		Outcomes:         map[string]int{}, Validation: replay.Validation{Reasons: map[string]int{}},
+		StartedAt: time.Unix(0, 0).UTC(), FinishedAt: time.Unix(0, 0).UTC(),
+	}
+	rec.Workload.Sessions = prompts.Prefixes
+	rec.Workload.SuffixVocab = prompts.VocabSize()
+	rr := replay.RunRecord{Run: 0}
+	for _, q := range opts.QPS {
+		lr, err := cl.level(prompts, q, opts.SLO, gpus, opts.KeepRequests)
+		if err != nil {
+			return nil, fmt.Errorf("%g req/s: %w", q, err)
+		}
+		for _, r := range lr.Requests {
+			rec.Outcomes[r.Outcome]++
+			rec.Validation.Valid++
+		}
+		if !opts.KeepRequests {
+			lr.Requests = nil
+		}
+		rr.Levels = append(rr.Levels, lr)
+	}
+	rec.Runs = []replay.RunRecord{rr}
+	rec.Judge()
+	return rec, nil
+}
+
+// cluster is a spec's workers as emulator configs, with the proxy's
+// routing.
+type cluster struct {
+	workers []emulator.Config
+	names   []string
+	// colocated, prefill and decode workers, by index into workers
+	colo, pre, dec []int
+	routing        string
+	affinityTokens int
+}
+
+// clusterOf maps spec to engines the way `hone deploy up` starts emulated
+// workers (deploy.Render, renderEmulator): the same names, roles, tensor
+// parallelism and knobs, with the cost model prof. Knobs the engine has no
+// term for are refused, naming the spec field.
+func clusterOf(s *deploy.Spec, prof *emulator.Profile) (*cluster, error) {
+	k := s.Knobs
+	switch {
+	case k.SpeculativeNgram != nil:
+		return nil, fmt.Errorf("knobs.speculative_ngram: the engine model decodes one token per step")
+	case len(k.ExtraArgs) > 0:
+		return nil, fmt.Errorf("knobs.extra_args %q: the engine model reads no other engine arguments", k.ExtraArgs)
+	case len(s.Emulator.Faults) > 0:
+		return nil, fmt.Errorf("emulator.faults: a prediction models a healthy deployment")
+	case k.CUDAGraphMode != "" && k.CUDAGraphMode != "NONE" && k.CUDAGraphMode != "FULL_AND_PIECEWISE" && k.CUDAGraphMode != "PIECEWISE":
+		return nil, fmt.Errorf("knobs.cudagraph_mode %q: the engine model knows NONE (eager), PIECEWISE and FULL_AND_PIECEWISE", k.CUDAGraphMode)
+	}
+	c := &cluster{routing: s.Routing.Policy, affinityTokens: s.Routing.AffinityTokens}
+	if c.affinityTokens <= 0 {
+		c.affinityTokens = proxy.DefaultAffinityTokens
+	}
+	add := func(name string, role emulator.Role, tp int) *[]int {
+		cfg := emulator.Config{Role: role, TensorParallelSize: max(tp, 1), MaxNumSeqs: k.MaxNumSeqs,
+			MaxNumBatchedTokens: k.MaxNumBatchedTokens, MaxModelLen: k.MaxModelLen, BlockSize: k.BlockSize,
+			GPUMemoryUtilization: k.GPUMemoryUtilization, DisablePrefixCaching: k.PrefixCaching != nil && !*k.PrefixCaching,
+			EnforceEager: k.EnforceEager || k.CUDAGraphMode == "NONE", KVLoadFailurePolicy: s.KV.LoadFailurePolicy,
+			ProfileValue: prof, Model: s.ServedName()}
+		c.workers = append(c.workers, cfg)
+		c.names = append(c.names, name)
+		i := len(c.workers) - 1
+		switch role {
+		case emulator.RoleColocated:
+			c.colo = append(c.colo, i)
+		case emulator.RolePrefill:
+			c.pre = append(c.pre, i)
+		default:
+			c.dec = append(c.dec, i)
+		}
+		return nil
+	}
+	t := s.Topology
+	if t.Kind == deploy.Colocated {
+		for i := range t.Replicas {
+			add(fmt.Sprintf("replica-%d", i), emulator.RoleColocated, t.TP)
+		}
+	} else {
+		for i := range t.Prefill.Replicas {
+			add(fmt.Sprintf("prefill-%d", i), emulator.RolePrefill, t.Prefill.TP)
+		}
+		for i := range t.Decode.Replicas {
+			add(fmt.Sprintf("decode-%d", i), emulator.RoleDecode, t.Decode.TP)
+		}
+	}
+	return c, nil
+}
+
+// promptsFor builds the workload's session prefixes with the emulator's
+// tokenizer, which is what a replay against the emulator tokenizes with.
+// Built prompts are kept per workload: a grid predicts many specs on one.
+func promptsFor(w replay.Workload) (*replay.Prompts, error) {
+	if p, ok := promptCache.Load(w); ok {
+		return p.(*replay.Prompts), nil
+	}
+	tok := emulator.NewTokenizer()
+	p, err := replay.BuildPrompts(context.Background(), w, func(_ context.Context, text string) ([]int, error) {
+		ids, _ := tok.Tokenize(text)
+		return ids, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if promptCacheLen.Add(1) <= 64 {
+		promptCache.Store(w, p)
+	}
+	return p, nil
+}
+
+var (
+	promptCache    sync.Map // replay.Workload → *replay.Prompts
+	promptCacheLen atomic.Int64
+)
+
+// level runs one load level on fresh engines and summarises it.
+func (c *cluster) level(prompts *replay.Prompts, qps float64, target slo.SLO, gpus int, keep bool) (replay.LevelRecord, error) {
+	w := prompts.Workload
+	reqs, err := replay.Generate(w.Params(qps))
+	if err != nil {
+		return replay.LevelRecord{}, err
+	}
+	vr := make([]emulator.VirtualRequest, len(reqs))
+	router := newRouter(c)
+	for i, q := range reqs {
+		ids := prompts.AppendPrompt(make([]int, 0, q.InputTokens+q.OutputTokens), 0, qps, q)
+		id := fmt.Sprintf("predict-%g-%d", qps, q.ID)
+		vr[i] = emulator.VirtualRequest{ID: id, Prompt: ids, MaxTokens: q.OutputTokens, ArrivalMs: q.ArrivalMs, Decode: -1,
+			Shared: sessionNames[q.Session%len(sessionNames)], SharedLen: min(w.CachedTokens(), len(ids))}
+		router.route(&vr[i])
+	}
+	outs, err := emulator.Simulate(c.workers, vr)
+	if err != nil {
+		return replay.LevelRecord{}, err
+	}
+	lr := replay.LevelRecord{Level: slo.Level{OfferedQPS: qps}, Planned: len(reqs), Sent: len(reqs), Complete: true,
+		Outcomes: map[string]int{}, Failures: map[string]int{}, PrefixSeed: w.Seed,
+		Verdict: replay.Verdict{Valid: true, Reasons: []replay.Reason{}}}
+	lr.Requests = make([]replay.RequestRecord, len(reqs))
+	for i, q := range reqs {
+		lr.Requests[i] = requestRecord(q, vr[i], &outs[i], keep)
+	}
+	lr.Summarize(reqs, target, gpus)
+	return lr, nil
+}
+
+// requestRecord is one request as a replay would have recorded it from a
+// client with no delay of its own.
+func requestRecord(q replay.Request, vr emulator.VirtualRequest, o *emulator.VirtualOutcome, metrics bool) replay.RequestRecord {
+	res := o.Result
+	rr := replay.RequestRecord{ID: q.ID, Session: q.Session, RequestID: vr.ID, InputTokens: q.InputTokens,
+		ScheduledMs: q.ArrivalMs, SentMs: q.ArrivalMs, Outcome: replay.OutcomeOK, Valid: true,
+		OutputTokens: res.OutputTokens, FinishReason: res.FinishReason}
+	if metrics {
+		rr.EngineMetrics, _ = json.Marshal(o.RequestMetrics())
+	}
+	if res.FinishReason != "length" && res.FinishReason != "stop" {
+		rr.Outcome, rr.Valid = replay.OutcomeHTTPError, false
+		rr.Invalid = "outcome: " + res.FinishReason
+		if res.Err != nil {
+			rr.Error = res.Err.Error()
+		}
+		return rr
+	}
+	first, finish := o.FirstMs, o.FinishMs
+	ttft := first - q.ArrivalMs
+	tpot := 0.0
+	if res.OutputTokens > 1 {
+		tpot = (finish - first) / float64(res.OutputTokens-1)
+	}
+	prompt, cached := res.PromptTokens, res.CachedTokens
+	rr.FirstMs, rr.FinishMs, rr.TTFTMs, rr.TTFTFromSentMs, rr.TPOTMs = &first, &finish, &ttft, &ttft, &tpot
+	rr.PromptTokens, rr.CachedTokens = &prompt, &cached
+	return rr
+}
+
+// router routes requests as the proxy does (deploy/proxy): session
+// affinity by rendezvous hashing of the prompt's leading tokens, or round
+// robin per pool in the order requests reach it; disaggregated, the decode
+// worker is picked first, then the prefill worker, with the same key.
+type router struct {
+	c         *cluster
+	colo, pre *proxy.Router
+	dec       *proxy.Router
+	affinity  bool
+	keys      map[string]routeKey // by shared prefix
+}
+
+type routeKey struct {
+	key  uint64
+	have bool
+}
+
+func newRouter(c *cluster) *router {
+	names := func(idx []int) []string {
+		var out []string
+		for _, i := range idx {
+			out = append(out, c.names[i])
+		}
+		return out
+	}
+	return &router{c: c, colo: proxy.NewRouter(names(c.colo)), pre: proxy.NewRouter(names(c.pre)),
+		dec: proxy.NewRouter(names(c.dec)), affinity: c.routing != deploy.RoundRobin, keys: map[string]routeKey{}}
+}
+
+func (r *router) route(vr *emulator.VirtualRequest) {
+	var key uint64
+	have := false
+	if r.affinity {
+		// The key reads the first affinityTokens+1 ids at most: when the
+		// shared prefix covers them, it is the session's.
+		if vr.Shared != "" && vr.SharedLen > r.c.affinityTokens {
+			k, ok := r.keys[vr.Shared]
+			if !ok {
+				k.key, k.have = proxy.PromptKey(vr.Prompt, r.c.affinityTokens)
+				r.keys[vr.Shared] = k
+			}
+			key, have = k.key, k.have
+		} else {
+			key, have = proxy.PromptKey(vr.Prompt, r.c.affinityTokens)
+		}
+	}
+	if len(r.c.colo) > 0 {
+		vr.Worker = r.c.colo[r.colo.Pick(key, have)]
+		return
+	}
+	vr.Decode = r.c.dec[r.dec.Pick(key, have)]
+	vr.Worker = r.c.pre[r.pre.Pick(key, have)]
+}
+
+// specConfig is the spec as the record's config, the way the optimizer
+// records it.
+func specConfig(s *deploy.Spec) map[string]any {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return map[string]any{"name": s.Name}
+	}
+	var m map[string]any
+	if json.Unmarshal(b, &m) != nil {
+		return map[string]any{"name": s.Name}
+	}
+	return m
+}
+
+// sessionNames name the sessions' shared prefixes for the simulation's
+// hash memo.
+var sessionNames = func() []string {
+	out := make([]string, replay.Sessions)
+	for i := range out {
+		out[i] = "session-" + strconv.Itoa(i)
+	}
+	return out
+}()
