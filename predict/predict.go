@@ -11,8 +11,11 @@ package predict
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -83,7 +86,9 @@ func Run(spec *deploy.Spec, opts Options) (*replay.Record, error) {
 		GPUs:     gpus, TimeScale: 1, SLO: opts.SLO,
 		Workload: replay.WorkloadRecord{Workload: w, QPS: opts.QPS, Runs: 1, Generator: replay.PrefixGenerator,
 			PrewarmPolicy: "every level starts cold (fresh engines), then the schedule's 8 warm-up requests (ids 0-7), one per session, open it"},
-		Cache:            replay.CacheState{Procedure: "fresh engines per level"},
+		Cache: replay.CacheState{Procedure: replay.CacheReset,
+			Detail: "virtual engines start every level empty: the prefix cache holds nothing, as after POST /reset_prefix_cache"},
+		RequestTimeoutMs: float64(replay.DefaultRequestTimeout) / 1e6,
 		CachedTokensRule: replay.CachedTokensAsReported,
 		Outcomes:         map[string]int{}, Validation: replay.Validation{Reasons: map[string]int{}},
 		StartedAt: time.Unix(0, 0).UTC(), FinishedAt: time.Unix(0, 0).UTC(),
@@ -226,8 +231,19 @@ func (c *cluster) level(prompts *replay.Prompts, qps float64, target slo.SLO, gp
 		Outcomes: map[string]int{}, Failures: map[string]int{}, PrefixSeed: w.Seed,
 		Verdict: replay.Verdict{Valid: true, Reasons: []replay.Reason{}}}
 	lr.Requests = make([]replay.RequestRecord, len(reqs))
+	var all hash.Hash
+	if keep {
+		all = sha256.New()
+	}
 	for i, q := range reqs {
 		lr.Requests[i] = requestRecord(q, vr[i], &outs[i], keep)
+		if keep { // a record that is kept is a full record: what the prompts were
+			lr.Requests[i].PromptSHA256 = replay.HashTokens(vr[i].Prompt[:q.InputTokens])
+			all.Write([]byte(lr.Requests[i].PromptSHA256))
+		}
+	}
+	if keep {
+		lr.PromptsSHA256 = hex.EncodeToString(all.Sum(nil))
 	}
 	lr.Summarize(reqs, target, gpus)
 	return lr, nil
@@ -238,7 +254,7 @@ func (c *cluster) level(prompts *replay.Prompts, qps float64, target slo.SLO, gp
 func requestRecord(q replay.Request, vr emulator.VirtualRequest, o *emulator.VirtualOutcome, metrics bool) replay.RequestRecord {
 	res := o.Result
 	rr := replay.RequestRecord{ID: q.ID, Session: q.Session, RequestID: vr.ID, InputTokens: q.InputTokens,
-		ScheduledMs: q.ArrivalMs, SentMs: q.ArrivalMs, Outcome: replay.OutcomeOK, Valid: true,
+		ScheduledMs: q.ArrivalMs, SentMs: q.ArrivalMs, Outcome: replay.OutcomeOK, Valid: true, Status: 200,
 		OutputTokens: res.OutputTokens, FinishReason: res.FinishReason}
 	if metrics {
 		rr.EngineMetrics, _ = json.Marshal(o.RequestMetrics())

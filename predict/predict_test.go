@@ -2,6 +2,7 @@ package predict
 
 import (
 	"fmt"
+	"path/filepath"
 	"testing"
 
 	"github.com/hone-llm/hone/deploy"
@@ -79,6 +80,28 @@ func TestExerciseEqualsExactModel(t *testing.T) {
 				t.Errorf("objective %v, the exact model %v", got.Objective, want.Objective)
 			}
 		})
+	}
+}
+
+// TestRecordIsValid: a kept prediction is a record like any other: it
+// passes the record schema and reads back (hone calibrate reads them).
+func TestRecordIsValid(t *testing.T) {
+	for _, kind := range []string{deploy.Colocated, deploy.Disaggregated} {
+		rec, err := Run(testSpec(t, kind, "qwen2.5-coder-0.5b-l4"), Options{Workload: replay.DefaultWorkload(), QPS: []float64{8}, SLO: slo.Default, KeepRequests: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), "rec.json")
+		if err := replay.WriteRecord(path, rec); err != nil {
+			t.Fatal(err)
+		}
+		back, err := replay.ReadRecord(path)
+		if err != nil {
+			t.Fatalf("%s: %v", kind, err)
+		}
+		if back.Kind != Kind || len(back.Runs[0].Levels[0].Requests) != replay.DefaultWorkload().Requests {
+			t.Errorf("%s: read back kind %q with %d requests", kind, back.Kind, len(back.Runs[0].Levels[0].Requests))
+		}
 	}
 }
 

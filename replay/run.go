@@ -110,7 +110,7 @@ func (o *Options) defaults() error {
 		o.SLO = slo.Default
 	}
 	if o.RequestTimeout == 0 {
-		o.RequestTimeout = 10 * time.Minute
+		o.RequestTimeout = DefaultRequestTimeout
 	}
 	switch {
 	case o.Endpoint == "":
@@ -483,6 +483,10 @@ func (r *runner) openLoop(ctx context.Context, start time.Time, reqs []Request, 
 }
 
 // summarize computes the level's figures from its requests.
+// DefaultRequestTimeout bounds one request when Options.RequestTimeout
+// is 0.
+const DefaultRequestTimeout = 10 * time.Minute
+
 // Summarize fills the level's summary from its request records, as a
 // replay does: percentiles over the measured requests (ids from Sessions
 // on) that completed, effective rate, GPU-seconds per request, hit rates

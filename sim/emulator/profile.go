@@ -400,3 +400,67 @@ func ProfileNames() []string {
 	sort.Strings(out)
 	return out
 }
+
+// Shapes of the steps LinearApprox reads the roofline at: a decode entry's
+// context is a coding prompt's (the replay workload's 4096 tokens); a cold
+// chunk fills the default token budget of the smaller GPUs; a warm chunk
+// is the workload's 128 uncached tokens on the rest of a 4096-token prompt.
+const (
+	approxContext    = 4096
+	approxBatch      = 64
+	approxColdChunk  = 2048
+	approxWarmChunk  = 128
+	approxWarmPrefix = approxContext - approxWarmChunk
+)
+
+// LinearApprox is the linear cost form (LinearCosts) that approximates p,
+// a starting point for hone calibrate. It returns *p.Linear when p has
+// one. For the roofline, at tensor parallelism p.TP, it reads StepMs at a
+// few typical steps:
+//
+//	DecodePerSeqMs      (64 decode entries − 1 decode entry) / 63, at 4096 context
+//	StepBaseMs          1 decode entry − DecodePerSeqMs
+//	PrefillPerTokenMs   (a cold 2048-token chunk − StepBaseMs) / 2048
+//	PrefillPerContextMs (a 128-token chunk on 3968 context − on 0 context) / 3968
+//	EagerStepMs         1 decode entry eager − with CUDA graphs
+//
+// each at least 0. Decode steps are memory-bound on the roofline, hence
+// linear in the batch, and the cold chunk is matched exactly; what the
+// linear form cannot follow is the roofline's max(compute, memory): a small
+// prefill chunk is memory-bound, so the form, whose per-token cost is the
+// compute-bound one, overestimates it (TestLinearApprox states by how much).
+//
+// For an Exercise profile the form is StepBaseMs 0, DecodePerSeqMs d,
+// PrefillPerTokenMs 1000/PrefillTokensPerSec, no context, no eager cost:
+// exact for every decode step and every prefill chunk that samples no
+// token, but the exercise also charges d for the token a prompt's last
+// chunk samples, which a linear form has no term for (it has none per
+// sampled prefill), so such a step comes out d shorter. The exercise's
+// TransferMs is not a step cost; it is TransferFixedMs of a linear profile
+// with no link pacing.
+func (p *Profile) LinearApprox() LinearCosts {
+	if p.Linear != nil {
+		return *p.Linear
+	}
+	if e := p.Exercise; e != nil {
+		return LinearCosts{DecodePerSeqMs: e.DecodeMsPerToken, PrefillPerTokenMs: 1000 / e.PrefillTokensPerSec}
+	}
+	decode := func(n int, eager bool) float64 {
+		en := make([]StepEntry, n)
+		for i := range en {
+			en[i] = StepEntry{Tokens: 1, Context: approxContext, Decode: true, Samples: true}
+		}
+		return p.StepMs(en, eager)
+	}
+	chunk := func(tokens, context int) float64 {
+		return p.StepMs([]StepEntry{{Tokens: tokens, Context: context}}, false)
+	}
+	var l LinearCosts
+	d1 := decode(1, false)
+	l.DecodePerSeqMs = max((decode(approxBatch, false)-d1)/(approxBatch-1), 0)
+	l.StepBaseMs = max(d1-l.DecodePerSeqMs, 0)
+	l.PrefillPerTokenMs = max((chunk(approxColdChunk, 0)-l.StepBaseMs)/approxColdChunk, 0)
+	l.PrefillPerContextMs = max((chunk(approxWarmChunk, approxWarmPrefix)-chunk(approxWarmChunk, 0))/approxWarmPrefix, 0)
+	l.EagerStepMs = max(decode(1, true)-d1, 0)
+	return l
+}
