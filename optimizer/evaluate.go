@@ -82,7 +82,7 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 		scale = s.Emulator.TimeScale
 	}
 	rec, err := replay.Run(ctx, replay.Options{Endpoint: dep.ProxyURL(), Model: s.ServedName(), Kind: kind, Backend: backend,
-		Workload: e.Workload, QPS: e.QPS, Runs: e.Runs, SLO: e.SLO, TimeScale: scale, GPUs: s.GPUs.Budget, Config: cfg,
+		Workload: e.Workload, QPS: e.QPS, Runs: e.Runs, SLO: e.SLO, TimeScale: scale, GPUs: s.GPUsNeeded(), Config: cfg,
 		Hardware:  preflight.Hardware(e.Hone.Version, e.Hone.Commit),
 		ModelInfo: replay.Model{Revision: s.Model.Revision, Precision: s.Precision.DType}, Hone: e.Hone})
 	if rec == nil {
@@ -142,11 +142,12 @@ func diagnoseTrial(t *Trial, rec *replay.Record, atts []diagnose.Attribution) di
 // medians, failures, invalid outputs and the measured hit rate.
 func summarizeRecord(t *Trial, rec *replay.Record) {
 	type acc struct {
-		ttft, tpot, eff []float64
-		valid           []bool
-		invalid         []string
-		passed          int
-		measured        int
+		ttft, tpot, eff  []float64
+		p50ttft, p50tpot []float64
+		valid            []bool
+		invalid          []string
+		passed           int
+		measured         int
 	}
 	levels := map[float64]*acc{}
 	var qs []float64
@@ -170,6 +171,8 @@ func summarizeRecord(t *Trial, rec *replay.Record) {
 				qs = append(qs, l.OfferedQPS)
 			}
 			a.ttft = append(a.ttft, l.P99TTFTMs)
+			a.p50ttft = append(a.p50ttft, l.P50TTFTMs)
+			a.p50tpot = append(a.p50tpot, l.P50TPOTMs)
 			a.tpot = append(a.tpot, l.P99TPOTMs)
 			a.eff = append(a.eff, l.EffectiveQPS)
 			a.valid = append(a.valid, l.Verdict.Valid)
@@ -198,6 +201,7 @@ func summarizeRecord(t *Trial, rec *replay.Record) {
 		a := levels[q]
 		t.Levels = append(t.Levels, LevelSummary{OfferedQPS: q, P99TTFTMs: slo.Median(a.ttft), P99TPOTMs: slo.Median(a.tpot),
 			EffectiveQPS: slo.Median(a.eff), PassedRuns: a.passed, Runs: len(a.ttft),
+			P50TTFTMs: slo.Median(a.p50ttft), P50TPOTMs: slo.Median(a.p50tpot),
 			RunP99TTFTMs: a.ttft, RunP99TPOTMs: a.tpot, RunEffectiveQPS: a.eff, RunValid: a.valid, Invalid: a.invalid, Measured: a.measured})
 	}
 	if len(t.Objectives) > 0 {

@@ -62,6 +62,9 @@ type Trial struct {
 	Proposals     []string `json:"proposals,omitempty"`
 	// Breakdown is the mean TTFT split per level (model ms).
 	Breakdown []diagnose.LevelBreakdown `json:"breakdown,omitempty"`
+	// Predicted is what the engine model predicted for this spec before
+	// it was measured (predict-then-measure loop only).
+	Predicted *Prediction `json:"predicted,omitempty"`
 }
 
 // LevelSummary is one load level over a trial's runs: medians, and every
@@ -70,6 +73,8 @@ type LevelSummary struct {
 	OfferedQPS   float64 `json:"offered_qps"`
 	P99TTFTMs    float64 `json:"p99_ttft_ms"`
 	P99TPOTMs    float64 `json:"p99_tpot_ms"`
+	P50TTFTMs    float64 `json:"p50_ttft_ms"`
+	P50TPOTMs    float64 `json:"p50_tpot_ms"`
 	EffectiveQPS float64 `json:"effective_qps"`
 	PassedRuns   int     `json:"passed_runs"`
 	Runs         int     `json:"runs"`
@@ -109,6 +114,9 @@ type Log struct {
 	SelectionRule  string       `json:"selection_rule"`
 	RegressionRule string       `json:"regression_rule"`
 	Done           bool         `json:"done"`
+	// Predict is the predict-then-measure loop's record: the grid, its
+	// ranking, and every calibration. Nil for the diagnosis-driven loop.
+	Predict *PredictLog `json:"predict,omitempty"`
 }
 
 // Interaction is a 2×2 reading: topology × prefix caching.
@@ -159,6 +167,9 @@ type LiveOptions struct {
 	LogPath   string
 	Progress  io.Writer  // one line per trial; nil: none
 	HostFloor *HostFloor // measured before the loop, for the log; nil: none
+	// Predictor, when set, explores by PredictRule (predict the grid,
+	// measure the most promising, calibrate) instead of by diagnosis.
+	Predictor *Predictor
 }
 
 // Live runs the optimization loop: the baseline; proposals driven by each
@@ -178,10 +189,24 @@ func Live(ctx context.Context, o LiveOptions) (*Log, error) {
 		SLO: o.SLO, Budget: o.Budget, HostFloor: o.HostFloor, SelectionRule: LiveSelectionRule, RegressionRule: LiveRegressionRule,
 		Trials: make([]Trial, 0, o.Budget)} // never outgrown: pointers into it stay valid
 	l := &loop{ctx: ctx, o: o, lg: lg, tried: map[string]int{}}
+	if o.Predictor != nil {
+		if err := l.startPredicting(ctx); err != nil {
+			return lg, err
+		}
+	}
 	if err := l.baseline(); err != nil {
 		return lg, err
 	}
-	if err := l.proposals(); err != nil {
+	if o.Predictor != nil {
+		if pe := l.base.Predicted; pe != nil && pe.ObjectiveError != nil && math.Abs(*pe.ObjectiveError) > l.pred.cfg.ErrorBound {
+			l.say("the baseline measured %.3f req/s against %.3f predicted (%+.1f%%, bound %.0f%%): calibrating",
+				l.base.Objective, pe.Objective, 100**pe.ObjectiveError, 100*l.pred.cfg.ErrorBound)
+			l.calibrate(l.base.N)
+		}
+		if err := l.predictThenMeasure(); err != nil {
+			return lg, err
+		}
+	} else if err := l.proposals(); err != nil {
 		return lg, err
 	}
 	order := rankTrials(lg.Trials, l.base)
@@ -211,6 +236,7 @@ type loop struct {
 	lg    *Log
 	tried map[string]int // spec key → the first trial N that measured it; re-runs are not counted
 	base  *Trial
+	pred  *predictor // predict-then-measure state; nil for the diagnosis-driven loop
 }
 
 // say adds a line to the log's decision and the progress output.
@@ -234,6 +260,10 @@ func (l *loop) run(role, why string, s *deploy.Spec) (*Trial, error) {
 	t := o.Evaluator.Evaluate(l.ctx, s, fmt.Sprintf("%02d-%s", n, SpecKey(s)))
 	t.N, t.Role, t.Why, t.Key, t.Spec = n, role, why, SpecKey(s), s
 	judge(&t, o.SLO)
+	if l.pred != nil {
+		t.Predicted = l.predictionFor(s)
+		scorePrediction(&t)
+	}
 	lg.Trials = append(lg.Trials, t)
 	if lg.Kind == "" {
 		lg.Kind = t.Kind
@@ -382,6 +412,11 @@ func (l *loop) verification(order []*Trial) error {
 // done marks the log complete and writes it.
 func (l *loop) done() (*Log, error) {
 	l.lg.Done = true
+	if p := l.lg.Predict; p != nil {
+		for i := range p.Ranked {
+			p.Ranked[i].Measured = l.tried[p.Ranked[i].Key]
+		}
+	}
 	return l.lg, writeLog(l.o.LogPath, l.lg)
 }
 

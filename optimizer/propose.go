@@ -55,6 +55,12 @@ func SpecKey(s *deploy.Spec) string {
 	if s.Knobs.MaxNumBatchedTokens > 0 {
 		fmt.Fprintf(&b, "-mbt%d", s.Knobs.MaxNumBatchedTokens)
 	}
+	if s.Knobs.MaxNumSeqs > 0 {
+		fmt.Fprintf(&b, "-seqs%d", s.Knobs.MaxNumSeqs)
+	}
+	if m := s.Knobs.GPUMemoryUtilization; m > 0 {
+		fmt.Fprintf(&b, "-mem%g", m)
+	}
 	return b.String()
 }
 

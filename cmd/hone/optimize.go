@@ -18,6 +18,7 @@ import (
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/internal/atomicfile"
 	"github.com/hone-llm/hone/optimizer"
+	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/sim"
 	"github.com/hone-llm/hone/slo"
@@ -34,6 +35,9 @@ func newOptimizeCmd() *cobra.Command {
 		timeScale    string
 		backend      string
 		force        bool
+		explore      string
+		profile      string
+		axes         predict.AxisFlags
 	)
 	c := &cobra.Command{
 		Use:   "optimize --spec base.yaml --out DIR",
@@ -57,6 +61,12 @@ zero-cost engine (emulator profile "null"), and the baseline engine's own
 median TTFT at the lowest level. With --time-scale auto (the default) ` + optimizer.FloorRule + `,
 so that the host does not decide what is measured. "spec" keeps the spec's
 scale (the floor is still measured and logged); a number sets the scale.
+
+Exploration (--explore predict, the default for --backend live): ` + optimizer.PredictRule + `
+The grid spans the --grid-* axes (as hone predict --grid does); the starting
+profile is --profile (default: the spec's emulator.profile); calibrated
+profiles are written to DIR/profiles/. --explore diagnose instead proposes
+each next config from the last trial's diagnosis (the bottleneck).
 
 --backend model runs the same loop on the brief's exact queueing model
 instead (simulation_only, seconds in all): it deploys nothing and refuses, as
@@ -95,6 +105,20 @@ holds an earlier run's log (see --force) or is in use.`,
 			}
 			if backend != "live" && backend != "model" {
 				return badInput("--backend: %q: want live (deploy and replay) or model (the exact queueing model)", backend)
+			}
+			switch {
+			case explore == "" && backend == "model":
+				explore = "diagnose"
+			case explore == "":
+				explore = "predict"
+			case explore != "predict" && explore != "diagnose":
+				return badInput("--explore: %q: want predict (rank a predicted grid, measure the best) or diagnose (propose from each diagnosis)", explore)
+			case explore == "predict" && backend == "model":
+				return badInput("--explore predict: the exact model (--backend model) is itself a prediction; use --explore diagnose")
+			}
+			gridAxes, err := axes.Axes()
+			if err != nil {
+				return axisErr(err)
 			}
 			sc, err := wf.scan(sim.Config{Mode: sim.Colocated})
 			if err != nil {
@@ -176,8 +200,16 @@ holds an earlier run's log (see --force) or is in use.`,
 					fmt.Fprintf(c.ErrOrStderr(), "optimize: warning: %s\n", floor.Note)
 				}
 			}
+			var pred *optimizer.Predictor
+			if explore == "predict" {
+				prof, err := predictProfile(profile, base)
+				if err != nil {
+					return err
+				}
+				pred = &optimizer.Predictor{Profile: prof, Axes: gridAxes, ProfileDir: filepath.Join(out, "profiles")}
+			}
 			lg, err := optimizer.Live(ctx, optimizer.LiveOptions{Base: base, Evaluator: ev, Budget: budget, HostFloor: floor,
-				Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo, LogPath: logPath, Progress: c.ErrOrStderr()})
+				Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo, LogPath: logPath, Progress: c.ErrOrStderr(), Predictor: pred})
 			if err != nil {
 				return fmt.Errorf("optimize: %w (the log so far is in %s)", err, logPath)
 			}
@@ -200,6 +232,9 @@ holds an earlier run's log (see --force) or is in use.`,
 	f.StringVar(&backend, "backend", "live", "live (deploy the spec and replay: emulated or device) | model (the exact queueing model: simulation_only)")
 	f.StringVar(&timeScale, "time-scale", "auto", "emulated trials' time scale: auto (from the host's measured floor) | spec | a factor")
 	f.BoolVar(&force, "force", false, "start over in an --out that holds an earlier run (which is kept as NAME.<time>.bak)")
+	f.StringVar(&explore, "explore", "", "predict (default with --backend live: rank a predicted grid, measure the most promising, calibrate) | diagnose (propose from each trial's bottleneck)")
+	f.StringVar(&profile, "profile", "", "with --explore predict: the cost profile predictions start from, a built-in name or a .yaml file (default: the spec's emulator.profile)")
+	registerGridAxes(f, &axes, optimizer.DefaultGridAxes())
 	return c
 }
 

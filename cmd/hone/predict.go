@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"github.com/hone-llm/hone/deploy"
@@ -157,15 +158,20 @@ the prediction cannot model).`,
 	output.register(f, "table", "", "table", "json")
 	f.BoolVar(&grid, "grid", false, "predict every deployment within the spec's GPU budget on the --grid-* axes and rank them")
 	f.IntVar(&top, "top", 20, "with --grid: how many of the ranked specs to print")
-	d := predict.DefaultAxes()
-	f.StringVar(&axes.TP, "grid-tp", "", "tensor-parallel sizes a pool may use (default: every power of two within the budget)")
+	registerGridAxes(f, &axes, predict.DefaultAxes())
+	return c
+}
+
+// registerGridAxes defines the --grid-* axis flags (hone predict --grid,
+// hone optimize) with defaults d.
+func registerGridAxes(f *pflag.FlagSet, axes *predict.AxisFlags, d predict.Axes) {
+	f.StringVar(&axes.TP, "grid-tp", joinList(d.TP), "tensor-parallel sizes a pool may use (default: every power of two within the budget)")
 	f.StringVar(&axes.MaxNumSeqs, "grid-max-num-seqs", joinList(d.MaxNumSeqs), "max_num_seqs values (0: the engine's default)")
 	f.StringVar(&axes.MaxNumBatchedTokens, "grid-max-num-batched-tokens", joinList(d.MaxNumBatchedTokens), "max_num_batched_tokens values (0: the engine's default; below max_num_seqs: skipped)")
 	f.StringVar(&axes.PrefixCaching, "grid-prefix-caching", joinList(d.PrefixCaching), "prefix caching: true, false or both")
 	f.StringVar(&axes.Routing, "grid-routing", joinList(d.Routing), "routing policies, tried where a pool has two workers or more")
 	f.StringVar(&axes.EnforceEager, "grid-enforce-eager", joinList(d.EnforceEager), "enforce_eager: false (CUDA graphs), true (eager) or both")
 	f.StringVar(&axes.GPUMemoryUtilization, "grid-gpu-memory-utilization", joinList(d.GPUMemoryUtilization), "gpu_memory_utilization values (0: the engine's default)")
-	return c
 }
 
 func gridFlagNames() []string {
