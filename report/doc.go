@@ -2,7 +2,9 @@
 // Markdown report with plots: before/after, every level of the baseline and
 // the selection, every trial (failed ones too), invalid levels and why,
 // ablations, the interaction, the latency attribution, and how to
-// reproduce it.
+// reproduce it. A log of the predict-then-measure loop adds every trial's
+// prediction against its measurement (table and plot), the calibrations of
+// the cost profile, why exploration stopped, and the top of the ranking.
 //
 // Every figure shows the spread over runs, not only the median: each run
 // as a point or a min–max bar, the median marked. Medians and ranges are
@@ -13,5 +15,6 @@
 //
 // Every number carries its kind: emulated or device figures are never
 // mixed or relabelled, and an unverified endpoint's figures are never
-// called device measurements.
+// called device measurements. Predicted figures are labelled predicted
+// beside the measured kind they are compared with.
 package report

@@ -20,9 +20,16 @@ type figure struct {
 	file    string   // PNG file name in the plot directory
 	alt     string   // Markdown alt text
 	caption string   // what the marks mean, for the report
-	plot    *plot.Plot
-	legend  []legendEntry
+	// prov overrides the log's provenance in the caption and alt text,
+	// for a figure that sets other figures beside the log's; nil: the log's.
+	prov   *figureProvenance
+	plot   *plot.Plot
+	legend []legendEntry
 }
+
+// figureProvenance is where a figure's numbers come from, as its caption
+// names it: label "PREDICTED vs EMULATED", tag "predicted vs emulated".
+type figureProvenance struct{ label, tag string }
 
 type legendEntry struct {
 	text   string

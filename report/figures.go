@@ -16,6 +16,10 @@ func (d *doc) figures(dir string) error {
 		return fmt.Errorf("plot directory: %w", err)
 	}
 	figs := []*figure{d.levelFigure(ttft), d.overviewFigure(), d.objectiveFigure(), d.levelFigure(tpot), d.levelFigure(effective)}
+	if d.lg.Predict != nil {
+		figs = append(figs, d.predictedFigure())
+	}
+	d.figs = map[string]int{}
 	for i, f := range figs {
 		b, err := f.png()
 		if err != nil {
@@ -24,7 +28,12 @@ func (d *doc) figures(dir string) error {
 		if err := atomicfile.Write(filepath.Join(dir, f.file), b); err != nil {
 			return fmt.Errorf("plot: %w", err)
 		}
-		d.p("![%s (%s)](%s)\n\n*Figure %d (%s). %s*\n\n", f.alt, d.prov.tag(), f.file, i+1, d.prov.label, strings.TrimSpace(f.caption))
+		prov := figureProvenance{label: d.prov.label, tag: d.prov.tag()}
+		if f.prov != nil {
+			prov = *f.prov
+		}
+		d.p("![%s (%s)](%s)\n\n*Figure %d (%s). %s*\n\n", f.alt, prov.tag, f.file, i+1, prov.label, strings.TrimSpace(f.caption))
+		d.figs[f.file] = i + 1
 	}
 	return nil
 }

@@ -29,6 +29,7 @@ func Write(w io.Writer, lg *optimizer.Log, o Options) error {
 		}
 	}
 	d.trials()
+	d.predicted()
 	d.hostFloor()
 	d.invalidLevels()
 	d.ablations()
@@ -49,6 +50,7 @@ type doc struct {
 	prov provenance
 	base *optimizer.Trial
 	sel  *optimizer.Trial // nil: nothing was selected
+	figs map[string]int   // figure number by file, once the plots are written
 }
 
 func newDoc(w io.Writer, lg *optimizer.Log) (*doc, error) {

@@ -1,0 +1,165 @@
+package report
+
+import (
+	"fmt"
+	"image/color"
+	"slices"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+const predictedFile = "predicted-vs-measured.png"
+
+// Profiles are told apart by colour and shape: the start, then each
+// calibrated profile in turn.
+var profileGlyphs = [][2]draw.GlyphDrawer{
+	{draw.CircleGlyph{}, draw.RingGlyph{}},
+	{draw.BoxGlyph{}, draw.SquareGlyph{}},
+	{draw.PyramidGlyph{}, draw.TriangleGlyph{}},
+}
+
+func profileLook(i int) look {
+	g := profileGlyphs[i%len(profileGlyphs)]
+	return look{color: otherColors[i%len(otherColors)], glyph: g[0], hollow: g[1], width: vg.Points(1)}
+}
+
+// predictedFigure plots every trial's measured median objective, with its
+// runs' range, against the objective predicted for it; the line y = x and
+// the band within which the error stays inside the bound.
+func (d *doc) predictedFigure() *figure {
+	pl := d.lg.Predict
+	title := fmt.Sprintf("measured vs predicted objective per trial\nx: PREDICTED by the engine model, before measuring\ny: %s: %s",
+		strings.ToUpper(d.prov.tag()), d.prov.short)
+	f := newFigure(predictedFile, title)
+	f.prov = &figureProvenance{label: "PREDICTED vs " + d.prov.label, tag: d.predictedTag()}
+	p := f.plot
+	p.X.Label.Text = "predicted objective (req/s)"
+	p.Y.Label.Text = fmt.Sprintf("%s objective (req/s)", d.prov.tag())
+
+	profiles := slices.Clone(pl.Profiles)
+	type group struct{ filled, hollow plotter.XYs }
+	groups := map[string]*group{}
+	var labels plotter.XYLabels
+	var unpredicted, unmeasured []string
+	var bars []plot.Plotter
+	var hollow bool
+	lim := 0.0
+	for _, t := range d.all() {
+		pr := t.Predicted
+		switch {
+		case pr == nil || pr.Error != "":
+			unpredicted = append(unpredicted, fmt.Sprint(t.N))
+			continue
+		case t.Error != "":
+			unmeasured = append(unmeasured, fmt.Sprint(t.N))
+			continue
+		}
+		i := slices.Index(profiles, pr.Profile)
+		if i < 0 {
+			profiles = append(profiles, pr.Profile)
+			i = len(profiles) - 1
+		}
+		g := groups[pr.Profile]
+		if g == nil {
+			g = &group{}
+			groups[pr.Profile] = g
+		}
+		xy := plotter.XY{X: pr.Objective, Y: t.Objective}
+		if t.Eligible {
+			g.filled = append(g.filled, xy)
+		} else {
+			g.hollow, hollow = append(g.hollow, xy), true
+		}
+		lim = max(lim, pr.Objective, t.Objective)
+		if lo, hi, ok := objectiveRange(t); ok {
+			rb := &rangeBars{style: draw.LineStyle{Color: profileLook(i).color, Width: vg.Points(1)}}
+			rb.add(pr.Objective, lo, hi)
+			bars = append(bars, rb)
+			lim = max(lim, hi)
+		}
+		labels.XYs = append(labels.XYs, xy)
+		labels.Labels = append(labels.Labels, fmt.Sprint(t.N))
+	}
+	if lim <= 0 {
+		lim = 1
+	}
+	lim *= 1.08
+
+	b := pl.ErrorBound
+	top := lim * 100
+	if b < 1 {
+		top = lim / (1 - b)
+	}
+	band, _ := plotter.NewPolygon(plotter.XYs{{X: 0, Y: 0}, {X: lim, Y: lim / (1 + b)}, {X: lim, Y: top}})
+	band.Color = color.RGBA{220, 220, 220, 255}
+	band.LineStyle.Width = 0
+	diag := plotter.NewFunction(func(x float64) float64 { return x })
+	diag.Color = legendGrey
+	diag.Dashes = []vg.Length{vg.Points(5), vg.Points(4)}
+	// The band first, so that everything else is drawn over it.
+	p.Add(band, diag)
+	p.Add(bars...)
+
+	for i, name := range profiles {
+		g := groups[name]
+		if g == nil {
+			continue
+		}
+		lk := profileLook(i)
+		thumbs := []draw.GlyphStyle{lk.point()}
+		if len(g.filled) > 0 {
+			sc, _ := plotter.NewScatter(g.filled)
+			sc.GlyphStyle = lk.point()
+			p.Add(sc)
+		}
+		if len(g.hollow) > 0 {
+			sc, _ := plotter.NewScatter(g.hollow)
+			sc.GlyphStyle = draw.GlyphStyle{Color: lk.color, Radius: vg.Points(3.5), Shape: lk.hollow}
+			p.Add(sc)
+		}
+		f.add(d.profileLegend(i, name), glyphRow(thumbs))
+	}
+	if len(labels.XYs) > 0 {
+		ls, _ := plotter.NewLabels(labels)
+		ls.Offset = vg.Point{X: vg.Points(5), Y: vg.Points(3)}
+		p.Add(ls)
+	}
+	if hollow {
+		f.add("hollow: trial not eligible (reason in the trials table)", glyphRow{{Color: legendGrey, Radius: vg.Points(3.5), Shape: draw.RingGlyph{}}})
+	}
+	f.add("min–max of the runs' objectives", &rangeBars{style: draw.LineStyle{Color: legendGrey, Width: vg.Points(1)}})
+	f.add("measured = predicted", diag)
+	f.add(fmt.Sprintf("objective error within %s of the measured objective", pctBound(b)), band)
+	p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = 0, lim, 0, lim
+
+	f.alt = "measured vs predicted objective per trial"
+	f.caption = fmt.Sprintf("Each trial's measured objective (%s, req/s: the median over its runs, the bar their min–max) against the objective "+
+		"the engine model predicted for it before it ran (req/s), labelled with the trial's number; colour and shape name the profile the "+
+		"prediction came from. The dashed line is measured = predicted; inside the grey band the objective error (measured − predicted) / "+
+		"measured is within the loop's bound, %s, and outside it the loop recalibrates the profile.", d.prov.tag(), pctBound(b))
+	if len(unpredicted) > 0 {
+		f.caption += fmt.Sprintf(" Not drawn, no prediction: trial %s.", strings.Join(unpredicted, ", "))
+	}
+	if len(unmeasured) > 0 {
+		f.caption += fmt.Sprintf(" Not drawn, the trial failed: trial %s.", strings.Join(unmeasured, ", "))
+	}
+	return f
+}
+
+// profileLegend names profile i: the start, or the trial it was
+// calibrated after.
+func (d *doc) profileLegend(i int, name string) string {
+	if i == 0 {
+		return fmt.Sprintf("predicted with %s (the start)", name)
+	}
+	for _, c := range d.lg.Predict.Calibrations {
+		if c.To == name && c.Error == "" {
+			return fmt.Sprintf("predicted with %s (calibrated after trial %d)", name, c.AfterTrial)
+		}
+	}
+	return "predicted with " + name
+}
