@@ -57,11 +57,28 @@ demo: deps-test build
 # costs /S in model time). Its unqueued levels hold p99 TTFT to 3 ms end to
 # end, which a busy or small machine cannot always give (see
 # sim/emulator/PROFILES.md); `make test` runs the queued levels and the
-# engines' exact recurrences. About 12 minutes at scale 2.
+# engines' exact recurrences. About 12 minutes at scale 2. Then hone predict
+# against live emulator deployments (12 configs x 2 profiles at time scale 1,
+# predict/live_test.go): about 25 more minutes.
 CONSISTENCY_SCALE ?= 2
 .PHONY: test-consistency
 test-consistency:
 	$(GO) test -count=1 -timeout 60m -run '^TestConsistencyWithExactModel$$' -parallel 2 -v ./sim/emulator -long -long-scale $(CONSISTENCY_SCALE)
+	$(GO) test -count=1 -timeout 30m -run '^TestPredictionMatchesLiveEmulator$$' -v ./predict -live
+
+# bench runs the benchmarks the issues set targets for, each BENCH_COUNT
+# times, and prints medians with benchstat (golang.org/x/perf, pinned in
+# go.mod), the reference runs beside them: the predictor's full scan (target
+# < 50 ms CPU) beside the exact model's, and a 1,000-config grid ranked on
+# every CPU (target < 1 minute on 2 cores). Not part of `make test`.
+BENCH_COUNT ?= 6
+BENCH_OUT ?= results/bench
+.PHONY: bench
+bench:
+	@mkdir -p $(BENCH_OUT)
+	$(GO) test -run '^$$' -bench '^Benchmark(Scan|ExactScan)$$' -benchtime 10x -count $(BENCH_COUNT) ./predict | tee $(BENCH_OUT)/predict-scan.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkGrid1000$$' -benchtime 1x -count 3 -timeout 30m ./predict | tee $(BENCH_OUT)/predict-grid.txt
+	$(GO) run golang.org/x/perf/cmd/benchstat $(BENCH_OUT)/predict-scan.txt $(BENCH_OUT)/predict-grid.txt
 
 # fuzz runs every fuzz target for FUZZTIME each (their seed corpora already
 # run under `make test`). Long: not part of the test suite.

@@ -1,10 +1,13 @@
 package predict
 
 import (
+	"context"
+	"syscall"
 	"testing"
 
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/sim"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -23,13 +26,69 @@ func BenchmarkScan(b *testing.B) {
 			w := replay.DefaultWorkload()
 			qps := []float64{1, 2, 4, 8, 16, 32}
 			b.ReportAllocs()
+			cpu0 := cpuSeconds()
 			for b.Loop() {
 				if _, err := Run(spec, Options{Workload: w, QPS: qps, SLO: slo.Default}); err != nil {
 					b.Fatal(err)
 				}
 			}
+			cpu := cpuSeconds() - cpu0
 			tokens := float64(len(qps) * w.Requests * w.OutputTokens)
-			b.ReportMetric(tokens*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+			b.ReportMetric(cpu*1000/float64(b.N), "cpu-ms/op")
+			b.ReportMetric(tokens*float64(b.N)/cpu, "tokens/cpu-s")
 		})
 	}
+}
+
+// BenchmarkExactScan is the reference beside BenchmarkScan: the brief's
+// exact queueing model (package sim) over the same scan.
+func BenchmarkExactScan(b *testing.B) {
+	for _, mode := range []sim.Mode{sim.Colocated, sim.Disaggregated} {
+		b.Run(string(mode), func(b *testing.B) {
+			sc := sim.DefaultScan(sim.Config{Mode: mode, PrefixCache: true})
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := sim.Scan(sc); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkGrid1000 ranks a 1,000-config grid (budget 8, the default
+// axes, cut to its first 1,000 specs) on the brief's full scan, on every
+// CPU: the target is under a minute on a 2-core machine.
+func BenchmarkGrid1000(b *testing.B) {
+	base := testSpec(b, deploy.Colocated, "qwen2.5-coder-0.5b-l4")
+	base.GPUs = deploy.GPUs{Budget: 8, IDs: []int{0, 1, 2, 3, 4, 5, 6, 7}}
+	specs, err := Grid(base, DefaultAxes())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(specs) < 1000 {
+		b.Fatalf("grid of %d specs, want at least 1000", len(specs))
+	}
+	specs = specs[:1000]
+	opts := Options{Workload: replay.DefaultWorkload(), QPS: []float64{1, 2, 4, 8, 16, 32}, SLO: slo.Default}
+	for b.Loop() {
+		pts := Evaluate(context.Background(), specs, opts, nil)
+		for _, p := range pts {
+			if p.Err != "" {
+				b.Fatalf("%s: %s", p.Spec.Name, p.Err)
+			}
+		}
+		Rank(pts)
+	}
+	b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/grid")
+}
+
+// cpuSeconds is this process's CPU time so far (user + system, every
+// thread: the garbage collector's too).
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
