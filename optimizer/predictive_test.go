@@ -2,6 +2,7 @@ package optimizer
 
 import (
 	"context"
+	"flag"
 	"math"
 	"path/filepath"
 	"strings"
@@ -153,5 +154,75 @@ emulator: {profile: qwen2.5-coder-0.5b-l4, time_scale: 1}
 	}
 	if p.StopReason == "" {
 		t.Error("no stop reason")
+	}
+}
+
+var regretTable = flag.Bool("regret", false, "run TestRegretTable: the predict-then-measure loop against exhaustive grids under hidden profiles")
+
+// TestRegretTable (with -regret) runs the predict-then-measure loop from
+// four baselines against "deployments" whose cost profile is hidden from
+// it (moved from the optimizer's by known factors), and reports for each
+// the grid's size, the trials measured, the calibrations, the selection
+// and its regret against the whole grid measured under the hidden profile.
+func TestRegretTable(t *testing.T) {
+	if !*regretTable {
+		t.Skip("run with -regret (a table for the closing note, not a check)")
+	}
+	type perturb struct {
+		name                             string
+		base, perSeq, prefill, ctx, link float64
+	}
+	hiddens := []perturb{
+		{"as profiled", 1, 1, 1, 1, 1},
+		{"step base ×2.5", 2.5, 1, 1, 1, 1},
+		{"prefill ×1.3, link ×0.5", 1, 1, 1.3, 1, 0.5},
+		{"decode per seq ×3, base ×0.8", 0.8, 3, 1, 1, 1},
+	}
+	bases := []string{
+		"topology: {kind: colocated, replicas: 2, tp: 1}\nknobs: {prefix_caching: true}",
+		"topology: {kind: colocated, replicas: 2, tp: 1}\nknobs: {prefix_caching: true, enforce_eager: true}",
+		"topology: {kind: disaggregated, prefill: {replicas: 1, tp: 1}, decode: {replicas: 1, tp: 1}}\nkv_connector: {name: NixlConnector, side_channel_port: 18420}\nknobs: {prefix_caching: true}",
+	}
+	w := replay.Workload{Seed: 1, Requests: 40, InputTokens: 4096, UncachedTokens: 128, OutputTokens: 64}
+	qps := []float64{4, 16, 32, 64}
+	target := slo.SLO{TTFTMillis: 250, TPOTMillis: 20}
+	for _, prof := range []string{"qwen2.5-coder-0.5b-l4", "qwen2.5-coder-0.5b-h200"} {
+		for bi, b := range bases {
+			for _, h := range hiddens {
+				start, _ := emulator.LookupProfile(prof)
+				hidden, _ := emulator.LookupProfile(prof)
+				lin := start.LinearApprox()
+				lin.StepBaseMs *= h.base
+				lin.DecodePerSeqMs *= h.perSeq
+				lin.PrefillPerTokenMs *= h.prefill
+				lin.PrefillPerContextMs *= h.ctx
+				hidden.Linear = &lin
+				hidden.GPU.LinkBytesSec *= h.link
+				base, err := deploy.ParseSpec([]byte("name: base\nengine: emulator\nmodel: {id: Qwen/Qwen2.5-Coder-0.5B-Instruct, revision: emulated}\ngpus: {budget: 2}\n" +
+					b + "\nrouting: {policy: session_affinity}\nnetwork: {proxy_port: 18400, worker_port: 18410}\nemulator: {profile: " + prof + ", time_scale: 1}\n"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				dir := t.TempDir()
+				ev := &hiddenEvaluator{prof: hidden, w: w, qps: qps, slo: target, dir: dir}
+				axes := DefaultGridAxes()
+				lg, err := Live(context.Background(), LiveOptions{Base: base, Evaluator: ev, Budget: 8, Runs: 3, Workload: w, QPS: qps, SLO: target,
+					Predictor: &Predictor{Profile: start, Axes: axes}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				grid, _ := predict.Grid(base, axes)
+				truth := predict.Rank(predict.Evaluate(context.Background(), grid, predict.Options{Profile: hidden, Workload: w, QPS: qps, SLO: target}, nil))
+				sel := "none"
+				regret := 1.0
+				if lg.Selected > 0 {
+					s := lg.Trials[lg.Selected-1]
+					sel, regret = s.Key, (truth[0].Objective-s.Objective)/truth[0].Objective
+				}
+				t.Logf("| %s | %s | %s | %d | %d | %d | %s | %s %.2f | %.1f%% |", prof[len("qwen2.5-coder-0.5b-"):],
+					[]string{"coloc DP2", "coloc DP2 eager", "1P1D"}[bi], h.name, len(grid), ev.calls, len(lg.Predict.Calibrations),
+					sel, SpecKey(truth[0].Spec), truth[0].Objective, 100*regret)
+			}
+		}
 	}
 }
