@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/replay"
 )
 
 // Axes are the values a grid tries for each engine knob, on every topology.
@@ -49,18 +50,6 @@ func DefaultAxes() Axes {
 // built, with the count, so the axes can be narrowed.
 const MaxGridSpecs = 100_000
 
-// AxisError is a bad value list for one axis. Axis is the axis's name as
-// hone predict's --grid-AXIS flag spells it ("max-num-seqs").
-type AxisError struct {
-	Axis  string
-	Value string
-	Want  string
-}
-
-func (e *AxisError) Error() string {
-	return fmt.Sprintf("grid axis %s: %q is invalid: want %s", e.Axis, e.Value, e.Want)
-}
-
 // AxisFlags are the axes as comma-separated lists, the way the command
 // line spells them; an empty string keeps DefaultAxes' list (TP: every
 // power of two within the budget).
@@ -74,7 +63,7 @@ type AxisFlags struct {
 	GPUMemoryUtilization string
 }
 
-// Axes parses the lists. An error is an *AxisError naming the axis.
+// Axes parses the lists. An error is a *replay.ParamError whose Field is the axis, named as the --grid-AXIS flag spells it ("max-num-seqs").
 func (f AxisFlags) Axes() (Axes, error) {
 	a := DefaultAxes()
 	var err error
@@ -123,10 +112,10 @@ func parseList[T comparable](s, axis string, def []T, parse func(string) (T, str
 		f = strings.TrimSpace(f)
 		v, want := parse(f)
 		if want != "" {
-			return nil, &AxisError{Axis: axis, Value: f, Want: want}
+			return nil, &replay.ParamError{Field: axis, Value: f, Want: want}
 		}
 		if slices.Contains(out, v) {
-			return nil, &AxisError{Axis: axis, Value: f, Want: "each value once"}
+			return nil, &replay.ParamError{Field: axis, Value: f, Want: "each value once"}
 		}
 		out = append(out, v)
 	}
@@ -181,10 +170,10 @@ func (a Axes) validate() error {
 		for i := range n {
 			v, want := val(i)
 			if want != "" {
-				return &AxisError{Axis: axis, Value: v, Want: want}
+				return &replay.ParamError{Field: axis, Value: v, Want: want}
 			}
 			if seen[v] {
-				return &AxisError{Axis: axis, Value: v, Want: "each value once"}
+				return &replay.ParamError{Field: axis, Value: v, Want: "each value once"}
 			}
 			seen[v] = true
 		}

@@ -296,11 +296,11 @@ func TestGridRefuses(t *testing.T) {
 	if _, err := Grid(baseSpec(t, 1024, "[]"), DefaultAxes()); err == nil || !strings.Contains(err.Error(), "narrow the axes") {
 		t.Errorf("budget 1024: %v", err)
 	}
-	var ae *AxisError
-	if _, err := Grid(baseSpec(t, 2, "[0, 1]"), Axes{Routing: []string{"random"}}); !errors.As(err, &ae) || ae.Axis != "routing" {
+	var ae *replay.ParamError
+	if _, err := Grid(baseSpec(t, 2, "[0, 1]"), Axes{Routing: []string{"random"}}); !errors.As(err, &ae) || ae.Field != "routing" {
 		t.Errorf("bad routing: %v", err)
 	}
-	if _, err := Grid(baseSpec(t, 2, "[0, 1]"), Axes{MaxNumSeqs: []int{64, 64}}); !errors.As(err, &ae) || ae.Axis != "max-num-seqs" {
+	if _, err := Grid(baseSpec(t, 2, "[0, 1]"), Axes{MaxNumSeqs: []int{64, 64}}); !errors.As(err, &ae) || ae.Field != "max-num-seqs" {
 		t.Errorf("duplicate: %v", err)
 	}
 	bad := baseSpec(t, 2, "[0, 1]")
@@ -340,8 +340,8 @@ func TestAxisFlags(t *testing.T) {
 		{AxisFlags{GPUMemoryUtilization: "NaN"}, "gpu-memory-utilization"},
 	} {
 		_, err := tc.f.Axes()
-		var ae *AxisError
-		if !errors.As(err, &ae) || ae.Axis != tc.axis {
+		var ae *replay.ParamError
+		if !errors.As(err, &ae) || ae.Field != tc.axis {
 			t.Errorf("%+v: %v, want an error on axis %s", tc.f, err, tc.axis)
 		}
 	}

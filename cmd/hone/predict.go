@@ -31,7 +31,7 @@ func init() { subcommands = append(subcommands, newPredictCmd) }
 // predictNote says what a predicted figure is, under every table.
 const predictNote = "predicted: the emulator's scheduler in virtual time with the profile's cost model; not a measurement"
 
-// gridAxes are predict.AxisError's axis names, in flag order; axis A is
+// gridAxes are the grid axes' names (replay.ParamError.Field), in flag order; axis A is
 // the flag --grid-A.
 var gridAxes = []string{"tp", "max-num-seqs", "max-num-batched-tokens", "prefix-caching", "routing", "enforce-eager",
 	"gpu-memory-utilization"}
@@ -192,9 +192,9 @@ func joinList[T any](vs []T) string {
 
 // axisErr names the --grid-* flag of a bad axis.
 func axisErr(err error) error {
-	var ae *predict.AxisError
+	var ae *replay.ParamError
 	if errors.As(err, &ae) {
-		return badInput("--grid-%s: %q is invalid: want %s", ae.Axis, ae.Value, ae.Want)
+		return badInput("--grid-%s: %q is invalid: want %s", ae.Field, ae.Value, ae.Want)
 	}
 	return usageError{err}
 }
@@ -309,7 +309,7 @@ const gridRule = "ranked by objective (largest effective QPS among passing level
 func runPredictGrid(c *cobra.Command, base *deploy.Spec, axes predict.Axes, opts predict.Options, top int, out, format string) error {
 	specs, err := predict.Grid(base, axes)
 	if err != nil {
-		var ae *predict.AxisError
+		var ae *replay.ParamError
 		if errors.As(err, &ae) {
 			return axisErr(err)
 		}

@@ -236,20 +236,31 @@ func (c *Config) resolve() (*Profile, error) {
 	return p, nil
 }
 
+// resolveEngine resolves c (resolve) and sizes the KV cache: the
+// profile's capacity at the memory utilisation, or the override, which
+// must hold one sequence of max-model-len.
+func (c *Config) resolveEngine() (*Profile, int, error) {
+	prof, err := c.resolve()
+	if err != nil {
+		return nil, 0, err
+	}
+	blocks := prof.NumBlocks(c.BlockSize, c.GPUMemoryUtilization)
+	if c.NumGPUBlocksOverride > 0 {
+		blocks = c.NumGPUBlocksOverride
+	}
+	if blocks*c.BlockSize < c.MaxModelLen {
+		return nil, 0, fmt.Errorf("KV cache of %d blocks × %d tokens cannot hold one sequence of max-model-len %d",
+			blocks, c.BlockSize, c.MaxModelLen)
+	}
+	return prof, blocks, nil
+}
+
 // Start validates cfg, binds the HTTP port (and, for a prefill worker, the
 // KV side channel), and starts serving until ctx ends or Close is called.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
-	prof, err := cfg.resolve()
+	prof, blocks, err := cfg.resolveEngine()
 	if err != nil {
 		return nil, err
-	}
-	blocks := prof.NumBlocks(cfg.BlockSize, cfg.GPUMemoryUtilization)
-	if cfg.NumGPUBlocksOverride > 0 {
-		blocks = cfg.NumGPUBlocksOverride
-	}
-	if blocks*cfg.BlockSize < cfg.MaxModelLen {
-		return nil, fmt.Errorf("KV cache of %d blocks × %d tokens cannot hold one sequence of max-model-len %d",
-			blocks, cfg.BlockSize, cfg.MaxModelLen)
 	}
 	g, err := guard.New(cfg.Guard)
 	if err != nil {

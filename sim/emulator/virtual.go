@@ -206,17 +206,9 @@ func newVWorker(c *vcluster, i int, cfg Config) (*vworker, error) {
 	case cfg.Faults.CrashAfter > 0, cfg.Faults.RefuseKV, cfg.Faults.CutAfter > 0:
 		return nil, fmt.Errorf("faults other than stall and slow-transfer have no meaning in virtual time")
 	}
-	prof, err := cfg.resolve()
+	prof, blocks, err := cfg.resolveEngine()
 	if err != nil {
 		return nil, err
-	}
-	blocks := prof.NumBlocks(cfg.BlockSize, cfg.GPUMemoryUtilization)
-	if cfg.NumGPUBlocksOverride > 0 {
-		blocks = cfg.NumGPUBlocksOverride
-	}
-	if blocks*cfg.BlockSize < cfg.MaxModelLen {
-		return nil, fmt.Errorf("KV cache of %d blocks × %d tokens cannot hold one sequence of max-model-len %d",
-			blocks, cfg.BlockSize, cfg.MaxModelLen)
 	}
 	cfg.EngineID = fmt.Sprintf("virtual-%d", i)
 	w := &vworker{c: c, i: i}
