@@ -301,8 +301,8 @@ type PromptTokensDetails struct {
 //	tokens_per_second       output tokens / (first scheduled → last token);
 //	                        absent when that interval is 0 (vLLM: null)
 //
-// The emulator's queued instant is the request's arrival (it models no
-// frontend work before the engine core). As vLLM, the object comes only
+// The emulator's queued instant is the request's arrival plus the
+// profile's frontend_ms (the API server's work before the engine core). As vLLM, the object comes only
 // with the flag: on a non-streaming answer, and in a stream on the final
 // usage chunk (stream_options.include_usage).
 //
@@ -335,7 +335,7 @@ func requestMetrics(res *Result, scale float64) *RequestMetrics {
 	m := &RequestMetrics{PrefillTimeMs: t.PrefillMs, KVTransferTimeMs: t.TransferMs, DecodeTimeMs: t.DecodeMs,
 		E2ETimeMs: t.E2EMs, TimeScale: scale}
 	if t.ScheduledMono != 0 {
-		m.QueueTimeMs = t.ScheduledMs - t.ArrivalMs
+		m.QueueTimeMs = t.ScheduledMs - t.QueuedMs
 	}
 	n := res.OutputTokens
 	if n == 0 {

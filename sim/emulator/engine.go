@@ -114,6 +114,7 @@ type Result struct {
 // CLOCK_MONOTONIC nanoseconds of each instant (0 when it did not happen).
 type Timing struct {
 	ArrivalMs        float64
+	QueuedMs         float64 // the engine core took it in: arrival + the profile's FrontendMs
 	ScheduledMs      float64 // the first scheduling, model ms since engine start (when ScheduledMono != 0); later ones (after a preemption) do not move it
 	QueueMs          float64 // arrival (or KV ready) -> first scheduled
 	PrefillMs        float64 // first scheduled -> first token
@@ -374,7 +375,7 @@ func (e *engine) handle(m msg) {
 		if r.tokens == nil {
 			r.tokens = append(make([]int, 0, len(r.prompt)+max(r.maxTokens, 0)), r.prompt...)
 		}
-		r.readyMs = r.arrivalMs
+		r.readyMs = r.arrivalMs + e.prof.FrontendMs
 		if r.remote != nil {
 			if !e.allocRemote(r) {
 				e.pending = append(e.pending, r)
@@ -692,7 +693,7 @@ func (e *engine) finish(r *request, reason string, err error) {
 
 func (e *engine) timing(r *request) Timing {
 	c := e.clock
-	t := Timing{ArrivalMs: r.arrivalMs, StallMs: r.stallMs, Preemptions: r.preemptions,
+	t := Timing{ArrivalMs: r.arrivalMs, QueuedMs: r.arrivalMs + e.prof.FrontendMs, StallMs: r.stallMs, Preemptions: r.preemptions,
 		ArrivalMono: c.mono(r.arrivalMs), ArrivalUnixNano: r.arrival.UnixNano(),
 		KVPulledTokens: r.pulledTokens, KVBytesReceived: r.kvBytesIn}
 	if r.remote != nil && r.transferToMs > 0 {

@@ -95,6 +95,12 @@ type Profile struct {
 	// TransferFixedMs is the fixed cost of one KV pull (handshake,
 	// descriptor exchange, completion notification).
 	TransferFixedMs float64 `yaml:"transfer_fixed_ms"`
+	// FrontendMs is the API server's work between a request's receipt
+	// and the engine core's taking it in (HTTP parsing, input
+	// processing, the hop to the engine core): vLLM's arrival_time is
+	// stamped at receipt, its queued time at the engine core. The
+	// engine sees a request FrontendMs after its arrival.
+	FrontendMs float64 `yaml:"frontend_ms"`
 
 	// Serving defaults, as vLLM picks them for this GPU class.
 	MaxNumSeqs          int `yaml:"max_num_seqs"`
@@ -334,7 +340,7 @@ var profiles = map[string]*Profile{
 			InterconnectBytesSec: 32e9, InterconnectLatencyUs: 15},
 		MFU: 0.35, MBU: 0.70,
 		StepOverheadMs: 1.5, LaunchUs: 5, KernelsPerLayer: 14, GraphLaunchMs: 0.05,
-		ActivationReserveBytes: 2 * gib, TransferFixedMs: 1.0,
+		ActivationReserveBytes: 2 * gib, TransferFixedMs: 1.0, FrontendMs: 2.0,
 		MaxNumSeqs: 256, MaxNumBatchedTokens: 2048,
 	},
 	// NVIDIA L4 (24 GB GDDR6): 121 TFLOPS dense bf16, 300 GB/s, PCIe 4.0
@@ -345,7 +351,7 @@ var profiles = map[string]*Profile{
 			InterconnectBytesSec: 32e9, InterconnectLatencyUs: 15},
 		MFU: 0.35, MBU: 0.70,
 		StepOverheadMs: 1.5, LaunchUs: 5, KernelsPerLayer: 14, GraphLaunchMs: 0.05,
-		ActivationReserveBytes: 2 * gib, TransferFixedMs: 1.0,
+		ActivationReserveBytes: 2 * gib, TransferFixedMs: 1.0, FrontendMs: 2.0,
 		MaxNumSeqs: 256, MaxNumBatchedTokens: 2048,
 	},
 	// NVIDIA H200 SXM (141 GB HBM3e): 989 TFLOPS dense bf16, 4.8 TB/s,
@@ -356,7 +362,7 @@ var profiles = map[string]*Profile{
 			InterconnectBytesSec: 450e9, InterconnectLatencyUs: 5},
 		MFU: 0.20, MBU: 0.60,
 		StepOverheadMs: 1.0, LaunchUs: 4, KernelsPerLayer: 14, GraphLaunchMs: 0.04,
-		ActivationReserveBytes: 4 * gib, TransferFixedMs: 0.5,
+		ActivationReserveBytes: 4 * gib, TransferFixedMs: 0.5, FrontendMs: 2.0,
 		MaxNumSeqs: 1024, MaxNumBatchedTokens: 8192,
 	},
 }

@@ -146,6 +146,7 @@ func (p *Profile) Validate() error {
 		v.nonNeg("gpu.link_bytes_sec", p.GPU.LinkBytesSec)
 		v.nonNeg("activation_reserve_bytes", p.ActivationReserveBytes)
 		v.nonNeg("transfer_fixed_ms", p.TransferFixedMs)
+		v.nonNeg("frontend_ms", p.FrontendMs)
 		if l := p.Linear; l != nil {
 			v.nonNeg("linear.step_base_ms", l.StepBaseMs)
 			v.nonNeg("linear.decode_per_seq_ms", l.DecodePerSeqMs)

@@ -606,6 +606,16 @@ func (s *Server) generate(w http.ResponseWriter, hr *http.Request, parse func([]
 			r.remote = p
 		}
 	}
+	// The engine core takes the request in frontend_ms after its receipt
+	// (the API server's modelled work, which the parsing above overlaps):
+	// what reaches the engine is then decided by the model, not by how
+	// fast this host parsed the body.
+	if fe := s.prof.FrontendMs; fe > 0 {
+		sleepCtx(hr.Context(), time.Until(e.clock.real(r.arrivalMs+fe)))
+		if hr.Context().Err() != nil {
+			return
+		}
+	}
 	if !e.post(msg{kind: msgAdd, req: r}) {
 		writeError(w, &APIError{Object: "error", Message: "engine stopped", Type: "ServiceUnavailableError", Code: 503})
 		return

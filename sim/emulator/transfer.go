@@ -94,10 +94,10 @@ func (e *engine) allocRemote(r *request) bool {
 	e.metrics.prefixQueries.Add(float64(len(r.prompt)))
 	e.metrics.prefixHits.Add(float64(r.cached))
 	// The modelled transfer starts when the decode worker took the request
-	// in (its frontend's receipt, or later when blocks were short), like a
-	// colocated prefill: parsing the request overlaps modelled time. The
+	// in (its frontend's receipt plus the profile's frontend_ms, or later
+	// when blocks were short), like a colocated prefill. The
 	// exercise profile moves it back to the prefill's end (pullOnce).
-	r.transferFromMs = r.arrivalMs
+	r.transferFromMs = r.readyMs
 	if len(e.pending) > 0 && e.pending[0] == r {
 		r.transferFromMs = e.nowMs()
 	}
@@ -467,7 +467,7 @@ func (e *engine) pullOnce(ctx context.Context, r *request, from int, fromMs, end
 	if err != nil {
 		return 0, 0, err
 	}
-	if e.prof.Exercise != nil && *fromMs == r.arrivalMs { // (a pull that waited for blocks keeps its later start)
+	if e.prof.Exercise != nil && *fromMs == r.arrivalMs+e.prof.FrontendMs { // (a pull that waited for blocks keeps its later start)
 		switch {
 		case h.BootID != "" && h.BootID == bootID() && h.ReadyMonoNs > 0:
 			*fromMs = min(*fromMs, e.clock.fromMono(h.ReadyMonoNs))

@@ -99,6 +99,7 @@ const (
 	evStepEnd               // the worker's step in flight ends
 	evLoaded                // a KV pull ended at the decode worker
 	evRelease               // the prefill worker frees a pulled request's blocks
+	evIntake                // the engine core takes a request in, the profile's frontend_ms after its receipt
 )
 
 type event struct {
@@ -314,13 +315,15 @@ func (c *vcluster) handle(ev event) {
 		}
 		c.index[r] = ev.req
 		c.outcomes[ev.req] = VirtualOutcome{ID: q.ID, ArrivalMs: q.ArrivalMs}
-		e.handle(msg{kind: msgAdd, req: r})
+		c.intake(w, r)
 	case evDecode:
 		q := &c.reqs[ev.req]
 		r := c.newRequest(e, q, q.MaxTokens)
 		r.remote = ev.params
 		c.index[r] = ev.req
-		e.handle(msg{kind: msgAdd, req: r})
+		c.intake(w, r)
+	case evIntake:
+		e.handle(msg{kind: msgAdd, req: ev.r})
 	case evStepEnd:
 		end := ev.at
 		e.complete(w.step, end)
@@ -334,6 +337,16 @@ func (c *vcluster) handle(ev event) {
 		e.retryPending()
 	}
 	c.dirty[ev.worker] = true
+}
+
+// intake hands r to its engine core, at once or frontend_ms later (as the
+// server does after its receipt).
+func (c *vcluster) intake(w *vworker, r *request) {
+	if fe := w.e.prof.FrontendMs; fe > 0 {
+		c.push(event{at: c.now + fe, kind: evIntake, worker: w.i, r: r})
+		return
+	}
+	w.e.handle(msg{kind: msgAdd, req: r})
 }
 
 func (c *vcluster) newRequest(e *engine, q *VirtualRequest, maxTokens int) *request {
@@ -410,7 +423,7 @@ func (w *vworker) pull(r *request, from int) {
 	bytes := int64(h.promptLen-from) * int64(pre.prof.Model.KVBytesPerToken())
 	model := pre.prof.TransferMs(bytes) * pre.cfg.faults.slowTransfer
 	fromMs := r.transferFromMs
-	if w.e.prof.Exercise != nil && fromMs == r.arrivalMs {
+	if w.e.prof.Exercise != nil && fromMs == r.arrivalMs+w.e.prof.FrontendMs {
 		fromMs = min(fromMs, h.readyMs)
 	}
 	end := fromMs + model
