@@ -336,7 +336,7 @@ func (l *loop) proposals() error {
 // missing, one for the interaction cell.
 func (l *loop) ablations(best *Trial) error {
 	for _, c := range Ablations(best.Spec) {
-		if l.left() <= 1+boolInt(interactionNeeded(l.lg, best)) {
+		if l.left() <= 1+interactionNeeded(l.lg, best) {
 			break
 		}
 		if n, seen := l.tried[SpecKey(c.Spec)]; seen {
@@ -350,12 +350,18 @@ func (l *loop) ablations(best *Trial) error {
 	return nil
 }
 
-// interaction measures the missing cell of topology × prefix caching
-// around best, when the budget leaves room before the re-run, and reads
-// the interaction when all four cells are measured.
+// interaction measures the missing cells of topology × prefix caching
+// around best (the other topology, with the cache as selected and
+// flipped), when the budget leaves room before the re-run, and reads the
+// interaction when all four cells are measured.
 func (l *loop) interaction(best *Trial) error {
-	if cell := interactionCell(best.Spec, l.tried); cell != nil && l.left() > 1 {
-		if _, err := l.run("interaction", "topology × prefix caching: the other topology with the cache off", cell); err != nil {
+	cells := interactionCells(best.Spec, l.tried)
+	for i, cell := range cells {
+		if l.left() <= 1 || (len(cells) == 2 && i == 0 && l.left() <= 2) {
+			break // the re-run comes first; half an interaction reads nothing
+		}
+		why := "topology × prefix caching: the other topology, the cache " + map[bool]string{true: "on", false: "off"}[cachingOn(cell)]
+		if _, err := l.run("interaction", why, cell); err != nil {
 			return err
 		}
 	}
@@ -418,13 +424,6 @@ func (l *loop) done() (*Log, error) {
 		}
 	}
 	return l.lg, writeLog(l.o.LogPath, l.lg)
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // judge sets a trial's eligibility from its figures.
@@ -568,9 +567,10 @@ func fmtRuns(v []float64) string {
 	return strings.Join(s, " / ")
 }
 
-// interactionCell is the spec that completes topology × prefix caching
-// around the selection: the other topology with the cache off.
-func interactionCell(s *deploy.Spec, tried map[string]int) *deploy.Spec {
+// interactionCells are the specs still missing from topology × prefix
+// caching around the selection, in the order they are measured: the other
+// topology with the cache as selected, then with it flipped.
+func interactionCells(s *deploy.Spec, tried map[string]int) []*deploy.Spec {
 	other, ok := Colocate(s)
 	if !ok {
 		other, ok = Disaggregate(s)
@@ -578,22 +578,24 @@ func interactionCell(s *deploy.Spec, tried map[string]int) *deploy.Spec {
 	if !ok {
 		return nil
 	}
-	if _, seen := tried[SpecKey(other)]; !seen {
-		return nil // the other topology with the cache on was never measured
+	flipped := CloneSpec(other)
+	flipped.Knobs.PrefixCaching = boolp(!cachingOn(s))
+	var out []*deploy.Spec
+	for _, c := range []*deploy.Spec{other, flipped} {
+		if _, seen := tried[SpecKey(c)]; !seen {
+			out = append(out, c)
+		}
 	}
-	other.Knobs.PrefixCaching = boolp(!cachingOn(s))
-	if _, seen := tried[SpecKey(other)]; seen {
-		return nil
-	}
-	return other
+	return out
 }
 
-func interactionNeeded(lg *Log, best *Trial) bool {
+// interactionNeeded is how many trials the interaction still needs.
+func interactionNeeded(lg *Log, best *Trial) int {
 	keys := map[string]int{}
 	for _, t := range lg.Trials {
 		keys[t.Key] = t.N
 	}
-	return interactionCell(best.Spec, keys) != nil
+	return len(interactionCells(best.Spec, keys))
 }
 
 func readInteraction(lg *Log, s *deploy.Spec, tried map[string]int) *Interaction {
