@@ -39,6 +39,11 @@ func LoadProfileFile(path string) (*Profile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("profile file %s: %w", path, err)
 	}
+	return parseProfileFile(b, path)
+}
+
+// parseProfileFile is LoadProfileFile on the file's bytes.
+func parseProfileFile(b []byte, path string) (*Profile, error) {
 	// The first pass finds base; the second decodes over a copy of it, so
 	// that what the file omits keeps the base's value.
 	var f profileFile
