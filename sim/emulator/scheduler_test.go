@@ -49,7 +49,7 @@ func TestChunkedPrefillSharesStepsWithDecodes(t *testing.T) {
 	}
 	soloStart := e.clockMs
 	e.stepTest()
-	solo := e.clockMs - soloStart // one decode alone
+	solo := e.clockMs - soloStart                                  // one decode alone
 	e.addTest("b", suffix(2, 200), 5, e.clockMs-e.prof.FrontendMs) // the engine core has it now
 	var chunks []int
 	for len(chunks) < 4 {
