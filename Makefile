@@ -60,16 +60,13 @@ demo: deps-test build
 # engines' exact recurrences. About 12 minutes at scale 2. Then hone predict
 # against live emulator deployments (12 configs x 2 profiles at time scale 1,
 # about 25 minutes) and calibration on live deployments that serve a hidden
-# profile (time scale 4). Then hone predict
-# against live emulator deployments (12 configs x 2 profiles at time scale 1,
-# predict/live_test.go): about 25 more minutes.
+# profile (time scale 4).
 CONSISTENCY_SCALE ?= 2
 .PHONY: test-consistency
 test-consistency:
 	$(GO) test -count=1 -timeout 60m -run '^TestConsistencyWithExactModel$$' -parallel 2 -v ./sim/emulator -long -long-scale $(CONSISTENCY_SCALE)
 	$(GO) test -count=1 -timeout 60m -run '^TestPredictionMatchesLiveEmulator$$' -v ./predict -live
 	$(GO) test -count=1 -timeout 30m -run '^TestCalibrationRecoversHiddenProfileLive$$' -v ./calibrate -live -live-scale 4
-	$(GO) test -count=1 -timeout 30m -run '^TestPredictionMatchesLiveEmulator$$' -v ./predict -live
 
 # bench runs the benchmarks the issues set targets for, each BENCH_COUNT
 # times, and prints medians with benchstat (golang.org/x/perf, pinned in
