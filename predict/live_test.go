@@ -346,7 +346,7 @@ func checkDecisions(t *testing.T, s *deploy.Spec, w replay.Workload, qps float64
 				t.Errorf("run %d, request %d: outcome %s (%s %s), proxy %s %s", run.Run+1, q.ID, q.Outcome, q.Invalid, q.Error, tl.Outcome, tl.Error)
 			case q.OutputTokens != w.OutputTokens || p.OutputTokens != w.OutputTokens:
 				t.Errorf("run %d, request %d: %d output tokens live, %d predicted, want %d", run.Run+1, q.ID, q.OutputTokens, p.OutputTokens, w.OutputTokens)
-			case q.CachedTokens == nil || *q.CachedTokens != *p.CachedTokens || *q.PromptTokens != *p.PromptTokens:
+			case q.CachedTokens == nil || q.PromptTokens == nil || *q.CachedTokens != *p.CachedTokens || *q.PromptTokens != *p.PromptTokens:
 				t.Errorf("run %d, request %d: cached %v of %v prompt tokens live, %d of %d predicted", run.Run+1, q.ID,
 					fmtPtr(q.CachedTokens), fmtPtr(q.PromptTokens), *p.CachedTokens, *p.PromptTokens)
 			}
