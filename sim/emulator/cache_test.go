@@ -134,4 +134,11 @@ func TestKVCacheLRU(t *testing.T) {
 	if c.numFree != 0 || c.usage() != 1 {
 		t.Fatalf("free %d usage %v", c.numFree, c.usage())
 	}
+	// The match memo never outlives what it remembers: after a reset
+	// (and after the eviction above) only what is cached matches.
+	c.free(hit)
+	c.reset()
+	if got := c.match([]uint64{10, 11}, 2); len(got) != 0 {
+		t.Fatalf("matched %v after reset_prefix_cache", got)
+	}
 }

@@ -596,11 +596,13 @@ func (e *engine) complete(p stepPlan, end float64) {
 		r.output++
 		if r.output == 1 {
 			r.firstMs = end
-		} else {
+		} else if e.virt == nil { // per-token metrics: nobody scrapes a virtual engine
 			e.metrics.itl.Observe((end - r.lastMs) / 1000)
 		}
 		r.lastMs = end
-		e.metrics.generationTokens.Inc()
+		if e.virt == nil {
+			e.metrics.generationTokens.Inc()
+		}
 		if r.output >= r.maxTokens && reason == "" {
 			reason = "length"
 		}

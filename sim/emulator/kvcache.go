@@ -1,6 +1,9 @@
 package emulator
 
-import "sync/atomic"
+import (
+	"slices"
+	"sync/atomic"
+)
 
 // kvCache is vLLM's block pool: fixed-size blocks, a reference count per
 // block, a free queue in LRU order (head evicted first) that also holds
@@ -23,7 +26,21 @@ type kvCache struct {
 	numFree   int
 	cached    map[uint64]int32
 	evictions atomic.Int64 // read by /metrics
+	// memo keeps each chain's last match by its first block's hash: a
+	// request of a known prefix is matched by checking that each block
+	// still holds its hash (an array read) instead of a map lookup per
+	// block. A block holds hash h (hashed, hash == h) exactly when
+	// cached[h] names it, so the result is the same.
+	memo map[uint64]*matchMemo
 }
+
+type matchMemo struct {
+	hashes []uint64
+	ids    []int32
+}
+
+// maxMemo bounds the match memo; past it, it starts over.
+const maxMemo = 4096
 
 type kvBlock struct {
 	ref        int32
@@ -74,16 +91,31 @@ func (c *kvCache) match(hashes []uint64, maxBlocks int) []int32 {
 	if !c.prefix {
 		return nil
 	}
+	n := min(len(hashes), maxBlocks)
+	if n <= 0 {
+		return nil
+	}
+	m := c.memo[hashes[0]]
 	var out []int32
-	for i, h := range hashes {
-		if i >= maxBlocks {
-			break
+	for i := range n {
+		h := hashes[i]
+		if m != nil && i < len(m.ids) && m.hashes[i] == h {
+			if b := &c.blocks[m.ids[i]]; b.hashed && b.hash == h {
+				out = append(out, m.ids[i])
+				continue
+			}
 		}
 		id, ok := c.cached[h]
 		if !ok {
 			break
 		}
 		out = append(out, id)
+	}
+	if len(out) > 0 && (m == nil || len(out) != len(m.ids) || !slices.Equal(out, m.ids)) {
+		if c.memo == nil || len(c.memo) >= maxMemo {
+			c.memo = map[uint64]*matchMemo{}
+		}
+		c.memo[hashes[0]] = &matchMemo{hashes: slices.Clone(hashes[:len(out)]), ids: slices.Clone(out)}
 	}
 	return out
 }
