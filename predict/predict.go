@@ -96,8 +96,9 @@ func Run(spec *deploy.Spec, opts Options) (*replay.Record, error) {
 	rec.Workload.Sessions = prompts.Prefixes
 	rec.Workload.SuffixVocab = prompts.VocabSize()
 	rr := replay.RunRecord{Run: 0}
+	var bufs [][]int // each request's prompt and output tokens, reused level to level
 	for _, q := range opts.QPS {
-		lr, err := cl.level(prompts, q, opts.SLO, gpus, opts.KeepRequests)
+		lr, err := cl.level(prompts, q, opts.SLO, gpus, opts.KeepRequests, &bufs)
 		if err != nil {
 			return nil, fmt.Errorf("%g req/s: %w", q, err)
 		}
@@ -208,7 +209,7 @@ var (
 )
 
 // level runs one load level on fresh engines and summarises it.
-func (c *cluster) level(prompts *replay.Prompts, qps float64, target slo.SLO, gpus int, keep bool) (replay.LevelRecord, error) {
+func (c *cluster) level(prompts *replay.Prompts, qps float64, target slo.SLO, gpus int, keep bool, bufs *[][]int) (replay.LevelRecord, error) {
 	w := prompts.Workload
 	reqs, err := replay.Generate(w.Params(qps))
 	if err != nil {
@@ -217,7 +218,16 @@ func (c *cluster) level(prompts *replay.Prompts, qps float64, target slo.SLO, gp
 	vr := make([]emulator.VirtualRequest, len(reqs))
 	router := newRouter(c)
 	for i, q := range reqs {
-		ids := prompts.AppendPrompt(make([]int, 0, q.InputTokens+q.OutputTokens), 0, qps, q)
+		// The simulation writes each request's output after its prompt
+		// (VirtualRequest.Prompt); a level's buffers are free again once
+		// it returns, so the next level reuses them.
+		if i == len(*bufs) {
+			*bufs = append(*bufs, nil)
+		}
+		if need := q.InputTokens + q.OutputTokens; cap((*bufs)[i]) < need {
+			(*bufs)[i] = make([]int, 0, need)
+		}
+		ids := prompts.AppendPrompt((*bufs)[i][:0], 0, qps, q)
 		id := fmt.Sprintf("predict-%g-%d", qps, q.ID)
 		vr[i] = emulator.VirtualRequest{ID: id, Prompt: ids, MaxTokens: q.OutputTokens, ArrivalMs: q.ArrivalMs, Decode: -1,
 			Shared: sessionNames[q.Session%len(sessionNames)], SharedLen: min(w.CachedTokens(), len(ids))}
