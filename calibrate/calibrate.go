@@ -871,8 +871,9 @@ func rms(r []float64) float64 {
 	return math.Sqrt(sumSq(r) / float64(len(r)))
 }
 
-// jsonNum is x, or nil (JSON null) where x is NaN or infinite.
-func jsonNum(x float64) *float64 {
+// JSONNumber is x for JSON: nil when x is NaN or infinite (JSON has
+// neither). The optimizer's log uses it too.
+func JSONNumber(x float64) *float64 {
 	if math.IsNaN(x) || math.IsInf(x, 0) {
 		return nil
 	}
@@ -882,29 +883,24 @@ func jsonNum(x float64) *float64 {
 // MarshalJSON writes the coefficient with snake_case keys; an undefined
 // standard error is null.
 func (c Coefficient) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Name      string   `json:"name"`
-		Value     float64  `json:"value"`
-		StdErr    *float64 `json:"std_err"`
-		RelStdErr *float64 `json:"rel_std_err"`
-		Start     float64  `json:"start"`
-		Fitted    bool     `json:"fitted"`
-		Why       string   `json:"why,omitempty"`
-	}{c.Name, c.Value, jsonNum(c.StdErr), jsonNum(c.RelStdErr), c.Start, c.Fitted, c.Why})
+	return json.Marshal(coefficientJSON{c.Name, c.Value, JSONNumber(c.StdErr), JSONNumber(c.RelStdErr), c.Start, c.Fitted, c.Why})
+}
+
+// coefficientJSON is a Coefficient on the wire.
+type coefficientJSON struct {
+	Name      string   `json:"name"`
+	Value     float64  `json:"value"`
+	StdErr    *float64 `json:"std_err"`
+	RelStdErr *float64 `json:"rel_std_err"`
+	Start     float64  `json:"start"`
+	Fitted    bool     `json:"fitted"`
+	Why       string   `json:"why,omitempty"`
 }
 
 // UnmarshalJSON reads what MarshalJSON writes (a null standard error is
 // NaN again), so a log that embeds coefficients reads back whole.
 func (c *Coefficient) UnmarshalJSON(b []byte) error {
-	var v struct {
-		Name      string   `json:"name"`
-		Value     float64  `json:"value"`
-		StdErr    *float64 `json:"std_err"`
-		RelStdErr *float64 `json:"rel_std_err"`
-		Start     float64  `json:"start"`
-		Fitted    bool     `json:"fitted"`
-		Why       string   `json:"why"`
-	}
+	var v coefficientJSON
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
@@ -929,7 +925,7 @@ func (e LevelError) MarshalJSON() ([]byte, error) {
 		MeasuredP50TPOTMs *float64        `json:"measured_p50_tpot_ms"`
 		Before            LevelPrediction `json:"before"`
 		After             LevelPrediction `json:"after"`
-	}{e.Input, e.OfferedQPS, e.Runs, jsonNum(e.MeasuredP50TTFTMs), jsonNum(e.MeasuredP50TPOTMs), e.Before, e.After})
+	}{e.Input, e.OfferedQPS, e.Runs, JSONNumber(e.MeasuredP50TTFTMs), JSONNumber(e.MeasuredP50TPOTMs), e.Before, e.After})
 }
 
 // MarshalJSON writes the prediction with snake_case keys; undefined
@@ -940,7 +936,7 @@ func (p LevelPrediction) MarshalJSON() ([]byte, error) {
 		P50TPOTMs  float64  `json:"p50_tpot_ms"`
 		TTFTRelErr *float64 `json:"ttft_rel_err"`
 		TPOTRelErr *float64 `json:"tpot_rel_err"`
-	}{p.P50TTFTMs, p.P50TPOTMs, jsonNum(p.TTFTRelErr), jsonNum(p.TPOTRelErr)})
+	}{p.P50TTFTMs, p.P50TPOTMs, JSONNumber(p.TTFTRelErr), JSONNumber(p.TPOTRelErr)})
 }
 
 // MarshalJSON writes the objective with snake_case keys; undefined
@@ -953,7 +949,7 @@ func (o ObjectiveError) MarshalJSON() ([]byte, error) {
 		After        float64  `json:"after"`
 		BeforeRelErr *float64 `json:"before_rel_err"`
 		AfterRelErr  *float64 `json:"after_rel_err"`
-	}{o.Input, jsonNum(o.Measured), o.Before, o.After, jsonNum(o.BeforeRelErr), jsonNum(o.AfterRelErr)})
+	}{o.Input, JSONNumber(o.Measured), o.Before, o.After, JSONNumber(o.BeforeRelErr), JSONNumber(o.AfterRelErr)})
 }
 
 // MarshalJSON writes the result with snake_case keys; the profiles by name

@@ -338,7 +338,7 @@ func (l *loop) calibrate(after int) {
 		inputs = append(inputs, in)
 		c.Trials = append(c.Trials, t.N)
 	}
-	c.ErrorBefore = finite(l.medianAbsError())
+	c.ErrorBefore = calibrate.JSONNumber(l.medianAbsError())
 	defer func() { l.lg.Predict.Calibrations = append(l.lg.Predict.Calibrations, c) }()
 	if len(inputs) == 0 {
 		c.Error = "no measured record to calibrate on"
@@ -380,7 +380,7 @@ func (l *loop) calibrate(after int) {
 			errs = append(errs, math.Abs(t.Objective-np.Objective)/t.Objective)
 		}
 	}
-	c.ErrorAfter = finite(slo.Median(errs))
+	c.ErrorAfter = calibrate.JSONNumber(slo.Median(errs))
 	l.say("calibrated %s → %s on %d records: median |objective error| %s → %s", c.From, c.To, len(inputs), fmtPct(c.ErrorBefore), fmtPct(c.ErrorAfter))
 }
 
@@ -394,14 +394,6 @@ func (l *loop) medianAbsError() float64 {
 		}
 	}
 	return slo.Median(errs)
-}
-
-// finite is v, or nil when v is NaN or infinite (JSON has no NaN).
-func finite(v float64) *float64 {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return nil
-	}
-	return &v
 }
 
 func fmtPct(v *float64) string {
