@@ -80,11 +80,29 @@ type Evidence struct {
 //	                        prefill is this figure itself, never it − queue.
 //	generation_time_ms      first → last token.
 //	mean_itl_ms             generation_time_ms / (output tokens − 1).
+//	e2e_time_ms             hone's emulator only: arrival at the API server
+//	                        → last token. With generation_time_ms it gives
+//	                        the server's arrival → first token, whose part
+//	                        before queue_time_ms is the API server's own
+//	                        work (frontend_ms): queueing on the server, not
+//	                        the client's. vLLM reports no such key; there
+//	                        that part stays in the client residual.
 type engineMetrics struct {
 	QueueTimeMs      *float64 `json:"queue_time_ms"`
 	TTFTMs           *float64 `json:"time_to_first_token_ms"`
 	GenerationTimeMs *float64 `json:"generation_time_ms"`
 	MeanITLMs        *float64 `json:"mean_itl_ms"`
+	E2ETimeMs        *float64 `json:"e2e_time_ms"`
+}
+
+// frontend is the API server's work before the engine core took the
+// request in (arrival → queued), when the engine reports it (hone's
+// emulator: e2e_time_ms); 0 otherwise.
+func (em engineMetrics) frontend() float64 {
+	if !em.split() || em.E2ETimeMs == nil || em.GenerationTimeMs == nil {
+		return 0
+	}
+	return max(*em.E2ETimeMs-*em.GenerationTimeMs-*em.QueueTimeMs-*em.TTFTMs, 0)
 }
 
 // split says the engine reported both halves of its receipt → first token.
@@ -158,7 +176,7 @@ type engineSpan struct {
 // from sentMono to the first token.
 func spanOf(em engineMetrics, sentMono, firstMono int64, toMs func(int64) float64) engineSpan {
 	if em.split() {
-		return engineSpan{queue: *em.QueueTimeMs, run: *em.TTFTMs, metrics: true}
+		return engineSpan{queue: *em.QueueTimeMs + em.frontend(), run: *em.TTFTMs, metrics: true}
 	}
 	return engineSpan{run: toMs(firstMono - sentMono)}
 }
@@ -208,7 +226,7 @@ func attributeRequest(rq replay.RequestRecord, p *proxy.Timeline, scale float64)
 func attributeColocated(a *Attribution, sp engineSpan) {
 	a.Parts[Queueing], a.Parts[Prefill] = sp.queue, sp.run
 	if sp.metrics {
-		a.Sources[Queueing] = "engine per-request metrics (queue_time_ms: receipt → first scheduled)"
+		a.Sources[Queueing] = "engine per-request metrics (queue_time_ms: receipt → first scheduled, with the API server's frontend work where the engine reports e2e_time_ms)"
 		a.Sources[Prefill] = "engine per-request metrics (time_to_first_token_ms: first scheduled → first token)"
 		return
 	}
@@ -249,7 +267,7 @@ func attributeDisaggregated(a *Attribution, p *proxy.Timeline, sp engineSpan, em
 	}
 	if pm.split() {
 		// vLLM's TTFT runs from the first scheduling: it is the prefill.
-		a.Parts[Queueing] += *pm.QueueTimeMs
+		a.Parts[Queueing] += *pm.QueueTimeMs + pm.frontend()
 		a.Parts[Prefill] = *pm.TTFTMs
 		a.Sources[Prefill] = "prefill engine's per-request metrics via the proxy (time_to_first_token_ms: first scheduled → first token)"
 		a.PrefillEngineMetrics = true

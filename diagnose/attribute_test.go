@@ -173,3 +173,19 @@ func TestAttributionMatchesGroundTruth(t *testing.T) {
 		})
 	}
 }
+
+// TestFrontendIsServerQueueing: where the engine reports e2e_time_ms
+// (hone's emulator), the API server's work before the engine core took
+// the request in (arrival → queued) is queueing on the server, not the
+// client's; without it (vLLM), queue_time_ms is the queue as it is.
+func TestFrontendIsServerQueueing(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	em := engineMetrics{QueueTimeMs: f(3), TTFTMs: f(5), GenerationTimeMs: f(100), E2ETimeMs: f(110)}
+	if got := spanOf(em, 0, 0, nil); got.queue != 5 || got.run != 5 || !got.metrics {
+		t.Errorf("with e2e_time_ms: span %+v, want queue 3 + 2 frontend, run 5", got)
+	}
+	em.E2ETimeMs = nil
+	if got := spanOf(em, 0, 0, nil); got.queue != 3 || got.run != 5 {
+		t.Errorf("without e2e_time_ms: span %+v, want queue 3, run 5", got)
+	}
+}
