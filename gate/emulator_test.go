@@ -109,12 +109,12 @@ func TestGateOnEmulatedRecords(t *testing.T) {
 }
 
 // onlyHostInvalid reports whether every invalid level of runs is invalid
-// for the host's reason alone (client_bound).
+// for the host's reasons alone (replay.HostReason).
 func onlyHostInvalid(runs []Run) bool {
 	for _, r := range runs {
 		for _, l := range r.Levels {
 			for _, why := range l.Invalid {
-				if !strings.HasPrefix(why, replay.ReasonClientBound) {
+				if code, _, _ := strings.Cut(why, ":"); !replay.HostReason(code) {
 					return false
 				}
 			}

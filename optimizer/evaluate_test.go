@@ -109,10 +109,11 @@ emulator: {profile: exercise, time_scale: 0.25}
 }
 
 // onlyClientBound reports whether every reason of a run's verdict, one per
-// invalid level (both levels may be client-bound), is the host's.
+// invalid level (both levels may be client-bound), is the host's
+// (replay.HostReason).
 func onlyClientBound(v replay.Verdict) bool {
 	for _, r := range v.Reasons {
-		if r.Code != replay.ReasonClientBound {
+		if !replay.HostReason(r.Code) {
 			return false
 		}
 	}

@@ -131,7 +131,7 @@ type Interaction struct {
 // Rules of the live loop, stated once for the log and the report.
 const (
 	LiveSelectionRule = "Only runs whose every level has a valid measurement (no client_bound, warm_start, time_scale_mismatch, " +
-		"incomplete or counter_contamination verdict) count; eligible: at least 2 such runs, every measured request completed with " +
+		"incomplete, counter_contamination or emulator_bound verdict) count; eligible: at least 2 such runs, every measured request completed with " +
 		"a valid output (exact length, finish reason length), and every counted run passed the SLOs at one or more load levels. A trial beats another when " +
 		"every one of its runs' objectives exceeds every one of the other's (Mann-Whitney U = 0: with 3 runs each, p = 0.05 one-sided " +
 		"if they did not differ) and its median is at least 2% higher. Selected: the eligible trial with the highest median objective " +

@@ -196,7 +196,7 @@ func (e *engine) scrape(ctx context.Context) (Counters, error) {
 
 // ParseCounters extracts vllm: counters from Prometheus text exposition:
 // series whose name ends in _total, plus the old unsuffixed prefix-cache
-// names, summed over label sets (engines, model names). A histogram's or
+// names and the emulator's KV-pull lateness (EmulatorKVPullsLate), summed over label sets (engines, model names). A histogram's or
 // summary's series (_bucket, _sum, _count) never match. An exposition that
 // does not parse gives nil: a partial read could sum a counter over only
 // some of its label sets. A counter with a value no counter can hold (NaN,
@@ -224,8 +224,9 @@ func parseCounters(text []byte) (Counters, error) {
 		}
 		for _, s := range samples {
 			name := string(s.Metric[model.MetricNameLabel])
-			if strings.HasPrefix(name, "vllm:") &&
-				(strings.HasSuffix(name, "_total") || name == "vllm:gpu_prefix_cache_hits" || name == "vllm:gpu_prefix_cache_queries") {
+			if (strings.HasPrefix(name, "vllm:") &&
+				(strings.HasSuffix(name, "_total") || name == "vllm:gpu_prefix_cache_hits" || name == "vllm:gpu_prefix_cache_queries")) ||
+				name == EmulatorKVPullsLate || name == EmulatorKVPullLateSeconds {
 				v := float64(s.Value)
 				if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 					bad[name] = true

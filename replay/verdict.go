@@ -29,7 +29,27 @@ const (
 	// that is not this level's, so hit rates read from them are not this
 	// level's either.
 	ReasonCounterContamination = "counter_contamination"
+	// ReasonEmulatorBound: an emulated engine's host could not keep the
+	// engine's model, and host time entered the model's own clock (KV
+	// pulls whose bytes crossed the side channel after the modelled link
+	// would have carried them).
+	ReasonEmulatorBound = "emulator_bound"
 )
+
+// The emulator's counters (hone sim serve's /metrics, merged by hone's
+// proxy) that the emulator_bound verdict reads around a level: how many KV
+// pulls ended after their modelled end because the bytes had not yet
+// crossed the side channel, and the model seconds they added together.
+const (
+	EmulatorKVPullsLate       = "hone_emulator_kv_pulls_late_total"
+	EmulatorKVPullLateSeconds = "hone_emulator_kv_pull_late_seconds_total"
+)
+
+// HostReason reports whether code is a reason the measuring host caused,
+// not the deployment measured: client_bound (the load generator) or
+// emulator_bound (the emulated engine's host). A rerun on a quieter host,
+// or at a larger time scale, can clear it.
+func HostReason(code string) bool { return code == ReasonClientBound || code == ReasonEmulatorBound }
 
 // MinValidRuns is how many valid runs a figure repeated over runs needs
 // before anything decides on it, when more than one run was made: one run
@@ -68,6 +88,12 @@ const (
 	// after each preemption; more than this many times the prompt tokens
 	// sent means traffic that is not this level's.
 	CounterQueryFactor = 4.0
+	// EmulatorBoundTTFTFraction: a level is emulator-bound when the model
+	// time its emulated engines' host added to KV pulls, per measured
+	// request, exceeds this fraction of the level's median TTFT: the
+	// emulated figure then differs from the model's by more than the
+	// margin a prediction is checked to (5%), by host time alone.
+	EmulatorBoundTTFTFraction = 0.05
 )
 
 // VerdictRule states the thresholds in words, for records and reports.
@@ -76,8 +102,9 @@ var VerdictRule = fmt.Sprintf("A level is invalid when: client_bound (p99 dispat
 	"warm_start (the warm-up requests' prefix-cache hit rate > %g%%: the level did not start cold); "+
 	"time_scale_mismatch (the engine reports another time scale than the record's); incomplete (not every request was sent and answered); "+
 	"counter_contamination (a hit rate outside [0, 1], or prefix-cache queries below the prompt tokens that reached the engine "+
-	"or above %g× the prompt tokens sent). Invalid levels never decide an objective, a selection, a bottleneck or a gate verdict.",
-	100*ClientBoundSLOFraction, 100*ClientBoundTTFTFraction, 100*WarmStartHitRate, CounterQueryFactor)
+	"or above %g× the prompt tokens sent); emulator_bound (an emulated engine's host added KV-transfer time to the model's clock: "+
+	"more than %g%% of the median TTFT per measured request). Invalid levels never decide an objective, a selection, a bottleneck or a gate verdict.",
+	100*ClientBoundSLOFraction, 100*ClientBoundTTFTFraction, 100*WarmStartHitRate, CounterQueryFactor, 100*EmulatorBoundTTFTFraction)
 
 // Reason is one cause of an invalid verdict.
 type Reason struct {
@@ -192,9 +219,31 @@ func (lr *LevelRecord) judge(target slo.SLO, timeScale float64) {
 			v.add(ReasonCounterContamination, "prefix-cache queries grew by %.0f tokens, more than %g× the %.0f prompt tokens sent (traffic that is not this level's)", dq, CounterQueryFactor, sent)
 		}
 	}
+	if pulls, late, ok := emulatorLateness(lr.Counters.Before, lr.Counters.After); ok && lr.Measured > 0 && late > 0 {
+		perReq := late / float64(lr.Measured)
+		if perReq > EmulatorBoundTTFTFraction*lr.P50TTFTMs {
+			v.add(ReasonEmulatorBound, "%.0f KV pulls ended after their modelled end because the bytes had not crossed this host's side channel: "+
+				"%.3g model ms added per measured request, > %g%% of the median TTFT %.3g ms (run at a larger --time-scale, or on a host that keeps the modelled link)",
+				pulls, perReq, 100*EmulatorBoundTTFTFraction, lr.P50TTFTMs)
+		}
+	}
 	if v.Reasons == nil {
 		v.Reasons = []Reason{}
 	}
+}
+
+// emulatorLateness is Δ(late KV pulls) and Δ(model ms they added) between
+// two scrapes; ok is false when either scrape lacks the emulator's
+// counters (a real engine, or an emulator that predates them).
+func emulatorLateness(before, after Counters) (pulls, lateMs float64, ok bool) {
+	n0, ok0 := before[EmulatorKVPullsLate]
+	n1, ok1 := after[EmulatorKVPullsLate]
+	s0, ok2 := before[EmulatorKVPullLateSeconds]
+	s1, ok3 := after[EmulatorKVPullLateSeconds]
+	if !ok0 || !ok1 || !ok2 || !ok3 {
+		return 0, 0, false
+	}
+	return n1 - n0, 1000 * (s1 - s0), true
 }
 
 // counterDelta is Δhits and Δqueries between two scrapes.

@@ -73,9 +73,9 @@ VLLM_SERVER_DEV_MODE=1), else fresh session prefixes of the same lengths
 per level (seeds recorded). --cache forces one procedure.
 
 Each level gets a validity verdict (client_bound, warm_start,
-time_scale_mismatch, incomplete, counter_contamination; thresholds in the
-record's verdict_rule). Invalid levels are printed and never count toward
-the objective.
+time_scale_mismatch, incomplete, counter_contamination, emulator_bound;
+thresholds in the record's verdict_rule). Invalid levels are printed and
+never count toward the objective.
 
 Ctrl-C stops cleanly and writes what was measured, marked incomplete.
 

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/hone-llm/hone/replay"
 )
 
 // syncBuffer is a trace sink safe for the engine's and the test's goroutines.
@@ -230,4 +233,35 @@ func TestPDHandoffStart(t *testing.T) {
 			t.Errorf("transfer starts %d ns after the decode worker's receipt, want %d (the engine core takes it in frontend_ms after)", d, fe)
 		}
 	})
+}
+
+// TestPDLatePullsAreCounted: a profile whose link moves any KV in no model
+// time (and no fixed cost) cannot be kept by loopback, so every pull's
+// bytes arrive after its modelled end; the decode worker counts each such
+// pull and the model time the host added, which replay's emulator_bound
+// verdict reads (replay.EmulatorKVPullsLate).
+func TestPDLatePullsAreCounted(t *testing.T) {
+	base, err := LookupProfile("qwen2.5-coder-0.5b-h200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast := *base
+	fast.Name, fast.GPU.LinkBytesSec, fast.TransferFixedMs = "h200-instant-link", 1e18, 0
+	p, d, _, _ := pdPair(t, Config{ProfileValue: &fast, TimeScale: 1}, Faults{})
+	ctx := context.Background()
+	for i := range 3 {
+		body := map[string]any{"prompt": append(sessionPrefix(i, 1000), suffix(i, 37)...), "max_tokens": 2, "min_tokens": 2, "ignore_eos": true, "temperature": 0}
+		if res, _ := pdStream(ctx, p.URL(), d.URL(), body, fmt.Sprint("late-", i)); res.err != nil {
+			t.Fatal(res.err)
+		}
+	}
+	if got := metricValue(t, d.URL(), replay.EmulatorKVPullsLate); got != 3 {
+		t.Errorf("%s = %v, want 3 (every pull of 1037 tokens' KV outlasts a zero-time model)", replay.EmulatorKVPullsLate, got)
+	}
+	if got := metricValue(t, d.URL(), replay.EmulatorKVPullLateSeconds); !(got > 0) {
+		t.Errorf("%s = %v, want > 0", replay.EmulatorKVPullLateSeconds, got)
+	}
+	if got := metricValue(t, p.URL(), replay.EmulatorKVPullsLate); got != 0 {
+		t.Errorf("prefill worker counts %v late pulls; only the decode side pulls", got)
+	}
 }

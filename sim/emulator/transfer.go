@@ -500,5 +500,12 @@ func (e *engine) pullOnce(ctx context.Context, r *request, from int, fromMs, end
 		return n, t.ModelMs, err
 	}
 	*endMs = max(*fromMs+t.ModelMs, arrived)
+	if late := arrived - (*fromMs + t.ModelMs); late > 0 {
+		// The bytes took longer on this host than on the modelled link,
+		// and the engine is told the later instant: host time in model
+		// time, which replay reports as emulator_bound when it matters.
+		e.metrics.kvPullsLate.Inc()
+		e.metrics.kvPullLateSeconds.Add(late / 1000)
+	}
 	return n, t.ModelMs, nil
 }
