@@ -42,6 +42,14 @@ type Options struct {
 	// KeepRequests keeps every request's record in the result (grids drop
 	// them to save memory; calibration needs them).
 	KeepRequests bool
+	// Hops, when set, gives each request's delays that a live run had and
+	// a prediction otherwise leaves out (model ms): from its scheduled
+	// send to its first worker's receipt (the client's lateness and the
+	// HTTP hops through the proxy), and, disaggregated, from the prefill
+	// leg's end to the decode worker's receipt. The agreement check with
+	// the live emulator sets it from the run it compares with; a
+	// prediction for a config not yet deployed leaves it nil.
+	Hops func(qps float64, id int) (arriveMs, decodeMs float64)
 }
 
 // Run predicts spec under opts: one run over every level, each level
@@ -98,7 +106,7 @@ func Run(spec *deploy.Spec, opts Options) (*replay.Record, error) {
 	rr := replay.RunRecord{Run: 0}
 	var bufs [][]int // each request's prompt and output tokens, reused level to level
 	for _, q := range opts.QPS {
-		lr, err := cl.level(prompts, q, opts.SLO, gpus, opts.KeepRequests, &bufs)
+		lr, err := cl.level(prompts, q, opts, gpus, &bufs)
 		if err != nil {
 			return nil, fmt.Errorf("%g req/s: %w", q, err)
 		}
@@ -209,8 +217,8 @@ var (
 )
 
 // level runs one load level on fresh engines and summarises it.
-func (c *cluster) level(prompts *replay.Prompts, qps float64, target slo.SLO, gpus int, keep bool, bufs *[][]int) (replay.LevelRecord, error) {
-	w := prompts.Workload
+func (c *cluster) level(prompts *replay.Prompts, qps float64, opts Options, gpus int, bufs *[][]int) (replay.LevelRecord, error) {
+	w, target, keep := prompts.Workload, opts.SLO, opts.KeepRequests
 	reqs, err := replay.Generate(w.Params(qps))
 	if err != nil {
 		return replay.LevelRecord{}, err
@@ -231,6 +239,11 @@ func (c *cluster) level(prompts *replay.Prompts, qps float64, target slo.SLO, gp
 		id := fmt.Sprintf("predict-%g-%d", qps, q.ID)
 		vr[i] = emulator.VirtualRequest{ID: id, Prompt: ids, MaxTokens: q.OutputTokens, ArrivalMs: q.ArrivalMs, Decode: -1,
 			Shared: sessionNames[q.Session%len(sessionNames)], SharedLen: min(w.CachedTokens(), len(ids))}
+		if opts.Hops != nil {
+			arrive, decode := opts.Hops(qps, q.ID)
+			vr[i].ArrivalMs += max(arrive, 0)
+			vr[i].DecodeHopMs = decode
+		}
 		router.route(&vr[i])
 	}
 	outs, err := emulator.Simulate(c.workers, vr)
@@ -264,7 +277,7 @@ func (c *cluster) level(prompts *replay.Prompts, qps float64, target slo.SLO, gp
 func requestRecord(q replay.Request, vr emulator.VirtualRequest, o *emulator.VirtualOutcome, metrics bool) replay.RequestRecord {
 	res := o.Result
 	rr := replay.RequestRecord{ID: q.ID, Session: q.Session, RequestID: vr.ID, InputTokens: q.InputTokens,
-		ScheduledMs: q.ArrivalMs, SentMs: q.ArrivalMs, Outcome: replay.OutcomeOK, Valid: true, Status: 200,
+		ScheduledMs: q.ArrivalMs, SentMs: vr.ArrivalMs, DispatchLagMs: vr.ArrivalMs - q.ArrivalMs, Outcome: replay.OutcomeOK, Valid: true, Status: 200,
 		OutputTokens: res.OutputTokens, FinishReason: res.FinishReason}
 	if metrics {
 		rr.EngineMetrics, _ = json.Marshal(o.RequestMetrics())
@@ -284,7 +297,8 @@ func requestRecord(q replay.Request, vr emulator.VirtualRequest, o *emulator.Vir
 		tpot = (finish - first) / float64(res.OutputTokens-1)
 	}
 	prompt, cached := res.PromptTokens, res.CachedTokens
-	rr.FirstMs, rr.FinishMs, rr.TTFTMs, rr.TTFTFromSentMs, rr.TPOTMs = &first, &finish, &ttft, &ttft, &tpot
+	fromSent := first - vr.ArrivalMs
+	rr.FirstMs, rr.FinishMs, rr.TTFTMs, rr.TTFTFromSentMs, rr.TPOTMs = &first, &finish, &ttft, &fromSent, &tpot
 	rr.PromptTokens, rr.CachedTokens = &prompt, &cached
 	return rr
 }

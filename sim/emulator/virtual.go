@@ -44,6 +44,10 @@ type VirtualRequest struct {
 	// request. Only speed depends on it.
 	Shared    string
 	SharedLen int
+	// DecodeHopMs is the proxy's hop between the prefill leg's end and the
+	// decode worker's receipt (disaggregated); 0, the default, makes the
+	// hop free. A check that replays a live run's own hops sets it.
+	DecodeHopMs float64
 }
 
 // VirtualOutcome is what became of one VirtualRequest: the serving
@@ -433,7 +437,7 @@ func (w *vworker) pull(r *request, from int) {
 }
 
 // finished takes a request's end: a prefill leg goes on to its decode
-// worker at once (the proxy's hop costs nothing here); a serving engine's
+// worker after the request's DecodeHopMs (0: at once); a serving engine's
 // result is the request's outcome.
 func (w *vworker) finished(r *request, res *Result) {
 	c := w.c
@@ -451,7 +455,7 @@ func (w *vworker) finished(r *request, res *Result) {
 			c.err = fmt.Errorf("virtual request %q: prefill ended %q without KV for the decode worker", q.ID, res.FinishReason)
 			return
 		}
-		c.push(event{at: c.now, kind: evDecode, worker: q.Decode, req: i, params: res.KVTransferParams})
+		c.push(event{at: c.now + max(q.DecodeHopMs, 0), kind: evDecode, worker: q.Decode, req: i, params: res.KVTransferParams})
 		return
 	}
 	o.Result = *res
