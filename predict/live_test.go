@@ -298,7 +298,7 @@ func predictLikeRuns(t *testing.T, s *deploy.Spec, w replay.Workload, qps float6
 		}
 		hops := liveHops(t, &run.Levels[0], tls, rec.TimeScale)
 		pred, err := Run(s, Options{Workload: w, QPS: []float64{qps}, SLO: slo.Default, KeepRequests: true,
-			Hops: func(_ float64, id int) (float64, float64) { h := hops[id]; return h[0], h[1] }})
+			Hops: func(_ float64, id int) Hop { h := hops[id]; return Hop{ArriveMs: h[0], DecodeHopMs: h[1]} }})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -43,13 +43,24 @@ type Options struct {
 	// them to save memory; calibration needs them).
 	KeepRequests bool
 	// Hops, when set, gives each request's delays that a live run had and
-	// a prediction otherwise leaves out (model ms): from its scheduled
-	// send to its first worker's receipt (the client's lateness and the
-	// HTTP hops through the proxy), and, disaggregated, from the prefill
-	// leg's end to the decode worker's receipt. The agreement check with
-	// the live emulator sets it from the run it compares with; a
-	// prediction for a config not yet deployed leaves it nil.
-	Hops func(qps float64, id int) (arriveMs, decodeMs float64)
+	// a prediction otherwise leaves out. The agreement check with the
+	// live emulator and calibration set it from the run they compare
+	// with; a prediction for a config not yet deployed leaves it nil.
+	Hops func(qps float64, id int) Hop
+}
+
+// Hop is what one request's live run added to its schedule, in model ms
+// of the level's clock.
+type Hop struct {
+	// ArriveMs: from the scheduled send to the first worker's receipt
+	// (the client's lateness and the HTTP hops through the proxy).
+	ArriveMs float64
+	// DecodeHopMs: disaggregated, from the prefill leg's end to the decode
+	// worker's receipt (the proxy's hop between the legs).
+	DecodeHopMs float64
+	// DecodeAtMs, when later than the prefill's end plus DecodeHopMs, is
+	// the decode worker's measured receipt.
+	DecodeAtMs float64
 }
 
 // Run predicts spec under opts: one run over every level, each level
@@ -240,9 +251,9 @@ func (c *cluster) level(prompts *replay.Prompts, qps float64, opts Options, gpus
 		vr[i] = emulator.VirtualRequest{ID: id, Prompt: ids, MaxTokens: q.OutputTokens, ArrivalMs: q.ArrivalMs, Decode: -1,
 			Shared: sessionNames[q.Session%len(sessionNames)], SharedLen: min(w.CachedTokens(), len(ids))}
 		if opts.Hops != nil {
-			arrive, decode := opts.Hops(qps, q.ID)
-			vr[i].ArrivalMs += max(arrive, 0)
-			vr[i].DecodeHopMs = decode
+			h := opts.Hops(qps, q.ID)
+			vr[i].ArrivalMs += max(h.ArriveMs, 0)
+			vr[i].DecodeHopMs, vr[i].DecodeAtMs = h.DecodeHopMs, h.DecodeAtMs
 		}
 		router.route(&vr[i])
 	}

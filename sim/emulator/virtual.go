@@ -46,8 +46,11 @@ type VirtualRequest struct {
 	SharedLen int
 	// DecodeHopMs is the proxy's hop between the prefill leg's end and the
 	// decode worker's receipt (disaggregated); 0, the default, makes the
-	// hop free. A check that replays a live run's own hops sets it.
-	DecodeHopMs float64
+	// hop free. DecodeAtMs, when later, is the decode worker's receipt
+	// itself (a measured one; never before the prefill's end plus the
+	// hop). A check or a calibration that replays a live run's own timing
+	// sets them.
+	DecodeHopMs, DecodeAtMs float64
 }
 
 // VirtualOutcome is what became of one VirtualRequest: the serving
@@ -455,7 +458,7 @@ func (w *vworker) finished(r *request, res *Result) {
 			c.err = fmt.Errorf("virtual request %q: prefill ended %q without KV for the decode worker", q.ID, res.FinishReason)
 			return
 		}
-		c.push(event{at: c.now + max(q.DecodeHopMs, 0), kind: evDecode, worker: q.Decode, req: i, params: res.KVTransferParams})
+		c.push(event{at: max(c.now+max(q.DecodeHopMs, 0), q.DecodeAtMs), kind: evDecode, worker: q.Decode, req: i, params: res.KVTransferParams})
 		return
 	}
 	o.Result = *res
