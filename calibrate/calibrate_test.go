@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -385,5 +386,80 @@ func TestCoefficientJSONRoundTrip(t *testing.T) {
 			back.Start != c.Start || back.Fitted != c.Fitted || back.Why != c.Why {
 			t.Errorf("%s: read back %+v from %s", c.Name, back, b)
 		}
+	}
+}
+
+// TestCalibrateThroughArrivalJitter: the "measured" records' requests
+// reach their engines up to 2 ms after their scheduled sends, and
+// disaggregated decode legs up to 1 ms after their prefills end, as a live
+// run's client and proxy hops make them. Calibration predicts each run
+// with the arrivals its record shows (hopsOf) and recovers the hidden
+// profile exactly; from the schedule alone (the same records with the
+// sends put back on the schedule and no e2e_time_ms) the jitter reads as
+// cost and prefill_per_context_ms lands more than 5% off, as it did on
+// live records before.
+func TestCalibrateThroughArrivalJitter(t *testing.T) {
+	h := hidden(t)
+	start, _ := emulator.LookupProfile("qwen2.5-coder-0.5b-l4")
+	want := map[string]float64{
+		StepBaseMs: h.Linear.StepBaseMs, DecodePerSeqMs: h.Linear.DecodePerSeqMs, PrefillPerTokenMs: h.Linear.PrefillPerTokenMs,
+		PrefillPerContextMs: h.Linear.PrefillPerContextMs, TransferFixedMs: h.TransferFixedMs, TransferMsPerMiB: 1000 * (1 << 20) / h.GPU.LinkBytesSec,
+	}
+	jittered := func() []Input {
+		inputs := []Input{
+			{Spec: testSpec(t, deploy.Colocated, false), Path: "colocated"},
+			{Spec: testSpec(t, deploy.Disaggregated, false), Path: "1p1d"},
+		}
+		for i := range inputs {
+			rng := rand.New(rand.NewPCG(uint64(i), 7))
+			rec, err := predict.Run(inputs[i].Spec, predict.Options{Profile: h, Workload: testWorkload, QPS: testQPS, SLO: slo.Default, KeepRequests: true,
+				Hops: func(float64, int) predict.Hop {
+					return predict.Hop{ArriveMs: 2 * rng.Float64(), DecodeHopMs: rng.Float64()}
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			inputs[i].Record = rec
+		}
+		return inputs
+	}
+	res, err := Calibrate(jittered(), Config{Start: start})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, w := range want {
+		if c := coefficient(t, res, name); !c.Fitted || math.Abs(c.Value-w)/w > 1e-6 {
+			t.Errorf("%s = %.9g, hidden %.9g (%+.2g%%)", name, c.Value, w, 100*(c.Value-w)/w)
+		}
+	}
+	for _, e := range res.PredictionError {
+		if g := e.AfterGivenArrivals; g == nil || math.Abs(g.TTFTRelErr) > 1e-6 || math.Abs(g.TPOTRelErr) > 1e-6 {
+			t.Errorf("%s %g req/s: given the runs' arrivals p50 TTFT %+.2g%%, p50 TPOT %+.2g%%; want exact", e.Input, e.OfferedQPS,
+				100*g.TTFTRelErr, 100*g.TPOTRelErr)
+		}
+	}
+
+	blind := jittered()
+	for _, in := range blind {
+		for _, l := range in.Record.Runs[0].Levels {
+			for k := range l.Requests {
+				q := &l.Requests[k]
+				q.SentMs = q.ScheduledMs
+				var m map[string]any
+				if err := json.Unmarshal(q.EngineMetrics, &m); err != nil {
+					t.Fatal(err)
+				}
+				delete(m, "e2e_time_ms")
+				q.EngineMetrics, _ = json.Marshal(m)
+			}
+		}
+	}
+	res, err = Calibrate(blind, Config{Start: start})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := coefficient(t, res, PrefillPerContextMs)
+	if e := (c.Value - want[PrefillPerContextMs]) / want[PrefillPerContextMs]; math.Abs(e) < 0.05 {
+		t.Errorf("from the schedule alone prefill_per_context_ms is %+.1f%% off; want the jitter to show (> 5%%), or this test proves nothing", 100*e)
 	}
 }

@@ -87,10 +87,20 @@ func TestCalibrationRecoversHiddenProfileLive(t *testing.T) {
 			t.Errorf("%s = %.6g, hidden %.6g: %.1f%% off", c.Name, c.Value, w, 100*e)
 		}
 	}
+	// The prediction error asserted is the calibrated model's given each
+	// run's own arrivals (the client's and the proxy's hops, which no
+	// prediction knows beforehand); the one from the schedule alone is
+	// logged beside it.
 	for _, e := range res.PredictionError {
-		t.Logf("%s %g req/s: p50 TTFT %.3f measured, %.3f predicted (%+.1f%%); p50 TPOT %.3f, %.3f (%+.1f%%)", e.Input, e.OfferedQPS,
-			e.MeasuredP50TTFTMs, e.After.P50TTFTMs, 100*e.After.TTFTRelErr, e.MeasuredP50TPOTMs, e.After.P50TPOTMs, 100*e.After.TPOTRelErr)
-		if math.Abs(e.After.TTFTRelErr) > 0.05 || math.Abs(e.After.TPOTRelErr) > 0.05 {
+		g := e.AfterGivenArrivals
+		if g == nil {
+			t.Errorf("%s %g req/s: no valid run to predict", e.Input, e.OfferedQPS)
+			continue
+		}
+		t.Logf("%s %g req/s: p50 TTFT %.3f measured, %.3f predicted given the runs' arrivals (%+.1f%%), %.3f from the schedule alone (%+.1f%%); p50 TPOT %.3f, %.3f (%+.1f%%), %.3f (%+.1f%%)",
+			e.Input, e.OfferedQPS, e.MeasuredP50TTFTMs, g.P50TTFTMs, 100*g.TTFTRelErr, e.After.P50TTFTMs, 100*e.After.TTFTRelErr,
+			e.MeasuredP50TPOTMs, g.P50TPOTMs, 100*g.TPOTRelErr, e.After.P50TPOTMs, 100*e.After.TPOTRelErr)
+		if math.Abs(g.TTFTRelErr) > 0.05 || math.Abs(g.TPOTRelErr) > 0.05 {
 			t.Errorf("%s %g req/s: calibrated prediction off by more than 5%%", e.Input, e.OfferedQPS)
 		}
 	}

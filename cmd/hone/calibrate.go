@@ -170,13 +170,21 @@ func writeCalibrateTable(w io.Writer, res *calibrate.Result, records int, out st
 
 	fmt.Fprintf(w, "\np50 predicted vs measured (relative error), before: %s, after: %s\n", res.Start.Name, res.Profile.Name)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "record\toffered_qps\tttft_ms measured\tbefore\tafter\ttpot_ms measured\tbefore\tafter")
+	fmt.Fprintln(tw, "record\toffered_qps\tttft_ms measured\tbefore\tafter\tafter*\ttpot_ms measured\tbefore\tafter\tafter*")
 	for _, e := range res.PredictionError {
-		fmt.Fprintf(tw, "%s\t%g\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Input, e.OfferedQPS,
+		nan := math.NaN()
+		g := calibrate.LevelPrediction{P50TTFTMs: nan, P50TPOTMs: nan, TTFTRelErr: nan, TPOTRelErr: nan}
+		if e.AfterGivenArrivals != nil {
+			g = *e.AfterGivenArrivals
+		}
+		fmt.Fprintf(tw, "%s\t%g\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Input, e.OfferedQPS,
 			fmtMs(e.MeasuredP50TTFTMs), fmtPred(e.Before.P50TTFTMs, e.Before.TTFTRelErr), fmtPred(e.After.P50TTFTMs, e.After.TTFTRelErr),
-			fmtMs(e.MeasuredP50TPOTMs), fmtPred(e.Before.P50TPOTMs, e.Before.TPOTRelErr), fmtPred(e.After.P50TPOTMs, e.After.TPOTRelErr))
+			fmtPred(g.P50TTFTMs, g.TTFTRelErr),
+			fmtMs(e.MeasuredP50TPOTMs), fmtPred(e.Before.P50TPOTMs, e.Before.TPOTRelErr), fmtPred(e.After.P50TPOTMs, e.After.TPOTRelErr),
+			fmtPred(g.P50TPOTMs, g.TPOTRelErr))
 	}
 	tw.Flush()
+	fmt.Fprintln(w, "before, after: from the schedule alone, as hone predict says beforehand; after*: each run predicted with the arrivals its record shows (the client's and the proxy's hops included), the median")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "record\tobjective_qps measured\tbefore\tafter")
 	for _, o := range res.Objective {
