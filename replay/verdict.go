@@ -102,7 +102,7 @@ var VerdictRule = fmt.Sprintf("A level is invalid when: client_bound (p99 dispat
 	"warm_start (the warm-up requests' prefix-cache hit rate > %g%%: the level did not start cold); "+
 	"time_scale_mismatch (the engine reports another time scale than the record's); incomplete (not every request was sent and answered); "+
 	"counter_contamination (a hit rate outside [0, 1], or prefix-cache queries below the prompt tokens that reached the engine "+
-	"or above %g× the prompt tokens sent); emulator_bound (an emulated engine's host added KV-transfer time to the model's clock: "+
+	"or above %g× the prompt tokens sent); emulator_bound (an emulated engine's host added KV-transfer time to the model's clock, after the warm-ups: "+
 	"more than %g%% of the median TTFT per measured request). Invalid levels never decide an objective, a selection, a bottleneck or a gate verdict.",
 	100*ClientBoundSLOFraction, 100*ClientBoundTTFTFraction, 100*WarmStartHitRate, CounterQueryFactor, 100*EmulatorBoundTTFTFraction)
 
@@ -219,7 +219,14 @@ func (lr *LevelRecord) judge(target slo.SLO, timeScale float64) {
 			v.add(ReasonCounterContamination, "prefix-cache queries grew by %.0f tokens, more than %g× the %.0f prompt tokens sent (traffic that is not this level's)", dq, CounterQueryFactor, sent)
 		}
 	}
-	if pulls, late, ok := emulatorLateness(lr.Counters.Before, lr.Counters.After); ok && lr.Measured > 0 && late > 0 {
+	// The warm-ups' pulls (whole prompts, cold) are the longest, and no
+	// measured figure includes them: from the scrape after the warm-ups
+	// where they ended before the measurement began.
+	from := lr.Counters.Before
+	if lr.Counters.Warmup != nil && !lr.WarmupOverlap {
+		from = lr.Counters.Warmup
+	}
+	if pulls, late, ok := emulatorLateness(from, lr.Counters.After); ok && lr.Measured > 0 && late > 0 {
 		perReq := late / float64(lr.Measured)
 		if perReq > EmulatorBoundTTFTFraction*lr.P50TTFTMs {
 			v.add(ReasonEmulatorBound, "%.0f KV pulls ended after their modelled end because the bytes had not crossed this host's side channel: "+

@@ -288,6 +288,17 @@ func TestJudgeThresholds(t *testing.T) {
 			l.Counters.Before = Counters{EmulatorKVPullsLate: 3, EmulatorKVPullLateSeconds: 0.001}
 			l.Counters.After = Counters{EmulatorKVPullsLate: 7, EmulatorKVPullLateSeconds: 0.0091}
 		}, ReasonEmulatorBound},
+		"warm-ups' pulls late, measured ones not": {func(l *LevelRecord) {
+			l.Counters.Before = Counters{EmulatorKVPullsLate: 0, EmulatorKVPullLateSeconds: 0}
+			l.Counters.Warmup = Counters{EmulatorKVPullsLate: 8, EmulatorKVPullLateSeconds: 0.5}
+			l.Counters.After = Counters{EmulatorKVPullsLate: 9, EmulatorKVPullLateSeconds: 0.5079}
+		}, ""},
+		"warm-ups overlapped the measurement": {func(l *LevelRecord) {
+			l.WarmupOverlap = true
+			l.Counters.Before = Counters{EmulatorKVPullsLate: 0, EmulatorKVPullLateSeconds: 0}
+			l.Counters.Warmup = Counters{EmulatorKVPullsLate: 8, EmulatorKVPullLateSeconds: 0.5}
+			l.Counters.After = Counters{EmulatorKVPullsLate: 9, EmulatorKVPullLateSeconds: 0.5079}
+		}, ReasonEmulatorBound},
 		"pulls late, one scrape lacks them": {func(l *LevelRecord) {
 			l.Counters.After = Counters{EmulatorKVPullsLate: 7, EmulatorKVPullLateSeconds: 1}
 		}, ""},
