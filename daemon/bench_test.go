@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,34 +27,17 @@ import (
 	"github.com/hone-llm/hone/slo"
 )
 
-// spin runs the workload's getppid loop and returns its own ns per call.
+// spin runs the workload's getppid loop and returns its own ns per call,
+// the process a target of objs when objs is not nil.
 func spin(tb testing.TB, prog string, n int, objs *bpf.Objects) float64 {
 	tb.Helper()
-	c := exec.Command(prog, "spin", strconv.Itoa(n))
-	in, _ := c.StdinPipe()
-	out, _ := c.StdoutPipe()
-	if err := c.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	if err := bpftest.WaitBlockedInRead(c.Process.Pid); err != nil {
-		tb.Fatal(err)
-	}
-	if objs != nil {
-		if err := objs.AddTarget(uint32(c.Process.Pid)); err != nil {
-			tb.Fatal(err)
+	return bpftest.Spin(tb, prog, n, func(pid int) {
+		if objs != nil {
+			if err := objs.AddTarget(uint32(pid)); err != nil {
+				tb.Fatal(err)
+			}
 		}
-	}
-	in.Write([]byte("go\n"))
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		tb.Fatal(err)
-	}
-	c.Wait()
-	ns, err := strconv.ParseFloat(strings.TrimSpace(line), 64)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return ns / float64(n)
+	})
 }
 
 func progStats(tb testing.TB, ps ...*ebpf.Program) (runs uint64, ns uint64) {

@@ -133,3 +133,41 @@ func WaitBlockedInRead(pid int) error {
 	}
 	return errors.New("process never blocked in read(0)")
 }
+
+// Spin runs the workload's tight getppid loop (mode "spin") n times and
+// returns the loop's own nanoseconds per call (CLOCK_MONOTONIC around the
+// loop, read by the workload). ready, when not nil, is called with the
+// process id once the process is blocked waiting to start, before any
+// call of the loop: to make it a target, or to load a program for it.
+func Spin(tb testing.TB, prog string, n int, ready func(pid int)) float64 {
+	tb.Helper()
+	c := exec.Command(prog, "spin", fmt.Sprint(n))
+	in, err := c.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var out strings.Builder
+	c.Stdout = &out
+	if err := c.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	defer c.Wait()
+	if err := WaitBlockedInRead(c.Process.Pid); err != nil {
+		c.Process.Kill()
+		tb.Fatal(err)
+	}
+	if ready != nil {
+		ready(c.Process.Pid)
+	}
+	if _, err := in.Write([]byte("go\n")); err != nil {
+		tb.Fatal(err)
+	}
+	if err := c.Wait(); err != nil {
+		tb.Fatalf("spin: %v", err)
+	}
+	var ns float64
+	if _, err := fmt.Sscan(out.String(), &ns); err != nil {
+		tb.Fatalf("spin printed %q: %v", out.String(), err)
+	}
+	return ns / float64(n)
+}

@@ -1,0 +1,187 @@
+//go:build linux
+
+package bpf_test
+
+import (
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/hone-llm/hone/bpf"
+	"github.com/hone-llm/hone/bpf/bpftest"
+	"github.com/hone-llm/hone/slo"
+)
+
+// runStats sums the run count and run time (bpf_stats) of programs.
+func runStats(tb testing.TB, ps ...*ebpf.Program) (runs, ns uint64) {
+	tb.Helper()
+	for _, p := range ps {
+		st, err := p.Stats()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		runs += st.RunCount
+		ns += uint64(st.Runtime.Nanoseconds())
+	}
+	return runs, ns
+}
+
+// floorSpins is the getppid loop's length: ~20-60 ms per spin.
+const floorSpins = 200_000
+
+// BenchmarkSyscallFloor puts hone's syscall programs (sys_enter and
+// sys_exit, as the daemon attaches them) beside the reference program
+// (reference.bpf.c: a raw sys_enter program with a PID filter on a
+// constant and a per-CPU counter, the least such a program can do), in
+// one run. Each round (b.N of them) measures, in ABBA order so that drift
+// cancels:
+//
+//   - the added nanoseconds per getppid of a traced process (the workload's
+//     tight loop, timed by itself, minus the same loop with nothing
+//     attached), for hone's programs and for the reference;
+//   - the same for a process that is not a target, with the programs
+//     attached: what every other process on the host pays;
+//   - with BPF statistics on (which add their own clock reads, so not
+//     during the latency rounds), the kernel's run time per program run:
+//     ns/event.
+//
+// It reports the medians and hone's ratios to the reference. Targets
+// (issue 17): ns/event and added ns per traced syscall ≤ 1.5× the
+// reference's, added ns per untraced syscall ≤ 1.2×.
+func BenchmarkSyscallFloor(b *testing.B) {
+	bpftest.Require(b)
+	prog, _ := bpftest.Workload(b)
+	objs, err := bpf.Load(bpf.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer objs.Close()
+	progs := objs.Programs()
+	enter, exit := progs["sys_enter"], progs["sys_exit"]
+
+	// spin runs the loop with what mode attaches.
+	spin := func(mode string) float64 {
+		switch mode {
+		case "off":
+			return bpftest.Spin(b, prog, floorSpins, nil)
+		case "hone", "hone-untraced":
+			links, err := objs.Attach(bpf.Probes{Syscalls: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer links.Close()
+			return bpftest.Spin(b, prog, floorSpins, func(pid int) {
+				if mode == "hone" {
+					if err := objs.AddTarget(uint32(pid)); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		case "ref", "ref-untraced":
+			var ref *bpf.Reference
+			defer func() {
+				if ref != nil {
+					ref.Close()
+				}
+			}()
+			ns := bpftest.Spin(b, prog, floorSpins, func(pid int) {
+				tgid := uint32(pid)
+				if mode == "ref-untraced" {
+					tgid = 1 // init: attached, but filtering another process
+				}
+				var err error
+				if ref, err = bpf.LoadReference(tgid); err != nil {
+					b.Fatal(err)
+				}
+			})
+			if n, err := ref.Count(); err != nil || mode == "ref" && n < floorSpins {
+				b.Fatalf("the reference counted %d of the loop's %d syscalls (%v)", n, floorSpins, err)
+			}
+			return ns
+		}
+		b.Fatalf("mode %q", mode)
+		return 0
+	}
+	// perEvent is the run time per program run while a target spins:
+	// the reference's, or hone's sys_enter and sys_exit together (with
+	// each one's in split).
+	split := map[string][]float64{}
+	perEvent := func(mode string) float64 {
+		stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer stats.Close()
+		if mode == "ref" {
+			var r0, t0 uint64
+			var got *bpf.Reference
+			bpftest.Spin(b, prog, floorSpins, func(pid int) {
+				if got, err = bpf.LoadReference(uint32(pid)); err != nil {
+					b.Fatal(err)
+				}
+				r0, t0 = runStats(b, got.Program())
+			})
+			r1, t1 := runStats(b, got.Program())
+			got.Close()
+			return float64(t1-t0) / float64(r1-r0)
+		}
+		links, err := objs.Attach(bpf.Probes{Syscalls: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer links.Close()
+		var r0, t0, er0, et0 uint64
+		bpftest.Spin(b, prog, floorSpins, func(pid int) {
+			if err := objs.AddTarget(uint32(pid)); err != nil {
+				b.Fatal(err)
+			}
+			r0, t0 = runStats(b, enter, exit)
+			er0, et0 = runStats(b, enter)
+		})
+		r1, t1 := runStats(b, enter, exit)
+		er1, et1 := runStats(b, enter)
+		split["enter"] = append(split["enter"], float64(et1-et0)/float64(er1-er0))
+		split["exit"] = append(split["exit"], float64((t1-et1)-(t0-et0))/float64((r1-er1)-(r0-er0)))
+		return float64(t1-t0) / float64(r1-r0)
+	}
+
+	modes := []string{"ref", "hone", "ref-untraced", "hone-untraced"}
+	ns := map[string][]float64{}
+	var refEvent, honeEvent []float64
+	spin("off") // the first spin pays for cold caches
+	b.ResetTimer()
+	for i := range b.N {
+		// Each mode against a loop with nothing attached next to it,
+		// before it in even rounds and after it in odd ones (ABBA), so
+		// that a host's drift, or a CPU's clock ramping up after a pause,
+		// cancels in the median.
+		for k, m := range modes {
+			if (i+k)%2 == 0 {
+				off := spin("off")
+				ns[m] = append(ns[m], spin(m)-off)
+			} else {
+				on := spin(m)
+				ns[m] = append(ns[m], on-spin("off"))
+			}
+		}
+		if i%2 == 0 {
+			refEvent, honeEvent = append(refEvent, perEvent("ref")), append(honeEvent, perEvent("hone"))
+		} else {
+			honeEvent, refEvent = append(honeEvent, perEvent("hone")), append(refEvent, perEvent("ref"))
+		}
+	}
+	b.StopTimer()
+	med := slo.Median
+	b.ReportMetric(med(refEvent), "ref-ns/event")
+	b.ReportMetric(med(honeEvent), "hone-ns/event")
+	b.ReportMetric(med(honeEvent)/med(refEvent), "x-ref-ns/event")
+	b.ReportMetric(med(split["enter"]), "hone-enter-ns/event")
+	b.ReportMetric(med(split["exit"]), "hone-exit-ns/event")
+	b.ReportMetric(med(ns["ref"]), "ref-added-ns/traced")
+	b.ReportMetric(med(ns["hone"]), "hone-added-ns/traced")
+	b.ReportMetric(med(ns["hone"])/med(ns["ref"]), "x-ref-added/traced")
+	b.ReportMetric(med(ns["ref-untraced"]), "ref-added-ns/untraced")
+	b.ReportMetric(med(ns["hone-untraced"]), "hone-added-ns/untraced")
+	b.ReportMetric(med(ns["hone-untraced"])/med(ns["ref-untraced"]), "x-ref-added/untraced")
+}
