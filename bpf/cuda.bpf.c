@@ -71,10 +71,10 @@ struct {
 
 static __always_inline int record(__u32 call)
 {
+	if (!current_is_target())
+		return 0;
 	__u64 pt = bpf_get_current_pid_tgid();
 	__u32 tgid = pt >> 32;
-	if (!is_target(tgid))
-		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	struct hone_cuda_key key = { .tgid = tgid, .tid = (__u32)pt, .call = call };
 	static const struct hone_cuda_stats zero;

@@ -6,8 +6,12 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"sort"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -109,9 +113,13 @@ type Options struct {
 }
 
 // Objects are hone's loaded programs and maps. The shared maps (targets,
-// events, drops, inflight) are created once, by the first object, and
-// handed to the others.
+// events, drops, task_state, target_gen) are created once, by the first
+// object, and handed to the others.
 type Objects struct {
+	genMu sync.Mutex        // serialises the daemon's changes to targets, target_sel and target_gen
+	gen   uint32            // target_gen's value
+	sel   map[uint32]uint64 // target_sel's words the daemon has set, by index
+
 	procs    procsObjects
 	syscalls syscallsObjects
 	sched    schedObjects
@@ -123,25 +131,47 @@ type Objects struct {
 
 // Load loads every program and map into the kernel. Nothing is attached yet.
 func Load(opts Options) (_ *Objects, err error) {
-	o := &Objects{}
+	o := &Objects{sel: map[uint32]uint64{}}
 	defer func() {
 		if err != nil {
 			o.Close()
 		}
 	}()
-	if err := loadProcsObjects(&o.procs, nil); err != nil {
+	words := targetWords()
+	procs, err := loadProcs()
+	if err != nil {
+		return nil, fmt.Errorf("load procs spec: %w", err)
+	}
+	sizeTargetBits(procs, words)
+	if err := procs.LoadAndAssign(&o.procs, nil); err != nil {
 		return nil, fmt.Errorf("load procs: %w", verifierDetail(err))
 	}
 	shared := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
-		"targets":  o.procs.Targets,
-		"events":   o.procs.Events,
-		"drops":    o.procs.Drops,
-		"inflight": o.procs.Inflight,
+		"targets":    o.procs.Targets,
+		"target_sel": o.procs.TargetSel,
+		"target_fol": o.procs.TargetFol,
+		"events":     o.procs.Events,
+		"drops":      o.procs.Drops,
+		"task_state": o.procs.TaskState,
+		"target_gen": o.procs.TargetGen,
 	}}
-	if err := loadSyscallsObjects(&o.syscalls, shared); err != nil {
+	if err := o.bumpGen(); err != nil { // 1: a thread's new (zeroed) state is never current
+		return nil, err
+	}
+	syscalls, err := loadSyscalls()
+	if err != nil {
+		return nil, fmt.Errorf("load syscalls spec: %w", err)
+	}
+	sizeTargetBits(syscalls, words)
+	if err := syscalls.LoadAndAssign(&o.syscalls, shared); err != nil {
 		return nil, fmt.Errorf("load syscalls: %w", verifierDetail(err))
 	}
-	if err := loadSchedObjects(&o.sched, shared); err != nil {
+	sched, err := loadSched()
+	if err != nil {
+		return nil, fmt.Errorf("load sched spec: %w", err)
+	}
+	sizeTargetBits(sched, words)
+	if err := sched.LoadAndAssign(&o.sched, shared); err != nil {
 		return nil, fmt.Errorf("load sched: %w", verifierDetail(err))
 	}
 	spec, err := loadSockets()
@@ -155,6 +185,7 @@ func Load(opts Options) (_ *Objects, err error) {
 	if err := spec.Variables["burst_gap_ns"].Set(uint64(gap.Nanoseconds())); err != nil {
 		return nil, fmt.Errorf("set burst_gap_ns: %w", err)
 	}
+	sizeTargetBits(spec, words)
 	if err := spec.LoadAndAssign(&o.sockets, shared); err != nil {
 		return nil, fmt.Errorf("load sockets: %w", verifierDetail(err))
 	}
@@ -170,10 +201,39 @@ func Load(opts Options) (_ *Objects, err error) {
 		}
 		o.uprobeMulti = true
 	}
+	sizeTargetBits(cuda, words)
 	if err := cuda.LoadAndAssign(&o.cuda, shared); err != nil {
 		return nil, fmt.Errorf("load cuda: %w", verifierDetail(err))
 	}
 	return o, nil
+}
+
+// targetWords is how many 64-bit words the target prefilter's bitmaps
+// (hone.h: target_sel, target_fol) need for this host's process ids:
+// pid_max/64 rounded up, at most PID_MAX_LIMIT's (4,194,304/64: 512 KiB a
+// bitmap). A process id beyond them, should pid_max be raised later, is
+// always passed to the targets map.
+func targetWords() uint32 {
+	const most = 4194304 / 64
+	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		return most
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32)
+	if err != nil || n == 0 {
+		return most
+	}
+	return uint32(min((n+63)/64, most))
+}
+
+// sizeTargetBits sizes an object's prefilter bitmaps (every object
+// declares them; one pair is shared).
+func sizeTargetBits(spec *ebpf.CollectionSpec, words uint32) {
+	for _, name := range []string{"target_sel", "target_fol"} {
+		if m := spec.Maps[name]; m != nil {
+			m.MaxEntries = words
+		}
+	}
 }
 
 func verifierDetail(err error) error {
@@ -206,18 +266,68 @@ func (o *Objects) CUDAStats() *ebpf.Map  { return o.cuda.CudaStats }
 
 // AddTarget makes a process (by its pid, the kernel's tgid) a target.
 func (o *Objects) AddTarget(pid uint32) error {
+	o.genMu.Lock()
+	defer o.genMu.Unlock()
 	v := uint32(TargetSelected)
 	if err := o.procs.Targets.Update(pid, v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("add target %d: %w", pid, err)
 	}
-	return nil
+	if err := o.setSel(pid, true); err != nil {
+		return fmt.Errorf("add target %d: %w", pid, err)
+	}
+	return o.bumpGen()
 }
 
 // RemoveTarget stops tracing a process.
 func (o *Objects) RemoveTarget(pid uint32) error {
+	o.genMu.Lock()
+	defer o.genMu.Unlock()
 	err := o.procs.Targets.Delete(pid)
 	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("remove target %d: %w", pid, err)
+	}
+	if err := o.setSel(pid, false); err != nil {
+		return fmt.Errorf("remove target %d: %w", pid, err)
+	}
+	return o.bumpGen()
+}
+
+// setSel sets or clears pid's bit in target_sel, whose one writer the
+// daemon is: the word is written whole from o.sel, never read back. A pid
+// beyond the bitmap needs no bit (the prefilter passes it). Callers hold
+// genMu.
+func (o *Objects) setSel(pid uint32, on bool) error {
+	w, bit := pid/64, uint64(1)<<(pid%64)
+	if w >= o.procs.TargetSel.MaxEntries() {
+		return nil
+	}
+	v := o.sel[w]
+	if on {
+		v |= bit
+	} else {
+		v &^= bit
+	}
+	if err := o.procs.TargetSel.Update(w, v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("target_sel: %w", err)
+	}
+	if v == 0 {
+		delete(o.sel, w)
+	} else {
+		o.sel[w] = v
+	}
+	return nil
+}
+
+// bumpGen moves target_gen on after a change to targets, so that every
+// thread reads its verdict again (hone.h, task_of). The daemon is its one
+// writer; callers hold genMu (or are Load, before anything else runs).
+func (o *Objects) bumpGen() error {
+	o.gen++
+	if o.gen == 0 { // 0 would match a thread's new, zeroed state
+		o.gen = 1
+	}
+	if err := o.procs.TargetGen.Update(uint32(0), o.gen, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("target_gen: %w", err)
 	}
 	return nil
 }

@@ -33,13 +33,17 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 {
 	__u32 ptgid = parent->tgid;
 	__u32 ctgid = child->tgid;
-	if (ctgid == ptgid || !is_target(ptgid))
+	if (ctgid == ptgid || !maybe_target(ptgid) || !is_target(ptgid))
 		return 0; /* a new thread, or not ours */
 	__u32 v = TARGET_FOLLOWED;
-	if (bpf_map_update_elem(&targets, &ctgid, &v, BPF_NOEXIST) == 0)
+	if (bpf_map_update_elem(&targets, &ctgid, &v, BPF_NOEXIST) == 0) {
+		follow(ctgid);
 		emit(EVENT_FORK, ctgid, child->pid, ptgid, v);
-	else if (!is_target(ctgid))
+	} else if (!is_target(ctgid)) {
 		count_drop(DROP_MAP_FULL);
+	} else {
+		follow(ctgid);
+	}
 	return 0;
 }
 
@@ -59,7 +63,6 @@ int BPF_PROG(on_exit, struct task_struct *p)
 {
 	__u32 tid = p->pid;
 	__u32 tgid = p->tgid;
-	bpf_map_delete_elem(&inflight, &tid);
 	if (!is_target(tgid))
 		return 0;
 	/* do_exit decrements signal->live before this tracepoint: zero means
@@ -67,6 +70,7 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	if (BPF_CORE_READ(p, signal, live.counter) != 0)
 		return 0;
 	bpf_map_delete_elem(&targets, &tgid);
+	unfollow(tgid);
 	emit(EVENT_EXIT, tgid, tid, 0, 0);
 	return 0;
 }

@@ -13,13 +13,6 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type procsHoneInflight struct {
-	_       structs.HostLayout
-	StartNs uint64
-	Id      uint32
-	Tgid    uint32
-}
-
 type procsHoneProcEvent struct {
 	_      structs.HostLayout
 	Kind   uint32
@@ -32,14 +25,26 @@ type procsHoneProcEvent struct {
 	Comm   [16]int8
 }
 
+type procsHoneTask struct {
+	_       structs.HostLayout
+	StartNs uint64
+	Id      uint32
+	Gen     uint32
+	Target  uint32
+	Pad     uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	procsMapDrops           = "drops"
 	procsMapEvents          = "events"
-	procsMapInflight        = "inflight"
+	procsMapTargetFol       = "target_fol"
+	procsMapTargetGen       = "target_gen"
+	procsMapTargetSel       = "target_sel"
 	procsMapTargets         = "targets"
+	procsMapTaskState       = "task_state"
 	procsProgOnExec         = "on_exec"
 	procsProgOnExit         = "on_exit"
 	procsProgOnFork         = "on_fork"
@@ -97,10 +102,13 @@ type procsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type procsMapSpecs struct {
-	Drops    *ebpf.MapSpec `ebpf:"drops"`
-	Events   *ebpf.MapSpec `ebpf:"events"`
-	Inflight *ebpf.MapSpec `ebpf:"inflight"`
-	Targets  *ebpf.MapSpec `ebpf:"targets"`
+	Drops     *ebpf.MapSpec `ebpf:"drops"`
+	Events    *ebpf.MapSpec `ebpf:"events"`
+	TargetFol *ebpf.MapSpec `ebpf:"target_fol"`
+	TargetGen *ebpf.MapSpec `ebpf:"target_gen"`
+	TargetSel *ebpf.MapSpec `ebpf:"target_sel"`
+	Targets   *ebpf.MapSpec `ebpf:"targets"`
+	TaskState *ebpf.MapSpec `ebpf:"task_state"`
 }
 
 // procsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -130,18 +138,24 @@ func (o *procsObjects) Close() error {
 //
 // It can be passed to loadProcsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type procsMaps struct {
-	Drops    *ebpf.Map `ebpf:"drops"`
-	Events   *ebpf.Map `ebpf:"events"`
-	Inflight *ebpf.Map `ebpf:"inflight"`
-	Targets  *ebpf.Map `ebpf:"targets"`
+	Drops     *ebpf.Map `ebpf:"drops"`
+	Events    *ebpf.Map `ebpf:"events"`
+	TargetFol *ebpf.Map `ebpf:"target_fol"`
+	TargetGen *ebpf.Map `ebpf:"target_gen"`
+	TargetSel *ebpf.Map `ebpf:"target_sel"`
+	Targets   *ebpf.Map `ebpf:"targets"`
+	TaskState *ebpf.Map `ebpf:"task_state"`
 }
 
 func (m *procsMaps) Close() error {
 	return _ProcsClose(
 		m.Drops,
 		m.Events,
-		m.Inflight,
+		m.TargetFol,
+		m.TargetGen,
+		m.TargetSel,
 		m.Targets,
+		m.TaskState,
 	)
 }
 

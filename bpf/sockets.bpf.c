@@ -111,9 +111,9 @@ static __always_inline int on_io(struct sock *sk, int ret, int flags, __u32 dir)
 		return 0;
 	if (dir == DIR_RX && (flags & MSG_PEEK))
 		return 0;
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	if (!is_target(tgid))
+	if (!current_is_target())
 		return 0;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	struct hone_conn_key k = {};
 	if (!read_key(sk, &k))
 		return 0;
@@ -180,7 +180,7 @@ int BPF_PROG(on_state, const struct sock *sk, int oldstate, int newstate)
 	__u64 now = bpf_ktime_get_ns();
 	if (newstate == TCP_ESTABLISHED_STATE) {
 		bool kv = is_kv(k.lport) || is_kv(k.rport);
-		if (!kv && !is_target(bpf_get_current_pid_tgid() >> 32))
+		if (!kv && !current_is_target())
 			return 0;
 		struct hone_conn_stats zero = { .kv = kv };
 		struct hone_conn_stats *c = lookup_or_init(&conns, &k, &zero);

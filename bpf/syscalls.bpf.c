@@ -131,32 +131,26 @@ static __always_inline __u32 classify(__u32 id)
 #error "syscalls.bpf.c: no syscall table for this architecture (bpf2go -target amd64 or arm64)"
 #endif
 
+/* sys_enter and sys_exit run for every syscall of every thread on the host
+ * while attached, so what a thread that is not a target pays is the point:
+ * the prefilter's two array reads each (maybe_target), nothing else. A
+ * target's thread adds its task storage (task_of) and, at exit, one hash
+ * lookup for its statistics. */
 SEC("raw_tp/sys_enter")
 int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 {
-	__u64 pt = bpf_get_current_pid_tgid();
-	__u32 tgid = pt >> 32;
-	if (!is_target(tgid))
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!maybe_target(tgid))
 		return 0;
-	__u32 tid = (__u32)pt;
-	__u64 now = bpf_ktime_get_ns();
-	/* The entry stays in the map for the thread's life (sched_process_exit
-	 * removes it): writing in place is cheaper than insert and delete on
-	 * every call. */
-	struct hone_inflight *in = bpf_map_lookup_elem(&inflight, &tid);
-	if (in) {
-		in->start_ns = now;
-		in->id = (__u32)ctx->args[1];
-		in->tgid = tgid;
+	struct hone_task *t = task_of(bpf_get_current_task_btf(), tgid, true);
+	if (!t) {
+		count_drop(DROP_MAP_FULL);
 		return 0;
 	}
-	struct hone_inflight fresh = {
-		.start_ns = now,
-		.id = (__u32)ctx->args[1],
-		.tgid = tgid,
-	};
-	if (bpf_map_update_elem(&inflight, &tid, &fresh, BPF_ANY))
-		count_drop(DROP_MAP_FULL);
+	if (!t->target)
+		return 0;
+	t->start_ns = bpf_ktime_get_ns();
+	t->id = (__u32)ctx->args[1];
 	return 0;
 }
 
@@ -164,20 +158,19 @@ SEC("raw_tp/sys_exit")
 int sys_exit(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u64 pt = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)pt;
-	struct hone_inflight *in = bpf_map_lookup_elem(&inflight, &tid);
-	if (!in || in->start_ns == 0)
+	if (!maybe_target(pt >> 32))
+		return 0; /* (a syscall in flight when its process stopped being a target is not counted) */
+	struct hone_task *t = bpf_task_storage_get(&task_state, bpf_get_current_task_btf(), 0, 0);
+	if (!t || t->start_ns == 0)
 		return 0; /* not traced, or entered before it was a target */
 	__u64 now = bpf_ktime_get_ns();
-	__u64 start = in->start_ns;
+	__u64 start = t->start_ns;
 	struct hone_thread_key key = {
-		.tgid = in->tgid,
-		.tid = tid,
-		.class = classify(in->id),
+		.tgid = pt >> 32,
+		.tid = (__u32)pt,
+		.class = classify(t->id),
 	};
-	in->start_ns = 0;
-	if (key.tgid != (__u32)(pt >> 32))
-		return 0; /* a stale entry: the thread id was reused */
+	t->start_ns = 0;
 
 	static const struct hone_sys_stats zero;
 	struct hone_sys_stats *st = lookup_or_init(&sys_stats, &key, &zero);
