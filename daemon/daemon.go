@@ -483,6 +483,12 @@ func (d *Daemon) procEvent(e *bpf.ProcEvent) {
 			}
 		}
 	case bpf.EventExit:
+		if d.objs != nil {
+			// The kernel took the process out of targets; its bit in the
+			// daemon's prefilter (bpf.Objects.AddTarget) is the daemon's
+			// to clear, before the pid is reused.
+			_ = d.objs.RemoveTarget(uint32(pid))
+		}
 		d.mu.Lock()
 		d.logExited++
 		if t := d.targets[pid]; t != nil {
