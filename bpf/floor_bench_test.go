@@ -3,6 +3,7 @@
 package bpf_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -184,4 +185,68 @@ func BenchmarkSyscallFloor(b *testing.B) {
 	b.ReportMetric(med(ns["ref-untraced"]), "ref-added-ns/untraced")
 	b.ReportMetric(med(ns["hone-untraced"]), "hone-added-ns/untraced")
 	b.ReportMetric(med(ns["hone-untraced"])/med(ns["ref-untraced"]), "x-ref-added/untraced")
+}
+
+// BenchmarkProgramCost is the kernel's run time per program run (bpf_stats)
+// of the sched, sockets and CUDA programs while a target and its followed
+// child exchange bytes over a stream socketpair (workload "pingpong": a
+// send, a receive, a wakeup and a context switch on either side per round
+// trip) and while a target calls the fake libcuda's cuLaunchKernel in a
+// loop (uprobes; usleep(0) between calls). Runs of other processes' events (the host's, which the
+// programs only filter) are counted too, as a host running hone pays them.
+func BenchmarkProgramCost(b *testing.B) {
+	bpftest.Require(b)
+	prog, libcuda := bpftest.Workload(b)
+	objs, err := bpf.Load(bpf.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer objs.Close()
+	links, err := objs.Attach(bpf.Probes{Syscalls: true, Procs: true, Sched: true, Sockets: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer links.Close()
+	cuda, _, err := objs.AttachCUDA(libcuda, []int{bpf.CUDALaunch})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cuda.Close()
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stats.Close()
+	progs := objs.Programs()
+	names := []string{"on_switch", "on_wakeup", "on_send", "on_recv", "sys_enter", "sys_exit", "cuda_launch"}
+	per := map[string][]float64{}
+	const rounds, launches = 20_000, 5_000
+	b.ResetTimer()
+	for range b.N {
+		before := map[string][2]uint64{}
+		for _, n := range names {
+			r, t := runStats(b, progs[n])
+			before[n] = [2]uint64{r, t}
+		}
+		target := func(pid int) {
+			if err := objs.AddTarget(uint32(pid)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		bpftest.Run(b, prog, []string{"pingpong", fmt.Sprint(rounds)}, target)
+		bpftest.Run(b, prog, []string{"cuda", fmt.Sprint(launches), "0", "0", "0"}, target)
+		for _, n := range names {
+			r, t := runStats(b, progs[n])
+			if dr := r - before[n][0]; dr > 0 {
+				per[n] = append(per[n], float64(t-before[n][1])/float64(dr))
+			}
+		}
+	}
+	b.StopTimer()
+	for _, n := range names {
+		if len(per[n]) == 0 {
+			b.Fatalf("%s never ran", n)
+		}
+		b.ReportMetric(slo.Median(per[n]), n+"-ns/event")
+	}
 }

@@ -136,12 +136,25 @@ func WaitBlockedInRead(pid int) error {
 
 // Spin runs the workload's tight getppid loop (mode "spin") n times and
 // returns the loop's own nanoseconds per call (CLOCK_MONOTONIC around the
-// loop, read by the workload). ready, when not nil, is called with the
-// process id once the process is blocked waiting to start, before any
-// call of the loop: to make it a target, or to load a program for it.
+// loop, read by the workload). ready is as for Run.
 func Spin(tb testing.TB, prog string, n int, ready func(pid int)) float64 {
 	tb.Helper()
-	c := exec.Command(prog, "spin", fmt.Sprint(n))
+	out := Run(tb, prog, []string{"spin", fmt.Sprint(n)}, ready)
+	var ns float64
+	if _, err := fmt.Sscan(out, &ns); err != nil {
+		tb.Fatalf("spin printed %q: %v", out, err)
+	}
+	return ns / float64(n)
+}
+
+// Run runs the workload program with args (a mode that waits for "go" on
+// its standard input before its work) and returns what it printed. ready,
+// when not nil, is called with the process id once the process is blocked
+// waiting to start, before any of its work: to make it a target, or to
+// load a program for it.
+func Run(tb testing.TB, prog string, args []string, ready func(pid int)) string {
+	tb.Helper()
+	c := exec.Command(prog, args...)
 	in, err := c.StdinPipe()
 	if err != nil {
 		tb.Fatal(err)
@@ -151,9 +164,9 @@ func Spin(tb testing.TB, prog string, n int, ready func(pid int)) float64 {
 	if err := c.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	defer c.Wait()
 	if err := WaitBlockedInRead(c.Process.Pid); err != nil {
 		c.Process.Kill()
+		c.Wait()
 		tb.Fatal(err)
 	}
 	if ready != nil {
@@ -163,11 +176,7 @@ func Spin(tb testing.TB, prog string, n int, ready func(pid int)) float64 {
 		tb.Fatal(err)
 	}
 	if err := c.Wait(); err != nil {
-		tb.Fatalf("spin: %v", err)
+		tb.Fatalf("%s %s: %v", prog, strings.Join(args, " "), err)
 	}
-	var ns float64
-	if _, err := fmt.Sscan(out.String(), &ns); err != nil {
-		tb.Fatalf("spin printed %q: %v", out.String(), err)
-	}
-	return ns / float64(n)
+	return out.String()
 }

@@ -222,6 +222,34 @@ int main(int argc, char **argv)
 		close(fd);
 		return 0;
 	}
+	if (!strcmp(mode, "pingpong") && argc == 3) {
+		/* n round trips of one byte between this process and a child
+		 * over a stream socketpair: each a send, a receive, a wakeup
+		 * and a context switch on either side. */
+		long n = atol(argv[2]);
+		int sv[2];
+		char c = 'x';
+		if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
+			die("socketpair");
+		wait_go();
+		long pid = syscall(SYS_fork);
+		if (pid < 0)
+			die("fork");
+		if (pid == 0) {
+			for (long i = 0; i < n; i++) {
+				if (recv(sv[1], &c, 1, 0) != 1 || send(sv[1], &c, 1, 0) != 1)
+					_exit(1);
+			}
+			_exit(0);
+		}
+		for (long i = 0; i < n; i++) {
+			if (send(sv[0], &c, 1, 0) != 1 || recv(sv[0], &c, 1, 0) != 1)
+				die("pingpong");
+		}
+		int st;
+		waitpid(pid, &st, 0);
+		return 0;
+	}
 	if (!strcmp(mode, "spin") && argc == 3) {
 		long n = atol(argv[2]);
 		wait_go();
