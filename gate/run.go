@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/hone-llm/hone/replay"
 )
 
 // Run is one run of one scenario: what the gate reads of a run record.
@@ -124,7 +125,8 @@ func b2f(b bool) float64 {
 // simulation records (`hone sim --output json`, kind simulation_only) and
 // any reader registered with RegisterReader (the replay run record).
 func ReadRuns(path string) ([]Run, error) {
-	b, err := os.ReadFile(path)
+	b, err := replay.ReadRecordFile(path) // plain or gzip-compressed
+
 	if err != nil {
 		return nil, fmt.Errorf("read record: %w", err)
 	}

@@ -101,7 +101,7 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 		d := diagnoseTrial(&t, rec, atts)
 		rec.Attribution, _ = json.Marshal(map[string]any{"diagnosis": d, "timelines_error": errString(terr), "client_bound": marked})
 	}
-	path := filepath.Join(e.OutDir, "records", tag+".json")
+	path := filepath.Join(e.OutDir, "records", tag+".json.gz") // gzip: ~7 bytes per output token
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil && t.Error == "" {
 		t.Error = err.Error()
 	}

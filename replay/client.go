@@ -64,6 +64,8 @@ func encodeCompletion(model string, prompt []int, outputTokens int) ([]byte, err
 // Chunks holds the arrival of every streamed chunk that carried output, in
 // columns: chunk k arrived at MonoNs[k] (CLOCK_MONOTONIC) = UnixNs[k] (wall)
 // carrying TokenIDs[k] (empty when the engine does not return token ids).
+// Records hold it packed (ChunksEncoding; version 2's records as these
+// three arrays): see MarshalJSON and UnmarshalJSON in chunks.go.
 type Chunks struct {
 	MonoNs   []int64 `json:"mono_ns"`
 	UnixNs   []int64 `json:"unix_ns"`

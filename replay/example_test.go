@@ -10,13 +10,16 @@ import (
 	"github.com/hone-llm/hone/slo"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/record.example.json from a live run against the test server")
+var update = flag.Bool("update", false, "rewrite testdata/record.example.v3.json from a live run against the test server")
 
-// TestExampleRecord keeps testdata/record.example.json, a small real record
-// (one run, one level of 12 requests of 4 tokens) that shows readers of
-// records (gate, diagnose, optimizer) the layout, valid under the schema.
+// TestExampleRecord keeps testdata/record.example.v3.json, a small real
+// record (one run, one level of 12 requests of 4 tokens) that shows
+// readers of records (gate, diagnose, optimizer) the layout, valid under
+// the schema. testdata/record.example.json is the same record as schema
+// version 2 wrote it, kept to show that version still reads
+// (TestRecordVersions); -update leaves it alone.
 func TestExampleRecord(t *testing.T) {
-	path := filepath.Join("testdata", "record.example.json")
+	path := filepath.Join("testdata", "record.example.v3.json")
 	if *update {
 		f := newFakeVLLM(t)
 		opts := oneLevel(testOptions(f.start().URL))

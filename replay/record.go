@@ -2,10 +2,14 @@ package replay
 
 import (
 	"bytes"
+	"compress/gzip"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,9 +19,19 @@ import (
 	"github.com/hone-llm/hone/slo"
 )
 
-// SchemaVersion is the version of the run record layout. Readers reject
-// records of another version instead of guessing at their fields.
-const SchemaVersion = 2
+// SchemaVersion is the version of the run record layout that WriteRecord
+// writes. Version 3 packs each request's chunks (ChunksEncoding) instead of
+// version 2's arrays, and nothing else changed: ReadRecord reads versions
+// OldestSchemaVersion to SchemaVersion and rejects any other instead of
+// guessing at its fields.
+const SchemaVersion = 3
+
+// OldestSchemaVersion is the oldest record version ReadRecord reads.
+const OldestSchemaVersion = 2
+
+// MaxRecordBytes bounds the decompressed size of a gzipped record
+// (4 GiB): a corrupt or hostile .gz is an error, not an exhausted memory.
+const MaxRecordBytes = 4 << 30
 
 // Kinds of live records. A record's kind is set when it is made and never
 // changed: emulated and device numbers stay in separate columns everywhere.
@@ -266,27 +280,91 @@ func ValidateRecord(data []byte) error {
 
 // WriteRecord writes rec to path atomically: a temporary file in the same
 // directory, fsynced, then renamed over path (and the directory fsynced),
-// so a reader never sees half a record.
+// so a reader never sees half a record. It writes the current
+// SchemaVersion whatever rec.SchemaVersion says (the in-memory form is the
+// same for every readable version). A path ending in ".gz" is written
+// gzipped; ReadRecord recognizes gzip by its content, whatever the name.
 func WriteRecord(path string, rec *Record) error {
-	// Compact: a full scan holds ~2,300 requests with every chunk's two
-	// clock readings and token ids, and indenting would put each number on
-	// its own line (2x the bytes). Read it with jq.
-	data, err := json.Marshal(rec)
+	// Compact: a full scan holds ~2,300 requests, and indenting would put
+	// each number on its own line. Read it with jq (zcat first if .gz).
+	cp := *rec
+	cp.SchemaVersion = SchemaVersion
+	data, err := json.Marshal(&cp)
 	if err != nil {
 		return fmt.Errorf("encode record: %w", err)
 	}
 	data = append(data, '\n')
-	if err := atomicfile.Write(path, data); err != nil {
+	if !strings.HasSuffix(strings.ToLower(path), ".gz") {
+		if err := atomicfile.Write(path, data); err != nil {
+			return fmt.Errorf("write record: %w", err)
+		}
+		return nil
+	}
+	err = atomicfile.WriteFunc(path, 0o644, func(w io.Writer) error {
+		zw, err := gzip.NewWriterLevel(w, gzip.BestCompression)
+		if err != nil {
+			return err
+		}
+		if _, err := zw.Write(data); err != nil {
+			return err
+		}
+		return zw.Close()
+	})
+	if err != nil {
 		return fmt.Errorf("write record: %w", err)
 	}
 	return nil
 }
 
-// ReadRecord reads and validates a record. A record of another schema
-// version, or one that does not match the schema, is an error naming the
-// file.
-func ReadRecord(path string) (*Record, error) {
+// ReadRecordFile returns the JSON of the record file at path, decompressed
+// when the file is gzip (recognized by its magic bytes 1f 8b, whatever its
+// name), at most MaxRecordBytes of it. It does not validate: ReadRecord
+// does. Readers of record files other than ReadRecord use it, so that a
+// .gz record reads everywhere a plain one does.
+func ReadRecordFile(path string) ([]byte, error) {
 	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	data, err = gunzipRecord(data, MaxRecordBytes)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return data, nil
+}
+
+// gunzipRecord returns data decompressed if it is gzip (else data itself),
+// refusing more than limit decompressed bytes.
+func gunzipRecord(data []byte, limit int64) ([]byte, error) {
+	if len(data) < 2 || data[0] != 0x1f || data[1] != 0x8b {
+		return data, nil
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("gzip: %w", err)
+	}
+	out, err := io.ReadAll(io.LimitReader(zr, limit+1))
+	if err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			err = errors.New("unexpected end of data (truncated?)")
+		}
+		return nil, fmt.Errorf("gzip: %w", err)
+	}
+	if int64(len(out)) > limit {
+		return nil, fmt.Errorf("gzip: decompresses to more than %d bytes: not a record hone reads", limit)
+	}
+	return out, nil
+}
+
+// ReadRecord reads and validates a record, plain or gzipped (see
+// ReadRecordFile), of version OldestSchemaVersion to SchemaVersion. A record of another
+// schema version, or one that does not match the schema, is an error
+// naming the file. The Record returned is in the current version
+// (SchemaVersion): the versions differ only in how chunks are written, not
+// in what they hold, so a version 2 record reads exactly as the version 3
+// record WriteRecord would make of it.
+func ReadRecord(path string) (*Record, error) {
+	data, err := ReadRecordFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read record: %w", err)
 	}
@@ -296,12 +374,12 @@ func ReadRecord(path string) (*Record, error) {
 	if err := json.Unmarshal(data, &head); err != nil {
 		return nil, fmt.Errorf("read record %s: not JSON: %w", path, err)
 	}
-	if head.SchemaVersion == nil || *head.SchemaVersion != SchemaVersion {
+	if v := head.SchemaVersion; v == nil || *v < OldestSchemaVersion || *v > SchemaVersion {
 		v := "none"
 		if head.SchemaVersion != nil {
 			v = fmt.Sprint(*head.SchemaVersion)
 		}
-		return nil, fmt.Errorf("read record %s: schema_version %s, want %d", path, v, SchemaVersion)
+		return nil, fmt.Errorf("read record %s: schema_version %s: want %d or %d", path, v, OldestSchemaVersion, SchemaVersion)
 	}
 	if err := ValidateRecord(data); err != nil {
 		return nil, fmt.Errorf("read record %s: %w", path, err)
@@ -310,6 +388,7 @@ func ReadRecord(path string) (*Record, error) {
 	if err := json.Unmarshal(data, &rec); err != nil {
 		return nil, fmt.Errorf("read record %s: %w", path, err)
 	}
+	rec.SchemaVersion = SchemaVersion
 	return &rec, nil
 }
 

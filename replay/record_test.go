@@ -1,10 +1,13 @@
 package replay
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -153,6 +156,111 @@ func TestWriteReadRecord(t *testing.T) {
 	if err := WriteRecord(filepath.Join(dir, "missing", "r.json"), rec); err == nil {
 		t.Error("writing into a missing directory succeeded")
 	}
+	for _, v := range []any{1, 4, nil} {
+		var m map[string]any
+		json.Unmarshal(data, &m)
+		m["schema_version"] = v
+		b, _ := json.Marshal(m)
+		bad := filepath.Join(dir, "bad.json")
+		os.WriteFile(bad, b, 0o644)
+		if _, err := ReadRecord(bad); err == nil || !strings.Contains(err.Error(), "want 2 or 3") {
+			t.Errorf("schema_version %v: err %v, want one naming both readable versions", v, err)
+		}
+	}
+}
+
+// A path ending in .gz is written gzipped, atomically; readers recognize
+// gzip by its magic bytes whatever the file is called.
+func TestWriteReadRecordGzip(t *testing.T) {
+	dir := t.TempDir()
+	rec, err := ReadRecord(filepath.Join("testdata", "record.example.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gz := filepath.Join(dir, "r.json.gz")
+	if err := WriteRecord(gz, rec); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("%d files in the directory, want only the record", len(entries))
+	}
+	zdata, _ := os.ReadFile(gz)
+	if len(zdata) < 2 || zdata[0] != 0x1f || zdata[1] != 0x8b {
+		t.Fatalf("%s is not gzip: % x", gz, zdata[:min(len(zdata), 4)])
+	}
+	misnamed := filepath.Join(dir, "r.json")
+	os.WriteFile(misnamed, zdata, 0o644)
+	for _, p := range []string{gz, misnamed} {
+		back, err := ReadRecord(p)
+		if err != nil || !reflect.DeepEqual(back, rec) {
+			t.Errorf("%s: read back %v, equal %t", p, err, reflect.DeepEqual(back, rec))
+		}
+	}
+	plain, err := ReadRecordFile(gz)
+	if err != nil || !json.Valid(plain) || !bytes.HasPrefix(plain, []byte(`{"schema_version":3,`)) {
+		t.Errorf("ReadRecordFile: %v, %.40s", err, plain)
+	}
+	// A truncated or corrupt gzip is an error naming the file.
+	trunc := filepath.Join(dir, "trunc.json.gz")
+	os.WriteFile(trunc, zdata[:len(zdata)/2], 0o644)
+	if _, err := ReadRecord(trunc); err == nil || !strings.Contains(err.Error(), trunc) || !strings.Contains(err.Error(), "gzip") {
+		t.Errorf("truncated gzip: %v", err)
+	}
+	// A gzip bomb stops at the bound (MaxRecordBytes; a small one here).
+	var bomb bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&bomb, gzip.BestCompression)
+	zw.Write(make([]byte, 1<<20))
+	zw.Close()
+	if _, err := gunzipRecord(bomb.Bytes(), 1<<19); err == nil || !strings.Contains(err.Error(), "more than 524288 bytes") {
+		t.Errorf("bomb: %v", err)
+	}
+	if out, err := gunzipRecord(bomb.Bytes(), 1<<20); err != nil || len(out) != 1<<20 {
+		t.Errorf("exactly at the bound: %d bytes, %v", len(out), err)
+	}
+}
+
+// testdata/record.example.json stays a version 2 record (chunks as
+// arrays) and record.example.v3.json is what WriteRecord makes of it: both
+// read, and into identical Records.
+func TestRecordVersions(t *testing.T) {
+	v2path, v3path := filepath.Join("testdata", "record.example.json"), filepath.Join("testdata", "record.example.v3.json")
+	v2data, err := os.ReadFile(v2path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(v2data, []byte(`"schema_version":2`)) || !bytes.Contains(v2data, []byte(`"chunks":{"mono_ns":[`)) {
+		t.Fatalf("%s is no longer a version 2 record", v2path)
+	}
+	v2, err := ReadRecord(v2path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v3, err := ReadRecord(v3path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(v2, v3) {
+		t.Errorf("%s and %s read differently", v2path, v3path)
+	}
+	tokens := 0
+	for _, q := range v3.Runs[0].Levels[0].Requests {
+		if len(q.Chunks.MonoNs) != 4 || len(q.Chunks.UnixNs) != 4 || len(q.Chunks.TokenIDs) != 4 {
+			t.Errorf("request %d: %d chunks", q.ID, len(q.Chunks.MonoNs))
+		}
+		tokens += q.OutputTokens
+	}
+	// Rewriting the version 2 record gives the version 3 fixture, byte for
+	// byte: the layout has not drifted.
+	out := filepath.Join(t.TempDir(), "v3.json")
+	if err := WriteRecord(out, v2); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(out)
+	want, _ := os.ReadFile(v3path)
+	if !bytes.Equal(got, want) {
+		t.Errorf("WriteRecord of %s differs from %s (regenerate it if the layout changed on purpose)", v2path, v3path)
+	}
+	t.Logf("example: %d output tokens; v2 %d bytes, v3 %d bytes", tokens, len(v2data), len(want))
 }
 
 func TestTimebase(t *testing.T) {
