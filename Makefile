@@ -72,7 +72,12 @@ test-consistency:
 # times, and prints medians with benchstat (golang.org/x/perf, pinned in
 # go.mod), the reference runs beside them: the predictor's full scan (target
 # < 50 ms CPU) beside the exact model's, and a 1,000-config grid ranked on
-# every CPU (target < 1 minute on 2 cores). Not part of `make test`.
+# every CPU (target < 1 minute on 2 cores); the daemon's syscall programs
+# beside a minimal reference program (targets: <= 1.5x its ns per event and
+# added ns per traced syscall, <= 1.2x per untraced one), the other
+# programs' ns per event, and the daemon's cost to a served emulator. The
+# eBPF benchmarks need root (HONE_REQUIRE_BPF=1 makes a skip a failure).
+# Not part of `make test`.
 BENCH_COUNT ?= 6
 BENCH_OUT ?= results/bench
 .PHONY: bench
@@ -80,7 +85,9 @@ bench:
 	@mkdir -p $(BENCH_OUT)
 	$(GO) test -run '^$$' -bench '^Benchmark(Scan|ExactScan)$$' -benchtime 10x -count $(BENCH_COUNT) ./predict | tee $(BENCH_OUT)/predict-scan.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkGrid1000$$' -benchtime 1x -count 3 -timeout 30m ./predict | tee $(BENCH_OUT)/predict-grid.txt
-	$(GO) run golang.org/x/perf/cmd/benchstat $(BENCH_OUT)/predict-scan.txt $(BENCH_OUT)/predict-grid.txt
+	$(GO) test -run '^$$' -bench '^Benchmark(SyscallFloor|ProgramCost)$$' -benchtime 8x -count $(BENCH_COUNT) ./bpf | tee $(BENCH_OUT)/bpf.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkEmulatorOverhead$$' -benchtime 1x -count 3 ./daemon | tee $(BENCH_OUT)/daemon.txt
+	$(GO) run golang.org/x/perf/cmd/benchstat $(BENCH_OUT)/predict-scan.txt $(BENCH_OUT)/predict-grid.txt $(BENCH_OUT)/bpf.txt $(BENCH_OUT)/daemon.txt
 
 # fuzz runs every fuzz target for FUZZTIME each (their seed corpora already
 # run under `make test`). Long: not part of the test suite.

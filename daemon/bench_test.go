@@ -18,109 +18,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
-
-	"github.com/hone-llm/hone/bpf"
 	"github.com/hone-llm/hone/bpf/bpftest"
 	"github.com/hone-llm/hone/sim/emulator"
 	"github.com/hone-llm/hone/slo"
 )
-
-// spin runs the workload's getppid loop and returns its own ns per call,
-// the process a target of objs when objs is not nil.
-func spin(tb testing.TB, prog string, n int, objs *bpf.Objects) float64 {
-	tb.Helper()
-	return bpftest.Spin(tb, prog, n, func(pid int) {
-		if objs != nil {
-			if err := objs.AddTarget(uint32(pid)); err != nil {
-				tb.Fatal(err)
-			}
-		}
-	})
-}
-
-func progStats(tb testing.TB, ps ...*ebpf.Program) (runs uint64, ns uint64) {
-	for _, p := range ps {
-		st, err := p.Stats()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		runs += st.RunCount
-		ns += uint64(st.Runtime.Nanoseconds())
-	}
-	return runs, ns
-}
-
-// BenchmarkBPFSyscallCost measures, per round (b.N rounds), the kernel run
-// time per program run of sys_enter/sys_exit while a target makes getppid
-// calls (bpf_stats), and the time those calls take with the programs
-// attached minus detached. Medians over the rounds; target ≤ 300 ns/event.
-func BenchmarkBPFSyscallCost(b *testing.B) {
-	bpftest.Require(b)
-	prog, _ := bpftest.Workload(b)
-	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer stats.Close()
-	objs, err := bpf.Load(bpf.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer objs.Close()
-	progs := objs.Programs()
-	const n = 200_000
-	var perRun, perSyscall, added []float64
-	b.ResetTimer()
-	for range b.N {
-		off := spin(b, prog, n, nil)
-		links, err := objs.Attach(bpf.Probes{Syscalls: true, Procs: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		r0, t0 := progStats(b, progs["sys_enter"], progs["sys_exit"])
-		on := spin(b, prog, n, objs)
-		r1, t1 := progStats(b, progs["sys_enter"], progs["sys_exit"])
-		links.Close()
-		perRun = append(perRun, float64(t1-t0)/float64(r1-r0))
-		perSyscall = append(perSyscall, 2*float64(t1-t0)/float64(r1-r0))
-		added = append(added, on-off)
-	}
-	b.ReportMetric(slo.Median(perRun), "ns/event")
-	b.ReportMetric(slo.Median(perSyscall), "bpf-ns/syscall")
-	b.ReportMetric(slo.Median(added), "added-ns/syscall")
-}
-
-// BenchmarkSyscallAddedLatency is the added time per traced getppid with
-// the syscall programs attached, without BPF statistics (which add their
-// own clock reads): the cost a traced thread pays.
-func BenchmarkSyscallAddedLatency(b *testing.B) {
-	bpftest.Require(b)
-	prog, _ := bpftest.Workload(b)
-	objs, err := bpf.Load(bpf.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer objs.Close()
-	const n = 200_000
-	var added, untraced []float64
-	b.ResetTimer()
-	for range b.N {
-		off := spin(b, prog, n, nil)
-		links, err := objs.Attach(bpf.Probes{Syscalls: true, Procs: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		on := spin(b, prog, n, objs)
-		other := spin(b, prog, n, nil) // attached, but not a target
-		links.Close()
-		added = append(added, on-off)
-		untraced = append(untraced, other-off)
-	}
-	b.ReportMetric(slo.Median(added), "added-ns/syscall")
-	b.ReportMetric(slo.Median(untraced), "added-ns/syscall-nontarget")
-}
 
 // BenchmarkEmulatorOverhead drives hone's engine emulator (in this process)
 // with an open-loop 200 requests/s stream of short completions and compares
