@@ -109,12 +109,8 @@ func checkSyscallClasses(t *testing.T, coll *ebpf.Collection, table map[string]u
 	if err := coll.Maps["targets"].Update(tgid, uint32(bpf.TargetSelected), ebpf.UpdateAny); err != nil {
 		t.Fatal(err)
 	}
-	// What Objects.AddTarget does besides: the prefilter's bit, and a
-	// generation no thread's (zeroed) state has yet.
+	// What Objects.AddTarget does besides: the target check's bit.
 	if err := coll.Maps["target_sel"].Update(tgid/64, uint64(1)<<(tgid%64), ebpf.UpdateAny); err != nil {
-		t.Fatal(err)
-	}
-	if err := coll.Maps["target_gen"].Update(uint32(0), uint32(1), ebpf.UpdateAny); err != nil {
 		t.Fatal(err)
 	}
 	enter, exit, stats := coll.Programs["sys_enter"], coll.Programs["sys_exit"], coll.Maps["sys_stats"]

@@ -38,19 +38,17 @@ type cudaHoneCudaStats struct {
 	WaitHist  [32]uint32
 }
 
+type cudaHoneInflight struct {
+	_       structs.HostLayout
+	StartNs uint64
+	Id      uint32
+	Tgid    uint32
+}
+
 type cudaHoneSyncEntry struct {
 	_       structs.HostLayout
 	StartNs uint64
 	Call    uint32
-	Pad     uint32
-}
-
-type cudaHoneTask struct {
-	_       structs.HostLayout
-	StartNs uint64
-	Id      uint32
-	Gen     uint32
-	Target  uint32
 	Pad     uint32
 }
 
@@ -62,11 +60,10 @@ const (
 	cudaMapCudaSync        = "cuda_sync"
 	cudaMapDrops           = "drops"
 	cudaMapEvents          = "events"
+	cudaMapInflight        = "inflight"
 	cudaMapTargetFol       = "target_fol"
-	cudaMapTargetGen       = "target_gen"
 	cudaMapTargetSel       = "target_sel"
 	cudaMapTargets         = "targets"
-	cudaMapTaskState       = "task_state"
 	cudaProgCudaCtxSync    = "cuda_ctx_sync"
 	cudaProgCudaEventSync  = "cuda_event_sync"
 	cudaProgCudaGraph      = "cuda_graph"
@@ -137,11 +134,10 @@ type cudaMapSpecs struct {
 	CudaSync  *ebpf.MapSpec `ebpf:"cuda_sync"`
 	Drops     *ebpf.MapSpec `ebpf:"drops"`
 	Events    *ebpf.MapSpec `ebpf:"events"`
+	Inflight  *ebpf.MapSpec `ebpf:"inflight"`
 	TargetFol *ebpf.MapSpec `ebpf:"target_fol"`
-	TargetGen *ebpf.MapSpec `ebpf:"target_gen"`
 	TargetSel *ebpf.MapSpec `ebpf:"target_sel"`
 	Targets   *ebpf.MapSpec `ebpf:"targets"`
-	TaskState *ebpf.MapSpec `ebpf:"task_state"`
 }
 
 // cudaVariableSpecs contains global variables before they are loaded into the kernel.
@@ -174,11 +170,10 @@ type cudaMaps struct {
 	CudaSync  *ebpf.Map `ebpf:"cuda_sync"`
 	Drops     *ebpf.Map `ebpf:"drops"`
 	Events    *ebpf.Map `ebpf:"events"`
+	Inflight  *ebpf.Map `ebpf:"inflight"`
 	TargetFol *ebpf.Map `ebpf:"target_fol"`
-	TargetGen *ebpf.Map `ebpf:"target_gen"`
 	TargetSel *ebpf.Map `ebpf:"target_sel"`
 	Targets   *ebpf.Map `ebpf:"targets"`
-	TaskState *ebpf.Map `ebpf:"task_state"`
 }
 
 func (m *cudaMaps) Close() error {
@@ -187,11 +182,10 @@ func (m *cudaMaps) Close() error {
 		m.CudaSync,
 		m.Drops,
 		m.Events,
+		m.Inflight,
 		m.TargetFol,
-		m.TargetGen,
 		m.TargetSel,
 		m.Targets,
-		m.TaskState,
 	)
 }
 

@@ -11,11 +11,9 @@
 //
 // What a host pays: the syscall programs run for every syscall of every
 // thread while attached, so a thread that is not a target must cost next
-// to nothing. Every program asks a prefilter first (hone.h: one bit per
-// process id in two arrays, the daemon's selections and the children the
-// programs follow; two inlined array reads), and only a possible target
-// goes on to the targets map, through a verdict its thread caches in
-// task-local storage with the map's generation (task_of). A target's
-// thread keeps its syscall in flight there too. reference.bpf.c is the
-// floor BenchmarkSyscallFloor measures them against (make bench).
+// to nothing. Every hot path checks targets in one bit per process id (two
+// inlined array reads: the daemon's selections and the children the
+// programs follow, hone.h); only a target's thread goes on to its
+// syscall in flight (a hash entry by thread id). reference.bpf.c is the floor BenchmarkSyscallFloor
+// measures them against (make bench).
 package bpf

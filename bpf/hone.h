@@ -54,14 +54,17 @@ struct {
 } drops SEC(".maps");
 
 /* target_sel and target_fol: one bit per process id (bit tgid%64 of word
- * tgid/64), a prefilter that every program asks first, in two inlined array
- * reads: whether the process may be a target. target_sel holds the
- * daemon's selections and only the daemon writes it (whole words, under
- * its lock); target_fol holds the children the programs follow, and only
- * the programs write it (atomic or/and). A bit may be set for a process
- * that is no longer a target (targets, consulted next, says so), never
- * clear for one that is. The loader sizes both to the host's pid_max; a
- * process id beyond them (pid_max raised since) is always a maybe. */
+ * tgid/64), the target check of every hot path, in two inlined array
+ * reads. target_sel holds the daemon's selections and only the daemon
+ * writes it (whole words, under its lock); target_fol holds the children
+ * the programs follow, and only the programs write it (atomic or/and). The
+ * targets map holds the same set with each target's kind, for the daemon
+ * and for fork and exec. They differ only between a selected process's
+ * exit (the kernel drops it from targets at once) and the daemon's reading
+ * of the exit event (it clears the bit): a pid reused in those few
+ * milliseconds would be traced until then. The loader sizes both to the
+ * host's pid_max; a process id beyond them (pid_max raised since) is
+ * checked in targets instead. */
 #define TARGET_WORDS_MAX (4194304 / 64) /* PID_MAX_LIMIT on 64-bit */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -76,35 +79,20 @@ struct {
 	__type(value, __u64);
 } target_fol SEC(".maps");
 
-/* task_state: each thread's own state, in task-local storage (freed with
- * the thread, no lookup by key): whether its process is a target, as of a
- * generation of the targets map, and its syscall in progress. The threads
- * of processes the prefilter passes get one at their first syscall. */
-struct hone_task {
-	__u64 start_ns; /* the syscall in progress: its entry; 0 when none is traced */
-	__u32 id;       /* its number */
-	__u32 gen;      /* the target_gen value `target` was read under */
-	__u32 target;   /* the process's targets value then; 0: not a target */
-	__u32 pad;
+/* inflight: a target thread's syscall in progress (tid -> entry), shared
+ * so that sched_process_exit can clear the entry of a thread that never
+ * returns (exit, exit_group). Only threads of targets have one. */
+struct hone_inflight {
+	__u64 start_ns;
+	__u32 id;
+	__u32 tgid;
 };
 struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct hone_task);
-} task_state SEC(".maps");
-
-/* target_gen[0]: the generation of the targets map, which the daemon sets
- * to 1 at load and bumps after every change it makes, so that a thread's
- * cached verdict is read again. The programs' own changes need no bump:
- * fork adds a new process, whose threads have no state yet, and exit
- * removes one whose threads are gone. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_THREADS);
 	__type(key, __u32);
-	__type(value, __u32);
-} target_gen SEC(".maps");
+	__type(value, struct hone_inflight);
+} inflight SEC(".maps");
 
 enum event_kind {
 	EVENT_FORK = 1,
@@ -154,17 +142,19 @@ static __always_inline bool is_target(__u32 tgid)
 	return bpf_map_lookup_elem(&targets, &tgid) != NULL;
 }
 
-/* maybe_target is the prefilter (target_sel, target_fol): false only for a
- * process that is not a target. */
+/* maybe_target is the target check of the hot paths (target_sel,
+ * target_fol). */
 static __always_inline bool maybe_target(__u32 tgid)
 {
 	__u32 w = tgid >> 6;
 	__u64 bit = 1ULL << (tgid & 63);
 	__u64 *sel = bpf_map_lookup_elem(&target_sel, &w);
-	if (!sel || (*sel & bit))
+	if (!sel)
+		return is_target(tgid); /* beyond the bitmaps */
+	if (*sel & bit)
 		return true;
 	__u64 *fol = bpf_map_lookup_elem(&target_fol, &w);
-	return !fol || (*fol & bit);
+	return fol && (*fol & bit);
 }
 
 /* follow sets, and unfollow clears, a process's bit in target_fol. */
@@ -184,44 +174,10 @@ static __always_inline void unfollow(__u32 tgid)
 		__sync_fetch_and_and(fol, ~(1ULL << (tgid & 63)));
 }
 
-/* task_of returns task's state with its verdict current: read from the
- * state when its generation is, else from targets (and stored). A task
- * with no state gets one when create is set, and NULL otherwise (or when
- * the storage cannot be had). tgid is the task's process. */
-static __always_inline struct hone_task *task_of(struct task_struct *task, __u32 tgid, bool create)
-{
-	__u32 zero = 0;
-	__u32 *gp = bpf_map_lookup_elem(&target_gen, &zero);
-	__u32 gen = gp ? *gp : 0;
-	struct hone_task *t = bpf_task_storage_get(&task_state, task, 0, 0);
-	if (t && t->gen == gen)
-		return t;
-	if (!t && create)
-		t = bpf_task_storage_get(&task_state, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!t)
-		return NULL;
-	__u32 *v = bpf_map_lookup_elem(&targets, &tgid);
-	t->target = v ? *v : 0;
-	t->gen = gen;
-	return t;
-}
-
-/* task_is_target: whether task's process is a target, from its state where
- * it has one (never creating it), from targets otherwise. */
-static __always_inline bool task_is_target(struct task_struct *task, __u32 tgid)
-{
-	if (!maybe_target(tgid))
-		return false;
-	struct hone_task *t = task_of(task, tgid, false);
-	if (t)
-		return t->target != 0;
-	return is_target(tgid);
-}
-
-/* current_is_target is task_is_target for the running thread. */
+/* current_is_target: maybe_target for the running thread's process. */
 static __always_inline bool current_is_target(void)
 {
-	return task_is_target(bpf_get_current_task_btf(), bpf_get_current_pid_tgid() >> 32);
+	return maybe_target(bpf_get_current_pid_tgid() >> 32);
 }
 
 static __always_inline void count_drop(__u32 which)

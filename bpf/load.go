@@ -113,11 +113,10 @@ type Options struct {
 }
 
 // Objects are hone's loaded programs and maps. The shared maps (targets,
-// events, drops, task_state, target_gen) are created once, by the first
-// object, and handed to the others.
+// target_sel, target_fol, events, drops, inflight) are created once, by
+// the first object, and handed to the others.
 type Objects struct {
-	genMu sync.Mutex        // serialises the daemon's changes to targets, target_sel and target_gen
-	gen   uint32            // target_gen's value
+	selMu sync.Mutex        // serialises the daemon's changes to targets and target_sel
 	sel   map[uint32]uint64 // target_sel's words the daemon has set, by index
 
 	procs    procsObjects
@@ -152,12 +151,8 @@ func Load(opts Options) (_ *Objects, err error) {
 		"target_fol": o.procs.TargetFol,
 		"events":     o.procs.Events,
 		"drops":      o.procs.Drops,
-		"task_state": o.procs.TaskState,
-		"target_gen": o.procs.TargetGen,
+		"inflight":   o.procs.Inflight,
 	}}
-	if err := o.bumpGen(); err != nil { // 1: a thread's new (zeroed) state is never current
-		return nil, err
-	}
 	syscalls, err := loadSyscalls()
 	if err != nil {
 		return nil, fmt.Errorf("load syscalls spec: %w", err)
@@ -266,8 +261,8 @@ func (o *Objects) CUDAStats() *ebpf.Map  { return o.cuda.CudaStats }
 
 // AddTarget makes a process (by its pid, the kernel's tgid) a target.
 func (o *Objects) AddTarget(pid uint32) error {
-	o.genMu.Lock()
-	defer o.genMu.Unlock()
+	o.selMu.Lock()
+	defer o.selMu.Unlock()
 	v := uint32(TargetSelected)
 	if err := o.procs.Targets.Update(pid, v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("add target %d: %w", pid, err)
@@ -275,13 +270,13 @@ func (o *Objects) AddTarget(pid uint32) error {
 	if err := o.setSel(pid, true); err != nil {
 		return fmt.Errorf("add target %d: %w", pid, err)
 	}
-	return o.bumpGen()
+	return nil
 }
 
 // RemoveTarget stops tracing a process.
 func (o *Objects) RemoveTarget(pid uint32) error {
-	o.genMu.Lock()
-	defer o.genMu.Unlock()
+	o.selMu.Lock()
+	defer o.selMu.Unlock()
 	err := o.procs.Targets.Delete(pid)
 	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("remove target %d: %w", pid, err)
@@ -289,13 +284,13 @@ func (o *Objects) RemoveTarget(pid uint32) error {
 	if err := o.setSel(pid, false); err != nil {
 		return fmt.Errorf("remove target %d: %w", pid, err)
 	}
-	return o.bumpGen()
+	return nil
 }
 
 // setSel sets or clears pid's bit in target_sel, whose one writer the
 // daemon is: the word is written whole from o.sel, never read back. A pid
-// beyond the bitmap needs no bit (the prefilter passes it). Callers hold
-// genMu.
+// beyond the bitmap needs no bit (the check asks targets). Callers hold
+// selMu.
 func (o *Objects) setSel(pid uint32, on bool) error {
 	w, bit := pid/64, uint64(1)<<(pid%64)
 	if w >= o.procs.TargetSel.MaxEntries() {
@@ -314,20 +309,6 @@ func (o *Objects) setSel(pid uint32, on bool) error {
 		delete(o.sel, w)
 	} else {
 		o.sel[w] = v
-	}
-	return nil
-}
-
-// bumpGen moves target_gen on after a change to targets, so that every
-// thread reads its verdict again (hone.h, task_of). The daemon is its one
-// writer; callers hold genMu (or are Load, before anything else runs).
-func (o *Objects) bumpGen() error {
-	o.gen++
-	if o.gen == 0 { // 0 would match a thread's new, zeroed state
-		o.gen = 1
-	}
-	if err := o.procs.TargetGen.Update(uint32(0), o.gen, ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("target_gen: %w", err)
 	}
 	return nil
 }

@@ -33,7 +33,7 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 {
 	__u32 ptgid = parent->tgid;
 	__u32 ctgid = child->tgid;
-	if (ctgid == ptgid || !maybe_target(ptgid) || !is_target(ptgid))
+	if (ctgid == ptgid || !maybe_target(ptgid))
 		return 0; /* a new thread, or not ours */
 	__u32 v = TARGET_FOLLOWED;
 	if (bpf_map_update_elem(&targets, &ctgid, &v, BPF_NOEXIST) == 0) {
@@ -63,6 +63,9 @@ int BPF_PROG(on_exit, struct task_struct *p)
 {
 	__u32 tid = p->pid;
 	__u32 tgid = p->tgid;
+	if (!maybe_target(tgid))
+		return 0;
+	bpf_map_delete_elem(&inflight, &tid);
 	if (!is_target(tgid))
 		return 0;
 	/* do_exit decrements signal->live before this tracepoint: zero means

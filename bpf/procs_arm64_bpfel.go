@@ -13,6 +13,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type procsHoneInflight struct {
+	_       structs.HostLayout
+	StartNs uint64
+	Id      uint32
+	Tgid    uint32
+}
+
 type procsHoneProcEvent struct {
 	_      structs.HostLayout
 	Kind   uint32
@@ -25,26 +32,16 @@ type procsHoneProcEvent struct {
 	Comm   [16]int8
 }
 
-type procsHoneTask struct {
-	_       structs.HostLayout
-	StartNs uint64
-	Id      uint32
-	Gen     uint32
-	Target  uint32
-	Pad     uint32
-}
-
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	procsMapDrops           = "drops"
 	procsMapEvents          = "events"
+	procsMapInflight        = "inflight"
 	procsMapTargetFol       = "target_fol"
-	procsMapTargetGen       = "target_gen"
 	procsMapTargetSel       = "target_sel"
 	procsMapTargets         = "targets"
-	procsMapTaskState       = "task_state"
 	procsProgOnExec         = "on_exec"
 	procsProgOnExit         = "on_exit"
 	procsProgOnFork         = "on_fork"
@@ -104,11 +101,10 @@ type procsProgramSpecs struct {
 type procsMapSpecs struct {
 	Drops     *ebpf.MapSpec `ebpf:"drops"`
 	Events    *ebpf.MapSpec `ebpf:"events"`
+	Inflight  *ebpf.MapSpec `ebpf:"inflight"`
 	TargetFol *ebpf.MapSpec `ebpf:"target_fol"`
-	TargetGen *ebpf.MapSpec `ebpf:"target_gen"`
 	TargetSel *ebpf.MapSpec `ebpf:"target_sel"`
 	Targets   *ebpf.MapSpec `ebpf:"targets"`
-	TaskState *ebpf.MapSpec `ebpf:"task_state"`
 }
 
 // procsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -140,22 +136,20 @@ func (o *procsObjects) Close() error {
 type procsMaps struct {
 	Drops     *ebpf.Map `ebpf:"drops"`
 	Events    *ebpf.Map `ebpf:"events"`
+	Inflight  *ebpf.Map `ebpf:"inflight"`
 	TargetFol *ebpf.Map `ebpf:"target_fol"`
-	TargetGen *ebpf.Map `ebpf:"target_gen"`
 	TargetSel *ebpf.Map `ebpf:"target_sel"`
 	Targets   *ebpf.Map `ebpf:"targets"`
-	TaskState *ebpf.Map `ebpf:"task_state"`
 }
 
 func (m *procsMaps) Close() error {
 	return _ProcsClose(
 		m.Drops,
 		m.Events,
+		m.Inflight,
 		m.TargetFol,
-		m.TargetGen,
 		m.TargetSel,
 		m.Targets,
-		m.TaskState,
 	)
 }
 

@@ -39,8 +39,8 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 {
 	__u32 ptgid = prev->tgid;
 	__u32 ntgid = next->tgid;
-	bool pt = ptgid && task_is_target(prev, ptgid);
-	bool nt = ntgid && task_is_target(next, ntgid);
+	bool pt = ptgid && maybe_target(ptgid);
+	bool nt = ntgid && maybe_target(ntgid);
 	if (!pt && !nt)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
@@ -76,7 +76,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 static __always_inline int woken(struct task_struct *p)
 {
 	__u32 tgid = p->tgid;
-	if (!task_is_target(p, tgid))
+	if (!maybe_target(tgid))
 		return 0;
 	struct hone_sched_stats *s = thread(p->pid, tgid);
 	if (s && s->rq_since_ns == 0)

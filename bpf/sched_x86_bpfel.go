@@ -13,6 +13,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type schedHoneInflight struct {
+	_       structs.HostLayout
+	StartNs uint64
+	Id      uint32
+	Tgid    uint32
+}
+
 type schedHoneSchedStats struct {
 	_           structs.HostLayout
 	Tgid        uint32
@@ -27,27 +34,17 @@ type schedHoneSchedStats struct {
 	Preemptions uint64
 }
 
-type schedHoneTask struct {
-	_       structs.HostLayout
-	StartNs uint64
-	Id      uint32
-	Gen     uint32
-	Target  uint32
-	Pad     uint32
-}
-
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	schedMapDrops        = "drops"
 	schedMapEvents       = "events"
+	schedMapInflight     = "inflight"
 	schedMapSchedStats   = "sched_stats"
 	schedMapTargetFol    = "target_fol"
-	schedMapTargetGen    = "target_gen"
 	schedMapTargetSel    = "target_sel"
 	schedMapTargets      = "targets"
-	schedMapTaskState    = "task_state"
 	schedProgOnSwitch    = "on_switch"
 	schedProgOnWakeup    = "on_wakeup"
 	schedProgOnWakeupNew = "on_wakeup_new"
@@ -106,12 +103,11 @@ type schedProgramSpecs struct {
 type schedMapSpecs struct {
 	Drops      *ebpf.MapSpec `ebpf:"drops"`
 	Events     *ebpf.MapSpec `ebpf:"events"`
+	Inflight   *ebpf.MapSpec `ebpf:"inflight"`
 	SchedStats *ebpf.MapSpec `ebpf:"sched_stats"`
 	TargetFol  *ebpf.MapSpec `ebpf:"target_fol"`
-	TargetGen  *ebpf.MapSpec `ebpf:"target_gen"`
 	TargetSel  *ebpf.MapSpec `ebpf:"target_sel"`
 	Targets    *ebpf.MapSpec `ebpf:"targets"`
-	TaskState  *ebpf.MapSpec `ebpf:"task_state"`
 }
 
 // schedVariableSpecs contains global variables before they are loaded into the kernel.
@@ -142,24 +138,22 @@ func (o *schedObjects) Close() error {
 type schedMaps struct {
 	Drops      *ebpf.Map `ebpf:"drops"`
 	Events     *ebpf.Map `ebpf:"events"`
+	Inflight   *ebpf.Map `ebpf:"inflight"`
 	SchedStats *ebpf.Map `ebpf:"sched_stats"`
 	TargetFol  *ebpf.Map `ebpf:"target_fol"`
-	TargetGen  *ebpf.Map `ebpf:"target_gen"`
 	TargetSel  *ebpf.Map `ebpf:"target_sel"`
 	Targets    *ebpf.Map `ebpf:"targets"`
-	TaskState  *ebpf.Map `ebpf:"task_state"`
 }
 
 func (m *schedMaps) Close() error {
 	return _SchedClose(
 		m.Drops,
 		m.Events,
+		m.Inflight,
 		m.SchedStats,
 		m.TargetFol,
-		m.TargetGen,
 		m.TargetSel,
 		m.Targets,
-		m.TaskState,
 	)
 }
 

@@ -62,13 +62,11 @@ type socketsHoneConnStats struct {
 	Bursts        uint64
 }
 
-type socketsHoneTask struct {
+type socketsHoneInflight struct {
 	_       structs.HostLayout
 	StartNs uint64
 	Id      uint32
-	Gen     uint32
-	Target  uint32
-	Pad     uint32
+	Tgid    uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -78,12 +76,11 @@ const (
 	socketsMapConns            = "conns"
 	socketsMapDrops            = "drops"
 	socketsMapEvents           = "events"
+	socketsMapInflight         = "inflight"
 	socketsMapKvPorts          = "kv_ports"
 	socketsMapTargetFol        = "target_fol"
-	socketsMapTargetGen        = "target_gen"
 	socketsMapTargetSel        = "target_sel"
 	socketsMapTargets          = "targets"
-	socketsMapTaskState        = "task_state"
 	socketsProgOnRecv          = "on_recv"
 	socketsProgOnSend          = "on_send"
 	socketsProgOnState         = "on_state"
@@ -145,12 +142,11 @@ type socketsMapSpecs struct {
 	Conns     *ebpf.MapSpec `ebpf:"conns"`
 	Drops     *ebpf.MapSpec `ebpf:"drops"`
 	Events    *ebpf.MapSpec `ebpf:"events"`
+	Inflight  *ebpf.MapSpec `ebpf:"inflight"`
 	KvPorts   *ebpf.MapSpec `ebpf:"kv_ports"`
 	TargetFol *ebpf.MapSpec `ebpf:"target_fol"`
-	TargetGen *ebpf.MapSpec `ebpf:"target_gen"`
 	TargetSel *ebpf.MapSpec `ebpf:"target_sel"`
 	Targets   *ebpf.MapSpec `ebpf:"targets"`
-	TaskState *ebpf.MapSpec `ebpf:"task_state"`
 }
 
 // socketsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -184,12 +180,11 @@ type socketsMaps struct {
 	Conns     *ebpf.Map `ebpf:"conns"`
 	Drops     *ebpf.Map `ebpf:"drops"`
 	Events    *ebpf.Map `ebpf:"events"`
+	Inflight  *ebpf.Map `ebpf:"inflight"`
 	KvPorts   *ebpf.Map `ebpf:"kv_ports"`
 	TargetFol *ebpf.Map `ebpf:"target_fol"`
-	TargetGen *ebpf.Map `ebpf:"target_gen"`
 	TargetSel *ebpf.Map `ebpf:"target_sel"`
 	Targets   *ebpf.Map `ebpf:"targets"`
-	TaskState *ebpf.Map `ebpf:"task_state"`
 }
 
 func (m *socketsMaps) Close() error {
@@ -197,12 +192,11 @@ func (m *socketsMaps) Close() error {
 		m.Conns,
 		m.Drops,
 		m.Events,
+		m.Inflight,
 		m.KvPorts,
 		m.TargetFol,
-		m.TargetGen,
 		m.TargetSel,
 		m.Targets,
-		m.TaskState,
 	)
 }
 

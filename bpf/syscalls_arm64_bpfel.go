@@ -13,6 +13,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type syscallsHoneInflight struct {
+	_       structs.HostLayout
+	StartNs uint64
+	Id      uint32
+	Tgid    uint32
+}
+
 type syscallsHoneSysStats struct {
 	_       structs.HostLayout
 	Count   uint64
@@ -21,15 +28,6 @@ type syscallsHoneSysStats struct {
 	FirstNs uint64
 	LastNs  uint64
 	Hist    [32]uint32
-}
-
-type syscallsHoneTask struct {
-	_       structs.HostLayout
-	StartNs uint64
-	Id      uint32
-	Gen     uint32
-	Target  uint32
-	Pad     uint32
 }
 
 type syscallsHoneThreadKey struct {
@@ -46,12 +44,11 @@ type syscallsHoneThreadKey struct {
 const (
 	syscallsMapDrops     = "drops"
 	syscallsMapEvents    = "events"
+	syscallsMapInflight  = "inflight"
 	syscallsMapSysStats  = "sys_stats"
 	syscallsMapTargetFol = "target_fol"
-	syscallsMapTargetGen = "target_gen"
 	syscallsMapTargetSel = "target_sel"
 	syscallsMapTargets   = "targets"
-	syscallsMapTaskState = "task_state"
 	syscallsProgSysEnter = "sys_enter"
 	syscallsProgSysExit  = "sys_exit"
 )
@@ -108,12 +105,11 @@ type syscallsProgramSpecs struct {
 type syscallsMapSpecs struct {
 	Drops     *ebpf.MapSpec `ebpf:"drops"`
 	Events    *ebpf.MapSpec `ebpf:"events"`
+	Inflight  *ebpf.MapSpec `ebpf:"inflight"`
 	SysStats  *ebpf.MapSpec `ebpf:"sys_stats"`
 	TargetFol *ebpf.MapSpec `ebpf:"target_fol"`
-	TargetGen *ebpf.MapSpec `ebpf:"target_gen"`
 	TargetSel *ebpf.MapSpec `ebpf:"target_sel"`
 	Targets   *ebpf.MapSpec `ebpf:"targets"`
-	TaskState *ebpf.MapSpec `ebpf:"task_state"`
 }
 
 // syscallsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -144,24 +140,22 @@ func (o *syscallsObjects) Close() error {
 type syscallsMaps struct {
 	Drops     *ebpf.Map `ebpf:"drops"`
 	Events    *ebpf.Map `ebpf:"events"`
+	Inflight  *ebpf.Map `ebpf:"inflight"`
 	SysStats  *ebpf.Map `ebpf:"sys_stats"`
 	TargetFol *ebpf.Map `ebpf:"target_fol"`
-	TargetGen *ebpf.Map `ebpf:"target_gen"`
 	TargetSel *ebpf.Map `ebpf:"target_sel"`
 	Targets   *ebpf.Map `ebpf:"targets"`
-	TaskState *ebpf.Map `ebpf:"task_state"`
 }
 
 func (m *syscallsMaps) Close() error {
 	return _SyscallsClose(
 		m.Drops,
 		m.Events,
+		m.Inflight,
 		m.SysStats,
 		m.TargetFol,
-		m.TargetGen,
 		m.TargetSel,
 		m.Targets,
-		m.TaskState,
 	)
 }
 
