@@ -32,4 +32,28 @@
 //
 // Kinds: a record is "emulated" or "device" from the moment it is made and
 // is never relabelled; the caller says which, nothing is inferred.
+//
+// Shards: a rate one client host cannot hold is sent by several processes,
+// each with Options.Shard (hone replay --shard i/N), which never talk to
+// each other and agree through their options alone. Shard 0 sends the eight
+// warm-ups, resets the prefix cache before every level and scrapes the
+// engine's counters, so the engine sees the prewarm and cold start of a
+// single process; measured request id i goes to shard i mod N (ShardOf:
+// the client keeps no per-session state, so round robin spreads the load
+// evenly where keeping sessions together would buy nothing). Every shard
+// sends each of its requests at its global arrival time from the level's
+// start instant, fixed in advance for all: the first level at StartAt,
+// each later one after the previous one's span, LevelGap (model time, for
+// its last requests to drain; shard 0 reads the counters at that drain
+// deadline) and Setup (real time, for the reset and scrapes). Levels never
+// shift: a shard ready after a level's start marks it client_bound, one
+// with requests still in flight at its drain deadline marks it incomplete.
+// The fresh-prefix and request-id nonces are derived from StartAt, so every
+// shard sends the same prompts under the same ids. Each shard writes a full
+// record with a shard field; MergeShards checks that the records belong
+// together and combines them into the record one process would have
+// written: requests unioned in id order, summaries and verdicts recomputed
+// by the same code, shard 0's counters, and every shard's verdict reasons.
+// A shard's own record leaves the checks that need every shard's requests
+// (counter_contamination's query count, emulator_bound) to the merge.
 package replay

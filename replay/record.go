@@ -154,6 +154,10 @@ type Record struct {
 	VerdictRule string  `json:"verdict_rule"`
 	// Attribution is diagnose's per-request attribution, when it ran.
 	Attribution json.RawMessage `json:"attribution,omitempty"`
+	// Shard is set in a sharded replay's records: a shard's own (hone
+	// replay --shard) and the one merged from them (MergeShards). Absent
+	// in a single process's record.
+	Shard *ShardInfo `json:"shard,omitempty"`
 }
 
 // RunRecord is one pass over all levels; --runs repeats it so the gate has

@@ -80,6 +80,10 @@ type Options struct {
 	// CacheState.Nonce).
 	PrefixNonce uint64
 
+	// Shard, when set, makes this replay one shard of a replay sent by
+	// several processes (see Shard); nil: one process sends everything.
+	Shard *Shard
+
 	// beforeSend runs in the dispatch loop before each send (tests plant
 	// a starved client with it).
 	beforeSend func(run int, qps float64, id int)
@@ -152,6 +156,13 @@ func (o *Options) defaults() error {
 			return err
 		}
 	}
+	if o.Shard != nil {
+		s := *o.Shard
+		if err := s.validate(o, time.Now()); err != nil {
+			return err
+		}
+		o.Shard = &s
+	}
 	return nil
 }
 
@@ -186,6 +197,9 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 	}
 	if rec.Hardware == nil {
 		rec.Hardware = map[string]any{}
+	}
+	if opts.Shard != nil {
+		rec.Shard = opts.Shard.info()
 	}
 	fail := func(err error) (*Record, error) {
 		rec.Incomplete, rec.Error = true, err.Error()
@@ -223,7 +237,15 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 	}
 	rec.Workload.Sessions = prompts.Prefixes
 	rec.Workload.SuffixVocab = prompts.VocabSize()
-	rec.Cache, err = chooseCache(ctx, eng, opts.Cache)
+	if opts.Shard != nil && opts.Shard.Index != 0 && opts.Cache == CacheReset {
+		// Shard 0 resets for every shard; probing would reset too.
+		rec.Cache, err = CacheState{Procedure: CacheReset}, nil
+	} else {
+		rec.Cache, err = chooseCache(ctx, eng, opts.Cache)
+	}
+	if opts.Shard != nil && rec.Cache.Procedure == CacheReset {
+		rec.Cache.Detail = fmt.Sprintf("POST /reset_prefix_cache before every level, sent by shard 0 of %d for every shard", opts.Shard.Count)
+	}
 	if err != nil {
 		var pe *ParamError
 		if errors.As(err, &pe) {
@@ -234,17 +256,31 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 
 	if rec.Cache.Procedure == CacheFreshPrefixes {
 		rec.Cache.Nonce = opts.PrefixNonce
+		if opts.Shard != nil && rec.Cache.Nonce == 0 {
+			rec.Cache.Nonce = opts.Shard.nonce(1) // every shard's prompts alike
+		}
 		for rec.Cache.Nonce == 0 {
 			rec.Cache.Nonce = rand.Uint64()
 		}
 	}
 	rec.RequestIDNonce = fmt.Sprintf("%08x", rand.Uint32())
+	if opts.Shard != nil {
+		rec.RequestIDNonce = fmt.Sprintf("%08x", uint32(opts.Shard.nonce(2)))
+	}
 	rec.CachedTokensRule = CachedTokensAsReported
 	r := &runner{opts: opts, eng: eng, tok: tok, prompts: prompts, cache: rec.Cache.Procedure, nonce: rec.Cache.Nonce, tb: tb, idNonce: rec.RequestIDNonce,
 		cl: &client{http: hc, url: opts.Endpoint + "/v1/completions", scale: opts.TimeScale,
 			timeout: time.Duration(float64(opts.RequestTimeout) * opts.TimeScale), tb: tb}}
+	if opts.Shard != nil {
+		r.shard = newShardPlan(*opts.Shard, opts, r.levelSpan)
+	}
 	for _, q := range opts.QPS {
-		r.totalPlanned += opts.Workload.Requests * opts.Runs
+		n := opts.Workload.Requests
+		if r.shard != nil {
+			all, _ := Generate(opts.Workload.Params(q))
+			n = len(r.shard.mine(all))
+		}
+		r.totalPlanned += n * opts.Runs
 		r.remaining += r.levelSpan(q) * time.Duration(opts.Runs)
 	}
 	stopProgress := r.startProgress()
@@ -336,6 +372,8 @@ type runner struct {
 	// detailsSeen: some request carried prompt_tokens_details, so the
 	// engine reports cached tokens and their absence means 0.
 	detailsSeen bool
+	// shard is the schedule of levels of a sharded replay; nil otherwise.
+	shard *shardPlan
 
 	mu           sync.Mutex
 	cur          Progress
@@ -363,13 +401,20 @@ func (r *runner) levelSpan(qps float64) time.Duration {
 // (the prompts could not be built).
 func (r *runner) level(ctx context.Context, run, li int, qps float64) (LevelRecord, error) {
 	w := r.opts.Workload
-	reqs, _ := Generate(w.Params(qps)) // validated in defaults
+	all, _ := Generate(w.Params(qps)) // validated in defaults
+	reqs := all
+	if r.shard != nil {
+		reqs = r.shard.mine(all)
+	}
 	lr := LevelRecord{Level: slo.Level{OfferedQPS: qps}, Planned: len(reqs), Outcomes: map[string]int{}, Failures: map[string]int{},
 		PrefixSeed: w.Seed}
 	prompts := r.prompts
 	bg := context.WithoutCancel(ctx)
 	switch r.cache {
 	case CacheReset:
+		if !r.leads() {
+			break
+		}
 		if err := r.eng.resetPrefixCache(bg); err != nil {
 			lr.Invalidate(ReasonWarmStart, "could not reset the prefix cache before the level: %v", err)
 		}
@@ -385,41 +430,62 @@ func (r *runner) level(ctx context.Context, run, li int, qps float64) (LevelReco
 	records := make([]RequestRecord, len(reqs))
 	bodies := make([][]byte, len(reqs))
 	hashes := sha256.New()
-	for i, q := range reqs {
+	i := 0
+	for _, q := range all {
 		ids := prompts.Prompt(run, qps, q)
+		hash := HashTokens(ids)
+		// Every prompt counts in prompts_sha256, also another shard's.
+		hashes.Write([]byte(hash))
+		if i == len(reqs) || reqs[i].ID != q.ID {
+			continue
+		}
 		body, err := encodeCompletion(r.opts.Model, ids, q.OutputTokens)
 		if err != nil {
 			panic(err) // ints and strings always encode
 		}
 		bodies[i] = body
 		records[i] = RequestRecord{ID: q.ID, Session: q.Session, RequestID: fmt.Sprintf("hone-%s-%d-%g-%d", r.idNonce, run, qps, q.ID),
-			InputTokens: len(ids), PromptSHA256: HashTokens(ids), ScheduledMs: q.ArrivalMs}
-		hashes.Write([]byte(records[i].PromptSHA256))
+			InputTokens: len(ids), PromptSHA256: hash, ScheduledMs: q.ArrivalMs}
+		i++
 	}
 	lr.PromptsSHA256 = hex.EncodeToString(hashes.Sum(nil))
 
-	lr.Counters.Before, _ = r.eng.scrape(bg)
+	if r.leads() {
+		lr.Counters.Before, _ = r.eng.scrape(bg)
+	}
 
 	r.beginLevel(run, li, qps, len(reqs))
 	start := time.Now()
+	var late time.Duration
+	g := run*len(r.opts.QPS) + li
+	if r.shard != nil {
+		// Every shard starts the level at the same instant, ready or not.
+		start = r.shard.starts[g]
+		late = time.Since(start)
+	}
 	lr.StartedAt = r.tb.Stamp(start)
 	at := func(ms float64) time.Time { return start.Add(time.Duration(ms * r.opts.TimeScale * 1e6)) }
 
 	var warm sync.WaitGroup
-	nWarm := min(Sessions, len(reqs))
+	nWarm := 0 // the first nWarm of reqs
+	for _, q := range reqs {
+		if q.ID < Sessions {
+			nWarm++
+		}
+	}
 	warm.Add(nWarm)
 	midDone := make(chan struct{})
 	go func() {
 		defer close(midDone)
 		warm.Wait()
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || !r.leads() {
 			return
 		}
 		lr.Counters.Warmup, _ = r.eng.scrape(bg)
 		lr.WarmupOverlap = time.Now().After(at(MeasureStartMillis))
 	}()
 	sent := r.openLoop(ctx, start, reqs, bodies, records, func(i int) {
-		if i < Sessions {
+		if reqs[i].ID < Sessions {
 			warm.Done()
 		}
 	})
@@ -427,16 +493,36 @@ func (r *runner) level(ctx context.Context, run, li int, qps float64) (LevelReco
 		warm.Done()
 	}
 	<-midDone
-	lr.Counters.After, _ = r.eng.scrape(bg)
+	var overrun time.Duration
+	if r.shard != nil && ctx.Err() == nil {
+		drain := r.shard.drains[g]
+		overrun = time.Since(drain)
+		if r.leads() && overrun < 0 {
+			// The other shards' requests may still run: the counters
+			// after the level are read at its drain deadline.
+			finesleep.Until(ctx, drain)
+		}
+	}
+	if r.leads() {
+		lr.Counters.After, _ = r.eng.scrape(bg)
+	}
 	lr.Requests = records[:sent]
 	lr.Sent = sent
 	lr.Complete = sent == len(reqs) && ctx.Err() == nil
 	r.fillCachedTokens(lr.Requests)
-	lr.summarize(reqs, r.opts.SLO, r.opts.GPUs)
-	lr.judge(r.opts.SLO, r.opts.TimeScale)
+	if r.shard != nil {
+		r.shard.settle(&lr, all, reqs, late, overrun, r.opts)
+	} else {
+		lr.summarize(reqs, r.opts.SLO, r.opts.GPUs)
+		lr.judge(r.opts.SLO, r.opts.TimeScale)
+	}
 	r.endLevel(len(reqs))
 	return lr, nil
 }
+
+// leads reports whether this replay resets the engine's prefix cache and
+// reads its counters: a single process, or shard 0 of a sharded replay.
+func (r *runner) leads() bool { return r.shard == nil || r.shard.Index == 0 }
 
 // openLoop sends request i at start + ArrivalMs x TimeScale, each in its
 // own goroutine, whatever earlier requests are doing, and waits until every
@@ -497,16 +583,27 @@ func (lr *LevelRecord) Summarize(reqs []Request, target slo.SLO, gpus int) {
 }
 
 func (lr *LevelRecord) summarize(reqs []Request, target slo.SLO, gpus int) {
-	var ttft, tpot, lag []float64
-	var cached, prompt float64
-	haveCached := false
-	last := math.Inf(-1)
 	measuredPlanned := 0
 	for _, q := range reqs {
 		if q.ID >= Sessions {
 			measuredPlanned++
 		}
 	}
+	var windowFromMs float64
+	if len(reqs) > Sessions {
+		windowFromMs = reqs[Sessions].ArrivalMs
+	}
+	lr.summarizeOver(measuredPlanned, windowFromMs, target, gpus)
+}
+
+// summarizeOver is summarize for a level that planned measuredPlanned
+// measured requests and whose window opens at windowFromMs (request 8's
+// arrival): a shard plans only some of the level's requests.
+func (lr *LevelRecord) summarizeOver(measuredPlanned int, windowFromMs float64, target slo.SLO, gpus int) {
+	var ttft, tpot, lag []float64
+	var cached, prompt float64
+	haveCached := false
+	last := math.Inf(-1)
 	for i := range lr.Requests {
 		q := &lr.Requests[i]
 		lr.Outcomes[q.Outcome]++
@@ -545,7 +642,7 @@ func (lr *LevelRecord) summarize(reqs []Request, target slo.SLO, gpus int) {
 	if len(ttft) > 0 {
 		lr.P50TTFTMs, lr.P90TTFTMs, lr.P99TTFTMs = slo.NearestRank(ttft, 50), slo.NearestRank(ttft, 90), slo.NearestRank(ttft, 99)
 		lr.P50TPOTMs, lr.P90TPOTMs, lr.P99TPOTMs = slo.NearestRank(tpot, 50), slo.NearestRank(tpot, 90), slo.NearestRank(tpot, 99)
-		lr.WindowSeconds = (last - reqs[Sessions].ArrivalMs) / 1000
+		lr.WindowSeconds = (last - windowFromMs) / 1000
 		if lr.WindowSeconds > 0 {
 			lr.EffectiveQPS = float64(lr.Measured) / lr.WindowSeconds
 			if gpus > 0 {
@@ -687,13 +784,20 @@ const (
 // them), so that a cold request or a cache-off level counts as 0% rather
 // than dropping out of the hit rate and biasing it upward.
 func (r *runner) fillCachedTokens(reqs []RequestRecord) {
+	fillCachedTokens(reqs, r.opts.CachedTokensReported, &r.detailsSeen)
+}
+
+// fillCachedTokens is runner.fillCachedTokens over one level's requests,
+// levels in order: reported is Options.CachedTokensReported and *seen
+// whether an earlier level carried the details (updated).
+func fillCachedTokens(reqs []RequestRecord, reported bool, seen *bool) {
 	for _, q := range reqs {
 		if q.CachedTokens != nil {
-			r.detailsSeen = true
+			*seen = true
 			break
 		}
 	}
-	if !r.opts.CachedTokensReported && !r.detailsSeen {
+	if !reported && !*seen {
 		return
 	}
 	for i := range reqs {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -36,6 +37,8 @@ func newReplayCmd() *cobra.Command {
 		timeout               time.Duration
 		output                outputFormat
 		cachedReported        bool
+		shard, startAt        string
+		levelGap              time.Duration
 	)
 	c := &cobra.Command{
 		Use:   "replay",
@@ -77,14 +80,40 @@ time_scale_mismatch, incomplete, counter_contamination, emulator_bound;
 thresholds in the record's verdict_rule). Invalid levels are printed and
 never count toward the objective.
 
+Sharded load generation, for rates one client host cannot hold: run
+--shard I/N on N processes (or hosts, e.g. a Kubernetes Indexed Job), all
+with the same flags and the same --start-at, then combine their records
+with 'hone replay merge'. Shards never talk to each other. Shard 0 sends
+the eight warm-ups, resets the prefix cache before every level and reads
+the engine's counters; measured request i goes to shard i mod N (the client
+keeps no per-session state, so round robin spreads the load evenly); every
+shard sends its requests at their global arrival times from the level's
+start instant. The first level starts at --start-at, every later one at the
+previous one's start + its schedule's span + --level-gap (model time, for
+its last requests to drain) + 1 s (real time, for the next level's reset and
+scrapes), in every shard alike. A shard still waiting on requests at a
+level's drain deadline marks the level incomplete; one ready after a level's
+start marks it client_bound: levels never shift. With --shard, --cache must
+be reset or fresh-prefixes (shards cannot agree on what auto would find),
+and hosts' clocks must agree (NTP) to well within the SLOs.
+
 Ctrl-C stops cleanly and writes what was measured, marked incomplete.
 
 Exit codes: 0 the record was written complete and every level is valid;
 1 the run was interrupted or failed, or a level is invalid (the record is
 still written); 2 bad input (a flag, a --model the endpoint does not serve,
-a --kind or --time-scale the endpoint contradicts).`,
+a --kind or --time-scale the endpoint contradicts, a --start-at in the
+past).`,
 		Example: `  hone replay --endpoint http://127.0.0.1:8000 --model Qwen/Qwen3-8B --qps 1,2,4,8,16,32 --runs 3 --out run.json
-  hone replay --endpoint http://127.0.0.1:9000 --model emu --kind emulated --gpus 2 --out emu.json`,
+  hone replay --endpoint http://127.0.0.1:9000 --model emu --kind emulated --gpus 2 --out emu.json
+
+  # the same load from three processes, merged into one record
+  T=$(date -u -d '+30 sec' +%Y-%m-%dT%H:%M:%SZ)
+  for i in 0 1 2; do
+    hone replay --endpoint http://10.0.0.5:8000 --model Qwen/Qwen3-8B --qps 32,64 --cache reset \
+      --shard $i/3 --start-at $T --out shard$i.json.gz &
+  done; wait
+  hone replay merge --out run.json.gz shard0.json.gz shard1.json.gz shard2.json.gz`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if err := output.check(); err != nil {
@@ -126,6 +155,10 @@ a --kind or --time-scale the endpoint contradicts).`,
 			if model == "" {
 				return badInput("--model: required: the served model name")
 			}
+			sh, err := parseShard(c, shard, startAt, levelGap, cache)
+			if err != nil {
+				return err
+			}
 			cfg := map[string]any{}
 			if configPath != "" {
 				b, err := os.ReadFile(configPath)
@@ -153,6 +186,7 @@ a --kind or --time-scale the endpoint contradicts).`,
 				TimeScale: timeScale, RequestTimeout: timeout, GPUs: gpus, Config: cfg, Hardware: hostHardware(),
 				ModelInfo: replay.Model{Revision: revision, Precision: precision},
 				Hone:      replay.Build{Version: ver, Commit: rev}, Progress: pp.Update, CachedTokensReported: cachedReported,
+				Shard: sh,
 			}
 			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -190,12 +224,16 @@ a --kind or --time-scale the endpoint contradicts).`,
 			} else {
 				writeReplayTable(w, rec, out, bad)
 			}
+			if sh != nil {
+				fmt.Fprintf(c.ErrOrStderr(), "shard %d/%d: merge every shard's record with 'hone replay merge'\n", sh.Index, sh.Count)
+			}
 			if len(bad) > 0 {
 				return checkFailed{fmt.Sprintf("%d of the record's levels are invalid: they do not count (see above)", len(bad))}
 			}
 			return nil
 		},
 	}
+	c.AddCommand(newReplayMergeCmd())
 	wf.register(c)
 	f := c.Flags()
 	f.StringVar(&endpoint, "endpoint", "", "base URL of the OpenAI-compatible server (required)")
@@ -216,6 +254,117 @@ a --kind or --time-scale the endpoint contradicts).`,
 	f.IntVar(&gpus, "gpus", 1, "GPUs behind the endpoint, for cost in GPU-seconds per request")
 	f.Float64Var(&timeScale, "time-scale", 1, "engine time scale: compress the schedule by S and divide durations by S (default: the engine's stated scale, else 1)")
 	f.DurationVar(&timeout, "request-timeout", 10*time.Minute, "per-request timeout, model time")
+	f.StringVar(&shard, "shard", "", "send only shard INDEX of COUNT of the schedule, e.g. 0/3 (with --start-at; merge the records with 'hone replay merge')")
+	f.StringVar(&startAt, "start-at", "", "with --shard: the instant the first level starts, the same for every shard (RFC 3339, e.g. 2026-12-01T07:00:00Z, or unix nanoseconds)")
+	f.DurationVar(&levelGap, "level-gap", replay.DefaultLevelGap, "with --shard: model time from a level's last arrival to its drain deadline; the next level starts 1 s (real) later")
+	return c
+}
+
+// parseShard turns --shard, --start-at and --level-gap into the replay's
+// shard; nil without --shard.
+func parseShard(c *cobra.Command, shard, startAt string, gap time.Duration, cache string) (*replay.Shard, error) {
+	if shard == "" {
+		for _, f := range []string{"start-at", "level-gap"} {
+			if c.Flags().Changed(f) {
+				return nil, badInput("--%s: only with --shard", f)
+			}
+		}
+		return nil, nil
+	}
+	var s replay.Shard
+	i, n, ok := strings.Cut(shard, "/")
+	var err1, err2 error
+	s.Index, err1 = strconv.Atoi(i)
+	s.Count, err2 = strconv.Atoi(n)
+	if !ok || err1 != nil || err2 != nil || s.Count < 1 || s.Index < 0 || s.Index >= s.Count {
+		return nil, badInput("--shard: want INDEX/COUNT with 0 <= INDEX < COUNT, e.g. 0/3, got %q", shard)
+	}
+	if startAt == "" {
+		return nil, badInput("--start-at: required with --shard: the instant every shard starts the first level, e.g. %s",
+			time.Now().Add(time.Minute).UTC().Format(time.RFC3339))
+	}
+	if ns, err := strconv.ParseInt(startAt, 10, 64); err == nil {
+		s.StartAt = time.Unix(0, ns)
+	} else if s.StartAt, err = time.Parse(time.RFC3339Nano, startAt); err != nil {
+		return nil, badInput("--start-at: want an RFC 3339 instant (e.g. 2026-12-01T07:00:00Z) or unix nanoseconds, got %q", startAt)
+	}
+	if gap <= 0 {
+		return nil, badInput("--level-gap: want a positive duration (model time), got %v", gap)
+	}
+	s.LevelGap = gap
+	if cache == "" {
+		return nil, badInput("--cache: with --shard, want reset or fresh-prefixes: shards cannot agree on what auto would find")
+	}
+	return &s, nil
+}
+
+// newReplayMergeCmd is `hone replay merge`.
+func newReplayMergeCmd() *cobra.Command {
+	var (
+		out    string
+		output outputFormat
+	)
+	c := &cobra.Command{
+		Use:   "merge --out RECORD SHARD_RECORD...",
+		Short: "Merge the records of a sharded replay (hone replay --shard) into one record",
+		Long: `hone replay merge combines the records the shards of one sharded replay
+wrote (hone replay --shard I/N) into one record, identical in schema to a
+single process's: every level holds every shard's requests, in id order,
+with its summary and validity verdict recomputed from them as hone replay
+computes them. The engine's counters (prefix-cache hit rates) are shard
+0's, the one shard that scrapes them: it brackets the warm-ups and reads
+the last at the level's drain deadline. A reason that invalidates a shard's
+level (its sends ran late, its requests overran the level) invalidates the
+merged level, naming the shard.
+
+The records must belong together: every shard of one count exactly once,
+the same --start-at and --level-gap, workload, seed, levels, time scale,
+endpoint, model, SLO, cache procedure and prompts; otherwise nothing is
+written and the field that differs is named.
+
+Exit codes: 0 the merged record was written complete and every level is
+valid; 1 it was written but a shard stopped early or a level is invalid;
+2 bad input (unreadable records, shards that do not belong together).`,
+		Example: `  hone replay merge --out run.json.gz shard0.json.gz shard1.json.gz shard2.json.gz`,
+		Args:    cobra.ArbitraryArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			if err := output.check(); err != nil {
+				return err
+			}
+			if out == "" {
+				return badInput("--out: want a path for the merged record")
+			}
+			if len(args) == 0 {
+				return badInput("want every shard's record, e.g. hone replay merge --out run.json.gz shard0.json.gz shard1.json.gz")
+			}
+			rec, err := replay.MergeShardFiles(args...)
+			if err != nil {
+				return usageError{err}
+			}
+			if err := replay.WriteRecord(out, rec); err != nil {
+				return err
+			}
+			w := c.OutOrStdout()
+			bad := rec.InvalidLevels()
+			if output.value == "json" {
+				if err := writeJSON(w, replaySummary(rec, out)); err != nil {
+					return err
+				}
+			} else {
+				writeReplayTable(w, rec, out, bad)
+			}
+			switch {
+			case rec.Incomplete:
+				return checkFailed{fmt.Sprintf("a shard stopped early (%s): the merged record %s is incomplete", rec.Error, out)}
+			case len(bad) > 0:
+				return checkFailed{fmt.Sprintf("%d of the merged record's levels are invalid: they do not count (see above)", len(bad))}
+			}
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&out, "out", "", "where to write the merged record (required; a name ending in .gz is written gzip-compressed)")
+	output.register(f, "table", "", "table", "json")
 	return c
 }
 

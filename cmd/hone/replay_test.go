@@ -255,3 +255,114 @@ func TestReplayUnreachableWritesNothing(t *testing.T) {
 		t.Errorf("%s: %v, want no file", out, err)
 	}
 }
+
+// `hone replay --shard` in two concurrent in-process shards against one
+// engine, then `hone replay merge`: one record holding every request once,
+// readable and valid under the schema.
+func TestReplaySharded(t *testing.T) {
+	srv := miniEngine(t, emulatorRoutes(0.01))
+	dir := t.TempDir()
+	startAt := time.Now().Add(1500 * time.Millisecond).UTC().Format(time.RFC3339Nano)
+	paths := []string{filepath.Join(dir, "shard0.json.gz"), filepath.Join(dir, "shard1.json.gz")}
+	var wg sync.WaitGroup
+	var stdout, stderr [2]string
+	var errs [2]error
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Not runHone: its exit code borrows os.Stderr, which two
+			// goroutines must not do at once.
+			root := newRootCmd()
+			var o, e bytes.Buffer
+			root.SetOut(&o)
+			root.SetErr(&e)
+			root.SetArgs([]string{"replay", "--endpoint", srv.URL, "--model", "m", "--kind", "emulated", "--qps", "5,10", "--requests", "10",
+				"--input-tokens", "256", "--output-tokens", "4", "--ttft-slo-ms", "1e6", "--cache", "reset",
+				"--shard", fmt.Sprintf("%d/2", i), "--start-at", startAt, "--level-gap", "10s", "--out", paths[i]})
+			errs[i] = root.ExecuteContext(context.Background())
+			stdout[i], stderr[i] = o.String(), e.String()
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		// A busy host can make a level client-bound (exit 1, named).
+		if code := exitCodeQuiet(err); code != 0 && !(code == exitFailed && hostOnly(stdout[i])) {
+			t.Fatalf("shard %d: exit %d (%v): %s\n%s", i, code, err, stderr[i], stdout[i])
+		}
+		if !strings.Contains(stderr[i], fmt.Sprintf("shard %d/2", i)) {
+			t.Errorf("shard %d: stderr %q does not say which shard it was", i, stderr[i])
+		}
+	}
+	merged := filepath.Join(dir, "run.json.gz")
+	out, errOut, code := runHone(context.Background(), "replay", "merge", "--out", merged, paths[1], paths[0])
+	if code != 0 && !(code == exitFailed && hostOnly(out)) {
+		t.Fatalf("merge: exit %d: %s\n%s", code, errOut, out)
+	}
+	rec, err := replay.ReadRecord(merged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Shard == nil || rec.Shard.Index != nil || rec.Shard.Count != 2 || rec.Kind != replay.KindEmulated || len(rec.Runs) != 1 ||
+		len(rec.Runs[0].Levels) != 2 || rec.Outcomes[replay.OutcomeOK] != 20 || !strings.Contains(out, "written to "+merged) {
+		t.Fatalf("merged record: shard %+v kind %q runs %d outcomes %v\n%s", rec.Shard, rec.Kind, len(rec.Runs), rec.Outcomes, out)
+	}
+	for _, l := range rec.Runs[0].Levels {
+		if l.Sent != 10 || !l.Complete || len(l.Requests) != 10 {
+			t.Errorf("%g req/s: sent %d complete %t", l.OfferedQPS, l.Sent, l.Complete)
+		}
+		for i, q := range l.Requests {
+			if q.ID != i {
+				t.Fatalf("%g req/s: request %d has id %d: want every id once, in order", l.OfferedQPS, i, q.ID)
+			}
+		}
+	}
+
+	// Shards that do not belong together, or no shards at all: exit 2,
+	// naming what is wrong, and nothing written.
+	example := filepath.Join("..", "..", "replay", "testdata", "record.example.v3.json")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{paths[0], paths[0]}, "shard.index"},
+		{[]string{paths[1]}, "shard.count"},
+		{[]string{example, paths[1]}, "not a shard's record"},
+		{[]string{paths[0], filepath.Join(dir, "missing.json")}, "missing.json"},
+		{nil, "every shard's record"},
+	} {
+		bad := filepath.Join(dir, "bad.json")
+		_, errOut, code := runHone(context.Background(), append([]string{"replay", "merge", "--out", bad}, tc.args...)...)
+		if _, err := os.Stat(bad); code != exitBadInput || !strings.Contains(errOut, tc.want) || err == nil {
+			t.Errorf("merge %v: exit %d, stderr %q, out written: %t; want exit 2 naming %q", tc.args, code, errOut, err == nil, tc.want)
+		}
+	}
+	if _, errOut, code := runHone(context.Background(), "replay", "merge", paths[0], paths[1]); code != exitBadInput || !strings.Contains(errOut, "--out") {
+		t.Errorf("merge without --out: exit %d, %q", code, errOut)
+	}
+}
+
+func TestReplayShardBadFlags(t *testing.T) {
+	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	past := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
+	for _, tc := range []struct {
+		flag string
+		args []string
+	}{
+		{"--shard", []string{"--shard", "3/3", "--start-at", future}},
+		{"--shard", []string{"--shard", "one/3", "--start-at", future}},
+		{"--start-at", []string{"--shard", "0/3"}},
+		{"--start-at", []string{"--shard", "0/3", "--start-at", "tomorrow"}},
+		{"--start-at", []string{"--shard", "0/3", "--start-at", past}},
+		{"--start-at", []string{"--start-at", future}},
+		{"--level-gap", []string{"--level-gap", "5s"}},
+		{"--level-gap", []string{"--shard", "0/3", "--start-at", future, "--level-gap", "0s"}},
+		{"--cache", []string{"--shard", "0/3", "--start-at", future, "--cache", "auto"}},
+	} {
+		a := []string{"replay", "--endpoint", "http://127.0.0.1:1", "--model", "m", "--cache", "reset", "--out", filepath.Join(t.TempDir(), "r.json")}
+		_, stderr, code := runHone(context.Background(), append(a, tc.args...)...)
+		if code != exitBadInput || !strings.Contains(stderr, tc.flag) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 naming %s", tc.args, code, stderr, tc.flag)
+		}
+	}
+}
