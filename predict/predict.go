@@ -115,7 +115,7 @@ func Run(spec *deploy.Spec, opts Options) (*replay.Record, error) {
 	rec.Workload.Sessions = prompts.Prefixes
 	rec.Workload.SuffixVocab = prompts.VocabSize()
 	rr := replay.RunRecord{Run: 0}
-	var bufs [][]int // each request's prompt and output tokens, reused level to level
+	var bufs []promptBuf // each request's prompt and output tokens, reused level to level
 	for _, q := range opts.QPS {
 		lr, err := cl.level(prompts, q, opts, gpus, &bufs)
 		if err != nil {
@@ -227,8 +227,15 @@ var (
 	promptCacheLen atomic.Int64
 )
 
+// promptBuf is one request's token buffer, reused level to level, and the
+// session whose prefix it begins with (-1: none yet).
+type promptBuf struct {
+	ids     []int
+	session int
+}
+
 // level runs one load level on fresh engines and summarises it.
-func (c *cluster) level(prompts *replay.Prompts, qps float64, opts Options, gpus int, bufs *[][]int) (replay.LevelRecord, error) {
+func (c *cluster) level(prompts *replay.Prompts, qps float64, opts Options, gpus int, bufs *[]promptBuf) (replay.LevelRecord, error) {
 	w, target, keep := prompts.Workload, opts.SLO, opts.KeepRequests
 	reqs, err := replay.Generate(w.Params(qps))
 	if err != nil {
@@ -241,12 +248,21 @@ func (c *cluster) level(prompts *replay.Prompts, qps float64, opts Options, gpus
 		// (VirtualRequest.Prompt); a level's buffers are free again once
 		// it returns, so the next level reuses them.
 		if i == len(*bufs) {
-			*bufs = append(*bufs, nil)
+			*bufs = append(*bufs, promptBuf{session: -1})
 		}
-		if need := q.InputTokens + q.OutputTokens; cap((*bufs)[i]) < need {
-			(*bufs)[i] = make([]int, 0, need)
+		b := &(*bufs)[i]
+		if need := q.InputTokens + q.OutputTokens; cap(b.ids) < need {
+			*b = promptBuf{ids: make([]int, 0, need), session: -1}
 		}
-		ids := prompts.AppendPrompt((*bufs)[i][:0], 0, qps, q)
+		// The session's prefix is still in the buffer from the last level
+		// (the simulation writes only after the prompt): write the rest.
+		var ids []int
+		if n := prompts.PrefixLen(q.Session); b.session == q.Session && n <= q.InputTokens && n <= len(b.ids) {
+			ids = prompts.AppendSuffix(b.ids[:n], 0, qps, q)
+		} else {
+			ids = prompts.AppendPrompt(b.ids[:0], 0, qps, q)
+		}
+		b.ids, b.session = ids, q.Session
 		id := fmt.Sprintf("predict-%g-%d", qps, q.ID)
 		vr[i] = emulator.VirtualRequest{ID: id, Prompt: ids, MaxTokens: q.OutputTokens, ArrivalMs: q.ArrivalMs, Decode: -1,
 			Shared: sessionNames[q.Session%len(sessionNames)], SharedLen: min(w.CachedTokens(), len(ids))}

@@ -129,14 +129,24 @@ func (p *Prompts) Prompt(run int, qps float64, req Request) []int {
 // extended slice (for callers that want room after the prompt).
 func (p *Prompts) AppendPrompt(dst []int, run int, qps float64, req Request) []int {
 	prefix := p.Prefixes[req.Session].ids
-	n := req.InputTokens - len(prefix)
-	out := slices.Grow(dst, len(prefix)+max(n, 0))
-	out = append(out, prefix...)
+	out := slices.Grow(dst, len(prefix)+max(req.InputTokens-len(prefix), 0))
+	return p.AppendSuffix(append(out, prefix...), run, qps, req)
+}
+
+// PrefixLen is the length in tokens of session's shared prefix.
+func (p *Prompts) PrefixLen(session int) int { return len(p.Prefixes[session].ids) }
+
+// AppendSuffix appends the part of Prompt(run, qps, req) after its
+// session's prefix: for a caller whose dst already ends with that prefix
+// (a buffer reused for the session's next request).
+func (p *Prompts) AppendSuffix(dst []int, run int, qps float64, req Request) []int {
+	n := req.InputTokens - len(p.Prefixes[req.Session].ids)
+	dst = slices.Grow(dst, max(n, 0))
 	rng := rand.New(rand.NewPCG(p.Workload.Seed^uint64(run+1)*0x9E3779B97F4A7C15, math.Float64bits(qps)^uint64(req.ID)<<1))
 	for range n {
-		out = append(out, p.vocab[rng.IntN(len(p.vocab))])
+		dst = append(dst, p.vocab[rng.IntN(len(p.vocab))])
 	}
-	return out
+	return dst
 }
 
 // HashTokens is the hex SHA-256 of ids as little-endian uint32s: the

@@ -75,7 +75,8 @@ func (o *VirtualOutcome) RequestMetrics() *RequestMetrics { return requestMetric
 // TimeScale, hosts, ports, guard limits and traces are not read. Faults
 // other than stall and slow-transfer are refused.
 func Simulate(workers []Config, reqs []VirtualRequest) ([]VirtualOutcome, error) {
-	c := &vcluster{reqs: reqs, outcomes: make([]VirtualOutcome, len(reqs))}
+	c := &vcluster{reqs: reqs, outcomes: make([]VirtualOutcome, len(reqs)),
+		promptHash: make([]uint64, len(reqs)), hashed: make([]bool, len(reqs))}
 	for i := range workers {
 		w, err := newVWorker(c, i, workers[i])
 		if err != nil {
@@ -189,6 +190,10 @@ type vcluster struct {
 	// memo holds each shared prefix's FNV state and block hashes, per
 	// block size.
 	memo map[memoKey]*prefixMemo
+	// promptHash[i], once hashed[i], is request i's prompt hash: a decode
+	// leg takes its prefill leg's.
+	promptHash []uint64
+	hashed     []bool
 }
 
 type memoKey struct {
@@ -315,17 +320,16 @@ func (c *vcluster) handle(ev event) {
 		q := &c.reqs[ev.req]
 		var r *request
 		if q.Decode >= 0 {
-			r = c.newRequest(e, q, 1) // the proxy's prefill leg: max_tokens 1
+			r = c.newRequest(e, ev.req, 1) // the proxy's prefill leg: max_tokens 1
 			r.remoteDecode = true
 		} else {
-			r = c.newRequest(e, q, q.MaxTokens)
+			r = c.newRequest(e, ev.req, q.MaxTokens)
 		}
 		c.index[r] = ev.req
 		c.outcomes[ev.req] = VirtualOutcome{ID: q.ID, ArrivalMs: q.ArrivalMs}
 		c.intake(w, r)
 	case evDecode:
-		q := &c.reqs[ev.req]
-		r := c.newRequest(e, q, q.MaxTokens)
+		r := c.newRequest(e, ev.req, c.reqs[ev.req].MaxTokens)
 		r.remote = ev.params
 		c.index[r] = ev.req
 		c.intake(w, r)
@@ -356,7 +360,8 @@ func (c *vcluster) intake(w *vworker, r *request) {
 	w.e.handle(msg{kind: msgAdd, req: r})
 }
 
-func (c *vcluster) newRequest(e *engine, q *VirtualRequest, maxTokens int) *request {
+func (c *vcluster) newRequest(e *engine, i int, maxTokens int) *request {
+	q := &c.reqs[i]
 	r := &request{id: q.ID, prompt: q.Prompt, maxTokens: maxTokens, ignoreEOS: true, arrivalMs: c.now,
 		arrival: time.Unix(0, int64(c.now*1e6)), seq: e.arrivals.Add(1)}
 	// The output goes after the prompt, in place when the caller left room
@@ -369,7 +374,10 @@ func (c *vcluster) newRequest(e *engine, q *VirtualRequest, maxTokens int) *requ
 		r.tokens = slices.Grow(q.Prompt[:len(q.Prompt):len(q.Prompt)], maxTokens)
 	}
 	if q.Shared == "" || q.SharedLen <= 0 || q.SharedLen > len(q.Prompt) {
-		r.promptHash = hashTokens(0, q.Prompt)
+		if !c.hashed[i] {
+			c.promptHash[i], c.hashed[i] = hashTokens(0, q.Prompt), true
+		}
+		r.promptHash = c.promptHash[i]
 		return r
 	}
 	// The same hashes as hashTokens and extendHashes would compute, the
@@ -390,7 +398,10 @@ func (c *vcluster) newRequest(e *engine, q *VirtualRequest, maxTokens int) *requ
 		}
 		c.memo[k] = m
 	}
-	r.promptHash = mix(fnvTokens(m.fnv, q.Prompt[q.SharedLen:]))
+	if !c.hashed[i] {
+		c.promptHash[i], c.hashed[i] = mix(fnvTokens(m.fnv, q.Prompt[q.SharedLen:])), true
+	}
+	r.promptHash = c.promptHash[i]
 	r.hashes = append(make([]uint64, 0, len(r.tokens)/bs+(maxTokens+bs-1)/bs+1), m.hashes...)
 	return r
 }
