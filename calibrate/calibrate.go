@@ -744,7 +744,7 @@ func (c *calibration) observe() error {
 			scale = 1
 		}
 		var count [nQuantities]int
-		skipped := 0
+		skipped, lateWarmupLevels := 0, 0
 		var run replay.RunRecord
 		var ri int
 		add := func(li int, ids []int, k quantity, v, floor float64) {
@@ -768,6 +768,17 @@ func (c *calibration) observe() error {
 					ttftIDs []int
 					ttftSum float64
 				)
+				// The warm-ups' pulls carry whole prompts; where an emulated
+				// engine's host delivered any of them after its modelled end
+				// (its counters say so), their transfer times are host time,
+				// not the link's.
+				lateWarmups := false
+				if l.Counters.Warmup != nil && !l.WarmupOverlap {
+					if n, _, ok := replay.EmulatorLateness(l.Counters.Before, l.Counters.Warmup); ok && n > 0 {
+						lateWarmups = true
+						lateWarmupLevels++
+					}
+				}
 				for _, q := range l.Requests {
 					if !q.Valid || q.Outcome != replay.OutcomeOK || q.TTFTMs == nil || q.ID < 0 || q.ID >= len(pl[li].Requests) {
 						continue
@@ -807,7 +818,7 @@ func (c *calibration) observe() error {
 						// The metrics are the decode worker's; the client's
 						// TTFT less the decode worker's part is the prefill
 						// leg (the prefill worker's queue and prefill).
-						if mm.Transfer != nil {
+						if mm.Transfer != nil && !(lateWarmups && q.ID < replay.Sessions) {
 							add(li, id, qTransfer, *mm.Transfer*unit, minScaleMs)
 						}
 						add(li, id, qPrefillLeg, *q.TTFTMs-(*mm.Queue+*mm.TTFT)*unit, minScaleMs)
@@ -827,6 +838,9 @@ func (c *calibration) observe() error {
 		note := fmt.Sprintf("%s: %d observations (%s)", in.Path, len(c.obs[i]), strings.Join(used, ", "))
 		if skipped > 0 {
 			note += fmt.Sprintf("; %d invalid levels left out", skipped)
+		}
+		if lateWarmupLevels > 0 {
+			note += fmt.Sprintf("; the warm-ups' KV transfer times left out of %d levels (the emulator's host delivered their pulls late: emulator counters)", lateWarmupLevels)
 		}
 		c.notes = append(c.notes, note)
 		c.nObs += len(c.obs[i])

@@ -463,3 +463,32 @@ func TestCalibrateThroughArrivalJitter(t *testing.T) {
 		t.Errorf("from the schedule alone prefill_per_context_ms is %+.1f%% off; want the jitter to show (> 5%%), or this test proves nothing", 100*e)
 	}
 }
+
+// TestCalibrateLeavesOutLateWarmupPulls: where an emulated engine's
+// counters show the warm-ups' KV pulls ended late (host time), their
+// transfer times are not fitted as the link's, and the note says so.
+func TestCalibrateLeavesOutLateWarmupPulls(t *testing.T) {
+	h := hidden(t)
+	start, _ := emulator.LookupProfile("qwen2.5-coder-0.5b-l4")
+	in := Input{Spec: testSpec(t, deploy.Disaggregated, false), Path: "1p1d"}
+	in.Record = measure(t, in.Spec, h)
+	res, err := Calibrate([]Input{in}, Config{Start: start, MaxIter: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := strings.Join(res.Notes, "\n")
+	for li := range in.Record.Runs[0].Levels {
+		l := &in.Record.Runs[0].Levels[li]
+		l.Counters.Before = replay.Counters{replay.EmulatorKVPullsLate: 0, replay.EmulatorKVPullLateSeconds: 0}
+		l.Counters.Warmup = replay.Counters{replay.EmulatorKVPullsLate: 3, replay.EmulatorKVPullLateSeconds: 0.01}
+	}
+	late, err := Calibrate([]Input{in}, Config{Start: start, MaxIter: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(late.Notes, "\n")
+	if late.Observations != res.Observations-len(testQPS)*replay.Sessions || !strings.Contains(got, "warm-ups' KV transfer times left out of 2 levels") {
+		t.Errorf("%d observations (on time: %d; want %d fewer); notes:\n%s\n(on time:\n%s)", late.Observations, res.Observations,
+			len(testQPS)*replay.Sessions, got, all)
+	}
+}

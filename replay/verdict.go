@@ -226,7 +226,7 @@ func (lr *LevelRecord) judge(target slo.SLO, timeScale float64) {
 	if lr.Counters.Warmup != nil && !lr.WarmupOverlap {
 		from = lr.Counters.Warmup
 	}
-	if pulls, late, ok := emulatorLateness(from, lr.Counters.After); ok && lr.Measured > 0 && late > 0 {
+	if pulls, late, ok := EmulatorLateness(from, lr.Counters.After); ok && lr.Measured > 0 && late > 0 {
 		perReq := late / float64(lr.Measured)
 		if perReq > EmulatorBoundTTFTFraction*lr.P50TTFTMs {
 			v.add(ReasonEmulatorBound, "%.0f KV pulls ended after their modelled end because the bytes had not crossed this host's side channel: "+
@@ -239,10 +239,10 @@ func (lr *LevelRecord) judge(target slo.SLO, timeScale float64) {
 	}
 }
 
-// emulatorLateness is Δ(late KV pulls) and Δ(model ms they added) between
+// EmulatorLateness is Δ(late KV pulls) and Δ(model ms they added) between
 // two scrapes; ok is false when either scrape lacks the emulator's
 // counters (a real engine, or an emulator that predates them).
-func emulatorLateness(before, after Counters) (pulls, lateMs float64, ok bool) {
+func EmulatorLateness(before, after Counters) (pulls, lateMs float64, ok bool) {
 	n0, ok0 := before[EmulatorKVPullsLate]
 	n1, ok1 := after[EmulatorKVPullsLate]
 	s0, ok2 := before[EmulatorKVPullLateSeconds]
