@@ -8,7 +8,7 @@ COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 
-.PHONY: all build build-portable test test-short lint demo deps-test clean
+.PHONY: all build build-portable release test test-short lint demo deps-test clean
 
 all: build
 
@@ -21,6 +21,18 @@ build:
 # cgo: NVML sampling and the GPU proof report "built without cgo".
 build-portable:
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o bin/hone-portable ./cmd/hone
+
+# release: versioned archives in dist/ (RELEASE_DIST), one per architecture in
+# RELEASE_ARCHES: hone_$(VERSION)_linux_<arch>.tar.gz holding bin/hone built
+# by `make build` (so stamped the same way), LICENSE, NOTICE, README.md,
+# CHANGELOG.md and deploy/systemd/hone-daemon.service, plus SHA256SUMS. The
+# host's own architecture is built with cgo (NVML); another one is cross-built
+# without cgo, as .ci/run does, so an arm64 archive made on an amd64 host has
+# no NVML sampling (build it on an arm64 host for NVML). scripts/release.sh.
+RELEASE_DIST ?= dist
+RELEASE_ARCHES ?= amd64 arm64
+release:
+	VERSION=$(VERSION) COMMIT=$(COMMIT) DIST=$(RELEASE_DIST) ARCHES="$(RELEASE_ARCHES)" GO=$(GO) ./scripts/release.sh
 
 # deps-test installs what the test suite needs and is not part of Go:
 # python3 (>= 3.10) for the CPU exercise's submission bridge and driver.

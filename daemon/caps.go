@@ -36,6 +36,36 @@ import (
 // CAP_PERFMON alone; elsewhere CAP_SYS_ADMIN alone (which covers both
 // needs). CAP_BPF is never needed after attaching.
 
+// StartCapabilities are the fewest capabilities with which the daemon,
+// as a user other than root, starts (New, Start) and drops to
+// KeptCapabilities, which must be among them. A service manager grants
+// them (deploy/systemd's unit: StartCapabilities(true, false), checked by
+// TestSystemdUnitCapabilities; TestStartCapabilities shows each one is
+// needed and the set enough):
+//
+//   - CAP_BPF: creating the maps and loading the programs;
+//   - CAP_PERFMON: loading tracing programs (raw_tp, tp_btf, uprobe),
+//     reading the /proc/PID/maps of root's or other users' targets for the
+//     libcuda they map; what is kept with uprobeMulti;
+//   - CAP_SYS_ADMIN: BPF_ENABLE_STATS (bpfStats), and perf-event uprobes
+//     at every attach without uprobeMulti (kernels before 6.6), where it
+//     is what is kept. The kernel accepts it in place of CAP_BPF and
+//     CAP_PERFMON, so where it is needed they are not, but for CAP_PERFMON
+//     kept with uprobeMulti.
+//
+// Attaching raw_tp and tp_btf programs and uprobe_multi links needs
+// nothing more, and no memlock limit applies on the kernels the daemon
+// supports (BPF memory is charged to the cgroup since 5.11).
+func StartCapabilities(uprobeMulti, bpfStats bool) []cap.Value {
+	switch {
+	case !uprobeMulti:
+		return []cap.Value{cap.SYS_ADMIN}
+	case bpfStats:
+		return []cap.Value{cap.SYS_ADMIN, cap.PERFMON}
+	}
+	return []cap.Value{cap.PERFMON, cap.BPF}
+}
+
 // KeptCapabilities are what the daemon keeps after attaching: with
 // uprobeMulti (see bpf.Objects.UprobeMulti), only CAP_PERFMON, to read the
 // memory maps of targets found later for the libcuda they map; without it,
