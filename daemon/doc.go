@@ -31,8 +31,9 @@
 //
 // # Privileges
 //
-// Loading and attaching needs root (or CAP_BPF, CAP_PERFMON and
-// CAP_SYS_ADMIN). Once attached, and before serving anything, the daemon
+// Loading and attaching needs root, or StartCapabilities: CAP_BPF and
+// CAP_PERFMON (CAP_SYS_ADMIN too for --bpf-stats, and alone on kernels
+// before 6.6). Once attached, and before serving anything, the daemon
 // drops, on every thread (libcap's psx): it keeps only the capabilities
 // below in its effective, permitted and bounding sets, empties the
 // inheritable and ambient sets, becomes --user (default nobody,

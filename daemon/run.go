@@ -50,7 +50,7 @@ func Run(ctx context.Context, cfg Config, opts RunOptions, log *slog.Logger) err
 		return err
 	}
 	if err := d.Start(ctx); err != nil {
-		return fmt.Errorf("start: %w (the daemon needs root, or CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN, and a kernel with BTF)", err)
+		return fmt.Errorf("start: %w (the daemon needs root, or CAP_BPF and CAP_PERFMON (CAP_SYS_ADMIN too for --bpf-stats, and alone on kernels before 6.6), and a kernel with BTF)", err)
 	}
 	defer d.Close()
 	var ln net.Listener

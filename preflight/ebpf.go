@@ -17,10 +17,9 @@ import (
 
 // Linux capability numbers (linux/capability.h).
 const (
-	capSysAdmin  = 21
-	capSysPtrace = 19
-	capPerfmon   = 38
-	capBPF       = 39
+	capSysAdmin = 21
+	capPerfmon  = 38
+	capBPF      = 39
 )
 
 // EffectiveCaps reads the process's effective capability set.
@@ -61,11 +60,7 @@ func EBPFChecks() []Check {
 			missing = append(missing, "CAP_PERFMON")
 		}
 		add("privileges", Fail, fmt.Sprintf("uid %d lacks %s (effective caps %#x)", os.Geteuid(), strings.Join(missing, " and "), caps),
-			"run as root, or grant them: setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep $(which hone)")
-	}
-	if err == nil && !hasCap(caps, capSysPtrace) && os.Geteuid() != 0 {
-		add("ptrace", Warn, "no CAP_SYS_PTRACE: /proc/PID/maps of other users' processes is unreadable, so libcuda of such targets cannot be found",
-			"grant cap_sys_ptrace, or run the daemon as the serving processes' user")
+			"run as root, or grant them: setcap cap_bpf,cap_perfmon+ep $(which hone) (CAP_PERFMON also reads other users' /proc/PID/maps, for libcuda: daemon.StartCapabilities)")
 	}
 
 	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {

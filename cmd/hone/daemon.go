@@ -41,8 +41,9 @@ snapshot have likely secrets (--api-key values, sk-... and hf_... tokens,
 *_TOKEN=... variables) replaced by [REDACTED]. Kernel timestamps are
 CLOCK_MONOTONIC nanoseconds.
 
-It needs root (or CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN) and a kernel with
-BTF; it uses no kprobes. After attaching it drops privileges on every thread:
+It needs root, or CAP_BPF and CAP_PERFMON (CAP_SYS_ADMIN too for --bpf-stats,
+and alone on kernels before 6.6; deploy/systemd has a unit), and a kernel
+with BTF; it uses no kprobes. After attaching it drops privileges on every thread:
 it keeps CAP_PERFMON alone (to read the memory maps of targets found later,
 for libcuda; CAP_SYS_ADMIN alone on kernels before 6.6, which lack
 uprobe_multi links), becomes --user (default nobody), sets no_new_privs and
