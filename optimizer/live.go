@@ -124,8 +124,13 @@ type Interaction struct {
 	Factors [2]string  `json:"factors"`
 	Cells   [4]int     `json:"trials"` // A1B1, A1B0, A0B1, A0B0
 	Values  [4]float64 `json:"objectives"`
-	Effect  float64    `json:"interaction"` // (A1B1−A1B0) − (A0B1−A0B0)
+	Effect  float64    `json:"interaction"` // (A1B1−A1B0) − (A0B1−A0B0); 0 when a cell is unmeasured
 	Text    string     `json:"text"`
+	// Unmeasured names the cells whose trial has no valid measurement
+	// (it failed, or too few of its runs were valid: "trial N (key):
+	// reason"); their objective 0 is not a value, so the interaction is not
+	// computed. A trial that passed no load level was measured: its 0 is.
+	Unmeasured []string `json:"unmeasured,omitempty"`
 }
 
 // Rules of the live loop, stated once for the log and the report.
@@ -426,6 +431,12 @@ func (l *loop) done() (*Log, error) {
 	return l.lg, writeLog(l.o.LogPath, l.lg)
 }
 
+// measured reports whether t's objective is a measurement: it ran, and
+// enough of its runs were valid (replay.EnoughValid).
+func measured(t *Trial) bool {
+	return t.Error == "" && replay.EnoughValid(len(t.Objectives), len(t.Objectives)+t.InvalidRuns)
+}
+
 // judge sets a trial's eligibility from its figures.
 func judge(t *Trial, target slo.SLO) {
 	switch {
@@ -618,7 +629,15 @@ func readInteraction(lg *Log, s *deploy.Spec, tried map[string]int) *Interaction
 		if !ok {
 			return nil
 		}
-		in.Cells[i], in.Values[i] = n, lg.Trials[n-1].Objective
+		t := &lg.Trials[n-1]
+		in.Cells[i], in.Values[i] = n, t.Objective
+		if !measured(t) {
+			in.Unmeasured = append(in.Unmeasured, fmt.Sprintf("trial %d (%s): %s", n, SpecKey(c), t.Reason))
+		}
+	}
+	if len(in.Unmeasured) > 0 {
+		in.Text = "interaction not measured: " + strings.Join(in.Unmeasured, "; ")
+		return in
 	}
 	in.Effect = (in.Values[0] - in.Values[1]) - (in.Values[2] - in.Values[3])
 	in.Text = fmt.Sprintf("interaction: prefix caching is worth %.3f req/s on %s and %.3f req/s on %s; interaction %.3f req/s",

@@ -373,3 +373,40 @@ func TestClientBoundProposesNothing(t *testing.T) {
 		t.Errorf("client-bound proposed %d serving changes, first: %s", len(c), c[0].Why)
 	}
 }
+
+// TestInteractionWithAnUnmeasuredCell: a 2×2 cell whose trial has no
+// valid measurement (here every run client_bound) has no objective; the
+// interaction says which cell and why instead of computing an effect from
+// its 0. A cell that was measured and passed no level keeps its 0.
+func TestInteractionWithAnUnmeasuredCell(t *testing.T) {
+	s := baseSpec()
+	other, ok := Disaggregate(s)
+	if !ok {
+		other, _ = Colocate(s)
+	}
+	flip := func(x *deploy.Spec) *deploy.Spec {
+		c := CloneSpec(x)
+		c.Knobs.PrefixCaching = boolp(!cachingOn(x))
+		return c
+	}
+	cells := []*deploy.Spec{s, flip(s), other, flip(other)}
+	lg := &Log{}
+	tried := map[string]int{}
+	for i, c := range cells {
+		tr := Trial{Objective: float64(10 + i), Objectives: []float64{10 + float64(i), 10 + float64(i), 10 + float64(i)}, Eligible: true}
+		if i == 3 {
+			tr = Trial{Objective: 0, InvalidRuns: 3, Eligible: false, Reason: "3 of 3 runs have an invalid level (client_bound)"}
+		}
+		lg.Trials = append(lg.Trials, tr)
+		tried[SpecKey(c)] = i + 1
+	}
+	in := readInteraction(lg, s, tried)
+	if in == nil || len(in.Unmeasured) != 1 || in.Effect != 0 || !strings.Contains(in.Text, "not measured: trial 4") ||
+		!strings.Contains(in.Text, "client_bound") {
+		t.Fatalf("interaction %+v", in)
+	}
+	lg.Trials[3] = Trial{Objective: 0, Objectives: []float64{0, 0, 0}, Eligible: false, Reason: "a run passed no load level"}
+	if in = readInteraction(lg, s, tried); in == nil || len(in.Unmeasured) != 0 || in.Effect != (10-11)-(12-0) {
+		t.Fatalf("all measured: %+v", in)
+	}
+}

@@ -145,8 +145,16 @@ func (d *doc) interaction() {
 	}
 	d.p("%s × %s, objectives (req/s):\n\n", in.Factors[0], in.Factors[1])
 	d.p("| [%s] | cache on | cache off |\n|---|---:|---:|\n", d.prov.tag())
-	d.p("| selected topology | %.3f (trial %d) | %.3f (trial %d) |\n", in.Values[0], in.Cells[0], in.Values[1], in.Cells[1])
-	d.p("| other topology | %.3f (trial %d) | %.3f (trial %d) |\n\n", in.Values[2], in.Cells[2], in.Values[3], in.Cells[3])
+	cell := func(i int) string {
+		for _, u := range in.Unmeasured {
+			if strings.HasPrefix(u, fmt.Sprintf("trial %d ", in.Cells[i])) {
+				return fmt.Sprintf("not measured (trial %d)", in.Cells[i])
+			}
+		}
+		return fmt.Sprintf("%.3f (trial %d)", in.Values[i], in.Cells[i])
+	}
+	d.p("| selected topology | %s | %s |\n", cell(0), cell(1))
+	d.p("| other topology | %s | %s |\n\n", cell(2), cell(3))
 	d.p("%s.\n\n", in.Text)
 }
 
