@@ -294,7 +294,7 @@ func (f *fakeVLLM) complete(w http.ResponseWriter, r *http.Request) {
 		if fault == "slow" || f.tokenDelay > 0 {
 			d := f.tokenDelay
 			if fault == "slow" {
-				d = 50 * time.Millisecond
+				d = 300 * time.Millisecond
 			}
 			time.Sleep(d)
 		}
