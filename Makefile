@@ -80,6 +80,16 @@ test-consistency:
 	$(GO) test -count=1 -timeout 60m -run '^TestPredictionMatchesLiveEmulator$$' -v ./predict -live
 	$(GO) test -count=1 -timeout 30m -run '^TestCalibrationRecoversHiddenProfileLive$$' -v ./calibrate -live -live-scale 4
 
+# regret-live is issue 16's regret check: each of three emulated scenarios'
+# grids (topology x prefix caching x routing) deployed and measured live once
+# into REGRET_DIR (resumable: a rerun measures only what is missing), then the
+# predict-then-measure loop scored against it (regret <= 2%, at most a
+# quarter of the grid measured). Hours on a 2-core host.
+REGRET_DIR ?= results/regret
+.PHONY: regret-live
+regret-live: build
+	$(GO) test -count=1 -timeout 0 -run '^TestRegretLive$$' -v ./optimizer -regret-live $(abspath $(REGRET_DIR))
+
 # bench runs the benchmarks the issues set targets for, each BENCH_COUNT
 # times, and prints medians with benchstat (golang.org/x/perf, pinned in
 # go.mod), the reference runs beside them: the predictor's full scan (target

@@ -1,0 +1,108 @@
+package optimizer
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/replay"
+)
+
+// The regret check (issue 16) scores the loop's choices against the whole
+// grid measured live once. Measuring a grid takes hours on a small host,
+// so it is done once into a fixture directory (MeasureGrid: resumable, one
+// record per config, named by SpecKey) and the loop is then run against
+// the fixture (FixtureEvaluator), which serves each config's first
+// measurement and sends a second one of the same config (the verification
+// re-run) to a live evaluator, so that the re-run is a measurement too.
+
+// FixturePath is where MeasureGrid keeps a config's record in dir.
+func FixturePath(dir string, s *deploy.Spec) string {
+	return filepath.Join(dir, SpecKey(s)+".json.gz")
+}
+
+// MeasureGrid measures every spec of grid with ev into dir, skipping those
+// already there (a rerun resumes), and returns how many it measured. A
+// trial that failed leaves no record, so a rerun measures it again.
+func MeasureGrid(ctx context.Context, grid []*deploy.Spec, ev Evaluator, dir string, progress io.Writer) (int, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, err
+	}
+	n := 0
+	for i, s := range grid {
+		path := FixturePath(dir, s)
+		if _, err := os.Stat(path); err == nil {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		start := time.Now()
+		t := ev.Evaluate(ctx, s, fmt.Sprintf("grid-%03d", i))
+		if t.Error != "" || t.Record == "" {
+			if progress != nil {
+				fmt.Fprintf(progress, "grid %d/%d %s: failed: %s\n", i+1, len(grid), SpecKey(s), t.Error)
+			}
+			continue
+		}
+		rec, err := replay.ReadRecord(t.Record)
+		if err != nil {
+			return n, err
+		}
+		if err := replay.WriteRecord(path, rec); err != nil {
+			return n, err
+		}
+		n++
+		if progress != nil {
+			fmt.Fprintf(progress, "grid %d/%d %s: objective %.3f req/s (%d valid runs) in %s\n", i+1, len(grid), SpecKey(s),
+				t.Objective, len(t.Objectives), time.Since(start).Round(time.Second))
+		}
+	}
+	return n, nil
+}
+
+// FixtureEvaluator serves trials from a grid measured by MeasureGrid. The
+// first trial of a config gets its fixture record; a later one (the
+// verification re-run) goes to Live, when set, else fails saying so.
+type FixtureEvaluator struct {
+	Dir  string
+	Live Evaluator
+	// Served counts the configs served from the fixture; Remeasured the
+	// trials sent to Live.
+	Served, Remeasured int
+	seen               map[string]bool
+}
+
+// Evaluate implements Evaluator.
+func (e *FixtureEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag string) Trial {
+	if e.seen == nil {
+		e.seen = map[string]bool{}
+	}
+	key := SpecKey(spec)
+	if e.seen[key] {
+		if e.Live == nil {
+			return Trial{Kind: replay.KindUnverified, Error: "fixture: " + key + " was served once; a second measurement needs a live evaluator"}
+		}
+		e.Remeasured++
+		return e.Live.Evaluate(ctx, spec, tag)
+	}
+	e.seen[key] = true
+	path := FixturePath(e.Dir, spec)
+	rec, err := replay.ReadRecord(path)
+	if err != nil {
+		msg := err.Error()
+		if os.IsNotExist(err) || strings.Contains(msg, "no such file") {
+			msg = fmt.Sprintf("fixture: %s not measured (MeasureGrid into %s)", key, e.Dir)
+		}
+		return Trial{Kind: replay.KindUnverified, Error: msg}
+	}
+	e.Served++
+	t := Trial{Kind: rec.Kind, Record: path, Started: rec.StartedAt, Seconds: rec.FinishedAt.Sub(rec.StartedAt).Seconds()}
+	summarizeRecord(&t, rec)
+	return t
+}
