@@ -12,4 +12,7 @@
 // after the process that ran Up has crashed.
 //
 // deploy does not decide which config is better; the optimizer does.
+// deploy/kubernetes renders the same plan as Kubernetes objects (one
+// StatefulSet per pool, hone's proxy listing the pods by DNS name) and
+// applies them with server-side apply (docs/kubernetes.md).
 package deploy

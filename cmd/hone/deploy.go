@@ -49,9 +49,10 @@ func newDeployRenderCmd() *cobra.Command {
 		output      outputFormat
 		vllm        string
 		vllmVersion string
+		k           k8sFlags
 	)
 	c := &cobra.Command{
-		Use:   "render SPEC",
+		Use:   "render [SPEC]",
 		Short: "Print every worker's exact command line and environment, and the proxy's",
 		Long: `hone deploy render prints what hone deploy up would start: one shell line per
 worker (environment, then argv, shell-quoted so a person can paste it), then
@@ -67,15 +68,44 @@ with the field named. "auto" asks --vllm (vllm --version); without it the
 version is unknown, the commands are rendered for the newest vLLM and the
 plan says so in a warning.
 
+--target kubernetes prints the same workers as Kubernetes objects (YAML,
+one document each): per pool a StatefulSet (replicas = the pool's workers;
+stable pod names the proxy lists) and a headless Service, and hone's proxy
+as a Deployment, Service and ConfigMap. Containers run exactly the argv and
+environment printed above, but for --host 0.0.0.0, one --port per pool, no
+CUDA_VISIBLE_DEVICES (the pod gets nvidia.com/gpu = its TP) and the NIXL
+side-channel host from the pod IP. --daemonset adds (or, without SPEC,
+prints alone) hone's daemon as a DaemonSet with a Service and a
+ServiceMonitor. Specs a pod cannot express (a local model directory,
+P2pNcclConnector, emulator trace files or faults, a worker with more GPUs
+than --gpus-per-node) are refused, naming the field.
+
 Exit codes: 0 rendered; 2 the spec is invalid, or the given vLLM version
-cannot run it (the message names the field).`,
+(or --target kubernetes) cannot run it (the message names the field).`,
 		Example: `  hone deploy render deploy/testdata/specs/disagg-nixl-2p2d.yaml
+  hone deploy render --target kubernetes --namespace llm examples/vllm-disagg-nixl-1p1d.yaml > hone.yaml
+  hone deploy render --target kubernetes --daemonset > hone-daemon.yaml
   hone deploy render --vllm-version auto --vllm .venv/bin/vllm examples/vllm-disagg-nixl-1p1d.yaml
   hone deploy render -o json spec.yaml | jq '.plan.workers[].argv'`,
-		Args: cobra.ExactArgs(1),
+		Args: func(c *cobra.Command, args []string) error {
+			if k.target == targetKubernetes { // SPEC, --daemonset or both
+				return cobra.RangeArgs(0, 1)(c, args)
+			}
+			return cobra.ExactArgs(1)(c, args)
+		},
 		RunE: func(c *cobra.Command, args []string) error {
 			if err := output.check(); err != nil {
 				return err
+			}
+			kube, err := k.kube()
+			if err != nil {
+				return err
+			}
+			if kube {
+				return renderKubernetes(c, args, &k)
+			}
+			if k.daemonset {
+				return badInput("--daemonset needs --target kubernetes")
 			}
 			s, err := loadSpecArg(args[0])
 			if err != nil {
@@ -112,11 +142,15 @@ cannot run it (the message names the field).`,
 	output.register(c.Flags(), "sh", "", "sh", "json")
 	c.Flags().StringVar(&vllm, "vllm", "vllm", "the vllm executable to name in vLLM commands")
 	c.Flags().StringVar(&vllmVersion, "vllm-version", "", `the installed vLLM's version (e.g. 0.11.1), or "auto" to run --vllm --version; empty: unknown`)
+	k.registerTarget(c.Flags())
+	k.registerRender(c.Flags())
+	c.Flags().BoolVar(&k.daemonset, "daemonset", false, "with --target kubernetes: also render hone's daemon (DaemonSet, Service, ServiceMonitor)")
 	return c
 }
 
 func newDeployUpCmd() *cobra.Command {
 	var o deploy.UpOptions
+	var k k8sFlags
 	c := &cobra.Command{
 		Use:   "up SPEC",
 		Short: "Start a spec's workers and proxy, wait for /health, and leave them running",
@@ -127,16 +161,31 @@ deployment running; send requests to the proxy URL it prints, and stop it
 with hone deploy down NAME. If anything fails to come up — or on Ctrl-C —
 everything already started is stopped.
 
+--target kubernetes applies the objects hone deploy render --target
+kubernetes prints, by server-side apply (field manager hone, forced), to
+the cluster of --kubeconfig, and waits until every pod is Ready (progress
+on stderr; --health-timeout bounds it, default 20m for vllm, 2m for the
+emulator). Applying again updates the objects in place.
+
 Exit codes: 0 up and healthy; 1 a process failed to start or become
-healthy; 2 the spec is invalid, a port is taken or a binary is missing.`,
+healthy (or an object failed to apply, or pods were not Ready in time);
+2 the spec is invalid, a port is taken or a binary is missing.`,
 		Example: `  hone deploy up deploy/testdata/specs/emulator-disagg-1p2d.yaml
   curl -sN localhost:8000/v1/completions -d '{"model":"Qwen/Qwen2.5-Coder-0.5B-Instruct","prompt":"def f():","max_tokens":8,"stream":true}'
-  hone deploy down emu-disagg-1p2d`,
+  hone deploy down emu-disagg-1p2d
+  hone deploy up --target kubernetes --kubeconfig ~/.kube/config --namespace llm examples/vllm-disagg-nixl-1p1d.yaml`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
+			kube, err := k.kube()
+			if err != nil {
+				return err
+			}
 			s, err := loadSpecArg(args[0])
 			if err != nil {
 				return err
+			}
+			if kube {
+				return upKubernetes(c, s, &k, o.HealthTimeout)
 			}
 			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -175,12 +224,16 @@ healthy; 2 the spec is invalid, a port is taken or a binary is missing.`,
 	f.StringVar(&o.VLLM, "vllm", "", "the vllm executable (default: vllm on PATH)")
 	f.DurationVar(&o.HealthTimeout, "health-timeout", 0, "how long to wait for every /health (default 20m for vllm, 60s for the emulator)")
 	f.DurationVar(&o.Grace, "grace", 10*time.Second, "SIGTERM to SIGKILL grace when a failed start is cleaned up")
+	k.registerTarget(f)
+	k.registerRender(f)
+	k.registerCluster(f)
 	return c
 }
 
 func newDeployDownCmd() *cobra.Command {
 	var dir string
 	var grace time.Duration
+	var k k8sFlags
 	c := &cobra.Command{
 		Use:   "down [NAME | SPEC]",
 		Short: "Stop a deployment: SIGTERM every process group, SIGKILL after --grace",
@@ -190,13 +243,26 @@ started — with SIGTERM, then SIGKILL after --grace. It works after hone or a
 worker crashed. With no argument it stops the only deployment under
 --state-dir.
 
-Exit codes: 0 stopped; 1 a process survived SIGKILL; 2 no such deployment.`,
+--target kubernetes deletes, from --namespace of the cluster of
+--kubeconfig, every Deployment, StatefulSet, DaemonSet, Service and
+ConfigMap labelled app.kubernetes.io/name=hone and
+app.kubernetes.io/instance=NAME; a NAME is then required.
+
+Exit codes: 0 stopped; 1 a process survived SIGKILL (or a delete failed);
+2 no such deployment.`,
 		Example: `  hone deploy down emu-disagg-1p2d
-  hone deploy down spec.yaml --grace 30s`,
+  hone deploy down spec.yaml --grace 30s
+  hone deploy down --target kubernetes --namespace llm brief-disagg-nixl-1p1d`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
+			kube, err := k.kube()
+			if err != nil {
+				return err
+			}
 			var name string
 			switch {
+			case kube && len(args) == 0:
+				return badInput("--target kubernetes: name the deployment (NAME or SPEC)")
 			case len(args) == 0:
 				states, _ := deploy.List(dir)
 				if len(states) != 1 {
@@ -219,6 +285,9 @@ Exit codes: 0 stopped; 1 a process survived SIGKILL; 2 no such deployment.`,
 			default:
 				name = args[0]
 			}
+			if kube {
+				return downKubernetes(c, name, &k)
+			}
 			path := deploy.StatePath(dir, name)
 			st, _ := deploy.ReadState(path)
 			if err := deploy.Down(path, grace); err != nil {
@@ -238,6 +307,8 @@ Exit codes: 0 stopped; 1 a process survived SIGKILL; 2 no such deployment.`,
 	}
 	c.Flags().StringVar(&dir, "state-dir", deploy.DefaultStateDir(), "where state files are ($HONE_STATE_DIR)")
 	c.Flags().DurationVar(&grace, "grace", 10*time.Second, "how long processes get between SIGTERM and SIGKILL")
+	k.registerTarget(c.Flags())
+	k.registerCluster(c.Flags())
 	return c
 }
 

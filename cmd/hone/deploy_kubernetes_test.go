@@ -1,0 +1,61 @@
+package main
+
+import (
+	"runtime"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/hone-llm/hone/deploy/kubernetes"
+)
+
+func TestDeployRenderKubernetesCLI(t *testing.T) {
+	spec := "../../deploy/testdata/specs/disagg-nixl-2p2d.yaml"
+	args := []string{"deploy", "render", "--target", "kubernetes", "--namespace", "llm", spec}
+	want := 7 // ConfigMap, 2 × (Service, StatefulSet), proxy Service and Deployment
+	if runtime.GOOS == "linux" {
+		args = append(args, "--daemonset")
+		want += 3 // DaemonSet, Service, ServiceMonitor
+	}
+	out, errs, code := runCLI(t, "", args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	objs, err := kubernetes.Decode([]byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != want {
+		t.Fatalf("%d objects, want %d:\n%s", len(objs), want, out)
+	}
+	if want > 7 {
+		ds, ok := objs[7].(*appsv1.DaemonSet)
+		if !ok || ds.Namespace != "llm" || len(kubernetes.AddedCapabilities(ds)) == 0 {
+			t.Errorf("object 7: %T %+v", objs[7], objs[7])
+		}
+	}
+	if !strings.Contains(out, "disagg-nixl-2p2d-decode-1.disagg-nixl-2p2d-decode.llm.svc:9102") {
+		t.Errorf("no pod DNS name for decode-1 in the proxy config:\n%s", out)
+	}
+}
+
+func TestDeployKubernetesCLIErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"deploy", "render", "--target", "k8s", "x.yaml"}, `--target: "k8s" is not a target`},
+		{[]string{"deploy", "render", "--target", "kubernetes", "../../deploy/testdata/specs/disagg-p2pnccl-1p1d.yaml"}, "spec.model.path: "},
+		{[]string{"deploy", "render", "--target", "kubernetes", "--gpus-per-node", "1", "../../deploy/testdata/specs/colocated-tp2.yaml"}, "spec.topology.tp: a worker needs 2 GPUs"},
+		{[]string{"deploy", "render", "--target", "kubernetes"}, "give a SPEC, --daemonset, or both"},
+		{[]string{"deploy", "render", "--daemonset", "../../deploy/testdata/specs/colocated-tp2.yaml"}, "--daemonset needs --target kubernetes"},
+		{[]string{"deploy", "up", "--target", "kubernetes", "--kubeconfig", "/nonexistent/kubeconfig", "../../deploy/testdata/specs/colocated-tp2.yaml"}, "--kubeconfig: "},
+		{[]string{"deploy", "down", "--target", "kubernetes"}, "name the deployment"},
+	} {
+		_, errs, code := runCLI(t, "", c.args...)
+		if code != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", c.args, code, errs, c.want)
+		}
+	}
+}

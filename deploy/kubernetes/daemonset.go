@@ -1,0 +1,189 @@
+package kubernetes
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Defaults for zero DaemonOptions fields.
+const (
+	DefaultDaemonName   = "hone-daemon"
+	DefaultDaemonPort   = 9464
+	DefaultRuntimeClass = "nvidia"
+	// DefaultGPUNodeLabel is the label NVIDIA's GPU feature discovery puts
+	// on GPU nodes.
+	DefaultGPUNodeLabel = "nvidia.com/gpu.present=true"
+	PoolDaemon          = "daemon"
+	daemonTokenDir      = "/etc/hone/token"
+	daemonTokenKey      = "token"
+)
+
+// DaemonOptions says how to render hone's daemon.
+type DaemonOptions struct {
+	Namespace string // DefaultNamespace when empty
+	Name      string // DefaultDaemonName when empty: the objects' name and instance label
+	HoneImage string // DefaultHoneImage when empty
+	// Capabilities are added to the container, without the CAP_ prefix
+	// (BPF, PERFMON): the daemon's start capabilities, which the caller
+	// takes from daemon.StartCapabilities. Required.
+	Capabilities []string
+	Port         int    // metrics and API port; DefaultDaemonPort when zero
+	RuntimeClass string // DefaultRuntimeClass when empty
+	// NodeSelector is key=value; DefaultGPUNodeLabel when empty.
+	NodeSelector string
+	// TokenSecret is the Secret (key "token", at least 16 characters) with
+	// the bearer token the daemon requires off loopback and Prometheus
+	// sends; <Name>-token when empty. Create it before applying.
+	TokenSecret string
+}
+
+// RenderDaemon renders hone's daemon: a DaemonSet on GPU nodes sharing the
+// host's PID namespace, not privileged, with exactly o.Capabilities added;
+// a Service for its metrics port; and a ServiceMonitor scraping it with
+// the bearer token.
+func RenderDaemon(o DaemonOptions) ([]runtime.Object, error) {
+	if o.Namespace == "" {
+		o.Namespace = DefaultNamespace
+	}
+	if o.Name == "" {
+		o.Name = DefaultDaemonName
+	}
+	if o.HoneImage == "" {
+		o.HoneImage = DefaultHoneImage
+	}
+	if o.Port == 0 {
+		o.Port = DefaultDaemonPort
+	}
+	if o.RuntimeClass == "" {
+		o.RuntimeClass = DefaultRuntimeClass
+	}
+	if o.NodeSelector == "" {
+		o.NodeSelector = DefaultGPUNodeLabel
+	}
+	if o.TokenSecret == "" {
+		o.TokenSecret = o.Name + "-token"
+	}
+	if len(o.Capabilities) == 0 {
+		return nil, fmt.Errorf("daemon capabilities: none given; take them from daemon.StartCapabilities")
+	}
+	nk, nv, ok := strings.Cut(o.NodeSelector, "=")
+	if !ok || nk == "" {
+		return nil, fmt.Errorf("--node-selector %q: want key=value", o.NodeSelector)
+	}
+	var caps []corev1.Capability
+	for _, c := range o.Capabilities {
+		caps = append(caps, corev1.Capability(strings.TrimPrefix(strings.ToUpper(c), "CAP_")))
+	}
+	labels := Labels(o.Name, PoolDaemon)
+	no := false
+	root := int64(0)
+	secretMode := int32(0o400) // the daemon refuses a token file others can read
+	hostRO := func(name, path string) (corev1.Volume, corev1.VolumeMount) {
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}}},
+			corev1.VolumeMount{Name: name, MountPath: path, ReadOnly: true}
+	}
+	var vols []corev1.Volume
+	var mounts []corev1.VolumeMount
+	for _, hp := range []struct{ name, host, in string }{
+		{"btf", "/sys/kernel/btf", "/sys/kernel/btf"},
+		{"cgroup", "/sys/fs/cgroup", "/sys/fs/cgroup"},
+		// hostPID already shows the host's processes under /proc; the
+		// host's procfs is also mounted where tools expect it.
+		{"host-proc", "/proc", "/host/proc"},
+	} {
+		v, m := hostRO(hp.name, hp.host)
+		m.MountPath = hp.in
+		vols, mounts = append(vols, v), append(mounts, m)
+	}
+	vols = append(vols, corev1.Volume{Name: "token", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName: o.TokenSecret, DefaultMode: &secretMode, Items: []corev1.KeyToPath{{Key: daemonTokenKey, Path: daemonTokenKey}}}}})
+	mounts = append(mounts, corev1.VolumeMount{Name: "token", MountPath: daemonTokenDir, ReadOnly: true})
+	port := strconv.Itoa(o.Port)
+	ds := &appsv1.DaemonSet{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"},
+		ObjectMeta: objectMeta(o.Name, o.Namespace, labels),
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					HostPID:          true,
+					RuntimeClassName: &o.RuntimeClass,
+					NodeSelector:     map[string]string{nk: nv},
+					Tolerations:      []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+					Containers: []corev1.Container{{
+						Name:    "daemon",
+						Image:   o.HoneImage,
+						Command: []string{"hone"},
+						Args: []string{"daemon", "--listen", "0.0.0.0:" + port, "--allow-remote",
+							"--token-file", daemonTokenDir + "/" + daemonTokenKey},
+						Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: int32(o.Port), Protocol: corev1.ProtocolTCP}},
+						// Root in the container so the added capabilities are
+						// effective (Kubernetes grants no ambient ones). The
+						// runtime's default set stays: dropping to nobody and
+						// CAP_PERFMON after attaching (daemon/caps.go) needs
+						// its CAP_SETPCAP, CAP_SETUID and CAP_SETGID.
+						SecurityContext: &corev1.SecurityContext{
+							Privileged:               &no,
+							AllowPrivilegeEscalation: &no,
+							RunAsUser:                &root,
+							Capabilities:             &corev1.Capabilities{Add: caps},
+						},
+						VolumeMounts: mounts,
+					}},
+					Volumes: vols,
+				},
+			},
+		},
+	}
+	svc := &corev1.Service{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: objectMeta(o.Name, o.Namespace, labels),
+		Spec: corev1.ServiceSpec{
+			ClusterIP: corev1.ClusterIPNone, // Prometheus scrapes each pod
+			Selector:  labels,
+			Ports:     []corev1.ServicePort{{Name: "metrics", Port: int32(o.Port), TargetPort: intstr.FromString("metrics"), Protocol: corev1.ProtocolTCP}},
+		},
+	}
+	sm := &monitoringv1.ServiceMonitor{
+		TypeMeta:   metav1.TypeMeta{APIVersion: monitoringv1.SchemeGroupVersion.String(), Kind: monitoringv1.ServiceMonitorsKind},
+		ObjectMeta: objectMeta(o.Name, o.Namespace, labels),
+		Spec: monitoringv1.ServiceMonitorSpec{
+			Selector: metav1.LabelSelector{MatchLabels: labels},
+			Endpoints: []monitoringv1.Endpoint{{
+				Port:     "metrics",
+				Path:     "/metrics",
+				Interval: "15s",
+			}},
+		},
+	}
+	sm.Spec.Endpoints[0].Authorization = &monitoringv1.SafeAuthorization{
+		Type:        "Bearer",
+		Credentials: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: o.TokenSecret}, Key: daemonTokenKey},
+	}
+	return []runtime.Object{ds, svc, sm}, nil
+}
+
+// AddedCapabilities are the capabilities a rendered DaemonSet's daemon
+// container adds, sorted.
+func AddedCapabilities(ds *appsv1.DaemonSet) []string {
+	var out []string
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		if sc := c.SecurityContext; sc != nil && sc.Capabilities != nil {
+			for _, a := range sc.Capabilities.Add {
+				out = append(out, string(a))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,104 @@
+//go:build linux
+
+package kubernetes
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/hone-llm/hone/daemon"
+)
+
+// DaemonCapabilities are the start capabilities the DaemonSet is rendered
+// with: kernels with uprobe_multi links (Linux >= 6.6), no --bpf-stats.
+func daemonCapabilities() []string {
+	var out []string
+	for _, c := range daemon.StartCapabilities(true, false) {
+		out = append(out, strings.TrimPrefix(strings.ToUpper(c.String()), "CAP_"))
+	}
+	return out
+}
+
+func TestDaemonSetCapabilities(t *testing.T) {
+	want := daemonCapabilities()
+	slices.Sort(want)
+	if !slices.Equal(want, []string{"BPF", "PERFMON"}) {
+		t.Logf("daemon.StartCapabilities(true, false) = %q", want)
+	}
+	objs, err := RenderDaemon(DaemonOptions{Capabilities: daemonCapabilities()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRoundTrip(t, objs)
+	ds := objs[0].(*appsv1.DaemonSet)
+	if got := AddedCapabilities(ds); !slices.Equal(got, want) {
+		t.Errorf("DaemonSet adds %q, daemon.StartCapabilities(true, false) is %q", got, want)
+	}
+	pod := ds.Spec.Template.Spec
+	if !pod.HostPID || pod.HostNetwork || pod.RuntimeClassName == nil || *pod.RuntimeClassName != "nvidia" {
+		t.Errorf("hostPID %v hostNetwork %v runtimeClass %v", pod.HostPID, pod.HostNetwork, pod.RuntimeClassName)
+	}
+	if pod.NodeSelector["nvidia.com/gpu.present"] != "true" {
+		t.Errorf("node selector %v", pod.NodeSelector)
+	}
+	c := pod.Containers[0]
+	sc := c.SecurityContext
+	if sc == nil || sc.Privileged == nil || *sc.Privileged || sc.Capabilities == nil || len(sc.Capabilities.Drop) != 0 {
+		t.Fatalf("security context %+v: want privileged false set explicitly", sc)
+	}
+	ro := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		if !m.ReadOnly {
+			t.Errorf("mount %s is writable", m.MountPath)
+		}
+		ro[m.Name] = m.MountPath
+	}
+	host := map[string]string{}
+	for _, v := range pod.Volumes {
+		if v.HostPath != nil {
+			host[ro[v.Name]] = v.HostPath.Path
+		}
+	}
+	for in, h := range map[string]string{"/sys/kernel/btf": "/sys/kernel/btf", "/sys/fs/cgroup": "/sys/fs/cgroup", "/host/proc": "/proc"} {
+		if host[in] != h {
+			t.Errorf("mount %s: host path %q, want %q", in, host[in], h)
+		}
+	}
+	if len(host) != 3 {
+		t.Errorf("host paths %v, want exactly btf, cgroup and proc", host)
+	}
+	// The Service and the ServiceMonitor reach the container's metrics port.
+	svc := objs[1].(*corev1.Service)
+	if svc.Spec.Ports[0].Port != containerPort(t, c, "metrics") || svc.Spec.Ports[0].TargetPort.String() != "metrics" {
+		t.Errorf("Service ports %+v", svc.Spec.Ports)
+	}
+	if !reflect.DeepEqual(svc.Spec.Selector, ds.Spec.Template.Labels) {
+		t.Errorf("Service selector %v, pod labels %v", svc.Spec.Selector, ds.Spec.Template.Labels)
+	}
+	if !reflect.DeepEqual(ds.Spec.Selector.MatchLabels, ds.Spec.Template.Labels) {
+		t.Errorf("DaemonSet selector %v, pod labels %v", ds.Spec.Selector.MatchLabels, ds.Spec.Template.Labels)
+	}
+	sm := objs[2].(*monitoringv1.ServiceMonitor)
+	if !reflect.DeepEqual(sm.Spec.Selector.MatchLabels, svc.Labels) || sm.Spec.Endpoints[0].Port != svc.Spec.Ports[0].Name {
+		t.Errorf("ServiceMonitor selects %v port %q; Service labels %v port %q", sm.Spec.Selector.MatchLabels, sm.Spec.Endpoints[0].Port, svc.Labels, svc.Spec.Ports[0].Name)
+	}
+	var secret string
+	for _, v := range pod.Volumes {
+		if v.Secret != nil {
+			secret = v.Secret.SecretName
+		}
+	}
+	if a := sm.Spec.Endpoints[0].Authorization; a == nil || a.Credentials == nil || a.Credentials.Name != secret || secret == "" {
+		t.Errorf("ServiceMonitor authorization %+v; the daemon's token Secret %q", a, secret)
+	}
+	args := strings.Join(c.Args, " ")
+	if !strings.Contains(args, "--listen 0.0.0.0:9464 --allow-remote --token-file /etc/hone/token/token") {
+		t.Errorf("daemon args %q", args)
+	}
+}
