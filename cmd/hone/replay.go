@@ -217,12 +217,8 @@ past).`,
 			}
 			w := c.OutOrStdout()
 			bad := rec.InvalidLevels()
-			if output.value == "json" {
-				if err := writeJSON(w, replaySummary(rec, out)); err != nil {
-					return err
-				}
-			} else {
-				writeReplayTable(w, rec, out, bad)
+			if err := writeReplayOutput(w, output.value, rec, out, bad); err != nil {
+				return err
 			}
 			if sh != nil {
 				fmt.Fprintf(c.ErrOrStderr(), "shard %d/%d: merge every shard's record with 'hone replay merge'\n", sh.Index, sh.Count)
@@ -346,12 +342,8 @@ valid; 1 it was written but a shard stopped early or a level is invalid;
 			}
 			w := c.OutOrStdout()
 			bad := rec.InvalidLevels()
-			if output.value == "json" {
-				if err := writeJSON(w, replaySummary(rec, out)); err != nil {
-					return err
-				}
-			} else {
-				writeReplayTable(w, rec, out, bad)
+			if err := writeReplayOutput(w, output.value, rec, out, bad); err != nil {
+				return err
 			}
 			switch {
 			case rec.Incomplete:
@@ -406,6 +398,15 @@ func sentAny(rec *replay.Record) bool {
 
 // writeReplayTable prints the runs' objectives, every level's serving
 // statistics (vllm bench serve's figures, model time) and the verdict.
+// writeReplayOutput prints a record's summary as the -o format asks.
+func writeReplayOutput(w io.Writer, format string, rec *replay.Record, out string, bad []string) error {
+	if format == "json" {
+		return writeJSON(w, replaySummary(rec, out))
+	}
+	writeReplayTable(w, rec, out, bad)
+	return nil
+}
+
 func writeReplayTable(w io.Writer, rec *replay.Record, out string, bad []string) {
 	for _, r := range rec.Runs {
 		fmt.Fprintf(w, "run %d: objective %.4g req/s (%s, valid levels only)", r.Run+1, r.Objective, rec.Kind)
