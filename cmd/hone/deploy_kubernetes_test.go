@@ -13,7 +13,7 @@ import (
 func TestDeployRenderKubernetesCLI(t *testing.T) {
 	spec := "../../deploy/testdata/specs/disagg-nixl-2p2d.yaml"
 	args := []string{"deploy", "render", "--target", "kubernetes", "--namespace", "llm", spec}
-	want := 7 // ConfigMap, 2 × (Service, StatefulSet), proxy Service and Deployment
+	want := 10 // ConfigMap, proxy ServiceAccount, Role, RoleBinding, 2 × (Service, StatefulSet), proxy Service and Deployment
 	if runtime.GOOS == "linux" {
 		args = append(args, "--daemonset")
 		want += 3 // DaemonSet, Service, ServiceMonitor
@@ -29,14 +29,14 @@ func TestDeployRenderKubernetesCLI(t *testing.T) {
 	if len(objs) != want {
 		t.Fatalf("%d objects, want %d:\n%s", len(objs), want, out)
 	}
-	if want > 7 {
-		ds, ok := objs[7].(*appsv1.DaemonSet)
+	if want > 10 {
+		ds, ok := objs[10].(*appsv1.DaemonSet)
 		if !ok || ds.Namespace != "llm" || len(kubernetes.AddedCapabilities(ds)) == 0 {
-			t.Errorf("object 7: %T %+v", objs[7], objs[7])
+			t.Errorf("object 10: %T %+v", objs[10], objs[10])
 		}
 	}
-	if !strings.Contains(out, "disagg-nixl-2p2d-decode-1.disagg-nixl-2p2d-decode.llm.svc:9102") {
-		t.Errorf("no pod DNS name for decode-1 in the proxy config:\n%s", out)
+	if !strings.Contains(out, `"service": "disagg-nixl-2p2d-decode",`) || !strings.Contains(out, `"namespace": "llm",`) {
+		t.Errorf("no discovery of the decode Service in namespace llm in the proxy config:\n%s", out)
 	}
 }
 

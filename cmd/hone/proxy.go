@@ -13,6 +13,7 @@ import (
 
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/deploy/proxy"
+	"github.com/hone-llm/hone/deploy/proxy/kubediscovery"
 	"github.com/hone-llm/hone/internal/guard"
 )
 
@@ -21,6 +22,7 @@ func init() { subcommands = append(subcommands, newProxyCmd) }
 func newProxyCmd() *cobra.Command {
 	var (
 		configPath, specPath, listen string
+		kubeconfig                   string
 		timelineOut                  string
 		replicas, prefill, decode    []string
 		cfg                          proxy.Config
@@ -38,7 +40,15 @@ passed through unchanged. A failed prefill is retried once on another
 prefill worker, then served by decode-side prefill (outcome "fallback").
 
 Workers come from --config (written by hone deploy up), --spec, or the
---replica / --prefill / --decode flags. Other routes:
+--replica / --prefill / --decode flags. A config with a discovery block
+(written by hone deploy render --target kubernetes) finds them at run time
+instead, from the ready endpoints of each pool's Service:
+  "discovery": {"kind": "kubernetes", "namespace": "NS",
+                "pools": [{"role": "prefill", "service": "SVC", "port": 8100}, ...]}
+It watches discovery.k8s.io/v1 EndpointSlices (label kubernetes.io/service-name,
+needs get/list/watch on endpointslices); a worker that leaves gets no new
+request, those on it finish; one that arrives gets new requests at once.
+Other routes:
   GET /hone/timeline?since=N  per-request timelines (wall and CLOCK_MONOTONIC ns),
                               at most 10000 a page (&limit=N); page with since=next
   GET /hone/metrics           the proxy's own hone_proxy_* metrics
@@ -136,6 +146,18 @@ Exit codes: 0 stopped by a signal; 1 the listener failed; 2 bad flags or config.
 			}
 			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if d := p.Config().Discovery; d != nil {
+				cs, err := kubeClient(kubeconfig)
+				if err != nil {
+					return err
+				}
+				src := &kubediscovery.Source{Client: cs, Config: *d, Log: log}
+				go func() {
+					if err := src.Run(ctx, p.SetWorkers); err != nil {
+						log.Error("worker discovery stopped", "err", err)
+					}
+				}()
+			}
 			err = p.ListenAndServe(ctx, func(addr string) {
 				var names []string
 				for _, w := range p.Config().Workers {
@@ -162,6 +184,7 @@ Exit codes: 0 stopped by a signal; 1 the listener failed; 2 bad flags or config.
 	f := c.Flags()
 	f.StringVar(&configPath, "config", "", "proxy config JSON (written by hone deploy up)")
 	f.StringVar(&specPath, "spec", "", "a deployment spec: front its workers at the spec's proxy port")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "with a config's discovery block: the cluster to watch (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")
 	f.StringVar(&timelineOut, "timeline-out", "", "on shutdown, write every held timeline here (JSON lines)")
 	f.StringVar(&listen, "listen", "127.0.0.1:8000", "address to serve on")
 	f.StringArrayVar(&replicas, "replica", nil, "a colocated worker's URL (repeatable)")

@@ -10,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -43,6 +44,15 @@ func Apply(ctx context.Context, cs kubernetes.Interface, objs []runtime.Object) 
 		case *corev1.ConfigMap:
 			name, ns, kind = o.Name, o.Namespace, "ConfigMap"
 			_, err = cs.CoreV1().ConfigMaps(ns).Patch(ctx, name, types.ApplyPatchType, body, po)
+		case *corev1.ServiceAccount:
+			name, ns, kind = o.Name, o.Namespace, "ServiceAccount"
+			_, err = cs.CoreV1().ServiceAccounts(ns).Patch(ctx, name, types.ApplyPatchType, body, po)
+		case *rbacv1.Role:
+			name, ns, kind = o.Name, o.Namespace, "Role"
+			_, err = cs.RbacV1().Roles(ns).Patch(ctx, name, types.ApplyPatchType, body, po)
+		case *rbacv1.RoleBinding:
+			name, ns, kind = o.Name, o.Namespace, "RoleBinding"
+			_, err = cs.RbacV1().RoleBindings(ns).Patch(ctx, name, types.ApplyPatchType, body, po)
 		case *corev1.Service:
 			name, ns, kind = o.Name, o.Namespace, "Service"
 			_, err = cs.CoreV1().Services(ns).Patch(ctx, name, types.ApplyPatchType, body, po)
@@ -71,8 +81,8 @@ func Selector(spec string) string {
 	return LabelName + "=" + AppName + "," + LabelInstance + "=" + spec
 }
 
-// Delete deletes every Deployment, StatefulSet, DaemonSet, Service and
-// ConfigMap in namespace labelled as rendered for spec (Selector), and
+// Delete deletes every Deployment, StatefulSet, DaemonSet, Service,
+// ConfigMap, RoleBinding, Role and ServiceAccount in namespace labelled as rendered for spec (Selector), and
 // returns what it deleted. Pods go with their workloads.
 func Delete(ctx context.Context, cs kubernetes.Interface, namespace, spec string) ([]Applied, error) {
 	lo := metav1.ListOptions{LabelSelector: Selector(spec)}
@@ -91,7 +101,7 @@ func Delete(ctx context.Context, cs kubernetes.Interface, namespace, spec string
 		}
 		return s
 	}
-	apps, core := cs.AppsV1(), cs.CoreV1()
+	apps, core, rbac := cs.AppsV1(), cs.CoreV1(), cs.RbacV1()
 	kinds := []kind{
 		{"Deployment", func() ([]string, error) {
 			l, err := apps.Deployments(namespace).List(ctx, lo)
@@ -128,6 +138,27 @@ func Delete(ctx context.Context, cs kubernetes.Interface, namespace, spec string
 			}
 			return names(len(l.Items), func(i int) string { return l.Items[i].Name }), nil
 		}, func(n string) error { return core.ConfigMaps(namespace).Delete(ctx, n, do) }},
+		{"RoleBinding", func() ([]string, error) {
+			l, err := rbac.RoleBindings(namespace).List(ctx, lo)
+			if err != nil {
+				return nil, err
+			}
+			return names(len(l.Items), func(i int) string { return l.Items[i].Name }), nil
+		}, func(n string) error { return rbac.RoleBindings(namespace).Delete(ctx, n, do) }},
+		{"Role", func() ([]string, error) {
+			l, err := rbac.Roles(namespace).List(ctx, lo)
+			if err != nil {
+				return nil, err
+			}
+			return names(len(l.Items), func(i int) string { return l.Items[i].Name }), nil
+		}, func(n string) error { return rbac.Roles(namespace).Delete(ctx, n, do) }},
+		{"ServiceAccount", func() ([]string, error) {
+			l, err := core.ServiceAccounts(namespace).List(ctx, lo)
+			if err != nil {
+				return nil, err
+			}
+			return names(len(l.Items), func(i int) string { return l.Items[i].Name }), nil
+		}, func(n string) error { return core.ServiceAccounts(namespace).Delete(ctx, n, do) }},
 	}
 	for _, k := range kinds {
 		ns, err := k.list()

@@ -29,8 +29,8 @@ func renderSpec(t *testing.T, file string) *Manifest {
 	return m
 }
 
-// inCluster lists every Deployment, StatefulSet, Service and ConfigMap in
-// ns as Kind/name, sorted.
+// inCluster lists every Deployment, StatefulSet, Service, ConfigMap,
+// ServiceAccount, Role and RoleBinding in ns as Kind/name, sorted.
 func inCluster(t *testing.T, cs kubernetes.Interface, ns string) []string {
 	t.Helper()
 	ctx := context.Background()
@@ -53,6 +53,18 @@ func inCluster(t *testing.T, cs kubernetes.Interface, ns string) []string {
 	cm, _ := cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
 	for _, x := range cm.Items {
 		out = append(out, "ConfigMap/"+x.Name)
+	}
+	sa, _ := cs.CoreV1().ServiceAccounts(ns).List(ctx, metav1.ListOptions{})
+	for _, x := range sa.Items {
+		out = append(out, "ServiceAccount/"+x.Name)
+	}
+	ro, _ := cs.RbacV1().Roles(ns).List(ctx, metav1.ListOptions{})
+	for _, x := range ro.Items {
+		out = append(out, "Role/"+x.Name)
+	}
+	rb, _ := cs.RbacV1().RoleBindings(ns).List(ctx, metav1.ListOptions{})
+	for _, x := range rb.Items {
+		out = append(out, "RoleBinding/"+x.Name)
 	}
 	slices.Sort(out)
 	return out

@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/deploy/proxy"
 )
 
 // Labels every rendered object carries; selectors match them exactly.
@@ -163,9 +165,10 @@ type Manifest struct {
 	// Plan is the local render the pods are derived from.
 	Plan  *deploy.Plan
 	Pools []Pool
-	// Objects in apply order: the proxy's ConfigMap, then per pool its
-	// headless Service and StatefulSet, then the proxy's Service and
-	// Deployment.
+	// Objects in apply order: the proxy's ConfigMap, ServiceAccount, Role
+	// and RoleBinding (get/list/watch EndpointSlices, to discover its
+	// workers), then per pool its headless Service and StatefulSet, then
+	// the proxy's Service and Deployment.
 	Objects   []runtime.Object
 	Namespace string
 }
@@ -194,6 +197,7 @@ func Render(s *deploy.Spec, o Options) (*Manifest, error) {
 		return nil, err
 	}
 	m.Objects = append(m.Objects, cm)
+	m.Objects = append(m.Objects, proxyRBAC(s, o.Namespace)...)
 	for _, p := range m.Pools {
 		c, err := engineContainer(s, p, o)
 		if err != nil {
@@ -391,20 +395,46 @@ func statefulSet(s *deploy.Spec, p Pool, c corev1.Container, ns string) *appsv1.
 }
 
 // ProxyConfigOf is the proxy configuration in the pods: deploy.ProxyConfig
-// listening on every address, each worker at its pod's DNS name.
+// listening on every address, with no static workers: it discovers them
+// from each pool's headless Service (its EndpointSlices), so a pod
+// rescheduled, added or removed changes the proxy's set without a restart.
 func ProxyConfigOf(m *Manifest) ([]byte, error) {
 	c := deploy.ProxyConfig(m.Plan)
 	c.Listen = fmt.Sprintf("%s:%d", PodHost, m.Plan.Spec.Network.ProxyPort)
-	byName := map[string]string{}
+	c.Workers = nil
+	d := &proxy.Discovery{Kind: proxy.DiscoveryKubernetes, Namespace: m.Namespace}
 	for _, p := range m.Pools {
-		for i, w := range p.Workers {
-			byName[w.Name] = fmt.Sprintf("http://%s:%d", p.PodDNS(i, m.Namespace), p.Port)
-		}
+		d.Pools = append(d.Pools, proxy.DiscoveryPool{Role: p.Role, Service: p.Name, Port: p.Port})
 	}
-	for i, w := range c.Workers {
-		c.Workers[i].URL = byName[w.Name]
-	}
+	c.Discovery = d
 	return json.MarshalIndent(c, "", "  ")
+}
+
+// proxyRBAC is the proxy's identity: a ServiceAccount that may get, list
+// and watch EndpointSlices in the namespace, and nothing else.
+func proxyRBAC(s *deploy.Spec, ns string) []runtime.Object {
+	name, labels := s.Name+"-proxy", Labels(s.Name, PoolProxy)
+	return []runtime.Object{
+		&corev1.ServiceAccount{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
+			ObjectMeta: objectMeta(name, ns, labels),
+		},
+		&rbacv1.Role{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+			ObjectMeta: objectMeta(name, ns, labels),
+			Rules: []rbacv1.PolicyRule{{
+				APIGroups: []string{"discovery.k8s.io"},
+				Resources: []string{"endpointslices"},
+				Verbs:     []string{"get", "list", "watch"},
+			}},
+		},
+		&rbacv1.RoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+			ObjectMeta: objectMeta(name, ns, labels),
+			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
+		},
+	}
 }
 
 func proxyConfigMap(m *Manifest) (*corev1.ConfigMap, error) {
@@ -449,6 +479,7 @@ func proxyDeployment(s *deploy.Spec, cm *corev1.ConfigMap, o Options) *appsv1.De
 					Annotations: map[string]string{"hone.dev/proxy-config-sha256": hex.EncodeToString(sum[:])},
 				},
 				Spec: corev1.PodSpec{
+					ServiceAccountName: s.Name + "-proxy",
 					Containers: []corev1.Container{{
 						Name:    "proxy",
 						Image:   o.HoneImage,

@@ -14,6 +14,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -327,18 +328,57 @@ func checkProxyConfig(t *testing.T, s *deploy.Spec, m *Manifest) {
 	if want := "0.0.0.0:" + strconv.Itoa(s.Network.ProxyPort); c.Listen != want {
 		t.Errorf("proxy listens on %s, want %s", c.Listen, want)
 	}
-	var want []string
+	if len(c.Workers) != 0 {
+		t.Errorf("proxy config lists %d static workers; it should discover them", len(c.Workers))
+	}
+	want := &proxy.Discovery{Kind: proxy.DiscoveryKubernetes, Namespace: "ns1"}
 	for _, p := range m.Pools {
-		for i := range p.Workers {
-			want = append(want, "http://"+s.Name+"-"+p.Workers[i].Name+"."+p.Name+".ns1.svc:"+strconv.Itoa(p.Port))
+		want.Pools = append(want.Pools, proxy.DiscoveryPool{Role: p.Role, Service: p.Name, Port: p.Port})
+	}
+	if c.Discovery == nil || !reflect.DeepEqual(*c.Discovery, *want) {
+		t.Errorf("proxy discovery %+v, want %+v", c.Discovery, want)
+	}
+	if _, err := proxy.New(c, nil); err != nil {
+		t.Errorf("the rendered proxy config does not load: %v", err)
+	}
+	checkProxyRBAC(t, s, m)
+}
+
+// checkProxyRBAC: the proxy runs as its own ServiceAccount, bound to a Role
+// that grants exactly get, list and watch on EndpointSlices.
+func checkProxyRBAC(t *testing.T, s *deploy.Spec, m *Manifest) {
+	t.Helper()
+	name := s.Name + "-proxy"
+	var sa *corev1.ServiceAccount
+	var role *rbacv1.Role
+	var rb *rbacv1.RoleBinding
+	var dep *appsv1.Deployment
+	for _, o := range m.Objects {
+		switch o := o.(type) {
+		case *corev1.ServiceAccount:
+			sa = o
+		case *rbacv1.Role:
+			role = o
+		case *rbacv1.RoleBinding:
+			rb = o
+		case *appsv1.Deployment:
+			dep = o
 		}
 	}
-	var got []string
-	for _, w := range c.Workers {
-		got = append(got, w.URL)
+	if sa == nil || role == nil || rb == nil || dep == nil {
+		t.Fatalf("ServiceAccount %v, Role %v, RoleBinding %v, Deployment %v: want all four", sa != nil, role != nil, rb != nil, dep != nil)
 	}
-	if !slices.Equal(got, want) {
-		t.Errorf("proxy workers %q, want %q", got, want)
+	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}}}
+	if !reflect.DeepEqual(role.Rules, wantRules) {
+		t.Errorf("proxy Role rules %+v, want %+v", role.Rules, wantRules)
+	}
+	wantSubj := []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: "ns1"}}
+	if sa.Name != name || sa.Namespace != "ns1" || !reflect.DeepEqual(rb.Subjects, wantSubj) ||
+		rb.RoleRef != (rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name}) {
+		t.Errorf("RoleBinding %+v -> %+v does not bind ServiceAccount %s/%s", rb.Subjects, rb.RoleRef, sa.Namespace, sa.Name)
+	}
+	if got := dep.Spec.Template.Spec.ServiceAccountName; got != name {
+		t.Errorf("proxy Deployment runs as %q, want %q", got, name)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
@@ -56,6 +57,12 @@ func Decode(b []byte) ([]runtime.Object, error) {
 			o = &corev1.Service{}
 		case "v1 ConfigMap":
 			o = &corev1.ConfigMap{}
+		case "v1 ServiceAccount":
+			o = &corev1.ServiceAccount{}
+		case "rbac.authorization.k8s.io/v1 Role":
+			o = &rbacv1.Role{}
+		case "rbac.authorization.k8s.io/v1 RoleBinding":
+			o = &rbacv1.RoleBinding{}
 		case "apps/v1 StatefulSet":
 			o = &appsv1.StatefulSet{}
 		case "apps/v1 Deployment":

@@ -61,9 +61,62 @@ type Config struct {
 	HealthInterval    time.Duration `json:"health_interval_ns,omitempty"`
 	// TimelineCapacity is how many finished requests' timelines are kept.
 	TimelineCapacity int `json:"timeline_capacity,omitempty"`
+	// Discovery, when set, finds the workers at run time (Workers is then
+	// only the set until discovery first reports, and may be empty).
+	Discovery *Discovery `json:"discovery,omitempty"`
 	// Limits on clients: body size and memory, header/body/idle timeouts,
 	// connections (package guard; zero fields take its defaults).
 	guard.Limits
+}
+
+// Discovery kinds.
+const DiscoveryKubernetes = "kubernetes"
+
+// Discovery says where the proxy finds its workers while it runs. Kind
+// kubernetes: the ready endpoints of each pool's Service, from
+// discovery.k8s.io/v1 EndpointSlices in Namespace (package
+// deploy/proxy/kubediscovery).
+type Discovery struct {
+	Kind      string          `json:"kind"`
+	Namespace string          `json:"namespace"`
+	Pools     []DiscoveryPool `json:"pools"`
+}
+
+// DiscoveryPool is one role's workers: the endpoints of Service, served on
+// Port.
+type DiscoveryPool struct {
+	Role    string `json:"role"`
+	Service string `json:"service"`
+	Port    int    `json:"port"`
+}
+
+func (d *Discovery) check(mode string) error {
+	if d.Kind != DiscoveryKubernetes {
+		return fmt.Errorf("discovery.kind: want %s, got %q", DiscoveryKubernetes, d.Kind)
+	}
+	if d.Namespace == "" {
+		return errors.New("discovery.namespace: empty")
+	}
+	seen := map[string]bool{}
+	for i, p := range d.Pools {
+		ok := false
+		for _, r := range roles(mode) {
+			ok = ok || r == p.Role
+		}
+		switch {
+		case !ok || seen[p.Role]:
+			return fmt.Errorf("discovery.pools[%d].role: want each of %v once in a %s deployment, got %q", i, roles(mode), mode, p.Role)
+		case p.Service == "":
+			return fmt.Errorf("discovery.pools[%d].service: empty", i)
+		case p.Port < 1 || p.Port > 65535:
+			return fmt.Errorf("discovery.pools[%d].port: want 1-65535, got %d", i, p.Port)
+		}
+		seen[p.Role] = true
+	}
+	if len(seen) != len(roles(mode)) {
+		return fmt.Errorf("discovery.pools: want a pool for each of %v", roles(mode))
+	}
+	return nil
 }
 
 // Defaults for zero Config fields.
@@ -126,6 +179,23 @@ func (c *Config) fill() error {
 			return fmt.Errorf("workers[%d].name: empty", i)
 		}
 		n[w.Role]++
+	}
+	if c.Discovery != nil {
+		if c.Mode != ModeColocated && c.Mode != ModeDisaggregated {
+			return fmt.Errorf("mode: want %s or %s, got %q", ModeColocated, ModeDisaggregated, c.Mode)
+		}
+		if err := c.Discovery.check(c.Mode); err != nil {
+			return err
+		}
+		for i, w := range c.Workers {
+			if err := checkWorker(*c, w); err != nil {
+				return fmt.Errorf("workers[%d]: %w", i, err)
+			}
+		}
+		if c.Mode == ModeDisaggregated && c.Connector != NixlConnector {
+			return fmt.Errorf("connector: discovery finds workers by address only; want %s, got %q", NixlConnector, c.Connector)
+		}
+		return nil
 	}
 	switch c.Mode {
 	case ModeColocated:

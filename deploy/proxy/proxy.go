@@ -27,8 +27,8 @@ type Proxy struct {
 	log     *slog.Logger
 	client  *http.Client // upstream legs; timeouts come from contexts
 	health  *http.Client
-	all     []*backend
-	pools   map[string]*pool
+	ws      atomic.Pointer[workerSet] // the workers now; SetWorkers swaps it
+	wsMu    sync.Mutex                // serializes SetWorkers
 	tl      *timelines
 	m       *metrics
 	mux     *http.ServeMux
@@ -76,25 +76,12 @@ func New(cfg Config, log *slog.Logger) (*Proxy, error) {
 		log:    log,
 		client: &http.Client{Transport: tr},
 		health: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2, DisableCompression: true}},
-		pools:  map[string]*pool{},
 		tl:     newTimelines(cfg.TimelineCapacity),
 		m:      newMetrics(),
 		mux:    http.NewServeMux(),
 		idBase: hex.EncodeToString(rnd[:]),
 	}
-	for _, w := range cfg.Workers {
-		w.URL = strings.TrimRight(w.URL, "/")
-		b := &backend{Worker: w, seed: workerSeed(w.Name)}
-		b.up.Store(true)
-		p.m.workerUp.WithLabelValues(w.Name, w.Role).Set(1)
-		p.all = append(p.all, b)
-		pl := p.pools[w.Role]
-		if pl == nil {
-			pl = &pool{}
-			p.pools[w.Role] = pl
-		}
-		pl.backends = append(pl.backends, b)
-	}
+	p.ws.Store(p.buildSet(nil, cfg.Workers))
 	p.mux.HandleFunc("POST /v1/completions", p.serveGenerate)
 	p.mux.HandleFunc("POST /v1/chat/completions", p.serveGenerate)
 	p.mux.HandleFunc("GET /health", p.serveHealth)
@@ -222,7 +209,11 @@ func (p *Proxy) serveGenerate(w http.ResponseWriter, r *http.Request) {
 		rq.key, rq.haveKey = affinityKey(r.Header.Get(p.cfg.SessionHeader), rq.fields, p.cfg.AffinityTokens)
 	}
 	if p.cfg.Mode == ModeColocated {
-		b := p.pools[RoleColocated].pick(rq.key, rq.haveKey, nil)
+		b := p.set().pools[RoleColocated].pick(rq.key, rq.haveKey, nil)
+		if b == nil {
+			p.clientError(w, &rq.tl, http.StatusServiceUnavailable, OutcomeFailed, "no colocated worker")
+			return
+		}
 		p.m.overhead.Observe(now().Sub(rq.tl.Received).Seconds())
 		p.stream(w, r, rq, b, body, rq.tl.RequestID)
 		return
@@ -232,7 +223,12 @@ func (p *Proxy) serveGenerate(w http.ResponseWriter, r *http.Request) {
 
 // disaggregated runs the NIXL two-leg protocol with retry and fallback.
 func (p *Proxy) disaggregated(w http.ResponseWriter, r *http.Request, rq *request) {
-	dec := p.pools[RoleDecode].pick(rq.key, rq.haveKey, nil)
+	set := p.set()
+	dec := set.pools[RoleDecode].pick(rq.key, rq.haveKey, nil)
+	if dec == nil {
+		p.clientError(w, &rq.tl, http.StatusServiceUnavailable, OutcomeFailed, "no decode worker")
+		return
+	}
 	prefillBody, err := prefillRequest(rq.fields)
 	if err != nil {
 		p.clientError(w, &rq.tl, http.StatusBadRequest, OutcomeFailed, err.Error())
@@ -249,7 +245,7 @@ func (p *Proxy) disaggregated(w http.ResponseWriter, r *http.Request, rq *reques
 		attempt int
 	)
 	for attempt = 0; attempt < 2; attempt++ {
-		b := p.pools[RolePrefill].pick(rq.key, rq.haveKey, tried)
+		b := set.pools[RolePrefill].pick(rq.key, rq.haveKey, tried)
 		if b == nil {
 			break
 		}

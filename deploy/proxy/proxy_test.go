@@ -420,7 +420,7 @@ func TestPrefillRetryAndFallback(t *testing.T) {
 			hdr := ""
 			for i := 0; hdr == ""; i++ {
 				k, _ := affinityKey(fmt.Sprint(i), nil, 1)
-				if px.pools[RolePrefill].pick(k, true, nil).Name == "p0" {
+				if px.set().pools[RolePrefill].pick(k, true, nil).Name == "p0" {
 					hdr = fmt.Sprint(i)
 				}
 			}
@@ -547,7 +547,7 @@ func TestHealthRotation(t *testing.T) {
 	cfg.Routing = RoundRobin
 	px := startProxy(t, cfg)
 	a.set(func(f *fakeEngine) { f.unhealthy = true })
-	waitFor(t, "a out of rotation", func() bool { return !px.all[0].up.Load() })
+	waitFor(t, "a out of rotation", func() bool { return !px.set().all[0].up.Load() })
 	for range 4 {
 		post(t, px.URL, completion([]int{1}, 1), nil)
 	}
@@ -555,7 +555,7 @@ func TestHealthRotation(t *testing.T) {
 		t.Errorf("a out of rotation got %d requests", n)
 	}
 	a.set(func(f *fakeEngine) { f.unhealthy = false })
-	waitFor(t, "a back in rotation", func() bool { return px.all[0].up.Load() })
+	waitFor(t, "a back in rotation", func() bool { return px.set().all[0].up.Load() })
 	for range 4 {
 		post(t, px.URL, completion([]int{1}, 1), nil)
 	}

@@ -47,9 +47,10 @@ func (p *Proxy) serveResetPrefixCache(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "read request body: "+err.Error(), nil)
 		return
 	}
-	answers := make([]resetAnswer, len(p.all))
+	all := p.set().all
+	answers := make([]resetAnswer, len(all))
 	var wg sync.WaitGroup
-	for i, b := range p.all {
+	for i, b := range all {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -86,8 +87,8 @@ func (p *Proxy) serveResetPrefixCache(w http.ResponseWriter, r *http.Request) {
 	case len(failed) > 0:
 		writeError(w, http.StatusBadGateway, "reset_prefix_cache: "+strings.Join(msgs, "; "), failed)
 	default:
-		names := make([]string, len(p.all))
-		for i, b := range p.all {
+		names := make([]string, len(all))
+		for i, b := range all {
 			names[i] = b.Name
 		}
 		sort.Strings(names)

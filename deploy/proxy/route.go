@@ -30,6 +30,9 @@ type pool struct {
 // round-robin. Workers out of rotation are skipped while any is in; exclude
 // lists workers already tried.
 func (p *pool) pick(key uint64, haveKey bool, exclude []*backend) *backend {
+	if p == nil {
+		return nil
+	}
 	var cand [16]*backend
 	list := cand[:0]
 	for _, b := range p.backends {
@@ -204,7 +207,7 @@ func (p *Proxy) healthLoop(ctx context.Context) {
 	defer t.Stop()
 	for {
 		var wg sync.WaitGroup
-		for _, b := range p.all {
+		for _, b := range p.set().all {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()

@@ -21,7 +21,7 @@ import (
 
 // serveHealth is 200 while every role has a worker in rotation.
 func (p *Proxy) serveHealth(w http.ResponseWriter, r *http.Request) {
-	for role, pl := range p.pools {
+	for role, pl := range p.set().pools {
 		up := false
 		for _, b := range pl.backends {
 			up = up || b.up.Load()
@@ -45,9 +45,10 @@ func (p *Proxy) serveOwnMetrics(w http.ResponseWriter, r *http.Request) {
 func (p *Proxy) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 	defer cancel()
-	texts := make([][]byte, len(p.all))
+	all := p.set().all
+	texts := make([][]byte, len(all))
 	var wg sync.WaitGroup
-	for i, b := range p.all {
+	for i, b := range all {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -67,8 +68,8 @@ func (p *Proxy) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	}
 	wg.Wait()
 	var out bytes.Buffer
-	names := make([]string, len(p.all))
-	for i, b := range p.all {
+	names := make([]string, len(all))
+	for i, b := range all {
 		names[i] = b.Name
 	}
 	mergeExposition(&out, names, texts)
@@ -257,7 +258,7 @@ type WorkerStatus struct {
 
 func (p *Proxy) serveWorkers(w http.ResponseWriter, r *http.Request) {
 	var out []WorkerStatus
-	for _, b := range p.all {
+	for _, b := range p.set().all {
 		out = append(out, WorkerStatus{Worker: b.Worker, InRotation: b.up.Load()})
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -268,11 +269,16 @@ func (p *Proxy) serveWorkers(w http.ResponseWriter, r *http.Request) {
 // /version, ...) to one worker that serves clients: a colocated replica or
 // a decode worker.
 func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request) {
-	pl := p.pools[RoleColocated]
+	set := p.set()
+	pl := set.pools[RoleColocated]
 	if pl == nil {
-		pl = p.pools[RoleDecode]
+		pl = set.pools[RoleDecode]
 	}
 	b := pl.pick(0, false, nil)
+	if b == nil {
+		writeError(w, http.StatusServiceUnavailable, "no worker to forward to", nil)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), p.cfg.PrefillTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, r.Method, b.URL+r.URL.RequestURI(), r.Body)
