@@ -30,6 +30,7 @@ type k8sFlags struct {
 	opts       kubernetes.Options
 	kubeconfig string
 	daemonset  bool
+	replay     kubernetes.ReplayJob
 }
 
 func (k *k8sFlags) registerTarget(f *pflag.FlagSet) {
@@ -41,6 +42,10 @@ func (k *k8sFlags) registerRender(f *pflag.FlagSet) {
 	f.StringVar(&k.opts.Image, "image", kubernetes.DefaultImage(), "with --target kubernetes: the vLLM image (a v<version> tag adapts the flags to that vLLM)")
 	f.StringVar(&k.opts.HoneImage, "hone-image", kubernetes.DefaultHoneImage, "with --target kubernetes: hone's image, for the proxy, emulator workers and the daemon")
 	f.IntVar(&k.opts.GPUsPerNode, "gpus-per-node", kubernetes.DefaultGPUsPerNode, "with --target kubernetes: the most GPUs one node has (a worker's TP must fit)")
+	f.IntVar(&k.replay.Shards, "replay-shards", 0, "with --target kubernetes and a SPEC: also render the sharded replay (hone replay --shard) as an Indexed Job of this many pods against the spec's proxy")
+	f.StringVar(&k.replay.StartAt, "replay-start-at", "", "with --replay-shards: every shard's --start-at (RFC 3339 or unix ns), far enough ahead for the pods to start")
+	f.StringArrayVar(&k.replay.Args, "replay-arg", nil, "with --replay-shards: a further hone replay flag for every shard (repeat: --replay-arg=--qps --replay-arg=64,128)")
+	f.StringVar(&k.replay.ResultsClaim, "replay-results-claim", "", "with --replay-shards: a PersistentVolumeClaim mounted at /results for the shards' records (default: an emptyDir the records do not outlive)")
 }
 
 func (k *k8sFlags) registerCluster(f *pflag.FlagSet) {
@@ -75,6 +80,15 @@ func renderKubernetes(c *cobra.Command, args []string, k *k8sFlags) error {
 		for _, w := range m.Plan.Warnings {
 			fmt.Fprintf(c.ErrOrStderr(), "hone deploy render: warning: %s\n", w)
 		}
+		if k.replay.Shards != 0 {
+			j, err := kubernetes.RenderReplayJob(s, k.opts, k.replay)
+			if err != nil {
+				return usageError{err}
+			}
+			objs = append(objs, j)
+		}
+	} else if k.replay.Shards != 0 {
+		return badInput("--replay-shards needs a SPEC (the proxy the shards send to)")
 	}
 	if k.daemonset {
 		caps, err := daemonStartCapabilities()

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 
 	"github.com/hone-llm/hone/deploy/kubernetes"
 )
@@ -40,6 +41,30 @@ func TestDeployRenderKubernetesCLI(t *testing.T) {
 	}
 }
 
+// TestDeployRenderReplayJobCLI: --replay-shards appends the sharded
+// replay's Indexed Job, its pods running hone replay --shard against the
+// proxy with the --replay-arg flags after.
+func TestDeployRenderReplayJobCLI(t *testing.T) {
+	out, errs, code := runCLI(t, "", "deploy", "render", "--target", "kubernetes", "--replay-shards", "3", "--replay-start-at", "2026-12-01T10:00:00Z",
+		"--replay-arg=--qps", "--replay-arg=64,128", "../../deploy/testdata/specs/disagg-nixl-2p2d.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	objs, err := kubernetes.Decode([]byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, ok := objs[len(objs)-1].(*batchv1.Job)
+	if !ok || *j.Spec.Completions != 3 || *j.Spec.BackoffLimit != 0 {
+		t.Fatalf("last object %T %+v", objs[len(objs)-1], objs[len(objs)-1])
+	}
+	args := strings.Join(j.Spec.Template.Spec.Containers[0].Args, " ")
+	if !strings.HasPrefix(args, "replay --shard $(JOB_COMPLETION_INDEX)/3 --start-at 2026-12-01T10:00:00Z --endpoint http://disagg-nixl-2p2d-proxy.default.svc:") ||
+		!strings.HasSuffix(args, "--qps 64,128") {
+		t.Errorf("args %q", args)
+	}
+}
+
 func TestDeployKubernetesCLIErrors(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -52,6 +77,10 @@ func TestDeployKubernetesCLIErrors(t *testing.T) {
 		{[]string{"deploy", "render", "--daemonset", "../../deploy/testdata/specs/colocated-tp2.yaml"}, "--daemonset needs --target kubernetes"},
 		{[]string{"deploy", "up", "--target", "kubernetes", "--kubeconfig", "/nonexistent/kubeconfig", "../../deploy/testdata/specs/colocated-tp2.yaml"}, "--kubeconfig: "},
 		{[]string{"deploy", "down", "--target", "kubernetes"}, "name the deployment"},
+		{[]string{"deploy", "render", "--target", "kubernetes", "--replay-shards", "2", "../../deploy/testdata/specs/colocated-tp2.yaml"}, "replay-start-at: required"},
+		{[]string{"deploy", "render", "--target", "kubernetes", "--replay-shards", "2", "--replay-start-at", "2026-12-01T10:00:00Z",
+			"--replay-arg=--out=x.json", "../../deploy/testdata/specs/colocated-tp2.yaml"}, "replay-arg --out: set by the Job"},
+		{[]string{"deploy", "render", "--target", "kubernetes", "--daemonset", "--replay-shards", "2"}, "--replay-shards needs a SPEC"},
 	} {
 		_, errs, code := runCLI(t, "", c.args...)
 		if code != 2 || !strings.Contains(errs, c.want) {

@@ -8,6 +8,7 @@ import (
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -69,6 +70,8 @@ func Decode(b []byte) ([]runtime.Object, error) {
 			o = &appsv1.Deployment{}
 		case "apps/v1 DaemonSet":
 			o = &appsv1.DaemonSet{}
+		case "batch/v1 Job":
+			o = &batchv1.Job{}
 		case monitoringv1.SchemeGroupVersion.String() + " " + monitoringv1.ServiceMonitorsKind:
 			o = &monitoringv1.ServiceMonitor{}
 		default:
