@@ -23,8 +23,11 @@ const DefaultKVPorts = "5600-5663,14579-14580,5700-5763"
 // Config selects targets and probes.
 type Config struct {
 	PIDs    []int          // processes to trace, with their existing descendants
-	Cgroups []string       // cgroup v2 directories whose processes are traced
+	Cgroups []string       // cgroup v2 directories whose processes (in the whole subtree) are traced
 	Match   *regexp.Regexp // command lines to trace (NUL separators read as spaces)
+	// Pods are Kubernetes pods whose processes are traced (hone daemon
+	// --pod-selector), found through their cgroups (see PodSet).
+	Pods PodSet
 
 	KVPorts  []uint16      // ports of KV-transfer connections
 	BurstGap time.Duration // silence that ends a burst on a KV-transfer connection
@@ -43,8 +46,18 @@ type Config struct {
 	perfUprobes bool // tests: perf-event uprobes even where uprobe_multi exists
 }
 
+// PodSet is a set of pods whose processes are targets. A process belongs
+// to a pod when a line of its /proc/PID/cgroup names the pod's UID the way
+// the kubelet's cgroup drivers do: cgroupfs ".../pod<uid>/<container>",
+// systemd "...-pod<uid, - as _>.slice/<container>.scope"; this holds on
+// cgroup v1, v2 and hybrid hosts alike and needs no privilege.
+type PodSet interface {
+	// Pods returns the pods now in the set: UID -> "namespace/name".
+	Pods() map[string]string
+}
+
 func (c *Config) defaults() {
-	if c.Match == nil && len(c.PIDs) == 0 && len(c.Cgroups) == 0 {
+	if c.Match == nil && len(c.PIDs) == 0 && len(c.Cgroups) == 0 && c.Pods == nil {
 		c.Match = regexp.MustCompile(DefaultMatch)
 	}
 	if c.KVPorts == nil {

@@ -245,16 +245,12 @@ func (d *Daemon) loop(ctx context.Context) {
 func (d *Daemon) scan(first bool) {
 	d.scanMu.Lock()
 	defer d.scanMu.Unlock()
-	var pids []struct {
-		pid int
-		how string
+	type found struct {
+		pid      int
+		how, pod string
 	}
-	add := func(p int, how string) {
-		pids = append(pids, struct {
-			pid int
-			how string
-		}{p, how})
-	}
+	var pids []found
+	add := func(p int, how string) { pids = append(pids, found{pid: p, how: how}) }
 	d.mu.Lock()
 	for _, p := range d.cfg.PIDs {
 		if !d.pidsDone[p] { // an exited --pid is not traced again under a reused pid
@@ -276,15 +272,27 @@ func (d *Daemon) scan(first bool) {
 			add(p, "cgroup")
 		}
 	}
-	if d.cfg.Match != nil {
+	var pods map[string]string
+	if d.cfg.Pods != nil {
+		pods = d.cfg.Pods.Pods()
+	}
+	if d.cfg.Match != nil || len(pods) > 0 {
 		for _, p := range allPIDs() {
-			if cl := procCmdline(p); cl != "" && d.cfg.Match.MatchString(cl) {
-				add(p, "cmdline")
+			if len(pods) > 0 {
+				if uid := podOfCgroup(procCgroup(p), pods); uid != "" {
+					pids = append(pids, found{pid: p, how: "pod", pod: pods[uid]})
+					continue
+				}
+			}
+			if d.cfg.Match != nil {
+				if cl := procCmdline(p); cl != "" && d.cfg.Match.MatchString(cl) {
+					add(p, "cmdline")
+				}
 			}
 		}
 	}
 	for _, p := range pids {
-		d.addTarget(p.pid, p.how)
+		d.addTarget(p.pid, p.how, p.pod)
 	}
 	d.scanCUDA()
 	d.retire(false)
@@ -293,7 +301,7 @@ func (d *Daemon) scan(first bool) {
 
 // addTarget makes a process the daemon selected a target (a child found
 // as a descendant joins its parent's root).
-func (d *Daemon) addTarget(pid int, how string) {
+func (d *Daemon) addTarget(pid int, how, pod string) {
 	if pid == d.self {
 		return
 	}
@@ -307,7 +315,7 @@ func (d *Daemon) addTarget(pid int, how string) {
 		return // gone already, or a zombie: its exit has passed
 	}
 	ppid := procPPID(pid)
-	t := &Target{PID: pid, PPID: ppid, RootPID: pid, How: how, AddedMonotonicNS: monotonicNow(),
+	t := &Target{PID: pid, PPID: ppid, RootPID: pid, How: how, Pod: pod, AddedMonotonicNS: monotonicNow(),
 		Comm: procComm(pid, pid), Cmdline: procCmdlineRedacted(pid)}
 	if how == "pid" {
 		t.PPID = 0
@@ -479,7 +487,7 @@ func (d *Daemon) procEvent(e *bpf.ProcEvent) {
 		}
 		if d.cfg.Match != nil {
 			if cl := procCmdline(pid); cl != "" && d.cfg.Match.MatchString(cl) {
-				d.addTarget(pid, "cmdline")
+				d.addTarget(pid, "cmdline", "")
 			}
 		}
 	case bpf.EventExit:

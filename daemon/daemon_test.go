@@ -521,3 +521,95 @@ func TestDaemonCgroupTarget(t *testing.T) {
 		return fmt.Sprintf("targets %+v lack pid %d by cgroup", s.Targets, w.pid())
 	})
 }
+
+// staticPods is a fixed PodSet.
+type staticPods map[string]string
+
+func (p staticPods) Pods() map[string]string { return p }
+
+func TestPodOfCgroup(t *testing.T) {
+	const uid = "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
+	pods := map[string]string{uid: "serving/vllm-decode-0"}
+	under := strings.ReplaceAll(uid, "-", "_")
+	for _, c := range []struct {
+		name, text, want string
+	}{
+		{"systemd v2", "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + under + ".slice/cri-containerd-abc.scope\n", uid},
+		{"cgroupfs v2", "0::/kubepods/besteffort/pod" + uid + "/0123abcd\n", uid},
+		{"guaranteed systemd", "0::/kubepods.slice/kubepods-pod" + under + ".slice/cri-containerd-abc.scope\n", uid},
+		{"v1 hybrid", "12:pids:/kubepods/pod" + uid + "/ctr\n11:cpu,cpuacct:/kubepods/pod" + uid + "/ctr\n0::/\n", uid},
+		{"pod cgroup itself (pause)", "0::/kubepods.slice/kubepods-pod" + under + ".slice\n", uid},
+		{"another pod", "0::/kubepods.slice/kubepods-pod" + strings.Replace(under, "0f", "1f", 1) + ".slice/x.scope\n", ""},
+		{"a service", "0::/system.slice/containerd.service\n", ""},
+		{"uid elsewhere than a pod component", "0::/user.slice/" + uid + "/x\n", ""},
+		{"empty", "", ""},
+	} {
+		if got := podOfCgroup(c.text, pods); got != c.want {
+			t.Errorf("%s: podOfCgroup = %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// TestDaemonPodTarget puts a workload in a container cgroup laid out as
+// the kubelet's systemd driver does and gives the daemon the pod's UID:
+// the process becomes a target by pod, with exact syscall counts; a
+// --cgroup naming the pod's cgroup (the container's parent) finds it too.
+func TestDaemonPodTarget(t *testing.T) {
+	bpftest.Require(t)
+	root := cgroup2Root()
+	if root == "" {
+		t.Skip("no cgroup v2 hierarchy mounted")
+	}
+	for _, by := range []string{"pod", "cgroup"} {
+		t.Run(by, func(t *testing.T) {
+			prog, _ := bpftest.Workload(t)
+			const n = 40
+			w := startChild(t, prog, nil, "syscalls", strconv.Itoa(n))
+			w.waitReady(t)
+			uid := fmt.Sprintf("00000000-0000-4000-8000-%012d", w.pid())
+			top := filepath.Join(root, fmt.Sprintf("hone-test-kubepods-%d.slice", w.pid()))
+			podDir := filepath.Join(top, "kubepods-besteffort-pod"+strings.ReplaceAll(uid, "-", "_")+".slice")
+			ctr := filepath.Join(podDir, "cri-containerd-0123abcd.scope")
+			if err := os.MkdirAll(ctr, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				for _, d := range []string{ctr, podDir, top} {
+					os.Remove(d)
+				}
+			})
+			if err := os.WriteFile(filepath.Join(ctr, "cgroup.procs"), []byte(strconv.Itoa(w.pid())), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cfg := Config{Pods: staticPods{uid: "serving/vllm-0"}}
+			if by == "cgroup" {
+				cfg = Config{Cgroups: []string{podDir}}
+			}
+			d := startDaemon(t, cfg)
+			w.goAhead(t)
+			w.wait(t)
+			want := map[string]uint64{"futex": n, "poll": n, "ioctl": n, "socket": 2 * n, "file": 2 * n, "other": n}
+			eventually(t, 5*time.Second, func() string {
+				s := d.Snapshot()
+				if got := syscallCounts(s, w.pid()); fmt.Sprint(got) != fmt.Sprint(want) {
+					return fmt.Sprintf("pod member's syscalls = %v, want %v", got, want)
+				}
+				var others []string
+				for _, tg := range s.Targets {
+					if tg.PID == w.pid() && tg.How == by && (by != "pod" || tg.Pod == "serving/vllm-0") {
+						return ""
+					}
+					others = append(others, fmt.Sprintf("%d:%s:%s", tg.PID, tg.How, tg.Pod))
+				}
+				return fmt.Sprintf("targets %v lack pid %d by %s", others, w.pid(), by)
+			})
+			if by == "pod" {
+				for _, tg := range d.Snapshot().Targets {
+					if tg.How != "pod" {
+						t.Errorf("target %d (%s) selected by %s: a pod set alone selects pods only", tg.PID, tg.Comm, tg.How)
+					}
+				}
+			}
+		})
+	}
+}

@@ -5,6 +5,7 @@ package daemon
 import (
 	"bufio"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -100,19 +101,78 @@ func cgroupPIDs(dir string) ([]int, error) {
 	if !filepath.IsAbs(dir) {
 		dir = filepath.Join("/sys/fs/cgroup", dir)
 	}
-	f, err := os.Open(filepath.Join(dir, "cgroup.procs"))
-	if err != nil {
+	if _, err := os.Stat(filepath.Join(dir, "cgroup.procs")); err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	// cgroup.procs lists a cgroup's own members only; a pod's or a
+	// service's processes sit in cgroups below it.
 	var out []int
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if p, err := strconv.Atoi(strings.TrimSpace(sc.Text())); err == nil {
-			out = append(out, p)
+	err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			if path == dir {
+				return err
+			}
+			return nil // a child cgroup removed while walking
+		}
+		if !e.IsDir() {
+			return nil
+		}
+		f, err := os.Open(filepath.Join(path, "cgroup.procs"))
+		if err != nil {
+			return nil
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if p, err := strconv.Atoi(strings.TrimSpace(sc.Text())); err == nil {
+				out = append(out, p)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// procCgroup is /proc/PID/cgroup ("" when unreadable).
+func procCgroup(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// podOfCgroup returns the UID of the pod in pods whose cgroup a process's
+// /proc/PID/cgroup text names, or "" (see PodSet for the two spellings).
+func podOfCgroup(text string, pods map[string]string) string {
+	if text == "" {
+		return ""
+	}
+	for _, line := range strings.Split(text, "\n") {
+		_, path, ok := strings.Cut(line, ":") // hierarchy-ID:controllers:path
+		if !ok {
+			continue
+		}
+		if _, path, ok = strings.Cut(path, ":"); !ok {
+			continue
+		}
+		for _, comp := range strings.Split(path, "/") {
+			i := strings.LastIndex(comp, "pod")
+			if i < 0 {
+				continue
+			}
+			id := strings.TrimSuffix(comp[i+3:], ".slice")
+			if _, ok := pods[id]; ok {
+				return id
+			}
+			if alt := strings.ReplaceAll(id, "_", "-"); alt != id {
+				if _, ok := pods[alt]; ok {
+					return alt
+				}
+			}
 		}
 	}
-	return out, sc.Err()
+	return ""
 }
 
 // mappedLib is a file a process maps, with the device and inode

@@ -44,7 +44,8 @@ type Target struct {
 	Comm    string `json:"comm"`
 	// Cmdline has likely secrets replaced by [REDACTED] (see redactArgs).
 	Cmdline          string `json:"cmdline,omitempty"`
-	How              string `json:"how"` // pid | descendant | cgroup | cmdline | fork
+	How              string `json:"how"`           // pid | descendant | cgroup | pod | cmdline | fork
+	Pod              string `json:"pod,omitempty"` // namespace/name, when How is pod
 	AddedMonotonicNS uint64 `json:"added_monotonic_ns"`
 	ExitMonotonicNS  uint64 `json:"exit_monotonic_ns,omitempty"`
 

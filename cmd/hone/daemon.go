@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -9,8 +10,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/hone-llm/hone/daemon"
+	"github.com/hone-llm/hone/deploy/kubernetes"
 )
 
 func init() { subcommands = append(subcommands, newDaemonCmd) }
@@ -22,6 +25,7 @@ func newDaemonCmd() *cobra.Command {
 		match, kvPorts         string
 		noSched, noDropCaps    bool
 		nvmlPeriod, scanPeriod time.Duration
+		pods                   podFlags
 	)
 	c := &cobra.Command{
 		Use:   "daemon",
@@ -52,9 +56,18 @@ the like. --out and --profile are opened before the drop and written at the
 end. Without an NVIDIA driver it reports "nvml: unavailable (<reason>)" and
 carries on.
 
-Targets: --pid (with existing descendants), --cgroup, --match-cmdline; with
-none of them, processes whose command line matches vLLM's API server,
-EngineCore and workers, or "hone sim serve".
+Targets: --pid (with existing descendants), --cgroup (the whole subtree),
+--match-cmdline, --pod-selector; with none of them, processes whose command
+line matches vLLM's API server, EngineCore and workers, or "hone sim serve".
+
+--pod-selector traces the processes of the Kubernetes pods on this node
+(--node-name, default $NODE_NAME) whose labels match it, in --pod-namespace
+(default: all namespaces): the daemon lists and watches those pods through
+the API server (in-cluster credentials, or --kubeconfig) and takes every
+process whose /proc/PID/cgroup names a pod's UID, as the kubelet's cgroupfs
+and systemd drivers both do, on cgroup v1 and v2. Its ServiceAccount needs
+get, list and watch on pods (hone deploy render --daemonset renders that
+Role, the DaemonSet and NODE_NAME from the downward API).
 
 Exit codes: 0 success; 1 the daemon failed (no privilege, no BTF, a write
 failed); 2 bad input (flags).`,
@@ -101,18 +114,37 @@ failed); 2 bad input (flags).`,
 			cfg.NVMLPeriod = nvmlPeriod
 			cfg.ScanPeriod = scanPeriod
 			opts.DropCaps = !noDropCaps
+			if err := pods.check(); err != nil {
+				return err
+			}
+			if pods.selector != "" {
+				cfg.Pods = emptyPods{} // for New's checks: a target is given
+			}
 			if _, err := daemon.New(cfg, nil); err != nil { // flag-level checks: --pid, --cgroup
 				return badInput("%v", err)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			if pods.selector != "" {
+				// Watched from before the privilege drop to the end.
+				ps, err := pods.watch(ctx)
+				if err != nil {
+					return err
+				}
+				cfg.Pods = ps
+				log.Info("pods selected", "selector", pods.selector, "namespace", pods.namespace, "node", pods.node, "pods", len(ps.Pods()))
+			}
 			return daemon.Run(ctx, cfg, opts, log)
 		},
 	}
 	f := c.Flags()
 	f.IntSliceVar(&cfg.PIDs, "pid", nil, "trace these processes and their descendants (repeatable)")
 	f.StringSliceVar(&cfg.Cgroups, "cgroup", nil, "trace the processes of this cgroup v2 directory (absolute or under /sys/fs/cgroup)")
+	f.StringVar(&pods.selector, "pod-selector", "", "trace the processes of the Kubernetes pods on this node whose labels match this selector (e.g. "+kubernetes.DefaultServingSelector+")")
+	f.StringVar(&pods.namespace, "pod-namespace", "", "with --pod-selector: the pods' namespace (default: all namespaces)")
+	f.StringVar(&pods.node, "node-name", os.Getenv("NODE_NAME"), "with --pod-selector: this node's Kubernetes name (default $NODE_NAME)")
+	f.StringVar(&pods.kubeconfig, "kubeconfig", "", "with --pod-selector: kubeconfig file (default: in-cluster credentials, else $KUBECONFIG, then ~/.kube/config)")
 	f.StringVar(&match, "match-cmdline", "", "trace processes whose command line matches this regular expression (default with no other target: "+daemon.DefaultMatch+")")
 	f.StringVar(&kvPorts, "kv-ports", daemon.DefaultKVPorts, "ports whose connections are KV transfers (list and ranges)")
 	f.DurationVar(&cfg.BurstGap, "burst-gap", 100*time.Millisecond, "silence that ends a burst on a KV-transfer connection")
@@ -132,6 +164,42 @@ failed); 2 bad input (flags).`,
 	f.BoolVar(&noDropCaps, "keep-capabilities", false, "do not drop privileges after attaching (capabilities, user, no_new_privs, seccomp)")
 	return c
 }
+
+// podFlags are hone daemon's --pod-selector and its companions.
+type podFlags struct{ selector, namespace, node, kubeconfig string }
+
+// check refuses companions without --pod-selector, a selector that does
+// not parse and a missing node name.
+func (p podFlags) check() error {
+	if p.selector == "" {
+		if p.namespace != "" || p.kubeconfig != "" {
+			return badInput("--pod-namespace and --kubeconfig need --pod-selector")
+		}
+		return nil
+	}
+	if _, err := labels.Parse(p.selector); err != nil {
+		return badInput("--pod-selector %q: %v", p.selector, err)
+	}
+	if p.node == "" {
+		return badInput("--node-name: empty; with --pod-selector give this node's Kubernetes name (the DaemonSet sets NODE_NAME from spec.nodeName)")
+	}
+	return nil
+}
+
+// watch starts watching the selected pods; the first list must arrive
+// within 30 s.
+func (p podFlags) watch(ctx context.Context) (*kubernetes.NodePods, error) {
+	cs, err := kubeClient(p.kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.WatchNodePods(ctx, cs, p.namespace, p.selector, p.node, 30*time.Second)
+}
+
+// emptyPods stands in for the watched pods in the flag-level checks.
+type emptyPods struct{}
+
+func (emptyPods) Pods() map[string]string { return nil }
 
 // daemonListen is the address the daemon serves on: a --once run writes its
 // snapshot and exits, so it binds no port unless --listen was given.

@@ -3,6 +3,10 @@ package main
 import (
 	"strings"
 	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/hone-llm/hone/deploy/kubernetes"
 )
 
 // A --listen address that is not loopback is refused, exit 2, naming the
@@ -24,5 +28,45 @@ func TestDaemonRefusesRemoteListen(t *testing.T) {
 	}
 	if _, errs, code := runCLI(t, "", "daemon", "--user", "no-such-user-here"); code != exitBadInput || !strings.Contains(errs, "--user") {
 		t.Errorf("--user no-such-user-here: exit %d\n%s", code, errs)
+	}
+}
+
+// --pod-selector and its companions are checked before anything starts;
+// the rendered DaemonSet's daemon arguments are flags hone daemon takes.
+func TestDaemonPodSelectorFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--pod-selector", "hone.dev/pool in (decode", "--node-name", "gpu-1"}, "--pod-selector"},
+		{[]string{"--pod-selector", "hone.dev/pool=decode", "--node-name="}, "--node-name: empty"},
+		{[]string{"--pod-namespace", "llm"}, "need --pod-selector"},
+	} {
+		_, errs, code := runCLI(t, "", append([]string{"daemon"}, c.args...)...)
+		if code != exitBadInput || !strings.Contains(errs, c.want) {
+			t.Errorf("daemon %q: exit %d, want %d naming %q\n%s", c.args, code, exitBadInput, c.want, errs)
+		}
+	}
+	objs, err := kubernetes.RenderDaemon(kubernetes.DaemonOptions{Namespace: "llm", Capabilities: []string{"BPF", "PERFMON"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	for _, o := range objs {
+		if ds, ok := o.(*appsv1.DaemonSet); ok {
+			args = ds.Spec.Template.Spec.Containers[0].Args
+		}
+	}
+	if len(args) == 0 || args[0] != "daemon" {
+		t.Fatalf("rendered args %q", args)
+	}
+	cmd := newDaemonCmd()
+	if err := cmd.ParseFlags(args[1:]); err != nil {
+		t.Fatalf("hone daemon does not take the rendered args %q: %v", args, err)
+	}
+	for flag, want := range map[string]string{"pod-selector": kubernetes.DefaultServingSelector, "pod-namespace": "llm", "allow-remote": "true"} {
+		if got := cmd.Flags().Lookup(flag).Value.String(); got != want {
+			t.Errorf("rendered --%s = %q, want %q", flag, got, want)
+		}
 	}
 }

@@ -17,7 +17,7 @@ func TestDeployRenderKubernetesCLI(t *testing.T) {
 	want := 10 // ConfigMap, proxy ServiceAccount, Role, RoleBinding, 2 × (Service, StatefulSet), proxy Service and Deployment
 	if runtime.GOOS == "linux" {
 		args = append(args, "--daemonset")
-		want += 3 // DaemonSet, Service, ServiceMonitor
+		want += 6 // daemon ServiceAccount, Role, RoleBinding, DaemonSet, Service, ServiceMonitor
 	}
 	out, errs, code := runCLI(t, "", args...)
 	if code != 0 {
@@ -31,9 +31,9 @@ func TestDeployRenderKubernetesCLI(t *testing.T) {
 		t.Fatalf("%d objects, want %d:\n%s", len(objs), want, out)
 	}
 	if want > 10 {
-		ds, ok := objs[10].(*appsv1.DaemonSet)
+		ds, ok := objs[13].(*appsv1.DaemonSet)
 		if !ok || ds.Namespace != "llm" || len(kubernetes.AddedCapabilities(ds)) == 0 {
-			t.Errorf("object 10: %T %+v", objs[10], objs[10])
+			t.Errorf("object 13: %T %+v", objs[13], objs[13])
 		}
 	}
 	if !strings.Contains(out, `"service": "disagg-nixl-2p2d-decode",`) || !strings.Contains(out, `"namespace": "llm",`) {

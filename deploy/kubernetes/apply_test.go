@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -227,4 +229,60 @@ func TestWait(t *testing.T) {
 	if last := steps[len(steps)-1]; !last.Done || last.Ready != 2 || len(last.Waiting) != 0 {
 		t.Errorf("last progress %+v, want 2 Ready and done", last)
 	}
+}
+
+// TestWatchNodePods feeds a fake clientset pods on two nodes, in two
+// namespaces, with and without the serving labels, and moves them while
+// the watch runs: the set is exactly the matching pods on the node.
+func TestWatchNodePods(t *testing.T) {
+	cs := fake.NewClientset()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	mk := func(name, ns, node, pool string, uid string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID(uid), Labels: Labels("s", pool)},
+			Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	}
+	create := func(p *corev1.Pod) {
+		t.Helper()
+		if _, err := cs.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create(mk("s-decode-0", "llm", "gpu-1", "decode", "u1"))
+	create(mk("s-prefill-0", "llm", "gpu-2", "prefill", "u2"))       // another node
+	create(mk("s-proxy-abc", "llm", "gpu-1", PoolProxy, "u3"))       // not serving
+	create(mk("s-colocated-0", "other", "gpu-1", "colocated", "u4")) // another namespace
+	if _, err := WatchNodePods(ctx, cs, "llm", "pool in (a", "gpu-1", time.Second); err == nil || !strings.Contains(err.Error(), "--pod-selector") {
+		t.Errorf("bad selector: %v", err)
+	}
+	if _, err := WatchNodePods(ctx, cs, "llm", DefaultServingSelector, "", time.Second); err == nil || !strings.Contains(err.Error(), "--node-name") {
+		t.Errorf("no node: %v", err)
+	}
+	np, err := WatchNodePods(ctx, cs, "llm", DefaultServingSelector, "gpu-1", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := func(w map[string]string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !maps.Equal(np.Pods(), w) {
+			if time.Now().After(deadline) {
+				t.Fatalf("pods %v, want %v", np.Pods(), w)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	want(map[string]string{"u1": "llm/s-decode-0"})
+	create(mk("s-prefill-1", "llm", "gpu-1", "prefill", "u5"))
+	want(map[string]string{"u1": "llm/s-decode-0", "u5": "llm/s-prefill-1"})
+	done := mk("s-prefill-1", "llm", "gpu-1", "prefill", "u5")
+	done.Status.Phase = corev1.PodSucceeded
+	if _, err := cs.CoreV1().Pods("llm").Update(ctx, done, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want(map[string]string{"u1": "llm/s-decode-0"})
+	if err := cs.CoreV1().Pods("llm").Delete(ctx, "s-decode-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want(map[string]string{})
 }

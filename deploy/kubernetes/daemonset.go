@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -44,12 +45,19 @@ type DaemonOptions struct {
 	// the bearer token the daemon requires off loopback and Prometheus
 	// sends; <Name>-token when empty. Create it before applying.
 	TokenSecret string
+	// PodSelector selects the serving pods in the daemon's namespace whose
+	// processes it traces, through their cgroups (hone daemon
+	// --pod-selector); DefaultServingSelector when empty.
+	PodSelector string
 }
 
-// RenderDaemon renders hone's daemon: a DaemonSet on GPU nodes sharing the
-// host's PID namespace, not privileged, with exactly o.Capabilities added;
-// a Service for its metrics port; and a ServiceMonitor scraping it with
-// the bearer token.
+// RenderDaemon renders hone's daemon: its identity (a ServiceAccount with
+// a Role that may get, list and watch pods in the namespace, and nothing
+// else); a DaemonSet on GPU nodes sharing the host's PID namespace, not
+// privileged, with exactly o.Capabilities added, tracing the processes of
+// the pods on its node that o.PodSelector selects (found through their
+// cgroups); a Service for its metrics port; and a ServiceMonitor scraping
+// it with the bearer token.
 func RenderDaemon(o DaemonOptions) ([]runtime.Object, error) {
 	if o.Namespace == "" {
 		o.Namespace = DefaultNamespace
@@ -72,6 +80,12 @@ func RenderDaemon(o DaemonOptions) ([]runtime.Object, error) {
 	if o.TokenSecret == "" {
 		o.TokenSecret = o.Name + "-token"
 	}
+	if o.PodSelector == "" {
+		o.PodSelector = DefaultServingSelector
+	}
+	if _, err := labels.Parse(o.PodSelector); err != nil {
+		return nil, fmt.Errorf("--pod-selector %q: %w", o.PodSelector, err)
+	}
 	if len(o.Capabilities) == 0 {
 		return nil, fmt.Errorf("daemon capabilities: none given; take them from daemon.StartCapabilities")
 	}
@@ -83,9 +97,13 @@ func RenderDaemon(o DaemonOptions) ([]runtime.Object, error) {
 	for _, c := range o.Capabilities {
 		caps = append(caps, corev1.Capability(strings.TrimPrefix(strings.ToUpper(c), "CAP_")))
 	}
-	labels := Labels(o.Name, PoolDaemon)
+	lbl := Labels(o.Name, PoolDaemon)
 	no := false
 	root := int64(0)
+	// The daemon drops to nobody after attaching (daemon/caps.go) and
+	// client-go re-reads the rotating ServiceAccount token: with fsGroup
+	// set the kubelet makes the token file 0640, group fsGroup.
+	nogroup := int64(65534)
 	secretMode := int32(0o400) // the daemon refuses a token file others can read
 	hostRO := func(name, path string) (corev1.Volume, corev1.VolumeMount) {
 		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}}},
@@ -110,22 +128,27 @@ func RenderDaemon(o DaemonOptions) ([]runtime.Object, error) {
 	port := strconv.Itoa(o.Port)
 	ds := &appsv1.DaemonSet{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"},
-		ObjectMeta: objectMeta(o.Name, o.Namespace, labels),
+		ObjectMeta: objectMeta(o.Name, o.Namespace, lbl),
 		Spec: appsv1.DaemonSetSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Selector: &metav1.LabelSelector{MatchLabels: lbl},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				ObjectMeta: metav1.ObjectMeta{Labels: lbl},
 				Spec: corev1.PodSpec{
-					HostPID:          true,
-					RuntimeClassName: &o.RuntimeClass,
-					NodeSelector:     map[string]string{nk: nv},
-					Tolerations:      []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+					ServiceAccountName: o.Name,
+					SecurityContext:    &corev1.PodSecurityContext{FSGroup: &nogroup},
+					HostPID:            true,
+					RuntimeClassName:   &o.RuntimeClass,
+					NodeSelector:       map[string]string{nk: nv},
+					Tolerations:        []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 					Containers: []corev1.Container{{
 						Name:    "daemon",
 						Image:   o.HoneImage,
 						Command: []string{"hone"},
 						Args: []string{"daemon", "--listen", "0.0.0.0:" + port, "--allow-remote",
-							"--token-file", daemonTokenDir + "/" + daemonTokenKey},
+							"--token-file", daemonTokenDir + "/" + daemonTokenKey,
+							"--pod-selector", o.PodSelector, "--pod-namespace", o.Namespace},
+						Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
+							FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"}}}},
 						Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: int32(o.Port), Protocol: corev1.ProtocolTCP}},
 						// Root in the container so the added capabilities are
 						// effective (Kubernetes grants no ambient ones). The
@@ -147,18 +170,18 @@ func RenderDaemon(o DaemonOptions) ([]runtime.Object, error) {
 	}
 	svc := &corev1.Service{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
-		ObjectMeta: objectMeta(o.Name, o.Namespace, labels),
+		ObjectMeta: objectMeta(o.Name, o.Namespace, lbl),
 		Spec: corev1.ServiceSpec{
 			ClusterIP: corev1.ClusterIPNone, // Prometheus scrapes each pod
-			Selector:  labels,
+			Selector:  lbl,
 			Ports:     []corev1.ServicePort{{Name: "metrics", Port: int32(o.Port), TargetPort: intstr.FromString("metrics"), Protocol: corev1.ProtocolTCP}},
 		},
 	}
 	sm := &monitoringv1.ServiceMonitor{
 		TypeMeta:   metav1.TypeMeta{APIVersion: monitoringv1.SchemeGroupVersion.String(), Kind: monitoringv1.ServiceMonitorsKind},
-		ObjectMeta: objectMeta(o.Name, o.Namespace, labels),
+		ObjectMeta: objectMeta(o.Name, o.Namespace, lbl),
 		Spec: monitoringv1.ServiceMonitorSpec{
-			Selector: metav1.LabelSelector{MatchLabels: labels},
+			Selector: metav1.LabelSelector{MatchLabels: lbl},
 			Endpoints: []monitoringv1.Endpoint{{
 				Port:     "metrics",
 				Path:     "/metrics",
@@ -170,7 +193,8 @@ func RenderDaemon(o DaemonOptions) ([]runtime.Object, error) {
 		Type:        "Bearer",
 		Credentials: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: o.TokenSecret}, Key: daemonTokenKey},
 	}
-	return []runtime.Object{ds, svc, sm}, nil
+	objs := readerIdentity(o.Name, o.Namespace, lbl, "", "pods")
+	return append(objs, ds, svc, sm), nil
 }
 
 // AddedCapabilities are the capabilities a rendered DaemonSet's daemon

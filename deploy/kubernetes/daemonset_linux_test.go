@@ -3,6 +3,7 @@
 package kubernetes
 
 import (
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -11,8 +12,11 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/hone-llm/hone/daemon"
+	"github.com/hone-llm/hone/deploy"
 )
 
 // DaemonCapabilities are the start capabilities the DaemonSet is rendered
@@ -36,7 +40,7 @@ func TestDaemonSetCapabilities(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRoundTrip(t, objs)
-	ds := objs[0].(*appsv1.DaemonSet)
+	ds := objs[3].(*appsv1.DaemonSet)
 	if got := AddedCapabilities(ds); !slices.Equal(got, want) {
 		t.Errorf("DaemonSet adds %q, daemon.StartCapabilities(true, false) is %q", got, want)
 	}
@@ -74,7 +78,7 @@ func TestDaemonSetCapabilities(t *testing.T) {
 		t.Errorf("host paths %v, want exactly btf, cgroup and proc", host)
 	}
 	// The Service and the ServiceMonitor reach the container's metrics port.
-	svc := objs[1].(*corev1.Service)
+	svc := objs[4].(*corev1.Service)
 	if svc.Spec.Ports[0].Port != containerPort(t, c, "metrics") || svc.Spec.Ports[0].TargetPort.String() != "metrics" {
 		t.Errorf("Service ports %+v", svc.Spec.Ports)
 	}
@@ -84,7 +88,7 @@ func TestDaemonSetCapabilities(t *testing.T) {
 	if !reflect.DeepEqual(ds.Spec.Selector.MatchLabels, ds.Spec.Template.Labels) {
 		t.Errorf("DaemonSet selector %v, pod labels %v", ds.Spec.Selector.MatchLabels, ds.Spec.Template.Labels)
 	}
-	sm := objs[2].(*monitoringv1.ServiceMonitor)
+	sm := objs[5].(*monitoringv1.ServiceMonitor)
 	if !reflect.DeepEqual(sm.Spec.Selector.MatchLabels, svc.Labels) || sm.Spec.Endpoints[0].Port != svc.Spec.Ports[0].Name {
 		t.Errorf("ServiceMonitor selects %v port %q; Service labels %v port %q", sm.Spec.Selector.MatchLabels, sm.Spec.Endpoints[0].Port, svc.Labels, svc.Spec.Ports[0].Name)
 	}
@@ -98,7 +102,77 @@ func TestDaemonSetCapabilities(t *testing.T) {
 		t.Errorf("ServiceMonitor authorization %+v; the daemon's token Secret %q", a, secret)
 	}
 	args := strings.Join(c.Args, " ")
-	if !strings.Contains(args, "--listen 0.0.0.0:9464 --allow-remote --token-file /etc/hone/token/token") {
+	if !strings.Contains(args, "--listen 0.0.0.0:9464 --allow-remote --token-file /etc/hone/token/token --pod-selector "+DefaultServingSelector+" --pod-namespace default") {
 		t.Errorf("daemon args %q", args)
+	}
+	// Its identity may read pods in its namespace and nothing else, and the
+	// pod runs as it, with the node's name from the downward API and the
+	// token readable by the nobody group the daemon drops to.
+	sa, role, rb := objs[0].(*corev1.ServiceAccount), objs[1].(*rbacv1.Role), objs[2].(*rbacv1.RoleBinding)
+	if pod.ServiceAccountName != sa.Name || rb.RoleRef.Name != role.Name || len(rb.Subjects) != 1 || rb.Subjects[0].Name != sa.Name || rb.Subjects[0].Namespace != sa.Namespace {
+		t.Errorf("pod runs as %q; ServiceAccount %s/%s; binding %+v -> %+v", pod.ServiceAccountName, sa.Namespace, sa.Name, rb.Subjects, rb.RoleRef)
+	}
+	if want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}}}; !reflect.DeepEqual(role.Rules, want) {
+		t.Errorf("daemon Role rules %+v, want %+v", role.Rules, want)
+	}
+	if len(c.Env) != 1 || c.Env[0].Name != "NODE_NAME" || c.Env[0].ValueFrom == nil || c.Env[0].ValueFrom.FieldRef == nil || c.Env[0].ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+		t.Errorf("daemon env %+v: want NODE_NAME from spec.nodeName", c.Env)
+	}
+	if psc := pod.SecurityContext; psc == nil || psc.FSGroup == nil || *psc.FSGroup != 65534 {
+		t.Errorf("pod security context %+v: want fsGroup 65534 (the daemon drops to nobody and re-reads its token)", psc)
+	}
+}
+
+// TestDaemonSelectsServingPods: the DaemonSet's default selector takes
+// every serving pod Render makes, and not the proxy's or the daemon's.
+func TestDaemonSelectsServingPods(t *testing.T) {
+	sel, err := labels.Parse(DefaultServingSelector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range specFiles(t) {
+		if _, ok := refused[filepath.Base(file)]; ok {
+			continue
+		}
+		s, err := deploy.LoadSpec(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := Render(s, Options{})
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		serving := 0
+		for _, o := range m.Objects {
+			var tmpl map[string]string
+			switch o := o.(type) {
+			case *appsv1.StatefulSet:
+				tmpl = o.Spec.Template.Labels
+			case *appsv1.Deployment:
+				tmpl = o.Spec.Template.Labels
+			default:
+				continue
+			}
+			want := tmpl[LabelPool] != PoolProxy
+			if got := sel.Matches(labels.Set(tmpl)); got != want {
+				t.Errorf("%s: pod labels %v selected %v, want %v", file, tmpl, got, want)
+			}
+			if want {
+				serving++
+			}
+		}
+		if serving == 0 {
+			t.Errorf("%s: no serving workload rendered", file)
+		}
+	}
+	ds, err := RenderDaemon(DaemonOptions{Capabilities: daemonCapabilities()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := ds[3].(*appsv1.DaemonSet).Spec.Template.Labels; sel.Matches(labels.Set(l)) {
+		t.Errorf("the daemon's own pods %v are selected", l)
+	}
+	if _, err := RenderDaemon(DaemonOptions{Capabilities: daemonCapabilities(), PodSelector: "pool in (a"}); err == nil || !strings.Contains(err.Error(), "--pod-selector") {
+		t.Errorf("bad selector: %v", err)
 	}
 }

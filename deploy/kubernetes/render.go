@@ -413,7 +413,12 @@ func ProxyConfigOf(m *Manifest) ([]byte, error) {
 // proxyRBAC is the proxy's identity: a ServiceAccount that may get, list
 // and watch EndpointSlices in the namespace, and nothing else.
 func proxyRBAC(s *deploy.Spec, ns string) []runtime.Object {
-	name, labels := s.Name+"-proxy", Labels(s.Name, PoolProxy)
+	return readerIdentity(s.Name+"-proxy", ns, Labels(s.Name, PoolProxy), "discovery.k8s.io", "endpointslices")
+}
+
+// readerIdentity is a ServiceAccount name in ns and a Role, bound to it,
+// that may get, list and watch one resource in ns, and nothing else.
+func readerIdentity(name, ns string, labels map[string]string, group, resource string) []runtime.Object {
 	return []runtime.Object{
 		&corev1.ServiceAccount{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
@@ -423,8 +428,8 @@ func proxyRBAC(s *deploy.Spec, ns string) []runtime.Object {
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
 			ObjectMeta: objectMeta(name, ns, labels),
 			Rules: []rbacv1.PolicyRule{{
-				APIGroups: []string{"discovery.k8s.io"},
-				Resources: []string{"endpointslices"},
+				APIGroups: []string{group},
+				Resources: []string{resource},
 				Verbs:     []string{"get", "list", "watch"},
 			}},
 		},
