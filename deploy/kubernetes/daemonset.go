@@ -147,8 +147,16 @@ func RenderDaemon(o DaemonOptions) ([]runtime.Object, error) {
 						Args: []string{"daemon", "--listen", "0.0.0.0:" + port, "--allow-remote",
 							"--token-file", daemonTokenDir + "/" + daemonTokenKey,
 							"--pod-selector", o.PodSelector, "--pod-namespace", o.Namespace},
-						Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
-							FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"}}}},
+						Env: []corev1.EnvVar{
+							{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
+								FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"}}},
+							// NVML without requesting a GPU: the NVIDIA
+							// container runtime mounts the driver's
+							// libraries for these (as for dcgm-exporter);
+							// "utility" is NVML and nothing more.
+							{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"},
+							{Name: "NVIDIA_DRIVER_CAPABILITIES", Value: "utility"},
+						},
 						Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: int32(o.Port), Protocol: corev1.ProtocolTCP}},
 						// Root in the container so the added capabilities are
 						// effective (Kubernetes grants no ambient ones). The

@@ -115,8 +115,12 @@ func TestDaemonSetCapabilities(t *testing.T) {
 	if want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}}}; !reflect.DeepEqual(role.Rules, want) {
 		t.Errorf("daemon Role rules %+v, want %+v", role.Rules, want)
 	}
-	if len(c.Env) != 1 || c.Env[0].Name != "NODE_NAME" || c.Env[0].ValueFrom == nil || c.Env[0].ValueFrom.FieldRef == nil || c.Env[0].ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
-		t.Errorf("daemon env %+v: want NODE_NAME from spec.nodeName", c.Env)
+	if len(c.Env) != 3 || c.Env[0].Name != "NODE_NAME" || c.Env[0].ValueFrom == nil || c.Env[0].ValueFrom.FieldRef == nil || c.Env[0].ValueFrom.FieldRef.FieldPath != "spec.nodeName" ||
+		c.Env[1] != (corev1.EnvVar{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}) || c.Env[2] != (corev1.EnvVar{Name: "NVIDIA_DRIVER_CAPABILITIES", Value: "utility"}) {
+		t.Errorf("daemon env %+v: want NODE_NAME from spec.nodeName, every GPU visible, the utility (NVML) driver capability", c.Env)
+	}
+	if _, ok := c.Resources.Limits[GPUResource]; ok {
+		t.Errorf("the daemon requests GPUs: %v", c.Resources.Limits)
 	}
 	if psc := pod.SecurityContext; psc == nil || psc.FSGroup == nil || *psc.FSGroup != 65534 {
 		t.Errorf("pod security context %+v: want fsGroup 65534 (the daemon drops to nobody and re-reads its token)", psc)
