@@ -4,7 +4,12 @@
 /* CUDA driver calls of target processes, by uprobes on libcuda.so: counts and
  * inter-call gaps per thread and call kind, and for the calls in which the
  * host waits (synchronizes, synchronous copies) the time spent waiting
- * (uprobe + uretprobe). */
+ * (uprobe + uretprobe). And engine steps: a process's step opens at its
+ * first kernel or graph launch after its previous step and closes when a
+ * wait returns (the host has the step's results); each closed step is one
+ * EVENT_STEP in the ring buffer. A wait with no launch since the previous
+ * step closes nothing. Kernel launches count only while they are probed
+ * (the daemon's --cuda-launches window); graph launches always. */
 #include "hone.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
@@ -69,6 +74,73 @@ struct {
 	__type(value, struct hone_sync_entry);
 } cuda_sync SEC(".maps");
 
+/* cuda_step: per process, the step now open (start_ns 0: none). */
+struct hone_step_open {
+	__u64 start_ns;
+	__u32 graphs;
+	__u32 launches;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_TARGETS);
+	__type(key, __u32); /* tgid */
+	__type(value, struct hone_step_open);
+} cuda_step SEC(".maps");
+
+struct hone_step_event {
+	__u32 kind; /* EVENT_STEP */
+	__u32 tgid;
+	__u32 tid;  /* the thread whose wait closed the step */
+	__u32 call; /* the wait's kind */
+	__u64 start_ns; /* CLOCK_MONOTONIC at the step's first launch's entry */
+	__u64 sync_ns;  /* ... at the closing wait's entry */
+	__u64 end_ns;   /* ... at its return */
+	__u32 graphs;   /* graph launches in the step */
+	__u32 launches; /* kernel launches in the step (while probed) */
+};
+
+const struct hone_step_event *unused_step_event __attribute__((unused));
+
+static __always_inline void open_step(__u32 tgid, __u32 call, __u64 now)
+{
+	static const struct hone_step_open none;
+	struct hone_step_open *o = lookup_or_init(&cuda_step, &tgid, &none);
+	if (!o)
+		return;
+	if (o->start_ns == 0)
+		o->start_ns = now;
+	if (call == CUDA_GRAPH)
+		__sync_fetch_and_add(&o->graphs, 1);
+	else
+		__sync_fetch_and_add(&o->launches, 1);
+}
+
+static __always_inline void close_step(__u32 tgid, __u32 tid, __u32 call, __u64 sync_ns, __u64 now)
+{
+	struct hone_step_open *o = bpf_map_lookup_elem(&cuda_step, &tgid);
+	if (!o || o->start_ns == 0)
+		return;
+	struct hone_step_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (e) {
+		e->kind = EVENT_STEP;
+		e->tgid = tgid;
+		e->tid = tid;
+		e->call = call;
+		e->start_ns = o->start_ns;
+		e->sync_ns = sync_ns;
+		e->end_ns = now;
+		e->graphs = o->graphs;
+		e->launches = o->launches;
+		bpf_ringbuf_submit(e, 0);
+	} else {
+		count_drop(DROP_RINGBUF);
+	}
+	o->start_ns = 0;
+	o->graphs = 0;
+	o->launches = 0;
+}
+
 static __always_inline int record(__u32 call)
 {
 	if (!current_is_target())
@@ -97,6 +169,8 @@ static __always_inline int record(__u32 call)
 	}
 	s->count++;
 	s->last_ns = now;
+	if (call == CUDA_LAUNCH || call == CUDA_GRAPH)
+		open_step(tgid, call, now);
 	if (waits(call)) {
 		__u32 tid = (__u32)pt;
 		struct hone_sync_entry e = { .start_ns = now, .call = call };
@@ -134,8 +208,10 @@ int cuda_sync_return(struct pt_regs *ctx)
 	struct hone_sync_entry *e = bpf_map_lookup_elem(&cuda_sync, &tid);
 	if (!e)
 		return 0;
-	__u64 d = bpf_ktime_get_ns() - e->start_ns;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 d = now - e->start_ns;
 	struct hone_cuda_key key = { .tgid = pt >> 32, .tid = tid, .call = e->call };
+	close_step(pt >> 32, tid, e->call, e->start_ns, now);
 	bpf_map_delete_elem(&cuda_sync, &tid);
 	struct hone_cuda_stats *s = bpf_map_lookup_elem(&cuda_stats, &key);
 	if (!s)

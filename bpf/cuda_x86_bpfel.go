@@ -45,6 +45,26 @@ type cudaHoneInflight struct {
 	Tgid    uint32
 }
 
+type cudaHoneStepEvent struct {
+	_        structs.HostLayout
+	Kind     uint32
+	Tgid     uint32
+	Tid      uint32
+	Call     uint32
+	StartNs  uint64
+	SyncNs   uint64
+	EndNs    uint64
+	Graphs   uint32
+	Launches uint32
+}
+
+type cudaHoneStepOpen struct {
+	_        structs.HostLayout
+	StartNs  uint64
+	Graphs   uint32
+	Launches uint32
+}
+
 type cudaHoneSyncEntry struct {
 	_       structs.HostLayout
 	StartNs uint64
@@ -57,6 +77,7 @@ type cudaHoneSyncEntry struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	cudaMapCudaStats       = "cuda_stats"
+	cudaMapCudaStep        = "cuda_step"
 	cudaMapCudaSync        = "cuda_sync"
 	cudaMapDrops           = "drops"
 	cudaMapEvents          = "events"
@@ -72,6 +93,7 @@ const (
 	cudaProgCudaMemcpySync = "cuda_memcpy_sync"
 	cudaProgCudaStreamSync = "cuda_stream_sync"
 	cudaProgCudaSyncReturn = "cuda_sync_return"
+	cudaVarUnusedStepEvent = "unused_step_event"
 )
 
 // loadCuda returns the embedded CollectionSpec for cuda.
@@ -131,6 +153,7 @@ type cudaProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudaMapSpecs struct {
 	CudaStats *ebpf.MapSpec `ebpf:"cuda_stats"`
+	CudaStep  *ebpf.MapSpec `ebpf:"cuda_step"`
 	CudaSync  *ebpf.MapSpec `ebpf:"cuda_sync"`
 	Drops     *ebpf.MapSpec `ebpf:"drops"`
 	Events    *ebpf.MapSpec `ebpf:"events"`
@@ -144,6 +167,7 @@ type cudaMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudaVariableSpecs struct {
+	UnusedStepEvent *ebpf.VariableSpec `ebpf:"unused_step_event"`
 }
 
 // cudaObjects contains all objects after they have been loaded into the kernel.
@@ -167,6 +191,7 @@ func (o *cudaObjects) Close() error {
 // It can be passed to loadCudaObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudaMaps struct {
 	CudaStats *ebpf.Map `ebpf:"cuda_stats"`
+	CudaStep  *ebpf.Map `ebpf:"cuda_step"`
 	CudaSync  *ebpf.Map `ebpf:"cuda_sync"`
 	Drops     *ebpf.Map `ebpf:"drops"`
 	Events    *ebpf.Map `ebpf:"events"`
@@ -179,6 +204,7 @@ type cudaMaps struct {
 func (m *cudaMaps) Close() error {
 	return _CudaClose(
 		m.CudaStats,
+		m.CudaStep,
 		m.CudaSync,
 		m.Drops,
 		m.Events,
@@ -193,6 +219,7 @@ func (m *cudaMaps) Close() error {
 //
 // It can be passed to loadCudaObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudaVariables struct {
+	UnusedStepEvent *ebpf.Variable `ebpf:"unused_step_event"`
 }
 
 // cudaPrograms contains all programs after they have been loaded into the kernel.

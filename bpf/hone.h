@@ -99,6 +99,7 @@ enum event_kind {
 	EVENT_EXEC = 2,
 	EVENT_EXIT = 3,
 	EVENT_BURST = 4,
+	EVENT_STEP = 5,
 };
 
 struct hone_proc_event {

@@ -32,6 +32,7 @@ type (
 	ProcEvent  = procsHoneProcEvent
 	CUDAKey    = cudaHoneCudaKey
 	CUDAStats  = cudaHoneCudaStats
+	StepEvent  = cudaHoneStepEvent
 )
 
 // Event kinds in the ring buffer (the first uint32 of every record).
@@ -40,6 +41,7 @@ const (
 	EventExec  = 2
 	EventExit  = 3
 	EventBurst = 4
+	EventStep  = 5
 )
 
 // Values of the targets map.
@@ -258,6 +260,7 @@ func (o *Objects) SchedStats() *ebpf.Map { return o.sched.SchedStats }
 func (o *Objects) Conns() *ebpf.Map      { return o.sockets.Conns }
 func (o *Objects) KVPorts() *ebpf.Map    { return o.sockets.KvPorts }
 func (o *Objects) CUDAStats() *ebpf.Map  { return o.cuda.CudaStats }
+func (o *Objects) CUDAStep() *ebpf.Map   { return o.cuda.CudaStep }
 
 // AddTarget makes a process (by its pid, the kernel's tgid) a target.
 func (o *Objects) AddTarget(pid uint32) error {

@@ -14,6 +14,7 @@ import (
 //	/v1/snapshot      the whole Snapshot as JSON
 //	/v1/connections   the connections; ?kv=true for KV transfers only, ?pid=N
 //	/v1/threads       the threads; ?pid=N for one process
+//	/v1/steps         the engine steps; ?pid=N, ?since_ns=T (ended after T)
 //	/v1/profile       pprof profile of traced time; ?view=syscalls|sched|cuda
 //
 // Bind it to loopback: it has no authentication.
@@ -46,6 +47,28 @@ func Handler(src func() *Snapshot) http.Handler {
 		for _, t := range src().Threads {
 			if pid == 0 || t.PID == pid {
 				out = append(out, t)
+			}
+		}
+		writeJSON(w, out)
+	})
+	mux.HandleFunc("GET /v1/steps", func(w http.ResponseWriter, r *http.Request) {
+		pid, ok := pidParam(w, r)
+		if !ok {
+			return
+		}
+		var since uint64
+		if v := r.URL.Query().Get("since_ns"); v != "" {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				http.Error(w, "since_ns: want CLOCK_MONOTONIC nanoseconds", http.StatusBadRequest)
+				return
+			}
+			since = n
+		}
+		out := []Step{}
+		for _, s := range src().Steps {
+			if (pid == 0 || s.PID == pid) && s.EndMonotonicNS > since {
+				out = append(out, s)
 			}
 		}
 		writeJSON(w, out)

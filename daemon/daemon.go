@@ -65,6 +65,8 @@ type Daemon struct {
 	logAddErrs    int
 	comms         map[int]string // tid -> comm, remembered for threads that exit
 	bursts        map[bpf.ConnKey][]Burst
+	steps         []Step // the latest maxSteps, oldest first
+	stepTable     StepTable
 	cuda          map[[2]uint64]*cudaLib
 	cudaSkipped   map[[2]uint64]bool // libcuda files beyond maxCUDALibraries (up to 4096)
 	launchUntil   uint64
@@ -133,6 +135,7 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 		maxTargets:  defaultMaxTargets,
 		comms:       map[int]string{},
 		bursts:      map[bpf.ConnKey][]Burst{},
+		stepTable:   StepTable{MaxKept: maxSteps},
 		cuda:        map[[2]uint64]*cudaLib{},
 		cudaSkipped: map[[2]uint64]bool{},
 	}, nil
@@ -449,7 +452,36 @@ func (d *Daemon) handleEvent(raw []byte) {
 		}
 		d.bursts[e.Conn] = bs
 		d.mu.Unlock()
+	case bpf.EventStep:
+		var e bpf.StepEvent
+		if err := binary.Read(bytes.NewReader(raw), binary.LittleEndian, &e); err != nil {
+			return
+		}
+		call := ""
+		if int(e.Call) < len(bpf.CUDACalls) {
+			call = bpf.CUDACalls[e.Call]
+		}
+		d.mu.Lock()
+		d.addStepLocked(Step{PID: int(e.Tgid), TID: int(e.Tid), Call: call, StartMonotonicNS: e.StartNs,
+			SyncMonotonicNS: e.SyncNs, EndMonotonicNS: e.EndNs, GraphLaunches: e.Graphs, Launches: e.Launches})
+		d.mu.Unlock()
 	}
+}
+
+// maxSteps bounds the steps listed (about 100 bytes each): at 100 steps a
+// second per GPU, minutes of an 8-GPU host.
+const maxSteps = 65536
+
+// addStepLocked appends a step, dropping the oldest quarter when the list
+// is full (amortized: no copy per step). The caller holds d.mu.
+func (d *Daemon) addStepLocked(s Step) {
+	if len(d.steps) >= d.stepTable.MaxKept {
+		n := max(1, len(d.steps)/4)
+		d.steps = append(d.steps[:0], d.steps[n:]...)
+		d.stepTable.Evicted += uint64(n)
+	}
+	d.steps = append(d.steps, s)
+	d.stepTable.Total++
 }
 
 func cString(b [16]int8) string {

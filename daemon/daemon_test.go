@@ -5,8 +5,11 @@ package daemon
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -609,6 +612,96 @@ func TestDaemonPodTarget(t *testing.T) {
 						t.Errorf("target %d (%s) selected by %s: a pod set alone selects pods only", tg.PID, tg.Comm, tg.How)
 					}
 				}
+			}
+		})
+	}
+}
+
+// TestDaemonCUDASteps: the workload runs engine-shaped steps (a graph or
+// kernel launches, a wait, a synchronize) with stray synchronizes between
+// them; the daemon lists exactly one step per step, each opened at its
+// first launch and closed by its synchronize, within the workload's own
+// clock readings, with its launches counted. Without the launch window,
+// only the graph steps are seen.
+func TestDaemonCUDASteps(t *testing.T) {
+	bpftest.Require(t)
+	prog, _ := bpftest.Workload(t)
+	const n = 12
+	const gap = 2 * time.Millisecond
+	for _, window := range []bool{true, false} {
+		t.Run(fmt.Sprintf("launch-window=%v", window), func(t *testing.T) {
+			w := startChild(t, prog, nil, "steps", strconv.Itoa(n), strconv.Itoa(int(gap/time.Microsecond)))
+			w.waitReady(t)
+			cfg := Config{PIDs: []int{w.pid()}}
+			if window {
+				cfg.CUDALaunches = time.Minute
+			}
+			d := startDaemon(t, cfg)
+			if s := d.Snapshot(); len(s.CUDA.Libraries) != 1 {
+				t.Fatalf("libcuda not probed: %+v", s.CUDA)
+			}
+			w.goAhead(t)
+			var ts [n][3]uint64
+			for i := range n {
+				if _, err := fmt.Sscan(w.line(t), &ts[i][0], &ts[i][1], &ts[i][2]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w.wait(t)
+			var want []int // the steps the daemon can see
+			for i := range n {
+				if window || i%2 == 0 {
+					want = append(want, i)
+				}
+			}
+			eventually(t, 5*time.Second, func() string {
+				s := d.Snapshot()
+				var got []Step
+				for _, st := range s.Steps {
+					if st.PID == w.pid() {
+						got = append(got, st)
+					}
+				}
+				if len(got) != len(want) || s.StepTable.Total != uint64(len(want)) {
+					return fmt.Sprintf("%d steps (table %+v), want %d: %+v", len(got), s.StepTable, len(want), got)
+				}
+				for j, i := range want {
+					st := got[j]
+					graphs, launches := uint32(0), uint32(0)
+					if i%2 == 0 {
+						graphs = 1
+					} else {
+						launches = uint32(i%3 + 1)
+					}
+					if st.GraphLaunches != graphs || st.Launches != launches || st.Call != "stream_synchronize" {
+						return fmt.Sprintf("step %d = %+v, want %d graph launches, %d launches, closed by stream_synchronize", i, st, graphs, launches)
+					}
+					// Opened at the first launch, closed by the synchronize:
+					// inside the workload's readings around them.
+					lo := ts[i][0]
+					if st.StartMonotonicNS < lo || st.StartMonotonicNS > ts[i][1] || st.SyncMonotonicNS < ts[i][1] ||
+						st.EndMonotonicNS < st.SyncMonotonicNS || st.EndMonotonicNS > ts[i][2] {
+						return fmt.Sprintf("step %d = %+v, want start in [%d, %d], synchronize in [%d, %d]", i, st, lo, ts[i][1], ts[i][1], ts[i][2])
+					}
+				}
+				return ""
+			})
+			// The API filters by process and end time.
+			srv := httptest.NewServer(Handler(d.Snapshot))
+			defer srv.Close()
+			var steps []Step
+			mid := ts[n/2][2]
+			code, body := get(t, srv, fmt.Sprintf("/v1/steps?pid=%d&since_ns=%d", w.pid(), mid))
+			if err := json.Unmarshal(body, &steps); code != http.StatusOK || err != nil {
+				t.Fatalf("/v1/steps: %d %v: %s", code, err, body)
+			}
+			for _, st := range steps {
+				if st.EndMonotonicNS <= mid || st.PID != w.pid() {
+					t.Errorf("/v1/steps since %d returned %+v", mid, st)
+				}
+			}
+			if len(steps) == 0 || len(steps) >= len(want) {
+				t.Errorf("/v1/steps since the middle: %d of %d steps", len(steps), len(want))
 			}
 		})
 	}

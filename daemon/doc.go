@@ -144,6 +144,10 @@
 //	  "cuda": {"libraries": [{"path", "dev", "inode", "symbols",
 //	                          "launch_symbols", "error"}],
 //	           "launch_probes_until_monotonic_ns", "skipped_libraries"},
+//	  "steps": [{"pid", "tid", "call", "start_monotonic_ns",
+//	             "sync_monotonic_ns", "end_monotonic_ns", "graph_launches",
+//	             "launches"}],
+//	  "step_table": {"total", "evicted", "max_kept"},
 //	  "nvml": {"status": "ok" | "unavailable (<reason>)", "driver_version",
 //	           "devices": [{"index", "uuid", "name", "memory_total_bytes"}],
 //	           "samples": [{"monotonic_ns", "gpu", "uuid", "utilization_ratio",
@@ -189,6 +193,17 @@
 // cuMemcpyHtoD_v2, cuMemcpyDtoH_v2, ...). The calls the host waits in (the
 // synchronizes and memcpy_sync) have wait times from a uretprobe. Gaps are
 // between entries of consecutive calls of one kind on one thread.
+//
+// Engine steps ("steps", GET /v1/steps): a process's step opens at its
+// first kernel or graph launch after its previous step and closes when one
+// of those waits returns, the host then holding the step's results; a wait
+// with no launch since the last step closes nothing. Kernel launches are
+// seen only inside the --cuda-launches window, graph launches always, so
+// outside the window a step is seen when it launches a graph (vLLM's CUDA
+// graphs, full or piecewise). The latest 65,536 steps of all processes are
+// kept (step_table counts the evicted). These are the step boundaries the
+// per-request attribution from kernel evidence reads; hone sim serve
+// --cuda-lib gives the emulator the same probe points.
 //
 // # Metrics
 //

@@ -106,6 +106,21 @@ func (d *Daemon) readThreads(del func(pid int) bool) map[threadID]*Thread {
 		for _, k := range gone {
 			_ = d.objs.CUDAStats().Delete(k)
 		}
+		// The step a retired process left open.
+		var pid uint32
+		var open struct {
+			StartNs          uint64
+			Graphs, Launches uint32
+		}
+		var stale []uint32
+		for it := d.objs.CUDAStep().Iterate(); it.Next(&pid, &open); {
+			if del(int(pid)) {
+				stale = append(stale, pid)
+			}
+		}
+		for _, p := range stale {
+			_ = d.objs.CUDAStep().Delete(p)
+		}
 	}
 	d.mu.Lock()
 	for id, t := range out {
@@ -373,6 +388,8 @@ func (d *Daemon) Snapshot() *Snapshot {
 	for _, l := range d.cuda {
 		s.CUDA.Libraries = append(s.CUDA.Libraries, l.info)
 	}
+	s.Steps = append([]Step{}, d.steps...)
+	s.StepTable = d.stepTable
 	s.CUDA.LaunchProbesUntil = d.launchUntil
 	s.CUDA.Skipped = len(d.cudaSkipped)
 	s.BPF.EventsRead = d.eventsRead

@@ -31,9 +31,14 @@ type Snapshot struct {
 	// one (the oldest beyond the last maxRetired), so totals stay exact.
 	ClosedConnections ConnectionTotals `json:"closed_connections_folded"`
 	CUDA              CUDAReport       `json:"cuda"`
-	NVML              NVMLReport       `json:"nvml"`
-	BPF               BPFReport        `json:"bpf"`
-	Daemon            SelfUsage        `json:"daemon"`
+	// Steps are the engine steps the CUDA probes saw, oldest first: the
+	// latest maxSteps of every process together (StepTable counts the
+	// rest).
+	Steps     []Step     `json:"steps"`
+	StepTable StepTable  `json:"step_table"`
+	NVML      NVMLReport `json:"nvml"`
+	BPF       BPFReport  `json:"bpf"`
+	Daemon    SelfUsage  `json:"daemon"`
 }
 
 // Target is a traced process.
@@ -172,6 +177,34 @@ type CUDAReport struct {
 	LaunchProbesUntil uint64        `json:"launch_probes_until_monotonic_ns,omitempty"`
 	// Skipped counts libcuda files found beyond maxCUDALibraries, not probed.
 	Skipped int `json:"skipped_libraries,omitempty"`
+}
+
+// Step is one engine step of a traced process as its CUDA calls show it
+// (bpf/cuda.bpf.c): it opens at the process's first kernel or graph launch
+// after its previous step and closes when a synchronizing call returns,
+// when the host has the step's results. On a GPU host a vLLM worker runs
+// one step per batch; hone sim serve --cuda-lib makes the emulator's
+// steps look the same.
+type Step struct {
+	PID int `json:"pid"`
+	TID int `json:"tid"` // the thread whose wait closed the step
+	// Call is the synchronizing call that closed it (stream_synchronize,
+	// ctx_synchronize, event_synchronize, memcpy_sync).
+	Call             string `json:"call"`
+	StartMonotonicNS uint64 `json:"start_monotonic_ns"` // the first launch's entry
+	SyncMonotonicNS  uint64 `json:"sync_monotonic_ns"`  // the closing call's entry
+	EndMonotonicNS   uint64 `json:"end_monotonic_ns"`   // its return
+	GraphLaunches    uint32 `json:"graph_launches"`
+	// Launches counts kernel launches, probed only in the --cuda-launches
+	// window: outside it a step needs a graph launch to be seen.
+	Launches uint32 `json:"launches"`
+}
+
+// StepTable counts the steps seen and those no longer listed.
+type StepTable struct {
+	Total   uint64 `json:"total"`
+	Evicted uint64 `json:"evicted"`  // the oldest, beyond MaxKept
+	MaxKept int    `json:"max_kept"` // how many Steps holds at most
 }
 
 // CUDALibrary is one probed libcuda file (deduplicated by device and inode).

@@ -11,6 +11,13 @@
  *                            waits, prints the child's pid.
  *   workload cuda L G S GAP_US   L cuLaunchKernel, G cuGraphLaunch and S
  *                            cuStreamSynchronize calls, GAP_US apart.
+ *   workload steps N GAP_US  N engine steps: step i launches a graph (i
+ *                            even) or i%3+1 kernels (i odd), waits GAP_US,
+ *                            then cuStreamSynchronize; every fourth step is
+ *                            followed by a cuCtxSynchronize with no launch
+ *                            (not a step). Prints per step CLOCK_MONOTONIC
+ *                            ns before its first launch, before and after
+ *                            its synchronize.
  *   workload cudawait E C H D A GAP_US   E cuEventSynchronize, C
  *                            cuCtxSynchronize, H cuMemcpyHtoD_v2, D
  *                            cuMemcpyDtoH_v2 and A cuMemcpyHtoDAsync_v2
@@ -160,6 +167,31 @@ int main(int argc, char **argv)
 				usleep(gap);
 			cuStreamSynchronize(0);
 		}
+		return 0;
+	}
+	if (!strcmp(mode, "steps") && argc == 4) {
+		long n = atol(argv[2]), gap = atol(argv[3]);
+		unsigned long long *ts = calloc(3 * n, sizeof(*ts));
+		if (!ts)
+			die("calloc");
+		wait_go();
+		for (long i = 0; i < n; i++) {
+			ts[3 * i] = mono();
+			if (i % 2 == 0) {
+				cuGraphLaunch(0, 0);
+			} else {
+				for (long k = 0; k <= i % 3; k++)
+					cuLaunchKernel(0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);
+			}
+			usleep(gap);
+			ts[3 * i + 1] = mono();
+			cuStreamSynchronize(0);
+			ts[3 * i + 2] = mono();
+			if (i % 4 == 3)
+				cuCtxSynchronize();
+		}
+		for (long i = 0; i < n; i++)
+			printf("%llu %llu %llu\n", ts[3 * i], ts[3 * i + 1], ts[3 * i + 2]);
 		return 0;
 	}
 	if (!strcmp(mode, "cudawait") && argc == 8) {
