@@ -140,7 +140,11 @@ failed; 2 bad flags.`,
   hone sim serve --profile ./h200-measured.yaml
 
   # faults
-  hone sim serve --fault stall=500ms@10 --fault cut-stream-after-tokens=32`,
+  hone sim serve --fault stall=500ms@10 --fault cut-stream-after-tokens=32
+
+  # steps call a fake libcuda's cuGraphLaunch/cuLaunchKernel and
+  # cuStreamSynchronize, for the daemon's uprobes (never a real driver)
+  hone sim serve --profile exercise --cuda-lib ./fake/libcuda.so.1 --trace-file emu.jsonl`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			r, err := emulator.ParseRole(role)
@@ -249,6 +253,7 @@ failed; 2 bad flags.`,
 	f.StringVar(&cfg.KVLoadFailurePolicy, "kv-load-failure-policy", "fail", "decode role, when a pull fails: fail (the request errors) | recompute (prefill locally)")
 	f.StringArrayVar(&faults, "fault", nil, "inject a fault (repeatable); see above")
 	f.StringVar(&traceFile, "trace-file", "", "append one JSON line per request (ground truth) to this file")
+	f.StringVar(&cfg.CUDALib, "cuda-lib", "", "a libcuda-shaped shared library (cuLaunchKernel, cuGraphLaunch, cuStreamSynchronize) that each engine step calls: cuGraphLaunch (decode-only steps with CUDA graphs, i.e. not --enforce-eager) or cuLaunchKernel (any step with prefill tokens, or eager) at its start and cuStreamSynchronize at its modelled end, so uprobes on that library see step boundaries as on a GPU host; with --trace-file, one \"step\" line per step. For tests and demos, never a real driver (Linux and cgo only)")
 	f.StringVar(&logLevel, "log-level", "info", "debug | info | warn | error")
 	cfg.Guard.AddFlags(f)
 	return c

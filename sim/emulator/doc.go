@@ -31,6 +31,12 @@
 //     channel carrying the model's KV bytes, paced to the profile's link.
 //   - Ground truth (trace.go), Prometheus metrics under vLLM's names
 //     (metrics.go), faults (fault.go).
+//   - CUDA probe points (cudaprobe*.go, --cuda-lib): each live step calls
+//     a libcuda-shaped library loaded with dlopen, cuGraphLaunch (a
+//     decode-only step with CUDA graphs) or cuLaunchKernel at its start
+//     and cuStreamSynchronize at its modelled end, so the daemon's uprobes
+//     see step boundaries as on a GPU host; the trace's "step" lines are
+//     their ground truth.
 //
 // All reported durations are model time: wall time / --time-scale.
 //

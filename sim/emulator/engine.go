@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -193,6 +194,9 @@ type engine struct {
 	ftimer    *finesleep.Timer
 	fineArm   chan time.Time
 	fineFired chan time.Time
+	// probe, when set (Config.CUDALib), is called at each live step's start
+	// and modelled end (cudaprobe.go); nil costs nothing.
+	probe cudaProbe
 
 	waiting []*request
 	running []*request
@@ -269,15 +273,72 @@ func (e *engine) run(ctx context.Context) {
 		dur := e.prof.StepMs(e.entBuf, e.cfg.EnforceEager) + step.stallMs
 		end := start + dur
 		e.updateGauges()
+		var pc probeCall
+		if e.probe != nil {
+			var ok bool
+			if pc, ok = e.probeLaunch(ctx, start, timer); !ok {
+				e.shutdown()
+				return
+			}
+		}
 		deadline := e.clock.real(end)
 		if !e.waitUntil(ctx, deadline, timer) {
+			if e.probe != nil {
+				e.probe.sync() // launches and syncs stay paired
+			}
 			e.shutdown()
 			return
 		}
+		if e.probe != nil {
+			pc.syncMono = monoAtLeast(e.clock.mono(end))
+			e.probe.sync()
+		}
 		e.recordLateness(time.Since(deadline))
+		if e.probe != nil {
+			e.trace.step(e, step, pc, start, end)
+		}
 		e.complete(step, end)
 		e.clockMs = end
 		e.retryPending()
+	}
+}
+
+// probeCall is one step's calls into the probe, for its trace line.
+type probeCall struct {
+	graph                bool
+	launchMono, syncMono int64
+}
+
+// probeLaunch starts a step on the probe, cuGraphLaunch for a decode-only
+// step with CUDA graphs, else cuLaunchKernel, never before the step's
+// modelled start (a start still ahead, which the front end's wait before
+// a request reaches the engine normally rules out, is waited for). It
+// reports false on stop.
+func (e *engine) probeLaunch(ctx context.Context, start float64, timer *time.Timer) (probeCall, bool) {
+	if dl := e.clock.real(start); time.Until(dl) > 0 && !e.waitUntil(ctx, dl, timer) {
+		return probeCall{}, false
+	}
+	pc := probeCall{graph: graphStep(e.entBuf, e.cfg.EnforceEager), launchMono: monoAtLeast(e.clock.mono(start))}
+	e.probe.launch(pc.graph)
+	return pc, true
+}
+
+// monoAtLeast reads CLOCK_MONOTONIC, first waiting out the few
+// microseconds by which the model clock's mapping (clock.mono, from a
+// reading taken just after its wall epoch) can lead the wall instant the
+// engine waited for, so a step's probe readings never precede its
+// modelled instants.
+func monoAtLeast(ns int64) int64 {
+	for {
+		now := monotonicNow()
+		switch d := time.Duration(ns - now); {
+		case d <= 0 || now == 0:
+			return now
+		case d < 100*time.Microsecond:
+			runtime.Gosched() // a Go timer could oversleep by a millisecond
+		default:
+			time.Sleep(d)
+		}
 	}
 }
 

@@ -97,6 +97,16 @@ type Config struct {
 	// timeouts, connections on the HTTP port and on the KV side channel
 	// (package guard; zero fields take its defaults).
 	Guard guard.Limits
+	// CUDALib, when set, is the path of a libcuda-shaped shared library
+	// (exporting cuLaunchKernel, cuGraphLaunch and cuStreamSynchronize)
+	// that each live engine step calls, so uprobes on it see step
+	// boundaries as on a GPU host: cuGraphLaunch (a decode-only step with
+	// CUDA graphs, i.e. not EnforceEager) or cuLaunchKernel (a step with
+	// prefill tokens, or eager) at the step's start, cuStreamSynchronize at
+	// its modelled end. With Trace, one "step" line per step records them.
+	// For tests and demos, never a real driver; Linux and cgo only; the
+	// virtual-time engine ignores it.
+	CUDALib string
 
 	faults          faultState
 	kvAdvertiseHost string
@@ -104,6 +114,8 @@ type Config struct {
 	// pullLineMax bounds a pull request line on the side channel
 	// (pullLineLimit).
 	pullLineMax int
+	// cudaProbe, when set (tests), replaces the library CUDALib would load.
+	cudaProbe cudaProbe
 }
 
 // Server is a running emulated engine.
@@ -266,6 +278,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	probe := cfg.cudaProbe
+	if probe == nil && cfg.CUDALib != "" {
+		if probe, err = openCUDAProbe(cfg.CUDALib); err != nil {
+			return nil, err
+		}
+	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
 	if err != nil {
 		return nil, fmt.Errorf("listen on --host %s --port %d: %w", cfg.Host, cfg.Port, err)
@@ -287,7 +305,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s.cancel = cancel
 	e := &engine{cfg: &s.cfg, prof: prof, scale: cfg.TimeScale, log: cfg.Logger,
 		kv: newKVCache(blocks, cfg.BlockSize, !cfg.DisablePrefixCaching), inbox: make(chan msg, 1024),
-		clock: newClock(cfg.TimeScale), metrics: newMetrics(cfg.Model), holds: map[string]*hold{}}
+		clock: newClock(cfg.TimeScale), metrics: newMetrics(cfg.Model), holds: map[string]*hold{}, probe: probe}
 	e.metrics.watchCache(e.kv)
 	if cfg.Trace != nil {
 		e.trace = &traceWriter{w: cfg.Trace}

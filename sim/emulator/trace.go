@@ -27,7 +27,17 @@ token is written to its socket within the step lateness
     first_token_mono_ns finish_mono_ns transfer_start_mono_ns
     transfer_end_mono_ns arrival_unix_ns
   kv_send: request_id engine_id kv_bytes_sent start_mono_ns end_mono_ns
-    duration_ms error`
+    duration_ms error
+With --cuda-lib, also one line per engine step ("event":"step"), written
+when the step ends:
+  step: engine_id step (1-based count of this engine's steps) call ("graph":
+    cuGraphLaunch, a decode-only step with CUDA graphs; "launch":
+    cuLaunchKernel, a step with prefill tokens or under --enforce-eager)
+    start_mono_ns end_mono_ns (the step's modelled start and end)
+    launch_mono_ns (read right before the launch call, at or after the
+    start) sync_mono_ns (read right before cuStreamSynchronize, at or after
+    the end) requests (request_id prefill_tokens decode, one per sequence in
+    the step) stall_ms (injected stall inside the step)`
 
 // TraceRecord is one "request" line of the trace file.
 type TraceRecord struct {
@@ -72,6 +82,28 @@ type KVSendRecord struct {
 	EndMono    int64   `json:"end_mono_ns"`
 	DurationMs float64 `json:"duration_ms"`
 	Error      string  `json:"error,omitempty"`
+}
+
+// StepTraceRecord is one "step" line of the trace file (Config.CUDALib).
+type StepTraceRecord struct {
+	Event      string             `json:"event"`
+	EngineID   string             `json:"engine_id"`
+	Step       int64              `json:"step"`
+	Call       string             `json:"call"` // "graph" or "launch"
+	StartMono  int64              `json:"start_mono_ns"`
+	EndMono    int64              `json:"end_mono_ns"`
+	LaunchMono int64              `json:"launch_mono_ns"`
+	SyncMono   int64              `json:"sync_mono_ns"`
+	Requests   []StepTraceRequest `json:"requests"`
+	StallMs    float64            `json:"stall_ms"`
+}
+
+// StepTraceRequest is one sequence of a step line: its prefill tokens in
+// the step (prompt or recompute; 0 for a decode) and whether it decoded.
+type StepTraceRequest struct {
+	RequestID     string `json:"request_id"`
+	PrefillTokens int    `json:"prefill_tokens"`
+	Decode        bool   `json:"decode"`
 }
 
 // traceWriter serialises lines to the trace file; nil writes nothing.
@@ -124,6 +156,28 @@ func (t *traceWriter) kvSend(e *engine, id string, sent int64, start time.Time, 
 		DurationMs: float64(end.Sub(start)) / 1e6 / e.scale}
 	if err != nil {
 		rec.Error = err.Error()
+	}
+	t.write(rec)
+}
+
+// step writes the line of the live step that ran p from model time start
+// to end with the probe calls pc; e.steps already counts it.
+func (t *traceWriter) step(e *engine, p stepPlan, pc probeCall, start, end float64) {
+	if t == nil {
+		return
+	}
+	rec := StepTraceRecord{Event: "step", EngineID: e.cfg.EngineID, Step: e.steps.Load(), Call: "launch",
+		StartMono: e.clock.mono(start), EndMono: e.clock.mono(end), LaunchMono: pc.launchMono, SyncMono: pc.syncMono,
+		Requests: make([]StepTraceRequest, 0, len(p.plan)), StallMs: p.stallMs}
+	if pc.graph {
+		rec.Call = "graph"
+	}
+	for _, pe := range p.plan {
+		sr := StepTraceRequest{RequestID: pe.r.id, Decode: pe.decode}
+		if !pe.decode {
+			sr.PrefillTokens = pe.n
+		}
+		rec.Requests = append(rec.Requests, sr)
 	}
 	t.write(rec)
 }
