@@ -1,0 +1,57 @@
+package diagnose
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestSplitBySteps(t *testing.T) {
+	ms := int64(1e6)
+	// A step grid: 10 ms steps with 1 ms host gaps, from t=0.
+	var grid []EngineStep
+	for i := int64(0); i < 20; i++ {
+		grid = append(grid, EngineStep{StartNs: i * 11 * ms, EndNs: (i*11 + 10) * ms})
+	}
+	for _, c := range []struct {
+		name                string
+		recv, token         int64
+		chunks              int
+		scale               float64
+		queue, prefill, gap float64
+		steps               int
+		err                 string
+	}{
+		// Arrives mid-step 2 (22..32): waits for step 3 (33..43), its token
+		// is sent at 43.4 after step 3.
+		{name: "one step", recv: 25 * ms, token: 43*ms + 400_000, chunks: 1, scale: 1, queue: 8, prefill: 10, gap: 1, steps: 1},
+		// Queued behind a full batch: first scheduled in step 6 (66..76).
+		{name: "queued", recv: 25 * ms, token: 77 * ms, chunks: 1, scale: 1, queue: 41, prefill: 10, gap: 1, steps: 1},
+		// Three chunks: steps 4, 5, 6.
+		{name: "chunked", recv: 25 * ms, token: 77 * ms, chunks: 3, scale: 1, queue: 19, prefill: 32, gap: 1, steps: 3},
+		// More chunks than steps since the receipt: the first step after it.
+		{name: "chunks capped at the receipt", recv: 25 * ms, token: 55 * ms, chunks: 5, scale: 1, queue: 8, prefill: 21, gap: 1, steps: 2},
+		// Model time at time scale 0.5: every part doubled.
+		{name: "time scale", recv: 25 * ms, token: 43*ms + 400_000, chunks: 1, scale: 0.5, queue: 16, prefill: 20, gap: 2, steps: 1},
+		// Arrives in a gap between steps: the slack is the wait itself.
+		{name: "in a gap", recv: 32*ms + 500_000, token: 44 * ms, chunks: 1, scale: 1, queue: 0.5, prefill: 10, gap: 0.5, steps: 1},
+		{name: "token before any step after the receipt", recv: 25 * ms, token: 31 * ms, err: "no step started after the receipt"},
+		{name: "token before the receipt", recv: 25 * ms, token: 24 * ms, err: "before the receipt"},
+	} {
+		got, err := SplitBySteps(grid, c.recv, c.token, c.chunks, c.scale)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s: %+v, %v; want an error containing %q", c.name, got, err, c.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if !near(got.QueueMs, c.queue) || !near(got.PrefillMs, c.prefill) || !near(got.QueueSlackMs, c.gap) || got.Steps != c.steps {
+			t.Errorf("%s: %+v, want queue %v prefill %v slack %v over %d steps", c.name, got, c.queue, c.prefill, c.gap, c.steps)
+		}
+	}
+}
+
+func near(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
