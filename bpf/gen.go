@@ -17,6 +17,6 @@ package bpf
 //go:generate go tool bpf2go -tags linux -target amd64,arm64 -type hone_proc_event procs procs.bpf.c -- -I. -Wall -Werror
 //go:generate go tool bpf2go -tags linux -target amd64,arm64 -type hone_thread_key -type hone_sys_stats syscalls syscalls.bpf.c -- -I. -Wall -Werror
 //go:generate go tool bpf2go -tags linux -target amd64,arm64 -type hone_sched_stats sched sched.bpf.c -- -I. -Wall -Werror
-//go:generate go tool bpf2go -tags linux -target amd64,arm64 -type hone_conn_stats -type hone_burst -type hone_burst_event -type hone_conn_key sockets sockets.bpf.c -- -I. -Wall -Werror
+//go:generate go tool bpf2go -tags linux -target amd64,arm64 -type hone_conn_stats -type hone_burst -type hone_burst_event -type hone_conn_key -type hone_exchange -type hone_exchange_event sockets sockets.bpf.c -- -I. -Wall -Werror
 //go:generate go tool bpf2go -tags linux -target amd64,arm64 -type hone_cuda_key -type hone_cuda_stats -type hone_step_event cuda cuda.bpf.c -- -I. -Wall -Werror
 //go:generate go tool bpf2go -tags linux -target amd64,arm64 reference reference.bpf.c -- -I. -Wall -Werror

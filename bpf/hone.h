@@ -100,6 +100,7 @@ enum event_kind {
 	EVENT_EXIT = 3,
 	EVENT_BURST = 4,
 	EVENT_STEP = 5,
+	EVENT_EXCHANGE = 6,
 };
 
 struct hone_proc_event {
@@ -136,6 +137,29 @@ struct hone_burst_event {
 	__u64 end_ns;
 	__u64 bytes;
 	__u64 ops;
+};
+
+/* One HTTP/1.1 request/response exchange on the server's end of a
+ * connection (sockets.bpf.c), CLOCK_MONOTONIC. */
+struct hone_exchange {
+	__u64 rx_start_ns;  /* the request's first receive */
+	__u64 rx_end_ns;    /* its last receive before the response */
+	__u64 rx_bytes;
+	__u64 tx_first_ns;  /* the response's first send */
+	__u64 tx_second_ns; /* its second send, 0 if none */
+	__u64 tx_last_ns;   /* its last send so far */
+	__u64 tx_bytes;
+	__u32 tx_first_bytes;
+	__u32 tx_second_bytes;
+	__u32 rx_ops;
+	__u32 tx_ops;
+};
+
+struct hone_exchange_event {
+	__u32 kind;
+	__u32 tgid;
+	struct hone_conn_key conn;
+	struct hone_exchange ex;
 };
 
 static __always_inline bool is_target(__u32 tgid)

@@ -29,10 +29,14 @@ type (
 	ConnStats  = socketsHoneConnStats
 	Burst      = socketsHoneBurst
 	BurstEvent = socketsHoneBurstEvent
-	ProcEvent  = procsHoneProcEvent
-	CUDAKey    = cudaHoneCudaKey
-	CUDAStats  = cudaHoneCudaStats
-	StepEvent  = cudaHoneStepEvent
+	Exchange   = socketsHoneExchange
+	// ExchangeEvent is one HTTP request/response exchange on the server's
+	// end of a connection whose local port is in the HTTP set.
+	ExchangeEvent = socketsHoneExchangeEvent
+	ProcEvent     = procsHoneProcEvent
+	CUDAKey       = cudaHoneCudaKey
+	CUDAStats     = cudaHoneCudaStats
+	StepEvent     = cudaHoneStepEvent
 )
 
 // Event kinds in the ring buffer (the first uint32 of every record).
@@ -42,6 +46,14 @@ const (
 	EventExit  = 3
 	EventBurst = 4
 	EventStep  = 5
+	// EventExchange carries an ExchangeEvent.
+	EventExchange = 6
+)
+
+// Port classes (SetPortClass): a port may be in both sets.
+const (
+	PortKV   = 1 // connections on it are KV transfers (bursts)
+	PortHTTP = 2 // a server's API port: its connections' exchanges are recorded
 )
 
 // Values of the targets map.
@@ -258,7 +270,7 @@ func (o *Objects) Drops() *ebpf.Map      { return o.procs.Drops }
 func (o *Objects) SysStats() *ebpf.Map   { return o.syscalls.SysStats }
 func (o *Objects) SchedStats() *ebpf.Map { return o.sched.SchedStats }
 func (o *Objects) Conns() *ebpf.Map      { return o.sockets.Conns }
-func (o *Objects) KVPorts() *ebpf.Map    { return o.sockets.KvPorts }
+func (o *Objects) PortClass() *ebpf.Map  { return o.sockets.PortClass }
 func (o *Objects) CUDAStats() *ebpf.Map  { return o.cuda.CudaStats }
 func (o *Objects) CUDAStep() *ebpf.Map   { return o.cuda.CudaStep }
 
@@ -316,13 +328,10 @@ func (o *Objects) setSel(pid uint32, on bool) error {
 	return nil
 }
 
-// SetKVPort adds a port to, or removes it from, the KV-transfer set.
-func (o *Objects) SetKVPort(port uint16, on bool) error {
-	var v uint8
-	if on {
-		v = 1
-	}
-	return o.sockets.KvPorts.Update(uint32(port), v, ebpf.UpdateAny)
+// SetPortClass sets the classes of a port (PortKV | PortHTTP; 0 removes
+// it from both sets).
+func (o *Objects) SetPortClass(port uint16, class uint8) error {
+	return o.sockets.PortClass.Update(uint32(port), class, ebpf.UpdateAny)
 }
 
 // Programs returns every program by name, for run-time statistics.

@@ -60,6 +60,33 @@ type socketsHoneConnStats struct {
 	Tx            socketsHoneBurst
 	Rx            socketsHoneBurst
 	Bursts        uint64
+	Ex            socketsHoneExchange
+	Exchanges     uint64
+	Http          uint32
+	Pad           uint32
+}
+
+type socketsHoneExchange struct {
+	_             structs.HostLayout
+	RxStartNs     uint64
+	RxEndNs       uint64
+	RxBytes       uint64
+	TxFirstNs     uint64
+	TxSecondNs    uint64
+	TxLastNs      uint64
+	TxBytes       uint64
+	TxFirstBytes  uint32
+	TxSecondBytes uint32
+	RxOps         uint32
+	TxOps         uint32
+}
+
+type socketsHoneExchangeEvent struct {
+	_    structs.HostLayout
+	Kind uint32
+	Tgid uint32
+	Conn socketsHoneConnKey
+	Ex   socketsHoneExchange
 }
 
 type socketsHoneInflight struct {
@@ -73,19 +100,20 @@ type socketsHoneInflight struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	socketsMapConns            = "conns"
-	socketsMapDrops            = "drops"
-	socketsMapEvents           = "events"
-	socketsMapInflight         = "inflight"
-	socketsMapKvPorts          = "kv_ports"
-	socketsMapTargetFol        = "target_fol"
-	socketsMapTargetSel        = "target_sel"
-	socketsMapTargets          = "targets"
-	socketsProgOnRecv          = "on_recv"
-	socketsProgOnSend          = "on_send"
-	socketsProgOnState         = "on_state"
-	socketsVarBurstGapNs       = "burst_gap_ns"
-	socketsVarUnusedBurstEvent = "unused_burst_event"
+	socketsMapConns               = "conns"
+	socketsMapDrops               = "drops"
+	socketsMapEvents              = "events"
+	socketsMapInflight            = "inflight"
+	socketsMapPortClass           = "port_class"
+	socketsMapTargetFol           = "target_fol"
+	socketsMapTargetSel           = "target_sel"
+	socketsMapTargets             = "targets"
+	socketsProgOnRecv             = "on_recv"
+	socketsProgOnSend             = "on_send"
+	socketsProgOnState            = "on_state"
+	socketsVarBurstGapNs          = "burst_gap_ns"
+	socketsVarUnusedBurstEvent    = "unused_burst_event"
+	socketsVarUnusedExchangeEvent = "unused_exchange_event"
 )
 
 // loadSockets returns the embedded CollectionSpec for sockets.
@@ -143,7 +171,7 @@ type socketsMapSpecs struct {
 	Drops     *ebpf.MapSpec `ebpf:"drops"`
 	Events    *ebpf.MapSpec `ebpf:"events"`
 	Inflight  *ebpf.MapSpec `ebpf:"inflight"`
-	KvPorts   *ebpf.MapSpec `ebpf:"kv_ports"`
+	PortClass *ebpf.MapSpec `ebpf:"port_class"`
 	TargetFol *ebpf.MapSpec `ebpf:"target_fol"`
 	TargetSel *ebpf.MapSpec `ebpf:"target_sel"`
 	Targets   *ebpf.MapSpec `ebpf:"targets"`
@@ -153,8 +181,9 @@ type socketsMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type socketsVariableSpecs struct {
-	BurstGapNs       *ebpf.VariableSpec `ebpf:"burst_gap_ns"`
-	UnusedBurstEvent *ebpf.VariableSpec `ebpf:"unused_burst_event"`
+	BurstGapNs          *ebpf.VariableSpec `ebpf:"burst_gap_ns"`
+	UnusedBurstEvent    *ebpf.VariableSpec `ebpf:"unused_burst_event"`
+	UnusedExchangeEvent *ebpf.VariableSpec `ebpf:"unused_exchange_event"`
 }
 
 // socketsObjects contains all objects after they have been loaded into the kernel.
@@ -181,7 +210,7 @@ type socketsMaps struct {
 	Drops     *ebpf.Map `ebpf:"drops"`
 	Events    *ebpf.Map `ebpf:"events"`
 	Inflight  *ebpf.Map `ebpf:"inflight"`
-	KvPorts   *ebpf.Map `ebpf:"kv_ports"`
+	PortClass *ebpf.Map `ebpf:"port_class"`
 	TargetFol *ebpf.Map `ebpf:"target_fol"`
 	TargetSel *ebpf.Map `ebpf:"target_sel"`
 	Targets   *ebpf.Map `ebpf:"targets"`
@@ -193,7 +222,7 @@ func (m *socketsMaps) Close() error {
 		m.Drops,
 		m.Events,
 		m.Inflight,
-		m.KvPorts,
+		m.PortClass,
 		m.TargetFol,
 		m.TargetSel,
 		m.Targets,
@@ -204,8 +233,9 @@ func (m *socketsMaps) Close() error {
 //
 // It can be passed to loadSocketsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type socketsVariables struct {
-	BurstGapNs       *ebpf.Variable `ebpf:"burst_gap_ns"`
-	UnusedBurstEvent *ebpf.Variable `ebpf:"unused_burst_event"`
+	BurstGapNs          *ebpf.Variable `ebpf:"burst_gap_ns"`
+	UnusedBurstEvent    *ebpf.Variable `ebpf:"unused_burst_event"`
+	UnusedExchangeEvent *ebpf.Variable `ebpf:"unused_exchange_event"`
 }
 
 // socketsPrograms contains all programs after they have been loaded into the kernel.

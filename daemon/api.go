@@ -15,6 +15,8 @@ import (
 //	/v1/connections   the connections; ?kv=true for KV transfers only, ?pid=N
 //	/v1/threads       the threads; ?pid=N for one process
 //	/v1/steps         the engine steps; ?pid=N, ?since_ns=T (ended after T)
+//	/v1/exchanges     the HTTP exchanges on API ports; ?pid=N, ?since_ns=T
+//	                  (last received or sent after T)
 //	/v1/profile       pprof profile of traced time; ?view=syscalls|sched|cuda
 //
 // Bind it to loopback: it has no authentication.
@@ -53,22 +55,28 @@ func Handler(src func() *Snapshot) http.Handler {
 	})
 	mux.HandleFunc("GET /v1/steps", func(w http.ResponseWriter, r *http.Request) {
 		pid, ok := pidParam(w, r)
-		if !ok {
+		since, ok2 := sinceParam(w, r)
+		if !ok || !ok2 {
 			return
-		}
-		var since uint64
-		if v := r.URL.Query().Get("since_ns"); v != "" {
-			n, err := strconv.ParseUint(v, 10, 64)
-			if err != nil {
-				http.Error(w, "since_ns: want CLOCK_MONOTONIC nanoseconds", http.StatusBadRequest)
-				return
-			}
-			since = n
 		}
 		out := []Step{}
 		for _, s := range src().Steps {
 			if (pid == 0 || s.PID == pid) && s.EndMonotonicNS > since {
 				out = append(out, s)
+			}
+		}
+		writeJSON(w, out)
+	})
+	mux.HandleFunc("GET /v1/exchanges", func(w http.ResponseWriter, r *http.Request) {
+		pid, ok := pidParam(w, r)
+		since, ok2 := sinceParam(w, r)
+		if !ok || !ok2 {
+			return
+		}
+		out := []Exchange{}
+		for _, x := range src().Exchanges {
+			if (pid == 0 || x.PID == pid) && max(x.RequestEndMonotonicNS, x.LastSendMonotonicNS) > since {
+				out = append(out, x)
 			}
 		}
 		writeJSON(w, out)
@@ -101,6 +109,20 @@ func pidParam(w http.ResponseWriter, r *http.Request) (int, bool) {
 		return 0, false
 	}
 	return pid, true
+}
+
+// sinceParam reads ?since_ns= (0 when absent).
+func sinceParam(w http.ResponseWriter, r *http.Request) (uint64, bool) {
+	v := r.URL.Query().Get("since_ns")
+	if v == "" {
+		return 0, true
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		http.Error(w, "since_ns: want CLOCK_MONOTONIC nanoseconds, got "+strconv.Quote(v), http.StatusBadRequest)
+		return 0, false
+	}
+	return n, true
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -20,6 +20,12 @@ const DefaultMatch = `vllm serve|vllm\.entrypoints|VLLM::|EngineCore|VllmWorker|
 // stream.
 const DefaultKVPorts = "5600-5663,14579-14580,5700-5763"
 
+// DefaultHTTPPorts are the API ports whose connections' HTTP exchanges are
+// recorded on the server's end: vLLM's default (8000, also hone sim
+// serve's) and the range hone deploy gives its workers (8100 plus one per
+// worker).
+const DefaultHTTPPorts = "8000,8100-8163"
+
 // Config selects targets and probes.
 type Config struct {
 	PIDs    []int          // processes to trace, with their existing descendants
@@ -31,6 +37,10 @@ type Config struct {
 
 	KVPorts  []uint16      // ports of KV-transfer connections
 	BurstGap time.Duration // silence that ends a burst on a KV-transfer connection
+	// HTTPPorts are serving API ports: on connections whose local port is
+	// one of them, each HTTP/1.1 request/response exchange is recorded
+	// (Snapshot.Exchanges).
+	HTTPPorts []uint16
 
 	// CUDALaunches probes every kernel launch for this long after start
 	// (0: never). Each uprobe hit costs microseconds in the traced thread;
@@ -62,6 +72,9 @@ func (c *Config) defaults() {
 	}
 	if c.KVPorts == nil {
 		c.KVPorts, _ = ParsePorts(DefaultKVPorts)
+	}
+	if c.HTTPPorts == nil {
+		c.HTTPPorts, _ = ParsePorts(DefaultHTTPPorts)
 	}
 	if c.BurstGap <= 0 {
 		c.BurstGap = 100 * time.Millisecond

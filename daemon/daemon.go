@@ -65,8 +65,8 @@ type Daemon struct {
 	logAddErrs    int
 	comms         map[int]string // tid -> comm, remembered for threads that exit
 	bursts        map[bpf.ConnKey][]Burst
-	steps         []Step // the latest maxSteps, oldest first
-	stepTable     StepTable
+	steps         kept[Step]     // the latest maxSteps, oldest first
+	exchanges     kept[Exchange] // the latest maxExchanges closed, oldest first
 	cuda          map[[2]uint64]*cudaLib
 	cudaSkipped   map[[2]uint64]bool // libcuda files beyond maxCUDALibraries (up to 4096)
 	launchUntil   uint64
@@ -135,7 +135,8 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 		maxTargets:  defaultMaxTargets,
 		comms:       map[int]string{},
 		bursts:      map[bpf.ConnKey][]Burst{},
-		stepTable:   StepTable{MaxKept: maxSteps},
+		steps:       kept[Step]{table: KeptTable{MaxKept: maxSteps}},
+		exchanges:   kept[Exchange]{table: KeptTable{MaxKept: maxExchanges}},
 		cuda:        map[[2]uint64]*cudaLib{},
 		cudaSkipped: map[[2]uint64]bool{},
 	}, nil
@@ -160,9 +161,16 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	if d.objs, err = bpf.Load(bpf.Options{BurstGap: d.cfg.BurstGap, PerfUprobes: d.cfg.perfUprobes}); err != nil {
 		return err
 	}
+	class := map[uint16]uint8{}
 	for _, p := range d.cfg.KVPorts {
-		if err := d.objs.SetKVPort(p, true); err != nil {
-			return fmt.Errorf("KV-transfer port %d: %w", p, err)
+		class[p] |= bpf.PortKV
+	}
+	for _, p := range d.cfg.HTTPPorts {
+		class[p] |= bpf.PortHTTP
+	}
+	for p, c := range class {
+		if err := d.objs.SetPortClass(p, c); err != nil {
+			return fmt.Errorf("port %d: %w", p, err)
 		}
 	}
 	if d.rd, err = ringbuf.NewReader(d.objs.Events()); err != nil {
@@ -462,8 +470,17 @@ func (d *Daemon) handleEvent(raw []byte) {
 			call = bpf.CUDACalls[e.Call]
 		}
 		d.mu.Lock()
-		d.addStepLocked(Step{PID: int(e.Tgid), TID: int(e.Tid), Call: call, StartMonotonicNS: e.StartNs,
+		d.steps.add(Step{PID: int(e.Tgid), TID: int(e.Tid), Call: call, StartMonotonicNS: e.StartNs,
 			SyncMonotonicNS: e.SyncNs, EndMonotonicNS: e.EndNs, GraphLaunches: e.Graphs, Launches: e.Launches})
+		d.mu.Unlock()
+	case bpf.EventExchange:
+		var e bpf.ExchangeEvent
+		if err := binary.Read(bytes.NewReader(raw), binary.LittleEndian, &e); err != nil {
+			return
+		}
+		x := exchangeOf(int(e.Tgid), e.Conn, e.Ex, false)
+		d.mu.Lock()
+		d.exchanges.add(x)
 		d.mu.Unlock()
 	}
 }
@@ -472,16 +489,36 @@ func (d *Daemon) handleEvent(raw []byte) {
 // second per GPU, minutes of an 8-GPU host.
 const maxSteps = 65536
 
-// addStepLocked appends a step, dropping the oldest quarter when the list
-// is full (amortized: no copy per step). The caller holds d.mu.
-func (d *Daemon) addStepLocked(s Step) {
-	if len(d.steps) >= d.stepTable.MaxKept {
-		n := max(1, len(d.steps)/4)
-		d.steps = append(d.steps[:0], d.steps[n:]...)
-		d.stepTable.Evicted += uint64(n)
+// maxExchanges bounds the HTTP exchanges listed (about 250 bytes each):
+// at 100 requests a second, ten minutes.
+const maxExchanges = 65536
+
+// kept holds the latest items of an unbounded stream, oldest first: when
+// full it drops the oldest quarter (amortized: no copy per item). The
+// caller holds d.mu.
+type kept[T any] struct {
+	items []T
+	table KeptTable
+}
+
+func (k *kept[T]) add(v T) {
+	if len(k.items) >= k.table.MaxKept {
+		n := max(1, len(k.items)/4)
+		k.items = append(k.items[:0], k.items[n:]...)
+		k.table.Evicted += uint64(n)
 	}
-	d.steps = append(d.steps, s)
-	d.stepTable.Total++
+	k.items = append(k.items, v)
+	k.table.Total++
+}
+
+// exchangeOf converts an exchange of the server's end of connection k
+// (pid's) to its snapshot form.
+func exchangeOf(pid int, k bpf.ConnKey, x bpf.Exchange, open bool) Exchange {
+	return Exchange{PID: pid, Local: addrPort(k.Family, k.Laddr, k.Lport), Remote: addrPort(k.Family, k.Raddr, k.Rport),
+		RequestStartMonotonicNS: x.RxStartNs, RequestEndMonotonicNS: x.RxEndNs, RequestBytes: x.RxBytes,
+		RequestReceives: x.RxOps, FirstSendMonotonicNS: x.TxFirstNs, FirstSendBytes: x.TxFirstBytes,
+		SecondSendMonotonicNS: x.TxSecondNs, SecondSendBytes: x.TxSecondBytes, LastSendMonotonicNS: x.TxLastNs,
+		ResponseBytes: x.TxBytes, ResponseSends: x.TxOps, Open: open}
 }
 
 func cString(b [16]int8) string {

@@ -706,3 +706,81 @@ func TestDaemonCUDASteps(t *testing.T) {
 		})
 	}
 }
+
+// TestDaemonHTTPExchanges: on the server's end of a keep-alive connection
+// to an HTTP port, each request/response exchange is one Exchange with the
+// exact bytes and sends the workload made, its receive and send times
+// within the workload's clock readings; the last stays open until the
+// connection closes; the client's end (its local port not an HTTP port)
+// records none.
+func TestDaemonHTTPExchanges(t *testing.T) {
+	bpftest.Require(t)
+	prog, _ := bpftest.Workload(t)
+	const n, k = 4, 3
+	const gap = 20 * time.Millisecond
+	w := startChild(t, prog, nil, "http", strconv.Itoa(n), strconv.Itoa(k), strconv.Itoa(int(gap/time.Microsecond)))
+	port, err := strconv.Atoi(w.line(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.waitReady(t)
+	d := startDaemon(t, Config{PIDs: []int{w.pid()}, HTTPPorts: []uint16{uint16(port)}})
+	w.goAhead(t)
+	var ts [n][6]uint64
+	for i := range n {
+		if _, err := fmt.Sscan(w.line(t), &ts[i][0], &ts[i][1], &ts[i][2], &ts[i][3], &ts[i][4], &ts[i][5]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	local := "127.0.0.1:" + strconv.Itoa(port)
+	check := func(s *Snapshot, closed bool) string {
+		var got []Exchange
+		for _, x := range s.Exchanges {
+			if x.PID == w.pid() {
+				got = append(got, x)
+			}
+		}
+		wantClosed := n - 1
+		if closed {
+			wantClosed = n
+		}
+		if len(got) != n || s.ExchangeTable.Total != uint64(wantClosed) {
+			return fmt.Sprintf("%d exchanges (table %+v), want %d of which %d closed: %+v", len(got), s.ExchangeTable, n, wantClosed, got)
+		}
+		for i, x := range got {
+			t := ts[i]
+			if x.Local != local || x.Open != (i >= wantClosed) {
+				return fmt.Sprintf("exchange %d = %+v, want local %s, open %v", i, x, local, i >= wantClosed)
+			}
+			if x.RequestBytes != 200 || x.ResponseBytes != 100+50*k || x.ResponseSends != 1+k ||
+				x.FirstSendBytes != 100 || x.SecondSendBytes != 50 {
+				return fmt.Sprintf("exchange %d = %+v, want a 200-byte request, a 100-byte head then %d 50-byte chunks", i, x, k)
+			}
+			if x.RequestStartMonotonicNS < t[0] || x.RequestEndMonotonicNS < x.RequestStartMonotonicNS || x.RequestEndMonotonicNS > t[1] ||
+				x.FirstSendMonotonicNS < t[2] || x.FirstSendMonotonicNS > t[3] ||
+				x.SecondSendMonotonicNS < t[4] || x.LastSendMonotonicNS < x.SecondSendMonotonicNS || x.LastSendMonotonicNS > t[5] {
+				return fmt.Sprintf("exchange %d = %+v, outside the workload's readings %v", i, x, t)
+			}
+		}
+		return ""
+	}
+	eventually(t, 5*time.Second, func() string { return check(d.Snapshot(), false) })
+	w.goAhead(t)
+	w.wait(t)
+	eventually(t, 5*time.Second, func() string { return check(d.Snapshot(), true) })
+
+	srv := httptest.NewServer(Handler(d.Snapshot))
+	defer srv.Close()
+	var xs []Exchange
+	mid := ts[n/2][1]
+	code, body := get(t, srv, fmt.Sprintf("/v1/exchanges?pid=%d&since_ns=%d", w.pid(), mid))
+	if err := json.Unmarshal(body, &xs); code != http.StatusOK || err != nil {
+		t.Fatalf("/v1/exchanges: %d %v: %s", code, err, body)
+	}
+	if len(xs) != n-n/2 {
+		t.Errorf("/v1/exchanges since exchange %d's receipt: %d exchanges, want %d", n/2, len(xs), n-n/2)
+	}
+	if code, body := get(t, srv, "/v1/exchanges?since_ns=x"); code != http.StatusBadRequest || !strings.Contains(string(body), "since_ns") {
+		t.Errorf("/v1/exchanges?since_ns=x: %d %s, want 400 naming since_ns", code, body)
+	}
+}

@@ -205,6 +205,20 @@
 // per-request attribution from kernel evidence reads; hone sim serve
 // --cuda-lib gives the emulator the same probe points.
 //
+// HTTP exchanges ("exchanges", GET /v1/exchanges): on the server's end of
+// a connection whose local port is in the HTTP set (--http-ports, default
+// DefaultHTTPPorts: the engines' API ports), each HTTP/1.1 request and its
+// response: the request's first and last receive and bytes, the response's
+// first, second and last send, their bytes and count, CLOCK_MONOTONIC like
+// the steps. An exchange ends when the next request arrives on the
+// connection (keep-alive) or it closes; until then it is listed "open". A
+// vLLM API server writes a streamed response's head before the first token,
+// so the second send carries the first token; hone sim serve writes the
+// head with the first token's chunk. Requests are told apart by the
+// request/response turn, so pipelined HTTP/1.1 or HTTP/2 would merge (no
+// engine client uses them). The latest 65,536 closed exchanges are kept
+// (exchange_table counts the evicted).
+//
 // # Metrics
 //
 // NewRegistry's collectors export hone_* metrics (base units, _total

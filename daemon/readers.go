@@ -164,6 +164,10 @@ func (d *Daemon) readConns(closedBefore uint64) (live, retired []Connection) {
 			}
 		}
 		sort.SliceStable(c.Bursts, func(i, j int) bool { return c.Bursts[i].StartMonotonicNS < c.Bursts[j].StartMonotonicNS })
+		if v.Http != 0 && v.Ex.RxOps > 0 {
+			x := exchangeOf(c.PID, k, v.Ex, true)
+			c.openExchange = &x
+		}
 		if closedBefore > 0 && v.ClosedNs != 0 && v.ClosedNs < closedBefore {
 			gone = append(gone, k)
 			retired = append(retired, c)
@@ -388,8 +392,15 @@ func (d *Daemon) Snapshot() *Snapshot {
 	for _, l := range d.cuda {
 		s.CUDA.Libraries = append(s.CUDA.Libraries, l.info)
 	}
-	s.Steps = append([]Step{}, d.steps...)
-	s.StepTable = d.stepTable
+	s.Steps = append([]Step{}, d.steps.items...)
+	s.StepTable = d.steps.table
+	s.Exchanges = append([]Exchange{}, d.exchanges.items...)
+	for _, c := range live {
+		if c.openExchange != nil {
+			s.Exchanges = append(s.Exchanges, *c.openExchange)
+		}
+	}
+	s.ExchangeTable = d.exchanges.table
 	s.CUDA.LaunchProbesUntil = d.launchUntil
 	s.CUDA.Skipped = len(d.cudaSkipped)
 	s.BPF.EventsRead = d.eventsRead

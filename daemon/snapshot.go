@@ -34,11 +34,17 @@ type Snapshot struct {
 	// Steps are the engine steps the CUDA probes saw, oldest first: the
 	// latest maxSteps of every process together (StepTable counts the
 	// rest).
-	Steps     []Step     `json:"steps"`
-	StepTable StepTable  `json:"step_table"`
-	NVML      NVMLReport `json:"nvml"`
-	BPF       BPFReport  `json:"bpf"`
-	Daemon    SelfUsage  `json:"daemon"`
+	Steps     []Step    `json:"steps"`
+	StepTable KeptTable `json:"step_table"`
+	// Exchanges are the HTTP request/response exchanges on the server's end
+	// of connections to an API port (Config.HTTPPorts), closed ones oldest
+	// first (the latest maxExchanges; ExchangeTable counts the rest), then
+	// those still open.
+	Exchanges     []Exchange `json:"exchanges"`
+	ExchangeTable KeptTable  `json:"exchange_table"`
+	NVML          NVMLReport `json:"nvml"`
+	BPF           BPFReport  `json:"bpf"`
+	Daemon        SelfUsage  `json:"daemon"`
 }
 
 // Target is a traced process.
@@ -158,6 +164,9 @@ type Connection struct {
 	EstablishedMonotonic uint64  `json:"established_monotonic_ns,omitempty"`
 	ClosedMonotonicNS    uint64  `json:"closed_monotonic_ns,omitempty"`
 	Bursts               []Burst `json:"bursts,omitempty"`
+	// openExchange is the connection's HTTP exchange in progress, listed
+	// in Snapshot.Exchanges.
+	openExchange *Exchange
 }
 
 // Burst is a run of sends or receives on a KV-transfer connection with no
@@ -200,11 +209,41 @@ type Step struct {
 	Launches uint32 `json:"launches"`
 }
 
-// StepTable counts the steps seen and those no longer listed.
-type StepTable struct {
+// KeptTable counts the items of a bounded list (steps, exchanges) seen
+// and those no longer listed.
+type KeptTable struct {
 	Total   uint64 `json:"total"`
 	Evicted uint64 `json:"evicted"`  // the oldest, beyond MaxKept
-	MaxKept int    `json:"max_kept"` // how many Steps holds at most
+	MaxKept int    `json:"max_kept"` // how many the list holds at most
+}
+
+// Exchange is one HTTP/1.1 request and its response as the kernel saw them
+// on the server's end of a connection (bpf/sockets.bpf.c): the request's
+// receives until the response's first send, then the response's sends until
+// the next request's first receive or the close. On a vLLM API server
+// (uvicorn) a streamed response's first send is its status line and headers,
+// written when the handler returns the stream (before the first token), and
+// the second send is the first token's chunk; hone sim serve writes the
+// headers with the first chunk. Times are CLOCK_MONOTONIC, like the
+// engine steps', so the two join without the engine's help.
+type Exchange struct {
+	PID                     int    `json:"pid"`
+	Local                   string `json:"local"`
+	Remote                  string `json:"remote"`
+	RequestStartMonotonicNS uint64 `json:"request_start_monotonic_ns"` // first receive
+	RequestEndMonotonicNS   uint64 `json:"request_end_monotonic_ns"`   // last receive before the response
+	RequestBytes            uint64 `json:"request_bytes"`
+	RequestReceives         uint32 `json:"request_receives"`
+	FirstSendMonotonicNS    uint64 `json:"first_send_monotonic_ns,omitempty"`
+	FirstSendBytes          uint32 `json:"first_send_bytes,omitempty"`
+	SecondSendMonotonicNS   uint64 `json:"second_send_monotonic_ns,omitempty"`
+	SecondSendBytes         uint32 `json:"second_send_bytes,omitempty"`
+	LastSendMonotonicNS     uint64 `json:"last_send_monotonic_ns,omitempty"`
+	ResponseBytes           uint64 `json:"response_bytes"`
+	ResponseSends           uint32 `json:"response_sends"`
+	// Open: the connection has not yet carried another request or closed,
+	// so the response may still grow.
+	Open bool `json:"open,omitempty"`
 }
 
 // CUDALibrary is one probed libcuda file (deduplicated by device and inode).

@@ -23,6 +23,7 @@ func newDaemonCmd() *cobra.Command {
 		cfg                    daemon.Config
 		opts                   daemon.RunOptions
 		match, kvPorts         string
+		httpPorts              string
 		noSched, noDropCaps    bool
 		nvmlPeriod, scanPeriod time.Duration
 		pods                   podFlags
@@ -92,6 +93,9 @@ failed); 2 bad input (flags).`,
 				return badInput("--kv-ports: %v", err)
 			}
 			cfg.KVPorts = ports
+			if cfg.HTTPPorts, err = daemon.ParsePorts(httpPorts); err != nil {
+				return badInput("--http-ports: %v", err)
+			}
 			if opts.Once && opts.Duration <= 0 {
 				return badInput("--duration: want a positive duration with --once, got %v", opts.Duration)
 			}
@@ -147,6 +151,7 @@ failed); 2 bad input (flags).`,
 	f.StringVar(&pods.kubeconfig, "kubeconfig", "", "with --pod-selector: kubeconfig file (default: in-cluster credentials, else $KUBECONFIG, then ~/.kube/config)")
 	f.StringVar(&match, "match-cmdline", "", "trace processes whose command line matches this regular expression (default with no other target: "+daemon.DefaultMatch+")")
 	f.StringVar(&kvPorts, "kv-ports", daemon.DefaultKVPorts, "ports whose connections are KV transfers (list and ranges)")
+	f.StringVar(&httpPorts, "http-ports", daemon.DefaultHTTPPorts, "serving API ports: on the server's end of their connections each HTTP request/response exchange is recorded (receipt, first, second and last send; \"\": none)")
 	f.DurationVar(&cfg.BurstGap, "burst-gap", 100*time.Millisecond, "silence that ends a burst on a KV-transfer connection")
 	f.DurationVar(&cfg.CUDALaunches, "cuda-launches", 0, "probe every CUDA kernel launch for this long after start (each costs microseconds in the launching thread; 0: off)")
 	f.BoolVar(&noSched, "no-sched", false, "do not trace sched_switch/wakeup (on-CPU, off-CPU, run-queue time)")

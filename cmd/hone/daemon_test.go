@@ -41,6 +41,8 @@ func TestDaemonPodSelectorFlags(t *testing.T) {
 		{[]string{"--pod-selector", "hone.dev/pool in (decode", "--node-name", "gpu-1"}, "--pod-selector"},
 		{[]string{"--pod-selector", "hone.dev/pool=decode", "--node-name="}, "--node-name: empty"},
 		{[]string{"--pod-namespace", "llm"}, "need --pod-selector"},
+		{[]string{"--http-ports", "8000,0"}, "--http-ports"},
+		{[]string{"--kv-ports", "5600-10"}, "--kv-ports"},
 	} {
 		_, errs, code := runCLI(t, "", append([]string{"daemon"}, c.args...)...)
 		if code != exitBadInput || !strings.Contains(errs, c.want) {

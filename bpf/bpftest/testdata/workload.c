@@ -27,6 +27,18 @@
  *   workload tcp-client PORT B PAUSE_MS   connects, sends B/2 bytes, sleeps,
  *                            sends the rest, prints CLOCK_MONOTONIC ns
  *                            before and after each half, closes.
+ *   workload http N K GAP_US   an HTTP-shaped server and its client in one
+ *                            process on one keep-alive loopback connection;
+ *                            prints the server's port before waiting. Then N
+ *                            exchanges: the client sends a 200-byte request,
+ *                            the server receives it all, sends a 100-byte
+ *                            head and K 50-byte chunks, each after GAP_US;
+ *                            the client receives it all. Per exchange prints
+ *                            CLOCK_MONOTONIC ns before the request's send,
+ *                            after its receipt, before and after the head's
+ *                            send, before the first chunk's send, after the
+ *                            last chunk's send; then waits for another line
+ *                            and closes both ends.
  *   workload spin N          N getppid calls in a loop, then prints the
  *                            loop's CLOCK_MONOTONIC ns (benchmarks).
  */
@@ -62,6 +74,17 @@ static void wait_go(void)
 	char c;
 	if (syscall(SYS_read, 0, &c, 1) != 1)
 		_exit(3);
+}
+
+/* read_line reads standard input up to a newline (wait_go reads one byte
+ * of the test's line, so that the syscall counts stay exact). */
+static void read_line(void)
+{
+	char c;
+	do {
+		if (syscall(SYS_read, 0, &c, 1) != 1)
+			_exit(3);
+	} while (c != '\n');
 }
 
 static unsigned long long mono(void)
@@ -252,6 +275,65 @@ int main(int argc, char **argv)
 		printf("%llu %llu %llu %llu\n", t0, t1, t2, t3);
 		fflush(stdout);
 		close(fd);
+		return 0;
+	}
+	if (!strcmp(mode, "http") && argc == 5) {
+		long n = atol(argv[2]), k = atol(argv[3]), gap = atol(argv[4]);
+		int ls = socket(AF_INET, SOCK_STREAM, 0);
+		struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		socklen_t al = sizeof(a);
+		if (ls < 0 || bind(ls, (void *)&a, sizeof(a)) || listen(ls, 1) || getsockname(ls, (void *)&a, &al))
+			die("listen");
+		int cl = socket(AF_INET, SOCK_STREAM, 0);
+		if (cl < 0 || connect(cl, (void *)&a, sizeof(a)))
+			die("connect");
+		int sv = accept(ls, NULL, NULL);
+		if (sv < 0)
+			die("accept");
+		printf("%d\n", ntohs(a.sin_port));
+		fflush(stdout);
+		unsigned long long *ts = calloc(6 * n, sizeof(*ts));
+		static char buf[65536];
+		if (!ts)
+			die("calloc");
+		wait_go();
+		for (long i = 0; i < n; i++) {
+			unsigned long long *t = ts + 6 * i;
+			t[0] = mono();
+			send_all(cl, buf, 200);
+			for (long got = 0; got < 200;) {
+				long r = recv(sv, buf, 200 - got, 0);
+				if (r <= 0)
+					die("recv request");
+				got += r;
+			}
+			t[1] = mono();
+			t[2] = mono();
+			send_all(sv, buf, 100);
+			t[3] = mono();
+			for (long j = 0; j < k; j++) {
+				usleep(gap);
+				if (j == 0)
+					t[4] = mono();
+				send_all(sv, buf, 50);
+			}
+			t[5] = mono();
+			for (long got = 0, want = 100 + 50 * k; got < want;) {
+				long r = recv(cl, buf, sizeof(buf), 0);
+				if (r <= 0)
+					die("recv response");
+				got += r;
+			}
+		}
+		for (long i = 0; i < n; i++) {
+			unsigned long long *t = ts + 6 * i;
+			printf("%llu %llu %llu %llu %llu %llu\n", t[0], t[1], t[2], t[3], t[4], t[5]);
+		}
+		fflush(stdout);
+		read_line(); /* the rest of the first go-ahead's line */
+		read_line(); /* the second */
+		close(cl);
+		close(sv);
 		return 0;
 	}
 	if (!strcmp(mode, "pingpong") && argc == 3) {
