@@ -55,3 +55,30 @@ func TestSplitBySteps(t *testing.T) {
 }
 
 func near(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+
+// TestSplitExchange: the first token's send depends on how the server
+// writes a streamed response's head; decode runs from it to the last send.
+func TestSplitExchange(t *testing.T) {
+	steps := []EngineStep{{StartNs: 1_000_000, EndNs: 3_000_000}, {StartNs: 3_100_000, EndNs: 5_000_000}}
+	x := KernelExchange{Local: "127.0.0.1:8000", Remote: "127.0.0.1:5000", ReceivedNs: 500_000,
+		FirstSendNs: 3_050_000, SecondSendNs: 5_050_000, LastSendNs: 9_050_000, Sends: 4}
+	with, err := SplitExchange(x, steps, HeadWithFirstToken, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if with.QueueMs != 0.5 || with.PrefillMs != 2 || with.DecodeMs != 6 {
+		t.Errorf("head with the first token: %+v, want queue 0.5, prefill 2, decode 6", with)
+	}
+	sep, err := SplitExchange(x, steps, HeadSeparate, 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Model ms at time scale 2: the first token in the second step.
+	if sep.QueueMs != 1.3 || sep.PrefillMs != 0.95 || sep.DecodeMs != 2 {
+		t.Errorf("separate head, scale 2: %+v, want queue 1.3, prefill 0.95, decode 2", sep)
+	}
+	x.SecondSendNs = 0
+	if _, err := SplitExchange(x, steps, HeadSeparate, 1, 1); err == nil || !strings.Contains(err.Error(), "first token") {
+		t.Errorf("no second send with a separate head: err %v, want one naming the first token", err)
+	}
+}

@@ -1,0 +1,268 @@
+//go:build linux
+
+package diagnose
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hone-llm/hone/bpf/bpftest"
+	"github.com/hone-llm/hone/daemon"
+	"github.com/hone-llm/hone/internal/honetest"
+	"github.com/hone-llm/hone/sim/emulator"
+)
+
+// TestKernelEvidenceColocatedQueueing: an emulated engine with a batch of
+// two and twelve requests at once (queueing planted), its steps calling a
+// fake libcuda (--cuda-lib), traced by the daemon with no engine metrics
+// read. Each request's queue (with the API server's front end), prefill
+// and decode, split from the kernel's evidence alone (the exchange on the
+// API socket and the CUDA step boundaries), is within max(5%, 1 ms model
+// time) of the emulator's ground truth for at least 90% of requests, and
+// the planted queueing is the largest part.
+//
+// The ground truth is the emulator's model time; on a busy host its steps
+// can run late (the trace's step lines record each step's launch and
+// synchronize readings beside its modelled start and end), and then the
+// kernel sees the late instants, rightly. Requests with a step more than
+// half the tolerance late are counted as host-distorted and left out of
+// the accuracy fractions; at most half may be (a loose, one-sided bound).
+func TestKernelEvidenceColocatedQueueing(t *testing.T) {
+	bpftest.Require(t)
+	if testing.Short() {
+		t.Skip("starts an engine and the daemon")
+	}
+	_, libcuda := bpftest.Workload(t)
+	hone := honetest.Binary(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	const scale = 4.0 // model ms = wall ms / 4: host jitter counts a quarter
+	trace := filepath.Join(t.TempDir(), "trace.jsonl")
+	cmd := exec.CommandContext(ctx, hone, "sim", "serve", "--port", strconv.Itoa(port), "--profile", testProfile,
+		"--time-scale", strconv.FormatFloat(scale, 'g', -1, 64), "--max-num-seqs", "2", "--cuda-lib", libcuda,
+		"--trace-file", trace, "--log-level", "warn")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	url := "http://127.0.0.1:" + strconv.Itoa(port)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if resp, err := http.Get(url + "/health"); err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the engine never became healthy")
+		}
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	d, err := daemon.New(daemon.Config{PIDs: []int{cmd.Process.Pid}, HTTPPorts: []uint16{uint16(port)},
+		CUDALaunches: time.Hour, ScanPeriod: 100 * time.Millisecond}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if libs := d.Snapshot().CUDA.Libraries; len(libs) != 1 {
+		t.Fatalf("the engine's libcuda is not probed: %+v", libs)
+	}
+
+	// Twelve streamed requests at once, each on its own connection; the
+	// client's address joins the exchange to the response's id.
+	const n = 12
+	ids := map[string]string{} // client address → request id
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id, addr, err := streamOne(ctx, url, fmt.Sprintf("request %d: %s", i, strings.Repeat("word ", 150)), 24)
+			if err != nil {
+				errs <- err
+				return
+			}
+			mu.Lock()
+			ids[addr] = id
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+
+	truth := map[string]emulator.TraceRecord{}
+	// request id → how late (model ms) the instants its split reads ran:
+	// its first step's launch and synchronize (its queue's end, its
+	// prefill's ends: one chunk) and its last step's synchronize (its
+	// decode's end).
+	lateMs := map[string]float64{}
+	var xs []KernelExchange
+	var steps map[int][]EngineStep
+	lastLate := map[string]float64{}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		b, err := os.ReadFile(trace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range bytes.Split(b, []byte("\n")) {
+			var tr emulator.TraceRecord
+			if json.Unmarshal(line, &tr) == nil && tr.Event == "request" {
+				truth[tr.RequestID] = tr
+			}
+			var st emulator.StepTraceRecord
+			if json.Unmarshal(line, &st) == nil && st.Event == "step" {
+				for _, r := range st.Requests {
+					late := float64(st.SyncMono-st.EndMono) / 1e6 / scale
+					if !r.Decode { // its first step
+						late = max(late, float64(st.LaunchMono-st.StartMono)/1e6/scale)
+						lateMs[r.RequestID] = max(lateMs[r.RequestID], late)
+					}
+					lastLate[r.RequestID] = late
+				}
+			}
+		}
+		snap, err := json.Marshal(d.Snapshot())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if xs, steps, err = ParseKernelEvidence(snap); err != nil {
+			t.Fatal(err)
+		}
+		closed := 0
+		for _, x := range xs {
+			if _, ok := ids[x.Remote]; ok && !x.Open {
+				closed++
+			}
+		}
+		if (closed == n && len(truth) == n) || time.Now().After(deadline) {
+			break
+		}
+	}
+	within := func(got, want float64) bool { return math.Abs(got-want) <= max(0.05*want, 1) }
+	var okQ, okP, okD, joined, distorted int
+	var sumQ, sumP, sumD float64
+	for _, x := range xs {
+		id, ok := ids[x.Remote]
+		if !ok || x.Open {
+			continue
+		}
+		tr, ok := truth[id]
+		if !ok {
+			t.Errorf("%s: no trace line", id)
+			continue
+		}
+		joined++
+		if late := max(lateMs[id], lastLate[id]); late > 0.5 {
+			distorted++
+			t.Logf("%s: host-distorted (a step %.2f ms late), not counted", id, late)
+			continue
+		}
+		ks, err := SplitExchange(x, steps[cmd.Process.Pid], HeadWithFirstToken, 1, scale)
+		if err != nil {
+			t.Errorf("%s: %v", id, err)
+			continue
+		}
+		// The kernel sees the request before the API server's front end;
+		// its queue is the front end's and the scheduler's together.
+		wantQ := tr.TTFTMs - tr.PrefillMs - tr.TransferMs
+		q, p, dd := within(ks.QueueMs, wantQ), within(ks.PrefillMs, tr.PrefillMs), within(ks.DecodeMs, tr.DecodeMs)
+		okQ, okP, okD = okQ+b2i(q), okP+b2i(p), okD+b2i(dd)
+		sumQ, sumP, sumD = sumQ+ks.QueueMs, sumP+ks.PrefillMs, sumD+ks.DecodeMs
+		t.Logf("%s: queue %.2f/%.2f prefill %.2f/%.2f decode %.2f/%.2f ms (kernel/truth), slack %.2f, %d steps",
+			id, ks.QueueMs, wantQ, ks.PrefillMs, tr.PrefillMs, ks.DecodeMs, tr.DecodeMs, ks.QueueSlackMs, ks.Steps)
+	}
+	if joined != n {
+		t.Fatalf("%d of %d requests joined to a closed exchange (%d exchanges seen)", joined, n, len(xs))
+	}
+	m := n - distorted
+	t.Logf("within max(5%%, 1 ms): queue %d/%d, prefill %d/%d, decode %d/%d (%d host-distorted)", okQ, m, okP, m, okD, m, distorted)
+	if distorted > n/2 {
+		t.Fatalf("%d of %d requests host-distorted: the host is too busy to judge", distorted, n)
+	}
+	need := (9*m + 9) / 10
+	if okQ < need || okP < need || okD < need {
+		t.Errorf("within tolerance: queue %d, prefill %d, decode %d of %d; want at least %d each", okQ, okP, okD, m, need)
+	}
+	if sumQ <= sumP || sumQ <= sumD {
+		t.Errorf("the planted queueing is not the largest part: queue %.1f, prefill %.1f, decode %.1f ms in all", sumQ, sumP, sumD)
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// streamOne sends one streamed completion on a new connection and reads it
+// to the end; it returns the response's id and the client's address.
+func streamOne(ctx context.Context, url, prompt string, maxTokens int) (id, addr string, err error) {
+	body, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": maxTokens, "ignore_eos": true, "stream": true})
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
+		addr = i.Conn.LocalAddr().String()
+	}})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/completions", bytes.NewReader(body))
+	if err != nil {
+		return "", "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return "", "", fmt.Errorf("status %d: %s", resp.StatusCode, b)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || line == "[DONE]" || id != "" {
+			continue
+		}
+		var ch struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal([]byte(line), &ch); err != nil {
+			return "", "", fmt.Errorf("chunk %q: %w", line, err)
+		}
+		id = ch.ID
+	}
+	if id == "" {
+		return "", "", fmt.Errorf("no chunk named the request")
+	}
+	return id, addr, sc.Err()
+}

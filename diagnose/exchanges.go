@@ -1,0 +1,137 @@
+package diagnose
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+)
+
+// KernelExchange is one HTTP request and its response as the daemon saw
+// them on the server's end of a connection to an engine's API port (its
+// snapshot's "exchanges", see daemon/doc.go), CLOCK_MONOTONIC nanoseconds.
+type KernelExchange struct {
+	PID          int
+	Local        string // the engine's API address
+	Remote       string // the client's (the proxy's or replay's) address
+	ReceivedNs   int64  // the request's first receive
+	FirstSendNs  int64  // the response's first send
+	SecondSendNs int64  // its second, 0 if none
+	LastSendNs   int64
+	Sends        int
+	Open         bool // the response may still grow
+}
+
+// HeadSend says how an engine's HTTP server writes a streamed response's
+// status line and headers, which decides which send carries the first
+// token.
+type HeadSend int
+
+const (
+	// HeadSeparate: the head is its own send, written when the handler
+	// returns the stream, before the first token (vLLM's API server:
+	// Starlette's StreamingResponse sends http.response.start first and
+	// uvicorn writes it at once). The first token is the second send.
+	HeadSeparate HeadSend = iota
+	// HeadWithFirstToken: the head goes out with the first token's chunk
+	// (hone sim serve, Go's net/http buffering the head until the first
+	// write). The first token is the first send.
+	HeadWithFirstToken
+)
+
+// FirstTokenNs is the send that carried the exchange's first token, 0 when
+// the response has not sent it.
+func (x KernelExchange) FirstTokenNs(head HeadSend) int64 {
+	if head == HeadWithFirstToken {
+		return x.FirstSendNs
+	}
+	return x.SecondSendNs
+}
+
+// snapshotEvidence is the part of a daemon snapshot the kernel-evidence
+// split reads.
+type snapshotEvidence struct {
+	SchemaVersion int    `json:"schema_version"`
+	Clock         string `json:"clock"`
+	Exchanges     []struct {
+		PID        int    `json:"pid"`
+		Local      string `json:"local"`
+		Remote     string `json:"remote"`
+		Received   int64  `json:"request_start_monotonic_ns"`
+		FirstSend  int64  `json:"first_send_monotonic_ns"`
+		SecondSend int64  `json:"second_send_monotonic_ns"`
+		LastSend   int64  `json:"last_send_monotonic_ns"`
+		Sends      int    `json:"response_sends"`
+		Open       bool   `json:"open"`
+	} `json:"exchanges"`
+	Steps []struct {
+		PID   int   `json:"pid"`
+		Start int64 `json:"start_monotonic_ns"`
+		End   int64 `json:"end_monotonic_ns"`
+	} `json:"steps"`
+}
+
+// ReadKernelEvidence reads a daemon snapshot file (ParseKernelEvidence).
+func ReadKernelEvidence(path string) ([]KernelExchange, map[int][]EngineStep, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read daemon snapshot: %w", err)
+	}
+	return ParseKernelEvidence(b)
+}
+
+// ParseKernelEvidence decodes a daemon snapshot's HTTP exchanges (oldest
+// request first) and engine steps (per process, by end).
+func ParseKernelEvidence(b []byte) ([]KernelExchange, map[int][]EngineStep, error) {
+	var s snapshotEvidence
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, nil, fmt.Errorf("daemon snapshot: %w", err)
+	}
+	if s.SchemaVersion != 1 || s.Clock != "CLOCK_MONOTONIC" {
+		return nil, nil, fmt.Errorf("daemon snapshot: schema_version %d clock %q: want 1 and CLOCK_MONOTONIC", s.SchemaVersion, s.Clock)
+	}
+	xs := make([]KernelExchange, 0, len(s.Exchanges))
+	for _, e := range s.Exchanges {
+		xs = append(xs, KernelExchange{PID: e.PID, Local: e.Local, Remote: e.Remote, ReceivedNs: e.Received,
+			FirstSendNs: e.FirstSend, SecondSendNs: e.SecondSend, LastSendNs: e.LastSend, Sends: e.Sends, Open: e.Open})
+	}
+	sort.SliceStable(xs, func(i, j int) bool { return xs[i].ReceivedNs < xs[j].ReceivedNs })
+	steps := map[int][]EngineStep{}
+	for _, st := range s.Steps {
+		if st.End < st.Start {
+			return nil, nil, fmt.Errorf("daemon snapshot: step of pid %d ends at %d before its start at %d", st.PID, st.End, st.Start)
+		}
+		steps[st.PID] = append(steps[st.PID], EngineStep{StartNs: st.Start, EndNs: st.End})
+	}
+	for _, ss := range steps {
+		sort.Slice(ss, func(i, j int) bool { return ss[i].EndNs < ss[j].EndNs })
+	}
+	return xs, steps, nil
+}
+
+// KernelSplit is one request's span on an engine split from kernel
+// evidence alone: the exchange on the engine's API socket and the engine's
+// steps, in model milliseconds. Queue and prefill are SplitBySteps's;
+// DecodeMs runs from the first token's send to the response's last send.
+type KernelSplit struct {
+	StepSplit
+	DecodeMs float64
+}
+
+// SplitExchange splits exchange x by the steps of the engine process that
+// served it. chunks is the prefill's chunk count (1 when the uncached
+// prompt fits one step's token budget); scale the time scale.
+func SplitExchange(x KernelExchange, steps []EngineStep, head HeadSend, chunks int, scale float64) (KernelSplit, error) {
+	if !(scale > 0) {
+		scale = 1
+	}
+	ft := x.FirstTokenNs(head)
+	if ft == 0 {
+		return KernelSplit{}, fmt.Errorf("exchange %s→%s received at %d: no send carried a first token (%d sends)", x.Remote, x.Local, x.ReceivedNs, x.Sends)
+	}
+	ss, err := SplitBySteps(steps, x.ReceivedNs, ft, chunks, scale)
+	if err != nil {
+		return KernelSplit{}, fmt.Errorf("exchange %s→%s: %w", x.Remote, x.Local, err)
+	}
+	return KernelSplit{StepSplit: ss, DecodeMs: float64(x.LastSendNs-ft) / 1e6 / scale}, nil
+}
