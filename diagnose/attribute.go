@@ -54,6 +54,25 @@ type Attribution struct {
 	// ms), when a snapshot was given: the kernel's view of Transfer.
 	KernelKVBytes    uint64  `json:"kernel_kv_bytes,omitempty"`
 	KernelTransferMs float64 `json:"kernel_transfer_ms,omitempty"`
+	// Kernel is the split of the answering engine's span from kernel
+	// evidence alone (the daemon's HTTP exchange and CUDA steps), when a
+	// snapshot with both was given and the request joined one exchange.
+	Kernel *KernelParts `json:"kernel_split,omitempty"`
+}
+
+// KernelParts is a request's span on the engine that answered it, split
+// from kernel evidence alone (SplitExchange), model ms: Queue runs from the
+// engine's API socket receiving the request (its front end inside) to its
+// first scheduled step, Prefill from there to the end of the step whose
+// result the first token's send carried, Decode from that send to the
+// response's last. QueueSlackMs is the step grid's uncertainty on Queue.
+type KernelParts struct {
+	Engine       string  `json:"engine"` // the engine's API address
+	QueueMs      float64 `json:"queue_ms"`
+	PrefillMs    float64 `json:"prefill_ms"`
+	DecodeMs     float64 `json:"decode_ms"`
+	QueueSlackMs float64 `json:"queue_slack_ms"`
+	Steps        int     `json:"steps"`
 }
 
 // Evidence is everything attribution may use beyond the record.
@@ -62,6 +81,12 @@ type Evidence struct {
 	// KV are the daemon's KV-transfer connections (ReadKVConns); each is
 	// joined to at most one disaggregated request.
 	KV []KVConn
+	// Exchanges and Steps are the daemon's HTTP exchanges on the engines'
+	// API sockets and their CUDA steps by process (ReadKernelEvidence);
+	// Head says how the engines write a streamed response's head.
+	Exchanges []KernelExchange
+	Steps     map[int][]EngineStep
+	Head      HeadSend
 }
 
 // engineMetrics are the keys attribution reads of vLLM's per-request
@@ -123,6 +148,9 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 	}
 	var out []Attribution
 	windows := map[string][2]int64{} // disaggregated request → decode leg sent .. first token
+	// request → the answering engine's leg sent .. first token at the
+	// client (the decode leg when disaggregated, else the request itself)
+	exWindows := map[string][2]int64{}
 	for _, run := range rec.Runs {
 		for _, lvl := range run.Levels {
 			for _, rq := range lvl.Requests {
@@ -136,6 +164,9 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 				a.Run, a.OfferedQPS, a.Invalid = run.Run, lvl.OfferedQPS, invalidCodes(lvl.Verdict)
 				if window[1] != 0 {
 					windows[a.RequestID] = window
+					exWindows[a.RequestID] = window
+				} else if rq.Sent.MonoNs != 0 {
+					exWindows[a.RequestID] = [2]int64{rq.Sent.MonoNs, rq.Sent.MonoNs + int64((*rq.FirstMs-rq.SentMs)*scale*1e6)}
 				}
 				out = append(out, a)
 			}
@@ -146,6 +177,9 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 	}
 	if len(ev.KV) > 0 {
 		joinKernel(out, windows, ev.KV, scale)
+	}
+	if len(ev.Exchanges) > 0 {
+		joinExchanges(out, exWindows, ev, scale)
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].Run != out[j].Run {

@@ -26,6 +26,7 @@ import (
 	"github.com/hone-llm/hone/bpf/bpftest"
 	"github.com/hone-llm/hone/daemon"
 	"github.com/hone-llm/hone/internal/honetest"
+	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/sim/emulator"
 )
 
@@ -45,53 +46,10 @@ import (
 // half the tolerance late are counted as host-distorted and left out of
 // the accuracy fractions; at most half may be (a loose, one-sided bound).
 func TestKernelEvidenceColocatedQueueing(t *testing.T) {
-	bpftest.Require(t)
-	if testing.Short() {
-		t.Skip("starts an engine and the daemon")
-	}
-	_, libcuda := bpftest.Workload(t)
-	hone := honetest.Binary(t)
+	const scale = 4.0 // model ms = wall ms / 4: host jitter counts a quarter
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	const scale = 4.0 // model ms = wall ms / 4: host jitter counts a quarter
-	trace := filepath.Join(t.TempDir(), "trace.jsonl")
-	cmd := exec.CommandContext(ctx, hone, "sim", "serve", "--port", strconv.Itoa(port), "--profile", testProfile,
-		"--time-scale", strconv.FormatFloat(scale, 'g', -1, 64), "--max-num-seqs", "2", "--cuda-lib", libcuda,
-		"--trace-file", trace, "--log-level", "warn")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	url := "http://127.0.0.1:" + strconv.Itoa(port)
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if resp, err := http.Get(url + "/health"); err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the engine never became healthy")
-		}
-	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	d, err := daemon.New(daemon.Config{PIDs: []int{cmd.Process.Pid}, HTTPPorts: []uint16{uint16(port)},
-		CUDALaunches: time.Hour, ScanPeriod: 100 * time.Millisecond}, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	if libs := d.Snapshot().CUDA.Libraries; len(libs) != 1 {
-		t.Fatalf("the engine's libcuda is not probed: %+v", libs)
-	}
+	url, cmd, d, trace := startTracedEngine(t, ctx, scale)
 
 	// Twelve streamed requests at once, each on its own connection; the
 	// client's address joins the exchange to the response's id.
@@ -120,37 +78,12 @@ func TestKernelEvidenceColocatedQueueing(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	truth := map[string]emulator.TraceRecord{}
-	// request id → how late (model ms) the instants its split reads ran:
-	// its first step's launch and synchronize (its queue's end, its
-	// prefill's ends: one chunk) and its last step's synchronize (its
-	// decode's end).
-	lateMs := map[string]float64{}
+	var truth map[string]emulator.TraceRecord
+	var lateMs map[string]float64
 	var xs []KernelExchange
 	var steps map[int][]EngineStep
-	lastLate := map[string]float64{}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		b, err := os.ReadFile(trace)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range bytes.Split(b, []byte("\n")) {
-			var tr emulator.TraceRecord
-			if json.Unmarshal(line, &tr) == nil && tr.Event == "request" {
-				truth[tr.RequestID] = tr
-			}
-			var st emulator.StepTraceRecord
-			if json.Unmarshal(line, &st) == nil && st.Event == "step" {
-				for _, r := range st.Requests {
-					late := float64(st.SyncMono-st.EndMono) / 1e6 / scale
-					if !r.Decode { // its first step
-						late = max(late, float64(st.LaunchMono-st.StartMono)/1e6/scale)
-						lateMs[r.RequestID] = max(lateMs[r.RequestID], late)
-					}
-					lastLate[r.RequestID] = late
-				}
-			}
-		}
+		truth, lateMs = readTruth(t, trace, scale)
 		snap, err := json.Marshal(d.Snapshot())
 		if err != nil {
 			t.Fatal(err)
@@ -182,7 +115,7 @@ func TestKernelEvidenceColocatedQueueing(t *testing.T) {
 			continue
 		}
 		joined++
-		if late := max(lateMs[id], lastLate[id]); late > 0.5 {
+		if late := lateMs[id]; late > 0.5 {
 			distorted++
 			t.Logf("%s: host-distorted (a step %.2f ms late), not counted", id, late)
 			continue
@@ -215,6 +148,188 @@ func TestKernelEvidenceColocatedQueueing(t *testing.T) {
 	}
 	if sumQ <= sumP || sumQ <= sumD {
 		t.Errorf("the planted queueing is not the largest part: queue %.1f, prefill %.1f, decode %.1f ms in all", sumQ, sumP, sumD)
+	}
+}
+
+// readTruth reads the emulator's trace: its request lines by id and, per
+// request, how late (model ms) the instants a split reads ran: its first
+// step's launch and synchronize (its queue's end and its prefill's ends:
+// one chunk) and its last step's synchronize (its decode's end).
+func readTruth(t *testing.T, trace string, scale float64) (map[string]emulator.TraceRecord, map[string]float64) {
+	t.Helper()
+	b, err := os.ReadFile(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	truth := map[string]emulator.TraceRecord{}
+	first, last := map[string]float64{}, map[string]float64{}
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		var tr emulator.TraceRecord
+		if json.Unmarshal(line, &tr) == nil && tr.Event == "request" {
+			truth[tr.RequestID] = tr
+		}
+		var st emulator.StepTraceRecord
+		if json.Unmarshal(line, &st) == nil && st.Event == "step" {
+			for _, r := range st.Requests {
+				late := float64(st.SyncMono-st.EndMono) / 1e6 / scale
+				if !r.Decode {
+					first[r.RequestID] = max(first[r.RequestID], late, float64(st.LaunchMono-st.StartMono)/1e6/scale)
+				}
+				last[r.RequestID] = late
+			}
+		}
+	}
+	for id, l := range last {
+		first[id] = max(first[id], l)
+	}
+	return truth, first
+}
+
+// startTracedEngine starts hone sim serve with a batch of two, its steps
+// calling the test workload's fake libcuda, and the daemon tracing it (its
+// API port in the HTTP set, kernel launches probed).
+func startTracedEngine(t *testing.T, ctx context.Context, scale float64, extra ...string) (url string, cmd *exec.Cmd, d *daemon.Daemon, trace string) {
+	t.Helper()
+	bpftest.Require(t)
+	if testing.Short() {
+		t.Skip("starts an engine and the daemon")
+	}
+	_, libcuda := bpftest.Workload(t)
+	hone := honetest.Binary(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	trace = filepath.Join(t.TempDir(), "trace.jsonl")
+	cmd = exec.CommandContext(ctx, hone, append([]string{"sim", "serve", "--port", strconv.Itoa(port), "--profile", testProfile,
+		"--time-scale", strconv.FormatFloat(scale, 'g', -1, 64), "--max-num-seqs", "2", "--cuda-lib", libcuda,
+		"--trace-file", trace, "--log-level", "warn"}, extra...)...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	url = "http://127.0.0.1:" + strconv.Itoa(port)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if resp, err := http.Get(url + "/health"); err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the engine never became healthy")
+		}
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	d, err = daemon.New(daemon.Config{PIDs: []int{cmd.Process.Pid}, HTTPPorts: []uint16{uint16(port)},
+		CUDALaunches: time.Hour, ScanPeriod: 100 * time.Millisecond}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if libs := d.Snapshot().CUDA.Libraries; len(libs) != 1 {
+		t.Fatalf("the engine's libcuda is not probed: %+v", libs)
+	}
+	return url, cmd, d, trace
+}
+
+// TestKernelSplitAgreesWithEngine: a replay against the traced engine
+// with per-request metrics on; Attribute joins every measured request to
+// its HTTP exchange and splits it from kernel evidence, and that split
+// agrees with the engine's own (queue with its front end, prefill, decode)
+// within max(5%, 1 ms model time) for at least 90% of requests; the
+// report states both.
+func TestKernelSplitAgreesWithEngine(t *testing.T) {
+	const scale = 1.0 // replay's 16 s of warm-up in model time: 16 s of wall time
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	url, _, d, trace := startTracedEngine(t, ctx, scale, "--enable-per-request-metrics", "--enable-prompt-tokens-details")
+	w := replay.DefaultWorkload()
+	w.Requests, w.InputTokens, w.OutputTokens = 24, 1024, 16 // short prompts and answers: seconds of wall time
+	rec, err := replay.Run(ctx, replay.Options{Endpoint: url, Model: "Qwen/Qwen2.5-Coder-0.5B-Instruct",
+		Kind: replay.KindEmulated, Backend: "emulator", Workload: w, QPS: []float64{40}, TimeScale: scale, GPUs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var xs []KernelExchange
+	var steps map[int][]EngineStep
+	measured := 0
+	for _, run := range rec.Runs {
+		for _, l := range run.Levels {
+			for _, rq := range l.Requests {
+				if rq.ID >= replay.Sessions && rq.Outcome == "ok" {
+					measured++
+				}
+			}
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		snap, err := json.Marshal(d.Snapshot())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if xs, steps, err = ParseKernelEvidence(snap); err != nil {
+			t.Fatal(err)
+		}
+		closed := 0
+		for _, x := range xs {
+			if x.Sends > 1 {
+				closed++
+			}
+		}
+		if closed >= measured || time.Now().After(deadline) {
+			break
+		}
+	}
+	atts, err := Attribute(rec, Evidence{Exchanges: xs, Steps: steps, Head: HeadWithFirstToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, lateMs := readTruth(t, trace, scale)
+	within := func(got, want float64) bool { return math.Abs(got-want) <= max(0.05*want, 1) }
+	var split, okQ, okP, okD, distorted int
+	for _, a := range atts {
+		k := a.Kernel
+		if k == nil {
+			t.Errorf("%s: no kernel split", a.RequestID)
+			continue
+		}
+		if !a.EngineMetrics {
+			t.Errorf("%s: no engine metrics to compare with", a.RequestID)
+			continue
+		}
+		split++
+		if late := lateMs["cmpl-"+a.RequestID]; late > 0.5 {
+			distorted++
+			t.Logf("%s: host-distorted (a step %.2f ms late), not compared", a.RequestID, late)
+			continue
+		}
+		okQ += b2i(within(k.QueueMs, a.Parts[Queueing]))
+		okP += b2i(within(k.PrefillMs, a.Parts[Prefill]))
+		okD += b2i(within(k.DecodeMs, a.Parts[Decode]))
+		t.Logf("%s: queue %.2f/%.2f prefill %.2f/%.2f decode %.2f/%.2f ms (kernel/engine)", a.RequestID,
+			k.QueueMs, a.Parts[Queueing], k.PrefillMs, a.Parts[Prefill], k.DecodeMs, a.Parts[Decode])
+	}
+	if split != measured || split == 0 {
+		t.Fatalf("%d of %d measured requests split from kernel evidence", split, measured)
+	}
+	m := split - distorted
+	t.Logf("kernel and engine splits within max(5%%, 1 ms): queue %d/%d, prefill %d/%d, decode %d/%d (%d host-distorted)",
+		okQ, m, okP, m, okD, m, distorted)
+	if distorted > split/2 {
+		t.Fatalf("%d of %d requests host-distorted: the host is too busy to judge", distorted, split)
+	}
+	need := (9*m + 9) / 10
+	if okQ < need || okP < need || okD < need {
+		t.Errorf("agreement: queue %d, prefill %d, decode %d of %d; want at least %d each", okQ, okP, okD, m, need)
+	}
+	dg := Summarize(rec.Kind, atts, rec.SLO, nil)
+	if l := dg.Levels[0]; l.KernelSplit != split || l.KernelCompared != split {
+		t.Errorf("summary: kernel split %d, compared %d; want %d", l.KernelSplit, l.KernelCompared, split)
 	}
 }
 

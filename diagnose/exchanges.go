@@ -135,3 +135,58 @@ func SplitExchange(x KernelExchange, steps []EngineStep, head HeadSend, chunks i
 	}
 	return KernelSplit{StepSplit: ss, DecodeMs: float64(x.LastSendNs-ft) / 1e6 / scale}, nil
 }
+
+// joinExchanges gives each request with a window (the answering engine's
+// leg sent .. its first token at the client) the exchange that fits it
+// best: received inside the window, its first token sent by the window's
+// end, the sum of the two gaps (send → receipt, first-token send → the
+// client's first chunk) smallest; requests in the order they were sent,
+// each exchange to one request. It fills Kernel with SplitExchange's parts
+// (a prefill of one chunk: the brief's workload reuses most of its prompt).
+func joinExchanges(atts []Attribution, windows map[string][2]int64, ev Evidence, scale float64) {
+	type item struct {
+		i    int
+		from int64
+	}
+	var order []item
+	for i, a := range atts {
+		if w, ok := windows[a.RequestID]; ok {
+			order = append(order, item{i, w[0]})
+		}
+	}
+	sort.Slice(order, func(x, y int) bool { return order[x].from < order[y].from })
+	xs := ev.Exchanges
+	if !sort.SliceIsSorted(xs, func(i, j int) bool { return xs[i].ReceivedNs < xs[j].ReceivedNs }) {
+		xs = append([]KernelExchange(nil), xs...)
+		sort.SliceStable(xs, func(i, j int) bool { return xs[i].ReceivedNs < xs[j].ReceivedNs })
+	}
+	used := make([]bool, len(xs))
+	for _, it := range order {
+		w := windows[atts[it.i].RequestID]
+		best, bestGap := -1, int64(0)
+		for k := sort.Search(len(xs), func(k int) bool { return xs[k].ReceivedNs >= w[0] }); k < len(xs) && xs[k].ReceivedNs <= w[1]; k++ {
+			x := xs[k]
+			ft := x.FirstTokenNs(ev.Head)
+			if used[k] || ft == 0 || ft > w[1] {
+				continue
+			}
+			if gap := (x.ReceivedNs - w[0]) + (w[1] - ft); best < 0 || gap < bestGap {
+				best, bestGap = k, gap
+			}
+		}
+		if best < 0 {
+			continue
+		}
+		x := xs[best]
+		ks, err := SplitExchange(x, ev.Steps[x.PID], ev.Head, 1, scale)
+		if err != nil {
+			continue // no step fits: the engine's libcuda was not probed
+		}
+		used[best] = true
+		a := &atts[it.i]
+		a.Kernel = &KernelParts{Engine: x.Local, QueueMs: ks.QueueMs, PrefillMs: ks.PrefillMs, DecodeMs: ks.DecodeMs,
+			QueueSlackMs: ks.QueueSlackMs, Steps: ks.Steps}
+		a.Sources["kernel_split"] = "daemon: the HTTP exchange on the engine's API socket (sock_recv_length/sock_send_length) " +
+			"and its CUDA steps (launch/graph-launch to synchronize uprobes), CLOCK_MONOTONIC"
+	}
+}

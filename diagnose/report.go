@@ -42,6 +42,15 @@ type LevelBreakdown struct {
 	KernelJoined     int     `json:"kernel_joined,omitempty"`
 	KernelKVBytes    float64 `json:"kernel_kv_bytes_mean,omitempty"`
 	KernelTransferMs float64 `json:"kernel_transfer_ms_mean,omitempty"`
+	// KernelSplit counts requests split from kernel evidence alone (their
+	// HTTP exchange and the engine's steps), KernelMean their mean queue,
+	// prefill and decode (model ms); KernelCompared those that also have
+	// the engine's own split (per-request metrics, colocated), and
+	// KernelDiff the mean absolute difference per part between the two.
+	KernelSplit    int                `json:"kernel_split,omitempty"`
+	KernelMean     map[string]float64 `json:"kernel_split_mean_ms,omitempty"`
+	KernelCompared int                `json:"kernel_compared,omitempty"`
+	KernelDiff     map[string]float64 `json:"kernel_split_diff_ms,omitempty"`
 	// Sources counts the level's requests (those its figures cover) by
 	// the evidence their split used: SourceEngineMetrics (the answering
 	// engine's per-request metrics), SourcePrefillEngineMetrics (the
@@ -148,6 +157,24 @@ func (l *level) breakdown() LevelBreakdown {
 				lb.Sources[k]++
 			}
 		}
+		if k := a.Kernel; k != nil {
+			if lb.KernelMean == nil {
+				lb.KernelMean = map[string]float64{}
+			}
+			lb.KernelSplit++
+			lb.KernelMean[Queueing] += k.QueueMs
+			lb.KernelMean[Prefill] += k.PrefillMs
+			lb.KernelMean[Decode] += k.DecodeMs
+			if a.EngineMetrics && !a.Timeline {
+				if lb.KernelDiff == nil {
+					lb.KernelDiff = map[string]float64{}
+				}
+				lb.KernelCompared++
+				lb.KernelDiff[Queueing] += math.Abs(k.QueueMs - a.Parts[Queueing])
+				lb.KernelDiff[Prefill] += math.Abs(k.PrefillMs - a.Parts[Prefill])
+				lb.KernelDiff[Decode] += math.Abs(k.DecodeMs - a.Parts[Decode])
+			}
+		}
 		if a.KernelKVBytes > 0 {
 			lb.KernelJoined++
 			lb.KernelKVBytes += float64(a.KernelKVBytes)
@@ -156,6 +183,12 @@ func (l *level) breakdown() LevelBreakdown {
 	}
 	for k, v := range p99.Parts {
 		lb.AtP99[k] = v
+	}
+	for k := range lb.KernelMean {
+		lb.KernelMean[k] /= float64(lb.KernelSplit)
+	}
+	for k := range lb.KernelDiff {
+		lb.KernelDiff[k] /= float64(lb.KernelCompared)
 	}
 	if lb.KernelJoined > 0 {
 		lb.KernelKVBytes /= float64(lb.KernelJoined)
@@ -291,6 +324,15 @@ func (d Diagnosis) WriteTable(w io.Writer, md bool) error {
 		if l.KernelJoined > 0 {
 			line(fmt.Sprintf("kernel (daemon) at %g req/s: %d requests joined to their KV pull, %.2f MB received and %.2f ms first→last byte on average",
 				l.OfferedQPS, l.KernelJoined, l.KernelKVBytes/1e6, l.KernelTransferMs))
+		}
+		if l.KernelSplit > 0 {
+			s := fmt.Sprintf("kernel split (daemon: HTTP exchange + CUDA steps, no engine metrics) at %g req/s: %d of %d requests, mean queue %.2f, prefill %.2f, decode %.2f ms",
+				l.OfferedQPS, l.KernelSplit, l.Requests, l.KernelMean[Queueing], l.KernelMean[Prefill], l.KernelMean[Decode])
+			if l.KernelCompared > 0 {
+				s += fmt.Sprintf("; against the engine's own split (%d requests) mean |difference| queue %.2f, prefill %.2f, decode %.2f ms",
+					l.KernelCompared, l.KernelDiff[Queueing], l.KernelDiff[Prefill], l.KernelDiff[Decode])
+			}
+			line(s)
 		}
 	}
 	for _, p := range d.Proposals {

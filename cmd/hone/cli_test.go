@@ -228,6 +228,7 @@ func TestOptimizeAndReportBadInput(t *testing.T) {
 		{[]string{"report", "--log", filepath.Join(t.TempDir(), "nope.json"), "--out", filepath.Join(t.TempDir(), "r.md")}, "nope.json"},
 		{[]string{"diagnose", "report"}, "--record"},
 		{[]string{"diagnose", "report", "--record", "r.json", "-o", "xml"}, "-o/--output"},
+		{[]string{"diagnose", "report", "--record", "r.json", "--http-head", "first"}, "--http-head"},
 	} {
 		_, errs, code := runCLI(t, "", tc.args...)
 		if code != 2 || !strings.Contains(errs, tc.want) {

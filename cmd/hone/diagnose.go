@@ -15,7 +15,7 @@ func init() { subcommands = append(subcommands, newDiagnoseCmd) }
 
 func newDiagnoseCmd() *cobra.Command {
 	c := &cobra.Command{Use: "diagnose", Short: "Attribute each request's latency and name the bottleneck"}
-	var record, timelines, proxyURL, truth, pprofOut, snapshot string
+	var record, timelines, proxyURL, truth, pprofOut, snapshot, head string
 	var format outputFormat
 	report := &cobra.Command{
 		Use:   "report --record run.json",
@@ -54,10 +54,28 @@ that dominates the TTFT budget at every valid level (mean share over %g%%);
 else none. When the runner-up's interval overlaps, the verdict says
 "uncertain".
 
---daemon joins a hone daemon snapshot (--once --out FILE, or GET /v1/snapshot):
-each disaggregated request gets the KV connection whose bytes started after its
-decode leg was sent and before its first token, with the bytes received and
-first-to-last-byte time as the kernel saw them.
+Two sources of evidence split the engine's span. The engine's own: vLLM's
+per-request metrics (queue_time_ms, time_to_first_token_ms), which need a vLLM
+that returns them. The kernel's: --daemon joins a hone daemon snapshot (--once
+--out FILE, or GET /v1/snapshot), which needs no engine cooperation:
+  - each disaggregated request gets the KV connection whose bytes started after
+    its decode leg was sent and before its first token, with the bytes
+    received and first-to-last-byte time as the kernel saw them;
+  - each request gets the HTTP exchange the daemon saw on the answering
+    engine's API socket (--http-ports) received after the request (or its
+    decode leg) was sent, whose first-token send came before the client's
+    first chunk, the closest fit on both ends, requests in the order sent; with
+    that engine's CUDA steps (libcuda uprobes: launch or graph launch to
+    synchronize) it splits queue (receipt, the API front end inside, to the
+    first scheduled step), prefill (to the end of the step whose token the
+    first-token send carried; one chunk assumed) and decode (first-token send
+    to the last send). Which send carries the first token depends on the
+    server: vLLM writes a streamed response's head before the first token
+    (--http-head separate), hone sim serve writes it with the first token
+    (with-first-token); auto picks by the record's kind. Where both splits
+    exist the report gives their mean difference per part.
+All clocks are CLOCK_MONOTONIC of the one host: the daemon must run on the
+engine's host and replay or the proxy on the same host.
 
 --truth compares with an emulator's --trace-file (its ground truth) and
 prints the error per part. --pprof writes a profile for go tool pprof.
@@ -71,6 +89,9 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 		RunE: func(c *cobra.Command, _ []string) error {
 			if record == "" {
 				return badInput("--record: required (a hone replay record)")
+			}
+			if head != "auto" && head != "separate" && head != "with-first-token" {
+				return badInput("--http-head: want auto, separate or with-first-token, got %q", head)
 			}
 			if err := format.check(); err != nil {
 				return err
@@ -96,6 +117,13 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 				if ev.KV, err = diagnose.ReadKVConns(snapshot); err != nil {
 					return usageError{fmt.Errorf("--daemon: %w", err)}
 				}
+				if ev.Exchanges, ev.Steps, err = diagnose.ReadKernelEvidence(snapshot); err != nil {
+					return usageError{fmt.Errorf("--daemon: %w", err)}
+				}
+			}
+			ev.Head = diagnose.HeadSeparate // vLLM
+			if head == "with-first-token" || head == "auto" && rec.Kind == replay.KindEmulated {
+				ev.Head = diagnose.HeadWithFirstToken
 			}
 			atts, err := diagnose.Attribute(rec, ev)
 			if err != nil {
@@ -181,7 +209,8 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 	f.StringVar(&truth, "truth", "", "emulator --trace-file to compare against")
 	format.register(f, "table", "format", "table", "md", "json")
 	f.StringVar(&pprofOut, "pprof", "", "write a pprof profile of attributed time here")
-	f.StringVar(&snapshot, "daemon", "", "hone daemon snapshot: join each disaggregated request to its KV pull as the kernel saw it")
+	f.StringVar(&snapshot, "daemon", "", "hone daemon snapshot: join each request to its HTTP exchange and the engine's steps, and each disaggregated request to its KV pull, as the kernel saw them")
+	f.StringVar(&head, "http-head", "auto", "which send of a streamed response carries the first token: separate (vLLM: the head is sent first) | with-first-token (hone sim serve) | auto (by the record's kind)")
 	c.AddCommand(report)
 	return c
 }
