@@ -53,34 +53,10 @@ func Handler(src func() *Snapshot) http.Handler {
 		}
 		writeJSON(w, out)
 	})
-	mux.HandleFunc("GET /v1/steps", func(w http.ResponseWriter, r *http.Request) {
-		pid, ok := pidParam(w, r)
-		since, ok2 := sinceParam(w, r)
-		if !ok || !ok2 {
-			return
-		}
-		out := []Step{}
-		for _, s := range src().Steps {
-			if (pid == 0 || s.PID == pid) && s.EndMonotonicNS > since {
-				out = append(out, s)
-			}
-		}
-		writeJSON(w, out)
-	})
-	mux.HandleFunc("GET /v1/exchanges", func(w http.ResponseWriter, r *http.Request) {
-		pid, ok := pidParam(w, r)
-		since, ok2 := sinceParam(w, r)
-		if !ok || !ok2 {
-			return
-		}
-		out := []Exchange{}
-		for _, x := range src().Exchanges {
-			if (pid == 0 || x.PID == pid) && max(x.RequestEndMonotonicNS, x.LastSendMonotonicNS) > since {
-				out = append(out, x)
-			}
-		}
-		writeJSON(w, out)
-	})
+	mux.HandleFunc("GET /v1/steps", timedList(src, func(s *Snapshot) []Step { return s.Steps },
+		func(s Step) (int, uint64) { return s.PID, s.EndMonotonicNS }))
+	mux.HandleFunc("GET /v1/exchanges", timedList(src, func(s *Snapshot) []Exchange { return s.Exchanges },
+		func(x Exchange) (int, uint64) { return x.PID, max(x.RequestEndMonotonicNS, x.LastSendMonotonicNS) }))
 	mux.HandleFunc("GET /v1/profile", func(w http.ResponseWriter, r *http.Request) {
 		view := r.URL.Query().Get("view")
 		if view == "" {
@@ -109,6 +85,25 @@ func pidParam(w http.ResponseWriter, r *http.Request) (int, bool) {
 		return 0, false
 	}
 	return pid, true
+}
+
+// timedList serves a snapshot's list filtered by ?pid=N and ?since_ns=T:
+// the items of process N whose last instant (of) is after T.
+func timedList[T any](src func() *Snapshot, list func(*Snapshot) []T, of func(T) (pid int, lastNS uint64)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		pid, ok := pidParam(w, r)
+		since, ok2 := sinceParam(w, r)
+		if !ok || !ok2 {
+			return
+		}
+		out := []T{}
+		for _, it := range list(src()) {
+			if p, last := of(it); (pid == 0 || p == pid) && last > since {
+				out = append(out, it)
+			}
+		}
+		writeJSON(w, out)
+	}
 }
 
 // sinceParam reads ?since_ns= (0 when absent).

@@ -124,6 +124,11 @@ func threadsOf(s *Snapshot, pid int) []Thread {
 	return out
 }
 
+// workloadSyscalls is what "workload syscalls N" makes, per class.
+func workloadSyscalls(n uint64) map[string]uint64 {
+	return map[string]uint64{"futex": n, "poll": n, "ioctl": n, "socket": 2 * n, "file": 2 * n, "other": n}
+}
+
 func syscallCounts(s *Snapshot, pid int) map[string]uint64 {
 	got := map[string]uint64{}
 	for _, th := range threadsOf(s, pid) {
@@ -163,7 +168,7 @@ func TestDaemonSyscallsExactPerClass(t *testing.T) {
 	other.goAhead(t)
 	target.wait(t)
 	other.wait(t)
-	want := map[string]uint64{"futex": n, "poll": n, "ioctl": n, "socket": 2 * n, "file": 2 * n, "other": n}
+	want := workloadSyscalls(n)
 	eventually(t, 5*time.Second, func() string {
 		s := d.Snapshot()
 		got := syscallCounts(s, target.pid())
@@ -510,7 +515,7 @@ func TestDaemonCgroupTarget(t *testing.T) {
 	d := startDaemon(t, Config{Cgroups: []string{dir}})
 	w.goAhead(t)
 	w.wait(t)
-	want := map[string]uint64{"futex": n, "poll": n, "ioctl": n, "socket": 2 * n, "file": 2 * n, "other": n}
+	want := workloadSyscalls(n)
 	eventually(t, 5*time.Second, func() string {
 		s := d.Snapshot()
 		if got := syscallCounts(s, w.pid()); fmt.Sprint(got) != fmt.Sprint(want) {
@@ -591,7 +596,7 @@ func TestDaemonPodTarget(t *testing.T) {
 			d := startDaemon(t, cfg)
 			w.goAhead(t)
 			w.wait(t)
-			want := map[string]uint64{"futex": n, "poll": n, "ioctl": n, "socket": 2 * n, "file": 2 * n, "other": n}
+			want := workloadSyscalls(n)
 			eventually(t, 5*time.Second, func() string {
 				s := d.Snapshot()
 				if got := syscallCounts(s, w.pid()); fmt.Sprint(got) != fmt.Sprint(want) {

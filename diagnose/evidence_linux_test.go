@@ -80,27 +80,16 @@ func TestKernelEvidenceColocatedQueueing(t *testing.T) {
 
 	var truth map[string]emulator.TraceRecord
 	var lateMs map[string]float64
-	var xs []KernelExchange
-	var steps map[int][]EngineStep
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	xs, steps := kernelEvidence(t, d, func(xs []KernelExchange) bool {
 		truth, lateMs = readTruth(t, trace, scale)
-		snap, err := json.Marshal(d.Snapshot())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if xs, steps, err = ParseKernelEvidence(snap); err != nil {
-			t.Fatal(err)
-		}
 		closed := 0
 		for _, x := range xs {
 			if _, ok := ids[x.Remote]; ok && !x.Open {
 				closed++
 			}
 		}
-		if (closed == n && len(truth) == n) || time.Now().After(deadline) {
-			break
-		}
-	}
+		return closed == n && len(truth) == n
+	})
 	within := func(got, want float64) bool { return math.Abs(got-want) <= max(0.05*want, 1) }
 	var okQ, okP, okD, joined, distorted int
 	var sumQ, sumP, sumD float64
@@ -148,6 +137,27 @@ func TestKernelEvidenceColocatedQueueing(t *testing.T) {
 	}
 	if sumQ <= sumP || sumQ <= sumD {
 		t.Errorf("the planted queueing is not the largest part: queue %.1f, prefill %.1f, decode %.1f ms in all", sumQ, sumP, sumD)
+	}
+}
+
+// kernelEvidence polls the daemon's snapshot (the last reads of a burst
+// can take a moment to reach the maps on a loaded runner) until done says
+// its exchanges are all there, or ten seconds pass, and returns its
+// exchanges and steps.
+func kernelEvidence(t *testing.T, d *daemon.Daemon, done func([]KernelExchange) bool) ([]KernelExchange, map[int][]EngineStep) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		snap, err := json.Marshal(d.Snapshot())
+		if err != nil {
+			t.Fatal(err)
+		}
+		xs, steps, err := ParseKernelEvidence(snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done(xs) || time.Now().After(deadline) {
+			return xs, steps
+		}
 	}
 }
 
@@ -255,8 +265,6 @@ func TestKernelSplitAgreesWithEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var xs []KernelExchange
-	var steps map[int][]EngineStep
 	measured := 0
 	for _, run := range rec.Runs {
 		for _, l := range run.Levels {
@@ -267,24 +275,15 @@ func TestKernelSplitAgreesWithEngine(t *testing.T) {
 			}
 		}
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		snap, err := json.Marshal(d.Snapshot())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if xs, steps, err = ParseKernelEvidence(snap); err != nil {
-			t.Fatal(err)
-		}
-		closed := 0
+	xs, steps := kernelEvidence(t, d, func(xs []KernelExchange) bool {
+		answered := 0
 		for _, x := range xs {
 			if x.Sends > 1 {
-				closed++
+				answered++
 			}
 		}
-		if closed >= measured || time.Now().After(deadline) {
-			break
-		}
-	}
+		return answered >= measured
+	})
 	atts, err := Attribute(rec, Evidence{Exchanges: xs, Steps: steps, Head: HeadWithFirstToken})
 	if err != nil {
 		t.Fatal(err)

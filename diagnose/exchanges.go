@@ -144,25 +144,14 @@ func SplitExchange(x KernelExchange, steps []EngineStep, head HeadSend, chunks i
 // each exchange to one request. It fills Kernel with SplitExchange's parts
 // (a prefill of one chunk: the brief's workload reuses most of its prompt).
 func joinExchanges(atts []Attribution, windows map[string][2]int64, ev Evidence, scale float64) {
-	type item struct {
-		i    int
-		from int64
-	}
-	var order []item
-	for i, a := range atts {
-		if w, ok := windows[a.RequestID]; ok {
-			order = append(order, item{i, w[0]})
-		}
-	}
-	sort.Slice(order, func(x, y int) bool { return order[x].from < order[y].from })
 	xs := ev.Exchanges
 	if !sort.SliceIsSorted(xs, func(i, j int) bool { return xs[i].ReceivedNs < xs[j].ReceivedNs }) {
 		xs = append([]KernelExchange(nil), xs...)
 		sort.SliceStable(xs, func(i, j int) bool { return xs[i].ReceivedNs < xs[j].ReceivedNs })
 	}
 	used := make([]bool, len(xs))
-	for _, it := range order {
-		w := windows[atts[it.i].RequestID]
+	for _, i := range bySentTime(atts, windows) {
+		w := windows[atts[i].RequestID]
 		best, bestGap := -1, int64(0)
 		for k := sort.Search(len(xs), func(k int) bool { return xs[k].ReceivedNs >= w[0] }); k < len(xs) && xs[k].ReceivedNs <= w[1]; k++ {
 			x := xs[k]
@@ -183,7 +172,7 @@ func joinExchanges(atts []Attribution, windows map[string][2]int64, ev Evidence,
 			continue // no step fits: the engine's libcuda was not probed
 		}
 		used[best] = true
-		a := &atts[it.i]
+		a := &atts[i]
 		a.Kernel = &KernelParts{Engine: x.Local, QueueMs: ks.QueueMs, PrefillMs: ks.PrefillMs, DecodeMs: ks.DecodeMs,
 			QueueSlackMs: ks.QueueSlackMs, Steps: ks.Steps}
 		a.Sources["kernel_split"] = "daemon: the HTTP exchange on the engine's API socket (sock_recv_length/sock_send_length) " +

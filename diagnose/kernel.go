@@ -121,32 +121,36 @@ func ParseKVConns(b []byte) ([]KVConn, error) {
 // the earliest such connection not yet joined, requests taken in the order
 // their decode legs were sent. It fills KernelKVBytes and KernelTransferMs.
 func joinKernel(atts []Attribution, windows map[string][2]int64, conns []KVConn, scale float64) {
-	type item struct {
-		i    int
-		from int64
-	}
-	var order []item
-	for i, a := range atts {
-		if w, ok := windows[a.RequestID]; ok {
-			order = append(order, item{i, w[0]})
-		}
-	}
-	sort.Slice(order, func(x, y int) bool { return order[x].from < order[y].from })
 	used := make([]bool, len(conns))
-	for _, it := range order {
-		w := windows[atts[it.i].RequestID]
+	for _, i := range bySentTime(atts, windows) {
+		w := windows[atts[i].RequestID]
 		for k := range conns {
 			c := &conns[k]
 			if used[k] || c.FirstNs < w[0] || c.FirstNs > w[1] {
 				continue
 			}
 			used[k] = true
-			c.Attributed = atts[it.i].RequestID
-			a := &atts[it.i]
+			c.Attributed = atts[i].RequestID
+			a := &atts[i]
 			a.KernelKVBytes = c.RXBytes
 			a.KernelTransferMs = float64(c.LastNs-c.FirstNs) / 1e6 / scale
 			a.Sources["transfer_kernel"] = "daemon: KV connection bytes received (sock_recv_length) and their first/last CLOCK_MONOTONIC times"
 			break
 		}
 	}
+}
+
+// bySentTime returns the indices of the requests that have a window, in
+// the order their windows open (their legs were sent).
+func bySentTime(atts []Attribution, windows map[string][2]int64) []int {
+	var order []int
+	for i, a := range atts {
+		if _, ok := windows[a.RequestID]; ok {
+			order = append(order, i)
+		}
+	}
+	sort.SliceStable(order, func(x, y int) bool {
+		return windows[atts[order[x]].RequestID][0] < windows[atts[order[y]].RequestID][0]
+	})
+	return order
 }
