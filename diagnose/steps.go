@@ -49,8 +49,11 @@ func SplitBySteps(steps []EngineStep, receivedNs, firstTokenNs int64, chunks int
 	if firstTokenNs < receivedNs {
 		return StepSplit{}, fmt.Errorf("first token at %d before the receipt at %d", firstTokenNs, receivedNs)
 	}
-	s := append([]EngineStep(nil), steps...)
-	sort.Slice(s, func(i, j int) bool { return s[i].EndNs < s[j].EndNs })
+	s := steps // ParseKernelEvidence's are sorted by end already
+	if !sort.SliceIsSorted(s, func(i, j int) bool { return s[i].EndNs < s[j].EndNs }) {
+		s = append([]EngineStep(nil), steps...)
+		sort.Slice(s, func(i, j int) bool { return s[i].EndNs < s[j].EndNs })
+	}
 	// The token step: the latest to end by the first token.
 	tok := sort.Search(len(s), func(i int) bool { return s[i].EndNs > firstTokenNs }) - 1
 	if tok < 0 || s[tok].StartNs < receivedNs {
