@@ -251,15 +251,19 @@ func startTracedEngine(t *testing.T, ctx context.Context, scale float64, extra .
 // with per-request metrics on; Attribute joins every measured request to
 // its HTTP exchange and splits it from kernel evidence, and that split
 // agrees with the engine's own (queue with its front end, prefill, decode)
-// within max(5%, 1 ms model time) for at least 90% of requests; the
-// report states both.
+// within max(5%, 1 ms model time) for at least 90% of the requests the
+// host did not distort (a step run late, or a first or last token reaching
+// the client more than half the tolerance after its modelled instant; at
+// least 10 must be left to judge); the report states both.
 func TestKernelSplitAgreesWithEngine(t *testing.T) {
 	const scale = 2.0 // replay's 16 s of warm-up in model time: 32 s of wall time; host jitter counts half
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	url, _, d, trace := startTracedEngine(t, ctx, scale, "--enable-per-request-metrics", "--enable-prompt-tokens-details")
 	w := replay.DefaultWorkload()
-	w.Requests, w.InputTokens, w.OutputTokens = 24, 1024, 16 // short prompts and answers: seconds of wall time
+	// Short prompts and answers: after the 16 s warm-up, a second of wall
+	// time for 32 measured requests.
+	w.Requests, w.InputTokens, w.OutputTokens = 40, 1024, 16
 	rec, err := replay.Run(ctx, replay.Options{Endpoint: url, Model: "Qwen/Qwen2.5-Coder-0.5B-Instruct",
 		Kind: replay.KindEmulated, Backend: "emulator", Workload: w, QPS: []float64{40}, TimeScale: scale, GPUs: 1})
 	if err != nil {
@@ -288,7 +292,21 @@ func TestKernelSplitAgreesWithEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, lateMs := readTruth(t, trace, scale)
+	truth, lateMs := readTruth(t, trace, scale)
+	// The host may also deliver tokens late (the handler's write, the
+	// client's read): the client's first and last chunk against the
+	// emulator's modelled first token and finish.
+	for _, run := range rec.Runs {
+		for _, l := range run.Levels {
+			for _, rq := range l.Requests {
+				tr, ok := truth["cmpl-"+rq.RequestID]
+				if n := len(rq.Chunks.MonoNs); ok && n > 0 {
+					late := float64(max(rq.Chunks.MonoNs[0]-tr.FirstTokenMono, rq.Chunks.MonoNs[n-1]-tr.FinishMono)) / 1e6 / scale
+					lateMs[tr.RequestID] = max(lateMs[tr.RequestID], late)
+				}
+			}
+		}
+	}
 	within := func(got, want float64) bool { return math.Abs(got-want) <= max(0.05*want, 1) }
 	var split, okQ, okP, okD, distorted int
 	for _, a := range atts {
@@ -304,7 +322,7 @@ func TestKernelSplitAgreesWithEngine(t *testing.T) {
 		split++
 		if late := lateMs["cmpl-"+a.RequestID]; late > 0.5 {
 			distorted++
-			t.Logf("%s: host-distorted (a step %.2f ms late), not compared", a.RequestID, late)
+			t.Logf("%s: host-distorted (a step or a delivery %.2f ms late), not compared", a.RequestID, late)
 			continue
 		}
 		okQ += b2i(within(k.QueueMs, a.Parts[Queueing]))
@@ -319,7 +337,7 @@ func TestKernelSplitAgreesWithEngine(t *testing.T) {
 	m := split - distorted
 	t.Logf("kernel and engine splits within max(5%%, 1 ms): queue %d/%d, prefill %d/%d, decode %d/%d (%d host-distorted)",
 		okQ, m, okP, m, okD, m, distorted)
-	if distorted > split/2 {
+	if m < 10 {
 		t.Fatalf("%d of %d requests host-distorted: the host is too busy to judge", distorted, split)
 	}
 	need := (9*m + 9) / 10
