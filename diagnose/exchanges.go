@@ -129,6 +129,9 @@ func SplitExchange(x KernelExchange, steps []EngineStep, head HeadSend, chunks i
 	if ft == 0 {
 		return KernelSplit{}, fmt.Errorf("exchange %s→%s received at %d: no send carried a first token (%d sends)", x.Remote, x.Local, x.ReceivedNs, x.Sends)
 	}
+	if x.LastSendNs < ft {
+		return KernelSplit{}, fmt.Errorf("exchange %s→%s: last send at %d before the first token's at %d", x.Remote, x.Local, x.LastSendNs, ft)
+	}
 	ss, err := SplitBySteps(steps, x.ReceivedNs, ft, chunks, scale)
 	if err != nil {
 		return KernelSplit{}, fmt.Errorf("exchange %s→%s: %w", x.Remote, x.Local, err)

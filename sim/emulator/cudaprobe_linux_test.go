@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hone-llm/hone/bpf/bpftest"
 )
 
 // buildLib compiles C source into a shared library named libcuda.so.1 in
@@ -31,16 +33,6 @@ func buildLib(t *testing.T, src string, defs ...string) string {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
 	return lib
-}
-
-// fakeCUDA builds the daemon tests' fake libcuda (bpf/bpftest).
-func fakeCUDA(t *testing.T) string {
-	t.Helper()
-	src, err := os.ReadFile("../../bpf/bpftest/testdata/fakecuda.c")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return buildLib(t, string(src))
 }
 
 // recordingCUDA logs each call to the file HONE_LOG as one byte: 'G'
@@ -72,7 +64,7 @@ int cuStreamSynchronize(void *stream) { rec(!stream ? 'S' : 'X'); return 0; }
 // instants they stand for (launch at or after the start, sync at or after
 // the end) and within a generous slack of the end.
 func TestCUDALibFakeCUDA(t *testing.T) {
-	lib := fakeCUDA(t)
+	_, lib := bpftest.Workload(t) // the daemon tests' fake libcuda
 	trace := newSyncBuffer()
 	// A GPU profile (a front end, batches, chunked prefill) at half speed.
 	s := startServer(t, Config{Profile: "qwen2.5-coder-0.5b-a10", TimeScale: 0.5, Trace: trace, CUDALib: lib})
