@@ -54,26 +54,70 @@ type Attribution struct {
 	// ms), when a snapshot was given: the kernel's view of Transfer.
 	KernelKVBytes    uint64  `json:"kernel_kv_bytes,omitempty"`
 	KernelTransferMs float64 `json:"kernel_transfer_ms,omitempty"`
-	// Kernel is the split of the answering engine's span from kernel
-	// evidence alone (the daemon's HTTP exchange and CUDA steps), when a
-	// snapshot with both was given and the request joined one exchange.
+	// Kernel is the request's split from kernel evidence alone (the
+	// daemon's HTTP exchanges and CUDA steps, and its KV connection when
+	// disaggregated), when a snapshot with them was given and the request
+	// joined its exchanges.
 	Kernel *KernelParts `json:"kernel_split,omitempty"`
+	// SplitBy says which evidence Parts came from: "engine" (the engines'
+	// per-request metrics, with the proxy's timeline), "kernel" (Kernel:
+	// Evidence.Source chose it, or the engine reported no metrics) or
+	// "client" (neither: the engine's span is client- or proxy-timed).
+	SplitBy string `json:"split_by"`
+	// EngineParts keeps the engine-metrics split when the kernel split
+	// took its place in Parts, so the two can still be compared.
+	EngineParts map[string]float64 `json:"engine_parts_ms,omitempty"`
+
+	kvLastNs int64 // the joined KV connection's last operation (the decode worker's ack: KV usable)
 }
 
-// KernelParts is a request's span on the engine that answered it, split
-// from kernel evidence alone (SplitExchange), model ms: Queue runs from the
-// engine's API socket receiving the request (its front end inside) to its
-// first scheduled step, Prefill from there to the end of the step whose
-// result the first token's send carried, Decode from that send to the
-// response's last. QueueSlackMs is the step grid's uncertainty on Queue.
+// KernelParts is a request's split from kernel evidence alone, model ms
+// (SplitExchange). Colocated: Queue runs from the answering engine's API
+// socket receiving the request (its front end inside) to its first
+// scheduled step, Prefill from there to the end of the step whose result
+// the first token's send carried. Disaggregated: Queue and Prefill are the
+// prefill worker's, split the same way on its exchange; Transfer runs from
+// the decode worker's API socket receiving the request to the last
+// operation on its KV connection (the pull's acknowledgement: the blocks
+// are usable), DecodeQueue from there to the decode worker's first-token
+// send (its queue after the KV and its first step). Decode runs from the
+// first-token send to the response's last. QueueSlackMs is the step grid's
+// uncertainty on Queue.
 type KernelParts struct {
-	Engine       string  `json:"engine"` // the engine's API address
-	QueueMs      float64 `json:"queue_ms"`
-	PrefillMs    float64 `json:"prefill_ms"`
-	DecodeMs     float64 `json:"decode_ms"`
-	QueueSlackMs float64 `json:"queue_slack_ms"`
-	Steps        int     `json:"steps"`
+	Engine        string  `json:"engine"`                   // the answering engine's API address
+	PrefillEngine string  `json:"prefill_engine,omitempty"` // disaggregated: the prefill worker's
+	QueueMs       float64 `json:"queue_ms"`
+	PrefillMs     float64 `json:"prefill_ms"`
+	TransferMs    float64 `json:"transfer_ms,omitempty"`
+	DecodeQueueMs float64 `json:"decode_queue_ms,omitempty"`
+	DecodeMs      float64 `json:"decode_ms"`
+	QueueSlackMs  float64 `json:"queue_slack_ms"`
+	Steps         int     `json:"steps"`
 }
+
+// parts is k keyed by the attribution's part names (transfer and
+// decode_queue only when disaggregated).
+func (k *KernelParts) parts() map[string]float64 {
+	p := map[string]float64{Queueing: k.QueueMs, Prefill: k.PrefillMs, Decode: k.DecodeMs}
+	if k.PrefillEngine != "" {
+		p[Transfer], p[DecodeQ] = k.TransferMs, k.DecodeQueueMs
+	}
+	return p
+}
+
+// Evidence a split may use (Evidence.Source).
+const (
+	// EvidenceAuto: per request, the engines' metrics where they reported
+	// them, else the kernel split where the request has one, else client
+	// timing.
+	EvidenceAuto = "auto"
+	// EvidenceEngine: the engines' metrics or client timing; the kernel
+	// split is shown beside, never used.
+	EvidenceEngine = "engine"
+	// EvidenceKernel: the kernel split for every request that has one,
+	// engine metrics or not; KernelOnly then keeps only those.
+	EvidenceKernel = "kernel"
+)
 
 // Evidence is everything attribution may use beyond the record.
 type Evidence struct {
@@ -87,6 +131,9 @@ type Evidence struct {
 	Exchanges []KernelExchange
 	Steps     map[int][]EngineStep
 	Head      HeadSend
+	// Source chooses the evidence of each request's split: EvidenceAuto
+	// (""), EvidenceEngine or EvidenceKernel.
+	Source string
 }
 
 // engineMetrics are the keys attribution reads of vLLM's per-request
@@ -151,6 +198,7 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 	// request → the answering engine's leg sent .. first token at the
 	// client (the decode leg when disaggregated, else the request itself)
 	exWindows := map[string][2]int64{}
+	pfWindows := map[string][2]int64{} // disaggregated request → its answered prefill leg's sent .. answered
 	for _, run := range rec.Runs {
 		for _, lvl := range run.Levels {
 			for _, rq := range lvl.Requests {
@@ -165,6 +213,9 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 				if window[1] != 0 {
 					windows[a.RequestID] = window
 					exWindows[a.RequestID] = window
+					if l := answeredPrefill(tl[rq.RequestID]); l != nil {
+						pfWindows[a.RequestID] = [2]int64{l.Sent.MonoNs, l.Answered.MonoNs}
+					}
 				} else if rq.Sent.MonoNs != 0 {
 					exWindows[a.RequestID] = [2]int64{rq.Sent.MonoNs, rq.Sent.MonoNs + int64((*rq.FirstMs-rq.SentMs)*scale*1e6)}
 				}
@@ -179,7 +230,10 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 		joinKernel(out, windows, ev.KV, scale)
 	}
 	if len(ev.Exchanges) > 0 {
-		joinExchanges(out, exWindows, ev, scale)
+		joinExchanges(out, exWindows, pfWindows, ev, scale)
+	}
+	for i := range out {
+		chooseSplit(&out[i], ev.Source)
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].Run != out[j].Run {
@@ -191,6 +245,74 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 		return out[i].ID < out[j].ID
 	})
 	return out, nil
+}
+
+// chooseSplit sets a's SplitBy and, where source says the kernel split
+// decides, puts it in Parts (the engine's split kept in EngineParts when
+// there was one). Auto takes the kernel split where the engines reported
+// no metrics for the span it splits (disaggregated: either worker).
+func chooseSplit(a *Attribution, source string) {
+	_, disagg := a.Parts[Transfer] // a prefill worker's KV was used
+	engine := a.EngineMetrics && (!disagg || a.PrefillEngineMetrics)
+	a.SplitBy = "client"
+	if engine {
+		a.SplitBy = "engine"
+	}
+	if a.Kernel == nil || source == EvidenceEngine || source != EvidenceKernel && engine {
+		return
+	}
+	if engine {
+		a.EngineParts = map[string]float64{}
+		for _, k := range append(TTFTComponents, Decode) {
+			a.EngineParts[k] = a.Parts[k]
+		}
+	}
+	attributed := 0.0
+	for k, v := range a.Kernel.parts() {
+		a.Parts[k] = v
+		a.Sources[k] = "kernel split: " + kernelSources[k]
+		if k != Decode {
+			attributed += v
+		}
+	}
+	a.Parts[Client] = a.TTFTMs - attributed
+	a.SplitBy = "kernel"
+}
+
+// kernelSources says where each part of a kernel split comes from.
+var kernelSources = map[string]string{
+	Queueing: "the engine's API socket receiving the request (the prefill worker's when disaggregated) → the start of its first scheduled CUDA step",
+	Prefill:  "first scheduled step → the end of the step whose result the first-token send carried",
+	Transfer: "the decode worker's API socket receiving the request → the last operation on its KV connection (the pull acknowledged)",
+	DecodeQ:  "the KV pull's end → the decode worker's first-token send",
+	Decode:   "the first-token send → the response's last send",
+}
+
+// KernelOnly keeps the attributions split from kernel evidence
+// (SplitBy "kernel") and says how many it left out.
+func KernelOnly(atts []Attribution) ([]Attribution, int) {
+	var out []Attribution
+	for _, a := range atts {
+		if a.SplitBy == "kernel" {
+			out = append(out, a)
+		}
+	}
+	return out, len(atts) - len(out)
+}
+
+// answeredPrefill is the prefill leg whose answer the decode leg used
+// (the last that succeeded), nil when none did.
+func answeredPrefill(p *proxy.Timeline) *proxy.Leg {
+	if p == nil {
+		return nil
+	}
+	var ok *proxy.Leg
+	for i := range p.Prefill {
+		if p.Prefill[i].Answered != nil && p.Prefill[i].Error == "" && p.Prefill[i].Status/100 == 2 {
+			ok = &p.Prefill[i]
+		}
+	}
+	return ok
 }
 
 // engineSpan is what the engine that streamed the answer says about its
@@ -275,12 +397,7 @@ func attributeColocated(a *Attribution, sp engineSpan) {
 func attributeDisaggregated(a *Attribution, p *proxy.Timeline, sp engineSpan, em engineMetrics, toMs func(int64) float64) bool {
 	a.Retries = p.Retries
 	a.Fallback = p.Outcome == proxy.OutcomeFallback
-	var ok *proxy.Leg
-	for i := range p.Prefill {
-		if p.Prefill[i].Answered != nil && p.Prefill[i].Error == "" && p.Prefill[i].Status/100 == 2 {
-			ok = &p.Prefill[i]
-		}
-	}
+	ok := answeredPrefill(p)
 	if ok == nil || a.Fallback {
 		// Decode-side prefill: the time before the decode leg was spent
 		// waiting for a prefill; then the decode engine did the prefill.

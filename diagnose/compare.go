@@ -56,9 +56,13 @@ func ReadTrace(r io.Reader) (map[string]Truth, error) {
 		if p.main == nil {
 			continue
 		}
+		// Queueing runs from the engine's receipt (its API server's front
+		// end inside, as attribution counts it: vLLM's queue_time_ms plus
+		// the front end where the engine reports it, the kernel's receipt
+		// on the API socket) to the first scheduling.
 		t := Truth{Decode: p.main.DecodeMs}
 		if p.prefill != nil {
-			t[Queueing] = p.prefill.QueueMs
+			t[Queueing] = p.prefill.TTFTMs - p.prefill.PrefillMs
 			t[Prefill] = p.prefill.PrefillMs
 			// Waiting for KV is arrival at the decode worker → KV ready:
 			// the pull itself (transfer_ms) and any wait before it. The
@@ -67,7 +71,7 @@ func ReadTrace(r io.Reader) (map[string]Truth, error) {
 			t[Transfer] = p.main.TTFTMs - p.main.QueueMs - p.main.PrefillMs
 			t[DecodeQ] = p.main.QueueMs + p.main.PrefillMs
 		} else {
-			t[Queueing] = p.main.QueueMs
+			t[Queueing] = p.main.TTFTMs - p.main.PrefillMs - p.main.TransferMs
 			t[Prefill] = p.main.PrefillMs
 		}
 		out[id] = t

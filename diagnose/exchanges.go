@@ -144,41 +144,79 @@ func SplitExchange(x KernelExchange, steps []EngineStep, head HeadSend, chunks i
 // best: received inside the window, its first token sent by the window's
 // end, the sum of the two gaps (send → receipt, first-token send → the
 // client's first chunk) smallest; requests in the order they were sent,
-// each exchange to one request. It fills Kernel with SplitExchange's parts
-// (a prefill of one chunk: the brief's workload reuses most of its prompt).
-func joinExchanges(atts []Attribution, windows map[string][2]int64, ev Evidence, scale float64) {
+// each exchange to one request. A disaggregated request (a prefill window:
+// its answered prefill leg's sent .. answered) also gets the prefill
+// worker's exchange, answered whole inside that window, and needs its KV
+// connection (joinKernel) for a kernel split. It fills Kernel with
+// SplitExchange's parts (a prefill of one chunk: the brief's workload
+// reuses most of its prompt).
+func joinExchanges(atts []Attribution, windows, prefillWindows map[string][2]int64, ev Evidence, scale float64) {
 	xs := ev.Exchanges
 	if !sort.SliceIsSorted(xs, func(i, j int) bool { return xs[i].ReceivedNs < xs[j].ReceivedNs }) {
 		xs = append([]KernelExchange(nil), xs...)
 		sort.SliceStable(xs, func(i, j int) bool { return xs[i].ReceivedNs < xs[j].ReceivedNs })
 	}
 	used := make([]bool, len(xs))
-	for _, i := range bySentTime(atts, windows) {
-		w := windows[atts[i].RequestID]
+	// pick is the unused exchange that fits window w best; whole asks for
+	// its last send by the window's end too (a prefill leg's answer).
+	pick := func(w [2]int64, whole bool) int {
 		best, bestGap := -1, int64(0)
 		for k := sort.Search(len(xs), func(k int) bool { return xs[k].ReceivedNs >= w[0] }); k < len(xs) && xs[k].ReceivedNs <= w[1]; k++ {
 			x := xs[k]
 			ft := x.FirstTokenNs(ev.Head)
-			if used[k] || ft == 0 || ft > w[1] {
+			// An open exchange (its connection idle since) is whole when its
+			// last send came before the window's end: the proxy had the
+			// answer by then.
+			if used[k] || ft == 0 || ft > w[1] || whole && x.LastSendNs > w[1] {
 				continue
 			}
 			if gap := (x.ReceivedNs - w[0]) + (w[1] - ft); best < 0 || gap < bestGap {
 				best, bestGap = k, gap
 			}
 		}
-		if best < 0 {
+		return best
+	}
+	ms := func(ns int64) float64 { return float64(ns) / 1e6 / scale }
+	for _, i := range bySentTime(atts, windows) {
+		a := &atts[i]
+		d := pick(windows[a.RequestID], false)
+		if d < 0 {
 			continue
 		}
-		x := xs[best]
-		ks, err := SplitExchange(x, ev.Steps[x.PID], ev.Head, 1, scale)
-		if err != nil {
-			continue // no step fits: the engine's libcuda was not probed
+		x := xs[d]
+		pw, disagg := prefillWindows[a.RequestID]
+		if !disagg {
+			ks, err := SplitExchange(x, ev.Steps[x.PID], ev.Head, 1, scale)
+			if err != nil {
+				continue // no step fits: the engine's libcuda was not probed
+			}
+			used[d] = true
+			a.Kernel = &KernelParts{Engine: x.Local, QueueMs: ks.QueueMs, PrefillMs: ks.PrefillMs, DecodeMs: ks.DecodeMs,
+				QueueSlackMs: ks.QueueSlackMs, Steps: ks.Steps}
+			a.Sources["kernel_split"] = "daemon: the HTTP exchange on the engine's API socket (sock_recv_length/sock_send_length) " +
+				"and its CUDA steps (launch/graph-launch to synchronize uprobes), CLOCK_MONOTONIC"
+			continue
 		}
-		used[best] = true
-		a := &atts[i]
-		a.Kernel = &KernelParts{Engine: x.Local, QueueMs: ks.QueueMs, PrefillMs: ks.PrefillMs, DecodeMs: ks.DecodeMs,
-			QueueSlackMs: ks.QueueSlackMs, Steps: ks.Steps}
-		a.Sources["kernel_split"] = "daemon: the HTTP exchange on the engine's API socket (sock_recv_length/sock_send_length) " +
-			"and its CUDA steps (launch/graph-launch to synchronize uprobes), CLOCK_MONOTONIC"
+		// The decode worker's span: receipt → KV usable → first token.
+		ft := x.FirstTokenNs(ev.Head)
+		if a.kvLastNs == 0 || a.kvLastNs < x.ReceivedNs || a.kvLastNs > ft || x.LastSendNs < ft {
+			continue // no KV connection joined inside the decode worker's span
+		}
+		p := pick(pw, true) // (the decode exchange, received after the prefill leg's answer, is not a candidate)
+		if p < 0 {
+			continue
+		}
+		px := xs[p]
+		ps, err := SplitExchange(px, ev.Steps[px.PID], ev.Head, 1, scale)
+		if err != nil {
+			continue
+		}
+		used[d], used[p] = true, true
+		a.Kernel = &KernelParts{Engine: x.Local, PrefillEngine: px.Local, QueueMs: ps.QueueMs, PrefillMs: ps.PrefillMs,
+			TransferMs: ms(a.kvLastNs - x.ReceivedNs), DecodeQueueMs: ms(ft - a.kvLastNs), DecodeMs: ms(x.LastSendNs - ft),
+			QueueSlackMs: ps.QueueSlackMs, Steps: ps.Steps}
+		a.Sources["kernel_split"] = "daemon: the HTTP exchanges on the prefill and decode workers' API sockets " +
+			"(sock_recv_length/sock_send_length), the prefill worker's CUDA steps (launch/graph-launch to synchronize uprobes) " +
+			"and the decode worker's KV connection, CLOCK_MONOTONIC"
 	}
 }

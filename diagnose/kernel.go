@@ -134,6 +134,7 @@ func joinKernel(atts []Attribution, windows map[string][2]int64, conns []KVConn,
 			a := &atts[i]
 			a.KernelKVBytes = c.RXBytes
 			a.KernelTransferMs = float64(c.LastNs-c.FirstNs) / 1e6 / scale
+			a.kvLastNs = c.LastNs
 			a.Sources["transfer_kernel"] = "daemon: KV connection bytes received (sock_recv_length) and their first/last CLOCK_MONOTONIC times"
 			break
 		}

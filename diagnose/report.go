@@ -43,10 +43,11 @@ type LevelBreakdown struct {
 	KernelKVBytes    float64 `json:"kernel_kv_bytes_mean,omitempty"`
 	KernelTransferMs float64 `json:"kernel_transfer_ms_mean,omitempty"`
 	// KernelSplit counts requests split from kernel evidence alone (their
-	// HTTP exchange and the engine's steps), KernelMean their mean queue,
-	// prefill and decode (model ms); KernelCompared those that also have
-	// the engine's own split (per-request metrics, colocated), and
-	// KernelDiff the mean absolute difference per part between the two.
+	// HTTP exchanges, the engines' steps, the KV connection), KernelMean
+	// their mean per part (model ms); KernelCompared those that also have
+	// the engines' own split (per-request metrics), and KernelDiff the
+	// mean absolute difference per part between the two (disaggregated:
+	// transfer and decode_queue as one span, Handoff).
 	KernelSplit    int                `json:"kernel_split,omitempty"`
 	KernelMean     map[string]float64 `json:"kernel_split_mean_ms,omitempty"`
 	KernelCompared int                `json:"kernel_compared,omitempty"`
@@ -59,6 +60,11 @@ type LevelBreakdown struct {
 	// none of them is client timing.
 	Sources map[string]int `json:"sources"`
 }
+
+// Handoff keys KernelDiff's comparison of transfer + decode_queue: vLLM's
+// decode worker reports its queue after the KV inside queue_time_ms (the
+// engine split's transfer), the kernel sees the KV's end apart.
+const Handoff = "transfer+decode_queue"
 
 // Evidence kinds counted in LevelBreakdown.Sources.
 const (
@@ -162,17 +168,28 @@ func (l *level) breakdown() LevelBreakdown {
 				lb.KernelMean = map[string]float64{}
 			}
 			lb.KernelSplit++
-			lb.KernelMean[Queueing] += k.QueueMs
-			lb.KernelMean[Prefill] += k.PrefillMs
-			lb.KernelMean[Decode] += k.DecodeMs
-			if a.EngineMetrics && !a.Timeline {
+			kp := k.parts()
+			for part, v := range kp {
+				lb.KernelMean[part] += v
+			}
+			engine := a.EngineParts
+			if a.SplitBy == "engine" {
+				engine = a.Parts
+			}
+			if engine != nil {
 				if lb.KernelDiff == nil {
 					lb.KernelDiff = map[string]float64{}
 				}
 				lb.KernelCompared++
-				lb.KernelDiff[Queueing] += math.Abs(k.QueueMs - a.Parts[Queueing])
-				lb.KernelDiff[Prefill] += math.Abs(k.PrefillMs - a.Parts[Prefill])
-				lb.KernelDiff[Decode] += math.Abs(k.DecodeMs - a.Parts[Decode])
+				for _, part := range []string{Queueing, Prefill, Decode} {
+					lb.KernelDiff[part] += math.Abs(kp[part] - engine[part])
+				}
+				if k.PrefillEngine != "" {
+					// vLLM's decode worker counts its queue after the KV in
+					// queue_time_ms (transfer here); the kernel sees the KV's
+					// end apart. Their sum is one span in both.
+					lb.KernelDiff[Handoff] += math.Abs(kp[Transfer] + kp[DecodeQ] - engine[Transfer] - engine[DecodeQ])
+				}
 			}
 		}
 		if a.KernelKVBytes > 0 {
@@ -326,11 +343,10 @@ func (d Diagnosis) WriteTable(w io.Writer, md bool) error {
 				l.OfferedQPS, l.KernelJoined, l.KernelKVBytes/1e6, l.KernelTransferMs))
 		}
 		if l.KernelSplit > 0 {
-			s := fmt.Sprintf("kernel split (daemon: HTTP exchange + CUDA steps, no engine metrics) at %g req/s: %d of %d requests, mean queue %.2f, prefill %.2f, decode %.2f ms",
-				l.OfferedQPS, l.KernelSplit, l.Requests, l.KernelMean[Queueing], l.KernelMean[Prefill], l.KernelMean[Decode])
+			s := fmt.Sprintf("kernel split (daemon: HTTP exchanges + CUDA steps + KV connections, no engine metrics) at %g req/s: %d of %d requests, mean %s",
+				l.OfferedQPS, l.KernelSplit, l.Requests, partList(l.KernelMean))
 			if l.KernelCompared > 0 {
-				s += fmt.Sprintf("; against the engine's own split (%d requests) mean |difference| queue %.2f, prefill %.2f, decode %.2f ms",
-					l.KernelCompared, l.KernelDiff[Queueing], l.KernelDiff[Prefill], l.KernelDiff[Decode])
+				s += fmt.Sprintf("; against the engines' own split (%d requests) mean |difference| %s", l.KernelCompared, partList(l.KernelDiff))
 			}
 			line(s)
 		}
@@ -386,4 +402,15 @@ func Profile(atts []Attribution) (*profile.Profile, error) {
 		}
 	}
 	return p, p.CheckValid()
+}
+
+// partList prints m's parts in TTFT order, decode and Handoff after.
+func partList(m map[string]float64) string {
+	var out []string
+	for _, k := range append(append([]string{}, TTFTComponents...), Decode, Handoff) {
+		if v, ok := m[k]; ok {
+			out = append(out, fmt.Sprintf("%s %.2f", k, v))
+		}
+	}
+	return strings.Join(out, ", ") + " ms"
 }
