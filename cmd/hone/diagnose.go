@@ -15,7 +15,7 @@ func init() { subcommands = append(subcommands, newDiagnoseCmd) }
 
 func newDiagnoseCmd() *cobra.Command {
 	c := &cobra.Command{Use: "diagnose", Short: "Attribute each request's latency and name the bottleneck"}
-	var record, timelines, proxyURL, truth, pprofOut, snapshot, head string
+	var record, timelines, proxyURL, truth, pprofOut, snapshot, head, evidence string
 	var format outputFormat
 	report := &cobra.Command{
 		Use:   "report --record run.json",
@@ -64,16 +64,29 @@ that returns them. The kernel's: --daemon joins a hone daemon snapshot (--once
   - each request gets the HTTP exchange the daemon saw on the answering
     engine's API socket (--http-ports) received after the request (or its
     decode leg) was sent, whose first-token send came before the client's
-    first chunk, the closest fit on both ends, requests in the order sent; with
-    that engine's CUDA steps (libcuda uprobes: launch or graph launch to
-    synchronize) it splits queue (receipt, the API front end inside, to the
-    first scheduled step), prefill (to the end of the step whose token the
-    first-token send carried; one chunk assumed) and decode (first-token send
-    to the last send). Which send carries the first token depends on the
-    server: vLLM writes a streamed response's head before the first token
-    (--http-head separate), hone sim serve writes it with the first token
-    (with-first-token); auto picks by the record's kind. Where both splits
-    exist the report gives their mean difference per part.
+    first chunk, the closest fit on both ends, requests in the order sent; a
+    disaggregated request also gets the prefill worker's exchange, answered
+    whole inside its prefill leg. With the engines' CUDA steps (libcuda
+    uprobes: launch or graph launch to synchronize) that splits:
+      queueing      receipt on the (prefill) engine's API socket, its front
+                    end inside, → the start of its first scheduled step
+      prefill       → the end of the step whose token the first-token send
+                    carried (one chunk assumed)
+      transfer      the decode worker's receipt → the last operation on its
+                    KV connection (the pull acknowledged: KV usable)
+      decode_queue  → the decode worker's first-token send (its queue after
+                    the KV, which vLLM's metrics count in transfer, and its
+                    first step)
+      decode        first-token send → the response's last send
+    Which send carries the first token depends on the server: vLLM writes a
+    streamed response's head before the first token (--http-head separate),
+    hone sim serve writes it with the first token (with-first-token); auto
+    picks by the record's kind.
+--evidence chooses per request: auto takes the engines' metrics where they
+reported them and the kernel split where they did not; kernel takes the
+kernel split alone (requests without one are left out, and counted); engine
+never uses it. Where both splits exist the report gives their mean difference
+per part (transfer and decode_queue as one span: vLLM does not split them).
 All clocks are CLOCK_MONOTONIC of the one host: the daemon must run on the
 engine's host and replay or the proxy on the same host.
 
@@ -92,6 +105,15 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 			}
 			if head != "auto" && head != "separate" && head != "with-first-token" {
 				return badInput("--http-head: want auto, separate or with-first-token, got %q", head)
+			}
+			switch evidence {
+			case diagnose.EvidenceAuto, diagnose.EvidenceEngine:
+			case diagnose.EvidenceKernel:
+				if snapshot == "" {
+					return badInput("--evidence kernel: needs --daemon (a hone daemon snapshot covering the run)")
+				}
+			default:
+				return badInput("--evidence: want auto, engine or kernel, got %q", evidence)
 			}
 			if err := format.check(); err != nil {
 				return err
@@ -121,6 +143,7 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 					return usageError{fmt.Errorf("--daemon: %w", err)}
 				}
 			}
+			ev.Source = evidence
 			ev.Head = diagnose.HeadSeparate // vLLM
 			if head == "with-first-token" || head == "auto" && rec.Kind == replay.KindEmulated {
 				ev.Head = diagnose.HeadWithFirstToken
@@ -128,6 +151,18 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 			atts, err := diagnose.Attribute(rec, ev)
 			if err != nil {
 				return usageError{fmt.Errorf("record %s: %w", record, err)}
+			}
+			if evidence == diagnose.EvidenceKernel {
+				all := len(atts)
+				var left int
+				if atts, left = diagnose.KernelOnly(atts); len(atts) == 0 {
+					return usageError{fmt.Errorf("--evidence kernel: none of the %d measured requests joined its kernel evidence "+
+						"(the snapshot's exchanges, steps and, disaggregated, KV connections; was the daemon tracing the engines "+
+						"with their API ports in --http-ports and libcuda probed, on this host, during the run?)", all)}
+				}
+				if left > 0 {
+					fmt.Fprintf(c.ErrOrStderr(), "--evidence kernel: %d of %d measured requests had no kernel split and are left out\n", left, all)
+				}
 			}
 			marked := diagnose.MarkClientBound(rec, atts)
 			tpot := map[float64]float64{} // p99 TPOT of the valid levels: an invalid one decides nothing
@@ -210,6 +245,7 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 	format.register(f, "table", "format", "table", "md", "json")
 	f.StringVar(&pprofOut, "pprof", "", "write a pprof profile of attributed time here")
 	f.StringVar(&snapshot, "daemon", "", "hone daemon snapshot: join each request to its HTTP exchange and the engine's steps, and each disaggregated request to its KV pull, as the kernel saw them")
+	f.StringVar(&evidence, "evidence", "auto", "what splits each request: auto (the engines' per-request metrics where they reported them, else the kernel split where the request has one, else client timing) | engine (never the kernel split; shown beside) | kernel (the kernel split alone; needs --daemon; requests without one are left out)")
 	f.StringVar(&head, "http-head", "auto", "which send of a streamed response carries the first token: separate (vLLM: the head is sent first) | with-first-token (hone sim serve) | auto (by the record's kind)")
 	c.AddCommand(report)
 	return c
