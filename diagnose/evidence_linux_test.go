@@ -25,6 +25,7 @@ import (
 
 	"github.com/hone-llm/hone/bpf/bpftest"
 	"github.com/hone-llm/hone/daemon"
+	"github.com/hone-llm/hone/deploy/proxy"
 	"github.com/hone-llm/hone/internal/honetest"
 	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/sim/emulator"
@@ -200,21 +201,25 @@ func readTruth(t *testing.T, trace string, scale float64) (map[string]emulator.T
 // API port in the HTTP set, kernel launches probed).
 func startTracedEngine(t *testing.T, ctx context.Context, scale float64, extra ...string) (url string, cmd *exec.Cmd, d *daemon.Daemon, trace string) {
 	t.Helper()
+	url, port, cmd, trace := startEngine(t, ctx, scale, append([]string{"--max-num-seqs", "2"}, extra...)...)
+	d = traceEngines(t, ctx, []int{cmd.Process.Pid}, []uint16{uint16(port)}, nil)
+	return url, cmd, d, trace
+}
+
+// startEngine starts hone sim serve (profile testProfile) with its steps
+// calling the test workload's fake libcuda and a trace file, and waits
+// until it is healthy.
+func startEngine(t *testing.T, ctx context.Context, scale float64, extra ...string) (url string, port int, cmd *exec.Cmd, trace string) {
+	t.Helper()
 	bpftest.Require(t)
 	if testing.Short() {
 		t.Skip("starts an engine and the daemon")
 	}
 	_, libcuda := bpftest.Workload(t)
-	hone := honetest.Binary(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	port = freePort(t)
 	trace = filepath.Join(t.TempDir(), "trace.jsonl")
-	cmd = exec.CommandContext(ctx, hone, append([]string{"sim", "serve", "--port", strconv.Itoa(port), "--profile", testProfile,
-		"--time-scale", strconv.FormatFloat(scale, 'g', -1, 64), "--max-num-seqs", "2", "--cuda-lib", libcuda,
+	cmd = exec.CommandContext(ctx, honetest.Binary(t), append([]string{"sim", "serve", "--port", strconv.Itoa(port), "--profile", testProfile,
+		"--time-scale", strconv.FormatFloat(scale, 'g', -1, 64), "--cuda-lib", libcuda,
 		"--trace-file", trace, "--log-level", "warn"}, extra...)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -231,8 +236,27 @@ func startTracedEngine(t *testing.T, ctx context.Context, scale float64, extra .
 			t.Fatal("the engine never became healthy")
 		}
 	}
+	return url, port, cmd, trace
+}
+
+// freePort is a loopback TCP port free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// traceEngines starts the daemon on the engines pids: their API ports in
+// the HTTP set, kvPorts the KV-transfer set (nil: the default), and their
+// libcuda probed.
+func traceEngines(t *testing.T, ctx context.Context, pids []int, httpPorts, kvPorts []uint16) *daemon.Daemon {
+	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	d, err = daemon.New(daemon.Config{PIDs: []int{cmd.Process.Pid}, HTTPPorts: []uint16{uint16(port)},
+	d, err := daemon.New(daemon.Config{PIDs: pids, HTTPPorts: httpPorts, KVPorts: kvPorts,
 		CUDALaunches: time.Hour, ScanPeriod: 100 * time.Millisecond}, quiet)
 	if err != nil {
 		t.Fatal(err)
@@ -241,10 +265,16 @@ func startTracedEngine(t *testing.T, ctx context.Context, scale float64, extra .
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	if libs := d.Snapshot().CUDA.Libraries; len(libs) != 1 {
-		t.Fatalf("the engine's libcuda is not probed: %+v", libs)
+	libs := d.Snapshot().CUDA.Libraries // one fake libcuda file per engine, or one for all
+	if len(libs) == 0 || len(libs) > len(pids) {
+		t.Fatalf("the engines' libcuda is not probed: %+v", libs)
 	}
-	return url, cmd, d, trace
+	for _, l := range libs {
+		if l.Error != "" {
+			t.Fatalf("libcuda %s: %s", l.Path, l.Error)
+		}
+	}
+	return d
 }
 
 // TestKernelSplitAgreesWithEngine: a replay against the traced engine
@@ -398,4 +428,261 @@ func streamOne(ctx context.Context, url, prompt string, maxTokens int) (id, addr
 		return "", "", fmt.Errorf("no chunk named the request")
 	}
 	return id, addr, sc.Err()
+}
+
+// TestKernelEvidenceDisaggregated: 1P1D (two emulated engines behind
+// hone's proxy, NIXL-style pulls over the KV side channel), the engines'
+// steps calling a fake libcuda, the daemon tracing both. Each scenario
+// plants one bottleneck; every measured request is split from kernel
+// evidence alone (the prefill and decode workers' HTTP exchanges, the
+// prefill worker's steps, the decode worker's KV connection: the engines'
+// per-request metrics are stripped from the record first) and each part
+// — queueing, prefill, transfer, decode queue, decode — is within max(5%,
+// 1 ms model time) of the emulator's ground truth for at least 90% of the
+// requests the host did not distort; the planted part is named the
+// bottleneck. With the metrics left in, the engine split and the kernel
+// split agree on queueing, prefill, decode and transfer + decode queue
+// (vLLM's decode worker counts its queue after the KV in queue_time_ms).
+func TestKernelEvidenceDisaggregated(t *testing.T) {
+	for _, sc := range []struct {
+		name           string
+		prefill        []string
+		decode         []string
+		qps            float64
+		output         int
+		planted        string
+		plantedFloorMs float64 // the planted part's mean must be at least this (model ms)
+	}{
+		// The prefill worker serves every pull 40 times slower than its
+		// link: ~20 ms of transfer against a few ms of prefill.
+		{name: "slowed transfer", prefill: []string{"--fault", "slow-transfer=40"}, qps: 8, output: 16, planted: Transfer, plantedFloorMs: 15},
+		// Two decode slots and 48-token answers at 40 req/s: requests whose
+		// KV has arrived wait for a slot.
+		{name: "queued decode worker", decode: []string{"--max-num-seqs", "2"}, qps: 40, output: 48, planted: DecodeQ, plantedFloorMs: 20},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			kernelEvidenceDisaggregated(t, sc.prefill, sc.decode, sc.qps, sc.output, sc.planted, sc.plantedFloorMs)
+		})
+	}
+}
+
+func kernelEvidenceDisaggregated(t *testing.T, prefillArgs, decodeArgs []string, qps float64, output int, planted string, plantedFloorMs float64) {
+	const scale = 2.0 // host jitter counts half
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	kvPort := freePort(t)
+	metrics := []string{"--enable-per-request-metrics", "--enable-prompt-tokens-details"}
+	pu, pport, pcmd, ptrace := startEngine(t, ctx, scale, append(append([]string{"--role", "prefill", "--kv-port", strconv.Itoa(kvPort)}, metrics...), prefillArgs...)...)
+	du, dport, dcmd, dtrace := startEngine(t, ctx, scale, append(append([]string{"--role", "decode"}, metrics...), decodeArgs...)...)
+	d := traceEngines(t, ctx, []int{pcmd.Process.Pid, dcmd.Process.Pid}, []uint16{uint16(pport), uint16(dport)}, []uint16{uint16(kvPort)})
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	p, err := proxy.New(proxy.Config{Listen: "127.0.0.1:0", Mode: proxy.ModeDisaggregated, Connector: proxy.NixlConnector,
+		Workers: []proxy.Worker{{Name: "p0", Role: proxy.RolePrefill, URL: pu}, {Name: "d0", Role: proxy.RoleDecode, URL: du}}}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan string, 1)
+	go p.ListenAndServe(ctx, func(a string) { ready <- a }, time.Second)
+	var proxyURL string
+	select {
+	case a := <-ready:
+		proxyURL = "http://" + a
+	case <-time.After(5 * time.Second):
+		t.Fatal("proxy did not start")
+	}
+	w := replay.DefaultWorkload()
+	w.Requests, w.InputTokens, w.OutputTokens = 40, 1024, output
+	rec, err := replay.Run(ctx, replay.Options{Endpoint: proxyURL, TokenizeEndpoint: du, Model: "Qwen/Qwen2.5-Coder-0.5B-Instruct",
+		Kind: replay.KindEmulated, Backend: "emulator", Workload: w, QPS: []float64{qps}, TimeScale: scale, GPUs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	measured := 0
+	for _, run := range rec.Runs {
+		for _, l := range run.Levels {
+			for _, rq := range l.Requests {
+				if rq.ID >= replay.Sessions && rq.Outcome == "ok" {
+					measured++
+				}
+			}
+		}
+	}
+	if measured != w.Requests-replay.Sessions {
+		t.Fatalf("%d of %d measured requests completed: %v", measured, w.Requests-replay.Sessions, rec.Outcomes)
+	}
+	tls, _ := p.Timelines(0, 0)
+	var ev Evidence
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		snap, err := json.Marshal(d.Snapshot())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Exchanges, ev.Steps, err = ParseKernelEvidence(snap); err != nil {
+			t.Fatal(err)
+		}
+		if ev.KV, err = ParseKVConns(snap); err != nil {
+			t.Fatal(err)
+		}
+		closed := 0
+		for _, x := range ev.Exchanges {
+			if !x.Open && x.Sends > 0 {
+				closed++
+			}
+		}
+		// Every request of the record crossed both workers once (the
+		// warm-ups too), and pulled its KV once.
+		if closed >= 2*w.Requests && len(ev.KV) >= w.Requests || time.Now().After(deadline) {
+			break
+		}
+	}
+	ev.Timelines, ev.Head = tls, HeadWithFirstToken
+	t.Logf("evidence: %d exchanges, %d KV connections, steps %d/%d (prefill/decode worker)",
+		len(ev.Exchanges), len(ev.KV), len(ev.Steps[pcmd.Process.Pid]), len(ev.Steps[dcmd.Process.Pid]))
+
+	// Engine metrics stripped (the record's and the proxy's copy of the
+	// prefill worker's): auto must fall back to the kernel split.
+	bare := stripEngineMetrics(t, rec)
+	bareEv := ev
+	bareEv.Timelines = nil
+	for _, tl := range tls {
+		tl.Prefill = append([]proxy.Leg(nil), tl.Prefill...) // (tls keeps the metrics)
+		for i := range tl.Prefill {
+			tl.Prefill[i].EngineMetrics = nil
+		}
+		bareEv.Timelines = append(bareEv.Timelines, tl)
+	}
+	atts, err := Attribute(bare, bareEv)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The ground truth: both engines' traces.
+	var both bytes.Buffer
+	for _, f := range []string{ptrace, dtrace} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		both.Write(b)
+	}
+	truth, err := ReadTrace(&both)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, lateP := readTruth(t, ptrace, scale)
+	_, lateD := readTruth(t, dtrace, scale)
+	within := func(got, want float64) bool { return math.Abs(got-want) <= max(0.05*want, 1) }
+	parts := []string{Queueing, Prefill, Transfer, DecodeQ, Decode}
+	ok := map[string]int{}
+	var split, distorted int
+	for _, a := range atts {
+		if a.SplitBy != "kernel" || a.Kernel == nil {
+			t.Errorf("%s: split by %q without engine metrics, want the kernel split", a.RequestID, a.SplitBy)
+			continue
+		}
+		split++
+		tr, found := truth[a.RequestID]
+		if !found {
+			t.Errorf("%s: no ground truth", a.RequestID)
+			continue
+		}
+		if late := max(lateP["cmpl-"+a.RequestID], lateD["cmpl-"+a.RequestID]); late > 0.5 {
+			distorted++
+			t.Logf("%s: host-distorted (a step %.2f ms late), not counted", a.RequestID, late)
+			continue
+		}
+		var line []string
+		for _, k := range parts {
+			ok[k] += b2i(within(a.Parts[k], tr[k]))
+			line = append(line, fmt.Sprintf("%s %.2f/%.2f", k, a.Parts[k], tr[k]))
+		}
+		t.Logf("%s: %s ms (kernel/truth)", a.RequestID, strings.Join(line, ", "))
+	}
+	if split != measured {
+		t.Fatalf("%d of %d measured requests split from kernel evidence", split, measured)
+	}
+	m := split - distorted
+	var got []string
+	for _, k := range parts {
+		got = append(got, fmt.Sprintf("%s %d/%d", k, ok[k], m))
+	}
+	t.Logf("kernel split within max(5%%, 1 ms) of the truth: %s (%d host-distorted)", strings.Join(got, ", "), distorted)
+	if m < 5 {
+		t.Fatalf("%d of %d requests host-distorted: the host is too busy to judge", distorted, split)
+	}
+	need := (9*m + 9) / 10
+	for _, k := range parts {
+		if ok[k] < need {
+			t.Errorf("%s within tolerance for %d of %d requests; want at least %d", k, ok[k], m, need)
+		}
+	}
+	dg := Summarize(bare.Kind, atts, bare.SLO, nil)
+	l := dg.Levels[0]
+	if l.Mean[planted] < plantedFloorMs {
+		t.Errorf("the planted %s is %.2f ms on average, want at least %.0f: the scenario did not plant it", planted, l.Mean[planted], plantedFloorMs)
+	}
+	if l.Valid {
+		if dg.Bottleneck != planted {
+			t.Errorf("bottleneck %q (uncertain %q), want the planted %s; level means %v", dg.Bottleneck, dg.Uncertain, planted, l.Mean)
+		}
+	} else {
+		t.Logf("the level is invalid (%v): the bottleneck (%s) is not judged", l.Invalid, dg.Bottleneck)
+	}
+
+	// With the engines' metrics: both splits, compared.
+	withMetrics, err := Attribute(rec, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	okE := map[string]int{}
+	compared := 0
+	for _, a := range withMetrics {
+		if a.SplitBy != "engine" || a.Kernel == nil {
+			t.Errorf("%s: split by %q (kernel split %v) with engine metrics, want the engine's with the kernel's beside", a.RequestID, a.SplitBy, a.Kernel != nil)
+			continue
+		}
+		if max(lateP["cmpl-"+a.RequestID], lateD["cmpl-"+a.RequestID]) > 0.5 {
+			continue
+		}
+		compared++
+		k := a.Kernel.parts()
+		for _, part := range []string{Queueing, Prefill, Decode} {
+			okE[part] += b2i(within(k[part], a.Parts[part]))
+		}
+		okE[Handoff] += b2i(within(k[Transfer]+k[DecodeQ], a.Parts[Transfer]+a.Parts[DecodeQ]))
+	}
+	t.Logf("kernel and engine splits within max(5%%, 1 ms): queueing %d, prefill %d, decode %d, transfer+decode_queue %d of %d",
+		okE[Queueing], okE[Prefill], okE[Decode], okE[Handoff], compared)
+	for part, n := range okE {
+		if n < (9*compared+9)/10 {
+			t.Errorf("%s: the splits agree for %d of %d requests", part, n, compared)
+		}
+	}
+	ds := Summarize(rec.Kind, withMetrics, rec.SLO, nil)
+	if ds.Levels[0].KernelCompared != measured {
+		t.Errorf("summary: %d requests compared, want %d", ds.Levels[0].KernelCompared, measured)
+	}
+}
+
+// stripEngineMetrics is a copy of rec without the engines' per-request
+// metrics, as a vLLM without --enable-per-request-metrics leaves it.
+func stripEngineMetrics(t *testing.T, rec *replay.Record) *replay.Record {
+	t.Helper()
+	b, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out replay.Record
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	for r := range out.Runs {
+		for l := range out.Runs[r].Levels {
+			for q := range out.Runs[r].Levels[l].Requests {
+				out.Runs[r].Levels[l].Requests[q].EngineMetrics = nil
+			}
+		}
+	}
+	return &out
 }
