@@ -92,7 +92,10 @@ type KernelParts struct {
 	DecodeQueueMs float64 `json:"decode_queue_ms,omitempty"`
 	DecodeMs      float64 `json:"decode_ms"`
 	QueueSlackMs  float64 `json:"queue_slack_ms"`
-	Steps         int     `json:"steps"`
+	Steps         int     `json:"steps"` // the prefill's steps, first scheduled to first token
+	// ChunksFrom says how Steps was decided: by the scheduler's rules
+	// under the token budget, or one step assumed.
+	ChunksFrom string `json:"chunks_from,omitempty"`
 }
 
 // parts is k keyed by the attribution's part names (transfer and
@@ -134,6 +137,11 @@ type Evidence struct {
 	// Source chooses the evidence of each request's split: EvidenceAuto
 	// (""), EvidenceEngine or EvidenceKernel.
 	Source string
+	// TokenBudget is the engines' max_num_batched_tokens (vLLM's
+	// --max-num-batched-tokens): with it the kernel split infers how many
+	// steps each prefill took by the scheduler's rules (inferChunks); 0
+	// (unknown): each prefill is taken as one step.
+	TokenBudget int
 }
 
 // engineMetrics are the keys attribution reads of vLLM's per-request
@@ -197,29 +205,39 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 	windows := map[string][2]int64{} // disaggregated request → decode leg sent .. first token
 	// request → the answering engine's leg sent .. first token at the
 	// client (the decode leg when disaggregated, else the request itself)
-	exWindows := map[string][2]int64{}
-	pfWindows := map[string][2]int64{} // disaggregated request → its answered prefill leg's sent .. answered
+	// Every completed request, the warm-ups too (their steps share the
+	// engine with the measured ones), for the kernel's exchange join.
+	var joins []exchangeJoin
 	for _, run := range rec.Runs {
 		for _, lvl := range run.Levels {
 			for _, rq := range lvl.Requests {
-				if rq.ID < replay.Sessions || rq.Outcome != "ok" || rq.FirstMs == nil || rq.FinishMs == nil {
+				if rq.Outcome != "ok" || rq.FirstMs == nil || rq.FinishMs == nil {
 					continue
 				}
 				a, window, ok := attributeRequest(rq, tl[rq.RequestID], scale)
 				if !ok {
 					continue // no decode leg: the request failed in the proxy
 				}
-				a.Run, a.OfferedQPS, a.Invalid = run.Run, lvl.OfferedQPS, invalidCodes(lvl.Verdict)
+				j := exchangeJoin{att: -1, uncached: uncachedTokens(rq), output: rq.OutputTokens}
 				if window[1] != 0 {
-					windows[a.RequestID] = window
-					exWindows[a.RequestID] = window
+					j.window = window
 					if l := answeredPrefill(tl[rq.RequestID]); l != nil {
-						pfWindows[a.RequestID] = [2]int64{l.Sent.MonoNs, l.Answered.MonoNs}
+						j.prefill, j.disagg = [2]int64{l.Sent.MonoNs, l.Answered.MonoNs}, true
 					}
 				} else if rq.Sent.MonoNs != 0 {
-					exWindows[a.RequestID] = [2]int64{rq.Sent.MonoNs, rq.Sent.MonoNs + int64((*rq.FirstMs-rq.SentMs)*scale*1e6)}
+					j.window = [2]int64{rq.Sent.MonoNs, rq.Sent.MonoNs + int64((*rq.FirstMs-rq.SentMs)*scale*1e6)}
 				}
-				out = append(out, a)
+				if rq.ID >= replay.Sessions {
+					a.Run, a.OfferedQPS, a.Invalid = run.Run, lvl.OfferedQPS, invalidCodes(lvl.Verdict)
+					if window[1] != 0 {
+						windows[a.RequestID] = window
+					}
+					j.att = len(out)
+					out = append(out, a)
+				}
+				if j.window[0] != 0 {
+					joins = append(joins, j)
+				}
 			}
 		}
 	}
@@ -230,7 +248,7 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 		joinKernel(out, windows, ev.KV, scale)
 	}
 	if len(ev.Exchanges) > 0 {
-		joinExchanges(out, exWindows, pfWindows, ev, scale)
+		joinExchanges(out, joins, ev, scale)
 	}
 	for i := range out {
 		chooseSplit(&out[i], ev.Source)
@@ -470,6 +488,32 @@ func decodeMs(rq replay.RequestRecord, em engineMetrics) (float64, string) {
 		return *em.MeanITLMs * float64(rq.OutputTokens-1), "engine per-request metrics (mean_itl_ms × (output tokens − 1))"
 	}
 	return *rq.FinishMs - *rq.FirstMs, "client (first → last chunk)"
+}
+
+// RecordTokenBudget is the max_num_batched_tokens a record's config states
+// (a deploy spec's knobs, as the optimizer records it), 0 when it states
+// none.
+func RecordTokenBudget(rec *replay.Record) int {
+	knobs, _ := rec.Config["knobs"].(map[string]any)
+	n, _ := knobs["max_num_batched_tokens"].(float64) // JSON numbers
+	if n >= 1 && n == math.Trunc(n) {
+		return int(n)
+	}
+	return 0
+}
+
+// uncachedTokens is the prompt tokens the engine computed for rq: usage's
+// prompt_tokens less its cached_tokens (the answering engine's; for a
+// prefill worker an estimate), else the replay's whole input.
+func uncachedTokens(rq replay.RequestRecord) int {
+	n := rq.InputTokens
+	if rq.PromptTokens != nil {
+		n = *rq.PromptTokens
+	}
+	if rq.CachedTokens != nil {
+		n -= *rq.CachedTokens
+	}
+	return n
 }
 
 // ttft is the record's TTFT: from the scheduled send (never from the

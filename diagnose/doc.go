@@ -18,7 +18,14 @@
 //   - the proxy's per-request timeline (received, each prefill leg sent and
 //     answered, decode leg sent, first and last byte), joined by
 //     X-Request-Id;
-//   - optionally the daemon's KV-transfer socket evidence.
+//   - optionally the daemon's kernel evidence (a snapshot): KV-transfer
+//     connections, the HTTP exchanges on the engines' API sockets and the
+//     engines' CUDA steps. From it alone each request gets a kernel split
+//     (joinExchanges, inferChunks): queueing, prefill and decode on the
+//     engine that served it and, for a 1P1D request, transfer (decode
+//     receipt → the KV pull's last operation) and decode_queue (→ the
+//     first-token send). Evidence.Source chooses per request between it
+//     and the engines' metrics; where both exist they are compared.
 //
 // TTFT is the record's: from the scheduled send to the first token
 // (RequestRecord.TTFTMs), never from the actual send (TTFTFromSentMs), so

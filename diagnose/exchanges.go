@@ -139,18 +139,27 @@ func SplitExchange(x KernelExchange, steps []EngineStep, head HeadSend, chunks i
 	return KernelSplit{StepSplit: ss, DecodeMs: float64(x.LastSendNs-ft) / 1e6 / scale}, nil
 }
 
-// joinExchanges gives each request with a window (the answering engine's
-// leg sent .. its first token at the client) the exchange that fits it
-// best: received inside the window, its first token sent by the window's
-// end, the sum of the two gaps (send → receipt, first-token send → the
-// client's first chunk) smallest; requests in the order they were sent,
-// each exchange to one request. A disaggregated request (a prefill window:
-// its answered prefill leg's sent .. answered) also gets the prefill
-// worker's exchange, answered whole inside that window, and needs its KV
-// connection (joinKernel) for a kernel split. It fills Kernel with
-// SplitExchange's parts (a prefill of one chunk: the brief's workload
-// reuses most of its prompt).
-func joinExchanges(atts []Attribution, windows, prefillWindows map[string][2]int64, ev Evidence, scale float64) {
+// exchangeJoin is one completed request (a warm-up too: att -1) to join
+// to its exchanges: window is the answering engine's leg sent .. its first
+// token at the client; prefill, when disagg, its answered prefill leg's
+// sent .. answered. uncached and output feed inferChunks.
+type exchangeJoin struct {
+	att              int
+	window, prefill  [2]int64
+	disagg           bool
+	uncached, output int
+}
+
+// joinExchanges gives each request the exchange that fits its window best:
+// received inside the window, its first token sent by the window's end,
+// the sum of the two gaps (send → receipt, first-token send → the client's
+// first chunk) smallest; requests in the order they were sent, each
+// exchange to one request. A disaggregated request also gets the prefill
+// worker's exchange, answered whole inside its prefill window, and needs
+// its KV connection (joinKernel) for a kernel split. Each prefill's step
+// count comes from inferChunks over every request its engine served. It
+// fills Kernel with SplitExchange's parts.
+func joinExchanges(atts []Attribution, joins []exchangeJoin, ev Evidence, scale float64) {
 	xs := ev.Exchanges
 	if !sort.SliceIsSorted(xs, func(i, j int) bool { return xs[i].ReceivedNs < xs[j].ReceivedNs }) {
 		xs = append([]KernelExchange(nil), xs...)
@@ -176,45 +185,73 @@ func joinExchanges(atts []Attribution, windows, prefillWindows map[string][2]int
 		}
 		return best
 	}
-	ms := func(ns int64) float64 { return float64(ns) / 1e6 / scale }
-	for _, i := range bySentTime(atts, windows) {
-		a := &atts[i]
-		d := pick(windows[a.RequestID], false)
+	order := make([]int, len(joins))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(x, y int) bool { return joins[order[x]].window[0] < joins[order[y]].window[0] })
+	// The exchanges each request got (-1: none): the one split by the
+	// engine's steps (split: the prefill worker's when disaggregated) and
+	// the decode worker's.
+	split, dec := make([]int, len(joins)), make([]int, len(joins))
+	work := map[int][]*prefillWork{} // by engine process
+	works := make([]*prefillWork, len(joins))
+	for _, i := range order {
+		j := joins[i]
+		split[i], dec[i] = -1, -1
+		d := pick(j.window, false)
 		if d < 0 {
 			continue
 		}
-		x := xs[d]
-		pw, disagg := prefillWindows[a.RequestID]
-		if !disagg {
-			ks, err := SplitExchange(x, ev.Steps[x.PID], ev.Head, 1, scale)
-			if err != nil {
-				continue // no step fits: the engine's libcuda was not probed
+		used[d] = true
+		split[i] = d
+		out := j.output
+		if j.disagg {
+			dec[i], split[i] = d, -1
+			if p := pick(j.prefill, true); p >= 0 {
+				used[p], split[i], out = true, p, 1 // a prefill leg generates its one token
 			}
-			used[d] = true
-			a.Kernel = &KernelParts{Engine: x.Local, QueueMs: ks.QueueMs, PrefillMs: ks.PrefillMs, DecodeMs: ks.DecodeMs,
-				QueueSlackMs: ks.QueueSlackMs, Steps: ks.Steps}
+		}
+		if s := split[i]; s >= 0 {
+			x := xs[s]
+			works[i] = &prefillWork{received: x.ReceivedNs, firstToken: x.FirstTokenNs(ev.Head), uncached: j.uncached, output: out}
+			work[x.PID] = append(work[x.PID], works[i])
+		}
+	}
+	chunksFrom := "one step per prefill assumed (the token budget unknown: --max-num-batched-tokens)"
+	if ev.TokenBudget > 0 {
+		chunksFrom = fmt.Sprintf("steps per prefill inferred by the scheduler's rules (token budget %d; running requests first, FCFS)", ev.TokenBudget)
+		for pid, w := range work {
+			inferChunks(ev.Steps[pid], w, ev.TokenBudget)
+		}
+	}
+	ms := func(ns int64) float64 { return float64(ns) / 1e6 / scale }
+	for i, j := range joins {
+		if j.att < 0 || split[i] < 0 {
+			continue
+		}
+		a := &atts[j.att]
+		px := xs[split[i]]
+		ps, err := SplitExchange(px, ev.Steps[px.PID], ev.Head, works[i].chunks, scale)
+		if err != nil {
+			continue // no step fits: the engine's libcuda was not probed
+		}
+		if !j.disagg {
+			a.Kernel = &KernelParts{Engine: px.Local, QueueMs: ps.QueueMs, PrefillMs: ps.PrefillMs, DecodeMs: ps.DecodeMs,
+				QueueSlackMs: ps.QueueSlackMs, Steps: ps.Steps, ChunksFrom: chunksFrom}
 			a.Sources["kernel_split"] = "daemon: the HTTP exchange on the engine's API socket (sock_recv_length/sock_send_length) " +
 				"and its CUDA steps (launch/graph-launch to synchronize uprobes), CLOCK_MONOTONIC"
 			continue
 		}
 		// The decode worker's span: receipt → KV usable → first token.
+		x := xs[dec[i]]
 		ft := x.FirstTokenNs(ev.Head)
 		if a.kvLastNs == 0 || a.kvLastNs < x.ReceivedNs || a.kvLastNs > ft || x.LastSendNs < ft {
 			continue // no KV connection joined inside the decode worker's span
 		}
-		p := pick(pw, true) // (the decode exchange, received after the prefill leg's answer, is not a candidate)
-		if p < 0 {
-			continue
-		}
-		px := xs[p]
-		ps, err := SplitExchange(px, ev.Steps[px.PID], ev.Head, 1, scale)
-		if err != nil {
-			continue
-		}
-		used[d], used[p] = true, true
 		a.Kernel = &KernelParts{Engine: x.Local, PrefillEngine: px.Local, QueueMs: ps.QueueMs, PrefillMs: ps.PrefillMs,
 			TransferMs: ms(a.kvLastNs - x.ReceivedNs), DecodeQueueMs: ms(ft - a.kvLastNs), DecodeMs: ms(x.LastSendNs - ft),
-			QueueSlackMs: ps.QueueSlackMs, Steps: ps.Steps}
+			QueueSlackMs: ps.QueueSlackMs, Steps: ps.Steps, ChunksFrom: chunksFrom}
 		a.Sources["kernel_split"] = "daemon: the HTTP exchanges on the prefill and decode workers' API sockets " +
 			"(sock_recv_length/sock_send_length), the prefill worker's CUDA steps (launch/graph-launch to synchronize uprobes) " +
 			"and the decode worker's KV connection, CLOCK_MONOTONIC"

@@ -1,8 +1,12 @@
 package diagnose
 
 import (
+	"encoding/json"
+	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/hone-llm/hone/replay"
 )
 
 func TestSplitBySteps(t *testing.T) {
@@ -80,5 +84,119 @@ func TestSplitExchange(t *testing.T) {
 	x.SecondSendNs = 0
 	if _, err := SplitExchange(x, steps, HeadSeparate, 1, 1); err == nil || !strings.Contains(err.Error(), "first token") {
 		t.Errorf("no second send with a separate head: err %v, want one naming the first token", err)
+	}
+}
+
+// TestInferChunks runs a small vLLM-style scheduler (token budget, running
+// requests first, FCFS admission of requests ready after a fixed API
+// front end, chunked prefill, one token per decode) over random arrivals
+// and checks that inferChunks, seeing only each request's receipt, first
+// token and token counts and the step grid, recovers every prefill's step
+// count: the steps' tokens decide the chunks, so it must be exact.
+func TestInferChunks(t *testing.T) {
+	const budget, front = 48, int64(2_000_000) // tokens; 2 ms of front end
+	for seed := uint64(1); seed <= 20; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		type req struct {
+			work                       prefillWork
+			ready                      int64
+			left, decodes, first, done int
+		}
+		var reqs []*req
+		at := int64(0)
+		for range 30 {
+			at += rng.Int64N(int64(seed%4+2) * 1_000_000) // from overloaded to light
+			reqs = append(reqs, &req{work: prefillWork{received: at, uncached: 1 + rng.IntN(200), output: 1 + rng.IntN(40)},
+				ready: at + front, first: -1})
+		}
+		for _, r := range reqs {
+			r.left, r.decodes = r.work.uncached, r.work.output-1
+		}
+		var steps []EngineStep
+		var running []*req
+		next := 0 // the first request not yet admitted
+		clock := int64(0)
+		for len(running) > 0 || next < len(reqs) {
+			if len(running) == 0 {
+				clock = max(clock, reqs[next].ready)
+			}
+			k, left := len(steps), budget
+			var finished []*req
+			for _, r := range running {
+				if left == 0 {
+					break
+				}
+				if r.left > 0 {
+					n := min(r.left, left)
+					r.left, left = r.left-n, left-n
+					if r.left == 0 {
+						finished = append(finished, r)
+					}
+				} else {
+					r.decodes--
+					left--
+				}
+			}
+			for next < len(reqs) && left > 0 && reqs[next].ready <= clock {
+				r := reqs[next]
+				next++
+				r.first = k
+				n := min(r.left, left)
+				r.left, left = r.left-n, left-n
+				if r.left == 0 {
+					finished = append(finished, r)
+				}
+				running = append(running, r)
+			}
+			dur := int64(1_000_000 + 10_000*(budget-left)) // 1 ms + 10 µs a token
+			steps = append(steps, EngineStep{StartNs: clock, EndNs: clock + dur})
+			clock += dur + 50_000
+			for _, r := range finished {
+				r.done = k
+				r.work.firstToken = steps[k].EndNs + 100_000
+			}
+			kept := running[:0]
+			for _, r := range running {
+				if r.left > 0 || r.decodes > 0 {
+					kept = append(kept, r)
+				}
+			}
+			running = kept
+		}
+		work := make([]*prefillWork, len(reqs))
+		for i, r := range reqs {
+			work[i] = &r.work
+		}
+		inferChunks(steps, work, budget)
+		for i, r := range reqs {
+			if want := r.done - r.first + 1; r.work.chunks != want {
+				t.Errorf("seed %d request %d (%d uncached tokens, received %.2f ms, first step %d): %d chunks, want %d",
+					seed, i, r.work.uncached, float64(r.work.received)/1e6, r.first, r.work.chunks, want)
+			}
+		}
+	}
+}
+
+// TestRecordTokenBudget: the budget comes from a deploy spec's knobs as a
+// record stores them (JSON numbers); anything else is unknown (0).
+func TestRecordTokenBudget(t *testing.T) {
+	for _, tc := range []struct {
+		config string
+		want   int
+	}{
+		{`{"knobs":{"max_num_batched_tokens":2048,"max_num_seqs":64}}`, 2048},
+		{`{"knobs":{"max_num_seqs":64}}`, 0},
+		{`{"knobs":{"max_num_batched_tokens":-3}}`, 0},
+		{`{"knobs":{"max_num_batched_tokens":20.5}}`, 0},
+		{`{"knobs":"x"}`, 0},
+		{`{}`, 0},
+	} {
+		var rec replay.Record
+		if err := json.Unmarshal([]byte(`{"config":`+tc.config+`}`), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if got := RecordTokenBudget(&rec); got != tc.want {
+			t.Errorf("config %s: budget %d, want %d", tc.config, got, tc.want)
+		}
 	}
 }
