@@ -229,6 +229,9 @@ func TestOptimizeAndReportBadInput(t *testing.T) {
 		{[]string{"diagnose", "report"}, "--record"},
 		{[]string{"diagnose", "report", "--record", "r.json", "-o", "xml"}, "-o/--output"},
 		{[]string{"diagnose", "report", "--record", "r.json", "--http-head", "first"}, "--http-head"},
+		{[]string{"diagnose", "report", "--record", "r.json", "--evidence", "nvml"}, "--evidence: want auto, engine or kernel"},
+		{[]string{"diagnose", "report", "--record", "r.json", "--evidence", "kernel"}, "--evidence kernel: needs --daemon"},
+		{[]string{"diagnose", "report", "--record", "r.json", "--max-num-batched-tokens", "-1"}, "--max-num-batched-tokens"},
 	} {
 		_, errs, code := runCLI(t, "", tc.args...)
 		if code != 2 || !strings.Contains(errs, tc.want) {

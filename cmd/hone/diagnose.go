@@ -16,6 +16,7 @@ func init() { subcommands = append(subcommands, newDiagnoseCmd) }
 func newDiagnoseCmd() *cobra.Command {
 	c := &cobra.Command{Use: "diagnose", Short: "Attribute each request's latency and name the bottleneck"}
 	var record, timelines, proxyURL, truth, pprofOut, snapshot, head, evidence string
+	var tokenBudget int
 	var format outputFormat
 	report := &cobra.Command{
 		Use:   "report --record run.json",
@@ -71,7 +72,11 @@ that returns them. The kernel's: --daemon joins a hone daemon snapshot (--once
       queueing      receipt on the (prefill) engine's API socket, its front
                     end inside, → the start of its first scheduled step
       prefill       → the end of the step whose token the first-token send
-                    carried (one chunk assumed)
+                    carried; how many steps back it began is inferred by
+                    vLLM's scheduler rules (running requests first, then
+                    FCFS admission while budget is left, chunked prefill)
+                    over every request the engine served, given the token
+                    budget (--max-num-batched-tokens; unknown: one step)
       transfer      the decode worker's receipt → the last operation on its
                     KV connection (the pull acknowledged: KV usable)
       decode_queue  → the decode worker's first-token send (its queue after
@@ -115,6 +120,9 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 			default:
 				return badInput("--evidence: want auto, engine or kernel, got %q", evidence)
 			}
+			if tokenBudget < 0 {
+				return badInput("--max-num-batched-tokens: want >= 0 (0: the record's config, else unknown), got %d", tokenBudget)
+			}
 			if err := format.check(); err != nil {
 				return err
 			}
@@ -144,6 +152,9 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 				}
 			}
 			ev.Source = evidence
+			if ev.TokenBudget = tokenBudget; tokenBudget == 0 {
+				ev.TokenBudget = diagnose.RecordTokenBudget(rec)
+			}
 			ev.Head = diagnose.HeadSeparate // vLLM
 			if head == "with-first-token" || head == "auto" && rec.Kind == replay.KindEmulated {
 				ev.Head = diagnose.HeadWithFirstToken
@@ -246,6 +257,7 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 	f.StringVar(&pprofOut, "pprof", "", "write a pprof profile of attributed time here")
 	f.StringVar(&snapshot, "daemon", "", "hone daemon snapshot: join each request to its HTTP exchange and the engine's steps, and each disaggregated request to its KV pull, as the kernel saw them")
 	f.StringVar(&evidence, "evidence", "auto", "what splits each request: auto (the engines' per-request metrics where they reported them, else the kernel split where the request has one, else client timing) | engine (never the kernel split; shown beside) | kernel (the kernel split alone; needs --daemon; requests without one are left out)")
+	f.IntVar(&tokenBudget, "max-num-batched-tokens", 0, "the engines' token budget per step (vLLM's --max-num-batched-tokens): the kernel split infers each prefill's steps by the scheduler's rules; 0: the record's config (knobs.max_num_batched_tokens) when it states one, else each prefill is taken as one step")
 	f.StringVar(&head, "http-head", "auto", "which send of a streamed response carries the first token: separate (vLLM: the head is sent first) | with-first-token (hone sim serve) | auto (by the record's kind)")
 	c.AddCommand(report)
 	return c
