@@ -430,71 +430,101 @@ func streamOne(ctx context.Context, url, prompt string, maxTokens int) (id, addr
 	return id, addr, sc.Err()
 }
 
-// TestKernelEvidenceDisaggregated: 1P1D (two emulated engines behind
-// hone's proxy, NIXL-style pulls over the KV side channel), the engines'
-// steps calling a fake libcuda, the daemon tracing both. Each scenario
-// plants one bottleneck; every measured request is split from kernel
-// evidence alone (the prefill and decode workers' HTTP exchanges, the
-// prefill worker's steps, the decode worker's KV connection: the engines'
-// per-request metrics are stripped from the record first) and each part
-// — queueing, prefill, transfer, decode queue, decode — is within max(5%,
-// 1 ms model time) of the emulator's ground truth for at least 90% of the
-// requests the host did not distort; the planted part is named the
-// bottleneck. With the metrics left in, the engine split and the kernel
-// split agree on queueing, prefill, decode and transfer + decode queue
-// (vLLM's decode worker counts its queue after the KV in queue_time_ms).
-func TestKernelEvidenceDisaggregated(t *testing.T) {
-	for _, sc := range []struct {
-		name           string
-		prefill        []string
-		decode         []string
-		qps            float64
-		output         int
-		planted        string
-		plantedFloorMs float64 // the planted part's mean must be at least this (model ms)
-	}{
-		// The prefill worker serves every pull 40 times slower than its
-		// link: ~20 ms of transfer against a few ms of prefill.
-		{name: "slowed transfer", prefill: []string{"--fault", "slow-transfer=40"}, qps: 8, output: 16, planted: Transfer, plantedFloorMs: 15},
-		// Two decode slots and 48-token answers at 40 req/s: requests whose
-		// KV has arrived wait for a slot.
-		{name: "queued decode worker", decode: []string{"--max-num-seqs", "2"}, qps: 40, output: 48, planted: DecodeQ, plantedFloorMs: 20},
+// evidenceScenario is one planted bottleneck for the kernel-evidence
+// tests: one colocated engine (engine's flags) or a 1P1D pair behind
+// hone's proxy (prefill's and decode's), a replay of 40 requests at qps
+// with output tokens each, the part planted and the floor its level mean
+// must reach (model ms). budget, when set, is the engines' token budget,
+// told to diagnose as a user would (--max-num-batched-tokens).
+type evidenceScenario struct {
+	name                    string
+	disagg                  bool
+	engine, prefill, decode []string
+	qps                     float64
+	output                  int
+	budget                  int
+	planted                 string
+	plantedFloorMs          float64
+}
+
+// TestKernelEvidenceScenarios: the engines' steps call a fake libcuda and
+// the daemon traces them. Each scenario plants one bottleneck; every
+// measured request is split from kernel evidence alone (the engines'
+// per-request metrics stripped from the record: the HTTP exchanges on the
+// engines' API sockets, their steps, and when disaggregated the decode
+// worker's KV connection) and each part is within max(5%, 1 ms model time)
+// of the emulator's ground truth for at least 90% of the requests the host
+// did not distort; the planted part is named the bottleneck when the level
+// is valid. With the metrics left in, the engine split and the kernel
+// split agree on every part (disaggregated: transfer + decode queue as one
+// span, as vLLM's decode worker counts its queue after the KV in
+// queue_time_ms). TestKernelEvidenceColocatedQueueing covers queueing on
+// one engine.
+func TestKernelEvidenceScenarios(t *testing.T) {
+	for _, sc := range []evidenceScenario{
+		// A token budget of 48 against 128 uncached tokens a request and
+		// 64-token answers at 160 req/s: every prefill takes three steps or
+		// more, and one more for each few decodes sharing its steps.
+		{name: "chunked prefill", engine: []string{"--max-num-batched-tokens", "48", "--max-num-seqs", "32"}, budget: 48,
+			qps: 160, output: 64, planted: Prefill, plantedFloorMs: 3},
+		// 1P1D: the prefill worker serves every pull 40 times slower than
+		// its link: ~20 ms of transfer against a few ms of prefill.
+		{name: "slowed transfer", disagg: true, prefill: []string{"--fault", "slow-transfer=40"},
+			qps: 8, output: 16, planted: Transfer, plantedFloorMs: 15},
+		// 1P1D: two decode slots and 48-token answers at 40 req/s: requests
+		// whose KV has arrived wait for a slot.
+		{name: "queued decode worker", disagg: true, decode: []string{"--max-num-seqs", "2"},
+			qps: 40, output: 48, planted: DecodeQ, plantedFloorMs: 20},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
-			kernelEvidenceDisaggregated(t, sc.prefill, sc.decode, sc.qps, sc.output, sc.planted, sc.plantedFloorMs)
+			kernelEvidenceScenario(t, sc)
 		})
 	}
 }
 
-func kernelEvidenceDisaggregated(t *testing.T, prefillArgs, decodeArgs []string, qps float64, output int, planted string, plantedFloorMs float64) {
+func kernelEvidenceScenario(t *testing.T, sc evidenceScenario) {
 	const scale = 2.0 // host jitter counts half
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	kvPort := freePort(t)
 	metrics := []string{"--enable-per-request-metrics", "--enable-prompt-tokens-details"}
-	pu, pport, pcmd, ptrace := startEngine(t, ctx, scale, append(append([]string{"--role", "prefill", "--kv-port", strconv.Itoa(kvPort)}, metrics...), prefillArgs...)...)
-	du, dport, dcmd, dtrace := startEngine(t, ctx, scale, append(append([]string{"--role", "decode"}, metrics...), decodeArgs...)...)
-	d := traceEngines(t, ctx, []int{pcmd.Process.Pid, dcmd.Process.Pid}, []uint16{uint16(pport), uint16(dport)}, []uint16{uint16(kvPort)})
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	p, err := proxy.New(proxy.Config{Listen: "127.0.0.1:0", Mode: proxy.ModeDisaggregated, Connector: proxy.NixlConnector,
-		Workers: []proxy.Worker{{Name: "p0", Role: proxy.RolePrefill, URL: pu}, {Name: "d0", Role: proxy.RoleDecode, URL: du}}}, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan string, 1)
-	go p.ListenAndServe(ctx, func(a string) { ready <- a }, time.Second)
-	var proxyURL string
-	select {
-	case a := <-ready:
-		proxyURL = "http://" + a
-	case <-time.After(5 * time.Second):
-		t.Fatal("proxy did not start")
-	}
 	w := replay.DefaultWorkload()
-	w.Requests, w.InputTokens, w.OutputTokens = 40, 1024, output
-	rec, err := replay.Run(ctx, replay.Options{Endpoint: proxyURL, TokenizeEndpoint: du, Model: "Qwen/Qwen2.5-Coder-0.5B-Instruct",
-		Kind: replay.KindEmulated, Backend: "emulator", Workload: w, QPS: []float64{qps}, TimeScale: scale, GPUs: 2})
+	w.Requests, w.InputTokens, w.OutputTokens = 40, 1024, sc.output
+	opts := replay.Options{Model: "Qwen/Qwen2.5-Coder-0.5B-Instruct", Kind: replay.KindEmulated, Backend: "emulator",
+		Workload: w, QPS: []float64{sc.qps}, TimeScale: scale, GPUs: 1}
+	var pids []int
+	var traces []string
+	var d *daemon.Daemon
+	var p *proxy.Proxy
+	if !sc.disagg {
+		u, port, cmd, trace := startEngine(t, ctx, scale, append(metrics, sc.engine...)...)
+		pids, traces = []int{cmd.Process.Pid}, []string{trace}
+		d = traceEngines(t, ctx, pids, []uint16{uint16(port)}, nil)
+		opts.Endpoint = u
+	} else {
+		kvPort := freePort(t)
+		pu, pport, pcmd, ptrace := startEngine(t, ctx, scale, append(append([]string{"--role", "prefill", "--kv-port", strconv.Itoa(kvPort)}, metrics...), sc.prefill...)...)
+		du, dport, dcmd, dtrace := startEngine(t, ctx, scale, append(append([]string{"--role", "decode"}, metrics...), sc.decode...)...)
+		pids, traces = []int{pcmd.Process.Pid, dcmd.Process.Pid}, []string{ptrace, dtrace}
+		d = traceEngines(t, ctx, pids, []uint16{uint16(pport), uint16(dport)}, []uint16{uint16(kvPort)})
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+		var err error
+		p, err = proxy.New(proxy.Config{Listen: "127.0.0.1:0", Mode: proxy.ModeDisaggregated, Connector: proxy.NixlConnector,
+			Workers: []proxy.Worker{{Name: "p0", Role: proxy.RolePrefill, URL: pu}, {Name: "d0", Role: proxy.RoleDecode, URL: du}}}, quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ready := make(chan string, 1)
+		go p.ListenAndServe(ctx, func(a string) { ready <- a }, time.Second)
+		select {
+		case a := <-ready:
+			opts.Endpoint = "http://" + a
+		case <-time.After(5 * time.Second):
+			t.Fatal("proxy did not start")
+		}
+		opts.TokenizeEndpoint, opts.GPUs = du, 2
+	}
+	rec, err := replay.Run(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -511,8 +541,11 @@ func kernelEvidenceDisaggregated(t *testing.T, prefillArgs, decodeArgs []string,
 	if measured != w.Requests-replay.Sessions {
 		t.Fatalf("%d of %d measured requests completed: %v", measured, w.Requests-replay.Sessions, rec.Outcomes)
 	}
-	tls, _ := p.Timelines(0, 0)
-	var ev Evidence
+	var tls []proxy.Timeline
+	if p != nil {
+		tls, _ = p.Timelines(0, 0)
+	}
+	ev := Evidence{TokenBudget: sc.budget}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		snap, err := json.Marshal(d.Snapshot())
 		if err != nil {
@@ -530,15 +563,18 @@ func kernelEvidenceDisaggregated(t *testing.T, prefillArgs, decodeArgs []string,
 				closed++
 			}
 		}
-		// Every request of the record crossed both workers once (the
-		// warm-ups too), and pulled its KV once.
-		if closed >= 2*w.Requests && len(ev.KV) >= w.Requests || time.Now().After(deadline) {
+		// Every request of the record (the warm-ups too) crossed each
+		// engine once and, disaggregated, pulled its KV once.
+		if closed >= len(pids)*w.Requests && (!sc.disagg || len(ev.KV) >= w.Requests) || time.Now().After(deadline) {
 			break
 		}
 	}
 	ev.Timelines, ev.Head = tls, HeadWithFirstToken
-	t.Logf("evidence: %d exchanges, %d KV connections, steps %d/%d (prefill/decode worker)",
-		len(ev.Exchanges), len(ev.KV), len(ev.Steps[pcmd.Process.Pid]), len(ev.Steps[dcmd.Process.Pid]))
+	var steps []string
+	for _, pid := range pids {
+		steps = append(steps, strconv.Itoa(len(ev.Steps[pid])))
+	}
+	t.Logf("evidence: %d exchanges, %d KV connections, steps %s (per engine)", len(ev.Exchanges), len(ev.KV), strings.Join(steps, "/"))
 
 	// Engine metrics stripped (the record's and the proxy's copy of the
 	// prefill worker's): auto must fall back to the kernel split.
@@ -557,23 +593,29 @@ func kernelEvidenceDisaggregated(t *testing.T, prefillArgs, decodeArgs []string,
 		t.Fatal(err)
 	}
 
-	// The ground truth: both engines' traces.
-	var both bytes.Buffer
-	for _, f := range []string{ptrace, dtrace} {
+	// The ground truth: the engines' traces.
+	var all bytes.Buffer
+	late := map[string]float64{}
+	for _, f := range traces {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		both.Write(b)
+		all.Write(b)
+		_, l := readTruth(t, f, scale)
+		for id, v := range l {
+			late[id] = max(late[id], v)
+		}
 	}
-	truth, err := ReadTrace(&both)
+	truth, err := ReadTrace(&all)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, lateP := readTruth(t, ptrace, scale)
-	_, lateD := readTruth(t, dtrace, scale)
 	within := func(got, want float64) bool { return math.Abs(got-want) <= max(0.05*want, 1) }
-	parts := []string{Queueing, Prefill, Transfer, DecodeQ, Decode}
+	parts := []string{Queueing, Prefill, Decode}
+	if sc.disagg {
+		parts = []string{Queueing, Prefill, Transfer, DecodeQ, Decode}
+	}
 	ok := map[string]int{}
 	var split, distorted int
 	for _, a := range atts {
@@ -587,9 +629,9 @@ func kernelEvidenceDisaggregated(t *testing.T, prefillArgs, decodeArgs []string,
 			t.Errorf("%s: no ground truth", a.RequestID)
 			continue
 		}
-		if late := max(lateP["cmpl-"+a.RequestID], lateD["cmpl-"+a.RequestID]); late > 0.5 {
+		if l := late["cmpl-"+a.RequestID]; l > 0.5 {
 			distorted++
-			t.Logf("%s: host-distorted (a step %.2f ms late), not counted", a.RequestID, late)
+			t.Logf("%s: host-distorted (a step %.2f ms late), not counted", a.RequestID, l)
 			continue
 		}
 		var line []string
@@ -597,7 +639,7 @@ func kernelEvidenceDisaggregated(t *testing.T, prefillArgs, decodeArgs []string,
 			ok[k] += b2i(within(a.Parts[k], tr[k]))
 			line = append(line, fmt.Sprintf("%s %.2f/%.2f", k, a.Parts[k], tr[k]))
 		}
-		t.Logf("%s: %s ms (kernel/truth)", a.RequestID, strings.Join(line, ", "))
+		t.Logf("%s: %s ms (kernel/truth), %d prefill steps", a.RequestID, strings.Join(line, ", "), a.Kernel.Steps)
 	}
 	if split != measured {
 		t.Fatalf("%d of %d measured requests split from kernel evidence", split, measured)
@@ -619,12 +661,12 @@ func kernelEvidenceDisaggregated(t *testing.T, prefillArgs, decodeArgs []string,
 	}
 	dg := Summarize(bare.Kind, atts, bare.SLO, nil)
 	l := dg.Levels[0]
-	if l.Mean[planted] < plantedFloorMs {
-		t.Errorf("the planted %s is %.2f ms on average, want at least %.0f: the scenario did not plant it", planted, l.Mean[planted], plantedFloorMs)
+	if l.Mean[sc.planted] < sc.plantedFloorMs {
+		t.Errorf("the planted %s is %.2f ms on average, want at least %g: the scenario did not plant it", sc.planted, l.Mean[sc.planted], sc.plantedFloorMs)
 	}
 	if l.Valid {
-		if dg.Bottleneck != planted {
-			t.Errorf("bottleneck %q (uncertain %q), want the planted %s; level means %v", dg.Bottleneck, dg.Uncertain, planted, l.Mean)
+		if dg.Bottleneck != sc.planted {
+			t.Errorf("bottleneck %q (uncertain %q), want the planted %s; level means %v", dg.Bottleneck, dg.Uncertain, sc.planted, l.Mean)
 		}
 	} else {
 		t.Logf("the level is invalid (%v): the bottleneck (%s) is not judged", l.Invalid, dg.Bottleneck)
@@ -635,6 +677,10 @@ func kernelEvidenceDisaggregated(t *testing.T, prefillArgs, decodeArgs []string,
 	if err != nil {
 		t.Fatal(err)
 	}
+	agree := append([]string(nil), parts...)
+	if sc.disagg {
+		agree = []string{Queueing, Prefill, Handoff, Decode}
+	}
 	okE := map[string]int{}
 	compared := 0
 	for _, a := range withMetrics {
@@ -642,21 +688,24 @@ func kernelEvidenceDisaggregated(t *testing.T, prefillArgs, decodeArgs []string,
 			t.Errorf("%s: split by %q (kernel split %v) with engine metrics, want the engine's with the kernel's beside", a.RequestID, a.SplitBy, a.Kernel != nil)
 			continue
 		}
-		if max(lateP["cmpl-"+a.RequestID], lateD["cmpl-"+a.RequestID]) > 0.5 {
+		if late["cmpl-"+a.RequestID] > 0.5 {
 			continue
 		}
 		compared++
 		k := a.Kernel.parts()
-		for _, part := range []string{Queueing, Prefill, Decode} {
+		k[Handoff], a.Parts[Handoff] = k[Transfer]+k[DecodeQ], a.Parts[Transfer]+a.Parts[DecodeQ]
+		for _, part := range agree {
 			okE[part] += b2i(within(k[part], a.Parts[part]))
 		}
-		okE[Handoff] += b2i(within(k[Transfer]+k[DecodeQ], a.Parts[Transfer]+a.Parts[DecodeQ]))
 	}
-	t.Logf("kernel and engine splits within max(5%%, 1 ms): queueing %d, prefill %d, decode %d, transfer+decode_queue %d of %d",
-		okE[Queueing], okE[Prefill], okE[Decode], okE[Handoff], compared)
-	for part, n := range okE {
-		if n < (9*compared+9)/10 {
-			t.Errorf("%s: the splits agree for %d of %d requests", part, n, compared)
+	got = got[:0]
+	for _, part := range agree {
+		got = append(got, fmt.Sprintf("%s %d/%d", part, okE[part], compared))
+	}
+	t.Logf("kernel and engine splits within max(5%%, 1 ms): %s", strings.Join(got, ", "))
+	for _, part := range agree {
+		if okE[part] < (9*compared+9)/10 {
+			t.Errorf("%s: the splits agree for %d of %d requests", part, okE[part], compared)
 		}
 	}
 	ds := Summarize(rec.Kind, withMetrics, rec.SLO, nil)
