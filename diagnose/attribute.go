@@ -92,7 +92,13 @@ type KernelParts struct {
 	DecodeQueueMs float64 `json:"decode_queue_ms,omitempty"`
 	DecodeMs      float64 `json:"decode_ms"`
 	QueueSlackMs  float64 `json:"queue_slack_ms"`
-	Steps         int     `json:"steps"` // the prefill's steps, first scheduled to first token
+	// UncertaintyMs says per part how far the evidence lets its bounds
+	// move: queueing and prefill by the span of first steps the
+	// scheduler's rules found consistent, prefill also by the output lag
+	// (token step's end → first-token send); the other parts' bounds are
+	// kernel instants (0).
+	UncertaintyMs map[string]float64 `json:"uncertainty_ms"`
+	Steps         int                `json:"steps"` // the prefill's steps, first scheduled to first token
 	// ChunksFrom says how Steps was decided: by the scheduler's rules
 	// under the token budget, or one step assumed.
 	ChunksFrom string `json:"chunks_from,omitempty"`

@@ -236,9 +236,14 @@ func joinExchanges(atts []Attribution, joins []exchangeJoin, ev Evidence, scale 
 		if err != nil {
 			continue // no step fits: the engine's libcuda was not probed
 		}
+		amb := ms(works[i].ambiguousNs)
+		if ev.TokenBudget <= 0 {
+			amb = ps.QueueMs // one step assumed: the prefill may have begun as early as the receipt
+		}
+		unc := map[string]float64{Queueing: amb, Prefill: amb + ps.OutputLagMs, Decode: 0}
 		if !j.disagg {
 			a.Kernel = &KernelParts{Engine: px.Local, QueueMs: ps.QueueMs, PrefillMs: ps.PrefillMs, DecodeMs: ps.DecodeMs,
-				QueueSlackMs: ps.QueueSlackMs, Steps: ps.Steps, ChunksFrom: chunksFrom}
+				QueueSlackMs: ps.QueueSlackMs, UncertaintyMs: unc, Steps: ps.Steps, ChunksFrom: chunksFrom}
 			a.Sources["kernel_split"] = "daemon: the HTTP exchange on the engine's API socket (sock_recv_length/sock_send_length) " +
 				"and its CUDA steps (launch/graph-launch to synchronize uprobes), CLOCK_MONOTONIC"
 			continue
@@ -249,9 +254,10 @@ func joinExchanges(atts []Attribution, joins []exchangeJoin, ev Evidence, scale 
 		if a.kvLastNs == 0 || a.kvLastNs < x.ReceivedNs || a.kvLastNs > ft || x.LastSendNs < ft {
 			continue // no KV connection joined inside the decode worker's span
 		}
+		unc[Transfer], unc[DecodeQ] = 0, 0
 		a.Kernel = &KernelParts{Engine: x.Local, PrefillEngine: px.Local, QueueMs: ps.QueueMs, PrefillMs: ps.PrefillMs,
 			TransferMs: ms(a.kvLastNs - x.ReceivedNs), DecodeQueueMs: ms(ft - a.kvLastNs), DecodeMs: ms(x.LastSendNs - ft),
-			QueueSlackMs: ps.QueueSlackMs, Steps: ps.Steps, ChunksFrom: chunksFrom}
+			QueueSlackMs: ps.QueueSlackMs, UncertaintyMs: unc, Steps: ps.Steps, ChunksFrom: chunksFrom}
 		a.Sources["kernel_split"] = "daemon: the HTTP exchanges on the prefill and decode workers' API sockets " +
 			"(sock_recv_length/sock_send_length), the prefill worker's CUDA steps (launch/graph-launch to synchronize uprobes) " +
 			"and the decode worker's KV connection, CLOCK_MONOTONIC"

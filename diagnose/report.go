@@ -48,10 +48,13 @@ type LevelBreakdown struct {
 	// the engines' own split (per-request metrics), and KernelDiff the
 	// mean absolute difference per part between the two (disaggregated:
 	// transfer and decode_queue as one span, Handoff).
-	KernelSplit    int                `json:"kernel_split,omitempty"`
-	KernelMean     map[string]float64 `json:"kernel_split_mean_ms,omitempty"`
-	KernelCompared int                `json:"kernel_compared,omitempty"`
-	KernelDiff     map[string]float64 `json:"kernel_split_diff_ms,omitempty"`
+	KernelSplit int                `json:"kernel_split,omitempty"`
+	KernelMean  map[string]float64 `json:"kernel_split_mean_ms,omitempty"`
+	// KernelUncertainty is the kernel split's mean uncertainty per part
+	// (KernelParts.UncertaintyMs).
+	KernelUncertainty map[string]float64 `json:"kernel_split_uncertainty_ms,omitempty"`
+	KernelCompared    int                `json:"kernel_compared,omitempty"`
+	KernelDiff        map[string]float64 `json:"kernel_split_diff_ms,omitempty"`
 	// Sources counts the level's requests (those its figures cover) by
 	// the evidence their split used: SourceEngineMetrics (the answering
 	// engine's per-request metrics), SourcePrefillEngineMetrics (the
@@ -169,8 +172,12 @@ func (l *level) breakdown() LevelBreakdown {
 			}
 			lb.KernelSplit++
 			kp := k.parts()
+			if lb.KernelUncertainty == nil {
+				lb.KernelUncertainty = map[string]float64{}
+			}
 			for part, v := range kp {
 				lb.KernelMean[part] += v
+				lb.KernelUncertainty[part] += k.UncertaintyMs[part]
 			}
 			engine := a.EngineParts
 			if a.SplitBy == "engine" {
@@ -203,6 +210,7 @@ func (l *level) breakdown() LevelBreakdown {
 	}
 	for k := range lb.KernelMean {
 		lb.KernelMean[k] /= float64(lb.KernelSplit)
+		lb.KernelUncertainty[k] /= float64(lb.KernelSplit)
 	}
 	for k := range lb.KernelDiff {
 		lb.KernelDiff[k] /= float64(lb.KernelCompared)
@@ -344,7 +352,7 @@ func (d Diagnosis) WriteTable(w io.Writer, md bool) error {
 		}
 		if l.KernelSplit > 0 {
 			s := fmt.Sprintf("kernel split (daemon: HTTP exchanges + CUDA steps + KV connections, no engine metrics) at %g req/s: %d of %d requests, mean %s",
-				l.OfferedQPS, l.KernelSplit, l.Requests, partList(l.KernelMean))
+				l.OfferedQPS, l.KernelSplit, l.Requests, partListPM(l.KernelMean, l.KernelUncertainty))
 			if l.KernelCompared > 0 {
 				s += fmt.Sprintf("; against the engines' own split (%d requests) mean |difference| %s", l.KernelCompared, partList(l.KernelDiff))
 			}
@@ -405,11 +413,19 @@ func Profile(atts []Attribution) (*profile.Profile, error) {
 }
 
 // partList prints m's parts in TTFT order, decode and Handoff after.
-func partList(m map[string]float64) string {
+func partList(m map[string]float64) string { return partListPM(m, nil) }
+
+// partListPM is partList with each part's uncertainty (± pm[part]) where
+// pm has a non-zero one.
+func partListPM(m, pm map[string]float64) string {
 	var out []string
 	for _, k := range append(append([]string{}, TTFTComponents...), Decode, Handoff) {
 		if v, ok := m[k]; ok {
-			out = append(out, fmt.Sprintf("%s %.2f", k, v))
+			s := fmt.Sprintf("%s %.2f", k, v)
+			if u := pm[k]; u > 0 {
+				s += fmt.Sprintf(" ±%.2f", u)
+			}
+			out = append(out, s)
 		}
 	}
 	return strings.Join(out, ", ") + " ms"

@@ -34,7 +34,11 @@ type StepSplit struct {
 	QueueMs      float64
 	PrefillMs    float64
 	QueueSlackMs float64
-	Steps        int // steps from first scheduled to the token step, inclusive
+	// OutputLagMs runs from the token step's end to the first token's
+	// send (the engine's output processing): prefill or hand-out, the
+	// grid cannot say, so it bounds the prefill's end.
+	OutputLagMs float64
+	Steps       int // steps from first scheduled to the token step, inclusive
 }
 
 // SplitBySteps splits [receivedNs, firstTokenNs] of one request by steps
@@ -66,9 +70,10 @@ func SplitBySteps(steps []EngineStep, receivedNs, firstTokenNs int64, chunks int
 	}
 	ms := func(ns int64) float64 { return float64(ns) / 1e6 / scale }
 	out := StepSplit{
-		QueueMs:   ms(s[first].StartNs - receivedNs),
-		PrefillMs: ms(s[tok].EndNs - s[first].StartNs),
-		Steps:     tok - first + 1,
+		QueueMs:     ms(s[first].StartNs - receivedNs),
+		PrefillMs:   ms(s[tok].EndNs - s[first].StartNs),
+		OutputLagMs: ms(firstTokenNs - s[tok].EndNs),
+		Steps:       tok - first + 1,
 	}
 	prevEnd := receivedNs
 	if first > 0 && s[first-1].EndNs > prevEnd {
@@ -85,6 +90,10 @@ type prefillWork struct {
 	received, firstToken int64
 	uncached, output     int
 	chunks               int
+	// ambiguousNs is the span of first steps' starts the rules found
+	// consistent (0: one): the evidence cannot place the prefill's start
+	// closer than that.
+	ambiguousNs int64
 }
 
 // inferChunks decides how many steps each request's prefill took on one
@@ -133,7 +142,7 @@ func inferChunks(steps []EngineStep, work []*prefillWork, budget int) {
 			}
 			need := max(w.uncached, 1) // a whole-prompt hit still computes its last token
 			lo := sort.Search(tok, func(i int) bool { return s[i].StartNs >= w.received })
-			first, firstAfterFront, candidates := -1, -1, 0
+			first, firstAfterFront, last, candidates := -1, -1, -1, 0
 			for f := lo; f <= tok; f++ {
 				if left(f) == 0 {
 					continue
@@ -146,12 +155,17 @@ func inferChunks(steps []EngineStep, work []*prefillWork, budget int) {
 					continue // done before the token step, or not by it
 				}
 				candidates++
+				last = f
 				if first < 0 {
 					first = f
 				}
 				if firstAfterFront < 0 && s[f].StartNs-w.received >= frontNs {
 					firstAfterFront = f
 				}
+			}
+			w.ambiguousNs = 0
+			if candidates > 1 {
+				w.ambiguousNs = s[last].StartNs - s[first].StartNs
 			}
 			if firstAfterFront >= 0 {
 				first = firstAfterFront

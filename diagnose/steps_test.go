@@ -95,6 +95,8 @@ func TestSplitExchange(t *testing.T) {
 // count: the steps' tokens decide the chunks, so it must be exact.
 func TestInferChunks(t *testing.T) {
 	const budget, front = 48, int64(2_000_000) // tokens; 2 ms of front end
+	// ambiguous counts requests whose first step the rules alone left open.
+	ambiguous := 0
 	for seed := uint64(1); seed <= 20; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		type req struct {
@@ -168,6 +170,11 @@ func TestInferChunks(t *testing.T) {
 			work[i] = &r.work
 		}
 		inferChunks(steps, work, budget)
+		for _, w := range work {
+			if w.ambiguousNs > 0 {
+				ambiguous++
+			}
+		}
 		for i, r := range reqs {
 			if want := r.done - r.first + 1; r.work.chunks != want {
 				t.Errorf("seed %d request %d (%d uncached tokens, received %.2f ms, first step %d): %d chunks, want %d",
@@ -175,6 +182,12 @@ func TestInferChunks(t *testing.T) {
 			}
 		}
 	}
+	// A tiny first chunk (the budget an elder left) is consistent with
+	// starting a step later too: such requests must say so.
+	if ambiguous == 0 {
+		t.Error("no request had more than one consistent first step: the uncertainty is never stated")
+	}
+	t.Logf("%d of 600 requests had more than one consistent first step", ambiguous)
 }
 
 // TestRecordTokenBudget: the budget comes from a deploy spec's knobs as a

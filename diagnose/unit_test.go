@@ -259,3 +259,76 @@ func TestParseTimelinesFormats(t *testing.T) {
 		t.Error("empty accepted")
 	}
 }
+
+// TestKernelSplitChoosesAndStatesUncertainty: one request, its exchange on
+// the engine's API socket and the engine's steps, no engine metrics. With
+// the token budget the rules put its 100 uncached tokens in three steps
+// (48, 48, 4) from the first step after its receipt; without, one step is
+// assumed and the uncertainty says the prefill may have begun at the
+// receipt. Auto takes the kernel split, engine evidence never does, and
+// kernel evidence takes it over the engine's metrics, keeping them beside.
+func TestKernelSplitChoosesAndStatesUncertainty(t *testing.T) {
+	ms := func(m float64) int64 { return 1_000_000_000 + int64((m-101)*1e6) } // record()'s clock: 101 ms is mono 1e9
+	withTokens := func(rec *replay.Record) *replay.Record {
+		rq := &rec.Runs[0].Levels[0].Requests[1]
+		rq.InputTokens, rq.PromptTokens, rq.CachedTokens = 100, new(int), new(int)
+		*rq.PromptTokens = 100
+		return rec
+	}
+	ev := Evidence{Head: HeadWithFirstToken, TokenBudget: 48,
+		Exchanges: []KernelExchange{{PID: 7, Local: "127.0.0.1:8000", Remote: "127.0.0.1:5000",
+			ReceivedNs: ms(104), FirstSendNs: ms(144), LastSendNs: ms(244), Sends: 127}},
+		Steps: map[int][]EngineStep{7: {{ms(100), ms(105)}, {ms(110), ms(120)}, {ms(120), ms(130)}, {ms(130), ms(140)}}}}
+	check := func(name string, a Attribution, splitBy string, want map[string]float64, unc map[string]float64) {
+		t.Helper()
+		if a.SplitBy != splitBy || a.Kernel == nil {
+			t.Fatalf("%s: split by %q (kernel split %v), want %q", name, a.SplitBy, a.Kernel != nil, splitBy)
+		}
+		for k, v := range want {
+			if math.Abs(a.Parts[k]-v) > 1e-9 {
+				t.Errorf("%s: %s = %v, want %v", name, k, a.Parts[k], v)
+			}
+		}
+		for k, v := range unc {
+			if math.Abs(a.Kernel.UncertaintyMs[k]-v) > 1e-9 {
+				t.Errorf("%s: %s uncertainty %v, want %v", name, k, a.Kernel.UncertaintyMs[k], v)
+			}
+		}
+	}
+	atts, err := Attribute(withTokens(record("")), ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// TTFT 50 = queue 6 (104 → 110) + prefill 30 (110 → 140) + client 14.
+	check("budget 48", atts[0], "kernel", map[string]float64{Queueing: 6, Prefill: 30, Decode: 100, Client: 14},
+		map[string]float64{Queueing: 0, Prefill: 4, Decode: 0})
+	if atts[0].Kernel.Steps != 3 {
+		t.Errorf("budget 48: %d prefill steps, want 3", atts[0].Kernel.Steps)
+	}
+	var b strings.Builder
+	if err := Summarize("emulated", atts, slo.Default, nil).WriteTable(&b, false); err != nil {
+		t.Fatal(err)
+	}
+	if want := "mean queueing 6.00, prefill 30.00 ±4.00, decode 100.00 ms"; !strings.Contains(b.String(), want) {
+		t.Errorf("report lacks %q:\n%s", want, b.String())
+	}
+
+	ev.TokenBudget = 0
+	atts, _ = Attribute(withTokens(record("")), ev)
+	check("budget unknown", atts[0], "kernel", map[string]float64{Queueing: 26, Prefill: 10, Client: 14},
+		map[string]float64{Queueing: 26, Prefill: 30})
+
+	ev.TokenBudget, ev.Source = 48, EvidenceEngine
+	atts, _ = Attribute(withTokens(record("")), ev)
+	check("engine evidence", atts[0], "client", map[string]float64{Prefill: 49}, nil)
+
+	ev.Source = EvidenceKernel
+	atts, _ = Attribute(withTokens(record(`{"queue_time_ms":10,"time_to_first_token_ms":30,"generation_time_ms":100}`)), ev)
+	check("kernel evidence", atts[0], "kernel", map[string]float64{Queueing: 6, Prefill: 30}, nil)
+	if e := atts[0].EngineParts; e[Queueing] != 10 || e[Prefill] != 30 {
+		t.Errorf("kernel evidence: the engine's split kept beside is %v, want queueing 10, prefill 30", e)
+	}
+	if kept, left := KernelOnly(atts); len(kept) != 1 || left != 0 {
+		t.Errorf("KernelOnly: %d kept, %d left out", len(kept), left)
+	}
+}
