@@ -58,6 +58,14 @@ func deployment(t *testing.T, ctx context.Context, mode string, trace io.Writer)
 		cfg.Connector = proxy.NixlConnector
 		cfg.Workers = []proxy.Worker{{Name: "p0", Role: proxy.RolePrefill, URL: pf.URL()}, {Name: "d0", Role: proxy.RoleDecode, URL: dc.URL()}}
 	}
+	p, proxyURL = serveProxy(t, ctx, cfg)
+	return proxyURL, engineURL, p
+}
+
+// serveProxy starts hone's proxy with cfg, in process, until ctx ends, and
+// returns it and its URL.
+func serveProxy(t *testing.T, ctx context.Context, cfg proxy.Config) (*proxy.Proxy, string) {
+	t.Helper()
 	p, err := proxy.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -66,11 +74,27 @@ func deployment(t *testing.T, ctx context.Context, mode string, trace io.Writer)
 	go p.ListenAndServe(ctx, func(a string) { ready <- a }, time.Second)
 	select {
 	case a := <-ready:
-		proxyURL = "http://" + a
+		return p, "http://" + a
 	case <-time.After(5 * time.Second):
 		t.Fatal("proxy did not start")
 	}
-	return proxyURL, engineURL, p
+	return nil, ""
+}
+
+// measuredOK counts rec's measured requests (past the warm-ups) that
+// completed.
+func measuredOK(rec *replay.Record) int {
+	n := 0
+	for _, run := range rec.Runs {
+		for _, l := range run.Levels {
+			for _, rq := range l.Requests {
+				if rq.ID >= replay.Sessions && rq.Outcome == "ok" {
+					n++
+				}
+			}
+		}
+	}
+	return n
 }
 
 // replayOnce runs a small workload through the proxy at two load levels.

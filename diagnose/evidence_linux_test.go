@@ -300,16 +300,7 @@ func TestKernelSplitAgreesWithEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	measured := 0
-	for _, run := range rec.Runs {
-		for _, l := range run.Levels {
-			for _, rq := range l.Requests {
-				if rq.ID >= replay.Sessions && rq.Outcome == "ok" {
-					measured++
-				}
-			}
-		}
-	}
+	measured := measuredOK(rec)
 	xs, steps := kernelEvidence(t, d, func(xs []KernelExchange) bool {
 		answered := 0
 		for _, x := range xs {
@@ -507,37 +498,15 @@ func kernelEvidenceScenario(t *testing.T, sc evidenceScenario) {
 		du, dport, dcmd, dtrace := startEngine(t, ctx, scale, append(append([]string{"--role", "decode"}, metrics...), sc.decode...)...)
 		pids, traces = []int{pcmd.Process.Pid, dcmd.Process.Pid}, []string{ptrace, dtrace}
 		d = traceEngines(t, ctx, pids, []uint16{uint16(pport), uint16(dport)}, []uint16{uint16(kvPort)})
-		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		var err error
-		p, err = proxy.New(proxy.Config{Listen: "127.0.0.1:0", Mode: proxy.ModeDisaggregated, Connector: proxy.NixlConnector,
-			Workers: []proxy.Worker{{Name: "p0", Role: proxy.RolePrefill, URL: pu}, {Name: "d0", Role: proxy.RoleDecode, URL: du}}}, quiet)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ready := make(chan string, 1)
-		go p.ListenAndServe(ctx, func(a string) { ready <- a }, time.Second)
-		select {
-		case a := <-ready:
-			opts.Endpoint = "http://" + a
-		case <-time.After(5 * time.Second):
-			t.Fatal("proxy did not start")
-		}
+		p, opts.Endpoint = serveProxy(t, ctx, proxy.Config{Listen: "127.0.0.1:0", Mode: proxy.ModeDisaggregated, Connector: proxy.NixlConnector,
+			Workers: []proxy.Worker{{Name: "p0", Role: proxy.RolePrefill, URL: pu}, {Name: "d0", Role: proxy.RoleDecode, URL: du}}})
 		opts.TokenizeEndpoint, opts.GPUs = du, 2
 	}
 	rec, err := replay.Run(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	measured := 0
-	for _, run := range rec.Runs {
-		for _, l := range run.Levels {
-			for _, rq := range l.Requests {
-				if rq.ID >= replay.Sessions && rq.Outcome == "ok" {
-					measured++
-				}
-			}
-		}
-	}
+	measured := measuredOK(rec)
 	if measured != w.Requests-replay.Sessions {
 		t.Fatalf("%d of %d measured requests completed: %v", measured, w.Requests-replay.Sessions, rec.Outcomes)
 	}

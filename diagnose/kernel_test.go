@@ -87,14 +87,8 @@ func TestKernelKVJoin(t *testing.T) {
 	}
 	defer d.Close()
 
-	p, err := proxy.New(proxy.Config{Listen: "127.0.0.1:0", Mode: proxy.ModeDisaggregated, Connector: proxy.NixlConnector,
-		Workers: []proxy.Worker{{Name: "p0", Role: proxy.RolePrefill, URL: pfURL}, {Name: "d0", Role: proxy.RoleDecode, URL: dcURL}}}, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan string, 1)
-	go p.ListenAndServe(ctx, func(a string) { ready <- a }, time.Second)
-	pu := "http://" + <-ready
+	p, pu := serveProxy(t, ctx, proxy.Config{Listen: "127.0.0.1:0", Mode: proxy.ModeDisaggregated, Connector: proxy.NixlConnector,
+		Workers: []proxy.Worker{{Name: "p0", Role: proxy.RolePrefill, URL: pfURL}, {Name: "d0", Role: proxy.RoleDecode, URL: dcURL}}})
 	w := replay.DefaultWorkload()
 	w.Requests = 24
 	rec, err := replay.Run(ctx, replay.Options{Endpoint: pu, TokenizeEndpoint: dcURL, Model: "Qwen/Qwen2.5-Coder-0.5B-Instruct",
