@@ -118,6 +118,16 @@ type KernelSplit struct {
 	DecodeMs float64
 }
 
+// split is exchange x (the one w came from) split where inferChunks
+// placed w's prefill.
+func (w *prefillWork) split(x KernelExchange, head HeadSend, scale float64) KernelSplit {
+	ms := func(ns int64) float64 { return float64(ns) / 1e6 / scale }
+	ft := x.FirstTokenNs(head)
+	return KernelSplit{StepSplit: StepSplit{QueueMs: ms(w.first.StartNs - x.ReceivedNs), PrefillMs: ms(w.tok.EndNs - w.first.StartNs),
+		QueueSlackMs: ms(max(w.first.StartNs-max(w.prevEndNs, x.ReceivedNs), 0)), OutputLagMs: ms(ft - w.tok.EndNs), Steps: w.chunks},
+		DecodeMs: ms(x.LastSendNs - ft)}
+}
+
 // SplitExchange splits exchange x by the steps of the engine process that
 // served it. chunks is the prefill's chunk count (1 when the uncached
 // prompt fits one step's token budget); scale the time scale.
@@ -232,8 +242,11 @@ func joinExchanges(atts []Attribution, joins []exchangeJoin, ev Evidence, scale 
 		}
 		a := &atts[j.att]
 		px := xs[split[i]]
-		ps, err := SplitExchange(px, ev.Steps[px.PID], ev.Head, works[i].chunks, scale)
-		if err != nil {
+		var ps KernelSplit
+		var err error
+		if w := works[i]; ev.TokenBudget > 0 && w.placed {
+			ps = w.split(px, ev.Head, scale)
+		} else if ps, err = SplitExchange(px, ev.Steps[px.PID], ev.Head, 1, scale); err != nil {
 			continue // no step fits: the engine's libcuda was not probed
 		}
 		amb := ms(works[i].ambiguousNs)

@@ -85,40 +85,49 @@ func SplitBySteps(steps []EngineStep, receivedNs, firstTokenNs int64, chunks int
 
 // prefillWork is one request an engine served, for inferChunks: its
 // receipt and first-token send (CLOCK_MONOTONIC), the prompt tokens the
-// engine computed and the tokens it generated. chunks is the result.
+// engine computed and the tokens it generated. The rest is the result.
 type prefillWork struct {
 	received, firstToken int64
 	uncached, output     int
-	chunks               int
-	// ambiguousNs is the span of first steps' starts the rules found
-	// consistent (0: one): the evidence cannot place the prefill's start
-	// closer than that.
+	// placed: inferChunks put the prefill on the step grid, from the
+	// start of step first to the end of step tok (chunks steps).
+	placed     bool
+	first, tok EngineStep
+	prevEndNs  int64 // the end of the step before first (0: none)
+	chunks     int
+	// ambiguousNs is the span of first steps' starts the evidence leaves
+	// open (0: one): those consistent with the token step the first-token
+	// send points at, and the one the rules admitted it in.
 	ambiguousNs int64
 }
 
-// inferChunks decides how many steps each request's prefill took on one
-// engine (steps: its CUDA steps; work: every request it served that the
-// exchanges joined), by vLLM's scheduler rules under token budget B
+// inferChunks places each request's prefill on one engine's step grid
+// (steps: its CUDA steps; work: every request it served that the
+// exchanges joined) by vLLM's scheduler rules under token budget B
 // (max_num_batched_tokens): each step serves the running requests first,
-// in the order they were admitted (FCFS), a decoding one a token, a
-// prefilling one as much of its prompt as the budget left allows; then it
-// admits waiting requests, FCFS, while any budget is left. A prefill
-// therefore takes everything left to it in each step until it finishes.
+// in the order they were admitted, a decoding one a token, a prefilling
+// one as much of its prompt as the budget left allows; then it admits
+// waiting requests in arrival order (FCFS) while budget is left. A
+// prefill therefore takes everything left to it in each step until it
+// finishes, and a request is admitted in the first step, no earlier than
+// its elder's, that starts after the API server's front end handed it over
+// and has budget left.
 //
-// Requests are taken in receipt order. For each, every step from its
-// receipt to its token step (the one its first token came from, as
-// SplitBySteps finds it) that had budget left is a candidate first step;
-// it is consistent when, taking all that is left from there on, the
-// request's uncached tokens are done exactly in the token step. The
-// earliest consistent one is taken — FCFS admits a ready request in the
-// first step with budget left — but not before the API server's front end
-// could have handed the request over: the shortest receipt → first-step
-// gap among the requests admitted unambiguously in the first step after
-// their receipt (a first pass finds them; none: no floor). The request then adds its chunks and its output −
-// 1 decode tokens (one a step, in the steps its elders left budget in) to
-// what later ones find used. Where no candidate is consistent (a request the exchanges
-// missed, a preemption: neither is modelled) the fewest steps that could
-// hold its tokens are taken. Steps before the receipt never count.
+// Requests are taken in receipt order, each adding its chunks and its
+// output − 1 decode tokens (one a step, in the steps its elders left
+// budget in) to what later ones find used. The front end's length is
+// learnt first: a pass places each prefill by its first-token send (the
+// token step is the latest step to end before it; a first step is
+// consistent when, taking all that is left from there, the prefill ends
+// exactly there, and the earliest consistent one is taken); of the
+// receipt → first-step gaps it finds, the front end's floor is the one
+// under which the rules end the most prefills in the step their send
+// points at (ties: the nearest to the shortest unambiguous gap). The second pass admits each request by the
+// rules, so a first token sent late (the API server's output processing
+// lagging the step) does not move its prefill; where the rules place the
+// prefill's end after its first token was sent, or the grid ends first,
+// the send decides as in the first pass. Preemption, max_num_seqs and
+// requests the exchanges missed are not modelled.
 func inferChunks(steps []EngineStep, work []*prefillWork, budget int) {
 	s := steps
 	if !sort.SliceIsSorted(s, func(i, j int) bool { return s[i].EndNs < s[j].EndNs }) {
@@ -126,22 +135,23 @@ func inferChunks(steps []EngineStep, work []*prefillWork, budget int) {
 		sort.Slice(s, func(i, j int) bool { return s[i].EndNs < s[j].EndNs })
 	}
 	sort.SliceStable(work, func(i, j int) bool { return work[i].received < work[j].received })
-	// pass allocates every request's steps, first steps no earlier than
-	// frontNs after the receipt where one such is consistent; it returns
-	// the receipt → first-step gaps of the requests with one candidate,
-	// the first step after their receipt.
-	pass := func(frontNs int64) []int64 {
+	// pass places every request; byRules admits by the rules (second
+	// pass), else by the first-token send. It returns the receipt →
+	// first-step gaps of the requests with one consistent first step, the
+	// first after their receipt.
+	pass := func(frontNs int64, byRules bool) (gaps, uniq []int64, matched int) {
 		used := make([]int, len(s))
 		left := func(k int) int { return max(budget-used[k], 0) }
-		var gaps []int64
+		elder := 0 // FCFS: no request is admitted before its elder
 		for _, w := range work {
-			w.chunks = 1
+			w.placed, w.chunks, w.ambiguousNs = false, 1, 0
 			tok := sort.Search(len(s), func(i int) bool { return s[i].EndNs > w.firstToken }) - 1
 			if tok < 0 || s[tok].StartNs < w.received {
-				continue // SplitBySteps will say no step fits
+				continue // no step fits: SplitBySteps will say so
 			}
 			need := max(w.uncached, 1) // a whole-prompt hit still computes its last token
 			lo := sort.Search(tok, func(i int) bool { return s[i].StartNs >= w.received })
+			// The first steps consistent with the token step.
 			first, firstAfterFront, last, candidates := -1, -1, -1, 0
 			for f := lo; f <= tok; f++ {
 				if left(f) == 0 {
@@ -163,23 +173,51 @@ func inferChunks(steps []EngineStep, work []*prefillWork, budget int) {
 					firstAfterFront = f
 				}
 			}
-			w.ambiguousNs = 0
-			if candidates > 1 {
-				w.ambiguousNs = s[last].StartNs - s[first].StartNs
-			}
+			lowest, highest := first, last
 			if firstAfterFront >= 0 {
 				first = firstAfterFront
 			}
-			if first < 0 { // the fewest steps back from the token step
+			if first < 0 { // none: the fewest steps back from the token step
 				first = tok
 				for got := left(tok); got < need && first > lo; got += left(first) {
 					first--
 				}
 			}
+			gaps = append(gaps, s[first].StartNs-w.received)
 			if candidates == 1 && first == lo {
-				gaps = append(gaps, s[first].StartNs-w.received)
+				uniq = append(uniq, s[first].StartNs-w.received)
 			}
-			w.chunks = tok - first + 1
+			if byRules {
+				// Admitted in the first step after the front end, not before
+				// its elder, with budget left; done where the budget adds up.
+				f := sort.Search(len(s), func(i int) bool { return s[i].StartNs >= w.received+frontNs })
+				for f = max(f, elder); f < len(s) && left(f) == 0; f++ {
+				}
+				t, got := f, 0
+				for ; t < len(s); t++ {
+					if got += left(t); got >= need {
+						break
+					}
+				}
+				if t < len(s) && s[t].EndNs <= w.firstToken {
+					if t == tok {
+						matched++
+					}
+					first, tok = f, t
+					if lowest < 0 || f < lowest {
+						lowest = f
+					}
+					highest = max(highest, f)
+				}
+			}
+			if lowest >= 0 && highest > lowest {
+				w.ambiguousNs = s[highest].StartNs - s[lowest].StartNs
+			}
+			elder = first
+			w.placed, w.first, w.tok, w.chunks = true, s[first], s[tok], tok-first+1
+			if first > 0 {
+				w.prevEndNs = s[first-1].EndNs
+			}
 			rest := need
 			for k := first; k < tok; k++ {
 				rest -= left(k)
@@ -195,9 +233,44 @@ func inferChunks(steps []EngineStep, work []*prefillWork, budget int) {
 				}
 			}
 		}
-		return gaps
+		return gaps, uniq, matched
 	}
-	if gaps := pass(0); len(gaps) > 0 {
-		pass(slices.Min(gaps))
+	// The front end's floor: of the receipt → first-step gaps the sends
+	// suggest (at most 64 of them, spread over their range), the shortest
+	// under which the rules end the most prefills in the step their first
+	// token's send points at. Shorter admits ready-looking requests a step
+	// early, longer a step late; a late send misleads one request only.
+	gaps, uniq, _ := pass(0, false)
+	slices.Sort(gaps)
+	gaps = slices.Compact(gaps)
+	if n := len(gaps); n > 64 {
+		q := make([]int64, 64)
+		for i := range q {
+			q[i] = gaps[i*(n-1)/63]
+		}
+		gaps = q
 	}
+	// Ties (no request tells two floors apart) go to the one nearest the
+	// shortest gap of a request with one consistent first step, the first
+	// after its receipt: with its send on time, an upper bound that the
+	// front end reaches within the step grid's phase.
+	hint := int64(0)
+	if len(uniq) > 0 {
+		hint = slices.Min(uniq)
+	}
+	front, best := int64(0), -1
+	for _, g := range append([]int64{0}, gaps...) {
+		_, _, m := pass(g, true)
+		if m > best || m == best && abs64(g-hint) < abs64(front-hint) {
+			front, best = g, m
+		}
+	}
+	pass(front, true)
+}
+
+func abs64(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
 }

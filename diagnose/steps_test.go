@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -91,12 +92,14 @@ func TestSplitExchange(t *testing.T) {
 // requests first, FCFS admission of requests ready after a fixed API
 // front end, chunked prefill, one token per decode) over random arrivals
 // and checks that inferChunks, seeing only each request's receipt, first
-// token and token counts and the step grid, recovers every prefill's step
-// count: the steps' tokens decide the chunks, so it must be exact.
+// token and token counts and the step grid, places every prefill on its
+// steps: the steps' tokens decide the chunks, so it must be exact where
+// the first token is sent on time, and nearly so (95%) where it is sent
+// up to two steps late.
 func TestInferChunks(t *testing.T) {
 	const budget, front = 48, int64(2_000_000) // tokens; 2 ms of front end
 	// ambiguous counts requests whose first step the rules alone left open.
-	ambiguous := 0
+	ambiguous, misplacedLate := 0, 0
 	for seed := uint64(1); seed <= 20; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		type req struct {
@@ -155,7 +158,13 @@ func TestInferChunks(t *testing.T) {
 			clock += dur + 50_000
 			for _, r := range finished {
 				r.done = k
-				r.work.firstToken = steps[k].EndNs + 100_000
+				// The API server sends the first token 0.1 ms after the
+				// step; every third seed, up to 3 ms (two steps) late.
+				lag := int64(100_000)
+				if seed%3 == 0 {
+					lag += rng.Int64N(3_000_000)
+				}
+				r.work.firstToken = steps[k].EndNs + lag
 			}
 			kept := running[:0]
 			for _, r := range running {
@@ -176,12 +185,26 @@ func TestInferChunks(t *testing.T) {
 			}
 		}
 		for i, r := range reqs {
-			if want := r.done - r.first + 1; r.work.chunks != want {
-				t.Errorf("seed %d request %d (%d uncached tokens, received %.2f ms, first step %d): %d chunks, want %d",
-					seed, i, r.work.uncached, float64(r.work.received)/1e6, r.first, r.work.chunks, want)
+			if r.work.placed && r.work.first == steps[r.first] && r.work.tok == steps[r.done] && r.work.chunks == r.done-r.first+1 {
+				continue
+			}
+			msg := fmt.Sprintf("seed %d request %d (%d uncached tokens, received %.2f ms): placed %v, %d steps from %v to %v; want %d steps from %v to %v",
+				seed, i, r.work.uncached, float64(r.work.received)/1e6, r.work.placed, r.work.chunks, r.work.first, r.work.tok,
+				r.done-r.first+1, steps[r.first], steps[r.done])
+			if seed%3 != 0 {
+				t.Error(msg) // sends on time: the rules decide every step
+			} else {
+				t.Log(msg)
+				misplacedLate++
 			}
 		}
 	}
+	// Sends up to two steps late can mislead the front end's floor: still
+	// at least 95% of those requests placed exactly.
+	if misplacedLate > 180/20 {
+		t.Errorf("%d of 180 requests with late sends misplaced, want at most 9", misplacedLate)
+	}
+	t.Logf("%d of 180 requests with late sends misplaced", misplacedLate)
 	// A tiny first chunk (the budget an elder left) is consistent with
 	// starting a step later too: such requests must say so.
 	if ambiguous == 0 {
