@@ -5,6 +5,7 @@ package diagnose
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -163,9 +164,11 @@ func kernelEvidence(t *testing.T, d *daemon.Daemon, done func([]KernelExchange) 
 }
 
 // readTruth reads the emulator's trace: its request lines by id and, per
-// request, how late (model ms) the instants a split reads ran: its first
-// step's launch and synchronize (its queue's end and its prefill's ends:
-// one chunk) and its last step's synchronize (its decode's end).
+// request, how late (model ms) the instants a split reads ran: the launch
+// and synchronize of the first step it was in (its queue's end; on a
+// decode worker its first step after the KV), the synchronize of its
+// last prefill step (its prefill's end) and of its last step (its
+// decode's end). (Steps between are never read.)
 func readTruth(t *testing.T, trace string, scale float64) (map[string]emulator.TraceRecord, map[string]float64) {
 	t.Helper()
 	b, err := os.ReadFile(trace)
@@ -173,7 +176,7 @@ func readTruth(t *testing.T, trace string, scale float64) (map[string]emulator.T
 		t.Fatal(err)
 	}
 	truth := map[string]emulator.TraceRecord{}
-	first, last := map[string]float64{}, map[string]float64{}
+	first, token, last := map[string]float64{}, map[string]float64{}, map[string]float64{}
 	for _, line := range bytes.Split(b, []byte("\n")) {
 		var tr emulator.TraceRecord
 		if json.Unmarshal(line, &tr) == nil && tr.Event == "request" {
@@ -181,19 +184,47 @@ func readTruth(t *testing.T, trace string, scale float64) (map[string]emulator.T
 		}
 		var st emulator.StepTraceRecord
 		if json.Unmarshal(line, &st) == nil && st.Event == "step" {
+			late := float64(st.SyncMono-st.EndMono) / 1e6 / scale
 			for _, r := range st.Requests {
-				late := float64(st.SyncMono-st.EndMono) / 1e6 / scale
+				if _, ok := first[r.RequestID]; !ok {
+					first[r.RequestID] = max(late, float64(st.LaunchMono-st.StartMono)/1e6/scale)
+				}
 				if !r.Decode {
-					first[r.RequestID] = max(first[r.RequestID], late, float64(st.LaunchMono-st.StartMono)/1e6/scale)
+					token[r.RequestID] = late // its last prefill step's: the token step
 				}
 				last[r.RequestID] = late
 			}
 		}
 	}
 	for id, l := range last {
-		first[id] = max(first[id], l)
+		first[id] = max(first[id], token[id], l)
 	}
 	return truth, first
+}
+
+// kvAckLate is, per request, how late (model ms) the prefill worker's
+// trace saw its KV pull acknowledged (kv_send's end, the emulator's own
+// reading) after the decode worker's modelled end of the transfer: the
+// decode worker acknowledges when its goroutine wakes at that end, and a
+// late wake-up moves the last operation on the KV connection, which the
+// kernel sees, while the model keeps the modelled instant.
+func kvAckLate(t *testing.T, prefillTrace string, decode map[string]emulator.TraceRecord, scale float64) map[string]float64 {
+	t.Helper()
+	b, err := os.ReadFile(prefillTrace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		var ks emulator.KVSendRecord
+		if json.Unmarshal(line, &ks) != nil || ks.Event != "kv_send" {
+			continue
+		}
+		if tr, ok := decode[ks.RequestID]; ok && tr.TransferTo > 0 {
+			out[ks.RequestID] = float64(ks.EndMono-tr.TransferTo) / 1e6 / scale
+		}
+	}
+	return out
 }
 
 // startTracedEngine starts hone sim serve with a batch of two, its steps
@@ -277,101 +308,6 @@ func traceEngines(t *testing.T, ctx context.Context, pids []int, httpPorts, kvPo
 	return d
 }
 
-// TestKernelSplitAgreesWithEngine: a replay against the traced engine
-// with per-request metrics on; Attribute joins every measured request to
-// its HTTP exchange and splits it from kernel evidence, and that split
-// agrees with the engine's own (queue with its front end, prefill, decode)
-// within max(5%, 1 ms model time) for at least 90% of the requests the
-// host did not distort (a step run late, or a first or last token reaching
-// the client more than half the tolerance after its modelled instant; at
-// least 5 must be left to judge: a cold make test on two cores left 8 of
-// 32); the report states both.
-func TestKernelSplitAgreesWithEngine(t *testing.T) {
-	const scale = 2.0 // replay's 16 s of warm-up in model time: 32 s of wall time; host jitter counts half
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	url, _, d, trace := startTracedEngine(t, ctx, scale, "--enable-per-request-metrics", "--enable-prompt-tokens-details")
-	w := replay.DefaultWorkload()
-	// Short prompts and answers: after the 16 s warm-up, a second of wall
-	// time for 32 measured requests.
-	w.Requests, w.InputTokens, w.OutputTokens = 40, 1024, 16
-	rec, err := replay.Run(ctx, replay.Options{Endpoint: url, Model: "Qwen/Qwen2.5-Coder-0.5B-Instruct",
-		Kind: replay.KindEmulated, Backend: "emulator", Workload: w, QPS: []float64{40}, TimeScale: scale, GPUs: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	measured := measuredOK(rec)
-	xs, steps := kernelEvidence(t, d, func(xs []KernelExchange) bool {
-		answered := 0
-		for _, x := range xs {
-			if x.Sends > 1 {
-				answered++
-			}
-		}
-		return answered >= measured
-	})
-	atts, err := Attribute(rec, Evidence{Exchanges: xs, Steps: steps, Head: HeadWithFirstToken})
-	if err != nil {
-		t.Fatal(err)
-	}
-	truth, lateMs := readTruth(t, trace, scale)
-	// The host may also deliver tokens late (the handler's write, the
-	// client's read): the client's first and last chunk against the
-	// emulator's modelled first token and finish.
-	for _, run := range rec.Runs {
-		for _, l := range run.Levels {
-			for _, rq := range l.Requests {
-				tr, ok := truth["cmpl-"+rq.RequestID]
-				if n := len(rq.Chunks.MonoNs); ok && n > 0 {
-					late := float64(max(rq.Chunks.MonoNs[0]-tr.FirstTokenMono, rq.Chunks.MonoNs[n-1]-tr.FinishMono)) / 1e6 / scale
-					lateMs[tr.RequestID] = max(lateMs[tr.RequestID], late)
-				}
-			}
-		}
-	}
-	within := func(got, want float64) bool { return math.Abs(got-want) <= max(0.05*want, 1) }
-	var split, okQ, okP, okD, distorted int
-	for _, a := range atts {
-		k := a.Kernel
-		if k == nil {
-			t.Errorf("%s: no kernel split", a.RequestID)
-			continue
-		}
-		if !a.EngineMetrics {
-			t.Errorf("%s: no engine metrics to compare with", a.RequestID)
-			continue
-		}
-		split++
-		if late := lateMs["cmpl-"+a.RequestID]; late > 0.5 {
-			distorted++
-			t.Logf("%s: host-distorted (a step or a delivery %.2f ms late), not compared", a.RequestID, late)
-			continue
-		}
-		okQ += b2i(within(k.QueueMs, a.Parts[Queueing]))
-		okP += b2i(within(k.PrefillMs, a.Parts[Prefill]))
-		okD += b2i(within(k.DecodeMs, a.Parts[Decode]))
-		t.Logf("%s: queue %.2f/%.2f prefill %.2f/%.2f decode %.2f/%.2f ms (kernel/engine)", a.RequestID,
-			k.QueueMs, a.Parts[Queueing], k.PrefillMs, a.Parts[Prefill], k.DecodeMs, a.Parts[Decode])
-	}
-	if split != measured || split == 0 {
-		t.Fatalf("%d of %d measured requests split from kernel evidence", split, measured)
-	}
-	m := split - distorted
-	t.Logf("kernel and engine splits within max(5%%, 1 ms): queue %d/%d, prefill %d/%d, decode %d/%d (%d host-distorted)",
-		okQ, m, okP, m, okD, m, distorted)
-	if m < 5 {
-		t.Fatalf("%d of %d requests host-distorted: the host is too busy to judge", distorted, split)
-	}
-	need := (9*m + 9) / 10
-	if okQ < need || okP < need || okD < need {
-		t.Errorf("agreement: queue %d, prefill %d, decode %d of %d; want at least %d each", okQ, okP, okD, m, need)
-	}
-	dg := Summarize(rec.Kind, atts, rec.SLO, nil)
-	if l := dg.Levels[0]; l.KernelSplit != split || l.KernelCompared != split {
-		t.Errorf("summary: kernel split %d, compared %d; want %d", l.KernelSplit, l.KernelCompared, split)
-	}
-}
-
 func b2i(b bool) int {
 	if b {
 		return 1
@@ -423,17 +359,19 @@ func streamOne(ctx context.Context, url, prompt string, maxTokens int) (id, addr
 
 // evidenceScenario is one planted bottleneck for the kernel-evidence
 // tests: one colocated engine (engine's flags) or a 1P1D pair behind
-// hone's proxy (prefill's and decode's), a replay of 40 requests at qps
-// with output tokens each, the part planted and the floor its level mean
-// must reach (model ms). budget, when set, is the engines' token budget,
-// told to diagnose as a user would (--max-num-batched-tokens).
+// hone's proxy (prefill's and decode's), a replay of requests (0: 40; the
+// first 8 warm up) at qps with output tokens each, the part planted and
+// the floor its level mean must reach (model ms). budget, when set, is
+// the engines' token budget, told to diagnose as a user would
+// (--max-num-batched-tokens). Fast levels take more requests: a busy host
+// distorts more of them, and those are not judged.
 type evidenceScenario struct {
 	name                    string
 	disagg                  bool
 	engine, prefill, decode []string
 	qps                     float64
 	output                  int
-	budget                  int
+	budget, requests        int
 	planted                 string
 	plantedFloorMs          float64
 }
@@ -453,11 +391,15 @@ type evidenceScenario struct {
 // one engine.
 func TestKernelEvidenceScenarios(t *testing.T) {
 	for _, sc := range []evidenceScenario{
+		// Two sequences at a time, 160 req/s of 16-token answers (a slot
+		// serves ~50 a second): requests wait for a slot.
+		{name: "colocated queueing", engine: []string{"--max-num-seqs", "2"}, qps: 160, output: 16, requests: 72,
+			planted: Queueing, plantedFloorMs: 10},
 		// A token budget of 48 against 128 uncached tokens a request and
-		// 64-token answers at 160 req/s: every prefill takes three steps or
+		// 64-token answers at 120 req/s: every prefill takes three steps or
 		// more, and one more for each few decodes sharing its steps.
 		{name: "chunked prefill", engine: []string{"--max-num-batched-tokens", "48", "--max-num-seqs", "32"}, budget: 48,
-			qps: 160, output: 64, planted: Prefill, plantedFloorMs: 3},
+			qps: 120, output: 64, requests: 72, planted: Prefill, plantedFloorMs: 3},
 		// 1P1D: the prefill worker serves every pull 40 times slower than
 		// its link: ~20 ms of transfer against a few ms of prefill.
 		{name: "slowed transfer", disagg: true, prefill: []string{"--fault", "slow-transfer=40"},
@@ -465,12 +407,11 @@ func TestKernelEvidenceScenarios(t *testing.T) {
 		// 1P1D: two decode slots and 48-token answers at 40 req/s: requests
 		// whose KV has arrived wait for a slot.
 		{name: "queued decode worker", disagg: true, decode: []string{"--max-num-seqs", "2"},
-			qps: 40, output: 48, planted: DecodeQ, plantedFloorMs: 20},
+			qps: 40, output: 48, requests: 72, planted: DecodeQ, plantedFloorMs: 20},
 	} {
-		t.Run(sc.name, func(t *testing.T) {
-			t.Parallel()
-			kernelEvidenceScenario(t, sc)
-		})
+		// One at a time: two engines, the daemon and a replay each already
+		// fill two cores, and a late host only shrinks what can be judged.
+		t.Run(sc.name, func(t *testing.T) { kernelEvidenceScenario(t, sc) })
 	}
 }
 
@@ -480,7 +421,7 @@ func kernelEvidenceScenario(t *testing.T, sc evidenceScenario) {
 	defer cancel()
 	metrics := []string{"--enable-per-request-metrics", "--enable-prompt-tokens-details"}
 	w := replay.DefaultWorkload()
-	w.Requests, w.InputTokens, w.OutputTokens = 40, 1024, sc.output
+	w.Requests, w.InputTokens, w.OutputTokens = cmp.Or(sc.requests, 40), 1024, sc.output
 	opts := replay.Options{Model: "Qwen/Qwen2.5-Coder-0.5B-Instruct", Kind: replay.KindEmulated, Backend: "emulator",
 		Workload: w, QPS: []float64{sc.qps}, TimeScale: scale, GPUs: 1}
 	var pids []int
@@ -580,6 +521,27 @@ func kernelEvidenceScenario(t *testing.T, sc evidenceScenario) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The host may also write tokens late (the handler's write, the
+	// client's read): the client's first and last chunk against the
+	// answering engine's modelled first token and finish (through the
+	// proxy when disaggregated: its hop counts as lateness too).
+	trs, _ := readTruth(t, traces[len(traces)-1], scale)
+	if sc.disagg {
+		for id, l := range kvAckLate(t, traces[0], trs, scale) {
+			late[id] = max(late[id], l)
+		}
+	}
+	for _, run := range rec.Runs {
+		for _, l := range run.Levels {
+			for _, rq := range l.Requests {
+				tr, ok := trs["cmpl-"+rq.RequestID]
+				if n := len(rq.Chunks.MonoNs); ok && n > 0 {
+					d := float64(max(rq.Chunks.MonoNs[0]-tr.FirstTokenMono, rq.Chunks.MonoNs[n-1]-tr.FinishMono)) / 1e6 / scale
+					late[tr.RequestID] = max(late[tr.RequestID], d)
+				}
+			}
+		}
+	}
 	within := func(got, want float64) bool { return math.Abs(got-want) <= max(0.05*want, 1) }
 	parts := []string{Queueing, Prefill, Decode}
 	if sc.disagg {
@@ -600,7 +562,7 @@ func kernelEvidenceScenario(t *testing.T, sc evidenceScenario) {
 		}
 		if l := late["cmpl-"+a.RequestID]; l > 0.5 {
 			distorted++
-			t.Logf("%s: host-distorted (a step %.2f ms late), not counted", a.RequestID, l)
+			t.Logf("%s: host-distorted (a step, the KV ack or a delivery %.2f ms late), not counted", a.RequestID, l)
 			continue
 		}
 		var line []string
