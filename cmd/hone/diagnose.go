@@ -71,12 +71,15 @@ that returns them. The kernel's: --daemon joins a hone daemon snapshot (--once
     uprobes: launch or graph launch to synchronize) that splits:
       queueing      receipt on the (prefill) engine's API socket, its front
                     end inside, → the start of its first scheduled step
-      prefill       → the end of the step whose token the first-token send
-                    carried; how many steps back it began is inferred by
-                    vLLM's scheduler rules (running requests first, then
-                    FCFS admission while budget is left, chunked prefill)
-                    over every request the engine served, given the token
-                    budget (--max-num-batched-tokens; unknown: one step)
+      prefill       → the end of the step that produced its first token.
+                    Given the token budget (--max-num-batched-tokens),
+                    vLLM's scheduler rules place it over every request the
+                    engine served: running requests first, then FCFS
+                    admission in the first step after the API front end
+                    with budget left, a prefill chunked over what the
+                    budget leaves; the first-token send only bounds it.
+                    Unknown budget: one step, the last to end before the
+                    first-token send
       transfer      the decode worker's receipt → the last operation on its
                     KV connection (the pull acknowledged: KV usable)
       decode_queue  → the decode worker's first-token send (its queue after
@@ -90,8 +93,12 @@ that returns them. The kernel's: --daemon joins a hone daemon snapshot (--once
 --evidence chooses per request: auto takes the engines' metrics where they
 reported them and the kernel split where they did not; kernel takes the
 kernel split alone (requests without one are left out, and counted); engine
-never uses it. Where both splits exist the report gives their mean difference
-per part (transfer and decode_queue as one span: vLLM does not split them).
+never uses it. Each kernel split states its uncertainty per part (±, in the
+report's level means): the span of first steps the evidence leaves open for
+queueing and prefill (the whole queue when the budget is unknown), and the
+lag from the token step to the first-token send for prefill. Where both
+splits exist the report gives their mean difference per part (transfer and
+decode_queue as one span: vLLM does not split them).
 All clocks are CLOCK_MONOTONIC of the one host: the daemon must run on the
 engine's host and replay or the proxy on the same host.
 
