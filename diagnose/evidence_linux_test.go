@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -387,9 +389,14 @@ type evidenceScenario struct {
 // is valid. With the metrics left in, the engine split and the kernel
 // split agree on every part (disaggregated: transfer + decode queue as one
 // span, as vLLM's decode worker counts its queue after the KV in
-// queue_time_ms). TestKernelEvidenceColocatedQueueing covers queueing on
-// one engine.
+// queue_time_ms). TestKernelEvidenceColocatedQueueing covers a burst on
+// one engine. It runs only with HONE_TEST_ALONE=1: make test runs it after
+// every other test, with the host to itself.
 func TestKernelEvidenceScenarios(t *testing.T) {
+	if os.Getenv("HONE_TEST_ALONE") != "1" {
+		t.Skip("runs with the host to itself: make test's second pass sets HONE_TEST_ALONE=1 " +
+			"(beside other packages' tests a two-core host runs too many requests late to judge)")
+	}
 	for _, sc := range []evidenceScenario{
 		// Two sequences at a time, 160 req/s of 16-token answers (a slot
 		// serves ~50 a second): requests wait for a slot.
@@ -505,7 +512,14 @@ func kernelEvidenceScenario(t *testing.T, sc evidenceScenario) {
 
 	// The ground truth: the engines' traces.
 	var all bytes.Buffer
-	late := map[string]float64{}
+	// late is how late the host ran each request's instants (model ms),
+	// lateWhat which instant was latest.
+	late, lateWhat := map[string]float64{}, map[string]string{}
+	note := func(id string, ms float64, what string) {
+		if ms > late[id] {
+			late[id], lateWhat[id] = ms, what
+		}
+	}
 	for _, f := range traces {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -514,7 +528,7 @@ func kernelEvidenceScenario(t *testing.T, sc evidenceScenario) {
 		all.Write(b)
 		_, l := readTruth(t, f, scale)
 		for id, v := range l {
-			late[id] = max(late[id], v)
+			note(id, v, "a step")
 		}
 	}
 	truth, err := ReadTrace(&all)
@@ -523,23 +537,63 @@ func kernelEvidenceScenario(t *testing.T, sc evidenceScenario) {
 	}
 	// The host may also write tokens late (the handler's write, the
 	// client's read): the client's first and last chunk against the
-	// answering engine's modelled first token and finish (through the
-	// proxy when disaggregated: its hop counts as lateness too).
+	// answering engine's modelled first token and finish, beyond the
+	// shortest such lag (through the proxy when disaggregated).
 	trs, _ := readTruth(t, traces[len(traces)-1], scale)
+	// And deliver a request late to the engine: its sender's send (the
+	// replay's, or the proxy's leg) to the engine's arrival reading (after
+	// it parsed the request; the kernel's receipt comes first), beyond the
+	// shortest such lag on that engine.
+	lags := map[string]map[string]int64{} // engine → request → lag
+	firstLag, lastLag := map[string]int64{}, map[string]int64{}
+	arrived := func(tr emulator.TraceRecord, sentNs int64) {
+		if tr.ArrivalMono > 0 && sentNs > 0 {
+			if lags[tr.EngineID] == nil {
+				lags[tr.EngineID] = map[string]int64{}
+			}
+			lags[tr.EngineID][tr.RequestID] = tr.ArrivalMono - sentNs
+		}
+	}
 	if sc.disagg {
 		for id, l := range kvAckLate(t, traces[0], trs, scale) {
-			late[id] = max(late[id], l)
+			note(id, l, "the KV ack")
+		}
+		pre, _ := readTruth(t, traces[0], scale)
+		for i := range tls {
+			if leg := answeredPrefill(&tls[i]); leg != nil && tls[i].Decode != nil {
+				arrived(pre["cmpl-"+tls[i].RequestID], leg.Sent.MonoNs)
+				arrived(trs["cmpl-"+tls[i].RequestID], tls[i].Decode.Sent.MonoNs)
+			}
 		}
 	}
 	for _, run := range rec.Runs {
 		for _, l := range run.Levels {
 			for _, rq := range l.Requests {
 				tr, ok := trs["cmpl-"+rq.RequestID]
+				if ok && !sc.disagg {
+					arrived(tr, rq.Sent.MonoNs)
+				}
 				if n := len(rq.Chunks.MonoNs); ok && n > 0 {
-					d := float64(max(rq.Chunks.MonoNs[0]-tr.FirstTokenMono, rq.Chunks.MonoNs[n-1]-tr.FinishMono)) / 1e6 / scale
-					late[tr.RequestID] = max(late[tr.RequestID], d)
+					firstLag[tr.RequestID] = rq.Chunks.MonoNs[0] - tr.FirstTokenMono
+					lastLag[tr.RequestID] = rq.Chunks.MonoNs[n-1] - tr.FinishMono
 				}
 			}
+		}
+	}
+	// A delivery's lag beyond the shortest (through the proxy, its hop).
+	for _, byID := range []map[string]int64{firstLag, lastLag} {
+		if len(byID) == 0 {
+			continue
+		}
+		least := slices.Min(slices.Collect(maps.Values(byID)))
+		for id, lag := range byID {
+			note(id, float64(lag-least)/1e6/scale, "a delivery")
+		}
+	}
+	for _, byID := range lags {
+		least := slices.Min(slices.Collect(maps.Values(byID)))
+		for id, lag := range byID {
+			note(id, float64(lag-least)/1e6/scale, "an arrival")
 		}
 	}
 	within := func(got, want float64) bool { return math.Abs(got-want) <= max(0.05*want, 1) }
@@ -562,7 +616,7 @@ func kernelEvidenceScenario(t *testing.T, sc evidenceScenario) {
 		}
 		if l := late["cmpl-"+a.RequestID]; l > 0.5 {
 			distorted++
-			t.Logf("%s: host-distorted (a step, the KV ack or a delivery %.2f ms late), not counted", a.RequestID, l)
+			t.Logf("%s: host-distorted (%s %.2f ms late), not counted", a.RequestID, lateWhat["cmpl-"+a.RequestID], l)
 			continue
 		}
 		var line []string
