@@ -152,24 +152,22 @@ func inferChunks(steps []EngineStep, work []*prefillWork, budget int) {
 			need := max(w.uncached, 1) // a whole-prompt hit still computes its last token
 			lo := sort.Search(tok, func(i int) bool { return s[i].StartNs >= w.received })
 			// The first steps consistent with the token step.
+			// Walked back from the token step, got is what steps f..tok-1
+			// left: once it reaches need, no earlier step is consistent.
 			first, firstAfterFront, last, candidates := -1, -1, -1, 0
-			for f := lo; f <= tok; f++ {
-				if left(f) == 0 {
-					continue
+			for f, got := tok, 0; f >= lo && got < need; f-- {
+				if f < tok {
+					got += left(f)
 				}
-				got := 0
-				for k := f; k < tok; k++ {
-					got += left(k)
-				}
-				if got >= need || got+left(tok) < need {
-					continue // done before the token step, or not by it
+				if left(f) == 0 || got >= need || got+left(tok) < need {
+					continue // no budget, done before the token step, or not by it
 				}
 				candidates++
-				last = f
-				if first < 0 {
-					first = f
+				first = f // the earliest so far
+				if last < 0 {
+					last = f
 				}
-				if firstAfterFront < 0 && s[f].StartNs-w.received >= frontNs {
+				if s[f].StartNs-w.received >= frontNs {
 					firstAfterFront = f
 				}
 			}
