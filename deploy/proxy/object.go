@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/json"
 	"errors"
+	"unicode/utf8"
 )
 
 var errNotObject = errors.New("request body is not a JSON object")
@@ -31,7 +32,7 @@ func splitObject(b []byte) (map[string]json.RawMessage, error) {
 			return nil, errNotObject
 		}
 		key := string(b[i+1 : end-1])
-		if esc {
+		if esc || !utf8.ValidString(key) { // encoding/json unescapes, and turns invalid UTF-8 into U+FFFD
 			if err := json.Unmarshal(b[i:end], &key); err != nil {
 				return nil, errNotObject
 			}
