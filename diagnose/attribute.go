@@ -140,6 +140,12 @@ type Evidence struct {
 	Exchanges []KernelExchange
 	Steps     map[int][]EngineStep
 	Head      HeadSend
+	// Processes are the traced processes (the snapshot's targets): on
+	// vLLM the steps are another process's than the exchanges (the engine
+	// core's or a worker's), found in this tree (StepOwners). StepPIDs
+	// (API server PID → stepping PID, --step-pid) overrides that choice.
+	Processes []KernelProcess
+	StepPIDs  map[int]int
 	// Source chooses the evidence of each request's split: EvidenceAuto
 	// (""), EvidenceEngine or EvidenceKernel.
 	Source string
@@ -254,7 +260,9 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 		joinKernel(out, windows, ev.KV, scale)
 	}
 	if len(ev.Exchanges) > 0 {
-		joinExchanges(out, joins, ev, scale)
+		if err := joinExchanges(out, joins, ev, scale); err != nil {
+			return nil, err
+		}
 	}
 	for i := range out {
 		chooseSplit(&out[i], ev.Source)

@@ -20,10 +20,23 @@ func FuzzParseKernelEvidence(f *testing.F) {
 	f.Add([]byte(`{"schema_version":2,"clock":"CLOCK_REALTIME"}`))
 	f.Add([]byte(`{"schema_version":1,"clock":"CLOCK_MONOTONIC","exchanges":[{"pid":1,"request_start_monotonic_ns":10,"first_send_monotonic_ns":5,"last_send_monotonic_ns":1}],"steps":[{"pid":1,"start_monotonic_ns":0,"end_monotonic_ns":4}]}`))
 	f.Add([]byte(`null`))
+	f.Add([]byte(`{"schema_version":1,"clock":"CLOCK_MONOTONIC","exchanges":[{"pid":10,"request_start_monotonic_ns":10,"first_send_monotonic_ns":50,"last_send_monotonic_ns":90}],
+ "steps":[{"pid":12,"start_monotonic_ns":20,"end_monotonic_ns":40}],
+ "targets":[{"pid":10,"ppid":1,"root_pid":10},{"pid":11,"ppid":10,"root_pid":10},{"pid":12,"ppid":11,"root_pid":10},{"pid":1,"ppid":12}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		xs, steps, err := ParseKernelEvidence(b)
+		k, err := ParseKernelEvidence(b)
 		if err != nil {
 			return
+		}
+		xs, steps := k.Exchanges, k.Steps
+		owners, err := StepOwners(xs, steps, k.Processes, nil)
+		if err != nil {
+			t.Fatalf("StepOwners without an override: %v", err)
+		}
+		for a, o := range owners {
+			if o.APIPID != a || len(steps[o.StepPID]) == 0 {
+				t.Fatalf("owner of %d: %+v has no steps", a, o)
+			}
 		}
 		if !sort.SliceIsSorted(xs, func(i, j int) bool { return xs[i].ReceivedNs < xs[j].ReceivedNs }) {
 			t.Fatalf("exchanges not in receipt order: %+v", xs)

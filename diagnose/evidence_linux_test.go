@@ -155,12 +155,12 @@ func kernelEvidence(t *testing.T, d *daemon.Daemon, done func([]KernelExchange) 
 		if err != nil {
 			t.Fatal(err)
 		}
-		xs, steps, err := ParseKernelEvidence(snap)
+		k, err := ParseKernelEvidence(snap)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if done(xs) || time.Now().After(deadline) {
-			return xs, steps
+		if done(k.Exchanges) || time.Now().After(deadline) {
+			return k.Exchanges, k.Steps
 		}
 	}
 }
@@ -470,9 +470,11 @@ func kernelEvidenceScenario(t *testing.T, sc evidenceScenario) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ev.Exchanges, ev.Steps, err = ParseKernelEvidence(snap); err != nil {
+		k, err := ParseKernelEvidence(snap)
+		if err != nil {
 			t.Fatal(err)
 		}
+		ev.Exchanges, ev.Steps, ev.Processes = k.Exchanges, k.Steps, k.Processes
 		if ev.KV, err = ParseKVConns(snap); err != nil {
 			t.Fatal(err)
 		}

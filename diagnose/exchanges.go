@@ -69,26 +69,34 @@ type snapshotEvidence struct {
 		Start int64 `json:"start_monotonic_ns"`
 		End   int64 `json:"end_monotonic_ns"`
 	} `json:"steps"`
+	Targets []KernelProcess `json:"targets"`
+}
+
+// KernelEvidence is what the kernel split reads of a daemon snapshot.
+type KernelEvidence struct {
+	Exchanges []KernelExchange     // oldest request first
+	Steps     map[int][]EngineStep // per process, by end
+	Processes []KernelProcess      // the traced processes (the snapshot's targets)
 }
 
 // ReadKernelEvidence reads a daemon snapshot file (ParseKernelEvidence).
-func ReadKernelEvidence(path string) ([]KernelExchange, map[int][]EngineStep, error) {
+func ReadKernelEvidence(path string) (KernelEvidence, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read daemon snapshot: %w", err)
+		return KernelEvidence{}, fmt.Errorf("read daemon snapshot: %w", err)
 	}
 	return ParseKernelEvidence(b)
 }
 
-// ParseKernelEvidence decodes a daemon snapshot's HTTP exchanges (oldest
-// request first) and engine steps (per process, by end).
-func ParseKernelEvidence(b []byte) ([]KernelExchange, map[int][]EngineStep, error) {
+// ParseKernelEvidence decodes a daemon snapshot's HTTP exchanges, engine
+// steps and traced processes.
+func ParseKernelEvidence(b []byte) (KernelEvidence, error) {
 	var s snapshotEvidence
 	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, nil, fmt.Errorf("daemon snapshot: %w", err)
+		return KernelEvidence{}, fmt.Errorf("daemon snapshot: %w", err)
 	}
 	if s.SchemaVersion != 1 || s.Clock != "CLOCK_MONOTONIC" {
-		return nil, nil, fmt.Errorf("daemon snapshot: schema_version %d clock %q: want 1 and CLOCK_MONOTONIC", s.SchemaVersion, s.Clock)
+		return KernelEvidence{}, fmt.Errorf("daemon snapshot: schema_version %d clock %q: want 1 and CLOCK_MONOTONIC", s.SchemaVersion, s.Clock)
 	}
 	xs := make([]KernelExchange, 0, len(s.Exchanges))
 	for _, e := range s.Exchanges {
@@ -99,14 +107,14 @@ func ParseKernelEvidence(b []byte) ([]KernelExchange, map[int][]EngineStep, erro
 	steps := map[int][]EngineStep{}
 	for _, st := range s.Steps {
 		if st.End < st.Start {
-			return nil, nil, fmt.Errorf("daemon snapshot: step of pid %d ends at %d before its start at %d", st.PID, st.End, st.Start)
+			return KernelEvidence{}, fmt.Errorf("daemon snapshot: step of pid %d ends at %d before its start at %d", st.PID, st.End, st.Start)
 		}
 		steps[st.PID] = append(steps[st.PID], EngineStep{StartNs: st.Start, EndNs: st.End})
 	}
 	for _, ss := range steps {
 		sort.Slice(ss, func(i, j int) bool { return ss[i].EndNs < ss[j].EndNs })
 	}
-	return xs, steps, nil
+	return KernelEvidence{Exchanges: xs, Steps: steps, Processes: s.Targets}, nil
 }
 
 // KernelSplit is one request's span on an engine split from kernel
@@ -168,8 +176,19 @@ type exchangeJoin struct {
 // worker's exchange, answered whole inside its prefill window, and needs
 // its KV connection (joinKernel) for a kernel split. Each prefill's step
 // count comes from inferChunks over every request its engine served. It
-// fills Kernel with SplitExchange's parts.
-func joinExchanges(atts []Attribution, joins []exchangeJoin, ev Evidence, scale float64) {
+// fills Kernel with SplitExchange's parts. Each exchange's steps are
+// those of its API server's stepping process (StepOwners).
+func joinExchanges(atts []Attribution, joins []exchangeJoin, ev Evidence, scale float64) error {
+	owners, err := StepOwners(ev.Exchanges, ev.Steps, ev.Processes, ev.StepPIDs)
+	if err != nil {
+		return err
+	}
+	stepsOf := func(apiPID int) []EngineStep {
+		if o, ok := owners[apiPID]; ok {
+			return ev.Steps[o.StepPID]
+		}
+		return nil
+	}
 	xs := ev.Exchanges
 	if !sort.SliceIsSorted(xs, func(i, j int) bool { return xs[i].ReceivedNs < xs[j].ReceivedNs }) {
 		xs = append([]KernelExchange(nil), xs...)
@@ -232,7 +251,7 @@ func joinExchanges(atts []Attribution, joins []exchangeJoin, ev Evidence, scale 
 	if ev.TokenBudget > 0 {
 		chunksFrom = fmt.Sprintf("steps per prefill inferred by the scheduler's rules (token budget %d; running requests first, FCFS)", ev.TokenBudget)
 		for pid, w := range work {
-			inferChunks(ev.Steps[pid], w, ev.TokenBudget)
+			inferChunks(stepsOf(pid), w, ev.TokenBudget)
 		}
 	}
 	ms := func(ns int64) float64 { return float64(ns) / 1e6 / scale }
@@ -246,7 +265,7 @@ func joinExchanges(atts []Attribution, joins []exchangeJoin, ev Evidence, scale 
 		var err error
 		if w := works[i]; ev.TokenBudget > 0 && w.placed {
 			ps = w.split(px, ev.Head, scale)
-		} else if ps, err = SplitExchange(px, ev.Steps[px.PID], ev.Head, 1, scale); err != nil {
+		} else if ps, err = SplitExchange(px, stepsOf(px.PID), ev.Head, 1, scale); err != nil {
 			continue // no step fits: the engine's libcuda was not probed
 		}
 		amb := ms(works[i].ambiguousNs)
@@ -258,7 +277,7 @@ func joinExchanges(atts []Attribution, joins []exchangeJoin, ev Evidence, scale 
 			a.Kernel = &KernelParts{Engine: px.Local, QueueMs: ps.QueueMs, PrefillMs: ps.PrefillMs, DecodeMs: ps.DecodeMs,
 				QueueSlackMs: ps.QueueSlackMs, UncertaintyMs: unc, Steps: ps.Steps, ChunksFrom: chunksFrom}
 			a.Sources["kernel_split"] = "daemon: the HTTP exchange on the engine's API socket (sock_recv_length/sock_send_length) " +
-				"and its CUDA steps (launch/graph-launch to synchronize uprobes), CLOCK_MONOTONIC"
+				"and its CUDA steps (launch/graph-launch to synchronize uprobes; " + owners[px.PID].String() + "), CLOCK_MONOTONIC"
 			continue
 		}
 		// The decode worker's span: receipt → KV usable → first token.
@@ -272,7 +291,8 @@ func joinExchanges(atts []Attribution, joins []exchangeJoin, ev Evidence, scale 
 			TransferMs: ms(a.kvLastNs - x.ReceivedNs), DecodeQueueMs: ms(ft - a.kvLastNs), DecodeMs: ms(x.LastSendNs - ft),
 			QueueSlackMs: ps.QueueSlackMs, UncertaintyMs: unc, Steps: ps.Steps, ChunksFrom: chunksFrom}
 		a.Sources["kernel_split"] = "daemon: the HTTP exchanges on the prefill and decode workers' API sockets " +
-			"(sock_recv_length/sock_send_length), the prefill worker's CUDA steps (launch/graph-launch to synchronize uprobes) " +
-			"and the decode worker's KV connection, CLOCK_MONOTONIC"
+			"(sock_recv_length/sock_send_length), the prefill worker's CUDA steps (launch/graph-launch to synchronize uprobes; " +
+			owners[px.PID].String() + ") and the decode worker's KV connection, CLOCK_MONOTONIC"
 	}
+	return nil
 }

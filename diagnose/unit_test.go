@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -331,4 +332,102 @@ func TestKernelSplitChoosesAndStatesUncertainty(t *testing.T) {
 	if kept, left := KernelOnly(atts); len(kept) != 1 || left != 0 {
 		t.Errorf("KernelOnly: %d kept, %d left out", len(kept), left)
 	}
+
+	// vLLM: the API server (7) answers, a worker (9) of its engine core
+	// (8) launches the CUDA work. The same split, from the worker's steps.
+	ev.Steps = map[int][]EngineStep{9: ev.Steps[7]}
+	ev.Processes = []KernelProcess{{PID: 7, PPID: 1, RootPID: 7}, {PID: 8, PPID: 7, RootPID: 7}, {PID: 9, PPID: 8, RootPID: 7}}
+	atts, _ = Attribute(withTokens(record("")), ev)
+	check("steps in a worker process", atts[0], "kernel", map[string]float64{Queueing: 6, Prefill: 30, Decode: 100}, nil)
+	if src := atts[0].Sources["kernel_split"]; !strings.Contains(src, "API server pid 7: steps of pid 9 (descendant)") {
+		t.Errorf("kernel split's source %q does not say whose steps", src)
+	}
+	ev.Processes = nil // the tree unknown: the worker's steps are nobody's
+	if atts, _ = Attribute(withTokens(record("")), ev); atts[0].Kernel != nil {
+		t.Errorf("without the process tree: kernel split %+v, want none", atts[0].Kernel)
+	}
+	ev.StepPIDs = map[int]int{7: 9}
+	atts, _ = Attribute(withTokens(record("")), ev)
+	check("--step-pid", atts[0], "kernel", map[string]float64{Queueing: 6, Prefill: 30, Decode: 100}, nil)
+	if ev.StepPIDs = map[int]int{7: 8}; true {
+		if _, err := Attribute(withTokens(record("")), ev); err == nil || !strings.Contains(err.Error(), "--step-pid 7=8: the snapshot has no CUDA steps of pid 8") {
+			t.Errorf("--step-pid to a process without steps: %v", err)
+		}
+	}
+}
+
+// TestStepOwners: each API server's exchanges are split by the nearest
+// stepping process in the traced tree, as a daemon snapshot gives it.
+func TestStepOwners(t *testing.T) {
+	snap := []byte(`{"schema_version":1,"clock":"CLOCK_MONOTONIC",
+"exchanges":[` + strings.Join([]string{
+		`{"pid":100,"request_start_monotonic_ns":1}`, // vLLM, TP 2: API server → engine core → two workers
+		`{"pid":200,"request_start_monotonic_ns":2}`, // vLLM, TP 1: the engine core steps; its API server's parent is a launcher
+		`{"pid":300,"request_start_monotonic_ns":3}`, // hone sim serve: one process
+		`{"pid":400,"request_start_monotonic_ns":4}`, // an API server whose engine is its sibling under the launcher
+		`{"pid":500,"request_start_monotonic_ns":5}`, // two engines behind one API server (data parallel)
+		`{"pid":600,"request_start_monotonic_ns":6}`, // a parent loop (outside input), no steps
+		`{"pid":700,"request_start_monotonic_ns":7}`, // not traced at all
+	}, ",") + `],
+"steps":[` + strings.Join(stepsJSON(map[int]int{102: 40, 103: 39, 201: 20, 300: 5, 51: 8, 501: 30, 502: 10}), ",") + `],
+"targets":[` + strings.Join([]string{
+		`{"pid":100,"ppid":1,"root_pid":100,"comm":"vllm"}`, `{"pid":101,"ppid":100,"root_pid":100,"comm":"EngineCore_DP0"}`,
+		`{"pid":102,"ppid":101,"root_pid":100,"comm":"VllmWorker-0"}`, `{"pid":103,"ppid":101,"root_pid":100,"comm":"VllmWorker-1"}`,
+		`{"pid":104,"ppid":100,"root_pid":100,"comm":"resource_tracker"}`,
+		`{"pid":50,"ppid":1,"root_pid":50,"comm":"launcher"}`, `{"pid":200,"ppid":50,"root_pid":50,"comm":"vllm"}`,
+		`{"pid":201,"ppid":200,"root_pid":50,"comm":"EngineCore_DP0"}`,
+		`{"pid":400,"ppid":50,"root_pid":50,"comm":"vllm"}`, `{"pid":51,"ppid":50,"root_pid":50,"comm":"EngineCore_DP0"}`,
+		`{"pid":300,"ppid":1,"root_pid":300,"comm":"hone"}`,
+		`{"pid":500,"ppid":1,"root_pid":500,"comm":"vllm"}`, `{"pid":501,"ppid":500,"root_pid":500,"comm":"EngineCore_DP0"}`,
+		`{"pid":502,"ppid":500,"root_pid":500,"comm":"EngineCore_DP1"}`,
+		`{"pid":600,"ppid":601,"root_pid":600},{"pid":601,"ppid":600,"root_pid":600}`,
+	}, ",") + `]}`)
+	k, err := ParseKernelEvidence(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners, err := StepOwners(k.Exchanges, k.Steps, k.Processes, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int]StepOwner{
+		100: {APIPID: 100, StepPID: 102, How: "descendant", Others: []int{103}, Lockstep: true},
+		200: {APIPID: 200, StepPID: 201, How: "descendant", Lockstep: true},
+		300: {APIPID: 300, StepPID: 300, How: "same process"},
+		400: {APIPID: 400, StepPID: 51, How: "relative", Lockstep: true}, // not 201: that is API server 200's
+		500: {APIPID: 500, StepPID: 501, How: "descendant", Others: []int{502}},
+	}
+	if len(owners) != len(want) {
+		t.Errorf("owners %+v, want %d (600, 700: none)", owners, len(want))
+	}
+	for a, w := range want {
+		o := owners[a]
+		if o.StepPID != w.StepPID || o.How != w.How || o.Lockstep != w.Lockstep || fmt.Sprint(o.Others) != fmt.Sprint(w.Others) {
+			t.Errorf("API server %d: %+v, want %+v", a, o, w)
+		}
+	}
+	if s := owners[500].String(); !strings.Contains(s, "not in lockstep") || !strings.Contains(s, "--step-pid 500=PID") {
+		t.Errorf("data-parallel owner says %q: want the ambiguity and how to choose", s)
+	}
+	if s := owners[100].String(); !strings.Contains(s, "tensor-parallel ranks in lockstep") {
+		t.Errorf("TP owner says %q", s)
+	}
+	owners, err = StepOwners(k.Exchanges, k.Steps, k.Processes, map[int]int{500: 502})
+	if err != nil || owners[500].StepPID != 502 || owners[500].How != "--step-pid" {
+		t.Errorf("--step-pid 500=502: %+v, %v", owners[500], err)
+	}
+	if _, err = StepOwners(k.Exchanges, k.Steps, k.Processes, map[int]int{500: 104}); err == nil {
+		t.Error("--step-pid to a process without steps: no error")
+	}
+}
+
+// stepsJSON gives n one-millisecond snapshot steps of each pid.
+func stepsJSON(n map[int]int) []string {
+	var out []string
+	for pid, k := range n {
+		for i := range k {
+			out = append(out, fmt.Sprintf(`{"pid":%d,"start_monotonic_ns":%d,"end_monotonic_ns":%d}`, pid, i*1_000_000, i*1_000_000+900_000))
+		}
+	}
+	return out
 }

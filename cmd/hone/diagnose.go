@@ -3,7 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -17,6 +21,7 @@ func newDiagnoseCmd() *cobra.Command {
 	c := &cobra.Command{Use: "diagnose", Short: "Attribute each request's latency and name the bottleneck"}
 	var record, timelines, proxyURL, truth, pprofOut, snapshot, head, evidence string
 	var tokenBudget int
+	var stepPIDs []string
 	var format outputFormat
 	report := &cobra.Command{
 		Use:   "report --record run.json",
@@ -86,6 +91,15 @@ that returns them. The kernel's: --daemon joins a hone daemon snapshot (--once
                     the KV, which vLLM's metrics count in transfer, and its
                     first step)
       decode        first-token send → the response's last send
+    Whose steps: on hone's emulator one process answers and steps; on vLLM
+    the API server (the exchanges) starts the engine core, and with tensor
+    parallelism the core starts a worker per rank, which launch the CUDA
+    work. Each API server's steps are taken from the nearest stepping
+    process in the traced process tree (the snapshot's targets: itself,
+    its descendants, then those of its nearest traced ancestor, never
+    another API server's), the one with most steps among several (TP ranks
+    step in lockstep). --step-pid API_PID=STEP_PID overrides that (e.g.
+    data-parallel engines behind one API server); the choice is printed.
     Which send carries the first token depends on the server: vLLM writes a
     streamed response's head before the first token (--http-head separate),
     hone sim serve writes it with the first token (with-first-token); auto
@@ -130,6 +144,13 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 			if tokenBudget < 0 {
 				return badInput("--max-num-batched-tokens: want >= 0 (0: the record's config, else unknown), got %d", tokenBudget)
 			}
+			if len(stepPIDs) > 0 && snapshot == "" {
+				return badInput("--step-pid: needs --daemon (a hone daemon snapshot covering the run)")
+			}
+			override, err := parseStepPIDs(stepPIDs)
+			if err != nil {
+				return err
+			}
 			if err := format.check(); err != nil {
 				return err
 			}
@@ -154,8 +175,19 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 				if ev.KV, err = diagnose.ReadKVConns(snapshot); err != nil {
 					return usageError{fmt.Errorf("--daemon: %w", err)}
 				}
-				if ev.Exchanges, ev.Steps, err = diagnose.ReadKernelEvidence(snapshot); err != nil {
+				k, err := diagnose.ReadKernelEvidence(snapshot)
+				if err != nil {
 					return usageError{fmt.Errorf("--daemon: %w", err)}
+				}
+				ev.Exchanges, ev.Steps, ev.Processes, ev.StepPIDs = k.Exchanges, k.Steps, k.Processes, override
+				owners, err := diagnose.StepOwners(k.Exchanges, k.Steps, k.Processes, override)
+				if err != nil {
+					return badInput("%v", err)
+				}
+				for _, a := range slices.Sorted(maps.Keys(owners)) {
+					if o := owners[a]; o.StepPID != a {
+						fmt.Fprintf(c.ErrOrStderr(), "kernel evidence: %s\n", o)
+					}
 				}
 			}
 			ev.Source = evidence
@@ -265,7 +297,29 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 	f.StringVar(&snapshot, "daemon", "", "hone daemon snapshot: join each request to its HTTP exchange and the engine's steps, and each disaggregated request to its KV pull, as the kernel saw them")
 	f.StringVar(&evidence, "evidence", "auto", "what splits each request: auto (the engines' per-request metrics where they reported them, else the kernel split where the request has one, else client timing) | engine (never the kernel split; shown beside) | kernel (the kernel split alone; needs --daemon; requests without one are left out)")
 	f.IntVar(&tokenBudget, "max-num-batched-tokens", 0, "the engines' token budget per step (vLLM's --max-num-batched-tokens): the kernel split infers each prefill's steps by the scheduler's rules; 0: the record's config (knobs.max_num_batched_tokens) when it states one, else each prefill is taken as one step")
+	f.StringArrayVar(&stepPIDs, "step-pid", nil, "API_PID=STEP_PID: split the exchanges of API server process API_PID by the CUDA steps of process STEP_PID (default: the nearest stepping process in the traced tree); repeatable")
 	f.StringVar(&head, "http-head", "auto", "which send of a streamed response carries the first token: separate (vLLM: the head is sent first) | with-first-token (hone sim serve) | auto (by the record's kind)")
 	c.AddCommand(report)
 	return c
+}
+
+// parseStepPIDs parses --step-pid's API_PID=STEP_PID pairs.
+func parseStepPIDs(pairs []string) (map[int]int, error) {
+	if len(pairs) == 0 {
+		return nil, nil
+	}
+	m := map[int]int{}
+	for _, p := range pairs {
+		a, s, ok := strings.Cut(p, "=")
+		api, err1 := strconv.Atoi(strings.TrimSpace(a))
+		step, err2 := strconv.Atoi(strings.TrimSpace(s))
+		if !ok || err1 != nil || err2 != nil || api <= 0 || step <= 0 {
+			return nil, badInput("--step-pid: want API_PID=STEP_PID with positive process ids, got %q", p)
+		}
+		if prev, dup := m[api]; dup && prev != step {
+			return nil, badInput("--step-pid: API server pid %d given twice (%d and %d)", api, prev, step)
+		}
+		m[api] = step
+	}
+	return m, nil
 }
