@@ -233,6 +233,8 @@ func TestOptimizeAndReportBadInput(t *testing.T) {
 		{[]string{"diagnose", "report", "--record", "r.json", "--evidence", "kernel"}, "--evidence kernel: needs --daemon"},
 		{[]string{"diagnose", "report", "--record", "r.json", "--max-num-batched-tokens", "-1"}, "--max-num-batched-tokens"},
 		{[]string{"diagnose", "report", "--record", "r.json", "--step-pid", "7=9"}, "--step-pid: needs --daemon"},
+		{[]string{"sim", "serve", "--port", "0", "--cuda-worker"}, "--cuda-worker: needs --cuda-lib"},
+		{[]string{"sim", "cuda-worker"}, "--cuda-lib: required"},
 		{[]string{"diagnose", "report", "--record", "r.json", "--daemon", "s.json", "--step-pid", "7:9"}, "--step-pid: want API_PID=STEP_PID"},
 		{[]string{"diagnose", "report", "--record", "r.json", "--daemon", "s.json", "--step-pid", "7=-1"}, "--step-pid: want API_PID=STEP_PID"},
 		{[]string{"diagnose", "report", "--record", "r.json", "--daemon", "s.json", "--step-pid", "7=9", "--step-pid", "7=10"}, "--step-pid: API server pid 7 given twice"},

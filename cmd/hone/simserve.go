@@ -15,7 +15,30 @@ import (
 	"github.com/hone-llm/hone/sim/emulator"
 )
 
-func init() { simSubcommands = append(simSubcommands, newSimServeCmd) }
+func init() { simSubcommands = append(simSubcommands, newSimServeCmd, newSimCUDAWorkerCmd) }
+
+// newSimCUDAWorkerCmd is the child process hone sim serve --cuda-worker
+// starts to make its steps' CUDA calls (emulator.ServeCUDAWorker).
+func newSimCUDAWorkerCmd() *cobra.Command {
+	var lib string
+	c := &cobra.Command{
+		Use:    "cuda-worker --cuda-lib PATH",
+		Short:  "Make an emulated engine's CUDA calls in a child process (started by hone sim serve --cuda-worker)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if lib == "" {
+				return badInput("--cuda-lib: required (the libcuda-shaped library to call)")
+			}
+			if err := emulator.ServeCUDAWorker(lib, c.InOrStdin(), c.OutOrStdout()); err != nil {
+				return badInput("%v", err)
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&lib, "cuda-lib", "", "the libcuda-shaped library to call")
+	return c
+}
 
 func newSimServeCmd() *cobra.Command {
 	var (
@@ -27,6 +50,7 @@ func newSimServeCmd() *cobra.Command {
 		traceFile string
 		logLevel  string
 		modelID   string
+		worker    bool
 	)
 	c := &cobra.Command{
 		Use:   "serve",
@@ -201,6 +225,16 @@ failed; 2 bad flags.`,
 				defer f.Close()
 				cfg.Trace = f
 			}
+			if worker {
+				if cfg.CUDALib == "" {
+					return badInput("--cuda-worker: needs --cuda-lib (the library the worker calls)")
+				}
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("--cuda-worker: cannot find this hone binary: %w", err)
+				}
+				cfg.CUDAWorker = []string{exe, "sim", "cuda-worker", "--cuda-lib", cfg.CUDALib}
+			}
 			ver, _ := buildVersion()
 			cfg.Version = "hone-emulator/" + ver
 			cfg.OnCrash = func() {
@@ -253,6 +287,7 @@ failed; 2 bad flags.`,
 	f.StringVar(&cfg.KVLoadFailurePolicy, "kv-load-failure-policy", "fail", "decode role, when a pull fails: fail (the request errors) | recompute (prefill locally)")
 	f.StringArrayVar(&faults, "fault", nil, "inject a fault (repeatable); see above")
 	f.StringVar(&traceFile, "trace-file", "", "append one JSON line per request (ground truth) to this file")
+	f.BoolVar(&worker, "cuda-worker", false, "make the --cuda-lib calls from a child process (hone sim cuda-worker) as vLLM's engine core or TP workers do apart from its API server: a daemon then sees the HTTP exchanges and the steps under different PIDs of one process tree; each step waits for the child's answer (tens of microseconds)")
 	f.StringVar(&cfg.CUDALib, "cuda-lib", "", "a libcuda-shaped shared library (cuLaunchKernel, cuGraphLaunch, cuStreamSynchronize) that each engine step calls: cuGraphLaunch (decode-only steps with CUDA graphs, i.e. not --enforce-eager) or cuLaunchKernel (any step with prefill tokens, or eager) at its start and cuStreamSynchronize at its modelled end, so uprobes on that library see step boundaries as on a GPU host; with --trace-file, one \"step\" line per step. For tests and demos, never a real driver (Linux and cgo only)")
 	f.StringVar(&logLevel, "log-level", "info", "debug | info | warn | error")
 	cfg.Guard.AddFlags(f)

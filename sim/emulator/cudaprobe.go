@@ -6,10 +6,12 @@ package emulator
 // starts with launch (cuGraphLaunch when graph, for a decode-only step
 // replaying its CUDA graph; cuLaunchKernel otherwise) and ends with sync
 // (cuStreamSynchronize) at its modelled end. The engine holds nil when
-// there is no library: no call and no cost. Tests use a Go fake.
+// there is no library: no call and no cost. Tests use a Go fake. Each
+// call returns the CLOCK_MONOTONIC ns read right before it where another
+// process made it (workerProbe), else 0 (the engine's own reading holds).
 type cudaProbe interface {
-	launch(graph bool)
-	sync()
+	launch(graph bool) int64
+	sync() int64
 }
 
 // cudaSymbols are the entry points a --cuda-lib library must export.

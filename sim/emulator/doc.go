@@ -36,7 +36,9 @@
 //     decode-only step with CUDA graphs) or cuLaunchKernel at its start
 //     and cuStreamSynchronize at its modelled end, so the daemon's uprobes
 //     see step boundaries as on a GPU host; the trace's "step" lines are
-//     their ground truth.
+//     their ground truth. With --cuda-worker (cudaworker.go) a child
+//     process makes the calls, as vLLM's engine core or TP workers do
+//     apart from its API server.
 //
 // All reported durations are model time: wall time / --time-scale.
 //

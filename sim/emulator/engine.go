@@ -291,7 +291,9 @@ func (e *engine) run(ctx context.Context) {
 		}
 		if e.probe != nil {
 			pc.syncMono = monoAtLeast(e.clock.mono(end))
-			e.probe.sync()
+			if m := e.probe.sync(); m != 0 {
+				pc.syncMono = m // the worker's reading
+			}
 		}
 		e.recordLateness(time.Since(deadline))
 		if e.probe != nil {
@@ -319,7 +321,9 @@ func (e *engine) probeLaunch(ctx context.Context, start float64, timer *time.Tim
 		return probeCall{}, false
 	}
 	pc := probeCall{graph: graphStep(e.entBuf, e.cfg.EnforceEager), launchMono: monoAtLeast(e.clock.mono(start))}
-	e.probe.launch(pc.graph)
+	if m := e.probe.launch(pc.graph); m != 0 {
+		pc.launchMono = m // the worker's reading
+	}
 	return pc, true
 }
 

@@ -107,6 +107,12 @@ type Config struct {
 	// For tests and demos, never a real driver; Linux and cgo only; the
 	// virtual-time engine ignores it.
 	CUDALib string
+	// CUDAWorker, when set, is the command of a child process that makes
+	// the steps' CUDA calls instead of the engine's (cudaworker.go; hone
+	// sim serve --cuda-worker runs hone sim cuda-worker --cuda-lib
+	// CUDALib), so exchanges and steps are different processes' as on
+	// vLLM.
+	CUDAWorker []string
 
 	faults          faultState
 	kvAdvertiseHost string
@@ -279,13 +285,26 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	probe := cfg.cudaProbe
-	if probe == nil && cfg.CUDALib != "" {
+	workerStop := func() {}
+	switch {
+	case probe != nil:
+	case len(cfg.CUDAWorker) > 0:
+		// The worker lives as long as the server: its stop cancels wctx.
+		wctx, stop := context.WithCancel(ctx)
+		w, err := startCUDAWorker(wctx, cfg.CUDAWorker, cfg.Logger)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		probe, workerStop = w, stop
+	case cfg.CUDALib != "":
 		if probe, err = openCUDAProbe(cfg.CUDALib); err != nil {
 			return nil, err
 		}
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
 	if err != nil {
+		workerStop()
 		return nil, fmt.Errorf("listen on --host %s --port %d: %w", cfg.Host, cfg.Port, err)
 	}
 	s := &Server{cfg: cfg, prof: prof, tok: NewTokenizer(), done: make(chan struct{}), jsonText: map[int][]byte{},
@@ -294,6 +313,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		kvLn, err := net.Listen("tcp", net.JoinHostPort(cfg.KVHost, strconv.Itoa(cfg.KVPort)))
 		if err != nil {
 			ln.Close()
+			workerStop()
 			return nil, fmt.Errorf("listen on KV side channel %s:%d: %w", cfg.KVHost, cfg.KVPort, err)
 		}
 		s.kvLn = guard.Limit(kvLn, cfg.Guard.MaxConnections)
@@ -330,6 +350,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	go func() {
 		<-ctx.Done()
+		defer workerStop()
 		sctx, c := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = s.hs.Shutdown(sctx)
 		c()

@@ -36,7 +36,7 @@ when the step ends:
     start_mono_ns end_mono_ns (the step's modelled start and end)
     launch_mono_ns (read right before the launch call, at or after the
     start) sync_mono_ns (read right before cuStreamSynchronize, at or after
-    the end) requests (request_id prefill_tokens decode, one per sequence in
+    the end; with --cuda-worker both are the worker process's readings) requests (request_id prefill_tokens decode, one per sequence in
     the step) stall_ms (injected stall inside the step)`
 
 // TraceRecord is one "request" line of the trace file.

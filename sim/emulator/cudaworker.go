@@ -1,0 +1,150 @@
+package emulator
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sync"
+)
+
+// A CUDA worker makes an engine's CUDA calls from a child process, as
+// vLLM does: its API server (the HTTP exchanges) starts the engine core,
+// and with tensor parallelism the core starts one worker per rank, and
+// those launch the CUDA work, so a daemon sees a request's exchange and
+// its engine's steps under different PIDs of one process tree. The engine
+// (workerProbe) writes one byte per call on the child's stdin: 'k'
+// cuLaunchKernel, 'g' cuGraphLaunch, 's' cuStreamSynchronize; the child
+// (ServeCUDAWorker) makes the call and answers with the CLOCK_MONOTONIC ns
+// it read right before it, 8 bytes little-endian, so a step's trace line
+// records the child's instants and the engine goes on (sends its tokens)
+// only after the child's synchronize returned, as vLLM's API server
+// streams only what a worker's step produced.
+
+// Worker protocol bytes.
+const (
+	workerLaunchKernel = 'k'
+	workerGraphLaunch  = 'g'
+	workerStreamSync   = 's'
+)
+
+// ServeCUDAWorker is a CUDA worker's side (hone sim cuda-worker): it
+// loads lib (openCUDAProbe) and serves calls read from r until EOF.
+func ServeCUDAWorker(lib string, r io.Reader, w io.Writer) error {
+	p, err := openCUDAProbe(lib)
+	if err != nil {
+		return err
+	}
+	br, bw := bufio.NewReader(r), bufio.NewWriter(w)
+	var ack [8]byte
+	for {
+		op, err := br.ReadByte()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("cuda worker: read: %w", err)
+		}
+		now := monotonicNow()
+		switch op {
+		case workerLaunchKernel, workerGraphLaunch:
+			p.launch(op == workerGraphLaunch)
+		case workerStreamSync:
+			p.sync()
+		default:
+			return fmt.Errorf("cuda worker: unknown call byte %q (want k, g or s)", op)
+		}
+		binary.LittleEndian.PutUint64(ack[:], uint64(now))
+		if _, err := bw.Write(ack[:]); err != nil {
+			return fmt.Errorf("cuda worker: write: %w", err)
+		}
+		if err := bw.Flush(); err != nil {
+			return fmt.Errorf("cuda worker: write: %w", err)
+		}
+	}
+}
+
+// workerProbe is the engine's side: a cudaProbe whose calls a child
+// process makes. If the child fails, the probe says so once and calls
+// nothing more (the engine runs on without step probes; a daemon then sees
+// none, which its tests notice).
+type workerProbe struct {
+	mu     sync.Mutex
+	ctx    context.Context // ends when the server stops
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    *bufio.Reader
+	log    *slog.Logger
+	broken bool
+}
+
+// startCUDAWorker starts argv (hone sim cuda-worker --cuda-lib PATH) as
+// the engine's CUDA worker; ctx's end kills it.
+func startCUDAWorker(ctx context.Context, argv []string, log *slog.Logger) (*workerProbe, error) {
+	if len(argv) == 0 {
+		return nil, errors.New("cuda worker: no command")
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Stderr = os.Stderr
+	setDeathSignal(cmd)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("cuda worker: %w", err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("cuda worker: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("cuda worker %s: %w", argv[0], err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &workerProbe{ctx: ctx, cmd: cmd, in: in, out: bufio.NewReader(out), log: log}
+	// A sync with its answer proves the child loaded the library before
+	// the engine serves a request.
+	if p.call(workerStreamSync) == 0 {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, fmt.Errorf("cuda worker %v: did not answer its first call (see its error above)", argv)
+	}
+	go cmd.Wait() // reaps it when ctx ends or it fails
+	return p, nil
+}
+
+// call makes one call in the child and returns the child's reading, 0
+// when the worker has failed.
+func (p *workerProbe) call(op byte) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.broken {
+		return 0
+	}
+	var ack [8]byte
+	if _, err := p.in.Write([]byte{op}); err == nil {
+		if _, err = io.ReadFull(p.out, ack[:]); err == nil {
+			return int64(binary.LittleEndian.Uint64(ack[:]))
+		}
+	}
+	p.broken = true
+	if p.ctx.Err() != nil {
+		return 0 // the server is stopping: the worker was killed
+	}
+	p.log.Error("cuda worker failed: the engine's steps call no probe from now on", "pid", p.cmd.Process.Pid)
+	return 0
+}
+
+func (p *workerProbe) launch(graph bool) int64 {
+	if graph {
+		return p.call(workerGraphLaunch)
+	}
+	return p.call(workerLaunchKernel)
+}
+
+func (p *workerProbe) sync() int64 { return p.call(workerStreamSync) }
