@@ -50,10 +50,22 @@ import (
 // half the tolerance late are counted as host-distorted and left out of
 // the accuracy fractions; at most half may be (a loose, one-sided bound).
 func TestKernelEvidenceColocatedQueueing(t *testing.T) {
+	t.Run("one process", func(t *testing.T) { colocatedBurst(t, false) })
+	// As on vLLM: the exchanges are the API server's, the steps a child
+	// process's (hone sim serve --cuda-worker); StepOwners finds it in the
+	// snapshot's process tree.
+	t.Run("steps in a worker process", func(t *testing.T) { colocatedBurst(t, true) })
+}
+
+func colocatedBurst(t *testing.T, worker bool) {
 	const scale = 4.0 // model ms = wall ms / 4: host jitter counts a quarter
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	url, cmd, d, trace := startTracedEngine(t, ctx, scale)
+	var extra []string
+	if worker {
+		extra = []string{"--cuda-worker"}
+	}
+	url, cmd, d, trace := startTracedEngine(t, ctx, scale, extra...)
 
 	// Twelve streamed requests at once, each on its own connection; the
 	// client's address joins the exchange to the response's id.
@@ -84,7 +96,7 @@ func TestKernelEvidenceColocatedQueueing(t *testing.T) {
 
 	var truth map[string]emulator.TraceRecord
 	var lateMs map[string]float64
-	xs, steps := kernelEvidence(t, d, func(xs []KernelExchange) bool {
+	k := kernelEvidence(t, d, func(xs []KernelExchange) bool {
 		truth, lateMs = readTruth(t, trace, scale)
 		closed := 0
 		for _, x := range xs {
@@ -94,6 +106,21 @@ func TestKernelEvidenceColocatedQueueing(t *testing.T) {
 		}
 		return closed == n && len(truth) == n
 	})
+	xs := k.Exchanges
+	owners, err := StepOwners(xs, k.Steps, k.Processes, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	o, ok := owners[pid]
+	switch {
+	case !ok:
+		t.Fatalf("no stepping process found for the engine's pid %d (steps of %v, processes %+v)", pid, slices.Collect(maps.Keys(k.Steps)), k.Processes)
+	case !worker && o.StepPID != pid, worker && (o.StepPID == pid || o.How != "descendant"):
+		t.Fatalf("steps of the engine (pid %d, worker %t) taken from %s", pid, worker, o)
+	}
+	t.Logf("steps: %s, %d of them", o, len(k.Steps[o.StepPID]))
+	steps := k.Steps[o.StepPID]
 	within := func(got, want float64) bool { return math.Abs(got-want) <= max(0.05*want, 1) }
 	var okQ, okP, okD, joined, distorted int
 	var sumQ, sumP, sumD float64
@@ -113,7 +140,7 @@ func TestKernelEvidenceColocatedQueueing(t *testing.T) {
 			t.Logf("%s: host-distorted (a step %.2f ms late), not counted", id, late)
 			continue
 		}
-		ks, err := SplitExchange(x, steps[cmd.Process.Pid], HeadWithFirstToken, 1, scale)
+		ks, err := SplitExchange(x, steps, HeadWithFirstToken, 1, scale)
 		if err != nil {
 			t.Errorf("%s: %v", id, err)
 			continue
@@ -147,8 +174,8 @@ func TestKernelEvidenceColocatedQueueing(t *testing.T) {
 // kernelEvidence polls the daemon's snapshot (the last reads of a burst
 // can take a moment to reach the maps on a loaded runner) until done says
 // its exchanges are all there, or ten seconds pass, and returns its
-// exchanges and steps.
-func kernelEvidence(t *testing.T, d *daemon.Daemon, done func([]KernelExchange) bool) ([]KernelExchange, map[int][]EngineStep) {
+// exchanges, steps and processes.
+func kernelEvidence(t *testing.T, d *daemon.Daemon, done func([]KernelExchange) bool) KernelEvidence {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		snap, err := json.Marshal(d.Snapshot())
@@ -160,7 +187,7 @@ func kernelEvidence(t *testing.T, d *daemon.Daemon, done func([]KernelExchange) 
 			t.Fatal(err)
 		}
 		if done(k.Exchanges) || time.Now().After(deadline) {
-			return k.Exchanges, k.Steps
+			return k
 		}
 	}
 }
@@ -377,6 +404,9 @@ type evidenceScenario struct {
 	scale                   float64 // the emulators' time scale (0: 2)
 	planted                 string
 	plantedFloorMs          float64
+	// worker: the engines' CUDA calls come from a child process (hone sim
+	// serve --cuda-worker), as vLLM's engine core's or workers' do.
+	worker bool
 }
 
 // TestKernelEvidenceScenarios: the engines' steps call a fake libcuda and
@@ -414,9 +444,10 @@ func TestKernelEvidenceScenarios(t *testing.T) {
 		{name: "slowed transfer", disagg: true, prefill: []string{"--fault", "slow-transfer=40"},
 			qps: 8, output: 16, planted: Transfer, plantedFloorMs: 15},
 		// 1P1D: two decode slots and 48-token answers at 40 req/s: requests
-		// whose KV has arrived wait for a slot.
+		// whose KV has arrived wait for a slot. Both engines step in a
+		// child process, as vLLM's engine cores do.
 		{name: "queued decode worker", disagg: true, decode: []string{"--max-num-seqs", "2"},
-			qps: 40, output: 48, requests: 72, planted: DecodeQ, plantedFloorMs: 20},
+			qps: 40, output: 48, requests: 72, planted: DecodeQ, plantedFloorMs: 20, worker: true},
 	} {
 		// One at a time: two engines, the daemon and a replay each already
 		// fill two cores, and a late host only shrinks what can be judged.
@@ -429,6 +460,9 @@ func kernelEvidenceScenario(t *testing.T, sc evidenceScenario) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	metrics := []string{"--enable-per-request-metrics", "--enable-prompt-tokens-details"}
+	if sc.worker {
+		metrics = append(metrics, "--cuda-worker")
+	}
 	w := replay.DefaultWorkload()
 	w.Requests, w.InputTokens, w.OutputTokens = cmp.Or(sc.requests, 40), 1024, sc.output
 	opts := replay.Options{Model: "Qwen/Qwen2.5-Coder-0.5B-Instruct", Kind: replay.KindEmulated, Backend: "emulator",
@@ -491,9 +525,17 @@ func kernelEvidenceScenario(t *testing.T, sc evidenceScenario) {
 		}
 	}
 	ev.Timelines, ev.Head = tls, HeadWithFirstToken
+	owners, err := StepOwners(ev.Exchanges, ev.Steps, ev.Processes, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var steps []string
 	for _, pid := range pids {
-		steps = append(steps, strconv.Itoa(len(ev.Steps[pid])))
+		o, ok := owners[pid]
+		if !ok || sc.worker != (o.StepPID != pid) {
+			t.Fatalf("engine pid %d (worker %t): steps from %+v (found %t)", pid, sc.worker, o, ok)
+		}
+		steps = append(steps, fmt.Sprintf("%d (%s)", len(ev.Steps[o.StepPID]), o))
 	}
 	t.Logf("evidence: %d exchanges, %d KV connections, steps %s (per engine)", len(ev.Exchanges), len(ev.KV), strings.Join(steps, "/"))
 
