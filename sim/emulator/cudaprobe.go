@@ -6,12 +6,13 @@ package emulator
 // starts with launch (cuGraphLaunch when graph, for a decode-only step
 // replaying its CUDA graph; cuLaunchKernel otherwise) and ends with sync
 // (cuStreamSynchronize) at its modelled end. The engine holds nil when
-// there is no library: no call and no cost. Tests use a Go fake. Each
-// call returns the CLOCK_MONOTONIC ns read right before it where another
-// process made it (workerProbe), else 0 (the engine's own reading holds).
+// there is no library: no call and no cost. Tests use a Go fake. sync
+// returns the CLOCK_MONOTONIC ns read right before the step's launch and
+// before the synchronize where another process made them (workerProbe),
+// else zeros (the engine's own readings hold).
 type cudaProbe interface {
-	launch(graph bool) int64
-	sync() int64
+	launch(graph bool)
+	sync() (launchNs, syncNs int64)
 }
 
 // cudaSymbols are the entry points a --cuda-lib library must export.

@@ -66,13 +66,12 @@ func openCUDAProbe(path string) (cudaProbe, error) {
 	return &dlCUDAProbe{launchKernel: syms[0], graphLaunch: syms[1], streamSync: syms[2]}, nil
 }
 
-func (p *dlCUDAProbe) launch(graph bool) int64 {
+func (p *dlCUDAProbe) launch(graph bool) {
 	if graph {
 		C.hone_call_graph_launch(p.graphLaunch)
 	} else {
 		C.hone_call_launch_kernel(p.launchKernel)
 	}
-	return 0
 }
 
-func (p *dlCUDAProbe) sync() int64 { C.hone_call_stream_sync(p.streamSync); return 0 }
+func (p *dlCUDAProbe) sync() (int64, int64) { C.hone_call_stream_sync(p.streamSync); return 0, 0 }

@@ -16,7 +16,7 @@ type fakeProbe struct {
 	calls []string
 }
 
-func (f *fakeProbe) launch(graph bool) int64 {
+func (f *fakeProbe) launch(graph bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if graph {
@@ -24,14 +24,13 @@ func (f *fakeProbe) launch(graph bool) int64 {
 	} else {
 		f.calls = append(f.calls, "launch")
 	}
-	return 0
 }
 
-func (f *fakeProbe) sync() int64 {
+func (f *fakeProbe) sync() (int64, int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, "sync")
-	return 0
+	return 0, 0
 }
 
 func (f *fakeProbe) snapshot() []string {

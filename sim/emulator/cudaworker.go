@@ -20,11 +20,13 @@ import (
 // its engine's steps under different PIDs of one process tree. The engine
 // (workerProbe) writes one byte per call on the child's stdin: 'k'
 // cuLaunchKernel, 'g' cuGraphLaunch, 's' cuStreamSynchronize; the child
-// (ServeCUDAWorker) makes the call and answers with the CLOCK_MONOTONIC ns
-// it read right before it, 8 bytes little-endian, so a step's trace line
-// records the child's instants and the engine goes on (sends its tokens)
-// only after the child's synchronize returned, as vLLM's API server
-// streams only what a worker's step produced.
+// (ServeCUDAWorker) makes the call. A launch is not answered (it is
+// asynchronous on a GPU too); a sync is, with two CLOCK_MONOTONIC ns
+// readings, 8 bytes little-endian each: the one taken right before the
+// step's launch (0 if none since the last sync) and the one right before
+// the sync. A step's trace line records the child's instants, and the
+// engine goes on (sends its tokens) only after the child's synchronize
+// returned, as vLLM's API server streams only what a step produced.
 
 // Worker protocol bytes.
 const (
@@ -41,7 +43,8 @@ func ServeCUDAWorker(lib string, r io.Reader, w io.Writer) error {
 		return err
 	}
 	br, bw := bufio.NewReader(r), bufio.NewWriter(w)
-	var ack [8]byte
+	var ack [16]byte
+	var launched int64
 	for {
 		op, err := br.ReadByte()
 		if errors.Is(err, io.EOF) {
@@ -53,13 +56,19 @@ func ServeCUDAWorker(lib string, r io.Reader, w io.Writer) error {
 		now := monotonicNow()
 		switch op {
 		case workerLaunchKernel, workerGraphLaunch:
+			if launched == 0 {
+				launched = now // the step's first launch
+			}
 			p.launch(op == workerGraphLaunch)
+			continue
 		case workerStreamSync:
 			p.sync()
 		default:
 			return fmt.Errorf("cuda worker: unknown call byte %q (want k, g or s)", op)
 		}
-		binary.LittleEndian.PutUint64(ack[:], uint64(now))
+		binary.LittleEndian.PutUint64(ack[:8], uint64(launched))
+		binary.LittleEndian.PutUint64(ack[8:], uint64(now))
+		launched = 0
 		if _, err := bw.Write(ack[:]); err != nil {
 			return fmt.Errorf("cuda worker: write: %w", err)
 		}
@@ -109,7 +118,7 @@ func startCUDAWorker(ctx context.Context, argv []string, log *slog.Logger) (*wor
 	p := &workerProbe{ctx: ctx, cmd: cmd, in: in, out: bufio.NewReader(out), log: log}
 	// A sync with its answer proves the child loaded the library before
 	// the engine serves a request.
-	if p.call(workerStreamSync) == 0 {
+	if _, m := p.sync(); m == 0 {
 		cmd.Process.Kill()
 		cmd.Wait()
 		return nil, fmt.Errorf("cuda worker %v: did not answer its first call (see its error above)", argv)
@@ -118,33 +127,44 @@ func startCUDAWorker(ctx context.Context, argv []string, log *slog.Logger) (*wor
 	return p, nil
 }
 
-// call makes one call in the child and returns the child's reading, 0
-// when the worker has failed.
-func (p *workerProbe) call(op byte) int64 {
+// fail marks the worker failed; the caller holds mu.
+func (p *workerProbe) fail() {
+	p.broken = true
+	if p.ctx.Err() != nil {
+		return // the server is stopping: the worker was killed
+	}
+	p.log.Error("cuda worker failed: the engine's steps call no probe from now on", "pid", p.cmd.Process.Pid)
+}
+
+func (p *workerProbe) launch(graph bool) {
+	op := byte(workerLaunchKernel)
+	if graph {
+		op = workerGraphLaunch
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.broken {
-		return 0
+		return
 	}
-	var ack [8]byte
-	if _, err := p.in.Write([]byte{op}); err == nil {
+	if _, err := p.in.Write([]byte{op}); err != nil {
+		p.fail()
+	}
+}
+
+// sync makes the step's synchronize in the child and returns its
+// readings, zeros when the worker has failed.
+func (p *workerProbe) sync() (launchNs, syncNs int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.broken {
+		return 0, 0
+	}
+	var ack [16]byte
+	if _, err := p.in.Write([]byte{workerStreamSync}); err == nil {
 		if _, err = io.ReadFull(p.out, ack[:]); err == nil {
-			return int64(binary.LittleEndian.Uint64(ack[:]))
+			return int64(binary.LittleEndian.Uint64(ack[:8])), int64(binary.LittleEndian.Uint64(ack[8:]))
 		}
 	}
-	p.broken = true
-	if p.ctx.Err() != nil {
-		return 0 // the server is stopping: the worker was killed
-	}
-	p.log.Error("cuda worker failed: the engine's steps call no probe from now on", "pid", p.cmd.Process.Pid)
-	return 0
+	p.fail()
+	return 0, 0
 }
-
-func (p *workerProbe) launch(graph bool) int64 {
-	if graph {
-		return p.call(workerGraphLaunch)
-	}
-	return p.call(workerLaunchKernel)
-}
-
-func (p *workerProbe) sync() int64 { return p.call(workerStreamSync) }

@@ -37,29 +37,32 @@ func TestCUDAWorkerHelper(t *testing.T) {
 }
 
 // TestServeCUDAWorker: each call byte is one call into the library, in
-// order, each answered with the CLOCK_MONOTONIC reading taken before it;
-// EOF ends the worker cleanly, an unknown byte with an error.
+// order; each sync is answered with the CLOCK_MONOTONIC readings taken
+// before the step's first launch (0: none) and before the sync. EOF ends
+// the worker cleanly, an unknown byte with an error.
 func TestServeCUDAWorker(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "calls")
 	lib := buildLib(t, recordingCUDA, fmt.Sprintf("-DHONE_LOG=%q", log))
 	var out bytes.Buffer
 	before := monotonicNow()
-	if err := ServeCUDAWorker(lib, strings.NewReader("kgsks"), &out); err != nil {
+	if err := ServeCUDAWorker(lib, strings.NewReader("kksgss"), &out); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := os.ReadFile(log); string(b) != "LGSLS" {
-		t.Errorf("library saw %q, want LGSLS", b)
+	after := monotonicNow()
+	if b, _ := os.ReadFile(log); string(b) != "LLSGSS" {
+		t.Errorf("library saw %q, want LLSGSS", b)
 	}
-	if out.Len() != 5*8 {
-		t.Fatalf("%d answer bytes, want 5 of 8", out.Len())
+	if out.Len() != 3*16 {
+		t.Fatalf("%d answer bytes, want 3 of 16", out.Len())
 	}
-	prev := before
-	for i := range 5 {
-		m := int64(binary.LittleEndian.Uint64(out.Bytes()[8*i:]))
-		if m < prev || m > monotonicNow() {
-			t.Errorf("answer %d: %d not between the previous %d and now", i, m, prev)
-		}
-		prev = m
+	var r [6]int64
+	for i := range r {
+		r[i] = int64(binary.LittleEndian.Uint64(out.Bytes()[8*i:]))
+	}
+	// (launch, sync) per sync: a step of two launches, one of a graph
+	// launch, a sync with no launch before it.
+	if !(before <= r[0] && r[0] <= r[1] && r[1] <= r[2] && r[2] <= r[3] && r[3] <= after && r[4] == 0 && r[3] <= r[5] && r[5] <= after) {
+		t.Errorf("readings %v: want increasing between %d and %d, the third launch 0", r, before, after)
 	}
 	if err := ServeCUDAWorker(lib, strings.NewReader("kx"), io.Discard); err == nil || !strings.Contains(err.Error(), `unknown call byte 'x'`) {
 		t.Errorf("unknown call byte: %v", err)

@@ -1,6 +1,7 @@
 package emulator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -291,8 +292,8 @@ func (e *engine) run(ctx context.Context) {
 		}
 		if e.probe != nil {
 			pc.syncMono = monoAtLeast(e.clock.mono(end))
-			if m := e.probe.sync(); m != 0 {
-				pc.syncMono = m // the worker's reading
+			if l, s := e.probe.sync(); s != 0 { // the worker's readings
+				pc.launchMono, pc.syncMono = cmp.Or(l, pc.launchMono), s
 			}
 		}
 		e.recordLateness(time.Since(deadline))
@@ -321,9 +322,7 @@ func (e *engine) probeLaunch(ctx context.Context, start float64, timer *time.Tim
 		return probeCall{}, false
 	}
 	pc := probeCall{graph: graphStep(e.entBuf, e.cfg.EnforceEager), launchMono: monoAtLeast(e.clock.mono(start))}
-	if m := e.probe.launch(pc.graph); m != 0 {
-		pc.launchMono = m // the worker's reading
-	}
+	e.probe.launch(pc.graph)
 	return pc, true
 }
 
