@@ -172,7 +172,8 @@ type exchangeJoin struct {
 // received inside the window, its first token sent by the window's end,
 // the sum of the two gaps (send → receipt, first-token send → the client's
 // first chunk) smallest; requests in the order they were sent, each
-// exchange to one request. A disaggregated request also gets the prefill
+// exchange to one request, and as many requests joined as the evidence
+// allows (matchWindows). A disaggregated request also gets the prefill
 // worker's exchange, answered whole inside its prefill window, and needs
 // its KV connection (joinKernel) for a kernel split. Each prefill's step
 // count comes from inferChunks over every request its engine served. It
@@ -194,26 +195,6 @@ func joinExchanges(atts []Attribution, joins []exchangeJoin, ev Evidence, scale 
 		xs = append([]KernelExchange(nil), xs...)
 		sort.SliceStable(xs, func(i, j int) bool { return xs[i].ReceivedNs < xs[j].ReceivedNs })
 	}
-	used := make([]bool, len(xs))
-	// pick is the unused exchange that fits window w best; whole asks for
-	// its last send by the window's end too (a prefill leg's answer).
-	pick := func(w [2]int64, whole bool) int {
-		best, bestGap := -1, int64(0)
-		for k := sort.Search(len(xs), func(k int) bool { return xs[k].ReceivedNs >= w[0] }); k < len(xs) && xs[k].ReceivedNs <= w[1]; k++ {
-			x := xs[k]
-			ft := x.FirstTokenNs(ev.Head)
-			// An open exchange (its connection idle since) is whole when its
-			// last send came before the window's end: the proxy had the
-			// answer by then.
-			if used[k] || ft == 0 || ft > w[1] || whole && x.LastSendNs > w[1] {
-				continue
-			}
-			if gap := (x.ReceivedNs - w[0]) + (w[1] - ft); best < 0 || gap < bestGap {
-				best, bestGap = k, gap
-			}
-		}
-		return best
-	}
 	order := make([]int, len(joins))
 	for i := range order {
 		order[i] = i
@@ -221,26 +202,33 @@ func joinExchanges(atts []Attribution, joins []exchangeJoin, ev Evidence, scale 
 	sort.SliceStable(order, func(x, y int) bool { return joins[order[x]].window[0] < joins[order[y]].window[0] })
 	// The exchanges each request got (-1: none): the one split by the
 	// engine's steps (split: the prefill worker's when disaggregated) and
-	// the decode worker's.
-	split, dec := make([]int, len(joins)), make([]int, len(joins))
+	// the decode worker's (dec). The prefill legs' first: a prefill
+	// exchange, answered whole inside its leg, fits few windows, while a
+	// decode window could take a prefill exchange received inside it.
+	used := make([]bool, len(xs))
+	wins := make([]window, len(joins))
+	for i, j := range joins {
+		if j.disagg {
+			wins[i] = window{span: j.prefill, whole: true}
+		}
+	}
+	pre := matchWindows(xs, ev.Head, wins, order, used)
+	for i, j := range joins {
+		wins[i] = window{span: j.window}
+	}
+	dec := matchWindows(xs, ev.Head, wins, order, used)
+	split := make([]int, len(joins))
 	work := map[int][]*prefillWork{} // by engine process
 	works := make([]*prefillWork, len(joins))
 	for _, i := range order {
 		j := joins[i]
-		split[i], dec[i] = -1, -1
-		d := pick(j.window, false)
-		if d < 0 {
-			continue
-		}
-		used[d] = true
-		split[i] = d
 		out := j.output
+		split[i], dec[i] = dec[i], -1
 		if j.disagg {
-			dec[i], split[i] = d, -1
-			if p := pick(j.prefill, true); p >= 0 {
-				used[p], split[i], out = true, p, 1 // a prefill leg generates its one token
-			}
+			split[i], dec[i], out = pre[i], split[i], 1 // a prefill leg generates its one token
 		}
+		// Every request an engine served is in its scheduler's work, split
+		// or not (a disaggregated one needs its decode exchange too).
 		if s := split[i]; s >= 0 {
 			x := xs[s]
 			works[i] = &prefillWork{received: x.ReceivedNs, firstToken: x.FirstTokenNs(ev.Head), uncached: j.uncached, output: out}
@@ -281,6 +269,9 @@ func joinExchanges(atts []Attribution, joins []exchangeJoin, ev Evidence, scale 
 			continue
 		}
 		// The decode worker's span: receipt → KV usable → first token.
+		if dec[i] < 0 {
+			continue // no decode worker's exchange
+		}
 		x := xs[dec[i]]
 		ft := x.FirstTokenNs(ev.Head)
 		if a.kvLastNs == 0 || a.kvLastNs < x.ReceivedNs || a.kvLastNs > ft || x.LastSendNs < ft {
@@ -295,4 +286,81 @@ func joinExchanges(atts []Attribution, joins []exchangeJoin, ev Evidence, scale 
 			owners[px.PID].String() + ") and the decode worker's KV connection, CLOCK_MONOTONIC"
 	}
 	return nil
+}
+
+// window is a request's span to match to one exchange: received inside
+// it, its first token sent by its end, and when whole its last send too
+// (a prefill leg's answer; an open exchange, its connection idle since,
+// counts as answered when its last send came by then). A zero span asks
+// for nothing.
+type window struct {
+	span  [2]int64
+	whole bool
+}
+
+// maxAugmentVisits bounds the exchanges one augmenting search visits, so
+// evidence with many exchanges missing cannot make matching quadratic.
+const maxAugmentVisits = 4096
+
+// matchWindows gives each window, in order, the unused exchange that fits
+// it best (the sum of the two gaps, send → receipt and first-token send →
+// the window's end, smallest) and marks it used. A window left without one
+// then takes one back along an augmenting path (Kuhn's): a request that
+// took another's exchange moves to its next fit, so that every request
+// whose own exchange the daemon saw gets one, where the greedy order alone
+// can leave one out under a long queue. It returns each window's exchange,
+// -1 for none.
+func matchWindows(xs []KernelExchange, head HeadSend, wins []window, order []int, used []bool) []int {
+	got := make([]int, len(wins))
+	cands := make([][]int, len(wins)) // by gap, best first
+	for i, w := range wins {
+		got[i] = -1
+		if w.span == [2]int64{} {
+			continue
+		}
+		gap := func(k int) int64 { return (xs[k].ReceivedNs - w.span[0]) + (w.span[1] - xs[k].FirstTokenNs(head)) }
+		for k := sort.Search(len(xs), func(k int) bool { return xs[k].ReceivedNs >= w.span[0] }); k < len(xs) && xs[k].ReceivedNs <= w.span[1]; k++ {
+			x := xs[k]
+			ft := x.FirstTokenNs(head)
+			if used[k] || ft == 0 || ft > w.span[1] || w.whole && x.LastSendNs > w.span[1] {
+				continue
+			}
+			cands[i] = append(cands[i], k)
+		}
+		sort.SliceStable(cands[i], func(a, b int) bool { return gap(cands[i][a]) < gap(cands[i][b]) })
+	}
+	owner := map[int]int{} // exchange → window
+	for _, i := range order {
+		for _, k := range cands[i] {
+			if _, taken := owner[k]; !taken {
+				owner[k], got[i] = i, k
+				break
+			}
+		}
+	}
+	for _, i := range order {
+		if got[i] >= 0 || len(cands[i]) == 0 {
+			continue
+		}
+		visited := map[int]bool{}
+		var augment func(i int) bool
+		augment = func(i int) bool {
+			for _, k := range cands[i] {
+				if visited[k] || len(visited) >= maxAugmentVisits {
+					continue
+				}
+				visited[k] = true
+				if o, taken := owner[k]; !taken || augment(o) {
+					owner[k], got[i] = i, k
+					return true
+				}
+			}
+			return false
+		}
+		augment(i)
+	}
+	for k := range owner {
+		used[k] = true
+	}
+	return got
 }

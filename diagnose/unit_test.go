@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -430,4 +431,29 @@ func stepsJSON(n map[int]int) []string {
 		}
 	}
 	return out
+}
+
+// TestMatchWindows: greedy by gap alone gives request A the exchange that
+// only B can have (received after B was sent); the augmenting pass moves
+// A to its other fit so both join. A window nothing fits gets -1, and a
+// whole window takes only an exchange answered inside it.
+func TestMatchWindows(t *testing.T) {
+	xs := []KernelExchange{
+		{ReceivedNs: 5, FirstSendNs: 50, LastSendNs: 60},  // A's own
+		{ReceivedNs: 20, FirstSendNs: 90, LastSendNs: 99}, // B's own
+		{ReceivedNs: 200, FirstSendNs: 210, LastSendNs: 400},
+	}
+	wins := []window{{span: [2]int64{0, 95}}, {span: [2]int64{15, 92}}, {span: [2]int64{300, 310}}, {span: [2]int64{190, 300}, whole: true}}
+	used := make([]bool, len(xs))
+	got := matchWindows(xs, HeadWithFirstToken, wins, []int{0, 1, 2, 3}, used)
+	if want := []int{0, 1, -1, -1}; !slices.Equal(got, want) {
+		t.Errorf("matched %v, want %v", got, want)
+	}
+	if !used[0] || !used[1] || used[2] {
+		t.Errorf("used %v: want the two matched only", used)
+	}
+	// Used exchanges stay out of a later match.
+	if got := matchWindows(xs, HeadWithFirstToken, []window{{span: [2]int64{0, 500}}}, []int{0}, used); got[0] != 2 {
+		t.Errorf("second match took %d, want the unused exchange 2", got[0])
+	}
 }
