@@ -445,9 +445,10 @@ func TestKernelEvidenceScenarios(t *testing.T) {
 			qps: 8, output: 16, planted: Transfer, plantedFloorMs: 15},
 		// 1P1D: two decode slots and 48-token answers at 40 req/s: requests
 		// whose KV has arrived wait for a slot. Both engines step in a
-		// child process, as vLLM's engine cores do.
+		// child process, as vLLM's engine cores do; those two processes
+		// more on two cores ran half the requests late at scale 2.
 		{name: "queued decode worker", disagg: true, decode: []string{"--max-num-seqs", "2"},
-			qps: 40, output: 48, requests: 72, planted: DecodeQ, plantedFloorMs: 20, worker: true},
+			qps: 40, output: 48, requests: 72, planted: DecodeQ, plantedFloorMs: 20, worker: true, scale: 3},
 	} {
 		// One at a time: two engines, the daemon and a replay each already
 		// fill two cores, and a late host only shrinks what can be judged.
