@@ -131,8 +131,9 @@ func checkSyscallClasses(t *testing.T, coll *ebpf.Collection, table map[string]u
 		}
 		key := bpf.SysKey{Tgid: tgid, Tid: tid, Class: uint32(want)}
 		counts[key]++
-		var st bpf.SysStats
-		if err := stats.Lookup(key, &st); err != nil || st.Count != counts[key] {
+		all, err := bpf.ReadSyscallMaps(coll.Maps["thread_slots"], coll.Maps["slot_stats"], stats, nil)
+		st := all[key]
+		if err != nil || st.Count != counts[key] {
 			t.Errorf("%s (%d): want class %s counted %d times, got %d (%v)",
 				strings.ToLower(name), nr, bpf.SyscallClasses[want], counts[key], st.Count, err)
 			counts[key] = st.Count

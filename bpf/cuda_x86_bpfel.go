@@ -72,6 +72,14 @@ type cudaHoneSyncEntry struct {
 	Pad     uint32
 }
 
+type cudaHoneThreadSlot struct {
+	_       structs.HostLayout
+	Owner   uint64
+	StartNs uint64
+	Id      uint32
+	Pad     uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -85,6 +93,7 @@ const (
 	cudaMapTargetFol       = "target_fol"
 	cudaMapTargetSel       = "target_sel"
 	cudaMapTargets         = "targets"
+	cudaMapThreadSlots     = "thread_slots"
 	cudaProgCudaCtxSync    = "cuda_ctx_sync"
 	cudaProgCudaEventSync  = "cuda_event_sync"
 	cudaProgCudaGraph      = "cuda_graph"
@@ -152,15 +161,16 @@ type cudaProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudaMapSpecs struct {
-	CudaStats *ebpf.MapSpec `ebpf:"cuda_stats"`
-	CudaStep  *ebpf.MapSpec `ebpf:"cuda_step"`
-	CudaSync  *ebpf.MapSpec `ebpf:"cuda_sync"`
-	Drops     *ebpf.MapSpec `ebpf:"drops"`
-	Events    *ebpf.MapSpec `ebpf:"events"`
-	Inflight  *ebpf.MapSpec `ebpf:"inflight"`
-	TargetFol *ebpf.MapSpec `ebpf:"target_fol"`
-	TargetSel *ebpf.MapSpec `ebpf:"target_sel"`
-	Targets   *ebpf.MapSpec `ebpf:"targets"`
+	CudaStats   *ebpf.MapSpec `ebpf:"cuda_stats"`
+	CudaStep    *ebpf.MapSpec `ebpf:"cuda_step"`
+	CudaSync    *ebpf.MapSpec `ebpf:"cuda_sync"`
+	Drops       *ebpf.MapSpec `ebpf:"drops"`
+	Events      *ebpf.MapSpec `ebpf:"events"`
+	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
+	TargetFol   *ebpf.MapSpec `ebpf:"target_fol"`
+	TargetSel   *ebpf.MapSpec `ebpf:"target_sel"`
+	Targets     *ebpf.MapSpec `ebpf:"targets"`
+	ThreadSlots *ebpf.MapSpec `ebpf:"thread_slots"`
 }
 
 // cudaVariableSpecs contains global variables before they are loaded into the kernel.
@@ -190,15 +200,16 @@ func (o *cudaObjects) Close() error {
 //
 // It can be passed to loadCudaObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudaMaps struct {
-	CudaStats *ebpf.Map `ebpf:"cuda_stats"`
-	CudaStep  *ebpf.Map `ebpf:"cuda_step"`
-	CudaSync  *ebpf.Map `ebpf:"cuda_sync"`
-	Drops     *ebpf.Map `ebpf:"drops"`
-	Events    *ebpf.Map `ebpf:"events"`
-	Inflight  *ebpf.Map `ebpf:"inflight"`
-	TargetFol *ebpf.Map `ebpf:"target_fol"`
-	TargetSel *ebpf.Map `ebpf:"target_sel"`
-	Targets   *ebpf.Map `ebpf:"targets"`
+	CudaStats   *ebpf.Map `ebpf:"cuda_stats"`
+	CudaStep    *ebpf.Map `ebpf:"cuda_step"`
+	CudaSync    *ebpf.Map `ebpf:"cuda_sync"`
+	Drops       *ebpf.Map `ebpf:"drops"`
+	Events      *ebpf.Map `ebpf:"events"`
+	Inflight    *ebpf.Map `ebpf:"inflight"`
+	TargetFol   *ebpf.Map `ebpf:"target_fol"`
+	TargetSel   *ebpf.Map `ebpf:"target_sel"`
+	Targets     *ebpf.Map `ebpf:"targets"`
+	ThreadSlots *ebpf.Map `ebpf:"thread_slots"`
 }
 
 func (m *cudaMaps) Close() error {
@@ -212,6 +223,7 @@ func (m *cudaMaps) Close() error {
 		m.TargetFol,
 		m.TargetSel,
 		m.Targets,
+		m.ThreadSlots,
 	)
 }
 

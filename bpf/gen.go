@@ -14,7 +14,7 @@ package bpf
 // in the sources: syscall numbers (syscalls.bpf.c); no program reads pt_regs
 // (see hone.h).
 
-//go:generate go tool bpf2go -tags linux -target amd64,arm64 -type hone_proc_event procs procs.bpf.c -- -I. -Wall -Werror
+//go:generate go tool bpf2go -tags linux -target amd64,arm64 -type hone_proc_event -type hone_thread_slot procs procs.bpf.c -- -I. -Wall -Werror
 //go:generate go tool bpf2go -tags linux -target amd64,arm64 -type hone_thread_key -type hone_sys_stats syscalls syscalls.bpf.c -- -I. -Wall -Werror
 //go:generate go tool bpf2go -tags linux -target amd64,arm64 -type hone_sched_stats sched sched.bpf.c -- -I. -Wall -Werror
 //go:generate go tool bpf2go -tags linux -target amd64,arm64 -type hone_conn_stats -type hone_burst -type hone_burst_event -type hone_conn_key -type hone_exchange -type hone_exchange_event sockets sockets.bpf.c -- -I. -Wall -Werror

@@ -94,6 +94,37 @@ struct {
 	__type(value, struct hone_inflight);
 } inflight SEC(".maps");
 
+/* thread_slots: a target thread's syscall state, direct-mapped by thread id
+ * (slot tid % THREAD_SLOTS), so that the syscall programs' hot path reads
+ * inlined array slots where a hash lookup cost ~60 ns (BenchmarkSyscallFloor).
+ * A thread claims its free slot at its first traced syscall (atomic compare
+ * and swap of the owner: tgid << 32 | tid, bpf_get_current_pid_tgid's form)
+ * and keeps it for life; sched_process_exit marks it
+ * SLOT_EXITED, and the daemon frees it (zeroing its statistics first) when it
+ * retires the process. A thread whose slot another thread holds, or that
+ * began on the inflight hash, stays on inflight and sys_stats: exact either
+ * way, the daemon sums the two. */
+#define THREAD_SLOTS 8192
+#define SLOT_EXITED (1ULL << 63)
+struct hone_thread_slot {
+	__u64 owner;    /* tgid << 32 | tid; 0: free; | SLOT_EXITED once it exited */
+	__u64 start_ns; /* the entry of the syscall in flight, 0 when none */
+	__u32 id;       /* that syscall */
+	__u32 pad;
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, THREAD_SLOTS);
+	__type(key, __u32);
+	__type(value, struct hone_thread_slot);
+} thread_slots SEC(".maps");
+
+static __always_inline struct hone_thread_slot *thread_slot(__u32 tid)
+{
+	__u32 s = tid & (THREAD_SLOTS - 1);
+	return bpf_map_lookup_elem(&thread_slots, &s);
+}
+
 enum event_kind {
 	EVENT_FORK = 1,
 	EVENT_EXEC = 2,

@@ -127,8 +127,8 @@ type Options struct {
 }
 
 // Objects are hone's loaded programs and maps. The shared maps (targets,
-// target_sel, target_fol, events, drops, inflight) are created once, by
-// the first object, and handed to the others.
+// target_sel, target_fol, events, drops, inflight, thread_slots) are
+// created once, by the first object, and handed to the others.
 type Objects struct {
 	selMu sync.Mutex        // serialises the daemon's changes to targets and target_sel
 	sel   map[uint32]uint64 // target_sel's words the daemon has set, by index
@@ -160,12 +160,13 @@ func Load(opts Options) (_ *Objects, err error) {
 		return nil, fmt.Errorf("load procs: %w", verifierDetail(err))
 	}
 	shared := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
-		"targets":    o.procs.Targets,
-		"target_sel": o.procs.TargetSel,
-		"target_fol": o.procs.TargetFol,
-		"events":     o.procs.Events,
-		"drops":      o.procs.Drops,
-		"inflight":   o.procs.Inflight,
+		"targets":      o.procs.Targets,
+		"target_sel":   o.procs.TargetSel,
+		"target_fol":   o.procs.TargetFol,
+		"events":       o.procs.Events,
+		"drops":        o.procs.Drops,
+		"inflight":     o.procs.Inflight,
+		"thread_slots": o.procs.ThreadSlots,
 	}}
 	syscalls, err := loadSyscalls()
 	if err != nil {

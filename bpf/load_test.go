@@ -63,10 +63,11 @@ func TestSyscallCountsExact(t *testing.T) {
 	}
 
 	got := map[uint32]map[string]uint64{}
-	var k bpf.SysKey
-	var v bpf.SysStats
-	it := objs.SysStats().Iterate()
-	for it.Next(&k, &v) {
+	all, err := objs.ReadSyscalls(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range all {
 		if got[k.Tgid] == nil {
 			got[k.Tgid] = map[string]uint64{}
 		}
@@ -82,9 +83,6 @@ func TestSyscallCountsExact(t *testing.T) {
 			t.Errorf("class %s: histogram holds %d calls, count %d", bpf.SyscallClasses[k.Class], h, v.Count)
 		}
 	}
-	if err := it.Err(); err != nil {
-		t.Fatal(err)
-	}
 	want := map[string]uint64{"futex": n, "poll": n, "ioctl": n, "socket": 2 * n, "file": 2 * n, "other": n}
 	tg := got[uint32(target.Process.Pid)]
 	for class, w := range want {
@@ -97,6 +95,32 @@ func TestSyscallCountsExact(t *testing.T) {
 	}
 	if o := got[uint32(other.Process.Pid)]; len(o) != 0 {
 		t.Errorf("non-target child was counted: %v", o)
+	}
+	// The target's only thread held its slot (the workload is one
+	// thread, and no other target shares the slot), and its exit marked
+	// the slot; retiring the process frees the slot and its statistics.
+	pid := uint32(target.Process.Pid)
+	var ts bpf.ThreadSlot
+	if err := objs.ThreadSlotsMap().Lookup(pid%8192, &ts); err != nil {
+		t.Fatal(err)
+	}
+	if want := uint64(pid)<<32 | uint64(pid) | bpf.SlotExited; ts.Owner != want || ts.StartNs != 0 {
+		t.Errorf("target's slot after its exit: owner %#x start %d, want owner %#x start 0", ts.Owner, ts.StartNs, want)
+	}
+	if _, err := objs.ReadSyscalls(func(tgid uint32) bool { return tgid == pid }); err != nil {
+		t.Fatal(err)
+	}
+	if err := objs.ThreadSlotsMap().Lookup(pid%8192, &ts); err != nil || ts.Owner != 0 {
+		t.Errorf("retired target's slot not freed: owner %#x (%v)", ts.Owner, err)
+	}
+	if again, err := objs.ReadSyscalls(nil); err != nil {
+		t.Fatal(err)
+	} else {
+		for k, v := range again {
+			if k.Tgid == pid {
+				t.Errorf("retired target's statistics still read: %+v %d calls", k, v.Count)
+			}
+		}
 	}
 	// The exit took the process out of the targets map.
 	var val uint32

@@ -63,6 +63,15 @@ int BPF_PROG(on_exit, struct task_struct *p)
 {
 	__u32 tid = p->pid;
 	__u32 tgid = p->tgid;
+	/* Before the target check: a process that stopped being a target
+	 * keeps its threads' slots, and a slot left unmarked would pass for a
+	 * later thread of the same id. */
+	__u64 owner = (__u64)tgid << 32 | tid;
+	struct hone_thread_slot *ts = thread_slot(tid);
+	if (ts && ts->owner == owner) {
+		ts->start_ns = 0;
+		ts->owner = owner | SLOT_EXITED;
+	}
 	if (!maybe_target(tgid))
 		return 0;
 	bpf_map_delete_elem(&inflight, &tid);

@@ -32,6 +32,14 @@ type procsHoneProcEvent struct {
 	Comm   [16]int8
 }
 
+type procsHoneThreadSlot struct {
+	_       structs.HostLayout
+	Owner   uint64
+	StartNs uint64
+	Id      uint32
+	Pad     uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -42,6 +50,7 @@ const (
 	procsMapTargetFol       = "target_fol"
 	procsMapTargetSel       = "target_sel"
 	procsMapTargets         = "targets"
+	procsMapThreadSlots     = "thread_slots"
 	procsProgOnExec         = "on_exec"
 	procsProgOnExit         = "on_exit"
 	procsProgOnFork         = "on_fork"
@@ -99,12 +108,13 @@ type procsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type procsMapSpecs struct {
-	Drops     *ebpf.MapSpec `ebpf:"drops"`
-	Events    *ebpf.MapSpec `ebpf:"events"`
-	Inflight  *ebpf.MapSpec `ebpf:"inflight"`
-	TargetFol *ebpf.MapSpec `ebpf:"target_fol"`
-	TargetSel *ebpf.MapSpec `ebpf:"target_sel"`
-	Targets   *ebpf.MapSpec `ebpf:"targets"`
+	Drops       *ebpf.MapSpec `ebpf:"drops"`
+	Events      *ebpf.MapSpec `ebpf:"events"`
+	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
+	TargetFol   *ebpf.MapSpec `ebpf:"target_fol"`
+	TargetSel   *ebpf.MapSpec `ebpf:"target_sel"`
+	Targets     *ebpf.MapSpec `ebpf:"targets"`
+	ThreadSlots *ebpf.MapSpec `ebpf:"thread_slots"`
 }
 
 // procsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -134,12 +144,13 @@ func (o *procsObjects) Close() error {
 //
 // It can be passed to loadProcsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type procsMaps struct {
-	Drops     *ebpf.Map `ebpf:"drops"`
-	Events    *ebpf.Map `ebpf:"events"`
-	Inflight  *ebpf.Map `ebpf:"inflight"`
-	TargetFol *ebpf.Map `ebpf:"target_fol"`
-	TargetSel *ebpf.Map `ebpf:"target_sel"`
-	Targets   *ebpf.Map `ebpf:"targets"`
+	Drops       *ebpf.Map `ebpf:"drops"`
+	Events      *ebpf.Map `ebpf:"events"`
+	Inflight    *ebpf.Map `ebpf:"inflight"`
+	TargetFol   *ebpf.Map `ebpf:"target_fol"`
+	TargetSel   *ebpf.Map `ebpf:"target_sel"`
+	Targets     *ebpf.Map `ebpf:"targets"`
+	ThreadSlots *ebpf.Map `ebpf:"thread_slots"`
 }
 
 func (m *procsMaps) Close() error {
@@ -150,6 +161,7 @@ func (m *procsMaps) Close() error {
 		m.TargetFol,
 		m.TargetSel,
 		m.Targets,
+		m.ThreadSlots,
 	)
 }
 

@@ -34,6 +34,14 @@ type schedHoneSchedStats struct {
 	Preemptions uint64
 }
 
+type schedHoneThreadSlot struct {
+	_       structs.HostLayout
+	Owner   uint64
+	StartNs uint64
+	Id      uint32
+	Pad     uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -45,6 +53,7 @@ const (
 	schedMapTargetFol    = "target_fol"
 	schedMapTargetSel    = "target_sel"
 	schedMapTargets      = "targets"
+	schedMapThreadSlots  = "thread_slots"
 	schedProgOnSwitch    = "on_switch"
 	schedProgOnWakeup    = "on_wakeup"
 	schedProgOnWakeupNew = "on_wakeup_new"
@@ -101,13 +110,14 @@ type schedProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type schedMapSpecs struct {
-	Drops      *ebpf.MapSpec `ebpf:"drops"`
-	Events     *ebpf.MapSpec `ebpf:"events"`
-	Inflight   *ebpf.MapSpec `ebpf:"inflight"`
-	SchedStats *ebpf.MapSpec `ebpf:"sched_stats"`
-	TargetFol  *ebpf.MapSpec `ebpf:"target_fol"`
-	TargetSel  *ebpf.MapSpec `ebpf:"target_sel"`
-	Targets    *ebpf.MapSpec `ebpf:"targets"`
+	Drops       *ebpf.MapSpec `ebpf:"drops"`
+	Events      *ebpf.MapSpec `ebpf:"events"`
+	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
+	SchedStats  *ebpf.MapSpec `ebpf:"sched_stats"`
+	TargetFol   *ebpf.MapSpec `ebpf:"target_fol"`
+	TargetSel   *ebpf.MapSpec `ebpf:"target_sel"`
+	Targets     *ebpf.MapSpec `ebpf:"targets"`
+	ThreadSlots *ebpf.MapSpec `ebpf:"thread_slots"`
 }
 
 // schedVariableSpecs contains global variables before they are loaded into the kernel.
@@ -136,13 +146,14 @@ func (o *schedObjects) Close() error {
 //
 // It can be passed to loadSchedObjects or ebpf.CollectionSpec.LoadAndAssign.
 type schedMaps struct {
-	Drops      *ebpf.Map `ebpf:"drops"`
-	Events     *ebpf.Map `ebpf:"events"`
-	Inflight   *ebpf.Map `ebpf:"inflight"`
-	SchedStats *ebpf.Map `ebpf:"sched_stats"`
-	TargetFol  *ebpf.Map `ebpf:"target_fol"`
-	TargetSel  *ebpf.Map `ebpf:"target_sel"`
-	Targets    *ebpf.Map `ebpf:"targets"`
+	Drops       *ebpf.Map `ebpf:"drops"`
+	Events      *ebpf.Map `ebpf:"events"`
+	Inflight    *ebpf.Map `ebpf:"inflight"`
+	SchedStats  *ebpf.Map `ebpf:"sched_stats"`
+	TargetFol   *ebpf.Map `ebpf:"target_fol"`
+	TargetSel   *ebpf.Map `ebpf:"target_sel"`
+	Targets     *ebpf.Map `ebpf:"targets"`
+	ThreadSlots *ebpf.Map `ebpf:"thread_slots"`
 }
 
 func (m *schedMaps) Close() error {
@@ -154,6 +165,7 @@ func (m *schedMaps) Close() error {
 		m.TargetFol,
 		m.TargetSel,
 		m.Targets,
+		m.ThreadSlots,
 	)
 }
 

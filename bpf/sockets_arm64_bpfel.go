@@ -96,6 +96,14 @@ type socketsHoneInflight struct {
 	Tgid    uint32
 }
 
+type socketsHoneThreadSlot struct {
+	_       structs.HostLayout
+	Owner   uint64
+	StartNs uint64
+	Id      uint32
+	Pad     uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -108,6 +116,7 @@ const (
 	socketsMapTargetFol           = "target_fol"
 	socketsMapTargetSel           = "target_sel"
 	socketsMapTargets             = "targets"
+	socketsMapThreadSlots         = "thread_slots"
 	socketsProgOnRecv             = "on_recv"
 	socketsProgOnSend             = "on_send"
 	socketsProgOnState            = "on_state"
@@ -167,14 +176,15 @@ type socketsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type socketsMapSpecs struct {
-	Conns     *ebpf.MapSpec `ebpf:"conns"`
-	Drops     *ebpf.MapSpec `ebpf:"drops"`
-	Events    *ebpf.MapSpec `ebpf:"events"`
-	Inflight  *ebpf.MapSpec `ebpf:"inflight"`
-	PortClass *ebpf.MapSpec `ebpf:"port_class"`
-	TargetFol *ebpf.MapSpec `ebpf:"target_fol"`
-	TargetSel *ebpf.MapSpec `ebpf:"target_sel"`
-	Targets   *ebpf.MapSpec `ebpf:"targets"`
+	Conns       *ebpf.MapSpec `ebpf:"conns"`
+	Drops       *ebpf.MapSpec `ebpf:"drops"`
+	Events      *ebpf.MapSpec `ebpf:"events"`
+	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
+	PortClass   *ebpf.MapSpec `ebpf:"port_class"`
+	TargetFol   *ebpf.MapSpec `ebpf:"target_fol"`
+	TargetSel   *ebpf.MapSpec `ebpf:"target_sel"`
+	Targets     *ebpf.MapSpec `ebpf:"targets"`
+	ThreadSlots *ebpf.MapSpec `ebpf:"thread_slots"`
 }
 
 // socketsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -206,14 +216,15 @@ func (o *socketsObjects) Close() error {
 //
 // It can be passed to loadSocketsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type socketsMaps struct {
-	Conns     *ebpf.Map `ebpf:"conns"`
-	Drops     *ebpf.Map `ebpf:"drops"`
-	Events    *ebpf.Map `ebpf:"events"`
-	Inflight  *ebpf.Map `ebpf:"inflight"`
-	PortClass *ebpf.Map `ebpf:"port_class"`
-	TargetFol *ebpf.Map `ebpf:"target_fol"`
-	TargetSel *ebpf.Map `ebpf:"target_sel"`
-	Targets   *ebpf.Map `ebpf:"targets"`
+	Conns       *ebpf.Map `ebpf:"conns"`
+	Drops       *ebpf.Map `ebpf:"drops"`
+	Events      *ebpf.Map `ebpf:"events"`
+	Inflight    *ebpf.Map `ebpf:"inflight"`
+	PortClass   *ebpf.Map `ebpf:"port_class"`
+	TargetFol   *ebpf.Map `ebpf:"target_fol"`
+	TargetSel   *ebpf.Map `ebpf:"target_sel"`
+	Targets     *ebpf.Map `ebpf:"targets"`
+	ThreadSlots *ebpf.Map `ebpf:"thread_slots"`
 }
 
 func (m *socketsMaps) Close() error {
@@ -226,6 +237,7 @@ func (m *socketsMaps) Close() error {
 		m.TargetFol,
 		m.TargetSel,
 		m.Targets,
+		m.ThreadSlots,
 	)
 }
 

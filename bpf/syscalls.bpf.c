@@ -131,13 +131,42 @@ static __always_inline __u32 classify(__u32 id)
 #error "syscalls.bpf.c: no syscall table for this architecture (bpf2go -target amd64 or arm64)"
 #endif
 
+/* slot_stats: the statistics of a thread that holds a slot (hone.h,
+ * thread_slots): entry slot * SYS_CLASSES + class. */
+#define SYS_CLASSES 6
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, THREAD_SLOTS * SYS_CLASSES);
+	__type(key, __u32);
+	__type(value, struct hone_sys_stats);
+} slot_stats SEC(".maps");
+
+/* record counts one call of [start, now) in st. One thread runs on one CPU
+ * at a time and its statistics are its own, so plain increments are safe. */
+static __always_inline void record(struct hone_sys_stats *st, __u64 start, __u64 now)
+{
+	__u64 d = now - start;
+	if (st->count == 0)
+		st->first_ns = start;
+	st->count++;
+	st->total_ns += d;
+	if (d > st->max_ns)
+		st->max_ns = d;
+	st->last_ns = now;
+	__u32 slot = log2_slot(d);
+	if (slot < HIST_SLOTS)
+		st->hist[slot]++;
+}
+
 /* sys_enter and sys_exit run for every syscall of every thread on the host
  * while attached, so what a thread that is not a target pays is the point:
  * the target check's two inlined array reads each (maybe_target), nothing
- * else. A target's thread adds a clock read and its inflight entry each,
- * and at exit one hash lookup for its statistics. (Its state in task-local
- * storage instead of inflight was measured slower: BenchmarkSyscallFloor,
- * +24 ns per exit on Linux 6.18.) */
+ * else. A target's thread adds a clock read each, and its slot and
+ * statistics are inlined array reads (hone.h, thread_slots): no hash lookup
+ * on the hot path. Only a thread without a slot of its own pays the
+ * inflight and sys_stats hash lookups. (Per-thread state in task-local
+ * storage was measured slower than the hash: +24 ns per exit on Linux
+ * 6.18.) */
 SEC("raw_tp/sys_enter")
 int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 {
@@ -146,20 +175,33 @@ int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	if (!maybe_target(tgid))
 		return 0;
 	__u32 tid = (__u32)pt;
+	__u32 id = (__u32)ctx->args[1];
 	__u64 now = bpf_ktime_get_ns();
-	/* The entry stays in the map for the thread's life (sched_process_exit
-	 * removes it): writing in place is cheaper than insert and delete on
-	 * every call. */
+	struct hone_thread_slot *ts = thread_slot(tid);
+	if (ts && ts->owner == pt) {
+		ts->id = id;
+		ts->start_ns = now;
+		return 0;
+	}
+	/* A thread that began on inflight stays there (its statistics so far
+	 * are in sys_stats). Its entry stays in the map for the thread's life
+	 * (sched_process_exit removes it): writing in place is cheaper than
+	 * insert and delete on every call. */
 	struct hone_inflight *in = bpf_map_lookup_elem(&inflight, &tid);
 	if (in) {
 		in->start_ns = now;
-		in->id = (__u32)ctx->args[1];
+		in->id = id;
 		in->tgid = tgid;
+		return 0;
+	}
+	if (ts && ts->owner == 0 && __sync_val_compare_and_swap(&ts->owner, 0, pt) == 0) {
+		ts->id = id;
+		ts->start_ns = now;
 		return 0;
 	}
 	struct hone_inflight fresh = {
 		.start_ns = now,
-		.id = (__u32)ctx->args[1],
+		.id = id,
 		.tgid = tgid,
 	};
 	if (bpf_map_update_elem(&inflight, &tid, &fresh, BPF_ANY))
@@ -175,6 +217,19 @@ int sys_exit(struct bpf_raw_tracepoint_args *ctx)
 	if (!maybe_target(tgid))
 		return 0; /* (a syscall in flight when its process stopped being a target is not counted) */
 	__u32 tid = (__u32)pt;
+	struct hone_thread_slot *ts = thread_slot(tid);
+	if (ts && ts->owner == pt) {
+		__u64 start = ts->start_ns;
+		if (start == 0)
+			return 0; /* entered before it was a target */
+		__u64 now = bpf_ktime_get_ns();
+		ts->start_ns = 0;
+		__u32 idx = (tid & (THREAD_SLOTS - 1)) * SYS_CLASSES + classify(ts->id);
+		struct hone_sys_stats *st = bpf_map_lookup_elem(&slot_stats, &idx);
+		if (st)
+			record(st, start, now);
+		return 0;
+	}
 	struct hone_inflight *in = bpf_map_lookup_elem(&inflight, &tid);
 	if (!in || in->start_ns == 0)
 		return 0; /* entered before it was a target */
@@ -191,20 +246,7 @@ int sys_exit(struct bpf_raw_tracepoint_args *ctx)
 
 	static const struct hone_sys_stats zero;
 	struct hone_sys_stats *st = lookup_or_init(&sys_stats, &key, &zero);
-	if (!st)
-		return 0;
-	__u64 d = now - start;
-	/* One thread runs on one CPU at a time and its entries are its own,
-	 * so plain increments are safe. */
-	if (st->count == 0)
-		st->first_ns = start;
-	st->count++;
-	st->total_ns += d;
-	if (d > st->max_ns)
-		st->max_ns = d;
-	st->last_ns = now;
-	__u32 slot = log2_slot(d);
-	if (slot < HIST_SLOTS)
-		st->hist[slot]++;
+	if (st)
+		record(st, start, now);
 	return 0;
 }

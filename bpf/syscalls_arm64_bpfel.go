@@ -38,19 +38,29 @@ type syscallsHoneThreadKey struct {
 	Pad   uint32
 }
 
+type syscallsHoneThreadSlot struct {
+	_       structs.HostLayout
+	Owner   uint64
+	StartNs uint64
+	Id      uint32
+	Pad     uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	syscallsMapDrops     = "drops"
-	syscallsMapEvents    = "events"
-	syscallsMapInflight  = "inflight"
-	syscallsMapSysStats  = "sys_stats"
-	syscallsMapTargetFol = "target_fol"
-	syscallsMapTargetSel = "target_sel"
-	syscallsMapTargets   = "targets"
-	syscallsProgSysEnter = "sys_enter"
-	syscallsProgSysExit  = "sys_exit"
+	syscallsMapDrops       = "drops"
+	syscallsMapEvents      = "events"
+	syscallsMapInflight    = "inflight"
+	syscallsMapSlotStats   = "slot_stats"
+	syscallsMapSysStats    = "sys_stats"
+	syscallsMapTargetFol   = "target_fol"
+	syscallsMapTargetSel   = "target_sel"
+	syscallsMapTargets     = "targets"
+	syscallsMapThreadSlots = "thread_slots"
+	syscallsProgSysEnter   = "sys_enter"
+	syscallsProgSysExit    = "sys_exit"
 )
 
 // loadSyscalls returns the embedded CollectionSpec for syscalls.
@@ -103,13 +113,15 @@ type syscallsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type syscallsMapSpecs struct {
-	Drops     *ebpf.MapSpec `ebpf:"drops"`
-	Events    *ebpf.MapSpec `ebpf:"events"`
-	Inflight  *ebpf.MapSpec `ebpf:"inflight"`
-	SysStats  *ebpf.MapSpec `ebpf:"sys_stats"`
-	TargetFol *ebpf.MapSpec `ebpf:"target_fol"`
-	TargetSel *ebpf.MapSpec `ebpf:"target_sel"`
-	Targets   *ebpf.MapSpec `ebpf:"targets"`
+	Drops       *ebpf.MapSpec `ebpf:"drops"`
+	Events      *ebpf.MapSpec `ebpf:"events"`
+	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
+	SlotStats   *ebpf.MapSpec `ebpf:"slot_stats"`
+	SysStats    *ebpf.MapSpec `ebpf:"sys_stats"`
+	TargetFol   *ebpf.MapSpec `ebpf:"target_fol"`
+	TargetSel   *ebpf.MapSpec `ebpf:"target_sel"`
+	Targets     *ebpf.MapSpec `ebpf:"targets"`
+	ThreadSlots *ebpf.MapSpec `ebpf:"thread_slots"`
 }
 
 // syscallsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -138,13 +150,15 @@ func (o *syscallsObjects) Close() error {
 //
 // It can be passed to loadSyscallsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type syscallsMaps struct {
-	Drops     *ebpf.Map `ebpf:"drops"`
-	Events    *ebpf.Map `ebpf:"events"`
-	Inflight  *ebpf.Map `ebpf:"inflight"`
-	SysStats  *ebpf.Map `ebpf:"sys_stats"`
-	TargetFol *ebpf.Map `ebpf:"target_fol"`
-	TargetSel *ebpf.Map `ebpf:"target_sel"`
-	Targets   *ebpf.Map `ebpf:"targets"`
+	Drops       *ebpf.Map `ebpf:"drops"`
+	Events      *ebpf.Map `ebpf:"events"`
+	Inflight    *ebpf.Map `ebpf:"inflight"`
+	SlotStats   *ebpf.Map `ebpf:"slot_stats"`
+	SysStats    *ebpf.Map `ebpf:"sys_stats"`
+	TargetFol   *ebpf.Map `ebpf:"target_fol"`
+	TargetSel   *ebpf.Map `ebpf:"target_sel"`
+	Targets     *ebpf.Map `ebpf:"targets"`
+	ThreadSlots *ebpf.Map `ebpf:"thread_slots"`
 }
 
 func (m *syscallsMaps) Close() error {
@@ -152,10 +166,12 @@ func (m *syscallsMaps) Close() error {
 		m.Drops,
 		m.Events,
 		m.Inflight,
+		m.SlotStats,
 		m.SysStats,
 		m.TargetFol,
 		m.TargetSel,
 		m.Targets,
+		m.ThreadSlots,
 	)
 }
 

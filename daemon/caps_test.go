@@ -112,6 +112,10 @@ func runNeedsProbe(spec string) int {
 		}
 		return it.Err()
 	})
+	try("syscall statistics (batch lookup)", func() error {
+		_, err := multi.ReadSyscalls(nil)
+		return err
+	})
 	try("percpu map lookup", func() error {
 		var per []uint64
 		return multi.Drops().Lookup(uint32(bpf.DropRingbuf), &per)

@@ -42,28 +42,17 @@ func (d *Daemon) readThreads(del func(pid int) bool) map[threadID]*Thread {
 		}
 		return t
 	}
-	{
-		var k bpf.SysKey
-		var v bpf.SysStats
-		var gone []bpf.SysKey
-		it := d.objs.SysStats().Iterate()
-		for it.Next(&k, &v) {
-			if int(k.Class) >= len(bpf.SyscallClasses) {
-				continue
-			}
-			t := get(int(k.Tgid), int(k.Tid))
-			if t.Syscalls == nil {
-				t.Syscalls = map[string]*SyscallStats{}
-			}
-			t.Syscalls[bpf.SyscallClasses[k.Class]] = &SyscallStats{Count: v.Count, TotalNS: v.TotalNs,
-				MaxNS: v.MaxNs, FirstMonotonicNS: v.FirstNs, LastMonotonicNS: v.LastNs, HistLog2NS: trimHist(v.Hist[:])}
-			if del(int(k.Tgid)) {
-				gone = append(gone, k)
-			}
+	sys, err := d.objs.ReadSyscalls(func(tgid uint32) bool { return del(int(tgid)) })
+	if err != nil {
+		d.log.Warn("syscall statistics", "err", err)
+	}
+	for k, v := range sys {
+		t := get(int(k.Tgid), int(k.Tid))
+		if t.Syscalls == nil {
+			t.Syscalls = map[string]*SyscallStats{}
 		}
-		for _, k := range gone {
-			_ = d.objs.SysStats().Delete(k)
-		}
+		t.Syscalls[bpf.SyscallClasses[k.Class]] = &SyscallStats{Count: v.Count, TotalNS: v.TotalNs,
+			MaxNS: v.MaxNs, FirstMonotonicNS: v.FirstNs, LastMonotonicNS: v.LastNs, HistLog2NS: trimHist(v.Hist[:])}
 	}
 	{
 		var k uint32
