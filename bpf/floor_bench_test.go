@@ -4,6 +4,7 @@ package bpf_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -32,24 +33,27 @@ func runStats(tb testing.TB, ps ...*ebpf.Program) (runs, ns uint64) {
 const floorSpins = 200_000
 
 // BenchmarkSyscallFloor puts hone's syscall programs (sys_enter and
-// sys_exit, as the daemon attaches them) beside the reference program
-// (reference.bpf.c: a raw sys_enter program with a PID filter on a
-// constant and a per-CPU counter, the least such a program can do), in
-// one run. Each round (b.N of them) measures, in ABBA order so that drift
-// cancels:
+// sys_exit, as the daemon attaches them) beside two floors
+// (reference.bpf.c), in one run: the counting floor ("ref": a raw
+// sys_enter program with a PID filter on a constant and a per-CPU counter,
+// the least a program that sees each syscall can do) and the timing floor
+// ("lat": the same filter on sys_enter and sys_exit, a clock read at each,
+// the entry time in an array slot, a per-CPU count and total: the least a
+// program that times each syscall can do, which hone must). Each round
+// (b.N of them) measures, in ABBA order so that drift cancels:
 //
 //   - the added nanoseconds per getppid of a traced process (the workload's
 //     tight loop, timed by itself, minus the same loop with nothing
-//     attached), for hone's programs and for the reference;
+//     attached), for hone's programs and for each floor;
 //   - the same for a process that is not a target, with the programs
 //     attached: what every other process on the host pays;
 //   - with BPF statistics on (which add their own clock reads, so not
 //     during the latency rounds), the kernel's run time per program run:
 //     ns/event.
 //
-// It reports the medians and hone's ratios to the reference. Targets
-// (issue 17): ns/event and added ns per traced syscall ≤ 1.5× the
-// reference's, added ns per untraced syscall ≤ 1.2×.
+// It reports the medians and hone's ratios to each floor. Targets (issue
+// 17, against the counting floor): ns/event and added ns per traced
+// syscall ≤ 1.5×, added ns per untraced syscall ≤ 1.2×.
 func BenchmarkSyscallFloor(b *testing.B) {
 	bpftest.Require(b)
 	prog, _ := bpftest.Workload(b)
@@ -79,7 +83,8 @@ func BenchmarkSyscallFloor(b *testing.B) {
 					}
 				}
 			})
-		case "ref", "ref-untraced":
+		case "ref", "ref-untraced", "lat", "lat-untraced":
+			latency := strings.HasPrefix(mode, "lat")
 			var ref *bpf.Reference
 			defer func() {
 				if ref != nil {
@@ -88,16 +93,16 @@ func BenchmarkSyscallFloor(b *testing.B) {
 			}()
 			ns := bpftest.Spin(b, prog, floorSpins, func(pid int) {
 				tgid := uint32(pid)
-				if mode == "ref-untraced" {
+				if strings.HasSuffix(mode, "-untraced") {
 					tgid = 1 // init: attached, but filtering another process
 				}
 				var err error
-				if ref, err = bpf.LoadReference(tgid); err != nil {
+				if ref, err = bpf.LoadReference(tgid, latency); err != nil {
 					b.Fatal(err)
 				}
 			})
-			if n, err := ref.Count(); err != nil || mode == "ref" && n < floorSpins {
-				b.Fatalf("the reference counted %d of the loop's %d syscalls (%v)", n, floorSpins, err)
+			if n, err := ref.Count(); err != nil || !strings.HasSuffix(mode, "-untraced") && n < floorSpins {
+				b.Fatalf("%s counted %d of the loop's %d syscalls (%v)", mode, n, floorSpins, err)
 			}
 			return ns
 		}
@@ -114,16 +119,16 @@ func BenchmarkSyscallFloor(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer stats.Close()
-		if mode == "ref" {
+		if mode == "ref" || mode == "lat" {
 			var r0, t0 uint64
 			var got *bpf.Reference
 			bpftest.Spin(b, prog, floorSpins, func(pid int) {
-				if got, err = bpf.LoadReference(uint32(pid)); err != nil {
+				if got, err = bpf.LoadReference(uint32(pid), mode == "lat"); err != nil {
 					b.Fatal(err)
 				}
-				r0, t0 = runStats(b, got.Program())
+				r0, t0 = runStats(b, got.Programs()...)
 			})
-			r1, t1 := runStats(b, got.Program())
+			r1, t1 := runStats(b, got.Programs()...)
 			got.Close()
 			return float64(t1-t0) / float64(r1-r0)
 		}
@@ -147,9 +152,9 @@ func BenchmarkSyscallFloor(b *testing.B) {
 		return float64(t1-t0) / float64(r1-r0)
 	}
 
-	modes := []string{"ref", "hone", "ref-untraced", "hone-untraced"}
+	modes := []string{"ref", "hone", "lat", "ref-untraced", "hone-untraced", "lat-untraced"}
 	ns := map[string][]float64{}
-	var refEvent, honeEvent []float64
+	event := map[string][]float64{}
 	spin("off") // the first spin pays for cold caches
 	b.ResetTimer()
 	for i := range b.N {
@@ -166,25 +171,30 @@ func BenchmarkSyscallFloor(b *testing.B) {
 				ns[m] = append(ns[m], on-spin("off"))
 			}
 		}
-		if i%2 == 0 {
-			refEvent, honeEvent = append(refEvent, perEvent("ref")), append(honeEvent, perEvent("hone"))
-		} else {
-			honeEvent, refEvent = append(honeEvent, perEvent("hone")), append(refEvent, perEvent("ref"))
+		order := []string{"ref", "hone", "lat"}
+		if i%2 == 1 {
+			order = []string{"lat", "hone", "ref"}
+		}
+		for _, m := range order {
+			event[m] = append(event[m], perEvent(m))
 		}
 	}
 	b.StopTimer()
 	med := slo.Median
-	b.ReportMetric(med(refEvent), "ref-ns/event")
-	b.ReportMetric(med(honeEvent), "hone-ns/event")
-	b.ReportMetric(med(honeEvent)/med(refEvent), "x-ref-ns/event")
+	for _, floor := range []string{"ref", "lat"} {
+		b.ReportMetric(med(event[floor]), floor+"-ns/event")
+		b.ReportMetric(med(event["hone"])/med(event[floor]), "x-"+floor+"-ns/event")
+		for _, who := range []string{"traced", "untraced"} {
+			suffix := map[string]string{"traced": "", "untraced": "-untraced"}[who]
+			b.ReportMetric(med(ns[floor+suffix]), floor+"-added-ns/"+who)
+			b.ReportMetric(med(ns["hone"+suffix])/med(ns[floor+suffix]), "x-"+floor+"-added/"+who)
+		}
+	}
+	b.ReportMetric(med(event["hone"]), "hone-ns/event")
 	b.ReportMetric(med(split["enter"]), "hone-enter-ns/event")
 	b.ReportMetric(med(split["exit"]), "hone-exit-ns/event")
-	b.ReportMetric(med(ns["ref"]), "ref-added-ns/traced")
 	b.ReportMetric(med(ns["hone"]), "hone-added-ns/traced")
-	b.ReportMetric(med(ns["hone"])/med(ns["ref"]), "x-ref-added/traced")
-	b.ReportMetric(med(ns["ref-untraced"]), "ref-added-ns/untraced")
 	b.ReportMetric(med(ns["hone-untraced"]), "hone-added-ns/untraced")
-	b.ReportMetric(med(ns["hone-untraced"])/med(ns["ref-untraced"]), "x-ref-added/untraced")
 }
 
 // BenchmarkProgramCost is the kernel's run time per program run (bpf_stats)

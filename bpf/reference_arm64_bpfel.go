@@ -8,15 +8,26 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
+	"structs"
 
 	"github.com/cilium/ebpf"
 )
+
+type referenceLatTotal struct {
+	_       structs.HostLayout
+	Count   uint64
+	TotalNs uint64
+}
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	referenceMapLatStart  = "lat_start"
+	referenceMapLatTotal  = "lat_total"
 	referenceMapRefCount  = "ref_count"
+	referenceProgLatEnter = "lat_enter"
+	referenceProgLatExit  = "lat_exit"
 	referenceProgRefEnter = "ref_enter"
 	referenceVarRefTgid   = "ref_tgid"
 )
@@ -63,6 +74,8 @@ type referenceSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type referenceProgramSpecs struct {
+	LatEnter *ebpf.ProgramSpec `ebpf:"lat_enter"`
+	LatExit  *ebpf.ProgramSpec `ebpf:"lat_exit"`
 	RefEnter *ebpf.ProgramSpec `ebpf:"ref_enter"`
 }
 
@@ -70,6 +83,8 @@ type referenceProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type referenceMapSpecs struct {
+	LatStart *ebpf.MapSpec `ebpf:"lat_start"`
+	LatTotal *ebpf.MapSpec `ebpf:"lat_total"`
 	RefCount *ebpf.MapSpec `ebpf:"ref_count"`
 }
 
@@ -100,11 +115,15 @@ func (o *referenceObjects) Close() error {
 //
 // It can be passed to loadReferenceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type referenceMaps struct {
+	LatStart *ebpf.Map `ebpf:"lat_start"`
+	LatTotal *ebpf.Map `ebpf:"lat_total"`
 	RefCount *ebpf.Map `ebpf:"ref_count"`
 }
 
 func (m *referenceMaps) Close() error {
 	return _ReferenceClose(
+		m.LatStart,
+		m.LatTotal,
 		m.RefCount,
 	)
 }
@@ -120,11 +139,15 @@ type referenceVariables struct {
 //
 // It can be passed to loadReferenceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type referencePrograms struct {
+	LatEnter *ebpf.Program `ebpf:"lat_enter"`
+	LatExit  *ebpf.Program `ebpf:"lat_exit"`
 	RefEnter *ebpf.Program `ebpf:"ref_enter"`
 }
 
 func (p *referencePrograms) Close() error {
 	return _ReferenceClose(
+		p.LatEnter,
+		p.LatExit,
 		p.RefEnter,
 	)
 }
