@@ -45,20 +45,6 @@ type cudaHoneInflight struct {
 	Tgid    uint32
 }
 
-type cudaHoneSchedStats struct {
-	_           structs.HostLayout
-	Tgid        uint32
-	Pad         uint32
-	OnSinceNs   uint64
-	OffSinceNs  uint64
-	RqSinceNs   uint64
-	OnCpuNs     uint64
-	OffCpuNs    uint64
-	RunQueueNs  uint64
-	Switches    uint64
-	Preemptions uint64
-}
-
 type cudaHoneStepEvent struct {
 	_        structs.HostLayout
 	Kind     uint32
@@ -104,7 +90,6 @@ const (
 	cudaMapDrops           = "drops"
 	cudaMapEvents          = "events"
 	cudaMapInflight        = "inflight"
-	cudaMapSchedStats      = "sched_stats"
 	cudaMapTargetFol       = "target_fol"
 	cudaMapTargetSel       = "target_sel"
 	cudaMapTargets         = "targets"
@@ -182,7 +167,6 @@ type cudaMapSpecs struct {
 	Drops       *ebpf.MapSpec `ebpf:"drops"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
-	SchedStats  *ebpf.MapSpec `ebpf:"sched_stats"`
 	TargetFol   *ebpf.MapSpec `ebpf:"target_fol"`
 	TargetSel   *ebpf.MapSpec `ebpf:"target_sel"`
 	Targets     *ebpf.MapSpec `ebpf:"targets"`
@@ -222,7 +206,6 @@ type cudaMaps struct {
 	Drops       *ebpf.Map `ebpf:"drops"`
 	Events      *ebpf.Map `ebpf:"events"`
 	Inflight    *ebpf.Map `ebpf:"inflight"`
-	SchedStats  *ebpf.Map `ebpf:"sched_stats"`
 	TargetFol   *ebpf.Map `ebpf:"target_fol"`
 	TargetSel   *ebpf.Map `ebpf:"target_sel"`
 	Targets     *ebpf.Map `ebpf:"targets"`
@@ -237,7 +220,6 @@ func (m *cudaMaps) Close() error {
 		m.Drops,
 		m.Events,
 		m.Inflight,
-		m.SchedStats,
 		m.TargetFol,
 		m.TargetSel,
 		m.Targets,

@@ -95,17 +95,15 @@ struct {
 } inflight SEC(".maps");
 
 /* thread_slots: a target thread's syscall state, direct-mapped by thread id
- * (slot tid % THREAD_SLOTS), so that the syscall and scheduler programs'
- * hot paths read inlined array slots (its statistics: slot_stats and
- * slot_sched, by slot) where a hash lookup cost ~60 ns
- * (BenchmarkSyscallFloor). A thread claims its free slot at its first
- * traced syscall or scheduler event (atomic compare and swap of the owner:
- * tgid << 32 | tid, bpf_get_current_pid_tgid's form) and keeps it for
- * life; sched_process_exit marks it SLOT_EXITED, and the daemon frees it
- * (zeroing its statistics first) when it retires the process. A thread
- * whose slot another thread holds, or that began on the hashes (inflight,
- * sys_stats, sched_stats), stays on them: exact either way, and the daemon
- * sums the two homes. */
+ * (slot tid % THREAD_SLOTS), so that the syscall programs' hot path reads
+ * inlined array slots where a hash lookup cost ~60 ns (BenchmarkSyscallFloor).
+ * A thread claims its free slot at its first traced syscall (atomic compare
+ * and swap of the owner: tgid << 32 | tid, bpf_get_current_pid_tgid's form)
+ * and keeps it for life; sched_process_exit marks it
+ * SLOT_EXITED, and the daemon frees it (zeroing its statistics first) when it
+ * retires the process. A thread whose slot another thread holds, or that
+ * began on the inflight hash, stays on inflight and sys_stats: exact either
+ * way, the daemon sums the two. */
 #define THREAD_SLOTS 8192
 #define SLOT_EXITED (1ULL << 63)
 struct hone_thread_slot {
@@ -126,28 +124,6 @@ static __always_inline struct hone_thread_slot *thread_slot(__u32 tid)
 	__u32 s = tid & (THREAD_SLOTS - 1);
 	return bpf_map_lookup_elem(&thread_slots, &s);
 }
-
-/* sched_stats: the scheduling times of a target thread without a slot of
- * its own (sched.bpf.c), shared so that a thread's first syscall claims no
- * slot once its scheduling times are here. */
-struct hone_sched_stats {
-	__u32 tgid;
-	__u32 pad;
-	__u64 on_since_ns;  /* 0 when off CPU */
-	__u64 off_since_ns; /* 0 when on CPU or never seen off */
-	__u64 rq_since_ns;  /* 0 when not waiting in a run queue */
-	__u64 on_cpu_ns;
-	__u64 off_cpu_ns;
-	__u64 run_queue_ns;
-	__u64 switches;     /* times switched out */
-	__u64 preemptions;  /* times switched out while runnable */
-};
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_THREADS);
-	__type(key, __u32); /* tid */
-	__type(value, struct hone_sched_stats);
-} sched_stats SEC(".maps");
 
 enum event_kind {
 	EVENT_FORK = 1,

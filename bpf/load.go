@@ -127,9 +127,8 @@ type Options struct {
 }
 
 // Objects are hone's loaded programs and maps. The shared maps (targets,
-// target_sel, target_fol, events, drops, inflight, thread_slots,
-// sched_stats) are created once, by the first object, and handed to the
-// others.
+// target_sel, target_fol, events, drops, inflight, thread_slots) are
+// created once, by the first object, and handed to the others.
 type Objects struct {
 	selMu sync.Mutex        // serialises the daemon's changes to targets and target_sel
 	sel   map[uint32]uint64 // target_sel's words the daemon has set, by index
@@ -167,7 +166,6 @@ func Load(opts Options) (_ *Objects, err error) {
 		"events":       o.procs.Events,
 		"drops":        o.procs.Drops,
 		"inflight":     o.procs.Inflight,
-		"sched_stats":  o.procs.SchedStats,
 		"thread_slots": o.procs.ThreadSlots,
 	}}
 	syscalls, err := loadSyscalls()
@@ -267,14 +265,15 @@ func (o *Objects) Close() error {
 }
 
 // Maps the daemon reads.
-func (o *Objects) Targets() *ebpf.Map   { return o.procs.Targets }
-func (o *Objects) Events() *ebpf.Map    { return o.procs.Events }
-func (o *Objects) Drops() *ebpf.Map     { return o.procs.Drops }
-func (o *Objects) SysStats() *ebpf.Map  { return o.syscalls.SysStats }
-func (o *Objects) Conns() *ebpf.Map     { return o.sockets.Conns }
-func (o *Objects) PortClass() *ebpf.Map { return o.sockets.PortClass }
-func (o *Objects) CUDAStats() *ebpf.Map { return o.cuda.CudaStats }
-func (o *Objects) CUDAStep() *ebpf.Map  { return o.cuda.CudaStep }
+func (o *Objects) Targets() *ebpf.Map    { return o.procs.Targets }
+func (o *Objects) Events() *ebpf.Map     { return o.procs.Events }
+func (o *Objects) Drops() *ebpf.Map      { return o.procs.Drops }
+func (o *Objects) SysStats() *ebpf.Map   { return o.syscalls.SysStats }
+func (o *Objects) SchedStats() *ebpf.Map { return o.sched.SchedStats }
+func (o *Objects) Conns() *ebpf.Map      { return o.sockets.Conns }
+func (o *Objects) PortClass() *ebpf.Map  { return o.sockets.PortClass }
+func (o *Objects) CUDAStats() *ebpf.Map  { return o.cuda.CudaStats }
+func (o *Objects) CUDAStep() *ebpf.Map   { return o.cuda.CudaStep }
 
 // AddTarget makes a process (by its pid, the kernel's tgid) a target.
 func (o *Objects) AddTarget(pid uint32) error {

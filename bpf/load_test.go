@@ -16,27 +16,16 @@ import (
 
 // TestSyscallCountsExact loads the programs, makes one of two identical
 // children a target while it waits, and checks the kernel counted exactly
-// the syscalls the child made, by class, and nothing for the other child:
-// once with the child's thread in its own slot (hone.h, thread_slots) and
-// once with that slot held by another thread, so that its statistics and
-// scheduling times are in the hashes.
+// the syscalls the child made, by class, and nothing for the other child.
 func TestSyscallCountsExact(t *testing.T) {
 	bpftest.Require(t)
 	prog, _ := bpftest.Workload(t)
-	for _, held := range []bool{false, true} {
-		t.Run(map[bool]string{false: "own slot", true: "slot held"}[held], func(t *testing.T) {
-			syscallCountsExact(t, prog, held)
-		})
-	}
-}
-
-func syscallCountsExact(t *testing.T, prog string, held bool) {
 	objs, err := bpf.Load(bpf.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer objs.Close()
-	links, err := objs.Attach(bpf.Probes{Syscalls: true, Procs: true, Sched: true})
+	links, err := objs.Attach(bpf.Probes{Syscalls: true, Procs: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,14 +48,7 @@ func syscallCountsExact(t *testing.T, prog string, held bool) {
 	}
 	target, tin := start()
 	other, oin := start()
-	pid := uint32(target.Process.Pid)
-	const stranger = uint64(0x7ffffff0)<<32 | 0x7ffffff0
-	if held {
-		if err := objs.ThreadSlotsMap().Update(pid%8192, bpf.ThreadSlot{Owner: stranger}, ebpf.UpdateExist); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := objs.AddTarget(pid); err != nil {
+	if err := objs.AddTarget(uint32(target.Process.Pid)); err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range []io.WriteCloser{tin, oin} {
@@ -81,11 +63,11 @@ func syscallCountsExact(t *testing.T, prog string, held bool) {
 	}
 
 	got := map[uint32]map[string]uint64{}
-	all, err := objs.ReadThreadStats(nil)
+	all, err := objs.ReadSyscalls(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for k, v := range all.Syscalls {
+	for k, v := range all {
 		if got[k.Tgid] == nil {
 			got[k.Tgid] = map[string]uint64{}
 		}
@@ -114,50 +96,30 @@ func syscallCountsExact(t *testing.T, prog string, held bool) {
 	if o := got[uint32(other.Process.Pid)]; len(o) != 0 {
 		t.Errorf("non-target child was counted: %v", o)
 	}
-	// Its scheduling times: woken by "go", switched out at least at its
-	// exit; in its slot, or in sched_stats when the slot is held.
-	if sc := all.Sched[bpf.ThreadKey{Tgid: pid, Tid: pid}]; sc.Switches == 0 || sc.OnCpuNs == 0 {
-		t.Errorf("target's scheduling times: %+v", sc)
-	}
-	var hashed bpf.SchedStats
-	if err := objs.SchedStatsMap().Lookup(pid, &hashed); (err == nil) != held {
-		t.Errorf("target's sched_stats entry: %v, want one only when its slot is held (%v)", err, held)
-	}
-	for k := range all.Sched {
-		if k.Tgid == uint32(other.Process.Pid) {
-			t.Errorf("non-target child's scheduling was recorded: %+v", k)
-		}
-	}
 	// The target's only thread held its slot (the workload is one
 	// thread, and no other target shares the slot), and its exit marked
 	// the slot; retiring the process frees the slot and its statistics.
+	pid := uint32(target.Process.Pid)
 	var ts bpf.ThreadSlot
 	if err := objs.ThreadSlotsMap().Lookup(pid%8192, &ts); err != nil {
 		t.Fatal(err)
 	}
-	wantOwner := uint64(pid)<<32 | uint64(pid) | bpf.SlotExited
-	if held {
-		wantOwner = stranger
+	if want := uint64(pid)<<32 | uint64(pid) | bpf.SlotExited; ts.Owner != want || ts.StartNs != 0 {
+		t.Errorf("target's slot after its exit: owner %#x start %d, want owner %#x start 0", ts.Owner, ts.StartNs, want)
 	}
-	if ts.Owner != wantOwner || ts.StartNs != 0 {
-		t.Errorf("target's slot after its exit: owner %#x start %d, want owner %#x start 0", ts.Owner, ts.StartNs, wantOwner)
-	}
-	if _, err := objs.ReadThreadStats(func(tgid uint32) bool { return tgid == pid }); err != nil {
+	if _, err := objs.ReadSyscalls(func(tgid uint32) bool { return tgid == pid }); err != nil {
 		t.Fatal(err)
 	}
-	if err := objs.ThreadSlotsMap().Lookup(pid%8192, &ts); err != nil || !held && ts.Owner != 0 || held && ts.Owner != stranger {
-		t.Errorf("slot after retiring the target: owner %#x (%v)", ts.Owner, err)
+	if err := objs.ThreadSlotsMap().Lookup(pid%8192, &ts); err != nil || ts.Owner != 0 {
+		t.Errorf("retired target's slot not freed: owner %#x (%v)", ts.Owner, err)
 	}
-	if again, err := objs.ReadThreadStats(nil); err != nil {
+	if again, err := objs.ReadSyscalls(nil); err != nil {
 		t.Fatal(err)
 	} else {
-		for k, v := range again.Syscalls {
+		for k, v := range again {
 			if k.Tgid == pid {
 				t.Errorf("retired target's statistics still read: %+v %d calls", k, v.Count)
 			}
-		}
-		if _, ok := again.Sched[bpf.ThreadKey{Tgid: pid, Tid: pid}]; ok {
-			t.Errorf("retired target's scheduling times still read")
 		}
 	}
 	// The exit took the process out of the targets map.

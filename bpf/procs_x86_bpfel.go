@@ -32,20 +32,6 @@ type procsHoneProcEvent struct {
 	Comm   [16]int8
 }
 
-type procsHoneSchedStats struct {
-	_           structs.HostLayout
-	Tgid        uint32
-	Pad         uint32
-	OnSinceNs   uint64
-	OffSinceNs  uint64
-	RqSinceNs   uint64
-	OnCpuNs     uint64
-	OffCpuNs    uint64
-	RunQueueNs  uint64
-	Switches    uint64
-	Preemptions uint64
-}
-
 type procsHoneThreadSlot struct {
 	_       structs.HostLayout
 	Owner   uint64
@@ -61,7 +47,6 @@ const (
 	procsMapDrops           = "drops"
 	procsMapEvents          = "events"
 	procsMapInflight        = "inflight"
-	procsMapSchedStats      = "sched_stats"
 	procsMapTargetFol       = "target_fol"
 	procsMapTargetSel       = "target_sel"
 	procsMapTargets         = "targets"
@@ -126,7 +111,6 @@ type procsMapSpecs struct {
 	Drops       *ebpf.MapSpec `ebpf:"drops"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
-	SchedStats  *ebpf.MapSpec `ebpf:"sched_stats"`
 	TargetFol   *ebpf.MapSpec `ebpf:"target_fol"`
 	TargetSel   *ebpf.MapSpec `ebpf:"target_sel"`
 	Targets     *ebpf.MapSpec `ebpf:"targets"`
@@ -163,7 +147,6 @@ type procsMaps struct {
 	Drops       *ebpf.Map `ebpf:"drops"`
 	Events      *ebpf.Map `ebpf:"events"`
 	Inflight    *ebpf.Map `ebpf:"inflight"`
-	SchedStats  *ebpf.Map `ebpf:"sched_stats"`
 	TargetFol   *ebpf.Map `ebpf:"target_fol"`
 	TargetSel   *ebpf.Map `ebpf:"target_sel"`
 	Targets     *ebpf.Map `ebpf:"targets"`
@@ -175,7 +158,6 @@ func (m *procsMaps) Close() error {
 		m.Drops,
 		m.Events,
 		m.Inflight,
-		m.SchedStats,
 		m.TargetFol,
 		m.TargetSel,
 		m.Targets,

@@ -8,36 +8,28 @@
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
-/* slot_sched: the scheduling times of a thread that holds a slot (hone.h,
- * thread_slots), entry = slot; a thread without one is in sched_stats. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, THREAD_SLOTS);
-	__type(key, __u32);
-	__type(value, struct hone_sched_stats);
-} slot_sched SEC(".maps");
+struct hone_sched_stats {
+	__u32 tgid;
+	__u32 pad;
+	__u64 on_since_ns;  /* 0 when off CPU */
+	__u64 off_since_ns; /* 0 when on CPU or never seen off */
+	__u64 rq_since_ns;  /* 0 when not waiting in a run queue */
+	__u64 on_cpu_ns;
+	__u64 off_cpu_ns;
+	__u64 run_queue_ns;
+	__u64 switches;     /* times switched out */
+	__u64 preemptions;  /* times switched out while runnable */
+};
 
-/* thread returns a target thread's scheduling times: its slot's, claimed
- * here if free and the thread is on neither hash yet, else its entry in
- * sched_stats. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_THREADS);
+	__type(key, __u32); /* tid */
+	__type(value, struct hone_sched_stats);
+} sched_stats SEC(".maps");
+
 static __always_inline struct hone_sched_stats *thread(__u32 tid, __u32 tgid)
 {
-	__u64 owner = (__u64)tgid << 32 | tid;
-	__u32 slot = tid & (THREAD_SLOTS - 1);
-	struct hone_thread_slot *ts = bpf_map_lookup_elem(&thread_slots, &slot);
-	/* An exited thread's slot stays its own for its last switch out. */
-	if (ts && (ts->owner & ~SLOT_EXITED) == owner)
-		return bpf_map_lookup_elem(&slot_sched, &slot);
-	struct hone_sched_stats *s = bpf_map_lookup_elem(&sched_stats, &tid);
-	if (s)
-		return s;
-	if (ts && ts->owner == 0 && !bpf_map_lookup_elem(&inflight, &tid) &&
-	    __sync_val_compare_and_swap(&ts->owner, 0, owner) == 0) {
-		s = bpf_map_lookup_elem(&slot_sched, &slot);
-		if (s)
-			s->tgid = tgid;
-		return s;
-	}
 	struct hone_sched_stats zero = { .tgid = tgid };
 	return lookup_or_init(&sched_stats, &tid, &zero);
 }

@@ -50,7 +50,6 @@ const (
 	schedMapEvents       = "events"
 	schedMapInflight     = "inflight"
 	schedMapSchedStats   = "sched_stats"
-	schedMapSlotSched    = "slot_sched"
 	schedMapTargetFol    = "target_fol"
 	schedMapTargetSel    = "target_sel"
 	schedMapTargets      = "targets"
@@ -115,7 +114,6 @@ type schedMapSpecs struct {
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
 	SchedStats  *ebpf.MapSpec `ebpf:"sched_stats"`
-	SlotSched   *ebpf.MapSpec `ebpf:"slot_sched"`
 	TargetFol   *ebpf.MapSpec `ebpf:"target_fol"`
 	TargetSel   *ebpf.MapSpec `ebpf:"target_sel"`
 	Targets     *ebpf.MapSpec `ebpf:"targets"`
@@ -152,7 +150,6 @@ type schedMaps struct {
 	Events      *ebpf.Map `ebpf:"events"`
 	Inflight    *ebpf.Map `ebpf:"inflight"`
 	SchedStats  *ebpf.Map `ebpf:"sched_stats"`
-	SlotSched   *ebpf.Map `ebpf:"slot_sched"`
 	TargetFol   *ebpf.Map `ebpf:"target_fol"`
 	TargetSel   *ebpf.Map `ebpf:"target_sel"`
 	Targets     *ebpf.Map `ebpf:"targets"`
@@ -165,7 +162,6 @@ func (m *schedMaps) Close() error {
 		m.Events,
 		m.Inflight,
 		m.SchedStats,
-		m.SlotSched,
 		m.TargetFol,
 		m.TargetSel,
 		m.Targets,

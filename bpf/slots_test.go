@@ -20,7 +20,7 @@ import (
 // claimed at its first call; the inflight/sys_stats hashes when another
 // thread holds the slot, kept for the thread's life even once the slot is
 // free; a slot whose thread exited, read together with the hash by
-// ReadThreadStats; and a retired process's slot freed with its statistics.
+// ReadSyscalls; and a retired process's slot freed with its statistics.
 func TestThreadSlots(t *testing.T) {
 	bpftest.Require(t)
 	suffix := map[string]string{"amd64": "x86", "arm64": "arm64"}[runtime.GOARCH]
@@ -121,7 +121,7 @@ func TestThreadSlots(t *testing.T) {
 			t.Errorf("sys_stats holds %d calls of a thread with a slot", n)
 		}
 		if got := read(t, coll, nil)[futex]; got.Count != 3 || histSum(got) != 3 || got.FirstNs == 0 || got.LastNs < got.FirstNs {
-			t.Errorf("ReadThreadStats: %+v", got)
+			t.Errorf("ReadSyscalls: %+v", got)
 		}
 	})
 
@@ -144,7 +144,7 @@ func TestThreadSlots(t *testing.T) {
 			t.Errorf("a thread on the hash claimed a slot: owner %#x", o)
 		}
 		if got := read(t, coll, nil)[futex]; got.Count != 3 || histSum(got) != 3 {
-			t.Errorf("ReadThreadStats: %d calls (hist %d), want 3", got.Count, histSum(got))
+			t.Errorf("ReadSyscalls: %d calls (hist %d), want 3", got.Count, histSum(got))
 		}
 	})
 
@@ -159,10 +159,10 @@ func TestThreadSlots(t *testing.T) {
 		}
 		all := read(t, coll, nil)
 		if got := all[futex]; got.Count != 6 || histSum(got) != 6 {
-			t.Errorf("ReadThreadStats: %d calls (hist %d), want 6 summed", got.Count, histSum(got))
+			t.Errorf("ReadSyscalls: %d calls (hist %d), want 6 summed", got.Count, histSum(got))
 		}
 		if len(all) != 1 {
-			t.Errorf("ReadThreadStats: %v, want one key", all)
+			t.Errorf("ReadSyscalls: %v, want one key", all)
 		}
 		// Retired: read once more, then freed.
 		if got := read(t, coll, func(p uint32) bool { return p == tgid })[futex]; got.Count != 6 {

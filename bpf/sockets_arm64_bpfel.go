@@ -96,20 +96,6 @@ type socketsHoneInflight struct {
 	Tgid    uint32
 }
 
-type socketsHoneSchedStats struct {
-	_           structs.HostLayout
-	Tgid        uint32
-	Pad         uint32
-	OnSinceNs   uint64
-	OffSinceNs  uint64
-	RqSinceNs   uint64
-	OnCpuNs     uint64
-	OffCpuNs    uint64
-	RunQueueNs  uint64
-	Switches    uint64
-	Preemptions uint64
-}
-
 type socketsHoneThreadSlot struct {
 	_       structs.HostLayout
 	Owner   uint64
@@ -127,7 +113,6 @@ const (
 	socketsMapEvents              = "events"
 	socketsMapInflight            = "inflight"
 	socketsMapPortClass           = "port_class"
-	socketsMapSchedStats          = "sched_stats"
 	socketsMapTargetFol           = "target_fol"
 	socketsMapTargetSel           = "target_sel"
 	socketsMapTargets             = "targets"
@@ -196,7 +181,6 @@ type socketsMapSpecs struct {
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
 	PortClass   *ebpf.MapSpec `ebpf:"port_class"`
-	SchedStats  *ebpf.MapSpec `ebpf:"sched_stats"`
 	TargetFol   *ebpf.MapSpec `ebpf:"target_fol"`
 	TargetSel   *ebpf.MapSpec `ebpf:"target_sel"`
 	Targets     *ebpf.MapSpec `ebpf:"targets"`
@@ -237,7 +221,6 @@ type socketsMaps struct {
 	Events      *ebpf.Map `ebpf:"events"`
 	Inflight    *ebpf.Map `ebpf:"inflight"`
 	PortClass   *ebpf.Map `ebpf:"port_class"`
-	SchedStats  *ebpf.Map `ebpf:"sched_stats"`
 	TargetFol   *ebpf.Map `ebpf:"target_fol"`
 	TargetSel   *ebpf.Map `ebpf:"target_sel"`
 	Targets     *ebpf.Map `ebpf:"targets"`
@@ -251,7 +234,6 @@ func (m *socketsMaps) Close() error {
 		m.Events,
 		m.Inflight,
 		m.PortClass,
-		m.SchedStats,
 		m.TargetFol,
 		m.TargetSel,
 		m.Targets,

@@ -183,8 +183,8 @@ int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 		ts->start_ns = now;
 		return 0;
 	}
-	/* A thread that began on the hashes stays there (its statistics so
-	 * far are in sys_stats, its scheduling times in sched_stats). Its entry stays in the map for the thread's life
+	/* A thread that began on inflight stays there (its statistics so far
+	 * are in sys_stats). Its entry stays in the map for the thread's life
 	 * (sched_process_exit removes it): writing in place is cheaper than
 	 * insert and delete on every call. */
 	struct hone_inflight *in = bpf_map_lookup_elem(&inflight, &tid);
@@ -194,8 +194,7 @@ int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 		in->tgid = tgid;
 		return 0;
 	}
-	if (ts && ts->owner == 0 && !bpf_map_lookup_elem(&sched_stats, &tid) &&
-	    __sync_val_compare_and_swap(&ts->owner, 0, pt) == 0) {
+	if (ts && ts->owner == 0 && __sync_val_compare_and_swap(&ts->owner, 0, pt) == 0) {
 		ts->id = id;
 		ts->start_ns = now;
 		return 0;

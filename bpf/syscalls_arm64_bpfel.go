@@ -20,20 +20,6 @@ type syscallsHoneInflight struct {
 	Tgid    uint32
 }
 
-type syscallsHoneSchedStats struct {
-	_           structs.HostLayout
-	Tgid        uint32
-	Pad         uint32
-	OnSinceNs   uint64
-	OffSinceNs  uint64
-	RqSinceNs   uint64
-	OnCpuNs     uint64
-	OffCpuNs    uint64
-	RunQueueNs  uint64
-	Switches    uint64
-	Preemptions uint64
-}
-
 type syscallsHoneSysStats struct {
 	_       structs.HostLayout
 	Count   uint64
@@ -67,7 +53,6 @@ const (
 	syscallsMapDrops       = "drops"
 	syscallsMapEvents      = "events"
 	syscallsMapInflight    = "inflight"
-	syscallsMapSchedStats  = "sched_stats"
 	syscallsMapSlotStats   = "slot_stats"
 	syscallsMapSysStats    = "sys_stats"
 	syscallsMapTargetFol   = "target_fol"
@@ -131,7 +116,6 @@ type syscallsMapSpecs struct {
 	Drops       *ebpf.MapSpec `ebpf:"drops"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
-	SchedStats  *ebpf.MapSpec `ebpf:"sched_stats"`
 	SlotStats   *ebpf.MapSpec `ebpf:"slot_stats"`
 	SysStats    *ebpf.MapSpec `ebpf:"sys_stats"`
 	TargetFol   *ebpf.MapSpec `ebpf:"target_fol"`
@@ -169,7 +153,6 @@ type syscallsMaps struct {
 	Drops       *ebpf.Map `ebpf:"drops"`
 	Events      *ebpf.Map `ebpf:"events"`
 	Inflight    *ebpf.Map `ebpf:"inflight"`
-	SchedStats  *ebpf.Map `ebpf:"sched_stats"`
 	SlotStats   *ebpf.Map `ebpf:"slot_stats"`
 	SysStats    *ebpf.Map `ebpf:"sys_stats"`
 	TargetFol   *ebpf.Map `ebpf:"target_fol"`
@@ -183,7 +166,6 @@ func (m *syscallsMaps) Close() error {
 		m.Drops,
 		m.Events,
 		m.Inflight,
-		m.SchedStats,
 		m.SlotStats,
 		m.SysStats,
 		m.TargetFol,

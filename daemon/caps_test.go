@@ -112,8 +112,8 @@ func runNeedsProbe(spec string) int {
 		}
 		return it.Err()
 	})
-	try("thread statistics (batch lookup)", func() error {
-		_, err := multi.ReadThreadStats(nil)
+	try("syscall statistics (batch lookup)", func() error {
+		_, err := multi.ReadSyscalls(nil)
 		return err
 	})
 	try("percpu map lookup", func() error {

@@ -42,11 +42,11 @@ func (d *Daemon) readThreads(del func(pid int) bool) map[threadID]*Thread {
 		}
 		return t
 	}
-	ts, err := d.objs.ReadThreadStats(func(tgid uint32) bool { return del(int(tgid)) })
+	sys, err := d.objs.ReadSyscalls(func(tgid uint32) bool { return del(int(tgid)) })
 	if err != nil {
-		d.log.Warn("thread statistics", "err", err)
+		d.log.Warn("syscall statistics", "err", err)
 	}
-	for k, v := range ts.Syscalls {
+	for k, v := range sys {
 		t := get(int(k.Tgid), int(k.Tid))
 		if t.Syscalls == nil {
 			t.Syscalls = map[string]*SyscallStats{}
@@ -54,9 +54,22 @@ func (d *Daemon) readThreads(del func(pid int) bool) map[threadID]*Thread {
 		t.Syscalls[bpf.SyscallClasses[k.Class]] = &SyscallStats{Count: v.Count, TotalNS: v.TotalNs,
 			MaxNS: v.MaxNs, FirstMonotonicNS: v.FirstNs, LastMonotonicNS: v.LastNs, HistLog2NS: trimHist(v.Hist[:])}
 	}
-	for k, v := range ts.Sched {
-		get(int(k.Tgid), int(k.Tid)).Sched = &SchedStats{OnCPUNS: v.OnCpuNs, OffCPUNS: v.OffCpuNs, RunQueueNS: v.RunQueueNs,
-			Switches: v.Switches, Preemptions: v.Preemptions}
+	{
+		var k uint32
+		var v bpf.SchedStats
+		var gone []uint32
+		it := d.objs.SchedStats().Iterate()
+		for it.Next(&k, &v) {
+			t := get(int(v.Tgid), int(k))
+			t.Sched = &SchedStats{OnCPUNS: v.OnCpuNs, OffCPUNS: v.OffCpuNs, RunQueueNS: v.RunQueueNs,
+				Switches: v.Switches, Preemptions: v.Preemptions}
+			if del(int(v.Tgid)) {
+				gone = append(gone, k)
+			}
+		}
+		for _, k := range gone {
+			_ = d.objs.SchedStats().Delete(k)
+		}
 	}
 	{
 		var k bpf.CUDAKey
