@@ -100,8 +100,10 @@ regret-live: build
 # go.mod), the reference runs beside them: the predictor's full scan (target
 # < 50 ms CPU) beside the exact model's, and a 1,000-config grid ranked on
 # every CPU (target < 1 minute on 2 cores); the daemon's syscall programs
-# beside a minimal reference program (targets: <= 1.5x its ns per event and
-# added ns per traced syscall, <= 1.2x per untraced one), the other
+# beside two floors, the counting one (a minimal sys_enter program; targets:
+# <= 1.5x its ns per event and added ns per traced syscall, <= 1.2x per
+# untraced one) and the timing one (the least a sys_enter/sys_exit pair that
+# times each call can do: two clock reads), the other
 # programs' ns per event, and the daemon's cost to a served emulator. The
 # eBPF benchmarks need root (HONE_REQUIRE_BPF=1 makes a skip a failure).
 # Not part of `make test`.
