@@ -125,6 +125,18 @@ static __always_inline struct hone_thread_slot *thread_slot(__u32 tid)
 	return bpf_map_lookup_elem(&thread_slots, &s);
 }
 
+/* slot_exited marks a thread's slot exited, if it holds one: with compare
+ * and swap, so that a slot the daemon freed and another thread claimed
+ * meanwhile stays the other's. */
+static __always_inline void slot_exited(__u32 tgid, __u32 tid)
+{
+	__u64 owner = (__u64)tgid << 32 | tid;
+	struct hone_thread_slot *ts = thread_slot(tid);
+	if (ts && ts->owner == owner &&
+	    __sync_val_compare_and_swap(&ts->owner, owner, owner | SLOT_EXITED) == owner)
+		ts->start_ns = 0;
+}
+
 enum event_kind {
 	EVENT_FORK = 1,
 	EVENT_EXEC = 2,

@@ -55,6 +55,14 @@ int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm 
 	__u32 tgid = p->tgid;
 	__u32 *t = bpf_map_lookup_elem(&targets, &tgid);
 	emit(EVENT_EXEC, tgid, p->pid, 0, t ? *t : 0);
+	/* A thread other than the leader that execs takes the leader's id,
+	 * and no exit is reported for its old one: its syscall state under
+	 * that id (the execve in flight) must not pass for a later thread's. */
+	__u32 old = old_pid;
+	if (old != p->pid) {
+		slot_exited(tgid, old);
+		bpf_map_delete_elem(&inflight, &old);
+	}
 	return 0;
 }
 
@@ -66,12 +74,7 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	/* Before the target check: a process that stopped being a target
 	 * keeps its threads' slots, and a slot left unmarked would pass for a
 	 * later thread of the same id. */
-	__u64 owner = (__u64)tgid << 32 | tid;
-	struct hone_thread_slot *ts = thread_slot(tid);
-	if (ts && ts->owner == owner) {
-		ts->start_ns = 0;
-		ts->owner = owner | SLOT_EXITED;
-	}
+	slot_exited(tgid, tid);
 	if (!maybe_target(tgid))
 		return 0;
 	bpf_map_delete_elem(&inflight, &tid);

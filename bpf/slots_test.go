@@ -123,6 +123,12 @@ func TestThreadSlots(t *testing.T) {
 		if got := read(t, coll, nil)[futex]; got.Count != 3 || histSum(got) != 3 || got.FirstNs == 0 || got.LastNs < got.FirstNs {
 			t.Errorf("ReadSyscalls: %+v", got)
 		}
+		// Retiring a process whose thread is alive and unmarked keeps
+		// the slot: a call recorded meanwhile must not pass to another.
+		read(t, coll, func(p uint32) bool { return p == tgid })
+		if o := owner(t, coll); o != me {
+			t.Errorf("a live thread's slot was freed: owner %#x", o)
+		}
 	})
 
 	t.Run("slot held by another thread", func(t *testing.T) {

@@ -5,6 +5,8 @@ package bpf
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 
 	"github.com/cilium/ebpf"
 )
@@ -20,7 +22,8 @@ const slotExited = 1 << 63
 // thread without a slot of its own, in the sys_stats hash; a thread id
 // reused within a process can have both, and they are summed, as the hash
 // alone would have summed them. With del set, the statistics of the
-// processes it selects are removed after reading and their slots freed.
+// processes it selects are removed after reading and the slots of their
+// threads that are gone freed. On an error it returns what it read.
 func (o *Objects) ReadSyscalls(del func(tgid uint32) bool) (map[SysKey]SysStats, error) {
 	return readSyscalls(o.procs.ThreadSlots, o.syscalls.SlotStats, o.syscalls.SysStats, del)
 }
@@ -29,11 +32,11 @@ func readSyscalls(slots, slotStats, hash *ebpf.Map, del func(tgid uint32) bool) 
 	if del == nil {
 		del = func(uint32) bool { return false }
 	}
+	out := map[SysKey]SysStats{}
 	classes := uint32(len(SyscallClasses))
 	if slotStats.MaxEntries() != slots.MaxEntries()*classes {
-		return nil, fmt.Errorf("slot_stats has %d entries, want %d (thread_slots × %d classes)", slotStats.MaxEntries(), slots.MaxEntries()*classes, classes)
+		return out, fmt.Errorf("slot_stats has %d entries, want %d (thread_slots × %d classes)", slotStats.MaxEntries(), slots.MaxEntries()*classes, classes)
 	}
-	out := map[SysKey]SysStats{}
 	add := func(k SysKey, v SysStats) {
 		if v.Count == 0 || int(k.Class) >= len(SyscallClasses) {
 			return
@@ -43,6 +46,8 @@ func readSyscalls(slots, slotStats, hash *ebpf.Map, del func(tgid uint32) bool) 
 		out[k] = s
 	}
 
+	// Everything is read before anything is removed, so that an error
+	// part way loses nothing that was not reported.
 	var k SysKey
 	var v SysStats
 	var gone []SysKey
@@ -54,40 +59,53 @@ func readSyscalls(slots, slotStats, hash *ebpf.Map, del func(tgid uint32) bool) 
 		}
 	}
 	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read sys_stats: %w", err)
+		return out, fmt.Errorf("read sys_stats: %w", err)
 	}
-	for _, k := range gone {
-		_ = hash.Delete(k)
-	}
-
 	owned, err := ownedSlots(slots)
 	if err != nil {
-		return nil, err
+		return out, err
 	}
-	var zero SysStats
+	var free []uint32
 	for slot, owner := range owned {
 		tgid, tid := uint32(owner>>32)&^(slotExited>>32), uint32(owner)
-		free := del(tgid)
 		for c := uint32(0); c < classes; c++ {
 			idx := slot*classes + c
 			if err := slotStats.Lookup(idx, &v); err != nil {
-				return nil, fmt.Errorf("read slot_stats[%d]: %w", idx, err)
+				return out, fmt.Errorf("read slot_stats[%d]: %w", idx, err)
 			}
 			add(SysKey{Tgid: tgid, Tid: tid, Class: c}, v)
-			if free && v.Count != 0 {
-				if err := slotStats.Update(idx, &zero, ebpf.UpdateExist); err != nil {
-					return nil, fmt.Errorf("clear slot_stats[%d]: %w", idx, err)
-				}
+		}
+		// Only a thread known to be gone gives up its slot: a record
+		// landing between the clearing and the freeing would otherwise
+		// pass to the slot's next thread.
+		if del(tgid) && (owner&slotExited != 0 || threadGone(tgid, tid)) {
+			free = append(free, slot)
+		}
+	}
+
+	for _, k := range gone {
+		_ = hash.Delete(k)
+	}
+	var zero SysStats
+	for _, slot := range free {
+		for c := uint32(0); c < classes; c++ {
+			if err := slotStats.Update(slot*classes+c, &zero, ebpf.UpdateExist); err != nil {
+				return out, fmt.Errorf("clear slot_stats[%d]: %w", slot*classes+c, err)
 			}
 		}
-		if free {
-			// Its statistics are zero before the slot is free to claim.
-			if err := slots.Update(slot, &ThreadSlot{}, ebpf.UpdateExist); err != nil {
-				return nil, fmt.Errorf("free thread slot %d: %w", slot, err)
-			}
+		// Its statistics are zero before the slot is free to claim.
+		if err := slots.Update(slot, &ThreadSlot{}, ebpf.UpdateExist); err != nil {
+			return out, fmt.Errorf("free thread slot %d: %w", slot, err)
 		}
 	}
 	return out, nil
+}
+
+// threadGone says whether thread tid of process tgid no longer exists (its
+// exit was not seen: the slot was never marked).
+func threadGone(tgid, tid uint32) bool {
+	_, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", tgid, tid))
+	return errors.Is(err, fs.ErrNotExist)
 }
 
 // ownedSlots reads thread_slots in batches and returns the owner of each
