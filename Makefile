@@ -90,10 +90,14 @@ test-consistency:
 # into REGRET_DIR (resumable: a rerun measures only what is missing), then the
 # predict-then-measure loop scored against it (regret <= 2%, at most a
 # quarter of the grid measured). Hours on a 2-core host.
+# REGRET_SCENARIOS picks scenarios by subtest name (a regexp), REGRET_SCALE
+# is the emulator's time scale (wall seconds per model second).
 REGRET_DIR ?= results/regret
+REGRET_SCALE ?= 1
+REGRET_SCENARIOS ?= .
 .PHONY: regret-live
 regret-live: build
-	$(GO) test -count=1 -timeout 0 -run '^TestRegretLive$$' -v ./optimizer -regret-live $(abspath $(REGRET_DIR))
+	$(GO) test -count=1 -timeout 0 -run '^TestRegretLive$$/$(REGRET_SCENARIOS)' -v ./optimizer -regret-live $(abspath $(REGRET_DIR)) -regret-scale $(REGRET_SCALE)
 
 # bench runs the benchmarks the issues set targets for, each BENCH_COUNT
 # times, and prints medians with benchstat (golang.org/x/perf, pinned in

@@ -130,12 +130,15 @@ func (e *FixtureEvaluator) peek(t *testing.T, s *deploy.Spec) Trial {
 	return tr
 }
 
-var regretLive = flag.String("regret-live", "", "run TestRegretLive: measure each scenario's grid live into this directory (resumable), then score the loop against it")
+var (
+	regretLive  = flag.String("regret-live", "", "run TestRegretLive: measure each scenario's grid live into this directory (resumable), then score the loop against it")
+	regretScale = flag.Float64("regret-scale", 1, "TestRegretLive's emulator time scale (wall seconds per model second): at 0.25 this 2-core host was client_bound on nearly every config")
+)
 
 // TestRegretLive (with -regret-live DIR; make regret-live) is the issue's
 // regret check: for each of three emulated scenarios, every config of the
 // grid (regretAxes) is deployed and measured live once into DIR (3 runs ×
-// 4 levels at time scale 0.25; a rerun resumes), then the predict-then-
+// 4 levels at -regret-scale; a rerun resumes), then the predict-then-
 // measure loop runs against those measurements (FixtureEvaluator; its
 // verification re-run measured live again), with a budget of a quarter
 // of the grid; its verified selection must be within 2% of the grid's
@@ -147,7 +150,7 @@ func TestRegretLive(t *testing.T) {
 	hone := honetest.Binary(t)
 	for _, sc := range regretScenarios {
 		t.Run(sc.name, func(t *testing.T) {
-			base := regretBase(t, sc, 0.25, honetest.FreePorts(t, 3*sc.budget+4))
+			base := regretBase(t, sc, *regretScale, honetest.FreePorts(t, 3*sc.budget+4))
 			axes := regretAxes()
 			grid, err := predict.Grid(base, axes)
 			if err != nil {
