@@ -77,7 +77,7 @@ type cudaHoneThreadSlot struct {
 	Owner   uint64
 	StartNs uint64
 	Id      uint32
-	Pad     uint32
+	Seq     uint32
 }
 
 // Names of all BPF objects in the ELF.

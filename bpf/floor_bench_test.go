@@ -4,6 +4,7 @@ package bpf_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -32,6 +33,9 @@ func runStats(tb testing.TB, ps ...*ebpf.Program) (runs, ns uint64) {
 // floorSpins is the getppid loop's length: ~20-60 ms per spin.
 const floorSpins = 200_000
 
+// floorSample is the "sampled" mode's Options.SyscallSample.
+const floorSample = 64
+
 // BenchmarkSyscallFloor puts hone's syscall programs (sys_enter and
 // sys_exit, as the daemon attaches them) beside two floors
 // (reference.bpf.c), in one run: the counting floor ("ref": a raw
@@ -51,6 +55,10 @@ const floorSpins = 200_000
 //     during the latency rounds), the kernel's run time per program run:
 //     ns/event.
 //
+// "sampled" is hone's programs loaded with Options.SyscallSample
+// floorSample (hone daemon --syscall-sample): every call counted, one in
+// floorSample timed.
+//
 // It reports the medians and hone's ratios to each floor. Targets (issue
 // 17, against the counting floor): ns/event and added ns per traced
 // syscall ≤ 1.5×, added ns per untraced syscall ≤ 1.2×.
@@ -62,23 +70,33 @@ func BenchmarkSyscallFloor(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer objs.Close()
-	progs := objs.Programs()
-	enter, exit := progs["sys_enter"], progs["sys_exit"]
+	sampled, err := bpf.Load(bpf.Options{SyscallSample: floorSample})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sampled.Close()
+	loaded := func(mode string) *bpf.Objects {
+		if strings.HasPrefix(mode, "sampled") {
+			return sampled
+		}
+		return objs
+	}
 
 	// spin runs the loop with what mode attaches.
 	spin := func(mode string) float64 {
 		switch mode {
 		case "off":
 			return bpftest.Spin(b, prog, floorSpins, nil)
-		case "hone", "hone-untraced":
-			links, err := objs.Attach(bpf.Probes{Syscalls: true})
+		case "hone", "hone-untraced", "sampled", "sampled-untraced":
+			o := loaded(mode)
+			links, err := o.Attach(bpf.Probes{Syscalls: true})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer links.Close()
 			return bpftest.Spin(b, prog, floorSpins, func(pid int) {
-				if mode == "hone" {
-					if err := objs.AddTarget(uint32(pid)); err != nil {
+				if !strings.HasSuffix(mode, "-untraced") {
+					if err := o.AddTarget(uint32(pid)); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -111,7 +129,7 @@ func BenchmarkSyscallFloor(b *testing.B) {
 	}
 	// perEvent is the run time per program run while a target spins:
 	// the reference's, or hone's sys_enter and sys_exit together (with
-	// each one's in split).
+	// each one's in split, by mode).
 	split := map[string][]float64{}
 	perEvent := func(mode string) float64 {
 		stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
@@ -132,14 +150,17 @@ func BenchmarkSyscallFloor(b *testing.B) {
 			got.Close()
 			return float64(t1-t0) / float64(r1-r0)
 		}
-		links, err := objs.Attach(bpf.Probes{Syscalls: true})
+		o := loaded(mode)
+		progs := o.Programs()
+		enter, exit := progs["sys_enter"], progs["sys_exit"]
+		links, err := o.Attach(bpf.Probes{Syscalls: true})
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer links.Close()
 		var r0, t0, er0, et0 uint64
 		bpftest.Spin(b, prog, floorSpins, func(pid int) {
-			if err := objs.AddTarget(uint32(pid)); err != nil {
+			if err := o.AddTarget(uint32(pid)); err != nil {
 				b.Fatal(err)
 			}
 			r0, t0 = runStats(b, enter, exit)
@@ -147,12 +168,12 @@ func BenchmarkSyscallFloor(b *testing.B) {
 		})
 		r1, t1 := runStats(b, enter, exit)
 		er1, et1 := runStats(b, enter)
-		split["enter"] = append(split["enter"], float64(et1-et0)/float64(er1-er0))
-		split["exit"] = append(split["exit"], float64((t1-et1)-(t0-et0))/float64((r1-er1)-(r0-er0)))
+		split[mode+"-enter"] = append(split[mode+"-enter"], float64(et1-et0)/float64(er1-er0))
+		split[mode+"-exit"] = append(split[mode+"-exit"], float64((t1-et1)-(t0-et0))/float64((r1-er1)-(r0-er0)))
 		return float64(t1-t0) / float64(r1-r0)
 	}
 
-	modes := []string{"ref", "hone", "lat", "ref-untraced", "hone-untraced", "lat-untraced"}
+	modes := []string{"ref", "hone", "lat", "sampled", "ref-untraced", "hone-untraced", "lat-untraced", "sampled-untraced"}
 	ns := map[string][]float64{}
 	event := map[string][]float64{}
 	spin("off") // the first spin pays for cold caches
@@ -171,9 +192,9 @@ func BenchmarkSyscallFloor(b *testing.B) {
 				ns[m] = append(ns[m], on-spin("off"))
 			}
 		}
-		order := []string{"ref", "hone", "lat"}
+		order := []string{"ref", "hone", "lat", "sampled"}
 		if i%2 == 1 {
-			order = []string{"lat", "hone", "ref"}
+			slices.Reverse(order)
 		}
 		for _, m := range order {
 			event[m] = append(event[m], perEvent(m))
@@ -183,18 +204,22 @@ func BenchmarkSyscallFloor(b *testing.B) {
 	med := slo.Median
 	for _, floor := range []string{"ref", "lat"} {
 		b.ReportMetric(med(event[floor]), floor+"-ns/event")
-		b.ReportMetric(med(event["hone"])/med(event[floor]), "x-"+floor+"-ns/event")
-		for _, who := range []string{"traced", "untraced"} {
-			suffix := map[string]string{"traced": "", "untraced": "-untraced"}[who]
-			b.ReportMetric(med(ns[floor+suffix]), floor+"-added-ns/"+who)
-			b.ReportMetric(med(ns["hone"+suffix])/med(ns[floor+suffix]), "x-"+floor+"-added/"+who)
-		}
+		b.ReportMetric(med(ns[floor]), floor+"-added-ns/traced")
+		b.ReportMetric(med(ns[floor+"-untraced"]), floor+"-added-ns/untraced")
 	}
-	b.ReportMetric(med(event["hone"]), "hone-ns/event")
-	b.ReportMetric(med(split["enter"]), "hone-enter-ns/event")
-	b.ReportMetric(med(split["exit"]), "hone-exit-ns/event")
-	b.ReportMetric(med(ns["hone"]), "hone-added-ns/traced")
-	b.ReportMetric(med(ns["hone-untraced"]), "hone-added-ns/untraced")
+	for _, who := range []string{"hone", "sampled"} {
+		pre := map[string]string{"hone": "", "sampled": "sampled-"}[who]
+		for _, floor := range []string{"ref", "lat"} {
+			b.ReportMetric(med(event[who])/med(event[floor]), pre+"x-"+floor+"-ns/event")
+			b.ReportMetric(med(ns[who])/med(ns[floor]), pre+"x-"+floor+"-added/traced")
+			b.ReportMetric(med(ns[who+"-untraced"])/med(ns[floor+"-untraced"]), pre+"x-"+floor+"-added/untraced")
+		}
+		b.ReportMetric(med(event[who]), who+"-ns/event")
+		b.ReportMetric(med(split[who+"-enter"]), who+"-enter-ns/event")
+		b.ReportMetric(med(split[who+"-exit"]), who+"-exit-ns/event")
+		b.ReportMetric(med(ns[who]), who+"-added-ns/traced")
+		b.ReportMetric(med(ns[who+"-untraced"]), who+"-added-ns/untraced")
+	}
 }
 
 // BenchmarkProgramCost is the kernel's run time per program run (bpf_stats)

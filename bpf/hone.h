@@ -108,10 +108,13 @@ struct {
 #define SLOT_EXITED (1ULL << 63)
 struct hone_thread_slot {
 	__u64 owner;    /* tgid << 32 | tid; 0: free; | SLOT_EXITED once it exited */
-	__u64 start_ns; /* the entry of the syscall in flight, 0 when none */
+	__u64 start_ns; /* the entry of the syscall in flight, 0 when none,
+			 * SLOT_UNTIMED when it is counted but not timed */
 	__u32 id;       /* that syscall */
-	__u32 pad;
+	__u32 seq;      /* the thread's sampling sequence (xorshift32, seeded
+			 * with tid | 1 when claimed; syscalls.bpf.c) */
 };
+#define SLOT_UNTIMED 1
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, THREAD_SLOTS);

@@ -124,6 +124,11 @@ type Options struct {
 	// programs are loaded, so a daemon that has dropped its capabilities
 	// can still probe a libcuda it finds later.
 	PerfUprobes bool
+	// SyscallSample times one syscall in SyscallSample of each target
+	// thread that holds a slot (a power of two up to MaxSyscallSample; 0
+	// or 1: every call) and only counts the others: SysStats.Count stays
+	// exact, Timed says how many calls TotalNs, MaxNs and Hist cover.
+	SyscallSample uint32
 }
 
 // Objects are hone's loaded programs and maps. The shared maps (targets,
@@ -173,6 +178,14 @@ func Load(opts Options) (_ *Objects, err error) {
 		return nil, fmt.Errorf("load syscalls spec: %w", err)
 	}
 	sizeTargetBits(syscalls, words)
+	if err := CheckSyscallSample(opts.SyscallSample); err != nil {
+		return nil, fmt.Errorf("syscall sample: %w", err)
+	}
+	if opts.SyscallSample > 1 {
+		if err := syscalls.Variables["sample_mask"].Set(opts.SyscallSample - 1); err != nil {
+			return nil, fmt.Errorf("set sample_mask: %w", err)
+		}
+	}
 	if err := syscalls.LoadAndAssign(&o.syscalls, shared); err != nil {
 		return nil, fmt.Errorf("load syscalls: %w", verifierDetail(err))
 	}

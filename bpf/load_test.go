@@ -4,8 +4,10 @@ package bpf_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -79,8 +81,8 @@ func TestSyscallCountsExact(t *testing.T) {
 		for _, c := range v.Hist {
 			h += uint64(c)
 		}
-		if h != v.Count {
-			t.Errorf("class %s: histogram holds %d calls, count %d", bpf.SyscallClasses[k.Class], h, v.Count)
+		if h != v.Count || v.Timed != v.Count {
+			t.Errorf("class %s: histogram holds %d calls, %d timed, count %d: every call is timed by default", bpf.SyscallClasses[k.Class], h, v.Timed, v.Count)
 		}
 	}
 	want := map[string]uint64{"futex": n, "poll": n, "ioctl": n, "socket": 2 * n, "file": 2 * n, "other": n}
@@ -127,4 +129,111 @@ func TestSyscallCountsExact(t *testing.T) {
 	if err := objs.Targets().Lookup(uint32(target.Process.Pid), &val); !errors.Is(err, ebpf.ErrKeyNotExist) {
 		t.Errorf("exited target still in targets map (err %v)", err)
 	}
+}
+
+// TestSyscallSampling: with Options.SyscallSample, a target thread's calls
+// are all counted and exactly those its slot's xorshift32 sequence picks
+// are timed: the claiming call, then each call whose next sequence value
+// has no bit of the mask set (syscalls.bpf.c, sample_untimed). The
+// workload's syscalls after the test's go are known one by one, so the
+// timed count per class is exact.
+func TestSyscallSampling(t *testing.T) {
+	bpftest.Require(t)
+	if _, err := bpf.Load(bpf.Options{SyscallSample: 3}); err == nil || !strings.Contains(err.Error(), "power of two") {
+		t.Errorf("SyscallSample 3: err %v, want a power-of-two error", err)
+	}
+	prog, _ := bpftest.Workload(t)
+	const sample = 8
+	objs, err := bpf.Load(bpf.Options{SyscallSample: sample})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer objs.Close()
+	links, err := objs.Attach(bpf.Probes{Syscalls: true, Procs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer links.Close()
+	const n = 200
+	c := exec.Command(prog, "syscalls", fmt.Sprint(n))
+	in, err := c.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := bpftest.WaitBlockedInRead(c.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	pid := uint32(c.Process.Pid)
+	if err := objs.AddTarget(pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Wait(); err != nil {
+		t.Fatalf("workload: %v", err)
+	}
+
+	// The workload's calls in order (workload.c, "syscalls"); exit_group
+	// never returns, so it is neither counted nor timed.
+	var calls []string
+	for _, run := range []struct {
+		classes []string
+		times   int
+	}{{[]string{"futex"}, n}, {[]string{"poll"}, n}, {[]string{"ioctl"}, n}, {[]string{"socket", "socket"}, n},
+		{[]string{"file", "file"}, n}, {[]string{"other"}, n}} {
+		for range run.times {
+			calls = append(calls, run.classes...)
+		}
+	}
+	wantCount, wantTimed := map[string]uint64{}, map[string]uint64{}
+	x := pid | 1
+	for i, class := range calls {
+		wantCount[class]++
+		if i > 0 {
+			x ^= x << 13
+			x ^= x >> 17
+			x ^= x << 5
+		}
+		if i == 0 || x&(sample-1) == 0 {
+			wantTimed[class]++
+		}
+	}
+	all, err := objs.ReadSyscalls(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bpf.SysStats{}
+	for k, v := range all {
+		if k.Tgid == pid {
+			got[bpf.SyscallClasses[k.Class]] = v
+		}
+	}
+	var timed, count uint64
+	for class, w := range wantCount {
+		v := got[class]
+		var h uint64
+		for _, c := range v.Hist {
+			h += uint64(c)
+		}
+		if v.Count != w || v.Timed != wantTimed[class] || h != v.Timed {
+			t.Errorf("%s: count %d timed %d (histogram %d), want count %d timed %d", class, v.Count, v.Timed, h, w, wantTimed[class])
+		}
+		if v.Timed > 0 && (v.FirstNs == 0 || v.LastNs < v.FirstNs || v.TotalNs == 0) {
+			t.Errorf("%s: timed calls without times: %+v", class, v)
+		}
+		timed += wantTimed[class]
+		count += w
+	}
+	if len(got) != len(wantCount) {
+		t.Errorf("classes %v, want %v", got, wantCount)
+	}
+	// About one call in sample is timed: the sequence is not degenerate.
+	if timed < count/sample/2 || timed > count/sample*2 {
+		t.Errorf("%d of %d calls timed, want about 1 in %d", timed, count, sample)
+	}
+	t.Logf("%d of %d calls timed (1 in %d sampled): %v", timed, count, sample, wantTimed)
 }

@@ -37,7 +37,7 @@ type procsHoneThreadSlot struct {
 	Owner   uint64
 	StartNs uint64
 	Id      uint32
-	Pad     uint32
+	Seq     uint32
 }
 
 // Names of all BPF objects in the ELF.

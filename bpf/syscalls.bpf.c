@@ -25,11 +25,12 @@ struct hone_thread_key {
 };
 
 struct hone_sys_stats {
-	__u64 count;
+	__u64 count;    /* calls returned */
+	__u64 timed;    /* of which timed: total_ns to hist cover these */
 	__u64 total_ns;
 	__u64 max_ns;
-	__u64 first_ns; /* CLOCK_MONOTONIC at the first call's entry */
-	__u64 last_ns;  /* CLOCK_MONOTONIC at the last call's return */
+	__u64 first_ns; /* CLOCK_MONOTONIC at the first timed call's entry */
+	__u64 last_ns;  /* CLOCK_MONOTONIC at the last timed call's return */
 	__u32 hist[HIST_SLOTS]; /* slot i: latency in [2^i, 2^(i+1)) ns */
 };
 
@@ -141,14 +142,16 @@ struct {
 	__type(value, struct hone_sys_stats);
 } slot_stats SEC(".maps");
 
-/* record counts one call of [start, now) in st. One thread runs on one CPU
- * at a time and its statistics are its own, so plain increments are safe. */
+/* record counts one timed call of [start, now) in st. One thread runs on
+ * one CPU at a time and its statistics are its own, so plain increments
+ * are safe. */
 static __always_inline void record(struct hone_sys_stats *st, __u64 start, __u64 now)
 {
 	__u64 d = now - start;
-	if (st->count == 0)
+	if (st->timed == 0)
 		st->first_ns = start;
 	st->count++;
+	st->timed++;
 	st->total_ns += d;
 	if (d > st->max_ns)
 		st->max_ns = d;
@@ -161,12 +164,36 @@ static __always_inline void record(struct hone_sys_stats *st, __u64 start, __u64
 /* sys_enter and sys_exit run for every syscall of every thread on the host
  * while attached, so what a thread that is not a target pays is the point:
  * the target check's two inlined array reads each (maybe_target), nothing
- * else. A target's thread adds a clock read each, and its slot and
+ * else. A target's thread adds a clock read each (for a timed call:
+ * sample_mask), and its slot and
  * statistics are inlined array reads (hone.h, thread_slots): no hash lookup
  * on the hot path. Only a thread without a slot of its own pays the
  * inflight and sys_stats hash lookups. (Per-thread state in task-local
  * storage was measured slower than the hash: +24 ns per exit on Linux
  * 6.18.) */
+/* sample_mask (the loader's Options.SyscallSample − 1, a power of two
+ * less one) makes a thread with a slot time one call in sample_mask + 1
+ * and only count the others, reading no clock for them: the clock reads
+ * are most of what timing every call costs beyond counting it (~80 ns a
+ * pair on a VM's kvm-clock). Which calls are timed follows the slot's
+ * xorshift32 sequence, not the call count, so that a thread alternating
+ * between calls in a period that divides the rate does not time one kind
+ * only. 0 (the default) times every call. Threads on the inflight hash
+ * (no slot of their own) time every call. */
+volatile const __u32 sample_mask = 0;
+
+static __always_inline bool sample_untimed(struct hone_thread_slot *ts)
+{
+	if (!sample_mask)
+		return false;
+	__u32 x = ts->seq;
+	x ^= x << 13;
+	x ^= x >> 17;
+	x ^= x << 5;
+	ts->seq = x;
+	return x & sample_mask;
+}
+
 SEC("raw_tp/sys_enter")
 int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 {
@@ -176,13 +203,13 @@ int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 		return 0;
 	__u32 tid = (__u32)pt;
 	__u32 id = (__u32)ctx->args[1];
-	__u64 now = bpf_ktime_get_ns();
 	struct hone_thread_slot *ts = thread_slot(tid);
 	if (ts && ts->owner == pt) {
 		ts->id = id;
-		ts->start_ns = now;
+		ts->start_ns = sample_untimed(ts) ? SLOT_UNTIMED : bpf_ktime_get_ns();
 		return 0;
 	}
+	__u64 now = bpf_ktime_get_ns();
 	/* A thread that began on inflight stays there (its statistics so far
 	 * are in sys_stats). Its entry stays in the map for the thread's life
 	 * (sched_process_exit removes it): writing in place is cheaper than
@@ -196,6 +223,7 @@ int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	}
 	if (ts && ts->owner == 0 && __sync_val_compare_and_swap(&ts->owner, 0, pt) == 0) {
 		ts->id = id;
+		ts->seq = tid | 1; /* the claim's call is timed */
 		ts->start_ns = now;
 		return 0;
 	}
@@ -222,12 +250,16 @@ int sys_exit(struct bpf_raw_tracepoint_args *ctx)
 		__u64 start = ts->start_ns;
 		if (start == 0)
 			return 0; /* entered before it was a target */
-		__u64 now = bpf_ktime_get_ns();
+		__u64 now = start == SLOT_UNTIMED ? 0 : bpf_ktime_get_ns();
 		ts->start_ns = 0;
 		__u32 idx = (tid & (THREAD_SLOTS - 1)) * SYS_CLASSES + classify(ts->id);
 		struct hone_sys_stats *st = bpf_map_lookup_elem(&slot_stats, &idx);
-		if (st)
+		if (!st)
+			return 0;
+		if (now)
 			record(st, start, now);
+		else
+			st->count++; /* sampled out: counted, not timed */
 		return 0;
 	}
 	struct hone_inflight *in = bpf_map_lookup_elem(&inflight, &tid);

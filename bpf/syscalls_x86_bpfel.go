@@ -23,6 +23,7 @@ type syscallsHoneInflight struct {
 type syscallsHoneSysStats struct {
 	_       structs.HostLayout
 	Count   uint64
+	Timed   uint64
 	TotalNs uint64
 	MaxNs   uint64
 	FirstNs uint64
@@ -43,7 +44,7 @@ type syscallsHoneThreadSlot struct {
 	Owner   uint64
 	StartNs uint64
 	Id      uint32
-	Pad     uint32
+	Seq     uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -61,6 +62,7 @@ const (
 	syscallsMapThreadSlots = "thread_slots"
 	syscallsProgSysEnter   = "sys_enter"
 	syscallsProgSysExit    = "sys_exit"
+	syscallsVarSampleMask  = "sample_mask"
 )
 
 // loadSyscalls returns the embedded CollectionSpec for syscalls.
@@ -128,6 +130,7 @@ type syscallsMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type syscallsVariableSpecs struct {
+	SampleMask *ebpf.VariableSpec `ebpf:"sample_mask"`
 }
 
 // syscallsObjects contains all objects after they have been loaded into the kernel.
@@ -179,6 +182,7 @@ func (m *syscallsMaps) Close() error {
 //
 // It can be passed to loadSyscallsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type syscallsVariables struct {
+	SampleMask *ebpf.Variable `ebpf:"sample_mask"`
 }
 
 // syscallsPrograms contains all programs after they have been loaded into the kernel.

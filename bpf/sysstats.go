@@ -145,8 +145,8 @@ func ownedSlots(slots *ebpf.Map) (map[uint32]uint64, error) {
 }
 
 // MergeSysStats adds b's calls to a: counts, totals and histograms summed,
-// the slowest call the slower, the first entry the earlier and the last
-// return the later.
+// the slowest call the slower, the first timed entry the earlier and the
+// last timed return the later.
 func MergeSysStats(a *SysStats, b SysStats) {
 	if b.Count == 0 {
 		return
@@ -156,10 +156,16 @@ func MergeSysStats(a *SysStats, b SysStats) {
 		return
 	}
 	a.Count += b.Count
+	if b.Timed > 0 {
+		if a.Timed == 0 {
+			a.FirstNs, a.LastNs = b.FirstNs, b.LastNs
+		}
+		a.FirstNs = min(a.FirstNs, b.FirstNs)
+		a.LastNs = max(a.LastNs, b.LastNs)
+	}
+	a.Timed += b.Timed
 	a.TotalNs += b.TotalNs
 	a.MaxNs = max(a.MaxNs, b.MaxNs)
-	a.FirstNs = min(a.FirstNs, b.FirstNs)
-	a.LastNs = max(a.LastNs, b.LastNs)
 	for i := range a.Hist {
 		a.Hist[i] += b.Hist[i]
 	}

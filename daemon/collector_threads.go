@@ -18,7 +18,8 @@ type threadCollector struct{ c *cachedSnapshot }
 var (
 	targetsDesc    = desc("targets", "Traced processes alive now.")
 	syscallsDesc   = desc("syscalls_total", "Syscalls made by traced threads, by class.", "process", "class")
-	syscallSecDesc = desc("syscall_seconds_total", "Time traced threads spent in syscalls, by class.", "process", "class")
+	syscallSecDesc = desc("syscall_seconds_total", "Time traced threads spent in their timed syscalls (every call unless hone daemon --syscall-sample), by class.", "process", "class")
+	syscallTimDesc = desc("syscalls_timed_total", "Of hone_syscalls_total, the calls timed (syscall_seconds_total's): all unless hone daemon --syscall-sample.", "process", "class")
 	onCPUDesc      = desc("sched_on_cpu_seconds_total", "Time traced threads ran on a CPU.", "process")
 	offCPUDesc     = desc("sched_off_cpu_seconds_total", "Time traced threads were switched out (run-queue wait included).", "process")
 	runQueueDesc   = desc("sched_run_queue_seconds_total", "Time traced threads waited runnable for a CPU.", "process")
@@ -31,7 +32,7 @@ var (
 )
 
 func (threadCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{targetsDesc, syscallsDesc, syscallSecDesc, onCPUDesc, offCPUDesc, runQueueDesc, cudaCallsDesc, cudaWaitDesc,
+	for _, d := range []*prometheus.Desc{targetsDesc, syscallsDesc, syscallSecDesc, syscallTimDesc, onCPUDesc, offCPUDesc, runQueueDesc, cudaCallsDesc, cudaWaitDesc,
 		tableDesc, tableMaxDesc, overflowDesc, exitedDesc} {
 		ch <- d
 	}
@@ -52,7 +53,7 @@ func (tc threadCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(exitedDesc, prometheus.CounterValue, float64(s.TargetTable.ExitedProcesses))
 	names := processNames(s)
 	type pc struct{ proc, class string }
-	calls, callNS := map[pc]float64{}, map[pc]float64{}
+	calls, timed, callNS := map[pc]float64{}, map[pc]float64{}, map[pc]float64{}
 	cuda, cudaWait := map[pc]float64{}, map[pc]float64{}
 	on, off, rq := map[string]float64{}, map[string]float64{}, map[string]float64{}
 	// Exited processes count under the name they had while alive, so
@@ -68,6 +69,7 @@ func (tc threadCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for class, st := range th.Syscalls {
 			calls[pc{p, class}] += float64(st.Count)
+			timed[pc{p, class}] += float64(st.Timed)
 			callNS[pc{p, class}] += float64(st.TotalNS)
 		}
 		if th.Sched != nil {
@@ -84,6 +86,7 @@ func (tc threadCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for k, v := range calls {
 		ch <- prometheus.MustNewConstMetric(syscallsDesc, prometheus.CounterValue, v, k.proc, k.class)
+		ch <- prometheus.MustNewConstMetric(syscallTimDesc, prometheus.CounterValue, timed[k], k.proc, k.class)
 		ch <- prometheus.MustNewConstMetric(syscallSecDesc, prometheus.CounterValue, callNS[k]/1e9, k.proc, k.class)
 	}
 	for p := range on {

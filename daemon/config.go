@@ -47,6 +47,11 @@ type Config struct {
 	// graph launches, synchronizes and async copies are always probed.
 	CUDALaunches time.Duration
 
+	// SyscallSample times one syscall in this many of each target thread
+	// and only counts the others (a power of two; 0 or 1: every call):
+	// counts stay exact, latencies are a sample (SyscallStats.Timed).
+	SyscallSample uint32
+
 	Sched      bool          // sched_switch/wakeup: on-CPU, off-CPU, run-queue time
 	BPFStats   bool          // enable kernel BPF run-time statistics
 	ScanPeriod time.Duration // how often /proc, cgroups and mapped libraries are rescanned
@@ -81,6 +86,9 @@ func (c *Config) defaults() {
 	}
 	if c.ScanPeriod <= 0 {
 		c.ScanPeriod = time.Second
+	}
+	if c.SyscallSample == 0 {
+		c.SyscallSample = 1
 	}
 }
 

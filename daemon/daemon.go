@@ -158,7 +158,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("enable BPF run-time statistics: %w", err)
 		}
 	}
-	if d.objs, err = bpf.Load(bpf.Options{BurstGap: d.cfg.BurstGap, PerfUprobes: d.cfg.perfUprobes}); err != nil {
+	if d.objs, err = bpf.Load(bpf.Options{BurstGap: d.cfg.BurstGap, PerfUprobes: d.cfg.perfUprobes, SyscallSample: d.cfg.SyscallSample}); err != nil {
 		return err
 	}
 	class := map[uint16]uint8{}

@@ -155,15 +155,24 @@ func eventually(t *testing.T, d time.Duration, f func() string) {
 	}
 }
 
+// TestDaemonSyscallsExactPerClass: exact counts per class, timing every
+// call and with --syscall-sample 8 (counts still exact; bpf's
+// TestSyscallSampling checks which calls are timed).
 func TestDaemonSyscallsExactPerClass(t *testing.T) {
 	bpftest.Require(t)
+	for _, sample := range []uint32{1, 8} {
+		t.Run(fmt.Sprintf("sample-%d", sample), func(t *testing.T) { testDaemonSyscallsExact(t, sample) })
+	}
+}
+
+func testDaemonSyscallsExact(t *testing.T, sample uint32) {
 	prog, _ := bpftest.Workload(t)
 	const n = 300
 	target := startChild(t, prog, nil, "syscalls", strconv.Itoa(n))
 	other := startChild(t, prog, nil, "syscalls", strconv.Itoa(n))
 	target.waitReady(t)
 	other.waitReady(t)
-	d := startDaemon(t, Config{PIDs: []int{target.pid()}, Sched: true})
+	d := startDaemon(t, Config{PIDs: []int{target.pid()}, Sched: true, SyscallSample: sample})
 	target.goAhead(t)
 	other.goAhead(t)
 	target.wait(t)
@@ -187,12 +196,27 @@ func TestDaemonSyscallsExactPerClass(t *testing.T) {
 		if !exited {
 			return fmt.Sprintf("target exit not recorded: %+v", s.Targets)
 		}
+		if s.BPF.SyscallSample != sample {
+			return fmt.Sprintf("snapshot's syscall_sample %d, want %d", s.BPF.SyscallSample, sample)
+		}
+		var timed, count uint64
 		for _, th := range threadsOf(s, target.pid()) {
 			for c, st := range th.Syscalls {
+				timed += st.Timed
+				count += st.Count
+				if sample == 1 && st.Timed != st.Count || st.Timed > st.Count {
+					return fmt.Sprintf("%s: %d of %d calls timed, sampling 1 in %d", c, st.Timed, st.Count, sample)
+				}
+				if st.Timed == 0 {
+					continue
+				}
 				if st.FirstMonotonicNS < s.StartedMonotonicNS || st.LastMonotonicNS > s.TakenMonotonicNS || st.FirstMonotonicNS > st.LastMonotonicNS {
 					return fmt.Sprintf("%s: timestamps %d..%d outside the daemon's run %d..%d", c, st.FirstMonotonicNS, st.LastMonotonicNS, s.StartedMonotonicNS, s.TakenMonotonicNS)
 				}
 			}
+		}
+		if sample > 1 && (timed < count/uint64(sample)/2 || timed > 2*count/uint64(sample)) {
+			return fmt.Sprintf("%d of %d calls timed, want about 1 in %d", timed, count, sample)
 		}
 		return ""
 	})

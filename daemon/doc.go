@@ -124,7 +124,7 @@
 //	  "exited": [{"root_pid", "comm", "processes", "threads",
 //	              "syscalls", "sched", "cuda" (as in threads, summed)}],
 //	  "threads": [{"pid", "tid", "comm",
-//	    "syscalls": {CLASS: {"count", "total_ns", "max_ns",
+//	    "syscalls": {CLASS: {"count", "timed" (of count; bpf.syscall_sample), "total_ns", "max_ns",
 //	                         "first_monotonic_ns", "last_monotonic_ns",
 //	                         "latency_log2_ns_histogram": [...]}},
 //	    "sched": {"on_cpu_ns", "off_cpu_ns", "run_queue_ns", "switches", "preemptions"},

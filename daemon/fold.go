@@ -27,6 +27,7 @@ func (g *ExitedGroup) addThread(th *Thread) {
 			g.Syscalls[class] = d
 		}
 		d.Count += st.Count
+		d.Timed += st.Timed
 		d.TotalNS += st.TotalNS
 		d.MaxNS = max(d.MaxNS, st.MaxNS)
 		d.FirstMonotonicNS = minNonZero(d.FirstMonotonicNS, st.FirstMonotonicNS)

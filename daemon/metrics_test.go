@@ -125,3 +125,38 @@ hone_exited_processes_total 3
 		t.Error(err)
 	}
 }
+
+// With --syscall-sample, syscall_seconds_total covers the timed calls and
+// syscalls_timed_total counts them (every call when not sampled); the
+// profile's estimate scales the timed mean to every call.
+func TestSyscallsTimed(t *testing.T) {
+	src := func() *Snapshot {
+		s := fixture()
+		s.Threads = []Thread{{PID: 10, TID: 10, Comm: "vllm", Syscalls: map[string]*SyscallStats{"futex": {Count: 64, Timed: 2, TotalNS: 3e9}}}}
+		return s
+	}
+	want := `
+# HELP hone_syscalls_timed_total Of hone_syscalls_total, the calls timed (syscall_seconds_total's): all unless hone daemon --syscall-sample.
+# TYPE hone_syscalls_timed_total counter
+hone_syscalls_timed_total{class="futex",process="vllm"} 2
+# HELP hone_syscall_seconds_total Time traced threads spent in their timed syscalls (every call unless hone daemon --syscall-sample), by class.
+# TYPE hone_syscall_seconds_total counter
+hone_syscall_seconds_total{class="futex",process="vllm"} 3
+`
+	if err := testutil.GatherAndCompare(NewRegistry(src), strings.NewReader(want), "hone_syscalls_timed_total", "hone_syscall_seconds_total"); err != nil {
+		t.Error(err)
+	}
+	for _, c := range []struct {
+		st   SyscallStats
+		want uint64
+	}{
+		{SyscallStats{Count: 64, Timed: 2, TotalNS: 3e9}, 96e9},
+		{SyscallStats{Count: 5, Timed: 5, TotalNS: 10}, 10},
+		{SyscallStats{Count: 5, TotalNS: 10}, 10}, // a snapshot from before sampling
+		{SyscallStats{}, 0},
+	} {
+		if got := c.st.EstimatedNS(); got != c.want {
+			t.Errorf("%+v: EstimatedNS %d, want %d", c.st, got, c.want)
+		}
+	}
+}

@@ -78,7 +78,7 @@ func Profile(s *Snapshot, view string) (*profile.Profile, error) {
 			}
 			sort.Strings(classes)
 			for _, c := range classes {
-				add(th, "syscall "+c, th.Syscalls[c].Count, th.Syscalls[c].TotalNS)
+				add(th, "syscall "+c, th.Syscalls[c].Count, th.Syscalls[c].EstimatedNS())
 			}
 		case ViewSched:
 			if sc := th.Sched; sc != nil {

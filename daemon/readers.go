@@ -51,7 +51,7 @@ func (d *Daemon) readThreads(del func(pid int) bool) map[threadID]*Thread {
 		if t.Syscalls == nil {
 			t.Syscalls = map[string]*SyscallStats{}
 		}
-		t.Syscalls[bpf.SyscallClasses[k.Class]] = &SyscallStats{Count: v.Count, TotalNS: v.TotalNs,
+		t.Syscalls[bpf.SyscallClasses[k.Class]] = &SyscallStats{Count: v.Count, Timed: v.Timed, TotalNS: v.TotalNs,
 			MaxNS: v.MaxNs, FirstMonotonicNS: v.FirstNs, LastMonotonicNS: v.LastNs, HistLog2NS: trimHist(v.Hist[:])}
 	}
 	{
@@ -411,6 +411,7 @@ func (d *Daemon) Snapshot() *Snapshot {
 	sort.Slice(s.CUDA.Libraries, func(i, j int) bool { return s.CUDA.Libraries[i].Path < s.CUDA.Libraries[j].Path })
 	s.NVML = d.nvml.Report()
 	s.BPF.StatsEnabled = d.cfg.BPFStats
+	s.BPF.SyscallSample = d.cfg.SyscallSample
 	s.BPF.Programs = d.programRuns()
 	s.BPF.RingbufDrops, s.BPF.MapFullDrops = d.drops()
 	s.Daemon = selfUsage(d.started)

@@ -114,13 +114,30 @@ type Thread struct {
 }
 
 // SyscallStats are one thread's syscalls of one class.
+//
+// Count is every call that returned. The daemon times one call in
+// BPFReport.SyscallSample (--syscall-sample) of a thread with a slot of its
+// own and only counts the others: Timed is how many calls TotalNS, MaxNS,
+// the histogram and the first and last timestamps cover (0 in snapshots
+// from before sampling: read it as Count). The mean latency is TotalNS /
+// Timed, and the time spent in the class about Count × that mean.
 type SyscallStats struct {
 	Count            uint64   `json:"count"`
+	Timed            uint64   `json:"timed"`
 	TotalNS          uint64   `json:"total_ns"`
 	MaxNS            uint64   `json:"max_ns"`
 	FirstMonotonicNS uint64   `json:"first_monotonic_ns"`
 	LastMonotonicNS  uint64   `json:"last_monotonic_ns"`
 	HistLog2NS       []uint32 `json:"latency_log2_ns_histogram"`
+}
+
+// EstimatedNS is the time spent in the class's calls: TotalNS when every
+// call was timed, else Count × the timed calls' mean.
+func (s *SyscallStats) EstimatedNS() uint64 {
+	if s.Timed == 0 || s.Timed >= s.Count {
+		return s.TotalNS
+	}
+	return uint64(float64(s.TotalNS) / float64(s.Timed) * float64(s.Count))
 }
 
 // SchedStats are one thread's scheduling times.
@@ -258,11 +275,14 @@ type CUDALibrary struct {
 
 // BPFReport is the daemon's own kernel-side cost and losses.
 type BPFReport struct {
-	StatsEnabled bool         `json:"stats_enabled"`
-	Programs     []ProgramRun `json:"programs"`
-	RingbufDrops uint64       `json:"ringbuf_dropped_events"`
-	MapFullDrops uint64       `json:"map_full_updates"`
-	EventsRead   uint64       `json:"events_read"`
+	StatsEnabled bool `json:"stats_enabled"`
+	// SyscallSample is the daemon's --syscall-sample: one call in this
+	// many of a thread is timed (1: every call).
+	SyscallSample uint32       `json:"syscall_sample"`
+	Programs      []ProgramRun `json:"programs"`
+	RingbufDrops  uint64       `json:"ringbuf_dropped_events"`
+	MapFullDrops  uint64       `json:"map_full_updates"`
+	EventsRead    uint64       `json:"events_read"`
 }
 
 // ProgramRun is one program's run statistics (zero unless stats are on).

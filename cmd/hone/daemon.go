@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/hone-llm/hone/bpf"
 	"github.com/hone-llm/hone/daemon"
 	"github.com/hone-llm/hone/deploy/kubernetes"
 )
@@ -114,6 +115,9 @@ failed); 2 bad input (flags).`,
 			if cfg.CUDALaunches < 0 || cfg.BurstGap < 0 || nvmlPeriod < 0 || scanPeriod < 0 {
 				return badInput("durations must not be negative")
 			}
+			if err := bpf.CheckSyscallSample(cfg.SyscallSample); err != nil || cfg.SyscallSample == 0 {
+				return badInput("--syscall-sample: want a power of two from 1 to %d, got %d", bpf.MaxSyscallSample, cfg.SyscallSample)
+			}
 			cfg.Sched = !noSched
 			cfg.NVMLPeriod = nvmlPeriod
 			cfg.ScanPeriod = scanPeriod
@@ -154,6 +158,7 @@ failed); 2 bad input (flags).`,
 	f.StringVar(&httpPorts, "http-ports", daemon.DefaultHTTPPorts, "serving API ports: on the server's end of their connections each HTTP request/response exchange is recorded (receipt, first, second and last send; \"\": none)")
 	f.DurationVar(&cfg.BurstGap, "burst-gap", 100*time.Millisecond, "silence that ends a burst on a KV-transfer connection")
 	f.DurationVar(&cfg.CUDALaunches, "cuda-launches", 0, "probe every CUDA kernel launch for this long after start (each costs microseconds in the launching thread; 0: off)")
+	f.Uint32Var(&cfg.SyscallSample, "syscall-sample", 1, "time one syscall in this many of each traced thread and only count the others (a power of two): counts stay exact, latencies become a sample; on a VM whose clock is kvm-clock each timed call costs ~80 ns more than a counted one")
 	f.BoolVar(&noSched, "no-sched", false, "do not trace sched_switch/wakeup (on-CPU, off-CPU, run-queue time)")
 	f.BoolVar(&cfg.BPFStats, "bpf-stats", false, "enable kernel BPF run-time statistics and export per-program run time and count")
 	f.DurationVar(&nvmlPeriod, "nvml-period", time.Second, "NVML sampling period (0: no sampling)")

@@ -29,6 +29,11 @@ func TestDaemonRefusesRemoteListen(t *testing.T) {
 	if _, errs, code := runCLI(t, "", "daemon", "--user", "no-such-user-here"); code != exitBadInput || !strings.Contains(errs, "--user") {
 		t.Errorf("--user no-such-user-here: exit %d\n%s", code, errs)
 	}
+	for _, n := range []string{"0", "3", "131072", "-1", "x"} {
+		if _, errs, code := runCLI(t, "", "daemon", "--syscall-sample", n); code != exitBadInput || !strings.Contains(errs, "--syscall-sample") {
+			t.Errorf("--syscall-sample %s: exit %d\n%s", n, code, errs)
+		}
+	}
 }
 
 // --pod-selector and its companions are checked before anything starts;
