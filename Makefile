@@ -107,7 +107,8 @@ regret-live: build
 # beside two floors, the counting one (a minimal sys_enter program; targets:
 # <= 1.5x its ns per event and added ns per traced syscall, <= 1.2x per
 # untraced one) and the timing one (the least a sys_enter/sys_exit pair that
-# times each call can do: two clock reads), the other
+# times each call can do: two clock reads) and with --syscall-sample 64
+# (every call counted, one in 64 timed) beside the same floors, the other
 # programs' ns per event, and the daemon's cost to a served emulator. The
 # eBPF benchmarks need root (HONE_REQUIRE_BPF=1 makes a skip a failure).
 # Not part of `make test`.
