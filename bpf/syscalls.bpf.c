@@ -161,16 +161,6 @@ static __always_inline void record(struct hone_sys_stats *st, __u64 start, __u64
 		st->hist[slot]++;
 }
 
-/* sys_enter and sys_exit run for every syscall of every thread on the host
- * while attached, so what a thread that is not a target pays is the point:
- * the target check's two inlined array reads each (maybe_target), nothing
- * else. A target's thread adds a clock read each (for a timed call:
- * sample_mask), and its slot and
- * statistics are inlined array reads (hone.h, thread_slots): no hash lookup
- * on the hot path. Only a thread without a slot of its own pays the
- * inflight and sys_stats hash lookups. (Per-thread state in task-local
- * storage was measured slower than the hash: +24 ns per exit on Linux
- * 6.18.) */
 /* sample_mask (the loader's Options.SyscallSample − 1, a power of two
  * less one) makes a thread with a slot time one call in sample_mask + 1
  * and only count the others, reading no clock for them: the clock reads
@@ -194,6 +184,15 @@ static __always_inline bool sample_untimed(struct hone_thread_slot *ts)
 	return x & sample_mask;
 }
 
+/* sys_enter and sys_exit run for every syscall of every thread on the host
+ * while attached, so what a thread that is not a target pays is the point:
+ * the target check's two inlined array reads each (maybe_target), nothing
+ * else. A target's thread adds a clock read each for a timed call
+ * (sample_mask), and its slot and statistics are inlined array reads
+ * (hone.h, thread_slots): no hash lookup on the hot path. Only a thread without a slot of its own pays the
+ * inflight and sys_stats hash lookups. (Per-thread state in task-local
+ * storage was measured slower than the hash: +24 ns per exit on Linux
+ * 6.18.) */
 SEC("raw_tp/sys_enter")
 int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 {
