@@ -22,16 +22,7 @@ import (
 func TestSyscallCountsExact(t *testing.T) {
 	bpftest.Require(t)
 	prog, _ := bpftest.Workload(t)
-	objs, err := bpf.Load(bpf.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer objs.Close()
-	links, err := objs.Attach(bpf.Probes{Syscalls: true, Procs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer links.Close()
+	objs := loadSyscallProbes(t, bpf.Options{})
 
 	const n = 200
 	start := func() (*exec.Cmd, io.WriteCloser) {
@@ -144,38 +135,15 @@ func TestSyscallSampling(t *testing.T) {
 	}
 	prog, _ := bpftest.Workload(t)
 	const sample = 8
-	objs, err := bpf.Load(bpf.Options{SyscallSample: sample})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer objs.Close()
-	links, err := objs.Attach(bpf.Probes{Syscalls: true, Procs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer links.Close()
+	objs := loadSyscallProbes(t, bpf.Options{SyscallSample: sample})
 	const n = 200
-	c := exec.Command(prog, "syscalls", fmt.Sprint(n))
-	in, err := c.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := bpftest.WaitBlockedInRead(c.Process.Pid); err != nil {
-		t.Fatal(err)
-	}
-	pid := uint32(c.Process.Pid)
-	if err := objs.AddTarget(pid); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := in.Write([]byte("go\n")); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Wait(); err != nil {
-		t.Fatalf("workload: %v", err)
-	}
+	var pid uint32
+	bpftest.Run(t, prog, []string{"syscalls", fmt.Sprint(n)}, func(p int) {
+		pid = uint32(p)
+		if err := objs.AddTarget(pid); err != nil {
+			t.Fatal(err)
+		}
+	})
 
 	// The workload's calls in order (workload.c, "syscalls"); exit_group
 	// never returns, so it is neither counted nor timed.
@@ -236,4 +204,21 @@ func TestSyscallSampling(t *testing.T) {
 		t.Errorf("%d of %d calls timed, want about 1 in %d", timed, count, sample)
 	}
 	t.Logf("%d of %d calls timed (1 in %d sampled): %v", timed, count, sample, wantTimed)
+}
+
+// loadSyscallProbes loads hone's programs with opts and attaches the
+// syscall and process probes, until the test ends.
+func loadSyscallProbes(t *testing.T, opts bpf.Options) *bpf.Objects {
+	t.Helper()
+	objs, err := bpf.Load(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { objs.Close() })
+	links, err := objs.Attach(bpf.Probes{Syscalls: true, Procs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { links.Close() })
+	return objs
 }
