@@ -74,7 +74,15 @@ func TestGateOnEmulatedRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	same := Check(bl, emulatedRuns(t, false), Config{})
+	// The tails are the host's as much as the model's: at time scale 0.2
+	// a p99 of 16 requests moved 29% between two sets of runs of the
+	// same config while make test's other packages ran beside it (no run
+	// client-bound). The unchanged config is judged with the default
+	// thresholds on everything else and a loose one on the tails; the
+	// planted regression below is judged with the defaults.
+	tails := 0.6
+	loose := Config{Metrics: map[string]Threshold{"p99_ttft_ms": {Fail: &tails}, "p99_tpot_ms": {Fail: &tails}}}
+	same := Check(bl, emulatedRuns(t, false), loose)
 	if same.Verdict == Fail || same.Verdict == Incomparable {
 		var b strings.Builder
 		same.Write(&b, "table")
