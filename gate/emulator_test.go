@@ -74,14 +74,20 @@ func TestGateOnEmulatedRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The tails are the host's as much as the model's: at time scale 0.2
-	// a p99 of 16 requests moved 29% between two sets of runs of the
-	// same config while make test's other packages ran beside it (no run
-	// client-bound). The unchanged config is judged with the default
-	// thresholds on everything else and a loose one on the tails; the
-	// planted regression below is judged with the defaults.
-	tails := 0.6
-	loose := Config{Metrics: map[string]Threshold{"p99_ttft_ms": {Fail: &tails}, "p99_tpot_ms": {Fail: &tails}}}
+	// Latency at time scale 0.2 is the host's as much as the model's: a
+	// model TTFT of 19 ms is 4 ms of wall time, and between two sets of
+	// runs of the same config, with make test's other packages running
+	// beside them (no run client-bound), p99 TTFT moved 29% and p50 TTFT
+	// 12% (p=0.048, beyond the default 10%). The unchanged config is
+	// judged with the default thresholds on what the model decides (hit
+	// rate, failures, the objective, GPU-seconds) and a loose, one-sided
+	// bound on the four latency figures; the planted regression below is
+	// judged with the defaults everywhere.
+	loosen := 0.6
+	loose := Config{Metrics: map[string]Threshold{}}
+	for _, m := range []string{"p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms"} {
+		loose.Metrics[m] = Threshold{Fail: &loosen}
+	}
 	same := Check(bl, emulatedRuns(t, false), loose)
 	if same.Verdict == Fail || same.Verdict == Incomparable {
 		var b strings.Builder
