@@ -110,7 +110,7 @@ func checkSyscallClasses(t *testing.T, coll *ebpf.Collection, table map[string]u
 		t.Fatal(err)
 	}
 	// What Objects.AddTarget does besides: the target check's bit.
-	if err := coll.Maps["target_sel"].Update(tgid/64, uint64(1)<<(tgid%64), ebpf.UpdateAny); err != nil {
+	if err := coll.Maps["target_bits"].Update(tgid/64, uint64(1)<<(tgid%64), ebpf.UpdateAny); err != nil {
 		t.Fatal(err)
 	}
 	enter, exit, stats := coll.Programs["sys_enter"], coll.Programs["sys_exit"], coll.Maps["sys_stats"]

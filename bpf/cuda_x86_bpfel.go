@@ -90,8 +90,7 @@ const (
 	cudaMapDrops           = "drops"
 	cudaMapEvents          = "events"
 	cudaMapInflight        = "inflight"
-	cudaMapTargetFol       = "target_fol"
-	cudaMapTargetSel       = "target_sel"
+	cudaMapTargetBits      = "target_bits"
 	cudaMapTargets         = "targets"
 	cudaMapThreadSlots     = "thread_slots"
 	cudaProgCudaCtxSync    = "cuda_ctx_sync"
@@ -167,8 +166,7 @@ type cudaMapSpecs struct {
 	Drops       *ebpf.MapSpec `ebpf:"drops"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
-	TargetFol   *ebpf.MapSpec `ebpf:"target_fol"`
-	TargetSel   *ebpf.MapSpec `ebpf:"target_sel"`
+	TargetBits  *ebpf.MapSpec `ebpf:"target_bits"`
 	Targets     *ebpf.MapSpec `ebpf:"targets"`
 	ThreadSlots *ebpf.MapSpec `ebpf:"thread_slots"`
 }
@@ -206,8 +204,7 @@ type cudaMaps struct {
 	Drops       *ebpf.Map `ebpf:"drops"`
 	Events      *ebpf.Map `ebpf:"events"`
 	Inflight    *ebpf.Map `ebpf:"inflight"`
-	TargetFol   *ebpf.Map `ebpf:"target_fol"`
-	TargetSel   *ebpf.Map `ebpf:"target_sel"`
+	TargetBits  *ebpf.Map `ebpf:"target_bits"`
 	Targets     *ebpf.Map `ebpf:"targets"`
 	ThreadSlots *ebpf.Map `ebpf:"thread_slots"`
 }
@@ -220,8 +217,7 @@ func (m *cudaMaps) Close() error {
 		m.Drops,
 		m.Events,
 		m.Inflight,
-		m.TargetFol,
-		m.TargetSel,
+		m.TargetBits,
 		m.Targets,
 		m.ThreadSlots,
 	)

@@ -14,3 +14,6 @@ func (o *Objects) ThreadSlotsMap() *ebpf.Map { return o.procs.ThreadSlots }
 
 // SlotExited is hone.h's SLOT_EXITED.
 const SlotExited = slotExited
+
+// TargetBitsMap is the shared target_bits map, for tests of the prefilter.
+func (o *Objects) TargetBitsMap() *ebpf.Map { return o.procs.TargetBits }

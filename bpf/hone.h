@@ -53,31 +53,22 @@ struct {
 	__type(value, __u64);
 } drops SEC(".maps");
 
-/* target_sel and target_fol: one bit per process id (bit tgid%64 of word
- * tgid/64), the target check of every hot path, in two inlined array
- * reads. target_sel holds the daemon's selections and only the daemon
- * writes it (whole words, under its lock); target_fol holds the children
- * the programs follow, and only the programs write it (atomic or/and). The
- * targets map holds the same set with each target's kind, for the daemon
- * and for fork and exec. They differ only between a selected process's
- * exit (the kernel drops it from targets at once) and the daemon's reading
- * of the exit event (it clears the bit): a pid reused in those few
- * milliseconds would be traced until then. The loader sizes both to the
- * host's pid_max; a process id beyond them (pid_max raised since) is
- * checked in targets instead. */
+/* target_bits: one bit per process id (bit tgid%64 of word tgid/64), set
+ * while the process is in targets: the target check of every hot path, in
+ * one inlined array read. Both sides change it only with atomic or/and on a
+ * word: the programs at fork (follow) and exit (untarget), the daemon
+ * through a shared mapping of the array (BPF_F_MMAPABLE) when it selects or
+ * drops a process. A process's exit clears its bit in the kernel, at once,
+ * whichever added it. The loader sizes it to the host's pid_max; a process
+ * id beyond it (pid_max raised since) is checked in targets instead. */
 #define TARGET_WORDS_MAX (4194304 / 64) /* PID_MAX_LIMIT on 64-bit */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, TARGET_WORDS_MAX);
 	__type(key, __u32);
 	__type(value, __u64);
-} target_sel SEC(".maps");
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, TARGET_WORDS_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} target_fol SEC(".maps");
+} target_bits SEC(".maps");
 
 /* inflight: a target thread's syscall in progress (tid -> entry), shared
  * so that sched_process_exit can clear the entry of a thread that never
@@ -213,36 +204,31 @@ static __always_inline bool is_target(__u32 tgid)
 	return bpf_map_lookup_elem(&targets, &tgid) != NULL;
 }
 
-/* maybe_target is the target check of the hot paths (target_sel,
- * target_fol). */
+/* maybe_target is the target check of the hot paths (target_bits). */
 static __always_inline bool maybe_target(__u32 tgid)
 {
 	__u32 w = tgid >> 6;
-	__u64 bit = 1ULL << (tgid & 63);
-	__u64 *sel = bpf_map_lookup_elem(&target_sel, &w);
-	if (!sel)
-		return is_target(tgid); /* beyond the bitmaps */
-	if (*sel & bit)
-		return true;
-	__u64 *fol = bpf_map_lookup_elem(&target_fol, &w);
-	return fol && (*fol & bit);
+	__u64 *bits = bpf_map_lookup_elem(&target_bits, &w);
+	if (!bits)
+		return is_target(tgid); /* beyond the bitmap */
+	return *bits & (1ULL << (tgid & 63));
 }
 
-/* follow sets, and unfollow clears, a process's bit in target_fol. */
+/* follow sets, and untarget clears, a process's bit in target_bits. */
 static __always_inline void follow(__u32 tgid)
 {
 	__u32 w = tgid >> 6;
-	__u64 *fol = bpf_map_lookup_elem(&target_fol, &w);
-	if (fol)
-		__sync_fetch_and_or(fol, 1ULL << (tgid & 63));
+	__u64 *bits = bpf_map_lookup_elem(&target_bits, &w);
+	if (bits)
+		__sync_fetch_and_or(bits, 1ULL << (tgid & 63));
 }
 
-static __always_inline void unfollow(__u32 tgid)
+static __always_inline void untarget(__u32 tgid)
 {
 	__u32 w = tgid >> 6;
-	__u64 *fol = bpf_map_lookup_elem(&target_fol, &w);
-	if (fol)
-		__sync_fetch_and_and(fol, ~(1ULL << (tgid & 63)));
+	__u64 *bits = bpf_map_lookup_elem(&target_bits, &w);
+	if (bits)
+		__sync_fetch_and_and(bits, ~(1ULL << (tgid & 63)));
 }
 
 /* current_is_target: maybe_target for the running thread's process. */

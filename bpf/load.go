@@ -12,11 +12,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 )
 
 // The map and event layouts the daemon reads, named for callers outside
@@ -132,11 +135,11 @@ type Options struct {
 }
 
 // Objects are hone's loaded programs and maps. The shared maps (targets,
-// target_sel, target_fol, events, drops, inflight, thread_slots) are
-// created once, by the first object, and handed to the others.
+// target_bits, events, drops, inflight, thread_slots) are created once, by
+// the first object, and handed to the others.
 type Objects struct {
-	selMu sync.Mutex        // serialises the daemon's changes to targets and target_sel
-	sel   map[uint32]uint64 // target_sel's words the daemon has set, by index
+	selMu sync.Mutex // serialises the daemon's changes to targets and target_bits
+	bits  []byte     // target_bits, mapped shared (hone.h): changed only with atomic or/and
 
 	procs    procsObjects
 	syscalls syscallsObjects
@@ -149,7 +152,7 @@ type Objects struct {
 
 // Load loads every program and map into the kernel. Nothing is attached yet.
 func Load(opts Options) (_ *Objects, err error) {
-	o := &Objects{sel: map[uint32]uint64{}}
+	o := &Objects{}
 	defer func() {
 		if err != nil {
 			o.Close()
@@ -164,10 +167,14 @@ func Load(opts Options) (_ *Objects, err error) {
 	if err := procs.LoadAndAssign(&o.procs, nil); err != nil {
 		return nil, fmt.Errorf("load procs: %w", verifierDetail(err))
 	}
+	// The daemon's side of target_bits: mapped once, while it still holds
+	// the map's descriptor (no capability is needed to write it later).
+	if o.bits, err = unix.Mmap(o.procs.TargetBits.FD(), 0, int(words)*8, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
+		return nil, fmt.Errorf("map target_bits: %w", err)
+	}
 	shared := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
 		"targets":      o.procs.Targets,
-		"target_sel":   o.procs.TargetSel,
-		"target_fol":   o.procs.TargetFol,
+		"target_bits":  o.procs.TargetBits,
 		"events":       o.procs.Events,
 		"drops":        o.procs.Drops,
 		"inflight":     o.procs.Inflight,
@@ -231,10 +238,9 @@ func Load(opts Options) (_ *Objects, err error) {
 	return o, nil
 }
 
-// targetWords is how many 64-bit words the target prefilter's bitmaps
-// (hone.h: target_sel, target_fol) need for this host's process ids:
-// pid_max/64 rounded up, at most PID_MAX_LIMIT's (4,194,304/64: 512 KiB a
-// bitmap). A process id beyond them, should pid_max be raised later, is
+// targetWords is how many 64-bit words the target prefilter's bitmap
+// (hone.h: target_bits) needs for this host's process ids: pid_max/64
+// rounded up, at most PID_MAX_LIMIT's (4,194,304/64: 512 KiB). A process id beyond them, should pid_max be raised later, is
 // always passed to the targets map.
 func targetWords() uint32 {
 	const most = 4194304 / 64
@@ -249,13 +255,11 @@ func targetWords() uint32 {
 	return uint32(min((n+63)/64, most))
 }
 
-// sizeTargetBits sizes an object's prefilter bitmaps (every object
-// declares them; one pair is shared).
+// sizeTargetBits sizes an object's prefilter bitmap (every object
+// declares it; one is shared).
 func sizeTargetBits(spec *ebpf.CollectionSpec, words uint32) {
-	for _, name := range []string{"target_sel", "target_fol"} {
-		if m := spec.Maps[name]; m != nil {
-			m.MaxEntries = words
-		}
+	if m := spec.Maps["target_bits"]; m != nil {
+		m.MaxEntries = words
 	}
 }
 
@@ -274,6 +278,10 @@ func (o *Objects) UprobeMulti() bool { return o.uprobeMulti }
 
 // Close releases every program and map (links are closed by their owners).
 func (o *Objects) Close() error {
+	if o.bits != nil {
+		_ = unix.Munmap(o.bits)
+		o.bits = nil
+	}
 	return errors.Join(o.cuda.Close(), o.sockets.Close(), o.sched.Close(), o.syscalls.Close(), o.procs.Close())
 }
 
@@ -296,13 +304,12 @@ func (o *Objects) AddTarget(pid uint32) error {
 	if err := o.procs.Targets.Update(pid, v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("add target %d: %w", pid, err)
 	}
-	if err := o.setSel(pid, true); err != nil {
-		return fmt.Errorf("add target %d: %w", pid, err)
-	}
+	o.setBit(pid, true)
 	return nil
 }
 
-// RemoveTarget stops tracing a process.
+// RemoveTarget stops tracing a process. (A process's exit needs no call:
+// the kernel takes it out of targets and clears its bit.)
 func (o *Objects) RemoveTarget(pid uint32) error {
 	o.selMu.Lock()
 	defer o.selMu.Unlock()
@@ -310,36 +317,24 @@ func (o *Objects) RemoveTarget(pid uint32) error {
 	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("remove target %d: %w", pid, err)
 	}
-	if err := o.setSel(pid, false); err != nil {
-		return fmt.Errorf("remove target %d: %w", pid, err)
-	}
+	o.setBit(pid, false)
 	return nil
 }
 
-// setSel sets or clears pid's bit in target_sel, whose one writer the
-// daemon is: the word is written whole from o.sel, never read back. A pid
-// beyond the bitmap needs no bit (the check asks targets). Callers hold
-// selMu.
-func (o *Objects) setSel(pid uint32, on bool) error {
-	w, bit := pid/64, uint64(1)<<(pid%64)
-	if w >= o.procs.TargetSel.MaxEntries() {
-		return nil
+// setBit sets or clears pid's bit in target_bits, with an atomic or/and
+// on its word in the shared mapping, as the programs change theirs. A pid
+// beyond the bitmap needs no bit (the check asks targets).
+func (o *Objects) setBit(pid uint32, on bool) {
+	w, bit := int(pid/64), uint64(1)<<(pid%64)
+	if (w+1)*8 > len(o.bits) {
+		return
 	}
-	v := o.sel[w]
+	word := (*uint64)(unsafe.Pointer(&o.bits[w*8]))
 	if on {
-		v |= bit
+		atomic.OrUint64(word, bit)
 	} else {
-		v &^= bit
+		atomic.AndUint64(word, ^bit)
 	}
-	if err := o.procs.TargetSel.Update(w, v, ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("target_sel: %w", err)
-	}
-	if v == 0 {
-		delete(o.sel, w)
-	} else {
-		o.sel[w] = v
-	}
-	return nil
 }
 
 // SetPortClass sets the classes of a port (PortKV | PortHTTP; 0 removes

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -221,4 +222,70 @@ func loadSyscallProbes(t *testing.T, opts bpf.Options) *bpf.Objects {
 	}
 	t.Cleanup(func() { links.Close() })
 	return objs
+}
+
+// TestTargetBits: the one-read prefilter (hone.h, target_bits) holds
+// exactly the targets. AddTarget sets a process's bit and RemoveTarget
+// clears it (the daemon's atomic or/and on the shared mapping); a target's
+// fork sets the child's bit before the child runs (its N getppid calls
+// are all counted), and each exit clears its own bit in the kernel, the
+// selected parent's included, with no call from the daemon.
+func TestTargetBits(t *testing.T) {
+	bpftest.Require(t)
+	prog, _ := bpftest.Workload(t)
+	objs := loadSyscallProbes(t, bpf.Options{})
+	bit := func(pid uint32) bool {
+		t.Helper()
+		var w uint64
+		if err := objs.TargetBitsMap().Lookup(pid/64, &w); err != nil {
+			t.Fatal(err)
+		}
+		return w&(1<<(pid%64)) != 0
+	}
+	var parent uint32
+	const n = 37
+	out := bpftest.Run(t, prog, []string{"fork", fmt.Sprint(n)}, func(pid int) {
+		parent = uint32(pid)
+		if bit(parent) {
+			t.Errorf("pid %d's bit set before AddTarget", parent)
+		}
+		if err := objs.AddTarget(parent); err != nil {
+			t.Fatal(err)
+		}
+		if !bit(parent) {
+			t.Errorf("AddTarget(%d) left its bit clear", parent)
+		}
+	})
+	var child uint32
+	if _, err := fmt.Sscan(out, &child); err != nil {
+		t.Fatalf("fork printed %q: %v", out, err)
+	}
+	if bit(parent) || bit(child) {
+		t.Errorf("after both exited: parent's bit %v, child's bit %v, want both clear", bit(parent), bit(child))
+	}
+	all, err := objs.ReadSyscalls(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var other uint64
+	for k, v := range all {
+		if k.Tgid == child && k.Class == bpf.SysOther {
+			other += v.Count
+		}
+	}
+	// getppid × n and the child's exit_group (which never returns, so it
+	// is not counted).
+	if other != n {
+		t.Errorf("followed child's other syscalls = %d, want exactly %d", other, n)
+	}
+	// The daemon's side on a live word: set and clear one pid, twice.
+	self := uint32(os.Getpid())
+	for range 2 {
+		if err := objs.AddTarget(self); err != nil || !bit(self) {
+			t.Fatalf("AddTarget(self): bit %v (%v)", bit(self), err)
+		}
+		if err := objs.RemoveTarget(self); err != nil || bit(self) {
+			t.Fatalf("RemoveTarget(self): bit %v (%v)", bit(self), err)
+		}
+	}
 }

@@ -85,7 +85,7 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	if (BPF_CORE_READ(p, signal, live.counter) != 0)
 		return 0;
 	bpf_map_delete_elem(&targets, &tgid);
-	unfollow(tgid);
+	untarget(tgid); /* selected or followed: the daemon need not */
 	emit(EVENT_EXIT, tgid, tid, 0, 0);
 	return 0;
 }

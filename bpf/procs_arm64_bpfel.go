@@ -47,8 +47,7 @@ const (
 	procsMapDrops           = "drops"
 	procsMapEvents          = "events"
 	procsMapInflight        = "inflight"
-	procsMapTargetFol       = "target_fol"
-	procsMapTargetSel       = "target_sel"
+	procsMapTargetBits      = "target_bits"
 	procsMapTargets         = "targets"
 	procsMapThreadSlots     = "thread_slots"
 	procsProgOnExec         = "on_exec"
@@ -111,8 +110,7 @@ type procsMapSpecs struct {
 	Drops       *ebpf.MapSpec `ebpf:"drops"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
-	TargetFol   *ebpf.MapSpec `ebpf:"target_fol"`
-	TargetSel   *ebpf.MapSpec `ebpf:"target_sel"`
+	TargetBits  *ebpf.MapSpec `ebpf:"target_bits"`
 	Targets     *ebpf.MapSpec `ebpf:"targets"`
 	ThreadSlots *ebpf.MapSpec `ebpf:"thread_slots"`
 }
@@ -147,8 +145,7 @@ type procsMaps struct {
 	Drops       *ebpf.Map `ebpf:"drops"`
 	Events      *ebpf.Map `ebpf:"events"`
 	Inflight    *ebpf.Map `ebpf:"inflight"`
-	TargetFol   *ebpf.Map `ebpf:"target_fol"`
-	TargetSel   *ebpf.Map `ebpf:"target_sel"`
+	TargetBits  *ebpf.Map `ebpf:"target_bits"`
 	Targets     *ebpf.Map `ebpf:"targets"`
 	ThreadSlots *ebpf.Map `ebpf:"thread_slots"`
 }
@@ -158,8 +155,7 @@ func (m *procsMaps) Close() error {
 		m.Drops,
 		m.Events,
 		m.Inflight,
-		m.TargetFol,
-		m.TargetSel,
+		m.TargetBits,
 		m.Targets,
 		m.ThreadSlots,
 	)

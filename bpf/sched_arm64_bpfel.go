@@ -50,8 +50,7 @@ const (
 	schedMapEvents       = "events"
 	schedMapInflight     = "inflight"
 	schedMapSchedStats   = "sched_stats"
-	schedMapTargetFol    = "target_fol"
-	schedMapTargetSel    = "target_sel"
+	schedMapTargetBits   = "target_bits"
 	schedMapTargets      = "targets"
 	schedMapThreadSlots  = "thread_slots"
 	schedProgOnSwitch    = "on_switch"
@@ -114,8 +113,7 @@ type schedMapSpecs struct {
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
 	SchedStats  *ebpf.MapSpec `ebpf:"sched_stats"`
-	TargetFol   *ebpf.MapSpec `ebpf:"target_fol"`
-	TargetSel   *ebpf.MapSpec `ebpf:"target_sel"`
+	TargetBits  *ebpf.MapSpec `ebpf:"target_bits"`
 	Targets     *ebpf.MapSpec `ebpf:"targets"`
 	ThreadSlots *ebpf.MapSpec `ebpf:"thread_slots"`
 }
@@ -150,8 +148,7 @@ type schedMaps struct {
 	Events      *ebpf.Map `ebpf:"events"`
 	Inflight    *ebpf.Map `ebpf:"inflight"`
 	SchedStats  *ebpf.Map `ebpf:"sched_stats"`
-	TargetFol   *ebpf.Map `ebpf:"target_fol"`
-	TargetSel   *ebpf.Map `ebpf:"target_sel"`
+	TargetBits  *ebpf.Map `ebpf:"target_bits"`
 	Targets     *ebpf.Map `ebpf:"targets"`
 	ThreadSlots *ebpf.Map `ebpf:"thread_slots"`
 }
@@ -162,8 +159,7 @@ func (m *schedMaps) Close() error {
 		m.Events,
 		m.Inflight,
 		m.SchedStats,
-		m.TargetFol,
-		m.TargetSel,
+		m.TargetBits,
 		m.Targets,
 		m.ThreadSlots,
 	)

@@ -53,7 +53,7 @@ func TestThreadSlots(t *testing.T) {
 			t.Fatalf("%+v", err)
 		}
 		t.Cleanup(func() { coll.Close() })
-		if err := coll.Maps["target_sel"].Update(tgid/64, uint64(1)<<(tgid%64), ebpf.UpdateAny); err != nil {
+		if err := coll.Maps["target_bits"].Update(tgid/64, uint64(1)<<(tgid%64), ebpf.UpdateAny); err != nil {
 			t.Fatal(err)
 		}
 		return coll

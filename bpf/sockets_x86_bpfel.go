@@ -113,8 +113,7 @@ const (
 	socketsMapEvents              = "events"
 	socketsMapInflight            = "inflight"
 	socketsMapPortClass           = "port_class"
-	socketsMapTargetFol           = "target_fol"
-	socketsMapTargetSel           = "target_sel"
+	socketsMapTargetBits          = "target_bits"
 	socketsMapTargets             = "targets"
 	socketsMapThreadSlots         = "thread_slots"
 	socketsProgOnRecv             = "on_recv"
@@ -181,8 +180,7 @@ type socketsMapSpecs struct {
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
 	PortClass   *ebpf.MapSpec `ebpf:"port_class"`
-	TargetFol   *ebpf.MapSpec `ebpf:"target_fol"`
-	TargetSel   *ebpf.MapSpec `ebpf:"target_sel"`
+	TargetBits  *ebpf.MapSpec `ebpf:"target_bits"`
 	Targets     *ebpf.MapSpec `ebpf:"targets"`
 	ThreadSlots *ebpf.MapSpec `ebpf:"thread_slots"`
 }
@@ -221,8 +219,7 @@ type socketsMaps struct {
 	Events      *ebpf.Map `ebpf:"events"`
 	Inflight    *ebpf.Map `ebpf:"inflight"`
 	PortClass   *ebpf.Map `ebpf:"port_class"`
-	TargetFol   *ebpf.Map `ebpf:"target_fol"`
-	TargetSel   *ebpf.Map `ebpf:"target_sel"`
+	TargetBits  *ebpf.Map `ebpf:"target_bits"`
 	Targets     *ebpf.Map `ebpf:"targets"`
 	ThreadSlots *ebpf.Map `ebpf:"thread_slots"`
 }
@@ -234,8 +231,7 @@ func (m *socketsMaps) Close() error {
 		m.Events,
 		m.Inflight,
 		m.PortClass,
-		m.TargetFol,
-		m.TargetSel,
+		m.TargetBits,
 		m.Targets,
 		m.ThreadSlots,
 	)

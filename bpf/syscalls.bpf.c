@@ -186,7 +186,7 @@ static __always_inline bool sample_untimed(struct hone_thread_slot *ts)
 
 /* sys_enter and sys_exit run for every syscall of every thread on the host
  * while attached, so what a thread that is not a target pays is the point:
- * the target check's two inlined array reads each (maybe_target), nothing
+ * the target check's one inlined array read each (maybe_target), nothing
  * else. A target's thread adds a clock read each for a timed call
  * (sample_mask), and its slot and statistics are inlined array reads
  * (hone.h, thread_slots): no hash lookup on the hot path. Only a thread without a slot of its own pays the

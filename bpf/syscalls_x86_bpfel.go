@@ -56,8 +56,7 @@ const (
 	syscallsMapInflight    = "inflight"
 	syscallsMapSlotStats   = "slot_stats"
 	syscallsMapSysStats    = "sys_stats"
-	syscallsMapTargetFol   = "target_fol"
-	syscallsMapTargetSel   = "target_sel"
+	syscallsMapTargetBits  = "target_bits"
 	syscallsMapTargets     = "targets"
 	syscallsMapThreadSlots = "thread_slots"
 	syscallsProgSysEnter   = "sys_enter"
@@ -120,8 +119,7 @@ type syscallsMapSpecs struct {
 	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
 	SlotStats   *ebpf.MapSpec `ebpf:"slot_stats"`
 	SysStats    *ebpf.MapSpec `ebpf:"sys_stats"`
-	TargetFol   *ebpf.MapSpec `ebpf:"target_fol"`
-	TargetSel   *ebpf.MapSpec `ebpf:"target_sel"`
+	TargetBits  *ebpf.MapSpec `ebpf:"target_bits"`
 	Targets     *ebpf.MapSpec `ebpf:"targets"`
 	ThreadSlots *ebpf.MapSpec `ebpf:"thread_slots"`
 }
@@ -158,8 +156,7 @@ type syscallsMaps struct {
 	Inflight    *ebpf.Map `ebpf:"inflight"`
 	SlotStats   *ebpf.Map `ebpf:"slot_stats"`
 	SysStats    *ebpf.Map `ebpf:"sys_stats"`
-	TargetFol   *ebpf.Map `ebpf:"target_fol"`
-	TargetSel   *ebpf.Map `ebpf:"target_sel"`
+	TargetBits  *ebpf.Map `ebpf:"target_bits"`
 	Targets     *ebpf.Map `ebpf:"targets"`
 	ThreadSlots *ebpf.Map `ebpf:"thread_slots"`
 }
@@ -171,8 +168,7 @@ func (m *syscallsMaps) Close() error {
 		m.Inflight,
 		m.SlotStats,
 		m.SysStats,
-		m.TargetFol,
-		m.TargetSel,
+		m.TargetBits,
 		m.Targets,
 		m.ThreadSlots,
 	)

@@ -560,12 +560,10 @@ func (d *Daemon) procEvent(e *bpf.ProcEvent) {
 			}
 		}
 	case bpf.EventExit:
-		if d.objs != nil {
-			// The kernel took the process out of targets; its bit in the
-			// daemon's prefilter (bpf.Objects.AddTarget) is the daemon's
-			// to clear, before the pid is reused.
-			_ = d.objs.RemoveTarget(uint32(pid))
-		}
+		// The kernel took the process out of targets and cleared its bit
+		// in the prefilter (hone.h: target_bits) as it exited: nothing to
+		// undo here, and clearing it now could untarget a child that
+		// reused the pid since.
 		d.mu.Lock()
 		d.logExited++
 		if t := d.targets[pid]; t != nil {
