@@ -138,7 +138,7 @@ type Options struct {
 // target_bits, events, drops, inflight, thread_slots) are created once, by
 // the first object, and handed to the others.
 type Objects struct {
-	selMu sync.Mutex // serialises the daemon's changes to targets and target_bits
+	selMu sync.Mutex // serialises the daemon's changes to targets and its bits in target_bits
 	bits  []byte     // target_bits, mapped shared (hone.h): changed only with atomic or/and
 
 	procs    procsObjects
@@ -240,8 +240,9 @@ func Load(opts Options) (_ *Objects, err error) {
 
 // targetWords is how many 64-bit words the target prefilter's bitmap
 // (hone.h: target_bits) needs for this host's process ids: pid_max/64
-// rounded up, at most PID_MAX_LIMIT's (4,194,304/64: 512 KiB). A process id beyond them, should pid_max be raised later, is
-// always passed to the targets map.
+// rounded up, at most PID_MAX_LIMIT's (4,194,304/64: 512 KiB). A process
+// id beyond it, should pid_max be raised later, is always passed to the
+// targets map.
 func targetWords() uint32 {
 	const most = 4194304 / 64
 	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
