@@ -681,10 +681,12 @@ type runHops map[hopKey]predict.Hop
 // its engine's receipt as its first token's arrival less the engine's
 // receipt-to-first-token time (e2e_time_ms − generation_time_ms, after
 // the hop back): the midpoint, as a clock offset is taken, where the
-// engine reports both (the send otherwise). Disaggregated, the engine is
-// the decode worker, and the same estimate is the decode leg's receipt
-// (predict.Hop.DecodeAtMs, late by the hop back); the prefill leg leaves
-// at the send.
+// engine reports both (the send otherwise), and the other half is the hop
+// back (predict.Hop.BackMs), which the client's TTFT includes.
+// Disaggregated, the engine is the decode worker, and the same estimate
+// is the decode leg's receipt (predict.Hop.DecodeAtMs, late by the hop
+// back, so the hop back is in its prediction already); the prefill leg
+// leaves at the send.
 func hopsOf(run replay.RunRecord, disagg bool, scale float64) runHops {
 	h := runHops{}
 	for _, l := range run.Levels {
@@ -707,6 +709,7 @@ func hopsOf(run replay.RunRecord, disagg bool, scale float64) runHops {
 					hop.DecodeAtMs = receipt
 				case receipt > q.SentMs:
 					hop.ArriveMs = (q.SentMs+receipt)/2 - q.ScheduledMs
+					hop.BackMs = (receipt - q.SentMs) / 2
 				}
 			}
 			h[hopKey{l.OfferedQPS, q.ID}] = hop

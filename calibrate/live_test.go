@@ -2,6 +2,7 @@ package calibrate
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"math"
 	"path/filepath"
@@ -19,16 +20,19 @@ import (
 var (
 	live      = flag.Bool("live", false, "calibrate on live emulator deployments that run a hidden profile (make test-consistency)")
 	liveScale = flag.Float64("live-scale", 1, "time scale of the -live deployments: at S the host's own delays (HTTP hops, moving KV bytes over loopback) shrink S-fold in model time")
+	liveKeep  = flag.String("live-keep", "", "with -live, also write each deployment's record into this directory (<path>.json.gz, its config the spec calibration is given), for hone calibrate --records")
 )
 
 // TestCalibrationRecoversHiddenProfileLive (with -live) is the issue's
 // check on the live emulator: workers serve a hidden profile file (the L4
 // linear form with prefill per token ×1.3, step base ×0.8, decode per
-// sequence ×1.2, link bandwidth ×0.5) at time scale 1, colocated and 1P1D;
-// their replays (3 runs each) are calibrated from the unperturbed L4
-// profile, which was never told the factors. Every coefficient the records
-// determine must come back within 5% of the hidden one, and the calibrated
-// profile must predict every level's p50 TTFT and TPOT within 5%.
+// sequence ×1.2, link bandwidth ×0.5) at time scale -live-scale, in the
+// deployments of liveDesign (colocated; 1P1D with two pull sizes); their
+// replays (3 runs each) are calibrated from the unperturbed L4 profile,
+// which was never told the factors. Every coefficient the records
+// determine must come back within 5% of the hidden one, and the
+// calibrated profile must predict every level's p50 TTFT and TPOT within
+// 5% given the runs' arrivals.
 func TestCalibrationRecoversHiddenProfileLive(t *testing.T) {
 	if !*live {
 		t.Skip("live deployments at time scale 1 take minutes: run with -live (make test-consistency)")
@@ -41,7 +45,8 @@ func TestCalibrationRecoversHiddenProfileLive(t *testing.T) {
 	}
 	ctx := context.Background()
 	var inputs []Input
-	for i, kind := range []string{deploy.Colocated, deploy.Disaggregated} {
+	for _, c := range liveDesign {
+		kind := c.kind
 		s := testSpec(t, kind, false)
 		base := honetest.FreePorts(t, 10)
 		s.Network.ProxyPort, s.Network.WorkerPort = base, base+1
@@ -56,7 +61,7 @@ func TestCalibrationRecoversHiddenProfileLive(t *testing.T) {
 			t.Fatal(err)
 		}
 		rec, err := replay.Run(ctx, replay.Options{Endpoint: d.ProxyURL(), Model: s.ServedName(), Kind: replay.KindEmulated,
-			Backend: "emulator", Workload: testWorkload, QPS: testQPS, Runs: 3, SLO: slo.Default, TimeScale: *liveScale,
+			Backend: "emulator", Workload: c.workload, QPS: c.qps, Runs: 3, SLO: slo.Default, TimeScale: *liveScale,
 			GPUs: s.GPUsNeeded(), CachedTokensReported: true})
 		d.Down(5 * time.Second)
 		if err != nil {
@@ -65,7 +70,17 @@ func TestCalibrationRecoversHiddenProfileLive(t *testing.T) {
 		// The optimizer calibrates with the spec as deployed minus the
 		// profile it ran (which it is not told).
 		s.Emulator.Profile = "qwen2.5-coder-0.5b-l4"
-		inputs = append(inputs, Input{Spec: s, Record: rec, Path: []string{"colocated", "1p1d"}[i]})
+		if *liveKeep != "" {
+			b, _ := json.Marshal(s)
+			rec.Config = nil
+			if err := json.Unmarshal(b, &rec.Config); err != nil {
+				t.Fatal(err)
+			}
+			if err := replay.WriteRecord(filepath.Join(*liveKeep, c.path+".json.gz"), rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+		inputs = append(inputs, Input{Spec: s, Record: rec, Path: c.path})
 	}
 	start, _ := emulator.LookupProfile("qwen2.5-coder-0.5b-l4")
 	res, err := Calibrate(inputs, Config{Start: start})

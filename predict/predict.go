@@ -61,6 +61,10 @@ type Hop struct {
 	// DecodeAtMs, when later than the prefill's end plus DecodeHopMs, is
 	// the decode worker's measured receipt.
 	DecodeAtMs float64
+	// BackMs: from the engine's sampling of a token to the client's
+	// receipt of it (the hop back through the proxy), added to the first
+	// and the last token's times.
+	BackMs float64
 }
 
 // Run predicts spec under opts: one run over every level, each level
@@ -243,6 +247,10 @@ func (c *cluster) level(prompts *replay.Prompts, qps float64, opts Options, gpus
 	}
 	vr := make([]emulator.VirtualRequest, len(reqs))
 	router := newRouter(c)
+	var back []float64 // Hop.BackMs by request, when hops are given
+	if opts.Hops != nil {
+		back = make([]float64, len(reqs))
+	}
 	for i, q := range reqs {
 		// The simulation writes each request's output after its prompt
 		// (VirtualRequest.Prompt); a level's buffers are free again once
@@ -270,12 +278,17 @@ func (c *cluster) level(prompts *replay.Prompts, qps float64, opts Options, gpus
 			h := opts.Hops(qps, q.ID)
 			vr[i].ArrivalMs += max(h.ArriveMs, 0)
 			vr[i].DecodeHopMs, vr[i].DecodeAtMs = h.DecodeHopMs, h.DecodeAtMs
+			back[i] = max(h.BackMs, 0)
 		}
 		router.route(&vr[i])
 	}
 	outs, err := emulator.Simulate(c.workers, vr)
 	if err != nil {
 		return replay.LevelRecord{}, err
+	}
+	for i, b := range back {
+		outs[i].FirstMs += b
+		outs[i].FinishMs += b
 	}
 	lr := replay.LevelRecord{Level: slo.Level{OfferedQPS: qps}, Planned: len(reqs), Sent: len(reqs), Complete: true,
 		Outcomes: map[string]int{}, Failures: map[string]int{}, PrefixSeed: w.Seed,
