@@ -269,13 +269,16 @@ func (q quantity) value(rr *replay.RequestRecord, m *engineMetrics) float64 {
 // (emulator.RequestMetrics; vLLM has all but kv_transfer_time_ms and
 // time_scale).
 type engineMetrics struct {
-	Queue     *float64 `json:"queue_time_ms"`
-	TTFT      *float64 `json:"time_to_first_token_ms"`
-	E2E       *float64 `json:"e2e_time_ms"`
-	Gen       *float64 `json:"generation_time_ms"`
-	ITL       *float64 `json:"mean_itl_ms"`
-	Transfer  *float64 `json:"kv_transfer_time_ms"`
-	TimeScale *float64 `json:"time_scale"`
+	Queue    *float64 `json:"queue_time_ms"`
+	TTFT     *float64 `json:"time_to_first_token_ms"`
+	E2E      *float64 `json:"e2e_time_ms"`
+	Gen      *float64 `json:"generation_time_ms"`
+	ITL      *float64 `json:"mean_itl_ms"`
+	Transfer *float64 `json:"kv_transfer_time_ms"`
+	// TransferLate is hone's emulator's: the part of Transfer past the
+	// modelled end, the host's (0 on time; absent from vLLM).
+	TransferLate *float64 `json:"kv_transfer_late_ms"`
+	TimeScale    *float64 `json:"time_scale"`
 }
 
 func parseMetrics(raw json.RawMessage) (engineMetrics, bool) {
@@ -747,7 +750,7 @@ func (c *calibration) observe() error {
 			scale = 1
 		}
 		var count [nQuantities]int
-		skipped, lateWarmupLevels := 0, 0
+		skipped, lateWarmupLevels, latePulls := 0, 0, 0
 		var run replay.RunRecord
 		var ri int
 		add := func(li int, ids []int, k quantity, v, floor float64) {
@@ -821,7 +824,12 @@ func (c *calibration) observe() error {
 						// The metrics are the decode worker's; the client's
 						// TTFT less the decode worker's part is the prefill
 						// leg (the prefill worker's queue and prefill).
-						if mm.Transfer != nil && !(lateWarmups && q.ID < replay.Sessions) {
+						// A pull the emulator says ended late is host time.
+						late := mm.TransferLate != nil && *mm.TransferLate > 0
+						if late {
+							latePulls++
+						}
+						if mm.Transfer != nil && !late && !(lateWarmups && q.ID < replay.Sessions) {
 							add(li, id, qTransfer, *mm.Transfer*unit, minScaleMs)
 						}
 						add(li, id, qPrefillLeg, *q.TTFTMs-(*mm.Queue+*mm.TTFT)*unit, minScaleMs)
@@ -841,6 +849,9 @@ func (c *calibration) observe() error {
 		note := fmt.Sprintf("%s: %d observations (%s)", in.Path, len(c.obs[i]), strings.Join(used, ", "))
 		if skipped > 0 {
 			note += fmt.Sprintf("; %d invalid levels left out", skipped)
+		}
+		if latePulls > 0 {
+			note += fmt.Sprintf("; %d KV transfer times left out (the emulator's host delivered their pulls late: kv_transfer_late_ms)", latePulls)
 		}
 		if lateWarmupLevels > 0 {
 			note += fmt.Sprintf("; the warm-ups' KV transfer times left out of %d levels (the emulator's host delivered their pulls late: emulator counters)", lateWarmupLevels)

@@ -587,3 +587,52 @@ func TestCalibrateTwoPullSizes(t *testing.T) {
 		t.Errorf("one pull size: %+v; want held as collinear, or this test proves nothing", c)
 	}
 }
+
+// TestCalibrateLeavesOutLatePulls: a measured request whose pull the
+// emulator says ended late (kv_transfer_late_ms > 0) has host time in its
+// kv_transfer_time_ms; its transfer time is left out, and the hidden
+// profile comes back exactly. The same inflated times without the field
+// pull the fit off, or this test proves nothing.
+func TestCalibrateLeavesOutLatePulls(t *testing.T) {
+	h := hidden(t)
+	start, _ := emulator.LookupProfile("qwen2.5-coder-0.5b-l4")
+	late := func(flag bool) Input {
+		in := Input{Spec: testSpec(t, deploy.Disaggregated, false), Path: "1p1d"}
+		in.Record = measure(t, in.Spec, h)
+		l := &in.Record.Runs[0].Levels[0]
+		for k := replay.Sessions; k < replay.Sessions+5; k++ {
+			q := &l.Requests[k]
+			var m map[string]any
+			if err := json.Unmarshal(q.EngineMetrics, &m); err != nil {
+				t.Fatal(err)
+			}
+			m["kv_transfer_time_ms"] = m["kv_transfer_time_ms"].(float64) + 3
+			if flag {
+				m["kv_transfer_late_ms"] = 3.0
+			} else {
+				delete(m, "kv_transfer_late_ms")
+			}
+			q.EngineMetrics, _ = json.Marshal(m)
+		}
+		return in
+	}
+	res, err := Calibrate([]Input{late(true)}, Config{Start: start})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, w := range map[string]float64{TransferFixedMs: h.TransferFixedMs, TransferMsPerMiB: 1000 * (1 << 20) / h.GPU.LinkBytesSec} {
+		if c := coefficient(t, res, name); !c.Fitted || math.Abs(c.Value-w)/w > 1e-6 {
+			t.Errorf("%s = %.9g (fitted %v: %s), hidden %.9g", name, c.Value, c.Fitted, c.Why, w)
+		}
+	}
+	if got := strings.Join(res.Notes, "\n"); !strings.Contains(got, "5 KV transfer times left out") {
+		t.Errorf("notes:\n%s", got)
+	}
+	blind, err := Calibrate([]Input{late(false)}, Config{Start: start})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := coefficient(t, blind, TransferFixedMs); math.Abs(c.Value-h.TransferFixedMs)/h.TransferFixedMs < 0.01 {
+		t.Errorf("without kv_transfer_late_ms transfer_fixed_ms = %.6g, hidden %.6g: want the host time to show (> 1%%)", c.Value, h.TransferFixedMs)
+	}
+}

@@ -312,6 +312,9 @@ type PromptTokensDetails struct {
 //
 //	prefill_time_ms      first scheduled → first token (= time_to_first_token_ms)
 //	kv_transfer_time_ms  decode worker: receipt → pulled KV usable
+//	kv_transfer_late_ms  of kv_transfer_time_ms, the part past the modelled
+//	                     end: the bytes crossed this host's side channel
+//	                     late, so it is host time, not the modelled link's
 //	decode_time_ms       first → last token (= generation_time_ms)
 //	e2e_time_ms          arrival → last token
 //	time_scale           wall = model × time_scale
@@ -323,6 +326,7 @@ type RequestMetrics struct {
 	TokensPerSecond    *float64 `json:"tokens_per_second,omitempty"`
 	PrefillTimeMs      float64  `json:"prefill_time_ms"`
 	KVTransferTimeMs   float64  `json:"kv_transfer_time_ms"`
+	KVTransferLateMs   float64  `json:"kv_transfer_late_ms"`
 	DecodeTimeMs       float64  `json:"decode_time_ms"`
 	E2ETimeMs          float64  `json:"e2e_time_ms"`
 	TimeScale          float64  `json:"time_scale"`
@@ -332,7 +336,7 @@ type RequestMetrics struct {
 // vLLM's definitions (see RequestMetrics).
 func requestMetrics(res *Result, scale float64) *RequestMetrics {
 	t := res.Timing
-	m := &RequestMetrics{PrefillTimeMs: t.PrefillMs, KVTransferTimeMs: t.TransferMs, DecodeTimeMs: t.DecodeMs,
+	m := &RequestMetrics{PrefillTimeMs: t.PrefillMs, KVTransferTimeMs: t.TransferMs, KVTransferLateMs: t.TransferLateMs, DecodeTimeMs: t.DecodeMs,
 		E2ETimeMs: t.E2EMs, TimeScale: scale}
 	if t.ScheduledMono != 0 {
 		m.QueueTimeMs = t.ScheduledMs - t.QueuedMs

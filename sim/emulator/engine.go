@@ -61,6 +61,7 @@ type request struct {
 	transferFromMs float64
 	transferToMs   float64
 	transferModel  float64
+	transferLateMs float64 // of transferToMs − transferFromMs, how much the host added past transferModel
 }
 
 // stream carries a request's tokens from the engine to its HTTP handler
@@ -121,6 +122,7 @@ type Timing struct {
 	QueueMs          float64 // arrival (or KV ready) -> first scheduled
 	PrefillMs        float64 // first scheduled -> first token
 	TransferMs       float64 // KV pull, decode worker only
+	TransferLateMs   float64 // of TransferMs, the part after the modelled end: the pulled bytes crossed this host's side channel late
 	DecodeMs         float64 // first token -> last token
 	TTFTMs           float64 // arrival -> first token
 	E2EMs            float64 // arrival -> last token
@@ -764,6 +766,7 @@ func (e *engine) timing(r *request) Timing {
 		KVPulledTokens: r.pulledTokens, KVBytesReceived: r.kvBytesIn}
 	if r.remote != nil && r.transferToMs > 0 {
 		t.TransferMs = r.transferToMs - r.transferFromMs
+		t.TransferLateMs = r.transferLateMs
 		t.TransferFromMono, t.TransferToMono = c.mono(r.transferFromMs), c.mono(r.transferToMs)
 	}
 	if r.scheduled {

@@ -168,3 +168,31 @@ func TestFaultRefuseKV(t *testing.T) {
 		t.Errorf("outputs differ: %v vs %v", cr.tokens, res.tokens)
 	}
 }
+
+// TestTransferLateMs: kv_transfer_late_ms is the part of
+// kv_transfer_time_ms past the modelled end, the host's. At time scale
+// 0.001 the exercise profile's 8 ms pull is 8 µs of wall time, less than
+// a loopback dial takes, so the pull is late, by its transfer time less
+// the 8 model ms; at time scale 1 with slow-transfer=50 (400 ms of wall
+// time for the bytes of a 200-token prompt) it is on time: exactly 0.
+func TestTransferLateMs(t *testing.T) {
+	for _, c := range []struct {
+		scale, factor float64
+		late          bool
+	}{{0.001, 1, true}, {1, 50, false}} {
+		p, d, _, _ := pdPair(t, Config{Profile: "exercise", TimeScale: c.scale}, Faults{SlowTransfer: c.factor})
+		res, params := pdStream(context.Background(), p.URL(), d.URL(), map[string]any{"prompt": suffix(5, 200), "max_tokens": 2}, "")
+		if res.err != nil || params == nil || res.metrics == nil {
+			t.Fatalf("scale %v: %v %v", c.scale, res.err, params)
+		}
+		m := res.metrics
+		model := 8 * c.factor
+		if c.late {
+			if !(m.KVTransferLateMs > 0) || !near(m.KVTransferLateMs, m.KVTransferTimeMs-model, 1e-6) {
+				t.Errorf("scale %v: kv_transfer_late_ms %v, want transfer %v − model %v > 0", c.scale, m.KVTransferLateMs, m.KVTransferTimeMs, model)
+			}
+		} else if m.KVTransferLateMs != 0 || !near(m.KVTransferTimeMs, model, 1e-6) {
+			t.Errorf("scale %v: kv_transfer_late_ms %v, transfer %v; want 0 and %v", c.scale, m.KVTransferLateMs, m.KVTransferTimeMs, model)
+		}
+	}
+}

@@ -145,6 +145,9 @@ func (e *engine) loaded(m msg) {
 		return
 	}
 	r.pulledTokens = len(r.prompt) - r.cached
+	// A pull that ended on time ended at exactly fromMs + model (pullOnce,
+	// vworker.pull): any excess is the host's.
+	r.transferLateMs = max(m.endMs-(m.fromMs+m.model), 0)
 	e.metrics.nixlBytes.Observe(float64(m.bytes))
 	e.metrics.nixlXfer.Observe((m.endMs - r.transferFromMs) / 1000)
 	e.metrics.kvBytesReceived.Add(float64(m.bytes))
