@@ -30,6 +30,17 @@ func runStats(tb testing.TB, ps ...*ebpf.Program) (runs, ns uint64) {
 	return runs, ns
 }
 
+// statsOn turns the kernel's run-time statistics (bpf_stats) on until the
+// returned function is called.
+func statsOn(tb testing.TB) (off func()) {
+	tb.Helper()
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return func() { stats.Close() }
+}
+
 // floorSpins is the getppid loop's length: ~20-60 ms per spin.
 const floorSpins = 200_000
 
@@ -82,18 +93,25 @@ func BenchmarkSyscallFloor(b *testing.B) {
 		return objs
 	}
 
+	// attached attaches mode's programs (hone's or sampled's) until the
+	// returned function is called.
+	attached := func(mode string) (o *bpf.Objects, enter, exit *ebpf.Program, detach func()) {
+		o = loaded(mode)
+		links, err := o.Attach(bpf.Probes{Syscalls: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		progs := o.Programs()
+		return o, progs["sys_enter"], progs["sys_exit"], func() { links.Close() }
+	}
 	// spin runs the loop with what mode attaches.
 	spin := func(mode string) float64 {
 		switch mode {
 		case "off":
 			return bpftest.Spin(b, prog, floorSpins, nil)
 		case "hone", "hone-untraced", "sampled", "sampled-untraced":
-			o := loaded(mode)
-			links, err := o.Attach(bpf.Probes{Syscalls: true})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer links.Close()
+			o, _, _, detach := attached(mode)
+			defer detach()
 			return bpftest.Spin(b, prog, floorSpins, func(pid int) {
 				if !strings.HasSuffix(mode, "-untraced") {
 					if err := o.AddTarget(uint32(pid)); err != nil {
@@ -138,11 +156,7 @@ func BenchmarkSyscallFloor(b *testing.B) {
 	// noise (the added-ns figures' spread is ±20-50%); the tracepoint's
 	// own dispatch is outside it.
 	perCall := func(mode string) float64 {
-		stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer stats.Close()
+		defer statsOn(b)()
 		var progs []*ebpf.Program
 		switch mode {
 		case "ref", "lat":
@@ -153,13 +167,9 @@ func BenchmarkSyscallFloor(b *testing.B) {
 			defer ref.Close()
 			progs = ref.Programs()
 		default:
-			o := loaded(mode)
-			links, err := o.Attach(bpf.Probes{Syscalls: true})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer links.Close()
-			progs = []*ebpf.Program{o.Programs()["sys_enter"], o.Programs()["sys_exit"]}
+			_, enter, exit, detach := attached(mode)
+			defer detach()
+			progs = []*ebpf.Program{enter, exit}
 		}
 		var r0, t0 uint64
 		bpftest.Spin(b, prog, floorSpins, func(int) {
@@ -171,15 +181,12 @@ func BenchmarkSyscallFloor(b *testing.B) {
 		return float64(t1-t0) / float64(r1-r0)
 	}
 	perEvent := func(mode string) float64 {
-		stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer stats.Close()
+		defer statsOn(b)()
 		if mode == "ref" || mode == "lat" {
 			var r0, t0 uint64
 			var got *bpf.Reference
 			bpftest.Spin(b, prog, floorSpins, func(pid int) {
+				var err error
 				if got, err = bpf.LoadReference(uint32(pid), mode == "lat"); err != nil {
 					b.Fatal(err)
 				}
@@ -189,14 +196,8 @@ func BenchmarkSyscallFloor(b *testing.B) {
 			got.Close()
 			return float64(t1-t0) / float64(r1-r0)
 		}
-		o := loaded(mode)
-		progs := o.Programs()
-		enter, exit := progs["sys_enter"], progs["sys_exit"]
-		links, err := o.Attach(bpf.Probes{Syscalls: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer links.Close()
+		o, enter, exit, detach := attached(mode)
+		defer detach()
 		var r0, t0, er0, et0 uint64
 		bpftest.Spin(b, prog, floorSpins, func(pid int) {
 			if err := o.AddTarget(uint32(pid)); err != nil {
@@ -298,11 +299,7 @@ func BenchmarkProgramCost(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer cuda.Close()
-	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer stats.Close()
+	defer statsOn(b)()
 	progs := objs.Programs()
 	names := []string{"on_switch", "on_wakeup", "on_send", "on_recv", "sys_enter", "sys_exit", "cuda_launch"}
 	per := map[string][]float64{}
