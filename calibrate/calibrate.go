@@ -266,8 +266,8 @@ func (q quantity) value(rr *replay.RequestRecord, m *engineMetrics) float64 {
 }
 
 // engineMetrics are the keys of the per-request metrics calibration reads
-// (emulator.RequestMetrics; vLLM has all but kv_transfer_time_ms and
-// time_scale).
+// (emulator.RequestMetrics; vLLM has all but kv_transfer_time_ms,
+// kv_transfer_late_ms and time_scale).
 type engineMetrics struct {
 	Queue    *float64 `json:"queue_time_ms"`
 	TTFT     *float64 `json:"time_to_first_token_ms"`
@@ -275,8 +275,8 @@ type engineMetrics struct {
 	Gen      *float64 `json:"generation_time_ms"`
 	ITL      *float64 `json:"mean_itl_ms"`
 	Transfer *float64 `json:"kv_transfer_time_ms"`
-	// TransferLate is hone's emulator's: the part of Transfer past the
-	// modelled end, the host's (0 on time; absent from vLLM).
+	// TransferLate: the part of Transfer past the modelled end, the
+	// host's (0 on time).
 	TransferLate *float64 `json:"kv_transfer_late_ms"`
 	TimeScale    *float64 `json:"time_scale"`
 }
