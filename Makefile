@@ -77,7 +77,7 @@ demo: deps-test build
 # engines' exact recurrences. About 12 minutes at scale 2. Then hone predict
 # against live emulator deployments (12 configs x 2 profiles at time scale 1,
 # about 25 minutes) and calibration on live deployments that serve a hidden
-# profile (time scale 4).
+# profile (time scale 4, about 21 minutes).
 CONSISTENCY_SCALE ?= 2
 .PHONY: test-consistency
 test-consistency:
