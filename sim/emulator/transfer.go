@@ -146,8 +146,13 @@ func (e *engine) loaded(m msg) {
 	}
 	r.pulledTokens = len(r.prompt) - r.cached
 	// A pull that ended on time ended at exactly fromMs + model (pullOnce,
-	// vworker.pull): any excess is the host's.
+	// vworker.pull): any excess is the host's, host time in model time,
+	// which replay reports as emulator_bound when it matters.
 	r.transferLateMs = max(m.endMs-(m.fromMs+m.model), 0)
+	if r.transferLateMs > 0 {
+		e.metrics.kvPullsLate.Inc()
+		e.metrics.kvPullLateSeconds.Add(r.transferLateMs / 1000)
+	}
 	e.metrics.nixlBytes.Observe(float64(m.bytes))
 	e.metrics.nixlXfer.Observe((m.endMs - r.transferFromMs) / 1000)
 	e.metrics.kvBytesReceived.Add(float64(m.bytes))
@@ -502,13 +507,8 @@ func (e *engine) pullOnce(ctx context.Context, r *request, from int, fromMs, end
 	if _, err := c.Write([]byte("{\"ack\":true}\n")); err != nil {
 		return n, t.ModelMs, err
 	}
+	// Where the bytes took longer on this host than on the modelled link,
+	// the engine is told the later instant (loaded counts it as late).
 	*endMs = max(*fromMs+t.ModelMs, arrived)
-	if late := arrived - (*fromMs + t.ModelMs); late > 0 {
-		// The bytes took longer on this host than on the modelled link,
-		// and the engine is told the later instant: host time in model
-		// time, which replay reports as emulator_bound when it matters.
-		e.metrics.kvPullsLate.Inc()
-		e.metrics.kvPullLateSeconds.Add(late / 1000)
-	}
 	return n, t.ModelMs, nil
 }
