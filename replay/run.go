@@ -343,7 +343,7 @@ func (rr *RunRecord) summarize(gpus int) {
 			continue
 		}
 		for _, r := range l.Verdict.Reasons {
-			rr.Verdict.Reasons = append(rr.Verdict.Reasons, Reason{Code: r.Code, Detail: fmt.Sprintf("%g req/s: %s", l.OfferedQPS, r.Detail)})
+			rr.Verdict.Reasons = append(rr.Verdict.Reasons, Reason{Code: r.Code, Detail: fmt.Sprintf("%g req/s: %s", l.OfferedQPS, r.Detail), Scale: r.Scale})
 		}
 		rr.Verdict.Valid = false
 	}

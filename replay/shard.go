@@ -465,6 +465,7 @@ func mergeLevel(parts []*LevelRecord, all []Request, qps float64) LevelRecord {
 		Complete: true, Requests: []RequestRecord{}, Verdict: Verdict{Valid: true}}
 	first := true
 	details := map[string][]string{}
+	scales := map[string]float64{} // the largest of the parts' Scale estimates
 	var codes []string
 	for s, p := range parts {
 		if p == nil {
@@ -488,12 +489,13 @@ func mergeLevel(parts []*LevelRecord, all []Request, qps float64) LevelRecord {
 				codes = append(codes, r.Code)
 			}
 			details[r.Code] = append(details[r.Code], fmt.Sprintf("shard %d/%d: %s", s, len(parts), r.Detail))
+			scales[r.Code] = max(scales[r.Code], r.Scale)
 		}
 	}
 	lr.Complete = lr.Complete && lr.Sent == len(all)
 	slices.SortFunc(lr.Requests, func(a, b RequestRecord) int { return a.ID - b.ID })
 	for _, c := range codes {
-		lr.Verdict.Reasons = append(lr.Verdict.Reasons, Reason{Code: c, Detail: strings.Join(details[c], "; ")})
+		lr.Verdict.Reasons = append(lr.Verdict.Reasons, Reason{Code: c, Detail: strings.Join(details[c], "; "), Scale: scales[c]})
 		lr.Verdict.Valid = false
 	}
 	return lr

@@ -110,6 +110,13 @@ var VerdictRule = fmt.Sprintf("A level is invalid when: client_bound (p99 dispat
 type Reason struct {
 	Code   string `json:"code"`
 	Detail string `json:"detail"`
+	// Scale, on a reason the host caused (HostReason) and judged from
+	// figures that say how much host time entered the model's clock,
+	// estimates how many times larger the time scale would have had to be
+	// for the level to clear it: host time is fixed in wall time, so in
+	// model time it shrinks as 1/scale while the model's own time stays.
+	// 0: no estimate.
+	Scale float64 `json:"scale,omitempty"`
 }
 
 func (r Reason) String() string { return r.Code + ": " + r.Detail }
@@ -122,14 +129,28 @@ type Verdict struct {
 }
 
 // add records a reason once per code: the first detail stays.
-func (v *Verdict) add(code, format string, a ...any) {
+func (v *Verdict) add(code, format string, a ...any) { v.addScaled(code, 0, format, a...) }
+
+// addScaled is add with the reason's Scale estimate.
+func (v *Verdict) addScaled(code string, scale float64, format string, a ...any) {
 	for _, r := range v.Reasons {
 		if r.Code == code {
 			return
 		}
 	}
-	v.Reasons = append(v.Reasons, Reason{Code: code, Detail: fmt.Sprintf(format, a...)})
+	v.Reasons = append(v.Reasons, Reason{Code: code, Detail: fmt.Sprintf(format, a...), Scale: scale})
 	v.Valid = false
+}
+
+// scaleToShare is the factor k by which host time h (model ms, at the
+// measured scale) must shrink, h/k, to be at most the fraction f of a
+// figure made of the model's own time c plus that host time:
+// h/k <= f (c + h/k). 0 when the figure has no model time left (c <= 0).
+func scaleToShare(h, c, f float64) float64 {
+	if !(c > 0) || !(h > 0) {
+		return 0
+	}
+	return h * (1 - f) / (f * c)
 }
 
 // Has reports whether the verdict carries a reason with this code.
@@ -180,10 +201,13 @@ func (lr *LevelRecord) judge(target slo.SLO, timeScale float64) {
 		v.add(ReasonIncomplete, "%d of %d requests sent before the level stopped", lr.Sent, lr.Planned)
 	}
 	if lim := ClientBoundSLOFraction * target.TTFTMillis; lr.DispatchLagP99Ms > lim {
-		v.add(ReasonClientBound, "p99 dispatch lag %.3g ms > %g%% of the %g ms TTFT SLO (%.3g ms): the load generator sent late",
+		v.addScaled(ReasonClientBound, lr.DispatchLagP99Ms/lim, "p99 dispatch lag %.3g ms > %g%% of the %g ms TTFT SLO (%.3g ms): the load generator sent late",
 			lr.DispatchLagP99Ms, 100*ClientBoundSLOFraction, target.TTFTMillis, lim)
 	} else if lr.Measured > 0 && lr.DispatchLagP50Ms > ClientBoundTTFTFraction*lr.P50TTFTMs {
-		v.add(ReasonClientBound, "median dispatch lag %.3g ms > %g%% of the median TTFT %.3g ms: the load generator sent late",
+		// Every TTFT is measured from the scheduled send, so the lag is
+		// inside the median TTFT it is compared with.
+		v.addScaled(ReasonClientBound, scaleToShare(lr.DispatchLagP50Ms, lr.P50TTFTMs-lr.DispatchLagP50Ms, ClientBoundTTFTFraction),
+			"median dispatch lag %.3g ms > %g%% of the median TTFT %.3g ms: the load generator sent late",
 			lr.DispatchLagP50Ms, 100*ClientBoundTTFTFraction, lr.P50TTFTMs)
 	}
 	if h := lr.WarmupHitRate; h != nil && *h > WarmStartHitRate {
@@ -229,7 +253,9 @@ func (lr *LevelRecord) judge(target slo.SLO, timeScale float64) {
 	if pulls, late, ok := EmulatorLateness(from, lr.Counters.After); ok && lr.Measured > 0 && late > 0 {
 		perReq := late / float64(lr.Measured)
 		if perReq > EmulatorBoundTTFTFraction*lr.P50TTFTMs {
-			v.add(ReasonEmulatorBound, "%.0f KV pulls ended after their modelled end because the bytes had not crossed this host's side channel: "+
+			// The late time is inside the TTFTs it is compared with
+			// (the mean per request stands in for the median's share).
+			v.addScaled(ReasonEmulatorBound, scaleToShare(perReq, lr.P50TTFTMs-perReq, EmulatorBoundTTFTFraction), "%.0f KV pulls ended after their modelled end because the bytes had not crossed this host's side channel: "+
 				"%.3g model ms added per measured request, > %g%% of the median TTFT %.3g ms (run at a larger --time-scale, or on a host that keeps the modelled link)",
 				pulls, perReq, 100*EmulatorBoundTTFTFraction, lr.P50TTFTMs)
 		}
@@ -272,7 +298,7 @@ func (rec *Record) Judge() {
 		rr := &rec.Runs[i]
 		rr.summarize(rec.GPUs)
 		for _, r := range rr.Verdict.Reasons {
-			rec.Verdict.Reasons = append(rec.Verdict.Reasons, Reason{Code: r.Code, Detail: fmt.Sprintf("run %d, %s", rr.Run+1, r.Detail)})
+			rec.Verdict.Reasons = append(rec.Verdict.Reasons, Reason{Code: r.Code, Detail: fmt.Sprintf("run %d, %s", rr.Run+1, r.Detail), Scale: r.Scale})
 			rec.Verdict.Valid = false
 		}
 	}

@@ -331,3 +331,54 @@ func validOrHostBound(v Verdict) bool {
 	}
 	return len(v.Reasons) > 0
 }
+
+// A host reason's Scale is the factor that clears it: the level judged
+// again with its host time shrunk by that factor (host time is wall time,
+// so model time sees 1/scale of it) is at the bound, valid just above the
+// factor and invalid just below; the model's own time stays.
+func TestHostReasonScale(t *testing.T) {
+	target := slo.SLO{TTFTMillis: 2000, TPOTMillis: 50}
+	// c: model time in the median TTFT; h: host time at the measured
+	// scale. at(k) is the level measured at k times the scale.
+	const c = 40.0
+	for name, tc := range map[string]struct {
+		at   func(k float64) LevelRecord
+		code string
+		want float64
+	}{
+		"p99 lag": {func(k float64) LevelRecord {
+			return LevelRecord{Complete: true, Measured: 4, P50TTFTMs: c + 1/k, DispatchLagP50Ms: 1 / k, DispatchLagP99Ms: 300 / k}
+		}, ReasonClientBound, 3},
+		"median lag": {func(k float64) LevelRecord {
+			return LevelRecord{Complete: true, Measured: 4, P50TTFTMs: c + 60/k, DispatchLagP50Ms: 60 / k, DispatchLagP99Ms: 60 / k}
+		}, ReasonClientBound, 1.5},
+		"late pulls": {func(k float64) LevelRecord {
+			// 4 measured requests, 8.4 model ms late each at k = 1.
+			return LevelRecord{Complete: true, Measured: 4, P50TTFTMs: c + 8.4/k, Counters: LevelCounters{
+				Before: Counters{EmulatorKVPullsLate: 0, EmulatorKVPullLateSeconds: 0},
+				After:  Counters{EmulatorKVPullsLate: 4, EmulatorKVPullLateSeconds: 4 * 0.0084 / k}}}
+		}, ReasonEmulatorBound, 8.4 * 0.95 / (0.05 * c)},
+	} {
+		l := tc.at(1)
+		l.judge(target, 1)
+		if len(l.Verdict.Reasons) != 1 || l.Verdict.Reasons[0].Code != tc.code {
+			t.Fatalf("%s: %v, want %s alone", name, l.Verdict, tc.code)
+		}
+		k := l.Verdict.Reasons[0].Scale
+		if math.Abs(k-tc.want) > 1e-9*tc.want {
+			t.Errorf("%s: scale %.12g, want %.12g", name, k, tc.want)
+		}
+		above, below := tc.at(k*(1+1e-6)), tc.at(k*(1-1e-6))
+		above.judge(target, 1)
+		below.judge(target, 1)
+		if !above.Verdict.Valid || below.Verdict.Valid {
+			t.Errorf("%s: at %.6g× the scale %v, just below %v; want valid above, invalid below", name, k, above.Verdict, below.Verdict)
+		}
+	}
+	// A reason with no host time to scale carries no estimate.
+	l := LevelRecord{Complete: false, Measured: 4, P50TTFTMs: c}
+	l.judge(target, 1)
+	if r := l.Verdict.Reasons; len(r) != 1 || r[0].Scale != 0 {
+		t.Errorf("incomplete: %+v, want no scale", r)
+	}
+}
