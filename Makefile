@@ -58,7 +58,7 @@ lint:
 # proposals, ablations, an interaction and a verification re-run, all through
 # hone's proxy (emulated), then a Markdown report with plots.
 DEMO_OUT ?= results/demo
-DEMO_FLAGS ?= --runs 3 --qps 2,4,8,16,24,32 --requests 48 --budget 7
+DEMO_FLAGS ?= --runs 3 --qps 2,4,8,16,24,32 --requests 48 --budget 7 --max-time-scale 1
 demo: deps-test build
 	@mkdir -p $(DEMO_OUT)
 	@echo "== 1/2 CPU exercise (simulation_only) =="

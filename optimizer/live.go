@@ -65,6 +65,9 @@ type Trial struct {
 	// Predicted is what the engine model predicted for this spec before
 	// it was measured (predict-then-measure loop only).
 	Predicted *Prediction `json:"predicted,omitempty"`
+	// Rescaled: the trial was measured at a larger time scale than its
+	// spec's, because the host decided its first measurement (Rescaler).
+	Rescaled *Rescale `json:"rescaled,omitempty"`
 }
 
 // LevelSummary is one load level over a trial's runs: medians, and every
@@ -462,6 +465,9 @@ func judge(t *Trial, target slo.SLO) {
 		if t.InvalidRuns > 0 {
 			t.Reason += fmt.Sprintf("; %d invalid run(s) left out (%s)", t.InvalidRuns, t.InvalidLevels[0])
 		}
+	}
+	if t.Rescaled != nil {
+		t.Reason += "; " + t.Rescaled.String()
 	}
 }
 

@@ -31,6 +31,7 @@ func Write(w io.Writer, lg *optimizer.Log, o Options) error {
 	d.trials()
 	d.predicted()
 	d.hostFloor()
+	d.rescaled()
 	d.invalidLevels()
 	d.ablations()
 	d.interaction()

@@ -52,6 +52,8 @@ func testLevels(qps []float64, ttft0, capacity float64, measured int, invalidAt 
 // testLog is a baseline, a proposal that is selected, an ablation that
 // is not eligible, an interaction cell and a re-run of the selection, 3
 // runs each; the selection has one invalid level (run 2 at 24 req/s).
+// Emulated, the selection was measured again at a larger time scale and
+// the ablation would have needed one above the largest allowed.
 func testLog(kind string, measured int) *optimizer.Log {
 	qps := []float64{2, 4, 8, 16, 24, 32}
 	cost := func(v float64) *float64 { return &v }
@@ -61,7 +63,7 @@ func testLog(kind string, measured int) *optimizer.Log {
 		floor = &optimizer.HostFloor{OfferedQPS: 32, TimeScale: 0.1, Requests: 120, P50RealMs: 2.27, P99RealMs: 4.76, DispatchP99RealMs: 0.72,
 			EngineP50TTFTMs: 18.16, SpecTimeScale: 0.1, ChosenTimeScale: 0.25, FloorModelMs: 19.04, MedianModelMs: 9.08, Rule: optimizer.FloorRule}
 	}
-	return &optimizer.Log{SchemaVersion: optimizer.LogSchemaVersion, Kind: kind, Workload: replay.DefaultWorkload(), QPS: qps, Runs: 3,
+	lg := &optimizer.Log{SchemaVersion: optimizer.LogSchemaVersion, Kind: kind, Workload: replay.DefaultWorkload(), QPS: qps, Runs: 3,
 		SLO: slo.Default, HostFloor: floor, BaselineN: 1, Selected: 2, Verified: true, Decision: []string{"selected trial 2 (disagg-1p1d-cache)"},
 		SelectionRule: optimizer.LiveSelectionRule, RegressionRule: optimizer.LiveRegressionRule,
 		Interaction: &optimizer.Interaction{Factors: [2]string{"topology", "prefix caching"}, Cells: [4]int{2, 3, 1, 4},
@@ -73,14 +75,22 @@ func testLog(kind string, measured int) *optimizer.Log {
 					{OfferedQPS: 2, Requests: 3 * measured, P99TTFTMs: 69.1, Mean: map[string]float64{"client": 20, "queueing": 5, "prefill": 7, "decode": 800}},
 					{OfferedQPS: 32, Requests: 3 * measured, P99TTFTMs: 241.3, Mean: map[string]float64{"client": 120, "queueing": 9, "prefill": 9, "decode": 1100}}}},
 			{N: 2, Role: "proposal", Why: "evaluate disaggregated", Key: "disagg-1p1d-cache", Kind: kind, Objectives: []float64{16.9, 16.6, 16.0}, Objective: 16.6,
-				CostGPUSec: cost(0.12), HitRate: &hit, Levels: testLevels(qps, 45, 20, measured, 24, false), Eligible: true, Bottleneck: "transfer"},
+				CostGPUSec: cost(0.12), HitRate: &hit, Levels: testLevels(qps, 45, 20, measured, 24, false), Eligible: true, Bottleneck: "transfer",
+				Rescaled: &optimizer.Rescale{FromScale: 0.25, ToScale: 0.5, MaxScale: 1, Measured: true, Estimate: 1.5, Reason: "3 of 3 runs invalid: emulator_bound"}},
 			{N: 3, Role: "ablation", Why: "ablation: prefix caching off", Key: "disagg-1p1d-nocache", Kind: kind, Objectives: []float64{0, 0, 0},
-				Levels: testLevels(qps, 900, 12, measured, 0, false), Eligible: false, Reason: "a run passed no load level"},
+				Levels: testLevels(qps, 900, 12, measured, 0, false), Eligible: false, Reason: "a run passed no load level",
+				Rescaled: &optimizer.Rescale{FromScale: 0.25, ToScale: 2, MaxScale: 1, Estimate: 5.2, Reason: "2 of 3 runs invalid: emulator_bound"}},
 			{N: 4, Role: "interaction", Why: "topology × prefix caching", Key: "coloc-r2-nocache", Kind: kind, Objectives: []float64{10.5, 10.6, 10.4}, Objective: 10.5,
 				Levels: testLevels(qps, 150, 12, measured, 32, true), Eligible: true},
 			{N: 5, Role: "verify", Why: "re-run of trial 2", Key: "disagg-1p1d-cache", Kind: kind, Objectives: []float64{16.2, 16.8, 16.6}, Objective: 16.6,
 				Levels: testLevels(qps, 46, 20, measured, 0, false), Eligible: true},
 		}}
+	if kind != "emulated" { // only emulated trials are measured again at another time scale
+		for i := range lg.Trials {
+			lg.Trials[i].Rescaled = nil
+		}
+	}
+	return lg
 }
 
 var plotFiles = []string{"p99_ttft.png", "p99_ttft_all.png", "objective.png", "p99_tpot.png", "effective_qps.png"}
@@ -120,6 +130,10 @@ func TestWrite(t *testing.T) {
 			"(n in the requests column); p99 of 120 requests is their second largest.", "| [emulated] | cache on | cache off |",
 			"## Measurement floor (emulated)", "the host itself adds 2.27 ms (median) / 4.76 ms (p99) of real time",
 			"Trials ran at time scale 0.25 (the spec said 0.1), where that floor is 9.1 ms (median) / 19.0 ms (p99) of model time",
+			"## Trials the host decided at the chosen time scale (emulated)", "Rule: an emulated trial whose runs decided nothing only because",
+			"- trial 2 `disagg-1p1d-cache` (proposal): measured at time scale 0.5: at 0.25, 3 of 3 runs invalid: emulator_bound\n" +
+				"- trial 3 `disagg-1p1d-nocache` (ablation): at time scale 0.25 the host decided it (2 of 3 runs invalid: emulator_bound; estimate ×5.2): " +
+				"it needs time scale 2, above the largest allowed 1 (--max-time-scale)\n\n",
 		}, []string{"DEVICE", "their largest: one slow request sets it. Here n = 120"}},
 		{"unverified", testLog("unverified", 40), []string{
 			"**All figures in this report are UNVERIFIED** (kind `unverified`)", "They are not device measurements",

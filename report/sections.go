@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/hone-llm/hone/optimizer"
 	"github.com/hone-llm/hone/replay"
 )
 
@@ -48,6 +49,23 @@ func (d *doc) hostFloor() {
 	if f.Note != "" {
 		d.p("**Note:** %s\n\n", f.Note)
 	}
+}
+
+// rescaled lists the trials the host made invalid at the chosen time
+// scale, and what became of them (optimizer.Rescaler).
+func (d *doc) rescaled() {
+	var lines []string
+	for i := range d.lg.Trials {
+		t := &d.lg.Trials[i]
+		if r := t.Rescaled; r != nil {
+			lines = append(lines, fmt.Sprintf("- trial %d `%s` (%s): %s", t.N, t.Key, t.Role, r))
+		}
+	}
+	if len(lines) == 0 {
+		return
+	}
+	d.p("## Trials the host decided at the chosen time scale (%s)\n\n", d.prov.tag())
+	d.p("Rule: %s.\n\n%s\n\n", optimizer.RescaleRule, strings.Join(lines, "\n"))
 }
 
 // invalidLevels lists every level with an invalid run, and why.

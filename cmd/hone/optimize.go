@@ -33,6 +33,7 @@ func newOptimizeCmd() *cobra.Command {
 		runs, budget int
 		seed         uint64
 		timeScale    string
+		maxScale     float64
 		backend      string
 		force        bool
 		explore      string
@@ -61,6 +62,7 @@ zero-cost engine (emulator profile "null"), and the baseline engine's own
 median TTFT at the lowest level. With --time-scale auto (the default) ` + optimizer.FloorRule + `,
 so that the host does not decide what is measured. "spec" keeps the spec's
 scale (the floor is still measured and logged); a number sets the scale.
+Then ` + optimizer.RescaleRule + ` (--max-time-scale; 0: never).
 
 Exploration (--explore predict, the default for --backend live): ` + optimizer.PredictRule + `
 The grid spans the --grid-* axes (as hone predict --grid does); the starting
@@ -102,6 +104,9 @@ holds an earlier run's log (see --force) or is in use.`,
 			}
 			if budget < 4 {
 				return badInput("--budget: %d: want at least 4 trials", budget)
+			}
+			if !(maxScale >= 0) || maxScale > 1e6 {
+				return badInput("--max-time-scale: want 0 (never measure again) or a positive factor, got %v", maxScale)
 			}
 			if backend != "live" && backend != "model" {
 				return badInput("--backend: %q: want live (deploy and replay) or model (the exact queueing model)", backend)
@@ -166,6 +171,9 @@ holds an earlier run's log (see --force) or is in use.`,
 			dev := &optimizer.DeployEvaluator{Up: deploy.UpOptions{Hone: hone, StateDir: filepath.Join(out, "state"), Owned: true},
 				Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo, OutDir: out, Hone: replay.Build{Version: v, Commit: commit}}
 			var ev optimizer.Evaluator = dev
+			if base.Engine == deploy.EngineEmulator && maxScale > 0 {
+				ev = &optimizer.Rescaler{Inner: dev, MaxScale: maxScale, Log: c.ErrOrStderr()}
+			}
 			if backend == "model" {
 				ev = &optimizer.ModelEvaluator{Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo}
 			}
@@ -231,6 +239,7 @@ holds an earlier run's log (see --force) or is in use.`,
 	f.Uint64Var(&seed, "seed", replay.DefaultSeed, "workload seed")
 	f.StringVar(&backend, "backend", "live", "live (deploy the spec and replay: emulated or device) | model (the exact queueing model: simulation_only)")
 	f.StringVar(&timeScale, "time-scale", "auto", "emulated trials' time scale: auto (from the host's measured floor) | spec | a factor")
+	f.Float64Var(&maxScale, "max-time-scale", 4, "the largest time scale an emulated trial is measured again at when the host made its runs invalid (0: never)")
 	f.BoolVar(&force, "force", false, "start over in an --out that holds an earlier run (which is kept as NAME.<time>.bak)")
 	f.StringVar(&explore, "explore", "", "predict (default with --backend live: rank a predicted grid, measure the most promising, calibrate) | diagnose (propose from each trial's bottleneck)")
 	f.StringVar(&profile, "profile", "", "with --explore predict: the cost profile predictions start from, a built-in name or a .yaml file (default: the spec's emulator.profile)")
