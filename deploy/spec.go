@@ -217,6 +217,10 @@ const (
 	DefaultSessionHeader   = "X-Session-Id"
 )
 
+// MaxTimeScale is the largest emulator.time_scale (wall seconds per model
+// second).
+const MaxTimeScale = 1000
+
 // MaxGPUBudget is the largest spec.gpus.budget: far above any host's GPUs,
 // small enough that default ids and the topology's GPU count stay cheap
 // and cannot overflow.
@@ -674,8 +678,8 @@ func (s *Spec) validateEmulator() error {
 	if s.Topology.Kind == Disaggregated && s.KV.Name != NixlConnector {
 		return badField("kv_connector.name", "the emulator speaks NixlConnector's protocol only, got %q", s.KV.Name)
 	}
-	if !(e.TimeScale > 0) || e.TimeScale > 1000 {
-		return badField("emulator.time_scale", "want a positive factor, got %v", e.TimeScale)
+	if !(e.TimeScale > 0) || e.TimeScale > MaxTimeScale {
+		return badField("emulator.time_scale", "want a positive factor up to %d, got %v", MaxTimeScale, e.TimeScale)
 	}
 	for i, f := range e.Faults {
 		if w, _, ok := strings.Cut(f, "="); !ok || w == "" {

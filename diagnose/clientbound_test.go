@@ -75,6 +75,11 @@ func TestMarkClientBound(t *testing.T) {
 			if l8.Verdict.Valid || !l8.Verdict.Has(replay.ReasonClientBound) {
 				t.Errorf("8 req/s verdict %v", l8.Verdict)
 			}
+			// Just past a bound, a time scale just above this one clears
+			// it (the residual is host time; the rest of TTFT stays).
+			if k := l8.Verdict.Reasons[0].Scale; !(k > 1) || k > 1+1e-9 {
+				t.Errorf("scale %.12g, want just above 1", k)
+			}
 			// Judge ran: the run and the record follow, and the objective
 			// rests on the valid level only.
 			if rec.Runs[0].Verdict.Valid || rec.Verdict.Valid || rec.Runs[0].Objective != 4 {

@@ -80,12 +80,21 @@ func ChooseTimeScale(p99RealMs, specScale, ttftSLOMs float64) float64 {
 	if specScale >= need {
 		return specScale
 	}
-	for _, s := range scaleSteps {
-		if s >= specScale && s >= need {
-			return s
-		}
+	if s, ok := ladderStep(max(specScale, need)); ok {
+		return s
 	}
 	return math.Max(specScale, scaleSteps[len(scaleSteps)-1])
+}
+
+// ladderStep is the smallest of scaleSteps at or above k; ok is false
+// when k is above them all.
+func ladderStep(k float64) (float64, bool) {
+	for _, s := range scaleSteps {
+		if s >= k {
+			return s, true
+		}
+	}
+	return 0, false
 }
 
 // MeasureFloor measures the host's floor and the baseline engine's own

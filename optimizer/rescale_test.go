@@ -27,6 +27,11 @@ type hostBoundEvaluator struct {
 	need   float64
 	code   string
 	scales []float64
+	// noEstimate plants the reason without a Scale; failAfter fails every
+	// call after that many; failed counts failed requests in every trial.
+	noEstimate bool
+	failAfter  int
+	failed     int
 }
 
 func (e *hostBoundEvaluator) Evaluate(_ context.Context, spec *deploy.Spec, tag string) (t Trial) {
@@ -34,9 +39,13 @@ func (e *hostBoundEvaluator) Evaluate(_ context.Context, spec *deploy.Spec, tag 
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	s := scaleOf(spec)
+	s := spec.Emulator.TimeScale
 	e.scales = append(e.scales, s)
 	t = Trial{Kind: replay.KindEmulated}
+	if e.failAfter > 0 && len(e.scales) > e.failAfter {
+		t.Error = "deploy: planted failure"
+		return t
+	}
 	rec, err := predict.Run(spec, predict.Options{Profile: prof, Workload: rescaleWorkload, QPS: rescaleQPS, SLO: rescaleSLO, KeepRequests: true})
 	if err != nil {
 		e.t.Fatal(err)
@@ -49,7 +58,11 @@ func (e *hostBoundEvaluator) Evaluate(_ context.Context, spec *deploy.Spec, tag 
 		r.Levels = append([]replay.LevelRecord(nil), r0.Levels...)
 		if s < e.need {
 			l := &r.Levels[len(r.Levels)-1]
-			l.Verdict = replay.Verdict{Reasons: []replay.Reason{{Code: e.code, Detail: "planted", Scale: e.need / s}}}
+			k := e.need / s
+			if e.noEstimate {
+				k = 0
+			}
+			l.Verdict = replay.Verdict{Reasons: []replay.Reason{{Code: e.code, Detail: "planted", Scale: k}}}
 		}
 		rec.Runs = append(rec.Runs, r)
 	}
@@ -59,6 +72,7 @@ func (e *hostBoundEvaluator) Evaluate(_ context.Context, spec *deploy.Spec, tag 
 		e.t.Fatal(err)
 	}
 	summarizeRecord(&t, rec)
+	t.Failed = e.failed
 	judge(&t, rescaleSLO)
 	return t
 }
@@ -90,67 +104,94 @@ emulator: {profile: qwen2.5-coder-0.5b-l4, time_scale: ` + fmt.Sprint(scale) + `
 // TestRescaler: a trial whose runs the host made invalid, and nothing
 // else, is measured again at the estimate's scale (with the margin, up to
 // the ladder's step) and reports that measurement, keeping the first
-// record; its re-run starts at the larger scale; a trial invalid for a
-// reason that is not the host's, or whose estimate needs more than the
-// largest scale allowed, is measured once and says why.
+// record; its config's next trial starts at the larger scale. A trial
+// invalid for a reason that is not the host's, or with failed requests,
+// is measured once; one whose estimate needs more than the largest scale
+// allowed, or whose second measurement fails, keeps its first and says
+// why. A reason without an estimate doubles the scale.
 func TestRescaler(t *testing.T) {
 	ctx := context.Background()
-	for name, tc := range map[string]struct {
+	type tc struct {
 		need, start, max float64
 		code             string
+		noEstimate       bool
+		failAfter        int
+		failed           int
 		scales           []float64 // the time scales measured at
-		to               float64   // the reported trial's scale (0: not rescaled)
+		to               float64   // the reported trial's scale (0: the first measurement's)
+		refused          float64   // the scale a refusal names (0: none)
 		eligible         bool
 		reason           string
-	}{
-		// At 0.5 the estimate is 0.9/0.5 = 1.8; × 1.25 = 2.25 × 0.5 =
-		// 1.125, so the ladder's 2.
-		"emulator-bound, cleared": {0.9, 0.5, 4, replay.ReasonEmulatorBound, []float64{0.5, 2}, 2, true, "measured at time scale 2: at 0.5, 3 of 3 runs invalid: emulator_bound"},
-		"client-bound, cleared":   {0.9, 0.5, 4, replay.ReasonClientBound, []float64{0.5, 2}, 2, true, ""},
-		"valid at once":           {0.5, 0.5, 4, replay.ReasonEmulatorBound, []float64{0.5}, 0, true, ""},
-		"not the host's":          {0.9, 0.5, 4, replay.ReasonWarmStart, []float64{0.5}, 0, false, "warm_start"},
-		"above the largest":       {0.9, 0.5, 1, replay.ReasonEmulatorBound, []float64{0.5}, 0, false, "at time scale 0.5 the host decided it (3 of 3 runs invalid: emulator_bound; estimate ×1.8): it needs time scale 2, above the largest allowed 1"},
+	}
+	for name, c := range map[string]tc{
+		// At 0.5 the estimate is 0.9/0.5 = 1.8; × 1.25 × 0.5 = 1.125, so
+		// the ladder's 2.
+		"emulator-bound, cleared": {need: 0.9, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, scales: []float64{0.5, 2}, to: 2, eligible: true,
+			reason: "measured at time scale 2: at 0.5, 3 of 3 runs invalid: emulator_bound"},
+		"client-bound, cleared": {need: 0.9, start: 0.5, max: 4, code: replay.ReasonClientBound, scales: []float64{0.5, 2}, to: 2, eligible: true},
+		// No estimate: 2 × 1.25 × 0.5 = 1.25, so 2.
+		"no estimate, doubled": {need: 0.9, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, noEstimate: true, scales: []float64{0.5, 2}, to: 2, eligible: true},
+		"valid at once":        {need: 0.5, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, scales: []float64{0.5}, eligible: true},
+		"not the host's":       {need: 0.9, start: 0.5, max: 4, code: replay.ReasonWarmStart, scales: []float64{0.5}, reason: "warm_start"},
+		"failed requests":      {need: 0.9, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, failed: 2, scales: []float64{0.5}},
+		"above the largest": {need: 0.9, start: 0.5, max: 1, code: replay.ReasonEmulatorBound, scales: []float64{0.5}, refused: 2,
+			reason: "at time scale 0.5 the host decided it (3 of 3 runs invalid: emulator_bound; estimate ×1.8): it needs time scale 2, above the largest allowed 1"},
+		"second measurement fails": {need: 0.9, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, failAfter: 1, scales: []float64{0.5, 2}, refused: 2,
+			reason: "measuring it again at 2 failed: deploy: planted failure"},
+		// Beyond the ladder the steps double: 0.5·40·1.25 = 25 → 32.
+		"beyond the ladder": {need: 20, start: 0.5, max: 100, code: replay.ReasonEmulatorBound, scales: []float64{0.5, 32}, to: 32, eligible: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			ev := &hostBoundEvaluator{t: t, dir: dir, need: tc.need, code: tc.code}
-			r := &Rescaler{Inner: ev, MaxScale: tc.max}
-			spec := rescaleSpec(t, tc.start)
+			ev := &hostBoundEvaluator{t: t, dir: dir, need: c.need, code: c.code, noEstimate: c.noEstimate, failAfter: c.failAfter, failed: c.failed}
+			r := &Rescaler{Inner: ev, MaxScale: c.max}
+			spec := rescaleSpec(t, c.start)
 			tr := r.Evaluate(ctx, spec, "01")
 			judge(&tr, rescaleSLO)
-			if fmt.Sprint(ev.scales) != fmt.Sprint(tc.scales) {
-				t.Fatalf("measured at time scales %v, want %v", ev.scales, tc.scales)
+			if fmt.Sprint(ev.scales) != fmt.Sprint(c.scales) {
+				t.Fatalf("measured at time scales %v, want %v", ev.scales, c.scales)
 			}
-			if tr.Eligible != tc.eligible || !strings.Contains(tr.Reason, tc.reason) {
-				t.Errorf("eligible %v (%s), want %v and a reason with %q", tr.Eligible, tr.Reason, tc.eligible, tc.reason)
+			if tr.Eligible != c.eligible || !strings.Contains(tr.Reason, c.reason) {
+				t.Errorf("eligible %v (%s), want %v and a reason with %q", tr.Eligible, tr.Reason, c.eligible, c.reason)
 			}
-			if spec.Emulator.TimeScale != tc.start {
+			if spec.Emulator.TimeScale != c.start {
 				t.Errorf("the caller's spec moved to time scale %g", spec.Emulator.TimeScale)
 			}
-			if tc.to == 0 {
-				refused := tc.max < 2 && tc.need > tc.start
-				if rs := tr.Rescaled; refused && (rs == nil || rs.Measured || rs.ToScale != 2 || rs.Record != tr.Record) || !refused && rs != nil {
-					t.Errorf("rescaled %+v, want refused %v", rs, refused)
+			first := filepath.Join(dir, "01.json")
+			rs := tr.Rescaled
+			switch {
+			case c.refused > 0:
+				if rs == nil || rs.Measured || rs.ToScale != c.refused || rs.Record != first || tr.Record != first {
+					t.Errorf("rescaled %+v, record %s: want a refusal naming %g and the first measurement kept", rs, tr.Record, c.refused)
+				}
+				return
+			case c.to == 0:
+				if rs != nil {
+					t.Errorf("rescaled %+v, want none", rs)
 				}
 				return
 			}
-			rs := tr.Rescaled
-			if rs == nil || !rs.Measured || rs.FromScale != tc.start || rs.ToScale != tc.to || rs.Record != filepath.Join(dir, "01.json") ||
-				math.Abs(rs.Estimate-tc.need/tc.start) > 1e-12 || !strings.Contains(rs.Reason, "3 of 3 runs invalid: "+tc.code) {
+			want := c.need / c.start
+			if c.noEstimate {
+				want = 0
+			}
+			if rs == nil || !rs.Measured || rs.FromScale != c.start || rs.ToScale != c.to || rs.Record != first ||
+				math.Abs(rs.Estimate-want) > 1e-12 || !strings.Contains(rs.Reason, "3 of 3 runs invalid: "+c.code) {
 				t.Fatalf("rescaled %+v", rs)
 			}
 			if _, err := os.Stat(rs.Record); err != nil {
-				t.Errorf("the first attempt's record: %v", err)
+				t.Errorf("the first measurement's record: %v", err)
 			}
-			if tr.Record != filepath.Join(dir, fmt.Sprintf("01-ts%g.json", tc.to)) {
+			if tr.Record != filepath.Join(dir, fmt.Sprintf("01-ts%g.json", c.to)) {
 				t.Errorf("record %s", tr.Record)
 			}
-			// The verification re-run starts where the trial ended.
+			// The config's next trial (the verification re-run) starts
+			// where this one ended.
 			ev.scales = nil
 			again := r.Evaluate(ctx, spec, "02")
 			judge(&again, rescaleSLO)
-			if fmt.Sprint(ev.scales) != fmt.Sprint([]float64{tc.to}) || !again.Eligible || again.Rescaled == nil ||
-				again.Rescaled.ToScale != tc.to || again.Rescaled.Record != "" {
+			if fmt.Sprint(ev.scales) != fmt.Sprint([]float64{c.to}) || !again.Eligible || again.Rescaled == nil ||
+				again.Rescaled.ToScale != c.to || again.Rescaled.Record != "" {
 				t.Errorf("re-run measured at %v: eligible %v, rescaled %+v", ev.scales, again.Eligible, again.Rescaled)
 			}
 		})

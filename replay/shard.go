@@ -465,7 +465,7 @@ func mergeLevel(parts []*LevelRecord, all []Request, qps float64) LevelRecord {
 		Complete: true, Requests: []RequestRecord{}, Verdict: Verdict{Valid: true}}
 	first := true
 	details := map[string][]string{}
-	scales := map[string]float64{} // the largest of the parts' Scale estimates
+	scales := map[string]float64{} // the largest of the parts' Scale estimates, 0 if one has none
 	var codes []string
 	for s, p := range parts {
 		if p == nil {
@@ -489,7 +489,11 @@ func mergeLevel(parts []*LevelRecord, all []Request, qps float64) LevelRecord {
 				codes = append(codes, r.Code)
 			}
 			details[r.Code] = append(details[r.Code], fmt.Sprintf("shard %d/%d: %s", s, len(parts), r.Detail))
-			scales[r.Code] = max(scales[r.Code], r.Scale)
+			if k, ok := scales[r.Code]; ok {
+				scales[r.Code] = mergeScale(k, r.Scale)
+			} else {
+				scales[r.Code] = r.Scale
+			}
 		}
 	}
 	lr.Complete = lr.Complete && lr.Sent == len(all)

@@ -131,10 +131,13 @@ type Verdict struct {
 // add records a reason once per code: the first detail stays.
 func (v *Verdict) add(code, format string, a ...any) { v.addScaled(code, 0, format, a...) }
 
-// addScaled is add with the reason's Scale estimate.
+// addScaled is add with the reason's Scale estimate. A second finding of
+// the same code keeps the first detail and the larger estimate, or none
+// when either has none.
 func (v *Verdict) addScaled(code string, scale float64, format string, a ...any) {
-	for _, r := range v.Reasons {
-		if r.Code == code {
+	for i := range v.Reasons {
+		if r := &v.Reasons[i]; r.Code == code {
+			r.Scale = mergeScale(r.Scale, scale)
 			return
 		}
 	}
@@ -142,15 +145,26 @@ func (v *Verdict) addScaled(code string, scale float64, format string, a ...any)
 	v.Valid = false
 }
 
-// scaleToShare is the factor k by which host time h (model ms, at the
-// measured scale) must shrink, h/k, to be at most the fraction f of a
-// figure made of the model's own time c plus that host time:
-// h/k <= f (c + h/k). 0 when the figure has no model time left (c <= 0).
-func scaleToShare(h, c, f float64) float64 {
-	if !(c > 0) || !(h > 0) {
+// mergeScale is two findings' Scale for one reason: the larger, or 0 (no
+// estimate) when either has none.
+func mergeScale(a, b float64) float64 {
+	if a == 0 || b == 0 {
 		return 0
 	}
-	return h * (1 - f) / (f * c)
+	return max(a, b)
+}
+
+// ScaleToShare is the factor k by which the time scale must grow for host
+// time h (model ms at the measured scale) to be at most the fraction f of
+// a figure made of model time and host time (model ms; host includes h):
+// host time is wall time, so at k times the scale it is 1/k as much model
+// time, and h/k <= f (model + host/k) when k >= (h - f host) / (f model).
+// 0 (no estimate) when the figure has no model time left.
+func ScaleToShare(h, host, model, f float64) float64 {
+	if !(model > 0) || !(h > 0) {
+		return 0
+	}
+	return max(h-f*host, 0) / (f * model)
 }
 
 // Has reports whether the verdict carries a reason with this code.
@@ -192,6 +206,12 @@ func (lr *LevelRecord) Invalidate(code, format string, a ...any) {
 	lr.Verdict.add(code, format, a...)
 }
 
+// InvalidateScaled is Invalidate for a host reason with its Scale
+// estimate (see Reason.Scale; 0: none).
+func (lr *LevelRecord) InvalidateScaled(code string, scale float64, format string, a ...any) {
+	lr.Verdict.addScaled(code, scale, format, a...)
+}
+
 // judge sets the level's verdict from what the level measured. Reasons
 // added by Invalidate before are kept.
 func (lr *LevelRecord) judge(target slo.SLO, timeScale float64) {
@@ -200,15 +220,39 @@ func (lr *LevelRecord) judge(target slo.SLO, timeScale float64) {
 	if !lr.Complete {
 		v.add(ReasonIncomplete, "%d of %d requests sent before the level stopped", lr.Sent, lr.Planned)
 	}
-	if lim := ClientBoundSLOFraction * target.TTFTMillis; lr.DispatchLagP99Ms > lim {
-		v.addScaled(ReasonClientBound, lr.DispatchLagP99Ms/lim, "p99 dispatch lag %.3g ms > %g%% of the %g ms TTFT SLO (%.3g ms): the load generator sent late",
-			lr.DispatchLagP99Ms, 100*ClientBoundSLOFraction, target.TTFTMillis, lim)
-	} else if lr.Measured > 0 && lr.DispatchLagP50Ms > ClientBoundTTFTFraction*lr.P50TTFTMs {
-		// Every TTFT is measured from the scheduled send, so the lag is
-		// inside the median TTFT it is compared with.
-		v.addScaled(ReasonClientBound, scaleToShare(lr.DispatchLagP50Ms, lr.P50TTFTMs-lr.DispatchLagP50Ms, ClientBoundTTFTFraction),
-			"median dispatch lag %.3g ms > %g%% of the median TTFT %.3g ms: the load generator sent late",
-			lr.DispatchLagP50Ms, 100*ClientBoundTTFTFraction, lr.P50TTFTMs)
+	// The host time inside a median TTFT, which is measured from the
+	// scheduled send: the dispatch lag and the model time late KV pulls
+	// added (the mean per request stands in for the median's share). What
+	// is left is the model's, which no time scale changes; the scale
+	// estimates of the host reasons rest on it.
+	perReq, pulls := 0.0, 0.0
+	from := lr.Counters.Before // the warm-ups' pulls, cold and longest, are in no measured figure
+	if lr.Counters.Warmup != nil && !lr.WarmupOverlap {
+		from = lr.Counters.Warmup
+	}
+	if n, late, ok := EmulatorLateness(from, lr.Counters.After); ok && lr.Measured > 0 && late > 0 {
+		perReq, pulls = late/float64(lr.Measured), n
+	}
+	host := lr.DispatchLagP50Ms + perReq
+	model := lr.P50TTFTMs - host
+	lim99 := ClientBoundSLOFraction * target.TTFTMillis
+	if lr.DispatchLagP99Ms > lim99 || lr.Measured > 0 && lr.DispatchLagP50Ms > ClientBoundTTFTFraction*lr.P50TTFTMs {
+		// Both bounds must clear at the estimate, whichever fired.
+		k := lr.DispatchLagP99Ms / lim99 // the SLO stays
+		if lr.Measured > 0 && lr.DispatchLagP50Ms > 0 {
+			if model > 0 {
+				k = max(k, ScaleToShare(lr.DispatchLagP50Ms, host, model, ClientBoundTTFTFraction))
+			} else {
+				k = 0 // no model time left to judge the median bound by
+			}
+		}
+		if lr.DispatchLagP99Ms > lim99 {
+			v.addScaled(ReasonClientBound, k, "p99 dispatch lag %.3g ms > %g%% of the %g ms TTFT SLO (%.3g ms): the load generator sent late",
+				lr.DispatchLagP99Ms, 100*ClientBoundSLOFraction, target.TTFTMillis, lim99)
+		} else {
+			v.addScaled(ReasonClientBound, k, "median dispatch lag %.3g ms > %g%% of the median TTFT %.3g ms: the load generator sent late",
+				lr.DispatchLagP50Ms, 100*ClientBoundTTFTFraction, lr.P50TTFTMs)
+		}
 	}
 	if h := lr.WarmupHitRate; h != nil && *h > WarmStartHitRate {
 		v.add(ReasonWarmStart, "the warm-up requests found %.1f%% of their prompt tokens cached (a cold engine: ~0%%): the cache was warm at the start",
@@ -243,22 +287,10 @@ func (lr *LevelRecord) judge(target slo.SLO, timeScale float64) {
 			v.add(ReasonCounterContamination, "prefix-cache queries grew by %.0f tokens, more than %g× the %.0f prompt tokens sent (traffic that is not this level's)", dq, CounterQueryFactor, sent)
 		}
 	}
-	// The warm-ups' pulls (whole prompts, cold) are the longest, and no
-	// measured figure includes them: from the scrape after the warm-ups
-	// where they ended before the measurement began.
-	from := lr.Counters.Before
-	if lr.Counters.Warmup != nil && !lr.WarmupOverlap {
-		from = lr.Counters.Warmup
-	}
-	if pulls, late, ok := EmulatorLateness(from, lr.Counters.After); ok && lr.Measured > 0 && late > 0 {
-		perReq := late / float64(lr.Measured)
-		if perReq > EmulatorBoundTTFTFraction*lr.P50TTFTMs {
-			// The late time is inside the TTFTs it is compared with
-			// (the mean per request stands in for the median's share).
-			v.addScaled(ReasonEmulatorBound, scaleToShare(perReq, lr.P50TTFTMs-perReq, EmulatorBoundTTFTFraction), "%.0f KV pulls ended after their modelled end because the bytes had not crossed this host's side channel: "+
-				"%.3g model ms added per measured request, > %g%% of the median TTFT %.3g ms (run at a larger --time-scale, or on a host that keeps the modelled link)",
-				pulls, perReq, 100*EmulatorBoundTTFTFraction, lr.P50TTFTMs)
-		}
+	if perReq > EmulatorBoundTTFTFraction*lr.P50TTFTMs {
+		v.addScaled(ReasonEmulatorBound, ScaleToShare(perReq, host, model, EmulatorBoundTTFTFraction), "%.0f KV pulls ended after their modelled end because the bytes had not crossed this host's side channel: "+
+			"%.3g model ms added per measured request, > %g%% of the median TTFT %.3g ms (run at a larger --time-scale, or on a host that keeps the modelled link)",
+			pulls, perReq, 100*EmulatorBoundTTFTFraction, lr.P50TTFTMs)
 	}
 	if v.Reasons == nil {
 		v.Reasons = []Reason{}

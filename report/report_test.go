@@ -78,7 +78,7 @@ func testLog(kind string, measured int) *optimizer.Log {
 				CostGPUSec: cost(0.12), HitRate: &hit, Levels: testLevels(qps, 45, 20, measured, 24, false), Eligible: true, Bottleneck: "transfer",
 				Rescaled: &optimizer.Rescale{FromScale: 0.25, ToScale: 0.5, MaxScale: 1, Measured: true, Estimate: 1.5, Reason: "3 of 3 runs invalid: emulator_bound"}},
 			{N: 3, Role: "ablation", Why: "ablation: prefix caching off", Key: "disagg-1p1d-nocache", Kind: kind, Objectives: []float64{0, 0, 0},
-				Levels: testLevels(qps, 900, 12, measured, 0, false), Eligible: false, Reason: "a run passed no load level",
+				Levels: testLevels(qps, 900, 12, measured, 0, false), Eligible: false, Reason: "2 of 3 runs have an invalid level, so its figures decide nothing",
 				Rescaled: &optimizer.Rescale{FromScale: 0.25, ToScale: 2, MaxScale: 1, Estimate: 5.2, Reason: "2 of 3 runs invalid: emulator_bound"}},
 			{N: 4, Role: "interaction", Why: "topology × prefix caching", Key: "coloc-r2-nocache", Kind: kind, Objectives: []float64{10.5, 10.6, 10.4}, Objective: 10.5,
 				Levels: testLevels(qps, 150, 12, measured, 32, true), Eligible: true},
@@ -116,7 +116,7 @@ func TestWrite(t *testing.T) {
 			"| **baseline** (trial 1) | `coloc-r2-cache` | 15.300 | 15.30 / 15.50 / 15.20 |",
 			"| **selected** (trial 2) | `disagg-1p1d-cache` | 16.600 |",
 			"Baseline: trial 1 coloc-r2-cache, every level", "Selected: trial 2 disagg-1p1d-cache, every level",
-			"| 3 | ablation | `disagg-1p1d-nocache` |", "no: a run passed no load level",
+			"| 3 | ablation | `disagg-1p1d-nocache` |", "no: 2 of 3 runs have an invalid level",
 			"| 5 | verify, **re-run of the selected config** |", "| 2 | proposal, **selected** |", "| 1 | **baseline** |",
 			// 45·e^1.2 = 149.40 ms ×0.94 and ×1.06 in runs 1 and 3; run 2 is invalid.
 			"| 24 | 149.4 (140.4–158.4) | 9.00 (8.46–9.54) | 19.800 (19.600–20.000) | 2/3 | **invalid: client_bound** (run 2 of 3) |",
@@ -130,7 +130,7 @@ func TestWrite(t *testing.T) {
 			"(n in the requests column); p99 of 120 requests is their second largest.", "| [emulated] | cache on | cache off |",
 			"## Measurement floor (emulated)", "the host itself adds 2.27 ms (median) / 4.76 ms (p99) of real time",
 			"Trials ran at time scale 0.25 (the spec said 0.1), where that floor is 9.1 ms (median) / 19.0 ms (p99) of model time",
-			"## Trials the host decided at the chosen time scale (emulated)", "Rule: an emulated trial whose runs decided nothing only because",
+			"## Trials at another time scale (emulated)", "Some trials ran at a larger time scale: see [Trials at another time scale](#trials-at-another-time-scale-emulated).", "Rule: an emulated trial whose runs decided nothing only because",
 			"- trial 2 `disagg-1p1d-cache` (proposal): measured at time scale 0.5: at 0.25, 3 of 3 runs invalid: emulator_bound\n" +
 				"- trial 3 `disagg-1p1d-nocache` (ablation): at time scale 0.25 the host decided it (2 of 3 runs invalid: emulator_bound; estimate ×5.2): " +
 				"it needs time scale 2, above the largest allowed 1 (--max-time-scale)\n\n",

@@ -46,13 +46,19 @@ func (d *doc) hostFloor() {
 		"Trials ran at time scale %g (the spec said %g), where that floor is %.1f ms (median) / %.1f ms (p99) of model time. Rule: %s.\n\n",
 		f.OfferedQPS, f.Requests, f.P50RealMs, f.P99RealMs, f.DispatchP99RealMs, f.EngineP50TTFTMs,
 		f.ChosenTimeScale, f.SpecTimeScale, f.MedianModelMs, f.FloorModelMs, f.Rule)
+	for i := range d.lg.Trials {
+		if r := d.lg.Trials[i].Rescaled; r != nil && r.Measured {
+			d.p("Some trials ran at a larger time scale: see [Trials at another time scale](#trials-at-another-time-scale-%s).\n\n", d.prov.tag())
+			break
+		}
+	}
 	if f.Note != "" {
 		d.p("**Note:** %s\n\n", f.Note)
 	}
 }
 
-// rescaled lists the trials the host made invalid at the chosen time
-// scale, and what became of them (optimizer.Rescaler).
+// rescaled lists the trials measured, or that would have had to be
+// measured, at another time scale than the chosen one (optimizer.Rescaler).
 func (d *doc) rescaled() {
 	var lines []string
 	for i := range d.lg.Trials {
@@ -64,7 +70,7 @@ func (d *doc) rescaled() {
 	if len(lines) == 0 {
 		return
 	}
-	d.p("## Trials the host decided at the chosen time scale (%s)\n\n", d.prov.tag())
+	d.p("## Trials at another time scale (%s)\n\n", d.prov.tag())
 	d.p("Rule: %s.\n\n%s\n\n", optimizer.RescaleRule, strings.Join(lines, "\n"))
 }
 

@@ -105,8 +105,8 @@ holds an earlier run's log (see --force) or is in use.`,
 			if budget < 4 {
 				return badInput("--budget: %d: want at least 4 trials", budget)
 			}
-			if !(maxScale >= 0) || maxScale > 1e6 {
-				return badInput("--max-time-scale: want 0 (never measure again) or a positive factor, got %v", maxScale)
+			if !(maxScale >= 0) || maxScale > deploy.MaxTimeScale {
+				return badInput("--max-time-scale: want 0 (never measure again) or a factor up to %d, got %v", deploy.MaxTimeScale, maxScale)
 			}
 			if backend != "live" && backend != "model" {
 				return badInput("--backend: %q: want live (deploy and replay) or model (the exact queueing model)", backend)
@@ -153,7 +153,7 @@ holds an earlier run's log (see --force) or is in use.`,
 			case "auto", "spec":
 			default:
 				v, err := strconv.ParseFloat(timeScale, 64)
-				if err != nil || !(v > 0) || v > 1e6 {
+				if err != nil || !(v > 0) || v > deploy.MaxTimeScale {
 					return badInput("--time-scale: want auto, spec or a positive factor, got %q", timeScale)
 				}
 				scaleFixed = v
