@@ -133,6 +133,7 @@ func (e *FixtureEvaluator) peek(t *testing.T, s *deploy.Spec) Trial {
 var (
 	regretLive  = flag.String("regret-live", "", "run TestRegretLive: measure each scenario's grid live into this directory (resumable), then score the loop against it")
 	regretScale = flag.Float64("regret-scale", 1, "TestRegretLive's emulator time scale (wall seconds per model second): at 0.25 this 2-core host was client_bound on nearly every config")
+	regretMax   = flag.Float64("regret-max-scale", 2, "TestRegretLive: a config the host made invalid is measured again at a larger time scale up to this (Rescaler; 0: never)")
 )
 
 // TestRegretLive (with -regret-live DIR; make regret-live) is the issue's
@@ -157,8 +158,11 @@ func TestRegretLive(t *testing.T) {
 				t.Fatal(err)
 			}
 			dir := filepath.Join(*regretLive, sc.name)
-			ev := &DeployEvaluator{Up: deploy.UpOptions{StateDir: t.TempDir(), Hone: hone, HealthTimeout: time.Minute, Grace: 2 * time.Second},
+			var ev Evaluator = &DeployEvaluator{Up: deploy.UpOptions{StateDir: t.TempDir(), Hone: hone, HealthTimeout: time.Minute, Grace: 2 * time.Second},
 				Workload: sc.w, QPS: sc.qps, Runs: 3, SLO: regretSLO, OutDir: filepath.Join(dir, "trials"), Log: os.Stderr}
+			if *regretMax > 0 {
+				ev = &Rescaler{Inner: ev, MaxScale: *regretMax, Log: os.Stderr}
+			}
 			t.Logf("%s: grid of %d configs", sc.name, len(grid))
 			if _, err := MeasureGrid(context.Background(), grid, ev, filepath.Join(dir, "grid"), os.Stderr); err != nil {
 				t.Fatal(err)
