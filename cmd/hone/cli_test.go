@@ -224,6 +224,7 @@ func TestOptimizeAndReportBadInput(t *testing.T) {
 		{[]string{"optimize", "--spec", "x.yaml", "--out", t.TempDir(), "--budget", "3"}, "--budget"},
 		{[]string{"optimize", "--spec", "x.yaml", "--out", t.TempDir(), "--max-time-scale", "-1"}, "--max-time-scale"},
 		{[]string{"optimize", "--spec", "x.yaml", "--out", t.TempDir(), "--max-time-scale", "NaN"}, "--max-time-scale"},
+		{[]string{"optimize", "--spec", "x.yaml", "--out", t.TempDir(), "--uncached-tokens", "0"}, "--uncached-tokens"},
 		{[]string{"optimize", "--spec", "x.yaml", "--out", t.TempDir(), "--qps", "0"}, "--qps"},
 		{[]string{"optimize", "--spec", filepath.Join(t.TempDir(), "missing.yaml"), "--out", t.TempDir()}, "missing.yaml"},
 		{[]string{"report", "--log", "nope.json"}, "--out"},

@@ -165,8 +165,7 @@ holds an earlier run's log (see --force) or is in use.`,
 				base.Emulator.TimeScale = scaleFixed
 			}
 			v, commit := buildVersion()
-			w := replay.Workload{Seed: seed, Requests: sc.Requests, InputTokens: sc.InputTokens,
-				UncachedTokens: replay.DefaultUncachedTokens, OutputTokens: sc.OutputTokens}
+			w := wf.workload(seed)
 			slo := slo.SLO{TTFTMillis: sc.TTFTMillis, TPOTMillis: sc.TPOTMillis}
 			dev := &optimizer.DeployEvaluator{Up: deploy.UpOptions{Hone: hone, StateDir: filepath.Join(out, "state"), Owned: true},
 				Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo, OutDir: out, Hone: replay.Build{Version: v, Commit: commit}}
@@ -230,7 +229,7 @@ holds an earlier run's log (see --force) or is in use.`,
 			return nil
 		},
 	}
-	wf.register(c)
+	wf.register(c, true)
 	f := c.Flags()
 	f.StringVar(&spec, "spec", "", "baseline deployment spec (YAML)")
 	f.StringVar(&out, "out", "", "directory for the log, records and traces")

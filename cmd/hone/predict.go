@@ -121,9 +121,8 @@ the prediction cannot model).`,
 				return err
 			}
 			opts := predict.Options{Profile: prof,
-				Workload: replay.Workload{Seed: replay.DefaultSeed, Requests: sc.Requests, InputTokens: sc.InputTokens,
-					UncachedTokens: replay.DefaultUncachedTokens, OutputTokens: sc.OutputTokens},
-				QPS: sc.QPS, SLO: sc.SLO, KeepRequests: out != ""}
+				Workload: wf.workload(replay.DefaultSeed),
+				QPS:      sc.QPS, SLO: sc.SLO, KeepRequests: out != ""}
 			if grid {
 				return runPredictGrid(c, spec, ax, opts, top, out, output.value)
 			}
@@ -151,7 +150,7 @@ the prediction cannot model).`,
 			return nil
 		},
 	}
-	wf.register(c)
+	wf.register(c, true)
 	f := c.Flags()
 	f.StringVar(&profile, "profile", "", "emulator profile: a built-in name or a .yaml file (default: the spec's emulator.profile, else "+emulator.DefaultProfile+")")
 	f.StringVar(&out, "out", "", "write the result here: the run record, or with --grid every point (JSON)")

@@ -189,6 +189,28 @@ func TestPredictGrid(t *testing.T) {
 	}
 }
 
+// --uncached-tokens shapes the workload predicted: the record states it,
+// and with the prefix cache on, the measured requests' hit rate is the
+// cached share the flags give, to the 16-token block (vLLM caches whole
+// blocks): 3072 of 4096 tokens, not the brief's 3968.
+func TestPredictUncachedTokens(t *testing.T) {
+	out, errs, code := runCLI(t, "", "predict", "--qps", "2", "--requests", "16", "--input-tokens", "4096", "--uncached-tokens", "1024",
+		"-o", "json", predictSpec(t, "colocated"))
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var rec replay.Record
+	if err := json.Unmarshal([]byte(out), &rec); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if w := rec.Workload; w.InputTokens != 4096 || w.UncachedTokens != 1024 {
+		t.Fatalf("workload %+v", w)
+	}
+	if h := rec.Runs[0].Levels[0].HitRateCachedTokens; h == nil || *h != 3072.0/4096 {
+		t.Errorf("measured hit rate %v, want %v", h, 3072.0/4096)
+	}
+}
+
 func TestPredictBadInput(t *testing.T) {
 	spec := predictSpec(t, "colocated")
 	for _, tc := range []struct {
@@ -198,6 +220,8 @@ func TestPredictBadInput(t *testing.T) {
 		{[]string{spec, "--profile", "no-such-gpu"}, "--profile"},
 		{[]string{spec, "--qps", "0"}, "--qps"},
 		{[]string{spec, "--requests", "8"}, "--requests"},
+		{[]string{spec, "--uncached-tokens", "0"}, "--uncached-tokens"},
+		{[]string{spec, "--uncached-tokens", "5000"}, "--input-tokens"},
 		{[]string{spec, "--ttft-slo-ms", "-1"}, "--ttft-slo-ms"},
 		{[]string{spec, "-o", "xml"}, "-o/--output"},
 		{[]string{spec, "--top", "5"}, "--top: only with --grid"},

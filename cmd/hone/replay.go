@@ -123,7 +123,7 @@ past).`,
 			if err != nil {
 				return err
 			}
-			if err := wf.checkSLO(); err != nil {
+			if err := wf.check(qps); err != nil {
 				return err
 			}
 			if out == "" {
@@ -180,9 +180,8 @@ past).`,
 			pp := &replay.ProgressPrinter{W: c.ErrOrStderr(), TTY: tty}
 			opts := replay.Options{
 				Endpoint: endpoint, TokenizeEndpoint: tokEndpoint, Model: model, Kind: kind, Backend: backend, Cache: cache,
-				Workload: replay.Workload{Seed: seed, Requests: wf.requests, InputTokens: wf.inputTokens,
-					UncachedTokens: replay.DefaultUncachedTokens, OutputTokens: wf.outputTokens},
-				QPS: qps, Runs: runs, SLO: slo.SLO{TTFTMillis: wf.ttftSLO, TPOTMillis: wf.tpotSLO},
+				Workload: wf.workload(seed),
+				QPS:      qps, Runs: runs, SLO: slo.SLO{TTFTMillis: wf.ttftSLO, TPOTMillis: wf.tpotSLO},
 				TimeScale: timeScale, RequestTimeout: timeout, GPUs: gpus, Config: cfg, Hardware: hostHardware(),
 				ModelInfo: replay.Model{Revision: revision, Precision: precision},
 				Hone:      replay.Build{Version: ver, Commit: rev}, Progress: pp.Update, CachedTokensReported: cachedReported,
@@ -230,7 +229,7 @@ past).`,
 		},
 	}
 	c.AddCommand(newReplayMergeCmd())
-	wf.register(c)
+	wf.register(c, true)
 	f := c.Flags()
 	f.StringVar(&endpoint, "endpoint", "", "base URL of the OpenAI-compatible server (required)")
 	f.StringVar(&tokEndpoint, "tokenize-endpoint", "", "base URL serving POST /tokenize, when not --endpoint")

@@ -83,6 +83,7 @@ func TestReplayBadFlags(t *testing.T) {
 		"--time-scale":      {"--time-scale", "0"},
 		"--runs":            {"--runs", "0"},
 		"--requests":        {"--requests", "4"},
+		"--uncached-tokens": {"--uncached-tokens", "0"},
 		"--output-tokens":   {"--output-tokens", "0"},
 		"--ttft-slo-ms":     {"--ttft-slo-ms", "-1"},
 		"--request-timeout": {"--request-timeout", "0s"},

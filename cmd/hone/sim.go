@@ -21,21 +21,32 @@ func init() { subcommands = append(subcommands, newSimCmd) }
 // (e.g. `hone sim serve`).
 var simSubcommands []func() *cobra.Command
 
-// workloadFlags are the workload flags shared by hone sim and hone replay.
+// workloadFlags are the workload flags shared by hone sim, replay,
+// predict and optimize.
 type workloadFlags struct {
-	qps          string
-	requests     int
-	inputTokens  int
-	outputTokens int
-	ttftSLO      float64
-	tpotSLO      float64
+	qps            string
+	requests       int
+	inputTokens    int
+	uncachedTokens int // hone sim has no flag: the exact model's scan has replay.DefaultUncachedTokens
+	outputTokens   int
+	ttftSLO        float64
+	tpotSLO        float64
 }
 
-func (w *workloadFlags) register(c *cobra.Command) {
+// register adds the workload flags; uncached adds --uncached-tokens,
+// which the exact model (hone sim) cannot take.
+func (w *workloadFlags) register(c *cobra.Command, uncached bool) {
 	f := c.Flags()
 	f.StringVar(&w.qps, "qps", "1,2,4,8,16,32", "offered load levels, comma-separated requests/s")
 	f.IntVar(&w.requests, "requests", 128, "requests per level, the 8 warm-up requests included")
-	f.IntVar(&w.inputTokens, "input-tokens", 4096, "input tokens per request (128 of them uncached in the measurement phase)")
+	if uncached {
+		f.IntVar(&w.inputTokens, "input-tokens", 4096, "input tokens per request: its session's shared code prefix, then --uncached-tokens of its own")
+		f.IntVar(&w.uncachedTokens, "uncached-tokens", replay.DefaultUncachedTokens,
+			"input tokens of a measured request beyond its session's prefix, which the warm-ups cached (the brief's workload: 128)")
+	} else {
+		f.IntVar(&w.inputTokens, "input-tokens", 4096, "input tokens per request (128 of them uncached in the measurement phase)")
+		w.uncachedTokens = replay.DefaultUncachedTokens
+	}
 	f.IntVar(&w.outputTokens, "output-tokens", 128, "output tokens per request")
 	f.Float64Var(&w.ttftSLO, "ttft-slo-ms", slo.Default.TTFTMillis, "SLO on p99 time to first token, ms")
 	f.Float64Var(&w.tpotSLO, "tpot-slo-ms", slo.Default.TPOTMillis, "SLO on p99 time per output token, ms")
@@ -68,18 +79,27 @@ func (w *workloadFlags) scan(cfg sim.Config) (sim.ScanConfig, error) {
 	if err != nil {
 		return sim.ScanConfig{}, err
 	}
-	for _, q := range qps {
-		p := replay.Params{Requests: w.requests, InputTokens: w.inputTokens, UncachedTokens: replay.DefaultUncachedTokens,
-			OutputTokens: w.outputTokens, OfferedQPS: q}
-		if err := p.Validate(); err != nil {
-			return sim.ScanConfig{}, paramErr(err)
-		}
-	}
-	if err := w.checkSLO(); err != nil {
+	if err := w.check(qps); err != nil {
 		return sim.ScanConfig{}, err
 	}
 	return sim.ScanConfig{Config: cfg, Requests: w.requests, InputTokens: w.inputTokens, OutputTokens: w.outputTokens,
 		QPS: qps, SLO: slo.SLO{TTFTMillis: w.ttftSLO, TPOTMillis: w.tpotSLO}}, nil
+}
+
+// check validates the workload flags at every level and the SLO flags,
+// naming the flag of the first bad value.
+func (w *workloadFlags) check(qps []float64) error {
+	for _, q := range qps {
+		if err := w.workload(0).Params(q).Validate(); err != nil {
+			return paramErr(err)
+		}
+	}
+	return w.checkSLO()
+}
+
+// workload is the replay workload the flags describe, with seed.
+func (w *workloadFlags) workload(seed uint64) replay.Workload {
+	return replay.Workload{Seed: seed, Requests: w.requests, InputTokens: w.inputTokens, UncachedTokens: w.uncachedTokens, OutputTokens: w.outputTokens}
 }
 
 // checkSLO checks --ttft-slo-ms and --tpot-slo-ms, in that order.
@@ -153,7 +173,7 @@ Exit codes: 0 success; 2 bad input.`,
 			return nil
 		},
 	}
-	wf.register(c)
+	wf.register(c, false)
 	c.Flags().StringVar(&mode, "mode", "colocated", "colocated | disaggregated")
 	c.Flags().BoolVar(&cache, "prefix-cache", true, "reuse cached prefix tokens (false: effective cached tokens are 0)")
 	output.register(c.Flags(), "table", "", "table", "json")
