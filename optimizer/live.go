@@ -65,8 +65,9 @@ type Trial struct {
 	// Predicted is what the engine model predicted for this spec before
 	// it was measured (predict-then-measure loop only).
 	Predicted *Prediction `json:"predicted,omitempty"`
-	// Rescaled: the trial was measured at a larger time scale than its
-	// spec's, because the host decided its first measurement (Rescaler).
+	// Rescaled: the host decided the trial's first measurement, and
+	// whether (Measured) and at which time scale it was measured again
+	// (Rescaler); nil when the host decided nothing.
 	Rescaled *Rescale `json:"rescaled,omitempty"`
 }
 
