@@ -780,7 +780,7 @@ func (c *calibration) observe() error {
 				// not the link's.
 				lateWarmups := false
 				if l.Counters.Warmup != nil && !l.WarmupOverlap {
-					if n, _, ok := replay.EmulatorLateness(l.Counters.Before, l.Counters.Warmup); ok && n > 0 {
+					if n, _, _, ok := replay.EmulatorLateness(l.Counters.Before, l.Counters.Warmup); ok && n > 0 {
 						lateWarmups = true
 						lateWarmupLevels++
 					}

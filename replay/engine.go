@@ -226,7 +226,7 @@ func parseCounters(text []byte) (Counters, error) {
 			name := string(s.Metric[model.MetricNameLabel])
 			if (strings.HasPrefix(name, "vllm:") &&
 				(strings.HasSuffix(name, "_total") || name == "vllm:gpu_prefix_cache_hits" || name == "vllm:gpu_prefix_cache_queries")) ||
-				name == EmulatorKVPullsLate || name == EmulatorKVPullLateSeconds {
+				name == EmulatorKVPullsLate || name == EmulatorKVPullLateSeconds || name == EmulatorKVPullLateModelSeconds {
 				v := float64(s.Value)
 				if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 					bad[name] = true

@@ -43,6 +43,11 @@ const (
 const (
 	EmulatorKVPullsLate       = "hone_emulator_kv_pulls_late_total"
 	EmulatorKVPullLateSeconds = "hone_emulator_kv_pull_late_seconds_total"
+	// EmulatorKVPullLateModelSeconds is the modelled duration of those
+	// same late pulls, summed: with it, the host's wall time per pull is
+	// known (scale × (late + modelled)), and so is how late the pulls would
+	// be at another time scale.
+	EmulatorKVPullLateModelSeconds = "hone_emulator_kv_pull_late_model_seconds_total"
 )
 
 // HostReason reports whether code is a reason the measuring host caused,
@@ -212,6 +217,22 @@ func (lr *LevelRecord) InvalidateScaled(code string, scale float64, format strin
 	lr.Verdict.addScaled(code, scale, format, a...)
 }
 
+// lateScale is ScaleToShare for late KV pulls: per request, late model ms
+// and their pulls' modelled ms b. A late pull took the host scale ×
+// (late + b) of wall time; at k times the scale that is (late + b)/k of
+// model time, late by (late + b)/k - b where that is positive. With the
+// level's other host time lag (1/k as much) and its model time model, the
+// smallest k with (late+b)/k - b <= f (model + lag/k + (late+b)/k - b).
+// Without b (an emulator before its counter) it is ScaleToShare's, which
+// is larger: every late ms then counts as host time.
+func lateScale(late, b, lag, model, f float64) float64 {
+	if !(model > 0) || !(late > 0) {
+		return 0
+	}
+	a := late + b
+	return max(a*(1-f)-f*lag, 0) / (f*model + b*(1-f))
+}
+
 // judge sets the level's verdict from what the level measured. Reasons
 // added by Invalidate before are kept.
 func (lr *LevelRecord) judge(target slo.SLO, timeScale float64) {
@@ -225,13 +246,13 @@ func (lr *LevelRecord) judge(target slo.SLO, timeScale float64) {
 	// added (the mean per request stands in for the median's share). What
 	// is left is the model's, which no time scale changes; the scale
 	// estimates of the host reasons rest on it.
-	perReq, pulls := 0.0, 0.0
+	perReq, pulls, modelReq := 0.0, 0.0, 0.0
 	from := lr.Counters.Before // the warm-ups' pulls, cold and longest, are in no measured figure
 	if lr.Counters.Warmup != nil && !lr.WarmupOverlap {
 		from = lr.Counters.Warmup
 	}
-	if n, late, ok := EmulatorLateness(from, lr.Counters.After); ok && lr.Measured > 0 && late > 0 {
-		perReq, pulls = late/float64(lr.Measured), n
+	if n, late, mod, ok := EmulatorLateness(from, lr.Counters.After); ok && lr.Measured > 0 && late > 0 {
+		perReq, pulls, modelReq = late/float64(lr.Measured), n, max(mod, 0)/float64(lr.Measured)
 	}
 	host := lr.DispatchLagP50Ms + perReq
 	model := lr.P50TTFTMs - host
@@ -288,7 +309,7 @@ func (lr *LevelRecord) judge(target slo.SLO, timeScale float64) {
 		}
 	}
 	if perReq > EmulatorBoundTTFTFraction*lr.P50TTFTMs {
-		v.addScaled(ReasonEmulatorBound, ScaleToShare(perReq, host, model, EmulatorBoundTTFTFraction), "%.0f KV pulls ended after their modelled end because the bytes had not crossed this host's side channel: "+
+		v.addScaled(ReasonEmulatorBound, lateScale(perReq, modelReq, lr.DispatchLagP50Ms, model, EmulatorBoundTTFTFraction), "%.0f KV pulls ended after their modelled end because the bytes had not crossed this host's side channel: "+
 			"%.3g model ms added per measured request, > %g%% of the median TTFT %.3g ms (run at a larger --time-scale, or on a host that keeps the modelled link)",
 			pulls, perReq, 100*EmulatorBoundTTFTFraction, lr.P50TTFTMs)
 	}
@@ -297,18 +318,24 @@ func (lr *LevelRecord) judge(target slo.SLO, timeScale float64) {
 	}
 }
 
-// EmulatorLateness is Δ(late KV pulls) and Δ(model ms they added) between
-// two scrapes; ok is false when either scrape lacks the emulator's
-// counters (a real engine, or an emulator that predates them).
-func EmulatorLateness(before, after Counters) (pulls, lateMs float64, ok bool) {
+// EmulatorLateness is Δ(late KV pulls), Δ(model ms they added) and
+// Δ(their modelled ms) between two scrapes; ok is false when either scrape
+// lacks the first two (a real engine, or an emulator that predates them);
+// modelMs is 0 from an emulator that predates its counter.
+func EmulatorLateness(before, after Counters) (pulls, lateMs, modelMs float64, ok bool) {
 	n0, ok0 := before[EmulatorKVPullsLate]
 	n1, ok1 := after[EmulatorKVPullsLate]
 	s0, ok2 := before[EmulatorKVPullLateSeconds]
 	s1, ok3 := after[EmulatorKVPullLateSeconds]
 	if !ok0 || !ok1 || !ok2 || !ok3 {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
-	return n1 - n0, 1000 * (s1 - s0), true
+	m0, ok4 := before[EmulatorKVPullLateModelSeconds]
+	m1, ok5 := after[EmulatorKVPullLateModelSeconds]
+	if ok4 && ok5 {
+		modelMs = 1000 * (m1 - m0)
+	}
+	return n1 - n0, 1000 * (s1 - s0), modelMs, true
 }
 
 // counterDelta is Δhits and Δqueries between two scrapes.

@@ -371,6 +371,17 @@ func TestHostReasonScale(t *testing.T) {
 		// Late pulls beside dispatch lag: both are host time inside the
 		// TTFT, so the model's share is 40 ms, not 50:
 		// (6 - 0.05·16) / (0.05·40) = 2.6.
+		// With the late pulls' modelled time (b = 1.16 ms per request):
+		// a pull took the host 0.0066 s of wall time at k = 1, so at k it
+		// is late by 6.66/k - 1.16 ms; the model's own time (40 ms)
+		// includes the 1.16. Smallest k with that at 5% of the TTFT:
+		// (6.66·0.95 - 0.05·1) / (0.05·40 + 1.16·0.95).
+		"late pulls with their modelled time": {func(k float64) LevelRecord {
+			late := max(6.66/k-1.16, 0)
+			return LevelRecord{Complete: true, Measured: 4, P50TTFTMs: c + 1/k + late, DispatchLagP50Ms: 1 / k, DispatchLagP99Ms: 1 / k,
+				Counters: LevelCounters{Before: Counters{EmulatorKVPullsLate: 0, EmulatorKVPullLateSeconds: 0, EmulatorKVPullLateModelSeconds: 0},
+					After: Counters{EmulatorKVPullsLate: 4, EmulatorKVPullLateSeconds: 4 * late / 1000, EmulatorKVPullLateModelSeconds: 4 * 1.16 / 1000}}}
+		}, ReasonEmulatorBound, (6.66*0.95 - 0.05*1) / (0.05*c + 1.16*0.95)},
 		"late pulls and lag": {func(k float64) LevelRecord {
 			return LevelRecord{Complete: true, Measured: 4, P50TTFTMs: c + 16/k, DispatchLagP50Ms: 10 / k, DispatchLagP99Ms: 10 / k,
 				Counters: LevelCounters{Before: Counters{EmulatorKVPullsLate: 0, EmulatorKVPullLateSeconds: 0},

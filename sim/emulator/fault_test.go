@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hone-llm/hone/replay"
 )
 
 func TestParseFault(t *testing.T) {
@@ -187,6 +189,15 @@ func TestTransferLateMs(t *testing.T) {
 		}
 		m := res.metrics
 		model := 8 * c.factor
+		// The decode worker sums the late pulls' modelled time, which
+		// replay's emulator_bound estimate reads.
+		wantModel := 0.0
+		if c.late {
+			wantModel = model / 1000
+		}
+		if got := metricValue(t, d.URL(), replay.EmulatorKVPullLateModelSeconds); !near(got, wantModel, 1e-9) {
+			t.Errorf("scale %v: %s = %v, want %v", c.scale, replay.EmulatorKVPullLateModelSeconds, got, wantModel)
+		}
 		if c.late {
 			if !(m.KVTransferLateMs > 0) || !near(m.KVTransferLateMs, m.KVTransferTimeMs-model, 1e-6) {
 				t.Errorf("scale %v: kv_transfer_late_ms %v, want transfer %v − model %v > 0", c.scale, m.KVTransferLateMs, m.KVTransferTimeMs, model)

@@ -152,6 +152,7 @@ func (e *engine) loaded(m msg) {
 	if r.transferLateMs > 0 {
 		e.metrics.kvPullsLate.Inc()
 		e.metrics.kvPullLateSeconds.Add(r.transferLateMs / 1000)
+		e.metrics.kvPullLateModelSeconds.Add(m.model / 1000)
 	}
 	e.metrics.nixlBytes.Observe(float64(m.bytes))
 	e.metrics.nixlXfer.Observe((m.endMs - r.transferFromMs) / 1000)
