@@ -20,7 +20,8 @@ const RescaleMargin = 1.25
 // RescaleRule states Rescaler in words, for help and reports.
 var RescaleRule = fmt.Sprintf("an emulated trial whose runs decided nothing only because of the measuring host (every invalid level client_bound "+
 	"or emulator_bound; no failed request or output) is measured once more, at its scale times the largest factor those verdicts estimate would clear them "+
-	"(twice its scale where one has no estimate), times %g, rounded up to a step of %v (doubling beyond), when that is at most the largest time scale allowed; "+
+	"(twice its scale where one has no estimate), times %g, rounded up to a step of %v (doubling beyond), when that is at most the largest time scale allowed "+
+	"(else without the margin, when that is); "+
 	"it then reports that measurement and keeps the first record, and its config's next trial starts at that scale. Figures are model time, so it compares "+
 	"with trials at other scales; a valid level's host share is within the verdicts' bounds at any scale", RescaleMargin, scaleSteps)
 
@@ -40,7 +41,8 @@ type Rescale struct {
 	// Estimate is the largest factor the first measurement's host
 	// reasons asked for (replay.Reason.Scale), 0 when one had none;
 	// ToScale is FromScale × Estimate (2 when 0) × RescaleMargin, rounded
-	// up to a step of the floor's ladder.
+	// up to a step of the floor's ladder (without the margin where only
+	// that keeps it within MaxScale).
 	Estimate float64 `json:"estimate"`
 	Record   string  `json:"record,omitempty"`
 	Reason   string  `json:"reason"`
@@ -101,6 +103,9 @@ func (r *Rescaler) Evaluate(ctx context.Context, spec *deploy.Spec, tag string) 
 		k = 2
 	}
 	to := rescaleStep(from * k * RescaleMargin)
+	if bare := rescaleStep(from * k); to > r.MaxScale && bare <= r.MaxScale {
+		to = bare // the margin is a preference, the limit is the user's: the estimate fits
+	}
 	rs := &Rescale{FromScale: from, ToScale: to, MaxScale: r.MaxScale, Estimate: est, Record: t.Record, Reason: why}
 	if to > r.MaxScale || to <= from {
 		t.Rescaled = rs

@@ -107,8 +107,9 @@ emulator: {profile: qwen2.5-coder-0.5b-l4, time_scale: ` + fmt.Sprint(scale) + `
 // record; its config's next trial starts at the larger scale. A trial
 // invalid for a reason that is not the host's, or with failed requests,
 // is measured once; one whose estimate needs more than the largest scale
-// allowed, or whose second measurement fails, keeps its first and says
-// why. A reason without an estimate doubles the scale.
+// allowed (the margin yields where the estimate alone fits), or whose
+// second measurement fails, keeps its first and says why. A reason
+// without an estimate doubles the scale.
 func TestRescaler(t *testing.T) {
 	ctx := context.Background()
 	type tc struct {
@@ -134,8 +135,12 @@ func TestRescaler(t *testing.T) {
 		"valid at once":        {need: 0.5, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, scales: []float64{0.5}, eligible: true},
 		"not the host's":       {need: 0.9, start: 0.5, max: 4, code: replay.ReasonWarmStart, scales: []float64{0.5}, reason: "warm_start"},
 		"failed requests":      {need: 0.9, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, failed: 2, scales: []float64{0.5}},
-		"above the largest": {need: 0.9, start: 0.5, max: 1, code: replay.ReasonEmulatorBound, scales: []float64{0.5}, refused: 2,
-			reason: "at time scale 0.5 the host decided it (3 of 3 runs invalid: emulator_bound; estimate ×1.8): it needs time scale 2, above the largest allowed 1"},
+		// 0.5·3 = 1.5 is above the limit 1 with or without the margin.
+		"above the largest": {need: 1.5, start: 0.5, max: 1, code: replay.ReasonEmulatorBound, scales: []float64{0.5}, refused: 2,
+			reason: "at time scale 0.5 the host decided it (3 of 3 runs invalid: emulator_bound; estimate ×3): it needs time scale 2, above the largest allowed 1"},
+		// 0.5·1.8·1.25 = 1.125 would be 2, above the limit; the estimate
+		// alone, 0.9, fits the limit's step 1.
+		"the margin yields to the limit": {need: 0.9, start: 0.5, max: 1, code: replay.ReasonEmulatorBound, scales: []float64{0.5, 1}, to: 1, eligible: true},
 		"second measurement fails": {need: 0.9, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, failAfter: 1, scales: []float64{0.5, 2}, refused: 2,
 			reason: "measuring it again at 2 failed: deploy: planted failure"},
 		// Beyond the ladder the steps double: 0.5·40·1.25 = 25 → 32.
