@@ -95,7 +95,7 @@ test-consistency:
 # config the host made invalid is measured again at a larger scale up to
 # REGRET_MAX_SCALE (0: never). A config measured before that (its record
 # in REGRET_DIR/<scenario>/grid) is not measured again: delete its record.
-REGRET_DIR ?= results/regret
+REGRET_DIR ?= optimizer/testdata/regret
 REGRET_SCALE ?= 1
 REGRET_MAX_SCALE ?= 2
 REGRET_SCENARIOS ?= .

@@ -21,6 +21,12 @@ import (
 // measurement and sends a second one of the same config (the verification
 // re-run) to a live evaluator, so that the re-run is a measurement too.
 
+// The fixture keeps each record without its requests' chunks
+// (replay.Record.DropChunks): a fifth of the bytes, so that a grid
+// measured over hours can be committed beside the test that reads it
+// (optimizer/testdata/regret) and outlive the host that measured it.
+// The whole record stays with the trial (the evaluator's OutDir).
+
 // FixturePath is where MeasureGrid keeps a config's record in dir.
 func FixturePath(dir string, s *deploy.Spec) string {
 	return filepath.Join(dir, SpecKey(s)+".json.gz")
@@ -28,7 +34,8 @@ func FixturePath(dir string, s *deploy.Spec) string {
 
 // MeasureGrid measures every spec of grid with ev into dir, skipping those
 // already there (a rerun resumes), and returns how many it measured. A
-// trial that failed leaves no record, so a rerun measures it again.
+// trial that failed leaves no record, so a rerun measures it again. A
+// record already there that still has its chunks is rewritten without.
 func MeasureGrid(ctx context.Context, grid []*deploy.Spec, ev Evaluator, dir string, progress io.Writer) (int, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, err
@@ -37,6 +44,9 @@ func MeasureGrid(ctx context.Context, grid []*deploy.Spec, ev Evaluator, dir str
 	for i, s := range grid {
 		path := FixturePath(dir, s)
 		if _, err := os.Stat(path); err == nil {
+			if err := dropChunks(path); err != nil {
+				return n, err
+			}
 			continue
 		}
 		if err := ctx.Err(); err != nil {
@@ -54,6 +64,7 @@ func MeasureGrid(ctx context.Context, grid []*deploy.Spec, ev Evaluator, dir str
 		if err != nil {
 			return n, err
 		}
+		rec.DropChunks()
 		if err := replay.WriteRecord(path, rec); err != nil {
 			return n, err
 		}
@@ -66,16 +77,32 @@ func MeasureGrid(ctx context.Context, grid []*deploy.Spec, ev Evaluator, dir str
 	return n, nil
 }
 
+// dropChunks rewrites the record at path without its chunks, unless they
+// were dropped already.
+func dropChunks(path string) error {
+	rec, err := replay.ReadRecord(path)
+	if err != nil || rec.ChunksDropped {
+		return err
+	}
+	rec.DropChunks()
+	return replay.WriteRecord(path, rec)
+}
+
 // FixtureEvaluator serves trials from a grid measured by MeasureGrid. The
 // first trial of a config gets its fixture record; a later one (the
 // verification re-run) goes to Live, when set, else fails saying so.
 type FixtureEvaluator struct {
 	Dir  string
 	Live Evaluator
+	// ServeAgain, without Live, serves a later trial of a config its
+	// fixture record once more: not a measurement, so a verification
+	// re-run confirms what it served. For checking the loop's choices
+	// against a fixture offline (TestRegretFixture), never for a verdict.
+	ServeAgain bool
 	// Served counts the configs served from the fixture; Remeasured the
-	// trials sent to Live.
-	Served, Remeasured int
-	seen               map[string]bool
+	// trials sent to Live; ServedAgain those served again.
+	Served, Remeasured, ServedAgain int
+	seen                            map[string]bool
 }
 
 // Evaluate implements Evaluator.
@@ -85,6 +112,10 @@ func (e *FixtureEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag 
 	}
 	key := SpecKey(spec)
 	if e.seen[key] {
+		if e.Live == nil && e.ServeAgain {
+			e.ServedAgain++
+			return e.serve(spec)
+		}
 		if e.Live == nil {
 			return Trial{Kind: replay.KindUnverified, Error: "fixture: " + key + " was served once; a second measurement needs a live evaluator"}
 		}
@@ -92,6 +123,16 @@ func (e *FixtureEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag 
 		return e.Live.Evaluate(ctx, spec, tag)
 	}
 	e.seen[key] = true
+	t := e.serve(spec)
+	if t.Error == "" {
+		e.Served++
+	}
+	return t
+}
+
+// serve reads spec's trial from the fixture.
+func (e *FixtureEvaluator) serve(spec *deploy.Spec) Trial {
+	key := SpecKey(spec)
 	path := FixturePath(e.Dir, spec)
 	rec, err := replay.ReadRecord(path)
 	if err != nil {
@@ -101,7 +142,6 @@ func (e *FixtureEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag 
 		}
 		return Trial{Kind: replay.KindUnverified, Error: msg}
 	}
-	e.Served++
 	t := Trial{Kind: rec.Kind, Record: path, Started: rec.StartedAt, Seconds: rec.FinishedAt.Sub(rec.StartedAt).Seconds()}
 	summarizeRecord(&t, rec)
 	return t

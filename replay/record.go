@@ -158,6 +158,28 @@ type Record struct {
 	// replay --shard) and the one merged from them (MergeShards). Absent
 	// in a single process's record.
 	Shard *ShardInfo `json:"shard,omitempty"`
+	// ChunksDropped is true in a record whose requests' chunks were
+	// dropped after the measurement (DropChunks: a fixture kept in the
+	// repository); every other figure is as measured. Such a record has
+	// no inter-token latencies.
+	ChunksDropped bool `json:"chunks_dropped,omitempty"`
+}
+
+// DropChunks drops every request's chunks (its token timings and ids,
+// most of a record's bytes) and marks the record so. The per-request
+// figures derived from them (ttft_ms, tpot_ms, output_tokens,
+// output_sha256), the levels' summaries and the verdicts stay as they
+// were measured, so a record that keeps only what the optimizer and
+// calibration read is a fifth the size.
+func (r *Record) DropChunks() {
+	for ri := range r.Runs {
+		for li := range r.Runs[ri].Levels {
+			for qi := range r.Runs[ri].Levels[li].Requests {
+				r.Runs[ri].Levels[li].Requests[qi].Chunks = Chunks{}
+			}
+		}
+	}
+	r.ChunksDropped = true
 }
 
 // RunRecord is one pass over all levels; --runs repeats it so the gate has

@@ -306,3 +306,47 @@ func TestProgressPrinter(t *testing.T) {
 		t.Errorf("tty output %q", b.String())
 	}
 }
+
+// DropChunks empties every request's chunks and nothing else: the record
+// written without them reads back (the schema takes chunks null with
+// chunks_dropped), marked, equal to the original but for the chunks.
+func TestDropChunks(t *testing.T) {
+	rec, err := ReadRecord(filepath.Join("testdata", "record.example.v3.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := ReadRecord(filepath.Join("testdata", "record.example.v3.json"))
+	rec.DropChunks()
+	path := filepath.Join(t.TempDir(), "slim.json.gz")
+	if err := WriteRecord(path, rec); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadRecord(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.ChunksDropped {
+		t.Error("chunks_dropped not set")
+	}
+	n := 0
+	for ri, r := range got.Runs {
+		for li, l := range r.Levels {
+			for qi, q := range l.Requests {
+				if q.Chunks.MonoNs != nil || q.Chunks.UnixNs != nil || q.Chunks.TokenIDs != nil {
+					t.Errorf("request %d kept its chunks", q.ID)
+				}
+				if len(want.Runs[ri].Levels[li].Requests[qi].Chunks.MonoNs) > 0 {
+					n++
+				}
+				want.Runs[ri].Levels[li].Requests[qi].Chunks = Chunks{}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("the example record has no chunks to drop")
+	}
+	want.ChunksDropped = true
+	if !reflect.DeepEqual(got, want) {
+		t.Error("the record changed beyond its chunks")
+	}
+}
