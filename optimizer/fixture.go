@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/internal/atomicfile"
 	"github.com/hone-llm/hone/replay"
 )
 
@@ -22,7 +23,7 @@ import (
 // re-run) to a live evaluator, so that the re-run is a measurement too.
 
 // The fixture keeps each record without its requests' chunks
-// (replay.Record.DropChunks): a fifth of the bytes, so that a grid
+// (replay.Record.DropChunks): a quarter of the bytes, so that a grid
 // measured over hours can be committed beside the test that reads it
 // (optimizer/testdata/regret) and outlive the host that measured it.
 // The whole record stays with the trial (the evaluator's OutDir).
@@ -32,10 +33,18 @@ func FixturePath(dir string, s *deploy.Spec) string {
 	return filepath.Join(dir, SpecKey(s)+".json.gz")
 }
 
+// FailedPath is where MeasureGrid notes that a config's trial failed (its
+// error, one line): the grid is measured whole with it, the config being
+// one the loop would find failing too, and a rerun tries it again.
+func FailedPath(dir string, s *deploy.Spec) string {
+	return filepath.Join(dir, SpecKey(s)+".failed")
+}
+
 // MeasureGrid measures every spec of grid with ev into dir, skipping those
 // already there (a rerun resumes), and returns how many it measured. A
-// trial that failed leaves no record, so a rerun measures it again. A
-// record already there that still has its chunks is rewritten without.
+// trial that failed leaves its error at FailedPath instead of a record,
+// and a rerun measures it again. A record already there that still has
+// its chunks is rewritten without.
 func MeasureGrid(ctx context.Context, grid []*deploy.Spec, ev Evaluator, dir string, progress io.Writer) (int, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, err
@@ -58,6 +67,13 @@ func MeasureGrid(ctx context.Context, grid []*deploy.Spec, ev Evaluator, dir str
 			if progress != nil {
 				fmt.Fprintf(progress, "grid %d/%d %s: failed: %s\n", i+1, len(grid), SpecKey(s), t.Error)
 			}
+			msg := t.Error
+			if msg == "" {
+				msg = "the trial wrote no record"
+			}
+			if err := atomicfile.Write(FailedPath(dir, s), []byte(strings.ReplaceAll(msg, "\n", " ")+"\n")); err != nil {
+				return n, err
+			}
 			continue
 		}
 		rec, err := replay.ReadRecord(t.Record)
@@ -66,6 +82,9 @@ func MeasureGrid(ctx context.Context, grid []*deploy.Spec, ev Evaluator, dir str
 		}
 		rec.DropChunks()
 		if err := replay.WriteRecord(path, rec); err != nil {
+			return n, err
+		}
+		if err := os.Remove(FailedPath(dir, s)); err != nil && !os.IsNotExist(err) {
 			return n, err
 		}
 		n++
@@ -94,15 +113,10 @@ func dropChunks(path string) error {
 type FixtureEvaluator struct {
 	Dir  string
 	Live Evaluator
-	// ServeAgain, without Live, serves a later trial of a config its
-	// fixture record once more: not a measurement, so a verification
-	// re-run confirms what it served. For checking the loop's choices
-	// against a fixture offline (TestRegretFixture), never for a verdict.
-	ServeAgain bool
 	// Served counts the configs served from the fixture; Remeasured the
-	// trials sent to Live; ServedAgain those served again.
-	Served, Remeasured, ServedAgain int
-	seen                            map[string]bool
+	// trials sent to Live.
+	Served, Remeasured int
+	seen               map[string]bool
 }
 
 // Evaluate implements Evaluator.
@@ -112,10 +126,6 @@ func (e *FixtureEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag 
 	}
 	key := SpecKey(spec)
 	if e.seen[key] {
-		if e.Live == nil && e.ServeAgain {
-			e.ServedAgain++
-			return e.serve(spec)
-		}
 		if e.Live == nil {
 			return Trial{Kind: replay.KindUnverified, Error: "fixture: " + key + " was served once; a second measurement needs a live evaluator"}
 		}
@@ -139,6 +149,9 @@ func (e *FixtureEvaluator) serve(spec *deploy.Spec) Trial {
 		msg := err.Error()
 		if os.IsNotExist(err) || strings.Contains(msg, "no such file") {
 			msg = fmt.Sprintf("fixture: %s not measured (MeasureGrid into %s)", key, e.Dir)
+			if b, ferr := os.ReadFile(FailedPath(e.Dir, spec)); ferr == nil {
+				msg = fmt.Sprintf("fixture: %s failed when measured: %s", key, strings.TrimSpace(string(b)))
+			}
 		}
 		return Trial{Kind: replay.KindUnverified, Error: msg}
 	}

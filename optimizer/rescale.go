@@ -109,6 +109,9 @@ func (r *Rescaler) Evaluate(ctx context.Context, spec *deploy.Spec, tag string) 
 	rs := &Rescale{FromScale: from, ToScale: to, MaxScale: r.MaxScale, Estimate: est, Record: t.Record, Reason: why}
 	if to > r.MaxScale || to <= from {
 		t.Rescaled = rs
+		if r.Log != nil {
+			fmt.Fprintf(r.Log, "optimize: %s: %s\n", key, rs)
+		}
 		return t
 	}
 	if r.Log != nil {

@@ -170,7 +170,7 @@ type Record struct {
 // figures derived from them (ttft_ms, tpot_ms, output_tokens,
 // output_sha256), the levels' summaries and the verdicts stay as they
 // were measured, so a record that keeps only what the optimizer and
-// calibration read is a fifth the size.
+// calibration read is a quarter the size.
 func (r *Record) DropChunks() {
 	for ri := range r.Runs {
 		for li := range r.Runs[ri].Levels {

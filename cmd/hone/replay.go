@@ -432,6 +432,10 @@ func writeReplayTable(w io.Writer, rec *replay.Record, out string, bad []string)
 			name string
 			d    replay.Dist
 		}{{"TTFT", s.TTFT}, {"TPOT", s.TPOT}, {"ITL", s.ITL}, {"E2E", s.E2E}} {
+			if m.name == "ITL" && m.d.N == 0 && rec.ChunksDropped {
+				fmt.Fprintf(tw, "ITL\tn/a (the record's chunks were dropped)\t\t\t\t\n")
+				continue
+			}
 			fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t\n", m.name, m.d.Mean, m.d.Median, m.d.P90, m.d.P99)
 		}
 		tw.Flush()
