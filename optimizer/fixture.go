@@ -67,6 +67,9 @@ func MeasureGrid(ctx context.Context, grid []*deploy.Spec, ev Evaluator, dir str
 			if progress != nil {
 				fmt.Fprintf(progress, "grid %d/%d %s: failed: %s\n", i+1, len(grid), SpecKey(s), t.Error)
 			}
+			if ctx.Err() != nil {
+				return n, ctx.Err() // interrupted, not failed: no note
+			}
 			msg := t.Error
 			if msg == "" {
 				msg = "the trial wrote no record"
