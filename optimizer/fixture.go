@@ -2,8 +2,10 @@ package optimizer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -150,7 +152,7 @@ func (e *FixtureEvaluator) serve(spec *deploy.Spec) Trial {
 	rec, err := replay.ReadRecord(path)
 	if err != nil {
 		msg := err.Error()
-		if os.IsNotExist(err) || strings.Contains(msg, "no such file") {
+		if errors.Is(err, fs.ErrNotExist) {
 			msg = fmt.Sprintf("fixture: %s not measured (MeasureGrid into %s)", key, e.Dir)
 			if b, ferr := os.ReadFile(FailedPath(e.Dir, spec)); ferr == nil {
 				msg = fmt.Sprintf("fixture: %s failed when measured: %s", key, strings.TrimSpace(string(b)))

@@ -2,8 +2,10 @@ package optimizer
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -263,7 +265,7 @@ func checkFixture(t *testing.T, sc regretScenario, dir string, grid []*deploy.Sp
 	for _, s := range grid {
 		path := FixturePath(dir, s)
 		rec, err := replay.ReadRecord(path)
-		if os.IsNotExist(err) || (err != nil && strings.Contains(err.Error(), "no such file")) {
+		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
