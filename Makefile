@@ -111,8 +111,9 @@ regret-live: build
 # beside two floors, the counting one (a minimal sys_enter program; targets:
 # <= 1.5x its ns per event and added ns per traced syscall, <= 1.2x per
 # untraced one) and the timing one (the least a sys_enter/sys_exit pair that
-# times each call can do: two clock reads) and with --syscall-sample 64
-# (every call counted, one in 64 timed) beside the same floors, the other
+# times each call can do: two clock reads), timing every call and at the
+# daemon's default --syscall-sample 16 (every call counted, one in 16
+# timed) beside the same floors, the other
 # programs' ns per event, and the daemon's cost to a served emulator. The
 # eBPF benchmarks need root (HONE_REQUIRE_BPF=1 makes a skip a failure).
 # Not part of `make test`.

@@ -11,9 +11,11 @@
 //
 // What a host pays: the syscall programs run for every syscall of every
 // thread while attached, so a thread that is not a target must cost next
-// to nothing. Every hot path checks targets in one bit per process id (two
-// inlined array reads: the daemon's selections and the children the
-// programs follow, hone.h); only a target's thread goes on to its
-// syscall in flight (a hash entry by thread id). reference.bpf.c is the floor BenchmarkSyscallFloor
-// measures them against (make bench).
+// to nothing. Every hot path checks targets in one bit per process id (one
+// inlined read of an mmapable array, hone.h); only a target's thread goes
+// on to its direct-mapped slot, where sys_enter counts the call and, for
+// one call in Options.SyscallSample, reads the clock that sys_exit closes
+// (hone daemon times one in DefaultSyscallSample by default: each timed
+// call costs two clock reads). reference.bpf.c holds the floors
+// BenchmarkSyscallFloor measures them against (make bench).
 package bpf

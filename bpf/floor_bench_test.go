@@ -44,8 +44,9 @@ func statsOn(tb testing.TB) (off func()) {
 // floorSpins is the getppid loop's length: ~20-60 ms per spin.
 const floorSpins = 200_000
 
-// floorSample is the "sampled" mode's Options.SyscallSample.
-const floorSample = 64
+// floorSample is the "sampled" mode's Options.SyscallSample: the daemon's
+// default.
+const floorSample = bpf.DefaultSyscallSample
 
 // BenchmarkSyscallFloor puts hone's syscall programs (sys_enter and
 // sys_exit, as the daemon attaches them) beside two floors
@@ -67,8 +68,9 @@ const floorSample = 64
 //     ns/event.
 //
 // "sampled" is hone's programs loaded with Options.SyscallSample
-// floorSample (hone daemon --syscall-sample): every call counted, one in
-// floorSample timed.
+// floorSample (hone daemon's default --syscall-sample): every call
+// counted, one in floorSample timed; "hone" times every call
+// (--syscall-sample 1).
 //
 // It reports the medians and hone's ratios to each floor. Targets (issue
 // 17, against the counting floor): ns/event and added ns per traced

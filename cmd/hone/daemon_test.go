@@ -6,8 +6,21 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 
+	"github.com/hone-llm/hone/bpf"
 	"github.com/hone-llm/hone/deploy/kubernetes"
 )
+
+// hone daemon samples syscall timing by default, one call in
+// bpf.DefaultSyscallSample, and says so in its help.
+func TestDaemonSyscallSampleDefault(t *testing.T) {
+	f := newDaemonCmd().Flags().Lookup("syscall-sample")
+	if f == nil || f.DefValue != "16" || bpf.DefaultSyscallSample != 16 {
+		t.Fatalf("--syscall-sample default %v, want 16 (bpf.DefaultSyscallSample %d)", f, bpf.DefaultSyscallSample)
+	}
+	if out, _, code := runCLI(t, "", "daemon", "--help"); code != 0 || !strings.Contains(out, "1: time every call") || !strings.Contains(out, "(default 16)") {
+		t.Errorf("daemon --help: exit %d, want --syscall-sample's default and how to time every call\n%s", code, out)
+	}
+}
 
 // A --listen address that is not loopback is refused, exit 2, naming the
 // flag and why, unless --allow-remote is given; so is an unknown --user.
