@@ -18,8 +18,8 @@ type threadCollector struct{ c *cachedSnapshot }
 var (
 	targetsDesc    = desc("targets", "Traced processes alive now.")
 	syscallsDesc   = desc("syscalls_total", "Syscalls made by traced threads, by class.", "process", "class")
-	syscallSecDesc = desc("syscall_seconds_total", "Time traced threads spent in their timed syscalls (every call unless hone daemon --syscall-sample), by class.", "process", "class")
-	syscallTimDesc = desc("syscalls_timed_total", "Of hone_syscalls_total, the calls timed (syscall_seconds_total's): all unless hone daemon --syscall-sample.", "process", "class")
+	syscallSecDesc = desc("syscall_seconds_total", "Time traced threads spent in their timed syscalls (one call in hone daemon --syscall-sample, 16 by default), by class; their total is about this / syscalls_timed_total * syscalls_total.", "process", "class")
+	syscallTimDesc = desc("syscalls_timed_total", "Of hone_syscalls_total, the calls timed (syscall_seconds_total's): one in hone daemon --syscall-sample.", "process", "class")
 	onCPUDesc      = desc("sched_on_cpu_seconds_total", "Time traced threads ran on a CPU.", "process")
 	offCPUDesc     = desc("sched_off_cpu_seconds_total", "Time traced threads were switched out (run-queue wait included).", "process")
 	runQueueDesc   = desc("sched_run_queue_seconds_total", "Time traced threads waited runnable for a CPU.", "process")

@@ -136,10 +136,10 @@ func TestSyscallsTimed(t *testing.T) {
 		return s
 	}
 	want := `
-# HELP hone_syscalls_timed_total Of hone_syscalls_total, the calls timed (syscall_seconds_total's): all unless hone daemon --syscall-sample.
+# HELP hone_syscalls_timed_total Of hone_syscalls_total, the calls timed (syscall_seconds_total's): one in hone daemon --syscall-sample.
 # TYPE hone_syscalls_timed_total counter
 hone_syscalls_timed_total{class="futex",process="vllm"} 2
-# HELP hone_syscall_seconds_total Time traced threads spent in their timed syscalls (every call unless hone daemon --syscall-sample), by class.
+# HELP hone_syscall_seconds_total Time traced threads spent in their timed syscalls (one call in hone daemon --syscall-sample, 16 by default), by class; their total is about this / syscalls_timed_total * syscalls_total.
 # TYPE hone_syscall_seconds_total counter
 hone_syscall_seconds_total{class="futex",process="vllm"} 3
 `
