@@ -95,13 +95,18 @@ test-consistency:
 # config the host made invalid is measured again at a larger scale up to
 # REGRET_MAX_SCALE (0: never). A config measured before that (its record
 # in REGRET_DIR/<scenario>/grid) is not measured again: delete its record.
+# A measurement leaves the host mostly idle (model time is slept), so N
+# processes may measure one grid side by side, each with
+# REGRET_SHARD=K/N (K = 0..N-1; a shard scores nothing), and a last run
+# without it scores; the validity verdicts still judge every run.
 REGRET_DIR ?= optimizer/testdata/regret
+REGRET_SHARD ?=
 REGRET_SCALE ?= 1
 REGRET_MAX_SCALE ?= 2
 REGRET_SCENARIOS ?= .
 .PHONY: regret-live
 regret-live: build
-	$(GO) test -count=1 -timeout 0 -run '^TestRegretLive$$/$(REGRET_SCENARIOS)' -v ./optimizer -regret-live $(abspath $(REGRET_DIR)) -regret-scale $(REGRET_SCALE) -regret-max-scale $(REGRET_MAX_SCALE)
+	$(GO) test -count=1 -timeout 0 -run '^TestRegretLive$$/$(REGRET_SCENARIOS)' -v ./optimizer -regret-live $(abspath $(REGRET_DIR)) -regret-scale $(REGRET_SCALE) -regret-max-scale $(REGRET_MAX_SCALE) -regret-shard '$(REGRET_SHARD)'
 
 # bench runs the benchmarks the issues set targets for, each BENCH_COUNT
 # times, and prints medians with benchstat (golang.org/x/perf, pinned in

@@ -206,7 +206,20 @@ var (
 	regretLive  = flag.String("regret-live", "", "run TestRegretLive: measure each scenario's grid live into this directory (resumable), then score the loop against it")
 	regretScale = flag.Float64("regret-scale", 1, "TestRegretLive's emulator time scale (wall seconds per model second): at 0.25 this 2-core host was client_bound on nearly every config")
 	regretMax   = flag.Float64("regret-max-scale", 2, "TestRegretLive: a config the host made invalid is measured again at a larger time scale up to this (Rescaler; 0: never)")
+	regretShard = flag.String("regret-shard", "", "TestRegretLive: measure only shard K/N of each grid (its configs whose index is K mod N), so that N processes measure a grid side by side; a shard scores nothing: run once more without it to score")
 )
+
+// parseShard reads -regret-shard "K/N" (0 <= K < N); "" is the whole grid,
+// 0/1.
+func parseShard(s string) (k, n int, err error) {
+	if s == "" {
+		return 0, 1, nil
+	}
+	if _, err := fmt.Sscanf(s, "%d/%d", &k, &n); err != nil || n < 1 || k < 0 || k >= n || fmt.Sprintf("%d/%d", k, n) != s {
+		return 0, 0, fmt.Errorf("-regret-shard %q: want K/N with 0 <= K < N", s)
+	}
+	return k, n, nil
+}
 
 // TestRegretLive (with -regret-live DIR; make regret-live) is the issue's
 // regret check: for each of three emulated scenarios, every config of the
@@ -220,6 +233,10 @@ func TestRegretLive(t *testing.T) {
 	if *regretLive == "" {
 		t.Skip("run with -regret-live DIR (make regret-live): hours of live measurement")
 	}
+	shard, shards, err := parseShard(*regretShard)
+	if err != nil {
+		t.Fatal(err)
+	}
 	hone := honetest.Binary(t)
 	for _, sc := range regretScenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -230,15 +247,32 @@ func TestRegretLive(t *testing.T) {
 				t.Fatal(err)
 			}
 			dir := filepath.Join(*regretLive, sc.name)
+			trials := filepath.Join(dir, "trials")
+			if shards > 1 { // trial names are grid-<index in the shard>
+				trials = filepath.Join(trials, fmt.Sprintf("shard-%d-of-%d", shard, shards))
+			}
 			var ev Evaluator = &DeployEvaluator{Up: deploy.UpOptions{StateDir: t.TempDir(), Hone: hone, HealthTimeout: time.Minute, Grace: 2 * time.Second},
-				Workload: sc.w, QPS: sc.qps, Runs: 3, SLO: regretSLO, OutDir: filepath.Join(dir, "trials"), Log: os.Stderr}
+				Workload: sc.w, QPS: sc.qps, Runs: 3, SLO: regretSLO, OutDir: trials, Log: os.Stderr}
 			if *regretMax > 0 {
 				ev = &Rescaler{Inner: ev, MaxScale: *regretMax, Log: os.Stderr}
 			}
 			checkFixture(t, sc, filepath.Join(dir, "grid"), grid)
 			t.Logf("%s: grid of %d configs", sc.name, len(grid))
-			if _, err := MeasureGrid(context.Background(), grid, ev, filepath.Join(dir, "grid"), os.Stderr); err != nil {
+			mine := grid
+			if shards > 1 {
+				mine = nil
+				for i, s := range grid {
+					if i%shards == shard {
+						mine = append(mine, s)
+					}
+				}
+				t.Logf("shard %d/%d: %d of them", shard, shards, len(mine))
+			}
+			if _, err := MeasureGrid(context.Background(), mine, ev, filepath.Join(dir, "grid"), os.Stderr); err != nil {
 				t.Fatal(err)
+			}
+			if shards > 1 {
+				t.Skipf("shard %d/%d measured: run once more without -regret-shard to score the grid", shard, shards)
 			}
 			fx := &FixtureEvaluator{Dir: filepath.Join(dir, "grid"), Live: ev}
 			prof, err := emulator.LookupProfile(base.Emulator.Profile)
@@ -384,5 +418,18 @@ func TestRegretFixture(t *testing.T) {
 			}
 			scoreRegret(t, sc, grid, fx, lg, budget, "served again, not re-measured")
 		})
+	}
+}
+
+func TestParseShard(t *testing.T) {
+	for in, want := range map[string][2]int{"": {0, 1}, "0/1": {0, 1}, "2/4": {2, 4}} {
+		if k, n, err := parseShard(in); err != nil || k != want[0] || n != want[1] {
+			t.Errorf("parseShard(%q) = %d, %d, %v; want %v", in, k, n, err, want)
+		}
+	}
+	for _, in := range []string{"4/4", "-1/2", "1/0", "1", "1/2x", "a/b", " 1/2"} {
+		if _, _, err := parseShard(in); err == nil || !strings.Contains(err.Error(), "-regret-shard") {
+			t.Errorf("parseShard(%q): err %v, want one naming -regret-shard", in, err)
+		}
 	}
 }
