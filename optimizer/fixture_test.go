@@ -246,6 +246,18 @@ func TestRegretLive(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// Each process's P/D configs get KV side-channel ports of
+			// their own (not the default 5600), so that shards measure
+			// them side by side. Ports are not part of a config's key.
+			kv := honetest.FreePorts(t, sc.budget)
+			for _, s := range grid {
+				switch s.KV.Name {
+				case deploy.NixlConnector:
+					s.KV.SideChannelPort = kv
+				case deploy.P2pNcclConnector:
+					s.KV.KVPort = kv
+				}
+			}
 			dir := filepath.Join(*regretLive, sc.name)
 			trials := filepath.Join(dir, "trials")
 			if shards > 1 { // trial names are grid-<index in the shard>
