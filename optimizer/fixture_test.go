@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -206,6 +207,7 @@ var (
 	regretLive  = flag.String("regret-live", "", "run TestRegretLive: measure each scenario's grid live into this directory (resumable), then score the loop against it")
 	regretScale = flag.Float64("regret-scale", 1, "TestRegretLive's emulator time scale (wall seconds per model second): at 0.25 this 2-core host was client_bound on nearly every config")
 	regretMax   = flag.Float64("regret-max-scale", 2, "TestRegretLive: a config the host made invalid is measured again at a larger time scale up to this (Rescaler; 0: never)")
+	regretRedo  = flag.String("regret-remeasure", "", "TestRegretLive: first measure again the configs whose key matches this regexp and whose record decided nothing only because of the measuring host (client_bound, emulator_bound: for instance measured side by side by shards); the old record is kept when the new measurement fails")
 	regretShard = flag.String("regret-shard", "", "TestRegretLive: measure only shard K/N of each grid (its configs whose index is K mod N), so that N processes measure a grid side by side; a shard scores nothing: run once more without it to score")
 )
 
@@ -237,6 +239,15 @@ func TestRegretLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var redo *regexp.Regexp
+	if *regretRedo != "" {
+		if redo, err = regexp.Compile(*regretRedo); err != nil {
+			t.Fatalf("-regret-remeasure: %v", err)
+		}
+		if shards > 1 {
+			t.Fatal("-regret-remeasure measures on a host to itself: not with -regret-shard")
+		}
+	}
 	hone := honetest.Binary(t)
 	for _, sc := range regretScenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -262,6 +273,12 @@ func TestRegretLive(t *testing.T) {
 			trials := filepath.Join(dir, "trials")
 			if shards > 1 { // trial names are grid-<index in the shard>
 				trials = filepath.Join(trials, fmt.Sprintf("shard-%d-of-%d", shard, shards))
+			}
+			var aside []string // host-invalid records moved aside to be measured again
+			if redo != nil {
+				trials = filepath.Join(trials, "remeasure-"+time.Now().UTC().Format("20060102T150405"))
+				aside = hostInvalidAside(t, grid, filepath.Join(dir, "grid"), redo)
+				defer restoreAside(t, aside)
 			}
 			var ev Evaluator = &DeployEvaluator{Up: deploy.UpOptions{StateDir: t.TempDir(), Hone: hone, HealthTimeout: time.Minute, Grace: 2 * time.Second},
 				Workload: sc.w, QPS: sc.qps, Runs: 3, SLO: regretSLO, OutDir: trials, Log: os.Stderr}
@@ -299,6 +316,55 @@ func TestRegretLive(t *testing.T) {
 			}
 			scoreRegret(t, sc, grid, fx, lg, budget, "re-measured")
 		})
+	}
+}
+
+// hostInvalidAside moves aside (to <record>.host-invalid) the records in
+// dir of grid's configs whose key matches re and whose measurement decided
+// nothing only because of the measuring host (hostOnly), so that
+// MeasureGrid measures them again; restoreAside puts back those it did
+// not replace.
+func hostInvalidAside(t *testing.T, grid []*deploy.Spec, dir string, re *regexp.Regexp) []string {
+	t.Helper()
+	var aside []string
+	for _, s := range grid {
+		if !re.MatchString(SpecKey(s)) {
+			continue
+		}
+		tr := (&FixtureEvaluator{Dir: dir}).serve(s)
+		if tr.Error != "" {
+			continue
+		}
+		_, why, ok := hostOnly(tr)
+		if !ok {
+			continue
+		}
+		path := FixturePath(dir, s)
+		if err := os.Rename(path, path+".host-invalid"); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: measured again (its record: %s)", SpecKey(s), why)
+		aside = append(aside, path)
+	}
+	return aside
+}
+
+func restoreAside(t *testing.T, aside []string) {
+	t.Helper()
+	for _, path := range aside {
+		var err error
+		if _, serr := os.Stat(path); serr == nil {
+			err = os.Remove(path + ".host-invalid")
+		} else if err = os.Rename(path+".host-invalid", path); err == nil {
+			// the record stands for the config again, not the failure
+			err = os.Remove(strings.TrimSuffix(path, ".json.gz") + ".failed")
+			if errors.Is(err, fs.ErrNotExist) {
+				err = nil
+			}
+		}
+		if err != nil {
+			t.Error(err)
+		}
 	}
 }
 
@@ -444,4 +510,60 @@ func TestParseShard(t *testing.T) {
 			t.Errorf("parseShard(%q): err %v, want one naming -regret-shard", in, err)
 		}
 	}
+}
+
+// hostInvalidAside moves aside exactly the matching records that the host
+// alone made invalid; MeasureGrid measures those again, and restoreAside
+// drops the old record where a new one replaced it and puts it back where
+// the new measurement failed.
+func TestRemeasureHostInvalid(t *testing.T) {
+	dir := t.TempDir()
+	a, b, c := rescaleSpec(t, 1), rescaleSpec(t, 1), rescaleSpec(t, 1)
+	b.Knobs.PrefixCaching = boolp(false)
+	c.Routing.Policy = deploy.RoundRobin
+	grid := []*deploy.Spec{a, b, c}
+	bound := &hostBoundEvaluator{t: t, dir: t.TempDir(), need: 2, code: replay.ReasonClientBound}
+	if n, err := MeasureGrid(context.Background(), grid[:2], bound, dir, nil); err != nil || n != 2 {
+		t.Fatalf("MeasureGrid: %d, %v", n, err)
+	}
+	fine := &hostBoundEvaluator{t: t, dir: t.TempDir(), need: 1, code: replay.ReasonClientBound}
+	if n, err := MeasureGrid(context.Background(), grid[2:], fine, dir, nil); err != nil || n != 1 {
+		t.Fatalf("MeasureGrid: %d, %v", n, err)
+	}
+	// a matches and is host-invalid; b is host-invalid but does not match;
+	// c matches but is valid.
+	re := regexp.MustCompile("^(" + regexp.QuoteMeta(SpecKey(a)) + "|" + regexp.QuoteMeta(SpecKey(c)) + ")$")
+	aside := hostInvalidAside(t, grid, dir, re)
+	if len(aside) != 1 || aside[0] != FixturePath(dir, a) {
+		t.Fatalf("moved aside %v, want only %s", aside, FixturePath(dir, a))
+	}
+	if n, err := MeasureGrid(context.Background(), grid, fine, dir, nil); err != nil || n != 1 || len(fine.scales) != 2 {
+		t.Fatalf("MeasureGrid after: %d measured (%d calls), %v; want a alone", n, len(fine.scales), err)
+	}
+	restoreAside(t, aside)
+	if _, err := os.Stat(FixturePath(dir, a) + ".host-invalid"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the replaced record is still aside: %v", err)
+	}
+	if tr := (&FixtureEvaluator{Dir: dir}).serve(a); tr.Error != "" || len(tr.Objectives) != 3 {
+		t.Errorf("a's new record: %d valid runs (%s), want 3", len(tr.Objectives), tr.Error)
+	}
+	// A failed re-measurement puts the old record back.
+	aside = hostInvalidAside(t, grid, dir, regexp.MustCompile(regexp.QuoteMeta(SpecKey(b))))
+	if _, err := MeasureGrid(context.Background(), grid, failingEvaluator{}, dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	restoreAside(t, aside)
+	if tr := (&FixtureEvaluator{Dir: dir}).serve(b); tr.Error != "" || len(tr.Objectives) != 0 {
+		t.Errorf("b after a failed re-measurement: %d valid runs (%s), want its old record back (0)", len(tr.Objectives), tr.Error)
+	}
+	if _, err := os.Stat(FailedPath(dir, b)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the failed re-measurement's note outlived the restored record: %v", err)
+	}
+}
+
+// failingEvaluator fails every trial.
+type failingEvaluator struct{}
+
+func (failingEvaluator) Evaluate(context.Context, *deploy.Spec, string) Trial {
+	return Trial{Kind: replay.KindEmulated, Error: "deploy: planted failure"}
 }
