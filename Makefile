@@ -101,16 +101,17 @@ test-consistency:
 # without it scores; the validity verdicts still judge every run, and
 # REGRET_REMEASURE=<regexp> first measures again, alone, the matching
 # configs whose record the host alone made invalid (the old record stays
-# if that fails).
+# if that fails); REGRET_ONLY=<regexp> measures the matching configs only.
 REGRET_DIR ?= optimizer/testdata/regret
 REGRET_SHARD ?=
 REGRET_REMEASURE ?=
+REGRET_ONLY ?=
 REGRET_SCALE ?= 1
 REGRET_MAX_SCALE ?= 2
 REGRET_SCENARIOS ?= .
 .PHONY: regret-live
 regret-live: build
-	$(GO) test -count=1 -timeout 0 -run '^TestRegretLive$$/$(REGRET_SCENARIOS)' -v ./optimizer -regret-live $(abspath $(REGRET_DIR)) -regret-scale $(REGRET_SCALE) -regret-max-scale $(REGRET_MAX_SCALE) -regret-shard '$(REGRET_SHARD)' -regret-remeasure '$(REGRET_REMEASURE)'
+	$(GO) test -count=1 -timeout 0 -run '^TestRegretLive$$/$(REGRET_SCENARIOS)' -v ./optimizer -regret-live $(abspath $(REGRET_DIR)) -regret-scale $(REGRET_SCALE) -regret-max-scale $(REGRET_MAX_SCALE) -regret-shard '$(REGRET_SHARD)' -regret-remeasure '$(REGRET_REMEASURE)' -regret-only '$(REGRET_ONLY)'
 
 # bench runs the benchmarks the issues set targets for, each BENCH_COUNT
 # times, and prints medians with benchstat (golang.org/x/perf, pinned in

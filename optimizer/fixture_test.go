@@ -208,6 +208,7 @@ var (
 	regretScale = flag.Float64("regret-scale", 1, "TestRegretLive's emulator time scale (wall seconds per model second): at 0.25 this 2-core host was client_bound on nearly every config")
 	regretMax   = flag.Float64("regret-max-scale", 2, "TestRegretLive: a config the host made invalid is measured again at a larger time scale up to this (Rescaler; 0: never)")
 	regretRedo  = flag.String("regret-remeasure", "", "TestRegretLive: first measure again the configs whose key matches this regexp and whose record decided nothing only because of the measuring host (client_bound, emulator_bound: for instance measured side by side by shards); the old record is kept when the new measurement fails")
+	regretOnly  = flag.String("regret-only", "", "TestRegretLive: measure only the configs whose key matches this regexp (a grid left incomplete is not scored)")
 	regretShard = flag.String("regret-shard", "", "TestRegretLive: measure only shard K/N of each grid (its configs whose index is K mod N), so that N processes measure a grid side by side; a shard scores nothing: run once more without it to score")
 )
 
@@ -238,6 +239,12 @@ func TestRegretLive(t *testing.T) {
 	shard, shards, err := parseShard(*regretShard)
 	if err != nil {
 		t.Fatal(err)
+	}
+	only := regexp.MustCompile("")
+	if *regretOnly != "" {
+		if only, err = regexp.Compile(*regretOnly); err != nil {
+			t.Fatalf("-regret-only: %v", err)
+		}
 	}
 	var redo *regexp.Regexp
 	if *regretRedo != "" {
@@ -271,8 +278,8 @@ func TestRegretLive(t *testing.T) {
 			}
 			dir := filepath.Join(*regretLive, sc.name)
 			trials := filepath.Join(dir, "trials")
-			if shards > 1 { // trial names are grid-<index in the shard>
-				trials = filepath.Join(trials, fmt.Sprintf("shard-%d-of-%d", shard, shards))
+			if shards > 1 || *regretOnly != "" { // trial names are grid-<index in the part>
+				trials = filepath.Join(trials, fmt.Sprintf("part-%d-of-%d-%s", shard, shards, time.Now().UTC().Format("20060102T150405")))
 			}
 			var aside []string // host-invalid records moved aside to be measured again
 			if redo != nil {
@@ -287,21 +294,20 @@ func TestRegretLive(t *testing.T) {
 			}
 			checkFixture(t, sc, filepath.Join(dir, "grid"), grid)
 			t.Logf("%s: grid of %d configs", sc.name, len(grid))
-			mine := grid
-			if shards > 1 {
-				mine = nil
-				for i, s := range grid {
-					if i%shards == shard {
-						mine = append(mine, s)
-					}
+			var mine []*deploy.Spec
+			for i, s := range grid {
+				if i%shards == shard && only.MatchString(SpecKey(s)) {
+					mine = append(mine, s)
 				}
-				t.Logf("shard %d/%d: %d of them", shard, shards, len(mine))
+			}
+			if len(mine) < len(grid) {
+				t.Logf("shard %d/%d, configs matching %q: %d of them", shard, shards, only, len(mine))
 			}
 			if _, err := MeasureGrid(context.Background(), mine, ev, filepath.Join(dir, "grid"), os.Stderr); err != nil {
 				t.Fatal(err)
 			}
-			if shards > 1 {
-				t.Skipf("shard %d/%d measured: run once more without -regret-shard to score the grid", shard, shards)
+			if len(mine) < len(grid) {
+				t.Skipf("%d of the grid's %d configs measured: run once more without -regret-shard and -regret-only to score the grid", len(mine), len(grid))
 			}
 			fx := &FixtureEvaluator{Dir: filepath.Join(dir, "grid"), Live: ev}
 			prof, err := emulator.LookupProfile(base.Emulator.Profile)
