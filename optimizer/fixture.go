@@ -39,7 +39,12 @@ func FixturePath(dir string, s *deploy.Spec) string {
 // error, one line): the grid is measured whole with it, the config being
 // one the loop would find failing too, and a rerun tries it again.
 func FailedPath(dir string, s *deploy.Spec) string {
-	return filepath.Join(dir, SpecKey(s)+".failed")
+	return failedBeside(FixturePath(dir, s))
+}
+
+// failedBeside is the failure note beside a config's record path.
+func failedBeside(record string) string {
+	return strings.TrimSuffix(record, ".json.gz") + ".failed"
 }
 
 // MeasureGrid measures every spec of grid with ev into dir, skipping those

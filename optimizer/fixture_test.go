@@ -372,7 +372,7 @@ func restoreAside(t *testing.T, aside []string) {
 			err = os.Remove(path + ".host-invalid")
 		} else if err = os.Rename(path+".host-invalid", path); err == nil {
 			// the record stands for the config again, not the failure
-			err = os.Remove(strings.TrimSuffix(path, ".json.gz") + ".failed")
+			err = os.Remove(failedBeside(path))
 			if errors.Is(err, fs.ErrNotExist) {
 				err = nil
 			}
