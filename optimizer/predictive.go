@@ -73,6 +73,11 @@ type Prediction struct {
 	Rank       int              `json:"rank"` // in the grid ranking it was taken from; 0: not a grid point
 	Levels     []PredictedLevel `json:"levels"`
 	Error      string           `json:"error,omitempty"` // the prediction failed
+	// Edge says why the predicted objective is too close to call
+	// (predict.Edge): a deciding level's p99 within predict.EdgeMargin of
+	// an SLO limit, so a measurement may land a level higher or lower. ""
+	// when not.
+	Edge string `json:"edge,omitempty"`
 	// ObjectiveError is (measured − predicted) / measured of the
 	// objective; nil when the measured objective is 0 or the trial failed.
 	ObjectiveError *float64 `json:"objective_error"`
@@ -182,7 +187,7 @@ func (l *loop) rank() {
 
 // predictionOf turns a predicted point into a trial's prediction.
 func predictionOf(pt predict.Point, profile string, rank int) *Prediction {
-	pr := &Prediction{Profile: profile, Objective: pt.Objective, CostGPUSec: pt.CostGPUSecPerReq, Rank: rank, Error: pt.Err}
+	pr := &Prediction{Profile: profile, Objective: pt.Objective, CostGPUSec: pt.CostGPUSecPerReq, Rank: rank, Error: pt.Err, Edge: pt.Edge}
 	if pt.Record != nil && len(pt.Record.Runs) > 0 {
 		for _, l := range pt.Record.Runs[0].Levels {
 			pr.Levels = append(pr.Levels, PredictedLevel{OfferedQPS: l.OfferedQPS, P50TTFTMs: l.P50TTFTMs, P50TPOTMs: l.P50TPOTMs,
@@ -199,14 +204,7 @@ func (l *loop) predictionFor(s *deploy.Spec) *Prediction {
 		c := *p
 		return &c
 	}
-	rec, err := predict.Run(s, l.predictOptions())
-	pt := predict.Point{Spec: s, Record: rec, GPUs: s.GPUsNeeded()}
-	if err != nil {
-		pt.Err = err.Error()
-	} else if len(rec.Runs) > 0 {
-		pt.Objective, pt.CostGPUSecPerReq = rec.Runs[0].Objective, rec.Runs[0].GPUSecondsPerRequest
-	}
-	return predictionOf(pt, l.pred.profile.Name, 0)
+	return predictionOf(predict.PointOf(s, l.predictOptions()), l.pred.profile.Name, 0)
 }
 
 // scorePrediction sets the trial's objective error once it is measured.
@@ -249,7 +247,11 @@ func (l *loop) predictThenMeasure() error {
 			return err
 		}
 		if pe := t.Predicted; pe != nil && pe.ObjectiveError != nil && math.Abs(*pe.ObjectiveError) > bound {
-			l.say("trial %d measured %.3f req/s against %.3f predicted (%+.1f%%, bound %.0f%%): calibrating", t.N, t.Objective, pe.Objective, 100**pe.ObjectiveError, 100*bound)
+			edge := ""
+			if pe.Edge != "" {
+				edge = " (the prediction was too close to call: " + pe.Edge + ")"
+			}
+			l.say("trial %d measured %.3f req/s against %.3f predicted (%+.1f%%, bound %.0f%%)%s: calibrating", t.N, t.Objective, pe.Objective, 100**pe.ObjectiveError, 100*bound, edge)
 			l.calibrate(t.N)
 		}
 	}

@@ -525,7 +525,7 @@ func Evaluate(ctx context.Context, specs []*deploy.Spec, opts Options, progress 
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				out[i] = evaluate(specs[i], opts)
+				out[i] = PointOf(specs[i], opts)
 				if progress != nil {
 					mu.Lock()
 					done++
@@ -552,7 +552,9 @@ feed:
 	return out
 }
 
-func evaluate(s *deploy.Spec, opts Options) Point {
+// PointOf predicts one spec as a grid point: its record, objective, cost
+// and edge, or why it could not be predicted.
+func PointOf(s *deploy.Spec, opts Options) Point {
 	p := Point{Spec: s, GPUs: s.GPUsNeeded()}
 	rec, err := Run(s, opts)
 	if err != nil {
@@ -564,5 +566,6 @@ func evaluate(s *deploy.Spec, opts Options) Point {
 		p.Objective = rec.Runs[0].Objective
 		p.CostGPUSecPerReq = rec.Runs[0].GPUSecondsPerRequest
 	}
+	p.Edge = Edge(rec, opts.SLO, EdgeMargin)
 	return p
 }

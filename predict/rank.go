@@ -20,6 +20,9 @@ type Point struct {
 	CostGPUSecPerReq *float64 `json:"gpu_seconds_per_request"`
 	GPUs             int      `json:"gpus"`            // GPUs the spec's workers use
 	Err              string   `json:"error,omitempty"` // why the spec could not be predicted
+	// Edge says why the objective is too close to call (see Edge): a
+	// deciding level's p99 within EdgeMargin of an SLO limit. "" when not.
+	Edge string `json:"edge,omitempty"`
 }
 
 // Name is the point's spec name, "" without a spec.

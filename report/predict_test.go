@@ -46,6 +46,7 @@ func testPredictLog() *optimizer.Log {
 	predicted(&ts[1], startProfile, 20.0, 1, level(16, 35.0, 6.25), level(24, 52.0, 7.0))
 	ts[2].Predicted = &optimizer.Prediction{Profile: calibratedProfile, Error: "simulate: no level passed the SLO"}
 	predicted(&ts[3], calibratedProfile, 11.0, 7, level(8, 40, 7), level(16, 55.5, 7.75))
+	ts[3].Predicted.Edge = "p99 TTFT 496.5 ms at 16 req/s passes within 2% under the 500 ms limit"
 	predicted(&ts[4], calibratedProfile, 16.9, 1, level(16, 36.0, 6.5))
 	before, after := 0.145, 0.031
 	lg.Predict = &optimizer.PredictLog{
@@ -90,10 +91,11 @@ func TestWritePredicted(t *testing.T) {
 		// Nothing predicted or passed: the lowest level; no measured p50 there.
 		"| 3 | ablation | `disagg-1p1d-nocache` | `h100-calibrated-after-trial-2` | **prediction failed**: simulate: no level passed the SLO | 0.000, not eligible | — | 2 | — → — | — → — |",
 		// Measured 10.5 is nearest 8 req/s, which the prediction has.
-		"| 4 | interaction | `coloc-r2-nocache` | `h100-calibrated-after-trial-2` | 11.000 (rank 7) | 10.500 (10.400–10.600) | -4.8% | 8 | 40.0 → — | 7.00 → — |",
+		"| 4 | interaction | `coloc-r2-nocache` | `h100-calibrated-after-trial-2` | 11.000 (rank 7) ~ too close to call: p99 TTFT 496.5 ms at 16 req/s passes within 2% under the 500 ms limit | 10.500 (10.400–10.600) | -4.8% | 8 | 40.0 → — | 7.00 → — |",
 		"| 5 | verify, **re-run of the selected config** | `disagg-1p1d-cache` | `h100-calibrated-after-trial-2` | 16.900 (rank 1) | 16.600 (16.200–16.800) | -1.8% | 16 | 36.0 → — | 6.50 → — |",
 		// |errors| 1.8, 4.8, 8.5, 20.5%: median (4.76 + 8.50) / 2.
-		"Median |objective error| over the 4 trials with both a prediction and a measured objective: 6.6%; 1 of them beyond ±10%.",
+		"Median |objective error| over the 4 trials with both a prediction and a measured objective: 6.6%; 1 of them beyond ±10%. " +
+			"1 prediction is too close to call (~): a deciding level's predicted p99 lies within 2% of an SLO limit",
 		"Predicted times are the engine model's virtual time; emulated times are ms, model time.",
 		"Figure 6 ([predicted-vs-measured.png](predicted-vs-measured.png)) plots every trial's measured objective against its prediction.",
 		"![measured vs predicted objective per trial (predicted vs emulated)](predicted-vs-measured.png)",

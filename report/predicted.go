@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/hone-llm/hone/optimizer"
+	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -91,7 +92,7 @@ func (d *doc) predictedTable() {
 		"| at offered, req/s | p50 TTFT, ms: predicted → %s | p50 TPOT, ms: predicted → %s |\n"+
 		"|---:|---|---|---|---:|---:|---:|---:|---:|---:|\n", d.predictedTag(), tag, tag, tag)
 	var errs []float64
-	beyond := 0
+	beyond, edges := 0, 0
 	for _, t := range d.all() {
 		predicted, profile := "not predicted", "—"
 		if p := t.Predicted; p != nil {
@@ -99,6 +100,10 @@ func (d *doc) predictedTable() {
 			predicted = fmt.Sprintf("%.3f", p.Objective)
 			if p.Rank > 0 {
 				predicted += fmt.Sprintf(" (rank %d)", p.Rank)
+			}
+			if p.Edge != "" {
+				predicted += " ~ too close to call: " + mdCell(p.Edge)
+				edges++
 			}
 			if p.Error != "" {
 				predicted = "**prediction failed**: " + mdCell(p.Error)
@@ -121,6 +126,14 @@ func (d *doc) predictedTable() {
 	if len(errs) > 0 {
 		d.p(" Median |objective error| over the %d trials with both a prediction and a measured objective: %.1f%%; %d of them beyond %s.",
 			len(errs), 100*slo.Median(errs), beyond, pctBound(d.lg.Predict.ErrorBound))
+	}
+	if edges > 0 {
+		are := "predictions are"
+		if edges == 1 {
+			are = "prediction is"
+		}
+		d.p(" %d %s too close to call (~): a deciding level's predicted p99 lies within %.0f%% of an SLO limit, so a measurement may land a level "+
+			"higher or lower and the objective error there says little about the model.", edges, are, 100*predict.EdgeMargin)
 	}
 	d.p("\n\n")
 }

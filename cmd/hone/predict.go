@@ -62,7 +62,13 @@ levels). A spec takes well under a second.
 
 Every figure is labelled kind "predicted" with its profile: it is what the
 profile's cost model says, not a measurement. A vllm spec is predicted on
-the profile's hardware too.
+the profile's hardware too. An objective that rests on a predicted p99
+within 2% of an SLO limit — the objective's level passing just under it,
+or a level above failing just over it — is too close to call: a
+measurement may land a level higher or lower (the model leaves out the
+HTTP hops, ~1% of TTFT, and a p99 is one or two requests). The table says
+so under it, --grid marks it ~ in the edge column, and -o json gives the
+level and limit as "edge".
 
 --grid enumerates every deployment of the spec's model within its GPU budget
 — colocated replicas × TP and disaggregated prefill/decode pools with a TP
@@ -252,6 +258,9 @@ func writePredictTable(w io.Writer, spec *deploy.Spec, profile string, rec *repl
 		fmt.Fprintf(w, ", %.4g GPU-s/request at that level", *run.GPUSecondsPerRequest)
 	}
 	fmt.Fprintln(w)
+	if e := predict.Edge(rec, rec.SLO, predict.EdgeMargin); e != "" {
+		fmt.Fprintf(w, "too close to call: %s; a measurement may land one level higher or lower\n", e)
+	}
 	fmt.Fprintln(w, predictNote)
 }
 
@@ -279,6 +288,7 @@ type gridRow struct {
 	P99TTFTMs *float64     `json:"p99_ttft_ms"` // at the objective's level
 	P99TPOTMs *float64     `json:"p99_tpot_ms"`
 	Pareto    bool         `json:"pareto"`
+	Edge      string       `json:"edge,omitempty"` // why the objective is too close to call
 	Error     string       `json:"error,omitempty"`
 	Spec      *deploy.Spec `json:"spec"`
 }
@@ -341,7 +351,7 @@ func runPredictGrid(c *cobra.Command, base *deploy.Spec, axes predict.Axes, opts
 	}
 	row := func(p predict.Point) gridRow {
 		r := gridRow{Rank: rank[p.Name()], Name: p.Name(), GPUs: p.GPUs, Objective: p.Objective, Cost: p.CostGPUSecPerReq,
-			Pareto: onFront[p.Name()], Error: p.Err, Spec: p.Spec}
+			Pareto: onFront[p.Name()], Edge: p.Edge, Error: p.Err, Spec: p.Spec}
 		if l := objectiveLevel(p); l != nil {
 			r.P99TTFTMs, r.P99TPOTMs = &l.P99TTFTMs, &l.P99TPOTMs
 		}
@@ -400,20 +410,30 @@ func objectiveLevel(p predict.Point) *replay.LevelRecord {
 func writeGridTable(w io.Writer, res gridResult, failed []predict.Point, out string) {
 	fmt.Fprintf(w, "kind: %s  profile: %s  base: %s  grid: %d specs within %d GPUs  SLO: p99 TTFT <= %g ms, p99 TPOT <= %g ms\n",
 		res.Kind, res.Profile, res.Base, res.Specs, res.Budget, res.SLO.TTFTMillis, res.SLO.TPOTMillis)
-	fmt.Fprintf(w, "\ntop %d of %d by objective, then GPU-s/request (--top; * on the Pareto front):\n", len(res.Ranked), res.Specs)
+	fmt.Fprintf(w, "\ntop %d of %d by objective, then GPU-s/request (--top; * on the Pareto front; ~ too close to call):\n", len(res.Ranked), res.Specs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "rank\tspec\tgpus\tobjective_qps\tgpu_s_per_req\tp99_ttft_ms\tp99_tpot_ms\tpareto")
+	fmt.Fprintln(tw, "rank\tspec\tgpus\tobjective_qps\tgpu_s_per_req\tp99_ttft_ms\tp99_tpot_ms\tpareto\tedge")
 	for _, r := range res.Ranked {
 		writeGridRow(tw, r)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\nPareto front, objective against GPU-s/request (%d specs, cheapest first):\n", len(res.Pareto))
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "rank\tspec\tgpus\tobjective_qps\tgpu_s_per_req\tp99_ttft_ms\tp99_tpot_ms\tpareto")
+	fmt.Fprintln(tw, "rank\tspec\tgpus\tobjective_qps\tgpu_s_per_req\tp99_ttft_ms\tp99_tpot_ms\tpareto\tedge")
 	for _, r := range res.Pareto {
 		writeGridRow(tw, r)
 	}
 	tw.Flush()
+	edges := 0
+	for _, r := range res.Ranked {
+		if r.Edge != "" {
+			edges++
+		}
+	}
+	if edges > 0 {
+		fmt.Fprintf(w, "\n~ too close to call (%d of the %d shown): the objective rests on a level whose predicted p99 lies within %.0f%% of an SLO limit, "+
+			"so a measurement may land one level higher or lower (-o json's edge says which level and limit)\n", edges, len(res.Ranked), 100*predict.EdgeMargin)
+	}
 	if len(failed) > 0 {
 		fmt.Fprintf(w, "\n%d specs could not be predicted:\n", len(failed))
 		for i, p := range failed {
@@ -431,16 +451,19 @@ func writeGridTable(w io.Writer, res gridResult, failed []predict.Point, out str
 }
 
 func writeGridRow(w io.Writer, r gridRow) {
-	mark := ""
+	mark, edge := "", ""
 	if r.Pareto {
 		mark = "*"
+	}
+	if r.Edge != "" {
+		edge = "~"
 	}
 	obj := strconv.FormatFloat(r.Objective, 'f', 3, 64)
 	if r.Error != "" {
 		obj = "error"
 	}
-	fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Rank, r.Name, r.GPUs, obj, optFloat(r.Cost, "%.4g"),
-		optFloat(r.P99TTFTMs, "%.2f"), optFloat(r.P99TPOTMs, "%.2f"), mark)
+	fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Rank, r.Name, r.GPUs, obj, optFloat(r.Cost, "%.4g"),
+		optFloat(r.P99TTFTMs, "%.2f"), optFloat(r.P99TPOTMs, "%.2f"), mark, edge)
 }
 
 // gridProgress shows a grid's progress on stderr: on a terminal a line

@@ -189,6 +189,57 @@ func TestPredictGrid(t *testing.T) {
 	}
 }
 
+// A prediction whose objective rests on a p99 within 2% of an SLO limit
+// says so: the table's line, and the grid's ~ column, legend and JSON
+// edge (the 4-GPU regret grid's colocated DP3 without a cache: p99 TTFT
+// 496.5 ms at 16 req/s against 500 ms).
+func TestPredictEdge(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "dp3.yaml")
+	body := `name: dp3
+engine: emulator
+model: {id: Qwen/Qwen2.5-Coder-0.5B-Instruct, revision: emulated}
+gpus: {budget: 3}
+topology: {kind: colocated, replicas: 3, tp: 1}
+knobs: {prefix_caching: false}
+routing: {policy: round_robin}
+network: {proxy_port: 18400, worker_port: 18410}
+emulator: {profile: qwen2.5-coder-0.5b-l4, time_scale: 1}
+`
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"predict", "--qps", "4,8,16,32", "--requests", "40", "--ttft-slo-ms", "500", "--tpot-slo-ms", "30",
+		"--input-tokens", "8192", "--uncached-tokens", "1024"}
+	out, errs, code := runCLI(t, "", append(args, p)...)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s\n%s", code, errs, out)
+	}
+	if want := "too close to call: p99 TTFT 496.5 ms at 16 req/s passes within 2% under the 500 ms limit; a measurement may land one level higher or lower"; !strings.Contains(out, want) {
+		t.Errorf("no %q in\n%s", want, out)
+	}
+	grid := append(args, "--grid", "--grid-tp", "1", "--grid-max-num-seqs", "0", "--grid-max-num-batched-tokens", "0", "--grid-enforce-eager", "false",
+		"--grid-gpu-memory-utilization", "0", "--grid-prefix-caching", "false", "--grid-routing", "round_robin")
+	out, errs, code = runCLI(t, "", append(grid, "-o", "json", p)...)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var res gridResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	edges := map[string]string{}
+	for _, r := range res.Ranked {
+		edges[r.Name] = r.Edge
+	}
+	if e := edges["colo-dp3-tp1-nocache-rr-graphs"]; !strings.Contains(e, "496.5 ms at 16 req/s") {
+		t.Errorf("grid edges %v: want DP3's 16 req/s level named", edges)
+	}
+	out, _, _ = runCLI(t, "", append(grid, p)...)
+	if !strings.Contains(out, "pareto  edge") || !strings.Contains(out, "~ too close to call (") {
+		t.Errorf("the grid table has no edge column or legend:\n%s", out)
+	}
+}
+
 // --uncached-tokens shapes the workload predicted: the record states it,
 // and with the prefix cache on, the measured requests' hit rate is the
 // cached share the flags give, to the 16-token block (vLLM caches whole
