@@ -364,13 +364,23 @@ int main(int argc, char **argv)
 		waitpid(pid, &st, 0);
 		return 0;
 	}
-	if (!strcmp(mode, "spin") && argc == 3) {
-		long n = atol(argv[2]);
+	if (!strcmp(mode, "spin") && (argc == 3 || argc == 4)) {
+		/* spin N [B]: N getppid calls in B batches of N/B (default 1);
+		 * prints the whole loop's nanoseconds and the fastest batch's. */
+		long n = atol(argv[2]), b = argc == 4 ? atol(argv[3]) : 1;
+		if (b < 1 || n % b)
+			return 2;
 		wait_go();
-		unsigned long long t0 = mono();
-		for (long i = 0; i < n; i++)
-			syscall(SYS_getppid);
-		printf("%llu\n", mono() - t0);
+		unsigned long long t0 = mono(), fastest = ~0ULL;
+		for (long k = 0; k < b; k++) {
+			unsigned long long s = mono();
+			for (long i = 0; i < n / b; i++)
+				syscall(SYS_getppid);
+			unsigned long long d = mono() - s;
+			if (d < fastest)
+				fastest = d;
+		}
+		printf("%llu %llu\n", mono() - t0, fastest);
 		return 0;
 	}
 	return 2;
