@@ -157,11 +157,12 @@ func MergeSysStats(a *SysStats, b SysStats) {
 	}
 	a.Count += b.Count
 	if b.Timed > 0 {
-		if a.Timed == 0 {
+		if a.Timed == 0 { // a's window is unset: b's is the merged one
 			a.FirstNs, a.LastNs = b.FirstNs, b.LastNs
+		} else {
+			a.FirstNs = min(a.FirstNs, b.FirstNs)
+			a.LastNs = max(a.LastNs, b.LastNs)
 		}
-		a.FirstNs = min(a.FirstNs, b.FirstNs)
-		a.LastNs = max(a.LastNs, b.LastNs)
 	}
 	a.Timed += b.Timed
 	a.TotalNs += b.TotalNs
