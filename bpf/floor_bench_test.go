@@ -74,7 +74,11 @@ const floorSample = bpf.DefaultSyscallSample
 // "sampled" is hone's programs loaded with Options.SyscallSample
 // floorSample (hone daemon's default --syscall-sample): every call
 // counted, one in floorSample timed; "hone" times every call
-// (--syscall-sample 1).
+// (--syscall-sample 1). "windowed" is sampled's programs attached with
+// Probes.SyscallTimingWindows outside a timing window: sys_enter alone,
+// counting. The daemon's default (--syscall-timing-window 1s of every
+// --syscall-timing-period 8s) is windowed 7/8 of the time and sampled
+// 1/8: "daemon" is that mix of their medians.
 //
 // It reports the medians and hone's ratios to each floor. Targets (issue
 // 17, against the counting floor): ns/event and added ns per traced
@@ -92,9 +96,17 @@ func BenchmarkSyscallFloor(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer sampled.Close()
+	windowed, err := bpf.Load(bpf.Options{SyscallSample: floorSample})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer windowed.Close()
 	loaded := func(mode string) *bpf.Objects {
-		if strings.HasPrefix(mode, "sampled") {
+		switch {
+		case strings.HasPrefix(mode, "sampled"):
 			return sampled
+		case strings.HasPrefix(mode, "windowed"):
+			return windowed
 		}
 		return objs
 	}
@@ -103,7 +115,7 @@ func BenchmarkSyscallFloor(b *testing.B) {
 	// returned function is called.
 	attached := func(mode string) (o *bpf.Objects, enter, exit *ebpf.Program, detach func()) {
 		o = loaded(mode)
-		links, err := o.Attach(bpf.Probes{Syscalls: true})
+		links, err := o.Attach(bpf.Probes{Syscalls: true, SyscallTimingWindows: strings.HasPrefix(mode, "windowed")})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -118,7 +130,7 @@ func BenchmarkSyscallFloor(b *testing.B) {
 		case "off":
 			m, f := bpftest.Spin(b, prog, floorSpins, nil)
 			return spun{m, f}
-		case "hone", "hone-untraced", "sampled", "sampled-untraced":
+		case "hone", "hone-untraced", "sampled", "sampled-untraced", "windowed", "windowed-untraced":
 			o, _, _, detach := attached(mode)
 			defer detach()
 			m, f := bpftest.Spin(b, prog, floorSpins, func(pid int) {
@@ -219,11 +231,13 @@ func BenchmarkSyscallFloor(b *testing.B) {
 		r1, t1 := runStats(b, enter, exit)
 		er1, et1 := runStats(b, enter)
 		split[mode+"-enter"] = append(split[mode+"-enter"], float64(et1-et0)/float64(er1-er0))
-		split[mode+"-exit"] = append(split[mode+"-exit"], float64((t1-et1)-(t0-et0))/float64((r1-er1)-(r0-er0)))
+		if exits := (r1 - er1) - (r0 - er0); exits > 0 { // none while windowed
+			split[mode+"-exit"] = append(split[mode+"-exit"], float64((t1-et1)-(t0-et0))/float64(exits))
+		}
 		return float64(t1-t0) / float64(r1-r0)
 	}
 
-	modes := []string{"ref", "hone", "lat", "sampled", "ref-untraced", "hone-untraced", "lat-untraced", "sampled-untraced"}
+	modes := []string{"ref", "hone", "lat", "sampled", "windowed", "ref-untraced", "hone-untraced", "lat-untraced", "sampled-untraced", "windowed-untraced"}
 	ns := map[string][]float64{}   // added ns per call, whole loops
 	fast := map[string][]float64{} // added ns per call, fastest batches
 	event := map[string][]float64{}
@@ -247,14 +261,14 @@ func BenchmarkSyscallFloor(b *testing.B) {
 			ns[m] = append(ns[m], on.mean-off.mean)
 			fast[m] = append(fast[m], on.fastest-off.fastest)
 		}
-		order := []string{"ref", "hone", "lat", "sampled"}
+		order := []string{"ref", "hone", "lat", "sampled", "windowed"}
 		if i%2 == 1 {
 			slices.Reverse(order)
 		}
 		for _, m := range order {
 			event[m] = append(event[m], perEvent(m))
 		}
-		untraced := []string{"ref", "hone", "lat"} // sampled's untraced path is hone's
+		untraced := []string{"ref", "hone", "lat", "windowed"} // sampled's untraced path is hone's
 		if i%2 == 1 {
 			slices.Reverse(untraced)
 		}
@@ -275,8 +289,23 @@ func BenchmarkSyscallFloor(b *testing.B) {
 	b.ReportMetric(med(call["hone"]), "hone-untraced-ns/call")
 	b.ReportMetric(med(call["hone"])/med(call["ref"]), "x-ref-untraced-ns/call")
 	b.ReportMetric(med(call["hone"])/med(call["lat"]), "x-lat-untraced-ns/call")
-	for _, who := range []string{"hone", "sampled"} {
-		pre := map[string]string{"hone": "", "sampled": "sampled-"}[who]
+	b.ReportMetric(med(call["windowed"]), "windowed-untraced-ns/call")
+	b.ReportMetric(med(call["windowed"])/med(call["ref"]), "windowed-x-ref-untraced-ns/call")
+	// The daemon's default: windowed outside the timing windows (7/8 of
+	// the time), sampled inside them.
+	const open = 1.0 / 8
+	mix := func(m map[string][]float64, suffix string) float64 {
+		return (1-open)*med(m["windowed"+suffix]) + open*med(m["sampled"+suffix])
+	}
+	for _, floor := range []string{"ref", "lat"} {
+		b.ReportMetric(mix(event, "")/med(event[floor]), "daemon-x-"+floor+"-ns/event")
+		b.ReportMetric(mix(ns, "")/med(ns[floor]), "daemon-x-"+floor+"-added/traced")
+		b.ReportMetric(mix(ns, "-untraced")/med(ns[floor+"-untraced"]), "daemon-x-"+floor+"-added/untraced")
+		b.ReportMetric(mix(fast, "")/med(fast[floor]), "daemon-x-"+floor+"-added/traced-fastest")
+		b.ReportMetric(mix(fast, "-untraced")/med(fast[floor+"-untraced"]), "daemon-x-"+floor+"-added/untraced-fastest")
+	}
+	for _, who := range []string{"hone", "sampled", "windowed"} {
+		pre := map[string]string{"hone": "", "sampled": "sampled-", "windowed": "windowed-"}[who]
 		for _, floor := range []string{"ref", "lat"} {
 			b.ReportMetric(med(event[who])/med(event[floor]), pre+"x-"+floor+"-ns/event")
 			b.ReportMetric(med(ns[who])/med(ns[floor]), pre+"x-"+floor+"-added/traced")
@@ -286,7 +315,9 @@ func BenchmarkSyscallFloor(b *testing.B) {
 		}
 		b.ReportMetric(med(event[who]), who+"-ns/event")
 		b.ReportMetric(med(split[who+"-enter"]), who+"-enter-ns/event")
-		b.ReportMetric(med(split[who+"-exit"]), who+"-exit-ns/event")
+		if len(split[who+"-exit"]) > 0 {
+			b.ReportMetric(med(split[who+"-exit"]), who+"-exit-ns/event")
+		}
 		b.ReportMetric(med(ns[who]), who+"-added-ns/traced")
 		b.ReportMetric(med(ns[who+"-untraced"]), who+"-added-ns/untraced")
 		b.ReportMetric(med(fast[who]), who+"-added-ns/traced-fastest")

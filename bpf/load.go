@@ -148,6 +148,9 @@ type Objects struct {
 	cuda     cudaObjects
 
 	uprobeMulti bool // the CUDA programs are loaded for uprobe_multi links
+
+	exitMu   sync.Mutex // serialises TimeSyscalls
+	exitLink link.Link  // sys_exit while a timing window is open (Probes.SyscallTimingWindows)
 }
 
 // Load loads every program and map into the kernel. Nothing is attached yet.
@@ -283,7 +286,53 @@ func (o *Objects) Close() error {
 		_ = unix.Munmap(o.bits)
 		o.bits = nil
 	}
-	return errors.Join(o.cuda.Close(), o.sockets.Close(), o.sched.Close(), o.syscalls.Close(), o.procs.Close())
+	var exit error
+	o.exitMu.Lock()
+	if o.exitLink != nil {
+		exit = o.exitLink.Close()
+		o.exitLink = nil
+	}
+	o.exitMu.Unlock()
+	return errors.Join(exit, o.cuda.Close(), o.sockets.Close(), o.sched.Close(), o.syscalls.Close(), o.procs.Close())
+}
+
+// TimeSyscalls opens (on) or closes a syscall timing window, for programs
+// attached with Probes.SyscallTimingWindows: while one is open sys_exit is
+// attached and target threads' calls are timed (one in SyscallSample);
+// while none is, sys_enter only counts them and reads no clock, and no
+// thread on the host runs sys_exit, so a process that is not a target
+// pays what one sys_enter program's target check costs. Counts are exact
+// either way; SysStats.Timed says how many calls were timed. A call
+// entered before a window opened is not timed. Opening an open window or
+// closing a closed one does nothing.
+func (o *Objects) TimeSyscalls(on bool) error {
+	o.exitMu.Lock()
+	defer o.exitMu.Unlock()
+	if on == (o.exitLink != nil) {
+		return nil
+	}
+	if !on {
+		// Detach first: a sys_exit that still runs sees the entries of
+		// calls entered in the window and times them.
+		err := o.exitLink.Close()
+		o.exitLink = nil
+		if err != nil {
+			return fmt.Errorf("detach raw_tp/sys_exit: %w", err)
+		}
+		return o.syscalls.TimingOn.Set(uint32(0))
+	}
+	// Mark entries timed first: a call entered before sys_exit is
+	// attached returns to it with its entry time, which is right.
+	if err := o.syscalls.TimingOn.Set(uint32(1)); err != nil {
+		return fmt.Errorf("set timing_on: %w", err)
+	}
+	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sys_exit", Program: o.syscalls.SysExit})
+	if err != nil {
+		_ = o.syscalls.TimingOn.Set(uint32(0))
+		return fmt.Errorf("attach raw_tp/sys_exit: %w", err)
+	}
+	o.exitLink = l
+	return nil
 }
 
 // Maps the daemon reads.
@@ -384,9 +433,13 @@ func (ls Links) Close() error {
 // Probe sets for Attach.
 type Probes struct {
 	Syscalls bool // raw_syscalls sys_enter/sys_exit
-	Procs    bool // sched_process_fork/exec/exit (needed to follow children)
-	Sched    bool // sched_switch, sched_wakeup(_new)
-	Sockets  bool // sock_send_length/sock_recv_length, inet_sock_set_state
+	// SyscallTimingWindows attaches sys_exit, and with it the timing of
+	// syscalls, only inside the windows Objects.TimeSyscalls opens (none
+	// is open at first): sys_enter counts every call either way.
+	SyscallTimingWindows bool
+	Procs                bool // sched_process_fork/exec/exit (needed to follow children)
+	Sched                bool // sched_switch, sched_wakeup(_new)
+	Sockets              bool // sock_send_length/sock_recv_length, inet_sock_set_state
 }
 
 // Attach attaches the chosen tracepoint programs. None of them needs
@@ -428,8 +481,17 @@ func (o *Objects) Attach(p Probes) (_ Links, err error) {
 		if err := raw("sys_enter", o.syscalls.SysEnter); err != nil {
 			return nil, err
 		}
-		if err := raw("sys_exit", o.syscalls.SysExit); err != nil {
-			return nil, err
+		on := uint32(1)
+		if p.SyscallTimingWindows {
+			on = 0 // until TimeSyscalls opens a window
+		}
+		if err := o.syscalls.TimingOn.Set(on); err != nil {
+			return nil, fmt.Errorf("set timing_on: %w", err)
+		}
+		if !p.SyscallTimingWindows {
+			if err := raw("sys_exit", o.syscalls.SysExit); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if p.Sched {

@@ -73,11 +73,18 @@ func TestSyscallCountsExact(t *testing.T) {
 		for _, c := range v.Hist {
 			h += uint64(c)
 		}
-		if h != v.Count || v.Timed != v.Count {
-			t.Errorf("class %s: histogram holds %d calls, %d timed, count %d: every call is timed by default", bpf.SyscallClasses[k.Class], h, v.Timed, v.Count)
+		// exit_group is entered, so counted, and never returns, so not
+		// timed.
+		untimed := uint64(0)
+		if k.Class == bpf.SysOther {
+			untimed = 1
+		}
+		if h != v.Timed || v.Timed+untimed != v.Count {
+			t.Errorf("class %s: histogram holds %d calls, %d timed, count %d: every call that returned is timed by default", bpf.SyscallClasses[k.Class], h, v.Timed, v.Count)
 		}
 	}
-	want := map[string]uint64{"futex": n, "poll": n, "ioctl": n, "socket": 2 * n, "file": 2 * n, "other": n}
+	// other: n getppid and the exit_group.
+	want := map[string]uint64{"futex": n, "poll": n, "ioctl": n, "socket": 2 * n, "file": 2 * n, "other": n + 1}
 	tg := got[uint32(target.Process.Pid)]
 	for class, w := range want {
 		if tg[class] != w {
@@ -146,8 +153,9 @@ func TestSyscallSampling(t *testing.T) {
 		}
 	})
 
-	// The workload's calls in order (workload.c, "syscalls"); exit_group
-	// never returns, so it is neither counted nor timed.
+	// The workload's calls in order (workload.c, "syscalls"); its last,
+	// exit_group, is counted when entered and never returns, so it is not
+	// timed.
 	var calls []string
 	for _, run := range []struct {
 		classes []string
@@ -158,6 +166,7 @@ func TestSyscallSampling(t *testing.T) {
 			calls = append(calls, run.classes...)
 		}
 	}
+	calls = append(calls, "other") // exit_group
 	wantCount, wantTimed := map[string]uint64{}, map[string]uint64{}
 	x := pid | 1
 	for i, class := range calls {
@@ -167,7 +176,7 @@ func TestSyscallSampling(t *testing.T) {
 			x ^= x >> 17
 			x ^= x << 5
 		}
-		if i == 0 || x&(sample-1) == 0 {
+		if i < len(calls)-1 && (i == 0 || x&(sample-1) == 0) {
 			wantTimed[class]++
 		}
 	}
@@ -205,6 +214,88 @@ func TestSyscallSampling(t *testing.T) {
 		t.Errorf("%d of %d calls timed, want about 1 in %d", timed, count, sample)
 	}
 	t.Logf("%d of %d calls timed (1 in %d sampled): %v", timed, count, sample, wantTimed)
+}
+
+// TestSyscallTimingWindows: with Probes.SyscallTimingWindows, sys_enter
+// counts every call of a target and sys_exit runs only inside the windows
+// TimeSyscalls opens. Three identical workloads, one before, one inside
+// and one after a window: each is counted exactly; only the one inside is
+// timed (every call that returned: all but exit_group); and sys_exit ran
+// not once outside the window (bpf_stats run counts), which is what spares
+// every other process on the host its cost.
+func TestSyscallTimingWindows(t *testing.T) {
+	bpftest.Require(t)
+	prog, _ := bpftest.Workload(t)
+	objs, err := bpf.Load(bpf.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { objs.Close() })
+	links, err := objs.Attach(bpf.Probes{Syscalls: true, Procs: true, SyscallTimingWindows: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { links.Close() })
+	defer statsOn(t)()
+	exit := objs.Programs()["sys_exit"]
+	const n = 100
+	var pids [3]uint32
+	var exitRuns [3]uint64
+	for i := range pids {
+		if i == 1 {
+			for range 2 { // opening an open window does nothing
+				if err := objs.TimeSyscalls(true); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		r0, _ := runStats(t, exit)
+		bpftest.Run(t, prog, []string{"syscalls", fmt.Sprint(n)}, func(p int) {
+			pids[i] = uint32(p)
+			if err := objs.AddTarget(pids[i]); err != nil {
+				t.Fatal(err)
+			}
+		})
+		r1, _ := runStats(t, exit)
+		exitRuns[i] = r1 - r0
+		if i == 1 {
+			for range 2 {
+				if err := objs.TimeSyscalls(false); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if exitRuns[0] != 0 || exitRuns[2] != 0 || exitRuns[1] < 8*n {
+		t.Errorf("sys_exit runs before, inside and after the window: %v, want 0, at least %d (the target's calls), 0", exitRuns, 8*n)
+	}
+	all, err := objs.ReadSyscalls(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]uint64{"futex": n, "poll": n, "ioctl": n, "socket": 2 * n, "file": 2 * n, "other": n + 1}
+	for i, pid := range pids {
+		count, timed := map[string]uint64{}, map[string]uint64{}
+		for k, v := range all {
+			if k.Tgid == pid {
+				class := bpf.SyscallClasses[k.Class]
+				count[class] += v.Count
+				timed[class] += v.Timed
+			}
+		}
+		for class, w := range want {
+			wt := uint64(0)
+			if i == 1 {
+				wt = w
+				if class == "other" {
+					wt-- // exit_group never returns
+				}
+			}
+			if count[class] != w || timed[class] != wt {
+				t.Errorf("workload %d (window %v): %s count %d timed %d, want count %d timed %d", i, i == 1, class, count[class], timed[class], w, wt)
+			}
+		}
+	}
 }
 
 // loadSyscallProbes loads hone's programs with opts and attaches the
@@ -273,10 +364,9 @@ func TestTargetBits(t *testing.T) {
 			other += v.Count
 		}
 	}
-	// getppid × n and the child's exit_group (which never returns, so it
-	// is not counted).
-	if other != n {
-		t.Errorf("followed child's other syscalls = %d, want exactly %d", other, n)
+	// getppid × n and the child's exit_group (counted when entered).
+	if other != n+1 {
+		t.Errorf("followed child's other syscalls = %d, want exactly %d", other, n+1)
 	}
 	// The daemon's side on a live word: set and clear one pid, twice.
 	self := uint32(os.Getpid())

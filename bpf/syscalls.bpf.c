@@ -3,7 +3,10 @@
 // SPDX-License-Identifier: (MIT OR GPL-2.0)
 /* Syscalls of target processes: per thread and class, count, total time,
  * slowest call and a log2 latency histogram. Filtered in the kernel by the
- * targets map; a syscall is counted when it returns. */
+ * targets map; a syscall is counted when it is entered (sys_enter: exit and
+ * exit_group, which never return, are counted too) and timed when it
+ * returns (sys_exit), so sys_exit may be attached only part of the time
+ * (timing windows, bpf.Objects.TimeSyscalls) without losing a count. */
 #include "hone.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
@@ -25,7 +28,7 @@ struct hone_thread_key {
 };
 
 struct hone_sys_stats {
-	__u64 count;    /* calls returned */
+	__u64 count;    /* calls entered */
 	__u64 timed;    /* of which timed: total_ns to hist cover these */
 	__u64 total_ns;
 	__u64 max_ns;
@@ -142,15 +145,14 @@ struct {
 	__type(value, struct hone_sys_stats);
 } slot_stats SEC(".maps");
 
-/* record counts one timed call of [start, now) in st. One thread runs on
- * one CPU at a time and its statistics are its own, so plain increments
- * are safe. */
+/* record adds one timed call of [start, now) to st (sys_enter counted it).
+ * One thread runs on one CPU at a time and its statistics are its own, so
+ * plain increments are safe. */
 static __always_inline void record(struct hone_sys_stats *st, __u64 start, __u64 now)
 {
 	__u64 d = now - start;
 	if (st->timed == 0)
 		st->first_ns = start;
-	st->count++;
 	st->timed++;
 	st->total_ns += d;
 	if (d > st->max_ns)
@@ -172,6 +174,12 @@ static __always_inline void record(struct hone_sys_stats *st, __u64 start, __u64
  * (no slot of their own) time every call. */
 volatile const __u32 sample_mask = 0;
 
+/* timing_on is set while sys_exit is attached (bpf.Objects.TimeSyscalls;
+ * always, unless Probes.SyscallTimingWindows): outside a timing window
+ * sys_enter only counts, reading no clock, and sys_exit does not run at
+ * all, for targets and for every other thread on the host alike. */
+volatile __u32 timing_on = 1;
+
 static __always_inline bool sample_untimed(struct hone_thread_slot *ts)
 {
 	if (!sample_mask)
@@ -187,12 +195,15 @@ static __always_inline bool sample_untimed(struct hone_thread_slot *ts)
 /* sys_enter and sys_exit run for every syscall of every thread on the host
  * while attached, so what a thread that is not a target pays is the point:
  * the target check's one inlined array read each (maybe_target), nothing
- * else. A target's thread adds a clock read each for a timed call
- * (sample_mask), and its slot and statistics are inlined array reads
- * (hone.h, thread_slots): no hash lookup on the hot path. Only a thread without a slot of its own pays the
- * inflight and sys_stats hash lookups. (Per-thread state in task-local
- * storage was measured slower than the hash: +24 ns per exit on Linux
- * 6.18.) */
+ * else; outside timing windows sys_exit is not attached, and such a thread
+ * pays what the counting floor (reference.bpf.c, ref_enter) does. A
+ * target's thread adds its count (an inlined array read: its slot's
+ * statistics) and, for a timed call, a clock read at each end
+ * (sample_mask, timing_on); its slot and statistics are inlined array
+ * reads (hone.h, thread_slots): no hash lookup on the hot path. Only a
+ * thread without a slot of its own pays the inflight and sys_stats hash
+ * lookups. (Per-thread state in task-local storage was measured slower
+ * than the hash: +24 ns per exit on Linux 6.18.) */
 SEC("raw_tp/sys_enter")
 int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 {
@@ -202,28 +213,46 @@ int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 		return 0;
 	__u32 tid = (__u32)pt;
 	__u32 id = (__u32)ctx->args[1];
+	__u32 class = classify(id);
 	struct hone_thread_slot *ts = thread_slot(tid);
 	if (ts && ts->owner == pt) {
+		__u32 idx = (tid & (THREAD_SLOTS - 1)) * SYS_CLASSES + class;
+		struct hone_sys_stats *st = bpf_map_lookup_elem(&slot_stats, &idx);
+		if (st)
+			st->count++;
 		ts->id = id;
-		ts->start_ns = sample_untimed(ts) ? SLOT_UNTIMED : bpf_ktime_get_ns();
+		ts->start_ns = !timing_on || sample_untimed(ts) ? SLOT_UNTIMED : bpf_ktime_get_ns();
 		return 0;
 	}
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = timing_on ? bpf_ktime_get_ns() : SLOT_UNTIMED;
 	/* A thread that began on inflight stays there (its statistics so far
 	 * are in sys_stats). Its entry stays in the map for the thread's life
 	 * (sched_process_exit removes it): writing in place is cheaper than
 	 * insert and delete on every call. */
 	struct hone_inflight *in = bpf_map_lookup_elem(&inflight, &tid);
+	if (!in && ts && ts->owner == 0 && __sync_val_compare_and_swap(&ts->owner, 0, pt) == 0) {
+		__u32 idx = (tid & (THREAD_SLOTS - 1)) * SYS_CLASSES + class;
+		struct hone_sys_stats *st = bpf_map_lookup_elem(&slot_stats, &idx);
+		if (st)
+			st->count++;
+		ts->id = id;
+		ts->seq = tid | 1; /* the claim's call is timed (in a window) */
+		ts->start_ns = now;
+		return 0;
+	}
+	struct hone_thread_key key = {
+		.tgid = tgid,
+		.tid = tid,
+		.class = class,
+	};
+	static const struct hone_sys_stats zero;
+	struct hone_sys_stats *st = lookup_or_init(&sys_stats, &key, &zero);
+	if (st)
+		st->count++;
 	if (in) {
 		in->start_ns = now;
 		in->id = id;
 		in->tgid = tgid;
-		return 0;
-	}
-	if (ts && ts->owner == 0 && __sync_val_compare_and_swap(&ts->owner, 0, pt) == 0) {
-		ts->id = id;
-		ts->seq = tid | 1; /* the claim's call is timed */
-		ts->start_ns = now;
 		return 0;
 	}
 	struct hone_inflight fresh = {
@@ -242,41 +271,37 @@ int sys_exit(struct bpf_raw_tracepoint_args *ctx)
 	__u64 pt = bpf_get_current_pid_tgid();
 	__u32 tgid = pt >> 32;
 	if (!maybe_target(tgid))
-		return 0; /* (a syscall in flight when its process stopped being a target is not counted) */
+		return 0; /* (a syscall in flight when its process stopped being a target is not timed) */
 	__u32 tid = (__u32)pt;
 	struct hone_thread_slot *ts = thread_slot(tid);
 	if (ts && ts->owner == pt) {
 		__u64 start = ts->start_ns;
 		if (start == 0)
 			return 0; /* entered before it was a target */
-		__u64 now = start == SLOT_UNTIMED ? 0 : bpf_ktime_get_ns();
 		ts->start_ns = 0;
+		if (start == SLOT_UNTIMED)
+			return 0; /* sampled out, or entered outside a timing window: counted, not timed */
+		__u64 now = bpf_ktime_get_ns();
 		__u32 idx = (tid & (THREAD_SLOTS - 1)) * SYS_CLASSES + classify(ts->id);
 		struct hone_sys_stats *st = bpf_map_lookup_elem(&slot_stats, &idx);
-		if (!st)
-			return 0;
-		if (now)
+		if (st)
 			record(st, start, now);
-		else
-			st->count++; /* sampled out: counted, not timed */
 		return 0;
 	}
 	struct hone_inflight *in = bpf_map_lookup_elem(&inflight, &tid);
 	if (!in || in->start_ns == 0)
 		return 0; /* entered before it was a target */
-	__u64 now = bpf_ktime_get_ns();
 	__u64 start = in->start_ns;
+	in->start_ns = 0;
+	if (start == SLOT_UNTIMED || in->tgid != tgid)
+		return 0; /* entered outside a timing window, or a stale entry: the thread id was reused */
+	__u64 now = bpf_ktime_get_ns();
 	struct hone_thread_key key = {
-		.tgid = in->tgid,
+		.tgid = tgid,
 		.tid = tid,
 		.class = classify(in->id),
 	};
-	in->start_ns = 0;
-	if (key.tgid != tgid)
-		return 0; /* a stale entry: the thread id was reused */
-
-	static const struct hone_sys_stats zero;
-	struct hone_sys_stats *st = lookup_or_init(&sys_stats, &key, &zero);
+	struct hone_sys_stats *st = bpf_map_lookup_elem(&sys_stats, &key);
 	if (st)
 		record(st, start, now);
 	return 0;

@@ -62,6 +62,7 @@ const (
 	syscallsProgSysEnter   = "sys_enter"
 	syscallsProgSysExit    = "sys_exit"
 	syscallsVarSampleMask  = "sample_mask"
+	syscallsVarTimingOn    = "timing_on"
 )
 
 // loadSyscalls returns the embedded CollectionSpec for syscalls.
@@ -129,6 +130,7 @@ type syscallsMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type syscallsVariableSpecs struct {
 	SampleMask *ebpf.VariableSpec `ebpf:"sample_mask"`
+	TimingOn   *ebpf.VariableSpec `ebpf:"timing_on"`
 }
 
 // syscallsObjects contains all objects after they have been loaded into the kernel.
@@ -179,6 +181,7 @@ func (m *syscallsMaps) Close() error {
 // It can be passed to loadSyscallsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type syscallsVariables struct {
 	SampleMask *ebpf.Variable `ebpf:"sample_mask"`
+	TimingOn   *ebpf.Variable `ebpf:"timing_on"`
 }
 
 // syscallsPrograms contains all programs after they have been loaded into the kernel.

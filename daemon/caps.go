@@ -21,6 +21,8 @@ import (
 //     capability (they work on file descriptors already open);
 //   - attaching a uprobe_multi link to a libcuda found later: no capability
 //     (BPF_LINK_CREATE on an already-loaded program);
+//   - opening and closing a syscall timing window (attaching and detaching
+//     raw_tp/sys_exit, setting timing_on): no capability;
 //   - attaching a perf-event uprobe (kernels without uprobe_multi):
 //     CAP_SYS_ADMIN (perf_event_open of a uprobe with raw samples; with
 //     CAP_PERFMON alone it fails with EACCES);

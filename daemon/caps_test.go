@@ -54,7 +54,7 @@ func runNeedsProbe(spec string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	links, err := multi.Attach(bpf.Probes{Syscalls: true, Procs: true, Sched: true, Sockets: true})
+	links, err := multi.Attach(bpf.Probes{Syscalls: true, SyscallTimingWindows: true, Procs: true, Sched: true, Sockets: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -132,6 +132,12 @@ func runNeedsProbe(spec string) int {
 		ls, _, err := multi.AttachCUDA(s.Lib, []int{bpf.CUDAGraph, bpf.CUDAStreamSync})
 		ls.Close()
 		return err
+	})
+	try("syscall timing window (sys_exit attach, detach)", func() error {
+		if err := multi.TimeSyscalls(true); err != nil {
+			return err
+		}
+		return multi.TimeSyscalls(false)
 	})
 	try("late perf-event uprobe attach", func() error {
 		ls, _, err := perf.AttachCUDA(s.Lib, []int{bpf.CUDAGraph})

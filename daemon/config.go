@@ -52,6 +52,16 @@ type Config struct {
 	// counts stay exact, latencies are a sample (SyscallStats.Timed).
 	SyscallSample uint32
 
+	// SyscallTimingPeriod, when positive, times syscalls only in windows
+	// of SyscallTimingWindow once every SyscallTimingPeriod, the first at
+	// start (bpf.Objects.TimeSyscalls): outside them sys_exit is detached,
+	// so the host's other processes pay one program's target check per
+	// syscall instead of two. Counts stay exact; latencies are a sample of
+	// the windows' calls (SyscallStats.Timed). 0: every call is timed
+	// (one in SyscallSample).
+	SyscallTimingPeriod time.Duration
+	SyscallTimingWindow time.Duration
+
 	Sched      bool          // sched_switch/wakeup: on-CPU, off-CPU, run-queue time
 	BPFStats   bool          // enable kernel BPF run-time statistics
 	ScanPeriod time.Duration // how often /proc, cgroups and mapped libraries are rescanned

@@ -104,6 +104,21 @@ type cudaLib struct {
 	launchLinks bpf.Links
 }
 
+// checkTimingWindows checks --syscall-timing-window and
+// --syscall-timing-period: with a period, a window from 1 ms to less than
+// the period.
+func checkTimingWindows(window, period time.Duration) error {
+	switch {
+	case period < 0:
+		return fmt.Errorf("--syscall-timing-period: want 0 (always time) or a positive duration, got %v", period)
+	case period == 0:
+		return nil
+	case window < time.Millisecond || window >= period:
+		return fmt.Errorf("--syscall-timing-window: want at least 1ms and less than --syscall-timing-period (%v), got %v", period, window)
+	}
+	return nil
+}
+
 // New checks the configuration; Start does the work.
 func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 	cfg.defaults()
@@ -122,6 +137,9 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 		if _, err := cgroupPIDs(c); err != nil {
 			return nil, fmt.Errorf("--cgroup %s: %w", c, err)
 		}
+	}
+	if err := checkTimingWindows(cfg.SyscallTimingWindow, cfg.SyscallTimingPeriod); err != nil {
+		return nil, err
 	}
 	return &Daemon{
 		cfg:         cfg,
@@ -176,8 +194,14 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	if d.rd, err = ringbuf.NewReader(d.objs.Events()); err != nil {
 		return fmt.Errorf("ring buffer reader: %w", err)
 	}
-	if d.links, err = d.objs.Attach(bpf.Probes{Syscalls: true, Procs: true, Sched: d.cfg.Sched, Sockets: true}); err != nil {
+	windows := d.cfg.SyscallTimingPeriod > 0
+	if d.links, err = d.objs.Attach(bpf.Probes{Syscalls: true, SyscallTimingWindows: windows, Procs: true, Sched: d.cfg.Sched, Sockets: true}); err != nil {
 		return err
+	}
+	if windows {
+		if err := d.objs.TimeSyscalls(true); err != nil {
+			return err
+		}
 	}
 	if d.cfg.CUDALaunches > 0 {
 		d.launchUntil = d.startNS + uint64(d.cfg.CUDALaunches.Nanoseconds())
@@ -235,10 +259,34 @@ func (d *Daemon) loop(ctx context.Context) {
 		defer t.Stop()
 		sample = t.C
 	}
+	// Syscall timing windows: the first opened at Start; each closes
+	// after SyscallTimingWindow and the next opens SyscallTimingPeriod
+	// after the last one opened (Objects.Close detaches an open one).
+	var window <-chan time.Time
+	var toggle func()
+	timing := true
+	if d.cfg.SyscallTimingPeriod > 0 {
+		t := time.NewTimer(d.cfg.SyscallTimingWindow)
+		defer t.Stop()
+		window = t.C
+		toggle = func() {
+			timing = !timing
+			if err := d.objs.TimeSyscalls(timing); err != nil {
+				d.log.Warn("syscall timing window", "open", timing, "err", err)
+			}
+			if timing {
+				t.Reset(d.cfg.SyscallTimingWindow)
+			} else {
+				t.Reset(d.cfg.SyscallTimingPeriod - d.cfg.SyscallTimingWindow)
+			}
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-window:
+			toggle()
 		case <-scan.C:
 			d.scan(false)
 		case <-d.foldNow:

@@ -124,9 +124,10 @@ func threadsOf(s *Snapshot, pid int) []Thread {
 	return out
 }
 
-// workloadSyscalls is what "workload syscalls N" makes, per class.
+// workloadSyscalls is what "workload syscalls N" makes, per class: other
+// holds its N getppid calls and its exit_group (counted when entered).
 func workloadSyscalls(n uint64) map[string]uint64 {
-	return map[string]uint64{"futex": n, "poll": n, "ioctl": n, "socket": 2 * n, "file": 2 * n, "other": n}
+	return map[string]uint64{"futex": n, "poll": n, "ioctl": n, "socket": 2 * n, "file": 2 * n, "other": n + 1}
 }
 
 func syscallCounts(s *Snapshot, pid int) map[string]uint64 {
@@ -156,23 +157,41 @@ func eventually(t *testing.T, d time.Duration, f func() string) {
 }
 
 // TestDaemonSyscallsExactPerClass: exact counts per class, timing every
-// call and with --syscall-sample 8 (counts still exact; bpf's
-// TestSyscallSampling checks which calls are timed).
+// call, with --syscall-sample 8 (counts still exact; bpf's
+// TestSyscallSampling checks which calls are timed) and with syscall
+// timing windows: one that lasts the whole test (every call that returns
+// is timed) and one that closes 1 ms after start, before the workload
+// (counts still exact; bpf's TestSyscallTimingWindows checks that calls
+// outside a window are not timed).
 func TestDaemonSyscallsExactPerClass(t *testing.T) {
 	bpftest.Require(t)
-	for _, sample := range []uint32{1, 8} {
-		t.Run(fmt.Sprintf("sample-%d", sample), func(t *testing.T) { testDaemonSyscallsExact(t, sample) })
+	for _, c := range []struct {
+		name           string
+		sample         uint32
+		window, period time.Duration
+	}{
+		{"sample-1", 1, 0, 0},
+		{"sample-8", 8, 0, 0},
+		{"window-open", 1, 59 * time.Minute, time.Hour},
+		{"window-closed", 1, time.Millisecond, time.Hour},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			testDaemonSyscallsExact(t, Config{SyscallSample: c.sample, SyscallTimingWindow: c.window, SyscallTimingPeriod: c.period})
+		})
 	}
 }
 
-func testDaemonSyscallsExact(t *testing.T, sample uint32) {
+func testDaemonSyscallsExact(t *testing.T, cfg Config) {
+	sample := cfg.SyscallSample
+	closed := cfg.SyscallTimingPeriod > 0 && cfg.SyscallTimingWindow < time.Second
 	prog, _ := bpftest.Workload(t)
 	const n = 300
 	target := startChild(t, prog, nil, "syscalls", strconv.Itoa(n))
 	other := startChild(t, prog, nil, "syscalls", strconv.Itoa(n))
 	target.waitReady(t)
 	other.waitReady(t)
-	d := startDaemon(t, Config{PIDs: []int{target.pid()}, Sched: true, SyscallSample: sample})
+	cfg.PIDs, cfg.Sched = []int{target.pid()}, true
+	d := startDaemon(t, cfg)
 	target.goAhead(t)
 	other.goAhead(t)
 	target.wait(t)
@@ -199,13 +218,20 @@ func testDaemonSyscallsExact(t *testing.T, sample uint32) {
 		if s.BPF.SyscallSample != sample {
 			return fmt.Sprintf("snapshot's syscall_sample %d, want %d", s.BPF.SyscallSample, sample)
 		}
+		if w, p := s.BPF.SyscallTimingWindowMS, s.BPF.SyscallTimingPeriodMS; w != cfg.SyscallTimingWindow.Milliseconds() || p != cfg.SyscallTimingPeriod.Milliseconds() {
+			return fmt.Sprintf("snapshot's syscall timing window %d ms of %d ms, want %v of %v", w, p, cfg.SyscallTimingWindow, cfg.SyscallTimingPeriod)
+		}
 		var timed, count uint64
 		for _, th := range threadsOf(s, target.pid()) {
 			for c, st := range th.Syscalls {
 				timed += st.Timed
 				count += st.Count
-				if sample == 1 && st.Timed != st.Count || st.Timed > st.Count {
-					return fmt.Sprintf("%s: %d of %d calls timed, sampling 1 in %d", c, st.Timed, st.Count, sample)
+				returned := st.Count
+				if c == "other" {
+					returned-- // exit_group never returns
+				}
+				if sample == 1 && !closed && st.Timed != returned || st.Timed > returned {
+					return fmt.Sprintf("%s: %d of %d calls timed (%d returned), sampling 1 in %d", c, st.Timed, st.Count, returned, sample)
 				}
 				if st.Timed == 0 {
 					continue
@@ -238,10 +264,10 @@ func TestDaemonFollowsForks(t *testing.T) {
 	eventually(t, 5*time.Second, func() string {
 		s := d.Snapshot()
 		// The child made exactly n getppid calls after the fork, then
-		// exit_group (which never returns, so is not counted).
+		// exit_group (counted when entered).
 		got := syscallCounts(s, kid)
-		if fmt.Sprint(got) != fmt.Sprint(map[string]uint64{"other": n}) {
-			return fmt.Sprintf("forked child %d syscalls = %v, want exactly other:%d", kid, got, n)
+		if fmt.Sprint(got) != fmt.Sprint(map[string]uint64{"other": n + 1}) {
+			return fmt.Sprintf("forked child %d syscalls = %v, want exactly other:%d", kid, got, n+1)
 		}
 		for _, tg := range s.Targets {
 			if tg.PID == kid {

@@ -166,8 +166,10 @@
 // Syscall classes: futex, poll (poll, select, epoll), ioctl (the GPU
 // driver's path), socket (send/recv families), file (read/write families on
 // any fd, sockets included: Go and Python often read sockets with read),
-// other. A syscall is counted when it returns, so one that never returns
-// (exit_group) is not. Latency histograms: slot i counts calls that took
+// other. A syscall is counted when it is entered, so one that never returns
+// (exit_group) is counted and one in progress at snapshot time is too; it
+// is timed when it returns, inside a timing window
+// (--syscall-timing-window of every --syscall-timing-period). Latency histograms: slot i counts calls that took
 // [2^i, 2^(i+1)) ns; trailing empty slots are trimmed.
 //
 // Scheduling: on_cpu_ns is time running; off_cpu_ns runs from switch-out to

@@ -412,6 +412,10 @@ func (d *Daemon) Snapshot() *Snapshot {
 	s.NVML = d.nvml.Report()
 	s.BPF.StatsEnabled = d.cfg.BPFStats
 	s.BPF.SyscallSample = d.cfg.SyscallSample
+	if d.cfg.SyscallTimingPeriod > 0 {
+		s.BPF.SyscallTimingWindowMS = d.cfg.SyscallTimingWindow.Milliseconds()
+		s.BPF.SyscallTimingPeriodMS = d.cfg.SyscallTimingPeriod.Milliseconds()
+	}
 	s.BPF.Programs = d.programRuns()
 	s.BPF.RingbufDrops, s.BPF.MapFullDrops = d.drops()
 	s.Daemon = selfUsage(d.started)

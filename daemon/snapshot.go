@@ -115,9 +115,11 @@ type Thread struct {
 
 // SyscallStats are one thread's syscalls of one class.
 //
-// Count is every call that returned. The daemon times one call in
-// BPFReport.SyscallSample (--syscall-sample) of a thread with a slot of its
-// own and only counts the others: Timed is how many calls TotalNS, MaxNS,
+// Count is every call entered (exit_group, which never returns, included).
+// The daemon times one call in BPFReport.SyscallSample (--syscall-sample)
+// of a thread with a slot of its own, only inside timing windows
+// (BPFReport.SyscallTimingWindowMS of every SyscallTimingPeriodMS), and
+// only counts the others: Timed is how many calls TotalNS, MaxNS,
 // the histogram and the first and last timestamps cover (0 in snapshots
 // from before sampling: read it as Count). The mean latency is TotalNS /
 // Timed, and the time spent in the class about Count × that mean.
@@ -278,11 +280,17 @@ type BPFReport struct {
 	StatsEnabled bool `json:"stats_enabled"`
 	// SyscallSample is the daemon's --syscall-sample: one call in this
 	// many of a thread is timed (1: every call).
-	SyscallSample uint32       `json:"syscall_sample"`
-	Programs      []ProgramRun `json:"programs"`
-	RingbufDrops  uint64       `json:"ringbuf_dropped_events"`
-	MapFullDrops  uint64       `json:"map_full_updates"`
-	EventsRead    uint64       `json:"events_read"`
+	SyscallSample uint32 `json:"syscall_sample"`
+	// SyscallTimingWindowMS and SyscallTimingPeriodMS are the daemon's
+	// --syscall-timing-window and --syscall-timing-period: calls are
+	// timed only in windows of the first, once every the second (absent:
+	// all the time); counts are exact either way.
+	SyscallTimingWindowMS int64        `json:"syscall_timing_window_ms,omitempty"`
+	SyscallTimingPeriodMS int64        `json:"syscall_timing_period_ms,omitempty"`
+	Programs              []ProgramRun `json:"programs"`
+	RingbufDrops          uint64       `json:"ringbuf_dropped_events"`
+	MapFullDrops          uint64       `json:"map_full_updates"`
+	EventsRead            uint64       `json:"events_read"`
 }
 
 // ProgramRun is one program's run statistics (zero unless stats are on).

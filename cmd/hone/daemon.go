@@ -159,6 +159,8 @@ failed); 2 bad input (flags).`,
 	f.DurationVar(&cfg.BurstGap, "burst-gap", 100*time.Millisecond, "silence that ends a burst on a KV-transfer connection")
 	f.DurationVar(&cfg.CUDALaunches, "cuda-launches", 0, "probe every CUDA kernel launch for this long after start (each costs microseconds in the launching thread; 0: off)")
 	f.Uint32Var(&cfg.SyscallSample, "syscall-sample", bpf.DefaultSyscallSample, "time one syscall in this many of each traced thread and only count the others (a power of two; 1: time every call): counts stay exact; the mean latency (total_ns / timed) is an unbiased estimate, the maximum and histogram are a sample's; on a VM whose clock is kvm-clock each timed call was measured at ~140 ns more than a counted one (make bench)")
+	f.DurationVar(&cfg.SyscallTimingWindow, "syscall-timing-window", time.Second, "with --syscall-timing-period: how long each syscall timing window lasts")
+	f.DurationVar(&cfg.SyscallTimingPeriod, "syscall-timing-period", 8*time.Second, "time syscalls only in one --syscall-timing-window in each period this long (the first at start), counting them always: outside a window the sys_exit program is detached, so every process on the host pays one program's target check per syscall instead of two (make bench: BenchmarkSyscallFloor); 0: always time")
 	f.BoolVar(&noSched, "no-sched", false, "do not trace sched_switch/wakeup (on-CPU, off-CPU, run-queue time)")
 	f.BoolVar(&cfg.BPFStats, "bpf-stats", false, "enable kernel BPF run-time statistics and export per-program run time and count")
 	f.DurationVar(&nvmlPeriod, "nvml-period", time.Second, "NVML sampling period (0: no sampling)")

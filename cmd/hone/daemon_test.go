@@ -20,6 +20,12 @@ func TestDaemonSyscallSampleDefault(t *testing.T) {
 	if out, _, code := runCLI(t, "", "daemon", "--help"); code != 0 || !strings.Contains(out, "1: time every call") || !strings.Contains(out, "(default 16)") {
 		t.Errorf("daemon --help: exit %d, want --syscall-sample's default and how to time every call\n%s", code, out)
 	}
+	// Syscalls are timed one second in eight by default, and --help says
+	// how to time all the time.
+	w, p := newDaemonCmd().Flags().Lookup("syscall-timing-window"), newDaemonCmd().Flags().Lookup("syscall-timing-period")
+	if w == nil || p == nil || w.DefValue != "1s" || p.DefValue != "8s" || !strings.Contains(p.Usage, "0: always time") {
+		t.Errorf("--syscall-timing-window %v, --syscall-timing-period %v: want defaults 1s of 8s and how to time always", w, p)
+	}
 }
 
 // A --listen address that is not loopback is refused, exit 2, naming the
@@ -45,6 +51,21 @@ func TestDaemonRefusesRemoteListen(t *testing.T) {
 	for _, n := range []string{"0", "3", "131072", "-1", "x"} {
 		if _, errs, code := runCLI(t, "", "daemon", "--syscall-sample", n); code != exitBadInput || !strings.Contains(errs, "--syscall-sample") {
 			t.Errorf("--syscall-sample %s: exit %d\n%s", n, code, errs)
+		}
+	}
+	for _, c := range [][]string{
+		{"--syscall-timing-period", "-1s"},
+		{"--syscall-timing-window", "8s"},                                     // not less than the default period
+		{"--syscall-timing-window", "0s"},                                     // no window at all
+		{"--syscall-timing-window", "2s", "--syscall-timing-period", "2s"},    // always open: say period 0
+		{"--syscall-timing-window", "500us", "--syscall-timing-period", "1s"}, // under 1 ms
+	} {
+		flag := c[0]
+		if len(c) > 2 {
+			flag = "--syscall-timing-window"
+		}
+		if _, errs, code := runCLI(t, "", append([]string{"daemon", "--once"}, c...)...); code != exitBadInput || !strings.Contains(errs, flag) {
+			t.Errorf("%v: exit %d, want %d naming %s\n%s", c, code, exitBadInput, flag, errs)
 		}
 	}
 }

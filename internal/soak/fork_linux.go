@@ -17,7 +17,8 @@ package main
 //   close    its copy of wfd, once              (class "other")
 //   read     rfd, once: it returns 0 when every copy of wfd is closed,
 //            so the wave's children exit together   (class "file")
-//   exit_group, which never returns (a syscall is counted when it returns)
+//   exit_group, which never returns (counted: a syscall is counted when
+//            it is entered)
 // The return from clone in the child is not counted either: the child was
 // not in a syscall when it became a target. Signals are blocked around the
 // forks so that no Go handler ever runs in a child. pids[i] receives the
@@ -61,7 +62,7 @@ import (
 // childSyscalls returns the syscalls child number i (0-based over the whole
 // churn) makes, by the daemon's class: see soak_fork_wave.
 func childSyscalls(i int) (other, file uint64) {
-	return uint64(1+i%10) + 1, 1
+	return uint64(1+i%10) + 2, 1
 }
 
 // forkWave forks n children numbered first.. and reaps them once they have
