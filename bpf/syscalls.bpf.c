@@ -192,6 +192,22 @@ static __always_inline bool sample_untimed(struct hone_thread_slot *ts)
 	return x & sample_mask;
 }
 
+/* slot_stat is the statistics of class for the slot the thread tid holds:
+ * an inlined array read, no hash lookup. */
+static __always_inline struct hone_sys_stats *slot_stat(__u32 tid, __u32 class)
+{
+	__u32 idx = (tid & (THREAD_SLOTS - 1)) * SYS_CLASSES + class;
+	return bpf_map_lookup_elem(&slot_stats, &idx);
+}
+
+/* count_slot adds one call of class to the slot tid holds. */
+static __always_inline void count_slot(__u32 tid, __u32 class)
+{
+	struct hone_sys_stats *st = slot_stat(tid, class);
+	if (st)
+		st->count++;
+}
+
 /* sys_enter and sys_exit run for every syscall of every thread on the host
  * while attached, so what a thread that is not a target pays is the point:
  * the target check's one inlined array read each (maybe_target), nothing
@@ -216,10 +232,7 @@ int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	__u32 class = classify(id);
 	struct hone_thread_slot *ts = thread_slot(tid);
 	if (ts && ts->owner == pt) {
-		__u32 idx = (tid & (THREAD_SLOTS - 1)) * SYS_CLASSES + class;
-		struct hone_sys_stats *st = bpf_map_lookup_elem(&slot_stats, &idx);
-		if (st)
-			st->count++;
+		count_slot(tid, class);
 		ts->id = id;
 		ts->start_ns = !timing_on || sample_untimed(ts) ? SLOT_UNTIMED : bpf_ktime_get_ns();
 		return 0;
@@ -231,10 +244,7 @@ int sys_enter(struct bpf_raw_tracepoint_args *ctx)
 	 * insert and delete on every call. */
 	struct hone_inflight *in = bpf_map_lookup_elem(&inflight, &tid);
 	if (!in && ts && ts->owner == 0 && __sync_val_compare_and_swap(&ts->owner, 0, pt) == 0) {
-		__u32 idx = (tid & (THREAD_SLOTS - 1)) * SYS_CLASSES + class;
-		struct hone_sys_stats *st = bpf_map_lookup_elem(&slot_stats, &idx);
-		if (st)
-			st->count++;
+		count_slot(tid, class);
 		ts->id = id;
 		ts->seq = tid | 1; /* the claim's call is timed (in a window) */
 		ts->start_ns = now;
@@ -282,8 +292,7 @@ int sys_exit(struct bpf_raw_tracepoint_args *ctx)
 		if (start == SLOT_UNTIMED)
 			return 0; /* sampled out, or entered outside a timing window: counted, not timed */
 		__u64 now = bpf_ktime_get_ns();
-		__u32 idx = (tid & (THREAD_SLOTS - 1)) * SYS_CLASSES + classify(ts->id);
-		struct hone_sys_stats *st = bpf_map_lookup_elem(&slot_stats, &idx);
+		struct hone_sys_stats *st = slot_stat(tid, classify(ts->id));
 		if (st)
 			record(st, start, now);
 		return 0;
