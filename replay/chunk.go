@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // chunkView is what hone reads from one completion stream event.
@@ -167,7 +168,7 @@ func (p *jsonParser) choice(v *chunkView) error {
 					return err
 				}
 				fin, finish = true, string(s)
-				if esc {
+				if esc || !utf8.Valid(s) { // encoding/json's escapes, and U+FFFD for each invalid byte
 					var u string // its own variable: &u escapes, finish need not
 					json.Unmarshal(p.b[p.i-len(s)-2:p.i], &u)
 					finish = u
