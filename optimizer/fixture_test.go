@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/internal/dirlock"
 	"github.com/hone-llm/hone/internal/honetest"
 	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/replay"
@@ -207,7 +208,7 @@ var (
 	regretLive  = flag.String("regret-live", "", "run TestRegretLive: measure each scenario's grid live into this directory (resumable), then score the loop against it")
 	regretScale = flag.Float64("regret-scale", 1, "TestRegretLive's emulator time scale (wall seconds per model second): at 0.25 this 2-core host was client_bound on nearly every config")
 	regretMax   = flag.Float64("regret-max-scale", 2, "TestRegretLive: a config the host made invalid is measured again at a larger time scale up to this (Rescaler; 0: never)")
-	regretRedo  = flag.String("regret-remeasure", "", "TestRegretLive: first measure again the configs whose key matches this regexp and whose record decided nothing only because of the measuring host (client_bound, emulator_bound: for instance measured side by side by shards); the old record is kept when the new measurement fails")
+	regretRedo  = flag.String("regret-remeasure", "", "TestRegretLive: first measure again the configs whose key matches this regexp and whose record decided nothing only because of the measuring host (client_bound, emulator_bound: for instance measured side by side by shards); the old record is kept when the new measurement fails; it takes the grid to itself (no shard may run meanwhile)")
 	regretOnly  = flag.String("regret-only", "", "TestRegretLive: measure only the configs whose key matches this regexp (a grid left incomplete is not scored)")
 	regretShard = flag.String("regret-shard", "", "TestRegretLive: measure only shard K/N of each grid (its configs whose index is K mod N), so that N processes measure a grid side by side; a shard scores nothing: run once more without it to score")
 )
@@ -280,6 +281,21 @@ func TestRegretLive(t *testing.T) {
 			trials := filepath.Join(dir, "trials")
 			if shards > 1 || *regretOnly != "" { // trial names are grid-<index in the part>
 				trials = filepath.Join(trials, fmt.Sprintf("part-%d-of-%d-%s", shard, shards, time.Now().UTC().Format("20060102T150405")))
+			}
+			// Shards measure a grid side by side (shared locks); a process
+			// that moves records aside to measure them again has it to
+			// itself, so that the records another process finds aside are
+			// only ever a killed run's.
+			if err := os.MkdirAll(filepath.Join(dir, "grid"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			unlock, err := dirlock.Lock(filepath.Join(dir, "grid"), redo != nil)
+			if errors.Is(err, dirlock.ErrBusy) {
+				t.Fatalf("%v: -regret-remeasure needs the grid to itself, and no other process may measure it meanwhile", err)
+			} else if err != nil {
+				t.Logf("warning: %v: nothing keeps another process from this grid", err)
+			} else {
+				defer unlock()
 			}
 			// A run killed while measuring again left its records aside.
 			stale, err := filepath.Glob(filepath.Join(dir, "grid", "*.host-invalid"))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/internal/atomicfile"
+	"github.com/hone-llm/hone/internal/dirlock"
 	"github.com/hone-llm/hone/optimizer"
 	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/replay"
@@ -252,19 +254,18 @@ holds an earlier run's log (see --force) or is in use.`,
 // this process dies, however it dies. Where the file system has no locks,
 // it warns and goes on.
 func lockOutDir(out string, errw io.Writer) (unlock func(), err error) {
-	f, err := os.Open(out)
-	if err != nil {
+	unlock, err = dirlock.Lock(out, true)
+	var open *fs.PathError // --out could not be opened at all
+	switch {
+	case errors.Is(err, dirlock.ErrBusy):
+		return nil, badInput("--out %s is in use by another hone optimize: wait for it to end, or give another --out", out)
+	case errors.As(err, &open):
 		return nil, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, badInput("--out %s is in use by another hone optimize: wait for it to end, or give another --out", out)
-		}
+	case err != nil:
 		fmt.Fprintf(errw, "optimize: warning: cannot lock --out %s (%v): nothing keeps another hone optimize out of it\n", out, err)
 		return func() {}, nil
 	}
-	return func() { f.Close() }, nil
+	return unlock, nil
 }
 
 // The files and directories of a run in --out, in the order they are kept.
