@@ -24,9 +24,10 @@ func newCalibrateCmd() *cobra.Command {
 		profile, out string
 		maxIter      int
 		output       outputFormat
+		st           stepFlags
 	)
 	c := &cobra.Command{
-		Use:   "calibrate --records R1,R2 --out PROFILE.yaml",
+		Use:   "calibrate (--records R1,R2 | --steps DIR ...) --out PROFILE.yaml",
 		Short: "Fit a linear cost profile to measured records, so that predictions match the device",
 		Long: `hone calibrate fits the emulator's linear cost form to measured run records
 (hone replay, hone optimize: kind emulated or device), so that hone predict and
@@ -74,16 +75,44 @@ relative), the start value, and whether it was fitted; the residual RMS
 TTFT and TPOT (median over the record's runs) against the predictions with
 the start profile (before) and the calibrated one (after).
 
+With --steps DIR (repeatable) instead of --records, calibrate fits the
+step-cost form (PROFILES.md, steps) to measured forward passes: each DIR
+holds fpm_metrics_detail.csv (one row per engine step: prefill tokens and
+requests, cached prefill tokens, their prompt-length variance, decode
+requests and their KV tokens, latency_ms) and vllm_metadata.json (the
+effective config; the TP size is read from it), as vLLM's forward-pass
+metrics publish them (testdata/aiconfigurator/fpm-qwen3-32b-b300/ is an
+example). --model names the model's Hugging Face config.json, --gpu the
+GPU (for its memory and spec), --allreduce a measured all-reduce table
+(custom_allreduce_perf.parquet) whose latencies the TP term uses (else the
+GPU's spec). Give two or more TP sizes so the host part and the GPU part
+separate and the profile predicts any TP; with one, it holds for that TP.
+Mis-booked step pairs (async scheduling booking one step's time on its
+neighbour) are fitted as one step; outliers are down-weighted (Huber);
+standard errors come from a block bootstrap. The profile written holds
+each coefficient's standard error, the residuals per phase and the
+data's provenance (source.yaml beside a step file). Check it against
+steps it was not fitted on with hone profile check.
+
 Exit codes: 0 calibrated and written; 1 the profile could not be written;
-2 bad input (a flag, a record, its spec, the start profile, or records
-calibration cannot use).`,
+2 bad input (a flag, a record, its spec, the start profile, step data, or
+records calibration cannot use).`,
 		Example: `  hone calibrate --records results/colo.json,results/pd.json --out l4-calibrated.yaml
   hone calibrate --records r1.json --records r2.json --profile qwen2.5-coder-0.5b-l4 --out fit.yaml -o json
-  hone predict --profile l4-calibrated.yaml examples/emulator-l4-colocated.yaml`,
+  hone predict --profile l4-calibrated.yaml examples/emulator-l4-colocated.yaml
+  hone calibrate --steps testdata/aiconfigurator/fpm-qwen3-32b-b300/tp1 --steps testdata/aiconfigurator/fpm-qwen3-32b-b300/tp2 \
+    --model testdata/aiconfigurator/model_configs/Qwen--Qwen3-32B_config.json --gpu b300_sxm \
+    --allreduce testdata/aiconfigurator/systems/data/b300_sxm/comm/vllm/0.19.0/custom_allreduce_perf.parquet --out qwen3-32b-b300.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if err := output.check(); err != nil {
 				return err
+			}
+			if len(st.dirs) > 0 {
+				if len(records) > 0 {
+					return badInput("--steps and --records: give one: steps fit the step-cost form, records the linear form")
+				}
+				return runCalibrateSteps(c.OutOrStdout(), st, out, output.value)
 			}
 			if len(records) == 0 {
 				return badInput("--records: required: the run records to calibrate against (comma-separated or repeated)")
@@ -139,6 +168,7 @@ calibration cannot use).`,
 	f.StringVar(&profile, "profile", "", "start profile: a built-in name or a .yaml file (default: the first record's spec's emulator.profile, else "+emulator.DefaultProfile+")")
 	f.StringVar(&out, "out", "", "write the calibrated profile here (.yaml)")
 	f.IntVar(&maxIter, "max-iter", calibrate.DefaultMaxIter, "most Levenberg–Marquardt iterations")
+	st.register(f)
 	output.register(f, "table", "", "table", "json")
 	return c
 }

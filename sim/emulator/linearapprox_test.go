@@ -45,7 +45,7 @@ func TestLinearApprox(t *testing.T) {
 	}
 	for _, name := range ProfileNames() {
 		base, _ := LookupProfile(name)
-		if base.Exercise != nil || base.Linear != nil {
+		if base.Exercise != nil || base.Linear != nil || base.Steps != nil {
 			continue
 		}
 		for _, tp := range []int{1, 2, 4} {

@@ -13,6 +13,7 @@ type Model struct {
 	Name         string  `yaml:"name"` // Hugging Face id, served by default
 	Layers       int     `yaml:"layers"`
 	Hidden       int     `yaml:"hidden"`
+	Intermediate int     `yaml:"intermediate,omitempty"` // MLP width (config.json intermediate_size)
 	Heads        int     `yaml:"heads"`
 	KVHeads      int     `yaml:"kv_heads"`
 	HeadDim      int     `yaml:"head_dim"`
@@ -111,6 +112,14 @@ type Profile struct {
 	// Linear, when set, replaces the roofline by fitted per-step costs
 	// (hone calibrate).
 	Linear *LinearCosts `yaml:"linear,omitempty"`
+	// Steps, when set, replaces the roofline by step costs fitted to
+	// measured forward passes with tensor parallelism explicit (hone
+	// calibrate --steps, hone profile derive).
+	Steps *StepCosts `yaml:"steps,omitempty"`
+
+	// Source says how the profile was made and from what data; nil is a
+	// hand-made profile.
+	Source *ProfileSource `yaml:"source,omitempty"`
 
 	// TP is the worker's tensor-parallel size (Config.TensorParallelSize);
 	// 0 or 1 is one GPU. StepMs uses it for the roofline only (compute and
@@ -180,7 +189,8 @@ type StepEntry struct {
 // overhead are not divided.
 //
 // Linear and Exercise profiles replace the roofline (see LinearCosts and
-// ExerciseRates) and ignore TP.
+// ExerciseRates) and ignore TP; a Steps profile replaces it with costs
+// that model TP explicitly (StepCosts).
 func (p *Profile) StepMs(entries []StepEntry, eager bool) float64 {
 	if len(entries) == 0 {
 		return 0
@@ -196,6 +206,9 @@ func (p *Profile) StepMs(entries []StepEntry, eager bool) float64 {
 			}
 		}
 		return ms
+	}
+	if c := p.Steps; c != nil {
+		return c.SummaryMs(Summarize(entries), p.ranks(), p.Model.Hidden, eager)
 	}
 	if l := p.Linear; l != nil {
 		ms := l.StepBaseMs
@@ -393,6 +406,17 @@ func (p *Profile) clone() *Profile {
 	if p.Linear != nil {
 		l := *p.Linear
 		c.Linear = &l
+	}
+	if p.Steps != nil {
+		st := *p.Steps
+		st.AllReduce.Points = make(map[int][]ARPoint, len(p.Steps.AllReduce.Points))
+		for tp, pts := range p.Steps.AllReduce.Points {
+			st.AllReduce.Points[tp] = append([]ARPoint(nil), pts...)
+		}
+		c.Steps = &st
+	}
+	if p.Source != nil {
+		c.Source = p.Source.clone()
 	}
 	return &c
 }

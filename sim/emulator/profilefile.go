@@ -137,6 +137,8 @@ func (p *Profile) Validate() error {
 	switch {
 	case p.Exercise != nil && p.Linear != nil:
 		v.fail("linear", "a profile is exercise or linear, not both (with base, write exercise: null or linear: null)")
+	case p.Steps != nil && (p.Exercise != nil || p.Linear != nil):
+		v.fail("steps", "a profile is steps, linear or exercise, only one (with base, write exercise: null or linear: null)")
 	case p.Exercise != nil:
 		e := p.Exercise
 		if !(e.PrefillTokensPerSec > 0) {
@@ -152,6 +154,24 @@ func (p *Profile) Validate() error {
 		v.nonNeg("activation_reserve_bytes", p.ActivationReserveBytes)
 		v.nonNeg("transfer_fixed_ms", p.TransferFixedMs)
 		v.nonNeg("frontend_ms", p.FrontendMs)
+		if c := p.Steps; c != nil {
+			for i, x := range c.Coefficients() {
+				if i == SignedTerm {
+					if math.IsNaN(x) || math.IsInf(x, 0) {
+						v.fail("steps."+StepCostTerms[i], "want a finite number, got %v", x)
+					}
+					continue
+				}
+				v.nonNeg("steps."+StepCostTerms[i], x)
+			}
+			v.nonNeg("steps.eager_step_ms", c.EagerStepMs)
+			if c.AllReduces < 0 {
+				v.fail("steps.all_reduces", "want >= 0, got %d", c.AllReduces)
+			}
+			c.AllReduce.validate(&v, "steps.all_reduce")
+			v.posInt("model.hidden", m.Hidden)
+			break
+		}
 		if l := p.Linear; l != nil {
 			v.nonNeg("linear.step_base_ms", l.StepBaseMs)
 			v.nonNeg("linear.decode_per_seq_ms", l.DecodePerSeqMs)
