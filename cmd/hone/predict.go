@@ -236,9 +236,20 @@ func withoutRequests(rec *replay.Record) *replay.Record {
 	return &r
 }
 
+// profileLabel is a profile's name and how it was made (its source kind:
+// fitted to measured steps, derived, calibrated, hand-made), so that every
+// predicted figure says what its cost model rests on.
+func profileLabel(name string) string {
+	p, err := emulator.LookupProfile(name)
+	if err != nil {
+		return name
+	}
+	return fmt.Sprintf("%s (%s)", name, p.SourceKind())
+}
+
 func writePredictTable(w io.Writer, spec *deploy.Spec, profile string, rec *replay.Record) {
 	fmt.Fprintf(w, "kind: %s  profile: %s  spec: %s  gpus: %d  SLO: p99 TTFT <= %g ms, p99 TPOT <= %g ms\n",
-		rec.Kind, profile, spec.Name, spec.GPUsNeeded(), rec.SLO.TTFTMillis, rec.SLO.TPOTMillis)
+		rec.Kind, profileLabel(profile), spec.Name, spec.GPUsNeeded(), rec.SLO.TTFTMillis, rec.SLO.TPOTMillis)
 	if len(rec.Runs) == 0 {
 		fmt.Fprintln(w, "no levels")
 		return
@@ -409,7 +420,7 @@ func objectiveLevel(p predict.Point) *replay.LevelRecord {
 
 func writeGridTable(w io.Writer, res gridResult, failed []predict.Point, out string) {
 	fmt.Fprintf(w, "kind: %s  profile: %s  base: %s  grid: %d specs within %d GPUs  SLO: p99 TTFT <= %g ms, p99 TPOT <= %g ms\n",
-		res.Kind, res.Profile, res.Base, res.Specs, res.Budget, res.SLO.TTFTMillis, res.SLO.TPOTMillis)
+		res.Kind, profileLabel(res.Profile), res.Base, res.Specs, res.Budget, res.SLO.TTFTMillis, res.SLO.TPOTMillis)
 	fmt.Fprintf(w, "\ntop %d of %d by objective, then GPU-s/request (--top; * on the Pareto front; ~ too close to call):\n", len(res.Ranked), res.Specs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "rank\tspec\tgpus\tobjective_qps\tgpu_s_per_req\tp99_ttft_ms\tp99_tpot_ms\tpareto\tedge")

@@ -64,7 +64,7 @@ func TestPredictTable(t *testing.T) {
 	if len(lines) != 6 {
 		t.Fatalf("%d lines, want header, columns, 2 levels, objective, note:\n%s", len(lines), out)
 	}
-	if !strings.HasPrefix(lines[0], "kind: predicted  profile: qwen2.5-coder-0.5b-l4  spec: p-colocated  gpus: 1  SLO") {
+	if !strings.HasPrefix(lines[0], "kind: predicted  profile: qwen2.5-coder-0.5b-l4 (hand-made)  spec: p-colocated  gpus: 1  SLO") {
 		t.Errorf("header %q", lines[0])
 	}
 	if f := strings.Fields(lines[1]); strings.Join(f, " ") != "offered_qps p50_ttft_ms p90_ttft_ms p99_ttft_ms p50_tpot_ms p90_tpot_ms p99_tpot_ms effective_qps gpu_s_per_req hit_rate passed" {
@@ -141,7 +141,7 @@ func TestPredictGrid(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d: %s\n%s", code, errs, out)
 	}
-	for _, want := range []string{"kind: predicted  profile: qwen2.5-coder-0.5b-l4  base: p-colocated  grid: 10 specs within 2 GPUs",
+	for _, want := range []string{"kind: predicted  profile: qwen2.5-coder-0.5b-l4 (hand-made)  base: p-colocated  grid: 10 specs within 2 GPUs",
 		"top 3 of 10 by objective", "Pareto front", predictNote} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in\n%s", want, out)
