@@ -16,11 +16,11 @@ func init() { subcommands = append(subcommands, newProfileCmd) }
 func newProfileCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "profile",
-		Short: "Check cost profiles against measured engine steps",
+		Short: "Check cost profiles against measured engine steps, or derive one where none were measured",
 		Long: `hone profile works on the emulator's cost profiles (sim/emulator/PROFILES.md):
 the GPU time model that hone sim serve, hone predict and hone optimize share.`,
 	}
-	c.AddCommand(newProfileCheckCmd())
+	c.AddCommand(newProfileCheckCmd(), newProfileDeriveCmd())
 	return c
 }
 

@@ -174,3 +174,39 @@ func TestProfileCheckJSON(t *testing.T) {
 		t.Errorf("all steps %v, phases %v, pairs %v: want all = Σ phases = 6899 − pairs", all["steps"], steps, got["misbooked_pairs"])
 	}
 }
+
+func TestProfileDeriveBadInput(t *testing.T) {
+	tmp := t.TempDir()
+	noLayers := filepath.Join(tmp, "config.json")
+	if err := os.WriteFile(noLayers, []byte(`{"hidden_size": 5120, "num_attention_heads": 64, "intermediate_size": 25600, "vocab_size": 151936, "max_position_embeddings": 40960}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tables := "../../testdata/aiconfigurator/systems/data/b300_sxm"
+	for name, c := range map[string]struct {
+		args []string
+		want []string
+	}{
+		"no layers":      {[]string{"--model", noLayers, "--gpu", "b300_sxm", "--tables", tables}, []string{"--model", noLayers, "num_hidden_layers: missing"}},
+		"unknown GPU":    {[]string{"--model", qwen32Cfg, "--gpu", "a100_pcie", "--tables", tables}, []string{"--gpu", `unknown GPU "a100_pcie"`}},
+		"dtype":          {[]string{"--model", qwen32Cfg, "--gpu", "b300_sxm", "--dtype", "int4", "--tables", tables}, []string{"--dtype", "want bf16 or fp8"}},
+		"no tables":      {[]string{"--model", qwen32Cfg, "--gpu", "b300_sxm"}, []string{"--efficiency-from: required without --tables"}},
+		"missing tables": {[]string{"--model", qwen32Cfg, "--gpu", "b300_sxm", "--tables", filepath.Join(tmp, "none")}, []string{"--tables", "gemm_perf.parquet"}},
+		"bad tp":         {[]string{"--model", qwen32Cfg, "--gpu", "b300_sxm", "--tables", tables, "--tp", "0"}, []string{"--tp 0"}},
+		"weights fit nowhere": {[]string{"--model", "../../testdata/aiconfigurator/model_configs/meta-llama--Meta-Llama-3.1-70B_config.json", "--gpu", "h100_sxm",
+			"--tables", "../../testdata/aiconfigurator/systems/data/h100_sxm", "--tp", "1"}, []string{"leave no room", "TP [1]"}},
+	} {
+		out := filepath.Join(tmp, strings.ReplaceAll(name, " ", "-")+".yaml")
+		_, stderr, code := runHone(context.Background(), append([]string{"profile", "derive", "--out", out}, c.args...)...)
+		if code != exitBadInput {
+			t.Errorf("%s: exit %d, want 2; stderr %q", name, code, stderr)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%s: stderr %q does not say %q", name, stderr, w)
+			}
+		}
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Errorf("%s: %s written; want nothing written", name, out)
+		}
+	}
+}

@@ -21,7 +21,20 @@ type Model struct {
 	Params       float64 `yaml:"params"`         // all parameters, embeddings included
 	EmbedParams  float64 `yaml:"embed_params"`   // the (tied) embedding / lm_head matrix
 	BytesPerElem int     `yaml:"bytes_per_elem"` // 2 for bf16
-	MaxModelLen  int     `yaml:"max_model_len"`
+	// WeightBytesPerElem is the weights' element size where it differs
+	// from the KV cache's (1 for fp8 weights with a bf16 KV cache); 0 is
+	// BytesPerElem.
+	WeightBytesPerElem int `yaml:"weight_bytes_per_elem,omitempty"`
+	MaxModelLen        int `yaml:"max_model_len"`
+}
+
+// WeightBytes is the size of all weights.
+func (m Model) WeightBytes() float64 {
+	b := m.BytesPerElem
+	if m.WeightBytesPerElem > 0 {
+		b = m.WeightBytesPerElem
+	}
+	return m.Params * float64(b)
 }
 
 // KVBytesPerToken is the size of one token's K and V across all layers:
@@ -244,7 +257,7 @@ func (p *Profile) StepMs(entries []StepEntry, eager bool) float64 {
 		kvWrite += n * kvb
 	}
 	flops := (2*nonEmb*tokens + 2*m.EmbedParams*sampled + 4*float64(m.Layers*m.Heads*m.HeadDim)*attn) / float64(tp)
-	bytes := m.Params*float64(m.BytesPerElem)/float64(tp) + kvRead + kvWrite
+	bytes := m.WeightBytes()/float64(tp) + kvRead + kvWrite
 	compute := flops / (p.GPU.PeakFLOPS * p.MFU) * 1000
 	memory := bytes / (p.GPU.MemBandwidth * p.MBU) * 1000
 	launch := p.GraphLaunchMs
@@ -314,7 +327,7 @@ func (p *Profile) NumBlocks(blockSize int, util float64) int {
 		return (1 << 20) / blockSize
 	}
 	tp := p.ranks()
-	free := util*p.GPU.MemoryBytes - p.Model.Params*float64(p.Model.BytesPerElem)/float64(tp) - p.ActivationReserveBytes
+	free := util*p.GPU.MemoryBytes - p.Model.WeightBytes()/float64(tp) - p.ActivationReserveBytes
 	n := int(free / float64(blockSize*p.Model.KVBytesPerTokenPerGPU(tp)))
 	return max(n, 0)
 }
