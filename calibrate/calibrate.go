@@ -926,7 +926,20 @@ func (c *calibration) fit(theta []float64, free []int, maxIter int) (Fit, error)
 		}
 		return r, err
 	}
-	return LeastSquares(model, x0, Options{Lower: lower, MaxIter: maxIter, Names: names, RelStep: relStep})
+	// Residuals of one level of one run share its queue: they are one
+	// cluster for the standard errors.
+	var clusters []int
+	ids := map[[3]int]int{}
+	for i, list := range c.obs {
+		for _, o := range list {
+			k := [3]int{i, o.run, o.level}
+			if _, ok := ids[k]; !ok {
+				ids[k] = len(ids)
+			}
+			clusters = append(clusters, ids[k])
+		}
+	}
+	return LeastSquares(model, x0, Options{Lower: lower, MaxIter: maxIter, Names: names, RelStep: relStep, Clusters: clusters})
 }
 
 // compare fills PredictionError and Objective: the measured medians
@@ -1114,4 +1127,52 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		Notes            []string         `json:"notes"`
 	}{r.Profile.Name, r.Start.Name, r.Coefficients, r.Observations, r.RMSResidual, r.StartRMSResidual, r.Iterations,
 		r.Evaluations, r.Converged, r.PredictionError, r.Objective, r.Notes})
+}
+
+// WorseTolerance is how much worse (in relative error, absolute) the
+// calibrated profile may predict its own records than the start before
+// Worse says so: less is noise of the comparison.
+const WorseTolerance = 0.01
+
+// Worse says why the calibrated profile predicts the records it was fitted
+// to worse than the profile it started from, "" when it does not: the mean
+// absolute relative error of the records' objectives, or of the levels'
+// p50 TTFT and TPOT, is higher after than before by more than
+// WorseTolerance. A fit can do that: it minimises the per-request
+// residuals, not these summaries.
+func (r *Result) Worse() string {
+	meanAbs := func(vs []float64) (float64, int) {
+		s, n := 0.0, 0
+		for _, v := range vs {
+			if !math.IsNaN(v) && !math.IsInf(v, 0) {
+				s += math.Abs(v)
+				n++
+			}
+		}
+		if n == 0 {
+			return math.NaN(), 0
+		}
+		return s / float64(n), n
+	}
+	var why []string
+	var ob, oa []float64
+	for _, o := range r.Objective {
+		ob, oa = append(ob, o.BeforeRelErr), append(oa, o.AfterRelErr)
+	}
+	if b, n := meanAbs(ob); n > 0 {
+		if a, _ := meanAbs(oa); a > b+WorseTolerance {
+			why = append(why, fmt.Sprintf("objective error %.1f%% after, %.1f%% before", 100*a, 100*b))
+		}
+	}
+	var lb, la []float64
+	for _, e := range r.PredictionError {
+		lb = append(lb, e.Before.TTFTRelErr, e.Before.TPOTRelErr)
+		la = append(la, e.After.TTFTRelErr, e.After.TPOTRelErr)
+	}
+	if b, n := meanAbs(lb); n > 0 {
+		if a, _ := meanAbs(la); a > b+WorseTolerance {
+			why = append(why, fmt.Sprintf("p50 TTFT/TPOT error %.1f%% after, %.1f%% before", 100*a, 100*b))
+		}
+	}
+	return strings.Join(why, "; ")
 }

@@ -64,6 +64,14 @@ type Options struct {
 	// Names optionally names the parameters in notes and errors; default
 	// "theta[i]".
 	Names []string
+
+	// Clusters, when set, gives each residual's cluster: residuals of one
+	// cluster may be correlated (requests of one level of one run share its
+	// queue), residuals of different clusters are taken as independent.
+	// StdErr is then cluster-robust (the sandwich (JᵀJ)⁻¹ Σ_g J_gᵀ r_g r_gᵀ J_g
+	// (JᵀJ)⁻¹ with the CR1 small-sample factor), never below the classical
+	// one. Its length must be the number of residuals.
+	Clusters []int
 }
 
 // Fit is the result of LeastSquares.
@@ -71,9 +79,10 @@ type Fit struct {
 	// Theta holds the fitted parameters.
 	Theta []float64
 	// StdErr is sqrt(diag(s²·(JᵀJ)⁻¹)) with s² = RSS/(n−q), q the number of
-	// identifiable parameters, J the Jacobian at Theta. It is NaN for a
-	// parameter that is not identifiable (the others are then conditional on
-	// it staying where it is) and for all when n ≤ q.
+	// identifiable parameters, J the Jacobian at Theta, or with
+	// Options.Clusters the larger of that and the cluster-robust error. It
+	// is NaN for a parameter that is not identifiable (the others are then
+	// conditional on it staying where it is) and for all when n ≤ q.
 	StdErr []float64
 	// RelStdErr is StdErr/|Theta| (+Inf where Theta is 0).
 	RelStdErr []float64
@@ -130,6 +139,8 @@ type problem struct {
 	rel    float64
 	n      int // number of residuals, -1 until known
 	evals  int
+	// clusters is Options.Clusters.
+	clusters []int
 }
 
 // errNonFinite marks a model that returned NaN or ±Inf.
@@ -345,7 +356,7 @@ outer:
 			return Fit{}, err
 		}
 	}
-	ident, se, more := pr.uncertainty(J, theta, cost)
+	ident, se, more := pr.uncertainty(J, theta, r, cost)
 	notes = append(notes, more...)
 
 	fit := Fit{
@@ -401,13 +412,14 @@ func setup(m Model, theta0 []float64, opt Options) (*problem, []float64, []strin
 		return nil, nil, nil, fmt.Errorf("calibrate: Tol=%g is negative", opt.Tol)
 	}
 	pr := &problem{
-		m:     m,
-		names: make([]string, p),
-		lo:    make([]float64, p),
-		hi:    make([]float64, p),
-		scale: make([]float64, p),
-		rel:   opt.RelStep,
-		n:     -1,
+		m:        m,
+		names:    make([]string, p),
+		lo:       make([]float64, p),
+		hi:       make([]float64, p),
+		scale:    make([]float64, p),
+		rel:      opt.RelStep,
+		n:        -1,
+		clusters: opt.Clusters,
 	}
 	if pr.rel == 0 {
 		pr.rel = DefaultRelStep
@@ -452,6 +464,9 @@ func (pr *problem) eval(theta []float64) ([]float64, error) {
 	r, err := pr.m(clone(theta))
 	if err != nil {
 		return nil, fmt.Errorf("calibrate: model at theta=%v: %w", theta, err)
+	}
+	if pr.clusters != nil && len(r) != len(pr.clusters) {
+		return nil, fmt.Errorf("calibrate: model returned %d residuals, Options.Clusters has %d", len(r), len(pr.clusters))
 	}
 	if pr.n >= 0 && len(r) != pr.n {
 		return nil, fmt.Errorf("calibrate: model returned %d residuals at theta=%v, earlier %d (the observations must not depend on theta)", len(r), theta, pr.n)
@@ -519,7 +534,7 @@ func (pr *problem) jacobian(theta, r0 []float64) (*mat.Dense, error) {
 
 // uncertainty decides which parameters the Jacobian J at theta identifies
 // and returns their standard errors.
-func (pr *problem) uncertainty(J *mat.Dense, theta []float64, rss float64) (ident []bool, se []float64, notes []string) {
+func (pr *problem) uncertainty(J *mat.Dense, theta, res []float64, rss float64) (ident []bool, se []float64, notes []string) {
 	n, p := J.Dims()
 	ident = make([]bool, p)
 	se = make([]float64, p)
@@ -619,13 +634,64 @@ func (pr *problem) uncertainty(J *mat.Dense, theta []float64, rss float64) (iden
 	}
 	s2 := rss / float64(dof)
 	// cov of the normalised parameters: V·diag(1/σ²)·Vᵀ.
-	for k, j := range active {
-		c := 0.0
-		for i, s := range sv {
-			c += v.At(k, i) * v.At(k, i) / (s * s)
+	bread := mat.NewDense(q, q, nil)
+	for a := 0; a < q; a++ {
+		for b := 0; b < q; b++ {
+			c := 0.0
+			for i, s := range sv {
+				c += v.At(a, i) * v.At(b, i) / (s * s)
+			}
+			bread.Set(a, b, c)
 		}
-		se[j] = math.Sqrt(s2*c) / cn[j]
 	}
+	for k, j := range active {
+		se[j] = math.Sqrt(s2*bread.At(k, k)) / cn[j]
+	}
+	if pr.clusters == nil {
+		return ident, se, notes
+	}
+	// Cluster-robust: the scores Jnᵀr summed within each cluster.
+	scores := map[int][]float64{}
+	for i := 0; i < n; i++ {
+		g := pr.clusters[i]
+		sc := scores[g]
+		if sc == nil {
+			sc = make([]float64, q)
+			scores[g] = sc
+		}
+		for k, j := range active {
+			sc[k] += J.At(i, j) / cn[j] * res[i]
+		}
+	}
+	groups := len(scores)
+	if groups < 2 {
+		notes = append(notes, "one cluster of residuals: standard errors assume independent residuals")
+		return ident, se, notes
+	}
+	meat := mat.NewDense(q, q, nil)
+	for _, sc := range scores {
+		for a := 0; a < q; a++ {
+			for b := 0; b < q; b++ {
+				meat.Set(a, b, meat.At(a, b)+sc[a]*sc[b])
+			}
+		}
+	}
+	var cov mat.Dense
+	cov.Mul(bread, meat)
+	cov.Mul(&cov, bread)
+	cr1 := float64(groups) / float64(groups-1) * float64(n-1) / float64(dof)
+	raised := 0
+	for k, j := range active {
+		if c := math.Sqrt(cr1*cov.At(k, k)) / cn[j]; c > se[j] {
+			se[j] = c
+			raised++
+		}
+	}
+	note := fmt.Sprintf("standard errors cluster-robust over %d clusters of residuals (requests of one level of one run), %d of %d above the independent-residual formula", groups, raised, q)
+	if groups <= 2*q {
+		note += fmt.Sprintf("; with %d clusters for %d parameters they are themselves uncertain (give more runs or levels)", groups, q)
+	}
+	notes = append(notes, note)
 	return ident, se, notes
 }
 

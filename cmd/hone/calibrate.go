@@ -25,6 +25,7 @@ func newCalibrateCmd() *cobra.Command {
 		maxIter      int
 		output       outputFormat
 		st           stepFlags
+		force        bool
 	)
 	c := &cobra.Command{
 		Use:   "calibrate (--records R1,R2 | --steps DIR ...) --out PROFILE.yaml",
@@ -94,7 +95,16 @@ each coefficient's standard error, the residuals per phase and the
 data's provenance (source.yaml beside a step file). Check it against
 steps it was not fitted on with hone profile check.
 
-Exit codes: 0 calibrated and written; 1 the profile could not be written;
+Standard errors are cluster-robust: the residuals of one level of one run
+share its queue and are not independent, so the classical formula would
+state errors many times too small; they are computed over those clusters
+(never below the classical figure). A calibrated profile that predicts its
+own records worse than the start (the objectives' or the levels' p50
+TTFT/TPOT mean relative error up by more than a point) is reported and
+not written: exit 1, unless --force.
+
+Exit codes: 0 calibrated and written; 1 the profile could not be written,
+or was not because it predicts its records worse than the start;
 2 bad input (a flag, a record, its spec, the start profile, step data, or
 records calibration cannot use).`,
 		Example: `  hone calibrate --records results/colo.json,results/pd.json --out l4-calibrated.yaml
@@ -152,14 +162,29 @@ records calibration cannot use).`,
 			if err != nil {
 				return badInput("%v", err)
 			}
-			if err := emulator.WriteProfileFile(out, res.Profile); err != nil {
-				return err
+			// A fit that predicts its own records worse than its start is
+			// reported, not written, unless forced.
+			worse := res.Worse()
+			write := worse == "" || force
+			if write {
+				if err := emulator.WriteProfileFile(out, res.Profile); err != nil {
+					return err
+				}
 			}
 			w := c.OutOrStdout()
 			if output.value == "json" {
-				return writeJSON(w, res)
+				if err := writeJSON(w, res); err != nil {
+					return err
+				}
+			} else {
+				writeCalibrateTable(w, res, len(inputs), out, write)
 			}
-			writeCalibrateTable(w, res, len(inputs), out)
+			if !write {
+				return fmt.Errorf("not written: the calibrated profile predicts its own records worse than %s (%s); --force writes it anyway", res.Start.Name, worse)
+			}
+			if worse != "" {
+				fmt.Fprintf(c.ErrOrStderr(), "warning: written with --force although it predicts its own records worse than %s (%s)\n", res.Start.Name, worse)
+			}
 			return nil
 		},
 	}
@@ -168,12 +193,13 @@ records calibration cannot use).`,
 	f.StringVar(&profile, "profile", "", "start profile: a built-in name or a .yaml file (default: the first record's spec's emulator.profile, else "+emulator.DefaultProfile+")")
 	f.StringVar(&out, "out", "", "write the calibrated profile here (.yaml)")
 	f.IntVar(&maxIter, "max-iter", calibrate.DefaultMaxIter, "most Levenberg–Marquardt iterations")
+	f.BoolVar(&force, "force", false, "write the profile even when it predicts its own records worse than the start profile")
 	st.register(f)
 	output.register(f, "table", "", "table", "json")
 	return c
 }
 
-func writeCalibrateTable(w io.Writer, res *calibrate.Result, records int, out string) {
+func writeCalibrateTable(w io.Writer, res *calibrate.Result, records int, out string, written bool) {
 	conv := "converged"
 	if !res.Converged {
 		conv = "not converged"
@@ -226,6 +252,10 @@ func writeCalibrateTable(w io.Writer, res *calibrate.Result, records int, out st
 		for _, n := range res.Notes {
 			fmt.Fprintf(w, "  - %s\n", n)
 		}
+	}
+	if !written {
+		fmt.Fprintf(w, "\nprofile %s NOT written to %s: it predicts its own records worse than %s\n", res.Profile.Name, out, res.Start.Name)
+		return
 	}
 	fmt.Fprintf(w, "\nprofile %s written to %s (linear): use it with hone predict --profile %s, hone sim serve --profile %s, or a spec's emulator.profile\n",
 		res.Profile.Name, out, out, out)
