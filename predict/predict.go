@@ -105,7 +105,7 @@ func Run(spec *deploy.Spec, opts Options) (*replay.Record, error) {
 		Backend: "predict: emulator engine in virtual time, profile " + prof.Name,
 		Engine:  replay.EngineInfo{Endpoint: "virtual"},
 		Model:   replay.Model{ID: spec.ServedName()}, Config: specConfig(spec),
-		Hardware: map[string]any{"profile": prof.Name, "gpu": prof.GPU.Name},
+		Hardware: map[string]any{"profile": prof.Name, "profile_source": prof.SourceKind(), "gpu": prof.GPU.Name},
 		GPUs:     gpus, TimeScale: 1, SLO: opts.SLO,
 		Workload: replay.WorkloadRecord{Workload: w, QPS: opts.QPS, Runs: 1, Generator: replay.PrefixGenerator,
 			PrewarmPolicy: "every level starts cold (fresh engines), then the schedule's 8 warm-up requests (ids 0-7), one per session, open it"},

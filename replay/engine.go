@@ -100,6 +100,11 @@ type EngineInfo struct {
 	// TimeScale is the time scale the engine states in GET /version
 	// (hone's emulator does; vLLM runs in real time and says nothing).
 	TimeScale float64 `json:"time_scale,omitempty"`
+	// CostProfile and CostProfileSource are the GPU-time model hone's
+	// emulator states in GET /version (a profile name, and how it was made:
+	// fitted to measured steps, derived, hand-made); vLLM says nothing.
+	CostProfile       string `json:"cost_profile,omitempty"`
+	CostProfileSource string `json:"cost_profile_source,omitempty"`
 	// Model is the served model's /v1/models entry (id, root,
 	// max_model_len, ...), as the engine wrote it.
 	Model json.RawMessage `json:"model,omitempty"`
@@ -116,11 +121,14 @@ func (e *engine) info(ctx context.Context) (EngineInfo, error) {
 		return info, err
 	} else if ok {
 		var v struct {
-			Version   string  `json:"version"`
-			TimeScale float64 `json:"time_scale"`
+			Version           string  `json:"version"`
+			TimeScale         float64 `json:"time_scale"`
+			CostProfile       string  `json:"cost_profile"`
+			CostProfileSource string  `json:"cost_profile_source"`
 		}
 		if json.Unmarshal(b, &v) == nil {
 			info.Version, info.TimeScale = v.Version, v.TimeScale
+			info.CostProfile, info.CostProfileSource = v.CostProfile, v.CostProfileSource
 		}
 	}
 	b, ok, err := e.get(ctx, "/v1/models")

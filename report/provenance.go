@@ -5,7 +5,26 @@ import (
 	"strings"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/sim/emulator"
 )
+
+// profileProvenance names a cost profile and how it was made, as every
+// emulated or predicted figure's provenance says it: "profile
+// qwen2.5-coder-0.5b-l4, hand-made: checked against no measurement".
+func profileProvenance(name string) string {
+	p, err := emulator.LookupProfile(name)
+	if err != nil {
+		return "profile " + name + ", source unknown: " + err.Error()
+	}
+	kind := p.SourceKind()
+	switch kind {
+	case emulator.SourceHandMade:
+		return fmt.Sprintf("profile %s, %s: checked against no measurement", name, kind)
+	case emulator.SourceFittedSteps:
+		return fmt.Sprintf("profile %s, %s of real vLLM (docs/validation.md)", name, kind)
+	}
+	return fmt.Sprintf("profile %s, %s", name, kind)
+}
 
 // provenance says where a log's figures come from, in the words every
 // table header, plot title and caption uses. Only a device log is called a

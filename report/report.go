@@ -3,8 +3,10 @@ package report
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/hone-llm/hone/optimizer"
+	"github.com/hone-llm/hone/replay"
 )
 
 // Options control a report.
@@ -66,6 +68,9 @@ func newDoc(w io.Writer, lg *optimizer.Log) (*doc, error) {
 		return nil, fmt.Errorf("the experiment log's selected trial is %d; want 0 (none) or one of its trials, 1 to %d", lg.Selected, n)
 	}
 	d := &doc{w: w, lg: lg, prov: provenanceOf(lg.Kind), base: &lg.Trials[lg.BaselineN-1]}
+	if lg.Kind == replay.KindEmulated && d.base.Spec != nil && d.base.Spec.Emulator.Profile != "" {
+		d.prov.about = strings.Replace(d.prov.about, "from a cost model", "from a cost model ("+profileProvenance(d.base.Spec.Emulator.Profile)+")", 1)
+	}
 	if lg.Selected > 0 {
 		d.sel = &lg.Trials[lg.Selected-1]
 	}

@@ -158,7 +158,9 @@ func TestOutputsAgreeAcrossConfigs(t *testing.T) {
 
 func TestServiceEndpoints(t *testing.T) {
 	s := startServer(t, Config{Profile: "exercise", TimeScale: 0.01, Model: "coder"})
-	for path, want := range map[string]string{"/health": "", "/version": `"version"`, "/v1/models": `"id":"coder"`, "/metrics": "vllm:kv_cache_usage_perc"} {
+	// /version names the cost model, so that every record says what its
+	// GPU time rests on.
+	for path, want := range map[string]string{"/health": "", "/version": `"cost_profile":"exercise","cost_profile_source":"hand-made"`, "/v1/models": `"id":"coder"`, "/metrics": "vllm:kv_cache_usage_perc"} {
 		r, err := http.Get(s.URL() + path)
 		if err != nil {
 			t.Fatal(err)

@@ -433,7 +433,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /version", func(w http.ResponseWriter, r *http.Request) {
 		// The time scale is stated so that a client adopts it instead of
 		// trusting a flag: a mismatch would make every figure S times off.
-		writeJSON(w, map[string]any{"version": s.cfg.Version, "time_scale": s.cfg.TimeScale})
+		writeJSON(w, map[string]any{"version": s.cfg.Version, "time_scale": s.cfg.TimeScale,
+			"cost_profile": s.prof.Name, "cost_profile_source": s.prof.SourceKind()})
 	})
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("POST /reset_prefix_cache", func(w http.ResponseWriter, r *http.Request) {
