@@ -212,14 +212,7 @@ func attnKey(m map[[3]int64][]attnPoint, heads, kv, hd int64) ([3]int64, float64
 // grid2 interpolates ms over (batch, length) points: linear in length at
 // the two measured batches around b, then linear in batch.
 func grid2(pts []attnPoint, b, l float64) float64 {
-	byB := map[float64][]attnPoint{}
-	var bs []float64
-	for _, p := range pts {
-		if _, ok := byB[p.b]; !ok {
-			bs = append(bs, p.b)
-		}
-		byB[p.b] = append(byB[p.b], p)
-	}
+	byB, bs := groupBy(pts, func(p attnPoint) float64 { return p.b })
 	sort.Float64s(bs)
 	at := func(bb float64) float64 {
 		ps := byB[bb]
@@ -262,4 +255,18 @@ func (t *OpTables) GenAttnMs(b, kvLen float64, heads, kv, hd int64) (float64, er
 		return 0, fmt.Errorf("%s: no generation attention rows", t.Dir)
 	}
 	return grid2(t.gen[key], b, kvLen) * scale, nil
+}
+
+// groupBy groups xs by key, the keys in the order they first appear.
+func groupBy[T any, K comparable](xs []T, key func(T) K) (map[K][]T, []K) {
+	out := map[K][]T{}
+	var keys []K
+	for _, x := range xs {
+		k := key(x)
+		if _, ok := out[k]; !ok {
+			keys = append(keys, k)
+		}
+		out[k] = append(out[k], x)
+	}
+	return out, keys
 }

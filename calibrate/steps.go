@@ -431,14 +431,7 @@ func wls(rows []stepObs, w []float64, held []string) ([]float64, error) {
 
 // bootstrapSE is the moving-block bootstrap standard error of each term.
 func bootstrapSE(rows []stepObs, hold []string, beta []float64, cfg StepFitConfig) []float64 {
-	byDir := map[int][]stepObs{}
-	var dirs []int
-	for _, o := range rows {
-		if _, ok := byDir[o.dir]; !ok {
-			dirs = append(dirs, o.dir)
-		}
-		byDir[o.dir] = append(byDir[o.dir], o)
-	}
+	byDir, dirs := groupBy(rows, func(o stepObs) int { return o.dir })
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x686f6e65))
 	nt := len(beta)
 	var reps [][]float64

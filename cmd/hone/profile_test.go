@@ -53,6 +53,26 @@ func setField(lines []string, line int, col, val string) []string {
 	return lines
 }
 
+// wantBadInput runs hone with args and wants exit 2, a message saying
+// every one of want, and nothing written to out (when out is set).
+func wantBadInput(t *testing.T, name, out string, want []string, args ...string) {
+	t.Helper()
+	_, stderr, code := runHone(context.Background(), args...)
+	if code != exitBadInput {
+		t.Errorf("%s: exit %d, want 2; stderr %q", name, code, stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("%s: stderr %q does not say %q", name, stderr, w)
+		}
+	}
+	if out != "" {
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Errorf("%s: %s written (or unreadable: %v); want nothing written", name, out, err)
+		}
+	}
+}
+
 func TestCalibrateStepsBadInput(t *testing.T) {
 	tmp := t.TempDir()
 	noLayers := filepath.Join(tmp, "config.json")
@@ -84,18 +104,7 @@ func TestCalibrateStepsBadInput(t *testing.T) {
 		"both sources":   {[]string{"--steps", good, "--records", "r.json", "--model", qwen32Cfg, "--gpu", "b300_sxm"}, []string{"--steps and --records"}},
 	} {
 		out := filepath.Join(tmp, strings.ReplaceAll(name, " ", "-")+".yaml")
-		_, stderr, code := runHone(context.Background(), append([]string{"calibrate", "--out", out, "--bootstrap", "2"}, c.args...)...)
-		if code != exitBadInput {
-			t.Errorf("%s: exit %d, want 2; stderr %q", name, code, stderr)
-		}
-		for _, w := range c.want {
-			if !strings.Contains(stderr, w) {
-				t.Errorf("%s: stderr %q does not say %q", name, stderr, w)
-			}
-		}
-		if _, err := os.Stat(out); !os.IsNotExist(err) {
-			t.Errorf("%s: %s written (or unreadable: %v); want nothing written", name, out, err)
-		}
+		wantBadInput(t, name, out, c.want, append([]string{"calibrate", "--out", out, "--bootstrap", "2"}, c.args...)...)
 	}
 }
 
@@ -115,15 +124,7 @@ func TestProfileCheckBadInput(t *testing.T) {
 		"no TP":           {[]string{"qwen3-32b-b300", "--steps", badMeta}, []string{"vllm_metadata.json", "tensor_parallel_size"}},
 		"two profiles":    {[]string{"a", "b", "--steps", goldenSteps + "tp4"}, []string{"want one PROFILE"}},
 	} {
-		_, stderr, code := runHone(context.Background(), append([]string{"profile", "check"}, c.args...)...)
-		if code != exitBadInput {
-			t.Errorf("%s: exit %d, want 2; stderr %q", name, code, stderr)
-		}
-		for _, w := range c.want {
-			if !strings.Contains(stderr, w) {
-				t.Errorf("%s: stderr %q does not say %q", name, stderr, w)
-			}
-		}
+		wantBadInput(t, name, "", c.want, append([]string{"profile", "check"}, c.args...)...)
 	}
 }
 
@@ -196,17 +197,6 @@ func TestProfileDeriveBadInput(t *testing.T) {
 			"--tables", "../../testdata/aiconfigurator/systems/data/h100_sxm", "--tp", "1"}, []string{"leave no room", "TP [1]"}},
 	} {
 		out := filepath.Join(tmp, strings.ReplaceAll(name, " ", "-")+".yaml")
-		_, stderr, code := runHone(context.Background(), append([]string{"profile", "derive", "--out", out}, c.args...)...)
-		if code != exitBadInput {
-			t.Errorf("%s: exit %d, want 2; stderr %q", name, code, stderr)
-		}
-		for _, w := range c.want {
-			if !strings.Contains(stderr, w) {
-				t.Errorf("%s: stderr %q does not say %q", name, stderr, w)
-			}
-		}
-		if _, err := os.Stat(out); !os.IsNotExist(err) {
-			t.Errorf("%s: %s written; want nothing written", name, out)
-		}
+		wantBadInput(t, name, out, c.want, append([]string{"profile", "derive", "--out", out}, c.args...)...)
 	}
 }
