@@ -44,6 +44,9 @@ func StepProfile(data []*StepData, cfg StepProfileConfig) (*emulator.Profile, *S
 		ActivationReserveBytes: fittedReserveBytes, TransferFixedMs: fittedTransferFixedMs, FrontendMs: fittedFrontendMs,
 	}
 	costs := fit.Costs
+	if !fit.Terms[0].Fitted && len(data) > 0 && sameTP(data) {
+		costs.TPs = []int{data[0].TP}
+	}
 	p.Steps = &costs
 	var tps []string
 	src := &emulator.ProfileSource{Kind: emulator.SourceFittedSteps, StdErr: map[string]float64{}}
@@ -81,6 +84,16 @@ func StepProfile(data []*StepData, cfg StepProfileConfig) (*emulator.Profile, *S
 	return p, fit, nil
 }
 
+// sameTP says whether every directory has one TP size.
+func sameTP(data []*StepData) bool {
+	for _, d := range data {
+		if d.TP != data[0].TP {
+			return false
+		}
+	}
+	return true
+}
+
 func allReduceSource(a emulator.AllReduceModel) string {
 	if a.Source != "" {
 		return a.Source
@@ -114,14 +127,19 @@ type CheckResult struct {
 	Profile        string `json:"profile"`
 	ProfileSource  string `json:"profile_source"`
 	Data           string `json:"data"`
+	// Warnings say what makes the comparison doubtful (a profile of
+	// another model than the steps').
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // CheckSteps predicts every step of d with p at d's TP.
 func CheckSteps(p *emulator.Profile, d *StepData) (*CheckResult, error) {
 	q := *p
 	q.TP = d.TP
-	if q.Steps != nil && d.TP > 1 && !q.Steps.CanAllReduce(d.TP) {
-		return nil, fmt.Errorf("profile %s has no all-reduce figures for TP %d", p.Name, d.TP)
+	if q.Steps != nil {
+		if err := q.Steps.HoldsFor(d.TP); err != nil {
+			return nil, fmt.Errorf("profile %s: %w", p.Name, err)
+		}
 	}
 	predict := func(s emulator.StepSummary) float64 {
 		if q.Steps != nil {
@@ -132,6 +150,9 @@ func CheckSteps(p *emulator.Profile, d *StepData) (*CheckResult, error) {
 	sc := ScoreSteps(d, predict)
 	res := &CheckResult{TP: d.TP, Phases: map[string]PhaseStats{}, MisbookedPairs: sc.Pairs,
 		Profile: p.Name, ProfileSource: p.SourceKind(), Data: d.Dir}
+	if d.Model != "" && p.Model.Name != d.Model {
+		res.Warnings = append(res.Warnings, fmt.Sprintf("the profile models %s, the steps are of %s", p.Model.Name, d.Model))
+	}
 	for _, e := range sc.PhaseErrors(d.Dir) {
 		st := PhaseStats{Steps: e.Steps, MedianAPE: e.MedianAPE, P90APE: e.P90APE}
 		if e.Phase == "all" {

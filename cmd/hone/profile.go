@@ -101,4 +101,7 @@ func writeCheckTable(w io.Writer, r *calibrate.CheckResult) {
 	}
 	fmt.Fprintf(tw, "all\t%d\t%.2f%%\t%.2f%%\n", r.All.Steps, r.All.MedianAPE, r.All.P90APE)
 	tw.Flush()
+	for _, w2 := range r.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", w2)
+	}
 }

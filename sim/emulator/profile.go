@@ -3,6 +3,7 @@ package emulator
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -422,6 +423,7 @@ func (p *Profile) clone() *Profile {
 	}
 	if p.Steps != nil {
 		st := *p.Steps
+		st.TPs = slices.Clone(p.Steps.TPs)
 		st.AllReduce.Points = make(map[int][]ARPoint, len(p.Steps.AllReduce.Points))
 		for tp, pts := range p.Steps.AllReduce.Points {
 			st.AllReduce.Points[tp] = append([]ARPoint(nil), pts...)

@@ -176,8 +176,10 @@ func (c *Config) resolve() (*Profile, error) {
 	if c.TensorParallelSize < 1 || c.TensorParallelSize > 64 {
 		return nil, fmt.Errorf("--tensor-parallel-size %d: want 1..64", c.TensorParallelSize)
 	}
-	if st := p.Steps; st != nil && c.TensorParallelSize > 1 && !st.CanAllReduce(c.TensorParallelSize) {
-		return nil, fmt.Errorf("--tensor-parallel-size %d: profile %s has no all-reduce figures for TP %d (steps.all_reduce: points or bus_bytes_per_sec)", c.TensorParallelSize, p.Name, c.TensorParallelSize)
+	if st := p.Steps; st != nil {
+		if err := st.HoldsFor(c.TensorParallelSize); err != nil {
+			return nil, fmt.Errorf("--tensor-parallel-size %d: profile %s: %w", c.TensorParallelSize, p.Name, err)
+		}
 	}
 	if c.TensorParallelSize > 1 && p.Exercise == nil && p.Linear == nil && p.Steps == nil && !(p.GPU.InterconnectBytesSec > 0) {
 		return nil, fmt.Errorf("--tensor-parallel-size %d: profile %s has no gpu.interconnect_bytes_sec for the all-reduces", c.TensorParallelSize, p.Name)

@@ -3,6 +3,7 @@ package emulator
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 )
 
@@ -119,6 +120,23 @@ type StepCosts struct {
 	// a dense transformer: after attention and after the MLP).
 	AllReduces int            `yaml:"all_reduces"`
 	AllReduce  AllReduceModel `yaml:"all_reduce"`
+	// TPs, when set, are the only TP sizes the costs hold for: a fit on
+	// one TP size cannot tell the host part from the GPU part, so it
+	// predicts no other. Empty: any TP.
+	TPs []int `yaml:"tps,omitempty,flow"`
+}
+
+// HoldsFor says why the costs do not hold at tp, nil when they do: a
+// profile fitted on one TP size predicts only that one, and a TP > 1
+// needs all-reduce figures.
+func (c *StepCosts) HoldsFor(tp int) error {
+	if len(c.TPs) > 0 && !slices.Contains(c.TPs, max(tp, 1)) {
+		return fmt.Errorf("its step costs hold for TP %v only (fitted on one TP size, whose host and GPU parts cannot be told apart), not TP %d", c.TPs, tp)
+	}
+	if !c.CanAllReduce(tp) {
+		return fmt.Errorf("it has no all-reduce figures for TP %d (steps.all_reduce: points or bus_bytes_per_sec)", tp)
+	}
+	return nil
 }
 
 // StepCostTerms names the fitted coefficients in the order StepFeatures

@@ -3,6 +3,7 @@ package emulator
 import (
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -72,5 +73,37 @@ func TestStepsProfileFile(t *testing.T) {
 	}
 	if k := c.Knee(); !(k > 100 && k < 1000) {
 		t.Errorf("knee %v tokens: want where a bf16 GEMM turns compute-bound (hundreds)", k)
+	}
+}
+
+func TestStepCostsHoldFor(t *testing.T) {
+	one := &StepCosts{AllReduces: 2, AllReduce: AllReduceModel{BusBytesPerSec: 1e11}, TPs: []int{2}}
+	if err := one.HoldsFor(2); err != nil {
+		t.Errorf("TP 2 of a TP-2 fit: %v", err)
+	}
+	if err := one.HoldsFor(4); err == nil || !strings.Contains(err.Error(), "TP [2] only") {
+		t.Errorf("TP 4 of a TP-2 fit: %v, want refused", err)
+	}
+	none := &StepCosts{AllReduces: 2}
+	if err := none.HoldsFor(1); err != nil {
+		t.Errorf("TP 1 needs no all-reduce: %v", err)
+	}
+	if err := none.HoldsFor(2); err == nil {
+		t.Error("TP 2 without all-reduce figures: want refused")
+	}
+	// hone sim serve takes a TP the costs hold for, and no other.
+	c := Config{Profile: "qwen3-32b-b300", TensorParallelSize: 4}
+	if _, err := c.resolve(); err != nil {
+		t.Errorf("qwen3-32b-b300 at TP 4: %v", err)
+	}
+	path := filepath.Join(t.TempDir(), "tp2-only.yaml")
+	p, _ := LookupProfile("qwen3-32b-b300")
+	p.Steps.TPs = []int{2}
+	if err := WriteProfileFile(path, p); err != nil {
+		t.Fatal(err)
+	}
+	c = Config{Profile: path, TensorParallelSize: 4}
+	if _, err := c.resolve(); err == nil || !strings.Contains(err.Error(), "--tensor-parallel-size 4") {
+		t.Errorf("a TP-2 fit at TP 4: %v, want refused naming the flag", err)
 	}
 }
