@@ -93,14 +93,17 @@ demo: deps-test build
 # sim/emulator/PROFILES.md); `make test` runs the queued levels and the
 # engines' exact recurrences. About 12 minutes at scale 2. Then hone predict
 # against live emulator deployments (12 configs x 2 profiles at time scale 1,
-# about 25 minutes) and calibration on live deployments that serve a hidden
-# profile (time scale 4, about 21 minutes).
+# about 25 minutes), calibration on live deployments that serve a hidden
+# profile (time scale 4, about 21 minutes), and step data from the daemon's
+# engine steps joined with a replay record (hone profile steps; root, about
+# 1 minute).
 CONSISTENCY_SCALE ?= 2
 .PHONY: test-consistency
 test-consistency:
 	$(GO) test -count=1 -timeout 60m -run '^TestConsistencyWithExactModel$$' -parallel 2 -v ./sim/emulator -long -long-scale $(CONSISTENCY_SCALE)
 	$(GO) test -count=1 -timeout 60m -run '^TestPredictionMatchesLiveEmulator$$' -v ./predict -live
 	$(GO) test -count=1 -timeout 45m -run '^TestCalibrationRecoversHiddenProfileLive$$' -v ./calibrate -live -live-scale 4
+	$(GO) test -count=1 -timeout 10m -run '^TestDaemonStepsLive$$' -v ./calibrate -live
 
 # regret-live is issue 16's regret check: each of three emulated scenarios'
 # grids (topology x prefix caching x routing) deployed and measured live once

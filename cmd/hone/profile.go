@@ -8,6 +8,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hone-llm/hone/calibrate"
+	"github.com/hone-llm/hone/diagnose"
+	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/sim/emulator"
 )
 
@@ -20,7 +22,7 @@ func newProfileCmd() *cobra.Command {
 		Long: `hone profile works on the emulator's cost profiles (sim/emulator/PROFILES.md):
 the GPU time model that hone sim serve, hone predict and hone optimize share.`,
 	}
-	c.AddCommand(newProfileCheckCmd(), newProfileDeriveCmd())
+	c.AddCommand(newProfileCheckCmd(), newProfileDeriveCmd(), newProfileStepsCmd())
 	return c
 }
 
@@ -104,4 +106,91 @@ func writeCheckTable(w io.Writer, r *calibrate.CheckResult) {
 	for _, w2 := range r.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", w2)
 	}
+}
+
+func newProfileStepsCmd() *cobra.Command {
+	var (
+		snapshot, record, out string
+		pid, budget, tp       int
+	)
+	c := &cobra.Command{
+		Use:   "steps --daemon SNAPSHOT --record RECORD --out DIR",
+		Short: "Write a step-data directory from hone's own evidence: the daemon's engine steps joined with a replay record",
+		Long: `hone profile steps makes step data on a GPU host that has no forward-pass
+metrics file: it joins the daemon's engine steps (hone daemon --out
+SNAPSHOT, or GET /v1/steps: each step of an engine process from its first
+kernel or graph launch to the synchronize that returned its results) with
+the replay record of the requests that engine served (every output
+chunk's arrival, prompt and cached tokens), and writes DIR in the layout
+hone calibrate --steps and hone profile check read (fpm_metrics_detail.csv
+and vllm_metadata.json).
+
+What a step held: every output chunk after the first was produced by the
+latest step that ended before it arrived (a decode, with KV = the prompt
+and the tokens before it); the first chunk's step computed the prompt's
+last chunk, the uncached prompt in chunks of the token budget ending
+there, one step per chunk back; the latency is the step's time on the GPU
+(end − start) in model time. Steps no request of the record explains are
+left out. The record must be of a colocated deployment of one replica
+(one engine serving every request); --pid names the engine's process when
+the snapshot has the steps of several.
+
+Exit codes: 0 written; 1 the directory could not be written; 2 bad input.`,
+		Example: `  sudo hone daemon --pid $(pgrep -f "vllm serve") --once --duration 120s --out snap.json &  # while the replay runs
+  hone profile steps --daemon snap.json --record run.json --out steps/
+  hone calibrate --steps steps/ --model config.json --gpu h100_sxm --out mine.yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if snapshot == "" {
+				return badInput("--daemon: required: a daemon snapshot (hone daemon --out) with the engine's steps")
+			}
+			if record == "" {
+				return badInput("--record: required: the replay record of the requests the engine served")
+			}
+			if out == "" {
+				return badInput("--out: required: the step-data directory to write")
+			}
+			ev, err := diagnose.ReadKernelEvidence(snapshot)
+			if err != nil {
+				return badInput("--daemon %s: %v", snapshot, err)
+			}
+			rec, err := replay.ReadRecord(record)
+			if err != nil {
+				return badInput("--record: %v", err)
+			}
+			if budget == 0 {
+				budget = budgetOf(rec)
+				if budget == 0 {
+					return badInput("--budget: required: the record's spec does not state knobs.max_num_batched_tokens")
+				}
+			}
+			if tp < 0 {
+				return badInput("--tp %d: want >= 1", tp)
+			}
+			d, err := calibrate.StepsFromEvidence(ev, pid, rec, budget, tp)
+			if err != nil {
+				return badInput("%v", err)
+			}
+			if err := calibrate.WriteStepDir(out, d); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.OutOrStdout(), "%d steps of %s (TP %d) written to %s: %s and %s\n", len(d.Steps), d.Dir, d.TP, out, calibrate.StepsFile, calibrate.MetadataFile)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&snapshot, "daemon", "", "a daemon snapshot file with the engine's steps")
+	f.StringVar(&record, "record", "", "the replay record of the requests the engine served")
+	f.IntVar(&pid, "pid", 0, "the engine process whose steps to use (default: the one process with steps)")
+	f.IntVar(&budget, "budget", 0, "the engine's token budget per step (default: the record's spec's knobs.max_num_batched_tokens)")
+	f.IntVar(&tp, "tp", 0, "the engine's tensor-parallel size (default: the record's config.topology.tp)")
+	f.StringVar(&out, "out", "", "the step-data directory to write")
+	return c
+}
+
+// budgetOf is the token budget the record's spec states, 0 when none.
+func budgetOf(rec *replay.Record) int {
+	k, _ := rec.Config["knobs"].(map[string]any)
+	v, _ := k["max_num_batched_tokens"].(float64)
+	return int(v)
 }

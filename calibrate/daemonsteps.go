@@ -1,0 +1,225 @@
+package calibrate
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+
+	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/diagnose"
+	"github.com/hone-llm/hone/internal/atomicfile"
+	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/sim/emulator"
+)
+
+// Step data from hone's own evidence (hone profile steps): on a GPU host a
+// hone user has no forward-pass metrics file, but has the daemon's engine
+// steps (GET /v1/steps, a snapshot's "steps": each step of an engine
+// process from its first kernel or graph launch to the synchronize that
+// returned its results, CLOCK_MONOTONIC) and the replay record of the
+// requests that engine served (every output chunk's CLOCK_MONOTONIC
+// arrival, prompt and cached tokens). StepsFromEvidence joins them into
+// what each step held:
+//
+//   - a decode: every output chunk after the first was produced by the
+//     latest step that ended before the chunk arrived; that step decoded
+//     the request with KV = prompt + the tokens before the chunk (a chunk
+//     of m tokens: the m steps up to it, one each);
+//   - a prefill: the first chunk's step computed the prompt's last chunk;
+//     the uncached prompt (prompt − cached_tokens) in chunks of the token
+//     budget ends there, one step per chunk back, never before the
+//     request was sent;
+//   - the step's latency is its duration on the GPU (end − start), in
+//     model time (÷ the record's time scale).
+//
+// A request without cached_tokens (an engine run without
+// --enable-prompt-tokens-details) leaves the steps that may hold its
+// prompt out: how much of it was computed is unknown.
+//
+// Steps the requests do not explain (idle, warm-up of other clients) are
+// left out. The join needs one engine process serving the record: a
+// colocated deployment of one replica.
+
+// StepsFromEvidence reconstructs the steps of engine process pid (0: the
+// one process with steps) from a daemon snapshot's evidence and the
+// record of the requests it served. budget is the engine's token budget
+// per step (max_num_batched_tokens).
+//
+// tp is the engine's tensor-parallel size; 0 takes the record's
+// config.topology.tp.
+func StepsFromEvidence(ev diagnose.KernelEvidence, pid int, rec *replay.Record, budget, tp int) (*StepData, error) {
+	if budget < 1 {
+		return nil, fmt.Errorf("token budget %d: want >= 1", budget)
+	}
+	// Only the topology matters here: read it alone, so that a record of
+	// hone replay --config with any config serves.
+	topo, _ := rec.Config["topology"].(map[string]any)
+	kind, _ := topo["kind"].(string)
+	replicas, _ := topo["replicas"].(float64)
+	if kind != "" && (kind != deploy.Colocated || max(int(replicas), 1) != 1) {
+		return nil, fmt.Errorf("record: config.topology: a %s deployment of %d replicas: the join needs one engine process serving every request (colocated, one replica)", kind, max(int(replicas), 1))
+	}
+	if tp == 0 {
+		v, _ := topo["tp"].(float64)
+		tp = max(int(v), 1)
+		if topo == nil {
+			return nil, errors.New("record: no config.topology to read the TP size from: give it (--tp)")
+		}
+	}
+	if pid == 0 {
+		var pids []int
+		for p, ss := range ev.Steps {
+			if len(ss) > 0 {
+				pids = append(pids, p)
+			}
+		}
+		sort.Ints(pids)
+		if len(pids) != 1 {
+			return nil, fmt.Errorf("daemon snapshot: steps of %d processes %v: name the engine's with --pid", len(pids), pids)
+		}
+		pid = pids[0]
+	}
+	steps := ev.Steps[pid]
+	if len(steps) == 0 {
+		return nil, fmt.Errorf("daemon snapshot: no steps of pid %d", pid)
+	}
+	scale := rec.TimeScale
+	if !(scale > 0) {
+		scale = 1
+	}
+	entries := make([][]emulator.StepEntry, len(steps))
+	unknown := make([]bool, len(steps)) // steps whose contents the record cannot tell
+	// stepAt is the latest step that ended at or before t, -1 when none.
+	stepAt := func(t int64) int {
+		return sort.Search(len(steps), func(i int) bool { return steps[i].EndNs > t }) - 1
+	}
+	for _, run := range rec.Runs {
+		for _, lvl := range run.Levels {
+			for _, rr := range lvl.Requests {
+				if rr.Outcome != replay.OutcomeOK || len(rr.Chunks.MonoNs) == 0 || rr.PromptTokens == nil {
+					continue
+				}
+				prompt := *rr.PromptTokens
+				first := stepAt(rr.Chunks.MonoNs[0])
+				if first < 0 {
+					continue
+				}
+				if rr.CachedTokens == nil {
+					// Without the engine's cached_tokens the prompt's chunks
+					// are unknown: the steps that may hold them are left out.
+					for i := max(first-(prompt+budget-1)/budget+1, 0); i <= first; i++ {
+						unknown[i] = true
+					}
+				}
+				cached := 0
+				if rr.CachedTokens != nil {
+					cached = *rr.CachedTokens
+				}
+				// The prompt's chunks, back from the first token's step.
+				uncached := max(prompt-cached, 1)
+				n := (uncached + budget - 1) / budget
+				for c := 0; c < n && rr.CachedTokens != nil; c++ {
+					i := first - (n - 1 - c)
+					if i < 0 || steps[i].StartNs < rr.Sent.MonoNs {
+						continue
+					}
+					tok := budget
+					if c == n-1 {
+						tok = uncached - budget*(n-1)
+					}
+					entries[i] = append(entries[i], emulator.StepEntry{Tokens: tok, Context: cached + c*budget, Samples: c == n-1})
+				}
+				// The decodes.
+				done := tokensIn(rr.Chunks, 0)
+				for k := 1; k < len(rr.Chunks.MonoNs); k++ {
+					m := tokensIn(rr.Chunks, k)
+					at := stepAt(rr.Chunks.MonoNs[k])
+					for j := 0; j < m; j++ {
+						i := at - (m - 1 - j)
+						if i >= 0 && i > first {
+							// Producing output token t (t = done+j+1 >= 2) attends
+							// to the prompt and the t−1 tokens before it, as vLLM's
+							// forward-pass metrics count decode KV tokens.
+							entries[i] = append(entries[i], emulator.StepEntry{Tokens: 1, Context: max(prompt+done+j-2, 0), Decode: true, Samples: true})
+						}
+					}
+					done += m
+				}
+			}
+		}
+	}
+	d := &StepData{Dir: fmt.Sprintf("daemon steps of pid %d", pid), TP: tp, Model: rec.Model.ID, EngineVer: rec.Engine.Version}
+	for i, en := range entries {
+		if len(en) == 0 || unknown[i] {
+			continue
+		}
+		s := emulator.Summarize(en)
+		ms := float64(steps[i].EndNs-steps[i].StartNs) / 1e6 / scale
+		if !(ms > 0) {
+			continue
+		}
+		d.Steps = append(d.Steps, MeasuredStep{Line: len(d.Steps) + 2, Counter: int64(i), Phase: s.Phase(), Segment: "record", Summary: s, Ms: ms})
+		d.BatchedLimit = max(d.BatchedLimit, s.Tokens())
+	}
+	if len(d.Steps) == 0 {
+		return nil, errors.New("no step of the engine holds a request of the record: are the snapshot and the record of the same run?")
+	}
+	return d, nil
+}
+
+// tokensIn is the tokens chunk k carried (1 when the engine returned no ids).
+func tokensIn(c replay.Chunks, k int) int {
+	if k < len(c.TokenIDs) && len(c.TokenIDs[k]) > 0 {
+		return len(c.TokenIDs[k])
+	}
+	return 1
+}
+
+// WriteStepDir writes d as a step-data directory (StepsFile and
+// MetadataFile, the layout ReadStepDir reads), atomically per file.
+func WriteStepDir(dir string, d *StepData) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	w := csv.NewWriter(&buf)
+	head := append([]string{"workload_segment"}, StepColumns...)
+	if err := w.Write(head); err != nil {
+		return err
+	}
+	for _, s := range d.Steps {
+		x := s.Summary
+		row := []string{s.Segment, s.Phase, strconv.FormatInt(s.Counter, 10), strconv.Itoa(x.PrefillTokens), strconv.Itoa(x.PrefillRequests),
+			strconv.Itoa(x.PrefillKV), strconv.FormatFloat(x.PrefillLenVar, 'f', 3, 64), strconv.Itoa(x.DecodeRequests), strconv.Itoa(x.DecodeKV),
+			strconv.FormatFloat(s.Ms, 'f', 4, 64)}
+		if err := w.Write(row); err != nil {
+			return err
+		}
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		return err
+	}
+	if err := atomicfile.Write(filepath.Join(dir, StepsFile), buf.Bytes()); err != nil {
+		return err
+	}
+	meta := map[string]any{
+		"artifact_kind": "hone daemon steps",
+		"effective_config": map[string]any{
+			"parallel_config.tensor_parallel_size": d.TP,
+			"vllm_version":                         d.EngineVer,
+		},
+		"requested": map[string]any{"deployment_config": map[string]any{"model": d.Model}},
+	}
+	mb, err := json.MarshalIndent(meta, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(filepath.Join(dir, MetadataFile), append(mb, '\n'))
+}
