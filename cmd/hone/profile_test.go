@@ -200,3 +200,24 @@ func TestProfileDeriveBadInput(t *testing.T) {
 		wantBadInput(t, name, out, c.want, append([]string{"profile", "derive", "--out", out}, c.args...)...)
 	}
 }
+
+func TestProfileStepsBadInput(t *testing.T) {
+	tmp := t.TempDir()
+	notJSON := filepath.Join(tmp, "snap.json")
+	if err := os.WriteFile(notJSON, []byte("not a snapshot"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(tmp, "steps")
+	for name, c := range map[string]struct {
+		args []string
+		want []string
+	}{
+		"no daemon":     {[]string{"--record", "r.json", "--out", out}, []string{"--daemon: required"}},
+		"no record":     {[]string{"--daemon", notJSON, "--out", out}, []string{"--record: required"}},
+		"no out":        {[]string{"--daemon", notJSON, "--record", "r.json"}, []string{"--out: required"}},
+		"bad snapshot":  {[]string{"--daemon", notJSON, "--record", "r.json", "--out", out}, []string{"--daemon " + notJSON, "daemon snapshot"}},
+		"missing files": {[]string{"--daemon", filepath.Join(tmp, "none.json"), "--record", "r.json", "--out", out}, []string{"--daemon", "none.json"}},
+	} {
+		wantBadInput(t, name, out, c.want, append([]string{"profile", "steps"}, c.args...)...)
+	}
+}
