@@ -68,6 +68,14 @@ read, or weights that fit at no TP).`,
 			if _, ok := calibrate.Dtypes[dtype]; !ok {
 				return badInput("--dtype %q: want bf16 or fp8", dtype)
 			}
+			// A checkpoint that states fp8 weights is derived as fp8.
+			if q := emulator.HFQuantMethod(model); q == "fp8" && dtype != "fp8" {
+				if c.Flags().Changed("dtype") {
+					return badInput("--dtype %s: %s says quantization_config.quant_method fp8 (fp8 weights): want --dtype fp8", dtype, model)
+				}
+				dtype = "fp8"
+				fmt.Fprintf(c.ErrOrStderr(), "%s states fp8 weights (quantization_config.quant_method): deriving as --dtype fp8\n", model)
+			}
 			for _, tp := range tps {
 				if tp < 1 || tp > 64 {
 					return badInput("--tp %d: want 1..64", tp)

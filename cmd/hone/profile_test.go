@@ -193,6 +193,8 @@ func TestProfileDeriveBadInput(t *testing.T) {
 		"no tables":      {[]string{"--model", qwen32Cfg, "--gpu", "b300_sxm"}, []string{"--efficiency-from: required without --tables"}},
 		"missing tables": {[]string{"--model", qwen32Cfg, "--gpu", "b300_sxm", "--tables", filepath.Join(tmp, "none")}, []string{"--tables", "gemm_perf.parquet"}},
 		"bad tp":         {[]string{"--model", qwen32Cfg, "--gpu", "b300_sxm", "--tables", tables, "--tp", "0"}, []string{"--tp 0"}},
+		"fp8 as bf16": {[]string{"--model", "../../testdata/aiconfigurator/model_configs/Qwen--Qwen3-32B-FP8_config.json", "--gpu", "h200_sxm",
+			"--tables", "../../testdata/aiconfigurator/systems/data/h200_sxm", "--dtype", "bf16"}, []string{"--dtype bf16", "quant_method fp8"}},
 		"weights fit nowhere": {[]string{"--model", "../../testdata/aiconfigurator/model_configs/meta-llama--Meta-Llama-3.1-70B_config.json", "--gpu", "h100_sxm",
 			"--tables", "../../testdata/aiconfigurator/systems/data/h100_sxm", "--tp", "1"}, []string{"leave no room", "TP [1]"}},
 	} {

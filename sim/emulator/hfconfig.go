@@ -103,3 +103,21 @@ func ModelFromHFConfig(path, name string) (Model, error) {
 	}
 	return m, nil
 }
+
+// HFQuantMethod is a config.json's quantization_config.quant_method
+// (e.g. "fp8"), "" when the config states none.
+func HFQuantMethod(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	var c struct {
+		Q *struct {
+			Method string `json:"quant_method"`
+		} `json:"quantization_config"`
+	}
+	if json.Unmarshal(b, &c) != nil || c.Q == nil {
+		return ""
+	}
+	return strings.ToLower(c.Q.Method)
+}
