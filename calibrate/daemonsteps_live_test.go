@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -48,15 +47,7 @@ func TestDaemonStepsLive(t *testing.T) {
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	url := "http://127.0.0.1:" + strconv.Itoa(port)
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if resp, err := http.Get(url + "/health"); err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the engine never became healthy")
-		}
-	}
+	honetest.WaitHealthy(t, url)
 	d, err := daemon.New(daemon.Config{PIDs: []int{cmd.Process.Pid}, CUDALaunches: time.Hour, ScanPeriod: 100 * time.Millisecond},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {

@@ -287,15 +287,7 @@ func startEngine(t *testing.T, ctx context.Context, scale float64, extra ...stri
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	url = "http://127.0.0.1:" + strconv.Itoa(port)
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if resp, err := http.Get(url + "/health"); err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the engine never became healthy")
-		}
-	}
+	honetest.WaitHealthy(t, url)
 	return url, port, cmd, trace
 }
 

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,18 +63,7 @@ func TestKernelKVJoin(t *testing.T) {
 	dcCmd := serve("decode", dcPort)
 	pfURL, dcURL := "http://127.0.0.1:"+strconv.Itoa(pfPort), "http://127.0.0.1:"+strconv.Itoa(dcPort)
 	for _, u := range []string{pfURL, dcURL} {
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			resp, err := http.Get(u + "/health")
-			if err == nil {
-				resp.Body.Close()
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s never became healthy: %v", u, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		honetest.WaitHealthy(t, u)
 	}
 	d, err := daemon.New(daemon.Config{PIDs: []int{pfCmd.Process.Pid, dcCmd.Process.Pid}, KVPorts: []uint16{uint16(kvPort)},
 		BurstGap: 50 * time.Millisecond}, quiet)

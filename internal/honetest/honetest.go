@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -118,5 +119,23 @@ func ReportAdded(b *testing.B, direct, proxied []time.Duration) {
 		b.ReportMetric(us(d), fmt.Sprintf("direct-p%g-us", p))
 		b.ReportMetric(us(q), fmt.Sprintf("proxied-p%g-us", p))
 		b.ReportMetric(us(q-d), fmt.Sprintf("added-p%g-us", p))
+	}
+}
+
+// WaitHealthy waits up to 20 s for GET url/health to answer, and fails
+// the test when it never does.
+func WaitHealthy(t testing.TB, url string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(url + "/health")
+		if err == nil {
+			resp.Body.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never became healthy: %v", url, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
