@@ -209,8 +209,8 @@ func Derive(cfg DeriveConfig) (*emulator.Profile, error) {
 		m.WeightBytesPerElem = 1
 	}
 	p := &emulator.Profile{Name: cfg.Name, Model: m, GPU: cfg.GPU,
-		ActivationReserveBytes: fittedReserveBytes, TransferFixedMs: fittedTransferFixedMs, FrontendMs: fittedFrontendMs,
-		MaxNumSeqs: 256, MaxNumBatchedTokens: 8192}
+		ActivationReserveBytes: fittedReserveBytes, TransferFixedMs: fittedTransferFixedMs, FrontendMs: fittedFrontendMs}
+	p.MaxNumSeqs, p.MaxNumBatchedTokens = emulator.ServingDefaults(cfg.GPU)
 	costs := fit.Costs
 	p.Steps = &costs
 	src := &emulator.ProfileSource{Kind: emulator.SourceDerivedTable, Data: cfg.Data}

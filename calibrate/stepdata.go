@@ -49,7 +49,6 @@ type StepData struct {
 	Model        string // the served model, from the metadata
 	EngineVer    string // vllm_version
 	BatchedLimit int    // the largest tokens one step held (prefill + decode): the budget the engine applied, as the data shows it
-	MaxNumSeqs   int    // scheduler_config.max_num_seqs, 0 when unstated
 	Steps        []MeasuredStep
 	// Source is the data's provenance, from source.yaml beside the step
 	// file when there is one.
@@ -89,9 +88,6 @@ func ReadStepDir(dir string) (*StepData, error) {
 	d.Model = meta.Requested.Deployment.Model
 	if v, ok := meta.Effective["vllm_version"].(string); ok {
 		d.EngineVer = v
-	}
-	if v, ok := meta.Effective["scheduler_config.max_num_seqs"].(float64); ok && v > 0 {
-		d.MaxNumSeqs = int(v)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, SourceFile)); err == nil {
 		var ref emulator.DataRef

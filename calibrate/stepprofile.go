@@ -50,9 +50,13 @@ func StepProfile(data []*StepData, cfg StepProfileConfig) (*emulator.Profile, *S
 	p.Steps = &costs
 	var tps []string
 	src := &emulator.ProfileSource{Kind: emulator.SourceFittedSteps, StdErr: map[string]float64{}}
+	// Serving limits: vLLM's defaults for the GPU, the token budget as the
+	// steps show it (the golden runs' metadata states SchedulerConfig's
+	// class defaults, 2048 tokens and 128 sequences, while their steps
+	// hold 8,192 tokens: what EngineArgs gives a >= 70 GiB GPU).
+	p.MaxNumSeqs, _ = emulator.ServingDefaults(cfg.GPU)
 	for _, d := range data {
 		p.MaxNumBatchedTokens = max(p.MaxNumBatchedTokens, d.BatchedLimit)
-		p.MaxNumSeqs = max(p.MaxNumSeqs, d.MaxNumSeqs)
 		tps = append(tps, fmt.Sprint(d.TP))
 		ref := emulator.DataRef{Path: d.Dir, What: fmt.Sprintf("%d measured forward passes, vLLM %s, TP %d", len(d.Steps), d.EngineVer, d.TP)}
 		if d.Source != nil {
@@ -60,9 +64,6 @@ func StepProfile(data []*StepData, cfg StepProfileConfig) (*emulator.Profile, *S
 			ref.What = strings.TrimSpace(ref.What + fmt.Sprintf(" (%d forward passes, vLLM %s, TP %d)", len(d.Steps), d.EngineVer, d.TP))
 		}
 		src.Data = append(src.Data, ref)
-	}
-	if p.MaxNumSeqs == 0 {
-		p.MaxNumSeqs = 256
 	}
 	src.Data = append(src.Data, cfg.Data...)
 	src.Method = fmt.Sprintf("hone calibrate --steps: weighted least squares on relative errors, each phase of each directory weighing the same; "+

@@ -2,7 +2,6 @@ package calibrate
 
 import (
 	"fmt"
-	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -117,16 +116,7 @@ func TestValidateDerivedProfiles(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		shipped, err := emulator.LoadProfileFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, want := shipped.Steps.Coefficients(), p.Steps.Coefficients()
-		for i := range want {
-			if math.Abs(got[i]-want[i]) > 1e-9*math.Max(1, math.Abs(want[i])) {
-				t.Errorf("%s: %s = %v, the derivation gives %v: regenerate it (make validate-update)", path, emulator.StepCostTerms[i], got[i], want[i])
-			}
-		}
+		sameAsShipped(t, path, p)
 	}
 	t.Logf("derived profiles against measured B300 steps (Qwen3-32B, vLLM 0.20.1):\n%s", b.String())
 }

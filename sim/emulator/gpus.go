@@ -34,3 +34,14 @@ func LookupGPU(name string) (GPU, error) {
 	}
 	return g, nil
 }
+
+// ServingDefaults are the max_num_seqs and max_num_batched_tokens vLLM's
+// OpenAI server picks on a GPU when none is given (EngineArgs.
+// get_batch_defaults): 1024 and 8192 on GPUs of 70 GiB or more other than
+// the A100, 256 and 2048 on the rest.
+func ServingDefaults(g GPU) (maxNumSeqs, maxNumBatchedTokens int) {
+	if g.MemoryBytes >= 70*gib && !strings.Contains(strings.ToLower(g.Name), "a100") {
+		return 1024, 8192
+	}
+	return 256, 2048
+}
