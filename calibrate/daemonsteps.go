@@ -154,7 +154,7 @@ func StepsFromEvidence(ev diagnose.KernelEvidence, pid int, rec *replay.Record, 
 			}
 		}
 	}
-	d := &StepData{Dir: fmt.Sprintf("daemon steps of pid %d", pid), TP: tp, Model: rec.Model.ID, EngineVer: rec.Engine.Version}
+	d := &StepData{Dir: fmt.Sprintf("daemon steps of pid %d", pid), TP: tp, Model: rec.Model.ID, EngineVer: rec.Engine.Version, RecordKind: rec.Kind}
 	for i, en := range entries {
 		if len(en) == 0 || unknown[i] {
 			continue
@@ -211,6 +211,7 @@ func WriteStepDir(dir string, d *StepData) error {
 	}
 	meta := map[string]any{
 		"artifact_kind": "hone daemon steps",
+		"record_kind":   d.RecordKind,
 		"effective_config": map[string]any{
 			"parallel_config.tensor_parallel_size": d.TP,
 			"vllm_version":                         d.EngineVer,

@@ -37,7 +37,7 @@ func TestStepsFromEvidence(t *testing.T) {
 	sb, _ := json.Marshal(spec)
 	var cfg map[string]any
 	_ = json.Unmarshal(sb, &cfg)
-	rec := &replay.Record{Config: cfg, TimeScale: 2, Runs: []replay.RunRecord{{Levels: []replay.LevelRecord{{Requests: []replay.RequestRecord{a, b, failed}}}}}}
+	rec := &replay.Record{Kind: replay.KindEmulated, Config: cfg, TimeScale: 2, Runs: []replay.RunRecord{{Levels: []replay.LevelRecord{{Requests: []replay.RequestRecord{a, b, failed}}}}}}
 	ev := diagnose.KernelEvidence{Steps: map[int][]diagnose.EngineStep{4242: steps}}
 
 	d, err := StepsFromEvidence(ev, 0, rec, 2048, 0)
@@ -67,8 +67,8 @@ func TestStepsFromEvidence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back.TP != 2 || len(back.Steps) != len(want) {
-		t.Fatalf("read back: TP %d, %d steps", back.TP, len(back.Steps))
+	if back.TP != 2 || len(back.Steps) != len(want) || back.RecordKind != replay.KindEmulated {
+		t.Fatalf("read back: TP %d, %d steps, record kind %q", back.TP, len(back.Steps), back.RecordKind)
 	}
 	for i, s := range back.Steps {
 		if s.Summary != want[i] || s.Ms != 4 || s.Phase != want[i].Phase() {

@@ -49,7 +49,10 @@ type StepData struct {
 	Model        string // the served model, from the metadata
 	EngineVer    string // vllm_version
 	BatchedLimit int    // the largest tokens one step held (prefill + decode): the budget the engine applied, as the data shows it
-	Steps        []MeasuredStep
+	// RecordKind is the kind of the replay record the steps were joined
+	// with (hone profile steps: emulated, device, ...); "" for others.
+	RecordKind string
+	Steps      []MeasuredStep
 	// Source is the data's provenance, from source.yaml beside the step
 	// file when there is one.
 	Source *emulator.DataRef
@@ -70,8 +73,9 @@ func ReadStepDir(dir string) (*StepData, error) {
 		return nil, fmt.Errorf("step data %s: %w (want %s and %s)", dir, err, StepsFile, MetadataFile)
 	}
 	var meta struct {
-		Effective map[string]any `json:"effective_config"`
-		Requested struct {
+		RecordKind string         `json:"record_kind"`
+		Effective  map[string]any `json:"effective_config"`
+		Requested  struct {
 			Deployment struct {
 				Model string `json:"model"`
 			} `json:"deployment_config"`
@@ -86,6 +90,7 @@ func ReadStepDir(dir string) (*StepData, error) {
 	}
 	d.TP = int(tp)
 	d.Model = meta.Requested.Deployment.Model
+	d.RecordKind = meta.RecordKind
 	if v, ok := meta.Effective["vllm_version"].(string); ok {
 		d.EngineVer = v
 	}

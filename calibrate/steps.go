@@ -316,6 +316,15 @@ func robustFit(rows []stepObs, hold []string, start []float64) ([]float64, []flo
 		}
 		for it := 0; it < 30; it++ {
 			nb, err := wls(rows, hw, held)
+			var ce collinearError
+			if errors.As(err, &ce) {
+				// Hold it and start over: the steps determine only a
+				// combination of it with the others.
+				held[ce.term] = fmt.Sprintf("the steps do not separate it from the other terms (condition number %.3g): held at 0; steps of more shapes would determine it", ce.cond)
+				beta = nil
+				it = -1
+				continue
+			}
 			if err != nil {
 				return nil, nil, nil, err
 			}
@@ -417,7 +426,25 @@ func wls(rows []stepObs, w []float64, held []string) ([]float64, error) {
 	var r mat.Dense
 	qr.RTo(&r)
 	if c := mat.Cond(&r, 1); c > 1e10 {
-		return nil, fmt.Errorf("the steps cannot separate the terms (condition number %.3g): give steps of more shapes (context, decode, mixed) and TP sizes", c)
+		// The term weighing most in the direction the steps do not
+		// determine (the smallest singular value's right vector).
+		var svd mat.SVD
+		if !svd.Factorize(a, mat.SVDThin) {
+			return nil, fmt.Errorf("the steps cannot separate the terms (condition number %.3g)", c)
+		}
+		var v mat.Dense
+		svd.VTo(&v)
+		last := len(free) - 1
+		worst, wv := -1, 0.0
+		for k, j := range free {
+			if j == 0 && len(free) > 1 {
+				continue // the fixed cost goes last: every step has it
+			}
+			if x := math.Abs(v.At(k, last)); x > wv {
+				worst, wv = k, x
+			}
+		}
+		return nil, collinearError{term: free[worst], cond: c}
 	}
 	var x mat.VecDense
 	if err := qr.SolveVecTo(&x, false, b); err != nil {
@@ -427,6 +454,16 @@ func wls(rows []stepObs, w []float64, held []string) ([]float64, error) {
 		beta[j] = x.AtVec(k) / norm[k]
 	}
 	return beta, nil
+}
+
+// collinearError says the steps do not separate term from the others.
+type collinearError struct {
+	term int
+	cond float64
+}
+
+func (e collinearError) Error() string {
+	return fmt.Sprintf("the steps do not separate %s from the other terms (condition number %.3g)", emulator.StepCostTerms[e.term], e.cond)
 }
 
 // bootstrapSE is the moving-block bootstrap standard error of each term.

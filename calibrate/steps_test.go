@@ -3,6 +3,7 @@ package calibrate
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/hone-llm/hone/sim/emulator"
@@ -114,5 +115,45 @@ func TestFitStepsOneTP(t *testing.T) {
 	}
 	if got, want := fit.Costs.WeightsMs, truth.WeightsMs+truth.FixedMs; math.Abs(got-want) > 1e-6*want {
 		t.Errorf("weights_ms %v, want the host part booked with it: %v", got, want)
+	}
+}
+
+// TestFitStepsHoldsWhatStepsCannotSeparate: steps of too few shapes (every
+// prompt chunk 2,048 tokens, cold) determine only combinations of some
+// terms; those are held at 0, said so, and the fit still reproduces its
+// own steps.
+func TestFitStepsHoldsWhatStepsCannotSeparate(t *testing.T) {
+	truth, m := plantedTruth(t)
+	data := plantedSteps(t, truth, m.Hidden, 0, 0)
+	for _, d := range data {
+		var keep []MeasuredStep
+		for _, s := range d.Steps {
+			if s.Phase == "decode" {
+				keep = append(keep, s)
+			}
+		}
+		for i := 0; i < 20; i++ {
+			s := emulator.StepSummary{PrefillTokens: 2048, PrefillRequests: 1}
+			keep = append(keep, MeasuredStep{Counter: int64(1e6 + 2*i), Phase: "context", Summary: s, Ms: truth.SummaryMs(s, d.TP, m.Hidden, false)})
+		}
+		d.Steps = keep
+	}
+	fit, err := FitSteps(data, StepFitConfig{Model: m, AllReduces: truth.AllReduces, AllReduce: truth.AllReduce, Bootstrap: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	for _, term := range fit.Terms {
+		if !term.Fitted && strings.Contains(term.Why, "do not separate") {
+			held++
+		}
+	}
+	if held == 0 {
+		t.Errorf("no term held as inseparable: %+v", fit.Terms)
+	}
+	for _, e := range fit.Residuals {
+		if e.Steps > 0 && e.MedianAPE > 0.5 {
+			t.Errorf("%s TP %d: median APE %.2f%% on its own noiseless steps", e.Phase, e.TP, e.MedianAPE)
+		}
 	}
 }
