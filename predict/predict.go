@@ -37,8 +37,12 @@ type Options struct {
 	// emulator.DefaultProfile when it names none.
 	Profile  *emulator.Profile
 	Workload replay.Workload
-	QPS      []float64
-	SLO      slo.SLO
+	// QPS are the open-loop levels' offered rates; Concurrency, instead,
+	// the closed-loop levels' clients (replay.GenerateClosed): one of the
+	// two is given.
+	QPS         []float64
+	Concurrency []int
+	SLO         slo.SLO
 	// KeepRequests keeps every request's record in the result (grids drop
 	// them to save memory; calibration needs them).
 	KeepRequests bool
@@ -84,11 +88,12 @@ func Run(spec *deploy.Spec, opts Options) (*replay.Record, error) {
 			return nil, fmt.Errorf("emulator.profile: %w", err)
 		}
 	}
-	if len(opts.QPS) == 0 {
-		return nil, &replay.ParamError{Field: "qps", Value: "[]", Want: "at least one offered rate"}
+	levels, err := loadLevels(opts)
+	if err != nil {
+		return nil, err
 	}
 	w := opts.Workload
-	if err := w.Params(opts.QPS[0]).Validate(); err != nil {
+	if err := w.Params(1).Validate(); err != nil {
 		return nil, err
 	}
 	cl, err := clusterOf(spec, prof)
@@ -107,7 +112,7 @@ func Run(spec *deploy.Spec, opts Options) (*replay.Record, error) {
 		Model:   replay.Model{ID: spec.ServedName()}, Config: specConfig(spec),
 		Hardware: map[string]any{"profile": prof.Name, "profile_source": prof.SourceKind(), "gpu": prof.GPU.Name},
 		GPUs:     gpus, TimeScale: 1, SLO: opts.SLO,
-		Workload: replay.WorkloadRecord{Workload: w, QPS: opts.QPS, Runs: 1, Generator: replay.PrefixGenerator,
+		Workload: replay.WorkloadRecord{Workload: w, QPS: opts.QPS, Load: replay.LoadOpen, Runs: 1, Generator: replay.PrefixGenerator,
 			PrewarmPolicy: "every level starts cold (fresh engines), then the schedule's 8 warm-up requests (ids 0-7), one per session, open it"},
 		Cache: replay.CacheState{Procedure: replay.CacheReset,
 			Detail: "virtual engines start every level empty: the prefix cache holds nothing, as after POST /reset_prefix_cache"},
@@ -116,14 +121,17 @@ func Run(spec *deploy.Spec, opts Options) (*replay.Record, error) {
 		Outcomes:         map[string]int{}, Validation: replay.Validation{Reasons: map[string]int{}},
 		StartedAt: time.Unix(0, 0).UTC(), FinishedAt: time.Unix(0, 0).UTC(),
 	}
+	if len(opts.Concurrency) > 0 {
+		rec.Workload.QPS, rec.Workload.Load, rec.Workload.Concurrency = []float64{}, replay.LoadClosed, opts.Concurrency
+	}
 	rec.Workload.Sessions = prompts.Prefixes
 	rec.Workload.SuffixVocab = prompts.VocabSize()
 	rr := replay.RunRecord{Run: 0}
 	var bufs []promptBuf // each request's prompt and output tokens, reused level to level
-	for _, q := range opts.QPS {
-		lr, err := cl.level(prompts, q, opts, gpus, &bufs)
+	for _, l := range levels {
+		lr, err := cl.level(prompts, l, opts, gpus, &bufs)
 		if err != nil {
-			return nil, fmt.Errorf("%g req/s: %w", q, err)
+			return nil, fmt.Errorf("%s: %w", l, err)
 		}
 		for _, r := range lr.Requests {
 			rec.Outcomes[r.Outcome]++
@@ -239,9 +247,16 @@ type promptBuf struct {
 }
 
 // level runs one load level on fresh engines and summarises it.
-func (c *cluster) level(prompts *replay.Prompts, qps float64, opts Options, gpus int, bufs *[]promptBuf) (replay.LevelRecord, error) {
+func (c *cluster) level(prompts *replay.Prompts, l loadLevel, opts Options, gpus int, bufs *[]promptBuf) (replay.LevelRecord, error) {
 	w, target, keep := prompts.Workload, opts.SLO, opts.KeepRequests
-	reqs, err := replay.Generate(w.Params(qps))
+	qps := l.key()
+	var reqs []replay.Request
+	var err error
+	if l.clients > 0 {
+		reqs, err = replay.GenerateClosed(w.Params(1), l.clients)
+	} else {
+		reqs, err = replay.Generate(w.Params(qps))
+	}
 	if err != nil {
 		return replay.LevelRecord{}, err
 	}
@@ -282,15 +297,25 @@ func (c *cluster) level(prompts *replay.Prompts, qps float64, opts Options, gpus
 		}
 		router.route(&vr[i])
 	}
-	outs, err := emulator.Simulate(c.workers, vr)
+	load := emulator.ClosedLoop{From: len(vr)}
+	if l.clients > 0 {
+		load = emulator.ClosedLoop{From: min(replay.Sessions, len(vr)), Concurrency: l.clients}
+	}
+	outs, err := emulator.SimulateLoad(c.workers, vr, load)
 	if err != nil {
 		return replay.LevelRecord{}, err
+	}
+	if l.clients > 0 {
+		// A closed loop's requests were sent when an earlier one ended.
+		for i := load.From; i < len(reqs); i++ {
+			reqs[i].ArrivalMs = outs[i].ArrivalMs
+		}
 	}
 	for i, b := range back {
 		outs[i].FirstMs += b
 		outs[i].FinishMs += b
 	}
-	lr := replay.LevelRecord{Level: slo.Level{OfferedQPS: qps}, Planned: len(reqs), Sent: len(reqs), Complete: true,
+	lr := replay.LevelRecord{Level: l.level(), Planned: len(reqs), Sent: len(reqs), Complete: true,
 		Outcomes: map[string]int{}, Failures: map[string]int{}, PrefixSeed: w.Seed,
 		Verdict: replay.Verdict{Valid: true, Reasons: []replay.Reason{}}}
 	lr.Requests = make([]replay.RequestRecord, len(reqs))
@@ -420,3 +445,61 @@ var sessionNames = func() []string {
 	}
 	return out
 }()
+
+// loadLevel is one level of a prediction: an offered rate (open loop) or
+// a number of clients (closed loop).
+type loadLevel struct {
+	qps     float64
+	clients int
+}
+
+// key is the level's rate as Prompts and request ids take it.
+func (l loadLevel) key() float64 {
+	if l.clients > 0 {
+		return replay.ClosedLevelKey(l.clients)
+	}
+	return l.qps
+}
+
+func (l loadLevel) level() slo.Level {
+	if l.clients > 0 {
+		return slo.Level{Concurrency: l.clients}
+	}
+	return slo.Level{OfferedQPS: l.qps}
+}
+
+func (l loadLevel) String() string {
+	if l.clients > 0 {
+		return fmt.Sprintf("%d clients", l.clients)
+	}
+	return fmt.Sprintf("%g req/s", l.qps)
+}
+
+// loadLevels are opts' levels, open or closed, checked.
+func loadLevels(opts Options) ([]loadLevel, error) {
+	var out []loadLevel
+	switch {
+	case len(opts.QPS) > 0 && len(opts.Concurrency) > 0:
+		return nil, &replay.ParamError{Field: "concurrency", Value: opts.Concurrency, Want: "either offered rates (qps, open loop) or clients (concurrency, closed loop), not both"}
+	case len(opts.Concurrency) > 0:
+		if opts.Hops != nil {
+			return nil, fmt.Errorf("a closed loop's sends depend on its own ends: live hops cannot be replayed into it")
+		}
+		for _, n := range opts.Concurrency {
+			if n < 1 {
+				return nil, &replay.ParamError{Field: "concurrency", Value: n, Want: "at least 1 client"}
+			}
+			out = append(out, loadLevel{clients: n})
+		}
+	case len(opts.QPS) > 0:
+		for _, q := range opts.QPS {
+			if err := (replay.Params{Requests: replay.Sessions + 1, InputTokens: 1, UncachedTokens: 1, OutputTokens: 1, OfferedQPS: q}).Validate(); err != nil {
+				return nil, err
+			}
+			out = append(out, loadLevel{qps: q})
+		}
+	default:
+		return nil, &replay.ParamError{Field: "qps", Value: "[]", Want: "at least one offered rate (or concurrency: at least one number of clients)"}
+	}
+	return out, nil
+}

@@ -66,13 +66,35 @@ type Model struct {
 // regenerate every prompt and to prove two records used identical inputs.
 type WorkloadRecord struct {
 	Workload
-	QPS           []float64       `json:"qps"`
+	QPS []float64 `json:"qps"`
+	// Load is how requests after the warm-ups are sent: LoadOpen (at the
+	// schedule's arrival times, one level per rate in QPS; "" in records
+	// from before closed loops) or LoadClosed (Concurrency clients, each
+	// sending its next request when its last one ends; one level per
+	// entry of Concurrency).
+	Load          string          `json:"load,omitempty"`
+	Concurrency   []int           `json:"concurrency,omitempty"`
 	Runs          int             `json:"runs"`
 	Generator     string          `json:"generator"`
 	Sessions      []SessionPrefix `json:"sessions"`
 	SuffixVocab   int             `json:"suffix_vocab_size"`
 	SuffixRecipe  string          `json:"suffix_recipe"`
 	PrewarmPolicy string          `json:"prewarm"`
+}
+
+// Load modes of a record's workload (WorkloadRecord.Load).
+const (
+	LoadOpen   = "open"
+	LoadClosed = "closed"
+)
+
+// LoadMode is the record's load mode, LoadOpen for records from before
+// closed loops.
+func (w WorkloadRecord) LoadMode() string {
+	if w.Load == "" {
+		return LoadOpen
+	}
+	return w.Load
 }
 
 // Cache procedures: how every level is brought to a cold prefix cache

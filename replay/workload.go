@@ -104,3 +104,29 @@ func Generate(p Params) ([]Request, error) {
 	}
 	return reqs, nil
 }
+
+// GenerateClosed returns the schedule of a closed-loop level of
+// concurrency n: the warm-ups as Generate gives them, and every measured
+// request planned at MeasureStartMillis. The first n measured requests are
+// sent then; each later one, in id order, when a measured request ends
+// (the sender overwrites its arrival with that instant). p.OfferedQPS is
+// not read.
+func GenerateClosed(p Params, n int) ([]Request, error) {
+	if n < 1 {
+		return nil, &ParamError{"concurrency", n, "at least 1 client"}
+	}
+	p.OfferedQPS = 1
+	reqs, err := Generate(p)
+	if err != nil {
+		return nil, err
+	}
+	for i := Sessions; i < len(reqs); i++ {
+		reqs[i].ArrivalMs = MeasureStartMillis
+	}
+	return reqs, nil
+}
+
+// ClosedLevelKey is what a closed-loop level of concurrency n passes as
+// the rate to Prompts (AppendPrompt, AppendSuffix): a key no open level's
+// rate can take, so the two never share suffixes.
+func ClosedLevelKey(n int) float64 { return -float64(n) }

@@ -18,7 +18,10 @@ func (s SLO) Met(p99TTFTMs, p99TPOTMs float64) bool {
 
 // Level is the summary of one load level, in the exercise's JSON shape.
 type Level struct {
-	OfferedQPS   float64 `json:"offered_qps"`
+	OfferedQPS float64 `json:"offered_qps"`
+	// Concurrency, for a closed-loop level, is its clients in flight
+	// (OfferedQPS is then 0: a closed loop offers no rate).
+	Concurrency  int     `json:"concurrency,omitempty"`
 	P99TTFTMs    float64 `json:"p99_ttft_ms"`
 	P99TPOTMs    float64 `json:"p99_tpot_ms"`
 	EffectiveQPS float64 `json:"effective_qps"`

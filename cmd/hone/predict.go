@@ -44,6 +44,7 @@ func newPredictCmd() *cobra.Command {
 		grid         bool
 		top          int
 		axes         predict.AxisFlags
+		concurrency  string
 	)
 	c := &cobra.Command{
 		Use:   "predict SPEC",
@@ -54,7 +55,10 @@ preemption and P/D handoff, behind the proxy's routing — runs as a
 discrete-event simulation in virtual time, with the cost model of an
 emulator profile (a GPU and a model: --profile, else the spec's
 emulator.profile, else the default). The replay workload is driven through
-it level by level (--qps), every level starting cold, and summarised the way
+it level by level (--qps: open loop, each request sent at its scheduled
+time; or --concurrency: closed loop, N clients each sending its next
+request when its last one ends, after the 8 warm-ups, as vllm bench serve
+--max-concurrency does), every level starting cold, and summarised the way
 hone replay summarises a measurement: p50/p90/p99 TTFT and TPOT, effective
 QPS, GPU-seconds per request, prefix-cache hit rate and pass/fail against
 the SLOs, and the objective (the largest effective QPS among passing
@@ -129,6 +133,15 @@ the prediction cannot model).`,
 			opts := predict.Options{Profile: prof,
 				Workload: wf.workload(replay.DefaultSeed),
 				QPS:      sc.QPS, SLO: sc.SLO, KeepRequests: out != ""}
+			if c.Flags().Changed("concurrency") {
+				if c.Flags().Changed("qps") {
+					return badInput("--concurrency: a closed loop has no offered rate: give --qps (open loop) or --concurrency (closed loop), not both")
+				}
+				if opts.Concurrency, err = parseConcurrency(concurrency); err != nil {
+					return err
+				}
+				opts.QPS = nil
+			}
 			if grid {
 				return runPredictGrid(c, spec, ax, opts, top, out, output.value)
 			}
@@ -161,6 +174,7 @@ the prediction cannot model).`,
 	f.StringVar(&profile, "profile", "", "emulator profile: a built-in name or a .yaml file (default: the spec's emulator.profile, else "+emulator.DefaultProfile+")")
 	f.StringVar(&out, "out", "", "write the result here: the run record, or with --grid every point (JSON)")
 	output.register(f, "table", "", "table", "json")
+	f.StringVar(&concurrency, "concurrency", "", "closed-loop levels instead of --qps: clients in flight, comma-separated (e.g. 1,8,32)")
 	f.BoolVar(&grid, "grid", false, "predict every deployment within the spec's GPU budget on the --grid-* axes and rank them")
 	f.IntVar(&top, "top", 20, "with --grid: how many of the ranked specs to print")
 	registerGridAxes(f, &axes, predict.DefaultAxes())
@@ -256,9 +270,13 @@ func writePredictTable(w io.Writer, spec *deploy.Spec, profile string, rec *repl
 	}
 	run := rec.Runs[0]
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "offered_qps\tp50_ttft_ms\tp90_ttft_ms\tp99_ttft_ms\tp50_tpot_ms\tp90_tpot_ms\tp99_tpot_ms\teffective_qps\tgpu_s_per_req\thit_rate\tpassed\t")
+	first := "offered_qps"
+	if rec.Workload.LoadMode() == replay.LoadClosed {
+		first = "clients"
+	}
+	fmt.Fprintln(tw, first+"\tp50_ttft_ms\tp90_ttft_ms\tp99_ttft_ms\tp50_tpot_ms\tp90_tpot_ms\tp99_tpot_ms\teffective_qps\tgpu_s_per_req\thit_rate\tpassed\t")
 	for _, l := range run.Levels {
-		fmt.Fprintf(tw, "%g\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.4f\t%s\t%s\t%t\t\n", l.OfferedQPS,
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.4f\t%s\t%s\t%t\t\n", levelName(l.Level),
 			l.P50TTFTMs, l.P90TTFTMs, l.P99TTFTMs, l.P50TPOTMs, l.P90TPOTMs, l.P99TPOTMs, l.EffectiveQPS,
 			optFloat(l.GPUSecondsPerRequest, "%.4g"), optPercent(l.HitRateCachedTokens), l.Passed)
 	}
@@ -511,4 +529,25 @@ func (p *gridProgress) close(total int) {
 		fmt.Fprint(p.w, "\r\x1b[K")
 	}
 	fmt.Fprintf(p.w, "predict: %d specs in %s\n", total, time.Since(p.start).Round(time.Millisecond))
+}
+
+// parseConcurrency parses a --concurrency list, naming the flag on error.
+func parseConcurrency(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, badInput("--concurrency: %q is not a number of clients (want integers >= 1, comma-separated, e.g. 1,8,32)", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// levelName is a level's load: its offered rate, or its clients.
+func levelName(l slo.Level) string {
+	if l.Concurrency > 0 {
+		return strconv.Itoa(l.Concurrency)
+	}
+	return strconv.FormatFloat(l.OfferedQPS, 'g', -1, 64)
 }

@@ -75,8 +75,34 @@ func (o *VirtualOutcome) RequestMetrics() *RequestMetrics { return requestMetric
 // TimeScale, hosts, ports, guard limits and traces are not read. Faults
 // other than stall and slow-transfer are refused.
 func Simulate(workers []Config, reqs []VirtualRequest) ([]VirtualOutcome, error) {
+	return SimulateLoad(workers, reqs, ClosedLoop{From: len(reqs)})
+}
+
+// ClosedLoop is a closed-loop load over a run's requests from index From
+// on: at most Concurrency of them in flight, as Concurrency clients that
+// each send their next request when their last one ends (vllm bench
+// serve --max-concurrency). The first Concurrency of them arrive at their
+// own ArrivalMs; every later one arrives, in index order, at the instant
+// an earlier one of them ends (its last token, or its failure), and its
+// ArrivalMs is overwritten with that instant. Requests before From arrive
+// at their ArrivalMs (open loop).
+type ClosedLoop struct {
+	From        int
+	Concurrency int
+}
+
+// SimulateLoad is Simulate with the requests from load.From on sent in a
+// closed loop. Outcomes' ArrivalMs are when each request arrived.
+func SimulateLoad(workers []Config, reqs []VirtualRequest, load ClosedLoop) ([]VirtualOutcome, error) {
+	if load.From < 0 || load.From > len(reqs) {
+		return nil, fmt.Errorf("closed loop from request %d: want 0..%d", load.From, len(reqs))
+	}
+	if load.From < len(reqs) && load.Concurrency < 1 {
+		return nil, fmt.Errorf("closed loop of concurrency %d: want at least 1", load.Concurrency)
+	}
 	c := &vcluster{reqs: reqs, outcomes: make([]VirtualOutcome, len(reqs)),
-		promptHash: make([]uint64, len(reqs)), hashed: make([]bool, len(reqs))}
+		promptHash: make([]uint64, len(reqs)), hashed: make([]bool, len(reqs)),
+		closedFrom: load.From, nextClosed: min(len(reqs), load.From+max(load.Concurrency, 0))}
 	for i := range workers {
 		w, err := newVWorker(c, i, workers[i])
 		if err != nil {
@@ -88,7 +114,9 @@ func Simulate(workers []Config, reqs []VirtualRequest) ([]VirtualOutcome, error)
 		if err := c.check(i, q); err != nil {
 			return nil, err
 		}
-		c.arrivals = append(c.arrivals, i)
+		if i < c.nextClosed {
+			c.arrivals = append(c.arrivals, i)
+		}
 	}
 	// Arrivals in time order, equal ones in request order; they come
 	// before any other event of their instant.
@@ -194,6 +222,9 @@ type vcluster struct {
 	// leg takes its prefill leg's.
 	promptHash []uint64
 	hashed     []bool
+	// closed loop: requests from closedFrom on; nextClosed is the next
+	// one to release when one of them ends
+	closedFrom, nextClosed int
 }
 
 type memoKey struct {
@@ -474,4 +505,17 @@ func (w *vworker) finished(r *request, res *Result) {
 	}
 	o.Result = *res
 	o.FirstMs, o.FinishMs = r.firstMs, r.lastMs
+	c.release(i)
+}
+
+// release sends the closed loop's next request when request i, one of the
+// closed loop's, has ended.
+func (c *vcluster) release(i int) {
+	if i < c.closedFrom || c.nextClosed >= len(c.reqs) {
+		return
+	}
+	k := c.nextClosed
+	c.nextClosed++
+	c.reqs[k].ArrivalMs = c.now
+	c.push(event{at: c.now, kind: evArrive, worker: c.reqs[k].Worker, req: k})
 }
