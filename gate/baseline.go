@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/hone-llm/hone/replay"
 	"math"
 	"os"
 	"path/filepath"
@@ -287,16 +288,25 @@ var DefaultCompared = []string{"kind", "engine", "model", "revision", "precision
 // says: a record made with another cold-start procedure (the record's
 // cache.procedure) or time scale measured something else, and comparing
 // it would report the procedure's effect as the deployment's.
-var ProcedureCompared = []string{"cache", "time_scale"}
+var ProcedureCompared = []string{"cache", "time_scale", "load"}
 
 // DiffFingerprints lists the compared fields whose values differ, as
 // "field: baseline → candidate".
 func DiffFingerprints(base, cand Fingerprint, compared []string) []string {
 	var out []string
 	for _, k := range compared {
-		if base[k] != cand[k] {
+		if fingerprintValue(base, k) != fingerprintValue(cand, k) {
 			out = append(out, fmt.Sprintf("%s: %q → %q", k, base[k], cand[k]))
 		}
 	}
 	return out
+}
+
+// fingerprintValue is fp's value of field k; a record from before load
+// modes were recorded was sent open-loop, and its baseline says nothing.
+func fingerprintValue(fp Fingerprint, k string) string {
+	if v := fp[k]; v != "" || k != "load" {
+		return v
+	}
+	return replay.LoadOpen
 }

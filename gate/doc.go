@@ -52,7 +52,9 @@
 //     brief's model, not a measurement, and are not judged for it.
 //   - A candidate whose fingerprint differs from the baseline's in a
 //     compared field is incomparable (exit 2), never a false fail. The
-//     cold-start procedure (the record's cache.procedure) and the time
-//     scale are always compared (ProcedureCompared), and a record of one
-//     kind is never compared with a baseline of another.
+//     cold-start procedure (the record's cache.procedure), the time
+//     scale and the load mode (open or closed loop) are always compared
+//     (ProcedureCompared), and a record of one kind is never compared
+//     with a baseline of another. Closed-loop records (levels by clients,
+//     not offered rates) are refused for now (exit 2, workload.load).
 package gate

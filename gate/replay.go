@@ -37,6 +37,12 @@ func readReplayRecord(b []byte) ([]Run, bool, error) {
 	if rec.Incomplete {
 		return nil, true, fmt.Errorf("the record is incomplete (%s): it cannot stand for a run", rec.Error)
 	}
+	if rec.Workload.LoadMode() == replay.LoadClosed {
+		// Its levels are clients in flight, not offered rates: comparing
+		// it level by level with anything needs levels keyed by clients,
+		// which the gate's series do not have yet.
+		return nil, true, fmt.Errorf("workload.load: %q (closed loop, clients %v): the gate compares open-loop records (levels by offered rate) only, so far; predict or replay with --qps to gate", rec.Workload.Load, rec.Workload.Concurrency)
+	}
 	scenario := "default"
 	for _, k := range []string{"scenario", "name"} {
 		if s, ok := rec.Config[k].(string); ok && s != "" {
@@ -56,6 +62,7 @@ func readReplayRecord(b []byte) ([]Run, bool, error) {
 		"slo":            fmt.Sprintf("ttft<=%gms tpot<=%gms", rec.SLO.TTFTMillis, rec.SLO.TPOTMillis),
 		"time_scale":     fmt.Sprint(rec.TimeScale),
 		"cache":          rec.Cache.Procedure,
+		"load":           rec.Workload.LoadMode(),
 		"hone_version":   rec.Hone.Version,
 		"engine_version": strings.TrimSpace(fmt.Sprint(rec.Engine.Version)),
 	}

@@ -332,3 +332,28 @@ func TestOptimizeOnTheModel(t *testing.T) {
 		t.Errorf("--backend gpu: exit %d %s", code, errs)
 	}
 }
+
+// A closed-loop record (predict --concurrency) is not compared with an
+// open-loop baseline: exit 2, naming workload.load.
+func TestGateRefusesClosedLoop(t *testing.T) {
+	dir := t.TempDir()
+	spec := filepath.Join("..", "..", "examples", "emulator-l4-colocated.yaml")
+	open, closed := filepath.Join(dir, "open.json"), filepath.Join(dir, "closed.json")
+	if _, errs, code := runCLI(t, "", "predict", spec, "--qps", "4", "--requests", "24", "--out", open); code != 0 {
+		t.Fatalf("predict --qps: %d %s", code, errs)
+	}
+	if _, errs, code := runCLI(t, "", "predict", spec, "--concurrency", "4", "--requests", "24", "--out", closed); code != 0 {
+		t.Fatalf("predict --concurrency: %d %s", code, errs)
+	}
+	bl := filepath.Join(dir, "b.json")
+	if _, errs, code := runCLI(t, "", "gate", "baseline", "create", open, "--out", bl); code != 0 {
+		t.Fatalf("create: %d %s", code, errs)
+	}
+	_, errs, code := runCLI(t, "", "gate", "check", "--baseline", bl, "--candidate", closed)
+	if code != 2 || !strings.Contains(errs, "workload.load") {
+		t.Errorf("gate check of a closed-loop candidate: exit %d, stderr %q; want 2 naming workload.load", code, errs)
+	}
+	if _, errs, code := runCLI(t, "", "predict", spec, "--qps", "4", "--concurrency", "4"); code != 2 || !strings.Contains(errs, "--concurrency") {
+		t.Errorf("predict --qps --concurrency: exit %d, stderr %q; want 2 naming --concurrency", code, errs)
+	}
+}
