@@ -53,8 +53,12 @@ test: deps-test build
 # step (docs/validation.md). It fails when a figure is worse than its guard
 # or the shipped profile differs from the fit; targets it misses are
 # printed MISS (validate-strict fails on them). About 12 s; make test runs
-# it as part of ./calibrate. validate-update rewrites the shipped profile
-# and docs/validation-steps.png.
+# it as part of ./calibrate. It also predicts the H100 vLLM request
+# latencies (hone validate silicon) and fails when a tracked median error
+# is worse by more than 5% than docs/validation-scoreboard.json says, or a
+# row predicted before is not now (about 10 s more). validate-update
+# rewrites the shipped profile, docs/validation-steps.png and the
+# scoreboard.
 validate:
 	$(GO) test -count=1 -run '^TestValidate' -v ./calibrate
 

@@ -1,0 +1,135 @@
+package calibrate
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/hone-llm/hone/sim/emulator"
+)
+
+// Scoreboard is every tracked accuracy figure of hone's predictions
+// against measured data (make validate writes it to
+// docs/validation-scoreboard.json; CI compares against the committed one).
+type Scoreboard struct {
+	// Steps: per profile, its errors on measured steps (fit residuals and
+	// held-out checks), as the profile states them.
+	Steps map[string][]ScoreboardPhase `json:"steps"`
+	// Silicon: request-level errors on a silicon file, per model group.
+	Silicon SiliconBoard `json:"silicon"`
+}
+
+// ScoreboardPhase is one phase's step errors.
+type ScoreboardPhase struct {
+	Set       string  `json:"set"` // fit or check
+	Data      string  `json:"data"`
+	TP        int     `json:"tp"`
+	Phase     string  `json:"phase"`
+	Steps     int     `json:"steps"`
+	MedianAPE float64 `json:"median_ape"`
+	P90APE    float64 `json:"p90_ape"`
+}
+
+// SiliconBoard is a silicon file's errors by group (model, precision, GPU)
+// and the rows predicted.
+type SiliconBoard struct {
+	File      string                    `json:"file"`
+	Groups    map[string]SiliconSummary `json:"groups"`
+	All       SiliconSummary            `json:"all"`
+	Predicted []string                  `json:"predicted_ids"`
+}
+
+// StepBoard is a profile's step errors as the scoreboard tracks them.
+func StepBoard(p *emulator.Profile) []ScoreboardPhase {
+	var out []ScoreboardPhase
+	if p.Source == nil {
+		return out
+	}
+	for _, s := range []struct {
+		set  string
+		errs []emulator.PhaseError
+	}{{"fit", p.Source.Residuals}, {"check", p.Source.Checks}} {
+		for _, e := range s.errs {
+			out = append(out, ScoreboardPhase{Set: s.set, Data: e.Data, TP: e.TP, Phase: e.Phase, Steps: e.Steps, MedianAPE: e.MedianAPE, P90APE: e.P90APE})
+		}
+	}
+	return out
+}
+
+// NewSiliconBoard summarises a silicon result by group.
+func NewSiliconBoard(file string, res *SiliconResult) SiliconBoard {
+	b := SiliconBoard{File: file, Groups: map[string]SiliconSummary{}, All: res.Summary, Predicted: []string{}}
+	ttft, tpot := map[string][]float64{}, map[string][]float64{}
+	for _, r := range res.Rows {
+		k := siliconGroup(r.Model, r.Precision, r.System)
+		ttft[k] = append(ttft[k], r.TTFT.APE)
+		tpot[k] = append(tpot[k], r.TPOT.APE)
+		b.Predicted = append(b.Predicted, r.ID)
+	}
+	slices.Sort(b.Predicted)
+	for k := range ttft {
+		b.Groups[k] = SiliconSummary{Predicted: len(ttft[k]), TTFT: apeSummary(ttft[k]), TPOT: apeSummary(tpot[k])}
+	}
+	return b
+}
+
+func siliconGroup(model, precision, system string) string {
+	if precision == "" {
+		precision = "native"
+	}
+	return model + " " + precision + " " + system
+}
+
+// ScoreboardTolerance is how much worse (relatively) a tracked median may
+// get before the accuracy gate fails.
+const ScoreboardTolerance = 0.05
+
+// CompareScoreboards lists what got worse from committed to current: a
+// tracked median error worse by more than ScoreboardTolerance relative
+// (and 0.01 points absolute, below which rounding decides), a figure that
+// is no longer computed, or a row that was predicted and no longer is.
+// Improvements are not listed: updating the committed scoreboard is a
+// deliberate change.
+func CompareScoreboards(committed, current Scoreboard) []string {
+	var out []string
+	worse := func(name string, was, now float64) {
+		if now > was*(1+ScoreboardTolerance) && now-was > 0.01 {
+			out = append(out, fmt.Sprintf("%s: median APE %.2f%% → %.2f%% (worse by more than %.0f%% relative)", name, was, now, 100*ScoreboardTolerance))
+		}
+	}
+	for prof, phases := range committed.Steps {
+		now := map[string]ScoreboardPhase{}
+		for _, p := range current.Steps[prof] {
+			now[p.Set+" "+p.Data+" "+p.Phase] = p
+		}
+		for _, p := range phases {
+			k := p.Set + " " + p.Data + " " + p.Phase
+			n, ok := now[k]
+			if !ok {
+				out = append(out, fmt.Sprintf("steps %s %s: no longer computed", prof, k))
+				continue
+			}
+			worse(fmt.Sprintf("steps %s %s", prof, k), p.MedianAPE, n.MedianAPE)
+		}
+	}
+	for g, s := range committed.Silicon.Groups {
+		n, ok := current.Silicon.Groups[g]
+		if !ok {
+			out = append(out, fmt.Sprintf("silicon %s: no longer predicted", g))
+			continue
+		}
+		worse("silicon "+g+" TTFT", s.TTFT.MedianAPE, n.TTFT.MedianAPE)
+		worse("silicon "+g+" TPOT", s.TPOT.MedianAPE, n.TPOT.MedianAPE)
+	}
+	var lost []string
+	for _, id := range committed.Silicon.Predicted {
+		if !slices.Contains(current.Silicon.Predicted, id) {
+			lost = append(lost, id)
+		}
+	}
+	if len(lost) > 0 {
+		out = append(out, fmt.Sprintf("silicon: %d rows predicted before are not now: %s", len(lost), strings.Join(lost, ", ")))
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hone-llm/hone/calibrate"
+	"github.com/hone-llm/hone/sim/emulator"
+)
+
+func init() { subcommands = append(subcommands, newValidateCmd) }
+
+func newValidateCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "validate",
+		Short: "Judge hone's predictions against measurements of real vLLM that hone did not make",
+		Long: `hone validate compares what hone predicts with public measurements of real
+vLLM on real GPUs (docs/validation.md has the scoreboard and the sources).`,
+	}
+	c.AddCommand(newValidateSiliconCmd())
+	return c
+}
+
+func newValidateSiliconCmd() *cobra.Command {
+	var (
+		profiles string
+		perConn  int
+		output   outputFormat
+	)
+	c := &cobra.Command{
+		Use:   "silicon FILE.csv",
+		Short: "Predict every measured deployment of a silicon file and report TTFT and TPOT errors",
+		Long: `hone validate silicon reads a silicon file (aiconfigurator's
+systems/silicon_sample.csv layout: one measured deployment per row — model,
+GPU, backend, precision, agg|disagg, TP, ISL, OSL, concurrency — and its
+measured silicon_ttft_ms and silicon_tpot_ms) and predicts every row it can
+with hone predict --concurrency N in virtual time: the row's model on the
+row's GPU at its TP, on the profile of that model, GPU and weight precision
+(built-in or from --profiles DIR; fitted to measured steps first, then
+derived from per-operation tables, then the rest), N clients in a closed
+loop sending N × --requests-per-client requests of exactly ISL input and
+OSL output tokens with no shared prefix.
+
+Compared: the mean over requests of TTFT (from send to first token) and of
+TPOT (excluding the first token: (latency − TTFT)/(output tokens − 1)),
+which is how vllm bench serve and the InferenceX runs behind the rows
+define them; APE = |predicted − measured| / measured, in percent.
+
+A row that cannot be predicted — another backend, a disaggregated or
+pipeline-parallel deployment, a precision or model with no profile (MoE
+models have none) — is skipped with its reason, never guessed.
+
+-o json prints {"definitions", "rows": [{"id", "line", "model", "system",
+"precision", "tp", "isl", "osl", "concurrency", "profile", "profile_source",
+"ttft_ms": {"measured", "predicted", "ape"}, "tpot_ms": {...}}],
+"skipped": [{"id", "line", "reason"}], "summary": {"rows", "predicted",
+"ttft": {"median_ape", "p90_ape"}, "tpot": {...}}}.
+
+Exit codes: 0 compared; 2 bad input (the file: a missing column, a
+non-numeric field, a latency <= 0, named by line and column; --profiles).`,
+		Example: `  hone validate silicon testdata/aiconfigurator/silicon/silicon_h100_vllm.csv
+  hone validate silicon rows.csv --profiles my-profiles/ -o json`,
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return badInput("hone validate silicon: want one FILE.csv argument, got %d", len(args))
+			}
+			return nil
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			if err := output.check(); err != nil {
+				return err
+			}
+			if perConn < 1 {
+				return badInput("--requests-per-client: want at least 1, got %d", perConn)
+			}
+			rows, err := calibrate.ReadSilicon(args[0])
+			if err != nil {
+				return badInput("%v", err)
+			}
+			profs, err := validationProfiles(profiles)
+			if err != nil {
+				return err
+			}
+			res := calibrate.PredictSilicon(rows, calibrate.SiliconConfig{Profiles: profs, RequestsPerClient: perConn})
+			if output.value == "json" {
+				return writeJSON(c.OutOrStdout(), res)
+			}
+			writeSiliconTable(c.OutOrStdout(), res)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&profiles, "profiles", "", "a folder of profile .yaml files to choose from besides the built-ins")
+	f.IntVar(&perConn, "requests-per-client", 10, "measured requests per client of each closed loop (vllm bench serve's num-prompts / max-concurrency)")
+	output.register(f, "table", "", "table", "json")
+	return c
+}
+
+// validationProfiles are the built-in profiles and those in dir.
+func validationProfiles(dir string) ([]*emulator.Profile, error) {
+	var out []*emulator.Profile
+	for _, n := range emulator.ProfileNames() {
+		p, err := emulator.LookupProfile(n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	if dir == "" {
+		return out, nil
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return nil, badInput("--profiles %s: want a folder of profile .yaml files", dir)
+	}
+	var files []string
+	for _, pat := range []string{"*.yaml", "*.yml"} {
+		m, _ := filepath.Glob(filepath.Join(dir, pat))
+		files = append(files, m...)
+	}
+	if len(files) == 0 {
+		return nil, badInput("--profiles %s: no .yaml profile files in it", dir)
+	}
+	slices.Sort(files)
+	for _, f := range files {
+		p, err := emulator.LoadProfileFile(f)
+		if err != nil {
+			return nil, badInput("--profiles: %v", err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func writeSiliconTable(w io.Writer, res *calibrate.SiliconResult) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "line\tmodel\tprecision\ttp\tisl\tosl\tclients\tttft_meas\tttft_pred\tttft_ape%\ttpot_meas\ttpot_pred\ttpot_ape%\tprofile\t")
+	for _, r := range res.Rows {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t%.1f\t%s (%s)\t\n", r.Line, r.Model, orDash(r.Precision), r.TP, r.ISL, r.OSL,
+			r.Concurrency, r.TTFT.Measured, r.TTFT.Predicted, r.TTFT.APE, r.TPOT.Measured, r.TPOT.Predicted, r.TPOT.APE, r.Profile, r.ProfileSource)
+	}
+	tw.Flush()
+	reasons := map[string]int{}
+	var order []string
+	for _, s := range res.Skipped {
+		if reasons[s.Reason] == 0 {
+			order = append(order, s.Reason)
+		}
+		reasons[s.Reason]++
+	}
+	for _, r := range order {
+		fmt.Fprintf(w, "skipped %d: %s\n", reasons[r], r)
+	}
+	s := res.Summary
+	fmt.Fprintf(w, "predicted %d of %d rows; TTFT APE median %.1f%%, p90 %.1f%%; TPOT APE median %.1f%%, p90 %.1f%%\n",
+		s.Predicted, s.Rows, s.TTFT.MedianAPE, s.TTFT.P90APE, s.TPOT.MedianAPE, s.TPOT.P90APE)
+	fmt.Fprintln(w, "predicted: hone predict in virtual time on each row's profile; measured: the file's rows (real vLLM on GPUs)")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
