@@ -133,7 +133,11 @@ func ReadSilicon(path string) ([]SiliconRow, error) {
 		}
 		row.Concurrency = batch
 		if m := concurrencyRe.FindStringSubmatch(row.Source); m != nil {
-			row.Concurrency, _ = strconv.Atoi(m[1])
+			n, err := strconv.Atoi(m[1])
+			if err != nil || n > 1<<20 {
+				return nil, bad("silicon_data_source", "silicon_concurrency= a number of clients up to 1048576")
+			}
+			row.Concurrency = n
 		}
 		rows = append(rows, row)
 	}
