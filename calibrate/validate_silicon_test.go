@@ -17,21 +17,9 @@ const (
 	targetTPOTMedian, targetTPOTP90 = 5.0, 12.0
 )
 
-func builtinProfiles(t testing.TB) []*emulator.Profile {
-	var out []*emulator.Profile
-	for _, n := range emulator.ProfileNames() {
-		p, err := emulator.LookupProfile(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, p)
-	}
-	return out
-}
-
 func currentScoreboard(t testing.TB) (Scoreboard, *SiliconResult) {
 	sb := Scoreboard{Steps: map[string][]ScoreboardPhase{}}
-	profs := builtinProfiles(t)
+	profs := emulator.BuiltinProfiles()
 	for _, p := range profs {
 		if b := StepBoard(p); len(b) > 0 {
 			sb.Steps[p.Name] = b

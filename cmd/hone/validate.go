@@ -104,14 +104,7 @@ non-numeric field, a latency <= 0, named by line and column; --profiles).`,
 
 // validationProfiles are the built-in profiles and those in dir.
 func validationProfiles(dir string) ([]*emulator.Profile, error) {
-	var out []*emulator.Profile
-	for _, n := range emulator.ProfileNames() {
-		p, err := emulator.LookupProfile(n)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p)
-	}
+	out := emulator.BuiltinProfiles()
 	if dir == "" {
 		return out, nil
 	}

@@ -436,6 +436,15 @@ func (p *Profile) clone() *Profile {
 	return &c
 }
 
+// BuiltinProfiles returns a copy of every built-in profile, by name.
+func BuiltinProfiles() []*Profile {
+	var out []*Profile
+	for _, n := range ProfileNames() {
+		out = append(out, profiles[n].clone())
+	}
+	return out
+}
+
 // ProfileNames lists the built-in profiles, sorted.
 func ProfileNames() []string {
 	var out []string
