@@ -15,8 +15,9 @@ type Scoreboard struct {
 	// Steps: per profile, its errors on measured steps (fit residuals and
 	// held-out checks), as the profile states them.
 	Steps map[string][]ScoreboardPhase `json:"steps"`
-	// Silicon: request-level errors on a silicon file, per model group.
-	Silicon SiliconBoard `json:"silicon"`
+	// Silicon: request-level errors on a silicon file, per model group,
+	// once per way of drawing the requests' lengths.
+	Silicon []SiliconBoard `json:"silicon"`
 }
 
 // ScoreboardPhase is one phase's step errors.
@@ -33,10 +34,11 @@ type ScoreboardPhase struct {
 // SiliconBoard is a silicon file's errors by group (model, precision, GPU)
 // and the rows predicted.
 type SiliconBoard struct {
-	File      string                    `json:"file"`
-	Groups    map[string]SiliconSummary `json:"groups"`
-	All       SiliconSummary            `json:"all"`
-	Predicted []string                  `json:"predicted_ids"`
+	File        string                    `json:"file"`
+	LengthRatio float64                   `json:"length_ratio"`
+	Groups      map[string]SiliconSummary `json:"groups"`
+	All         SiliconSummary            `json:"all"`
+	Predicted   []string                  `json:"predicted_ids"`
 }
 
 // StepBoard is a profile's step errors as the scoreboard tracks them.
@@ -58,7 +60,7 @@ func StepBoard(p *emulator.Profile) []ScoreboardPhase {
 
 // NewSiliconBoard summarises a silicon result by group.
 func NewSiliconBoard(file string, res *SiliconResult) SiliconBoard {
-	b := SiliconBoard{File: file, Groups: map[string]SiliconSummary{}, All: res.Summary, Predicted: []string{}}
+	b := SiliconBoard{File: file, LengthRatio: res.LengthRatio, Groups: map[string]SiliconSummary{}, All: res.Summary, Predicted: []string{}}
 	ttft, tpot := map[string][]float64{}, map[string][]float64{}
 	for _, r := range res.Rows {
 		k := siliconGroup(r.Model, r.Precision, r.System)
@@ -112,23 +114,32 @@ func CompareScoreboards(committed, current Scoreboard) []string {
 			worse(fmt.Sprintf("steps %s %s", prof, k), p.MedianAPE, n.MedianAPE)
 		}
 	}
-	for g, s := range committed.Silicon.Groups {
-		n, ok := current.Silicon.Groups[g]
-		if !ok {
-			out = append(out, fmt.Sprintf("silicon %s: no longer predicted", g))
+	for _, was := range committed.Silicon {
+		name := fmt.Sprintf("silicon %s (length ratio %g)", was.File, was.LengthRatio)
+		i := slices.IndexFunc(current.Silicon, func(b SiliconBoard) bool { return b.File == was.File && b.LengthRatio == was.LengthRatio })
+		if i < 0 {
+			out = append(out, name+": no longer computed")
 			continue
 		}
-		worse("silicon "+g+" TTFT", s.TTFT.MedianAPE, n.TTFT.MedianAPE)
-		worse("silicon "+g+" TPOT", s.TPOT.MedianAPE, n.TPOT.MedianAPE)
-	}
-	var lost []string
-	for _, id := range committed.Silicon.Predicted {
-		if !slices.Contains(current.Silicon.Predicted, id) {
-			lost = append(lost, id)
+		now := current.Silicon[i]
+		for g, s := range was.Groups {
+			n, ok := now.Groups[g]
+			if !ok {
+				out = append(out, fmt.Sprintf("%s %s: no longer predicted", name, g))
+				continue
+			}
+			worse(name+" "+g+" TTFT", s.TTFT.MedianAPE, n.TTFT.MedianAPE)
+			worse(name+" "+g+" TPOT", s.TPOT.MedianAPE, n.TPOT.MedianAPE)
 		}
-	}
-	if len(lost) > 0 {
-		out = append(out, fmt.Sprintf("silicon: %d rows predicted before are not now: %s", len(lost), strings.Join(lost, ", ")))
+		var lost []string
+		for _, id := range was.Predicted {
+			if !slices.Contains(now.Predicted, id) {
+				lost = append(lost, id)
+			}
+		}
+		if len(lost) > 0 {
+			out = append(out, fmt.Sprintf("%s: %d rows predicted before are not now: %s", name, len(lost), strings.Join(lost, ", ")))
+		}
 	}
 	slices.Sort(out)
 	return out

@@ -156,6 +156,9 @@ type SiliconConfig struct {
 	// measured requests (after the 8 warm-ups). 0: 10, as the
 	// InferenceX/vllm bench serve runs behind the H100 rows did.
 	RequestsPerClient int
+	// LengthRatio draws each request's ISL and OSL from [ratio × L, L]
+	// (replay.Workload.LengthRatio); 0: exactly ISL and OSL.
+	LengthRatio float64
 	// Workers predicts rows in parallel; 0: GOMAXPROCS.
 	Workers int
 }
@@ -208,6 +211,7 @@ type SiliconSummary struct {
 // SiliconResult is hone validate silicon's JSON.
 type SiliconResult struct {
 	Definitions string              `json:"definitions"`
+	LengthRatio float64             `json:"length_ratio"`
 	Rows        []SiliconPrediction `json:"rows"`
 	Skipped     []SiliconSkip       `json:"skipped"`
 	Summary     SiliconSummary      `json:"summary"`
@@ -216,7 +220,7 @@ type SiliconResult struct {
 // SiliconDefinitions states what is compared with what.
 const SiliconDefinitions = "measured: the row's silicon_ttft_ms and silicon_tpot_ms (client-side, vllm bench serve style: TTFT from send to first token, " +
 	"TPOT = (latency - TTFT)/(output tokens - 1) per request, averaged over requests); predicted: hone predict --concurrency N in virtual time " +
-	"(the emulator's vLLM scheduler with the row's profile), N×requests_per_client measured requests of exactly ISL/OSL tokens with no shared prefix, " +
+	"(the emulator's vLLM scheduler with the row's profile), N×requests_per_client measured requests of ISL/OSL tokens (or drawn from [length_ratio × L, L]) with no shared prefix, " +
 	"the mean over requests of TTFT from send and of TPOT excluding the first token; APE = |predicted − measured| / measured, %"
 
 // PredictSilicon predicts every row it can and says why it skips the rest.
@@ -250,7 +254,7 @@ func PredictSilicon(rows []SiliconRow, cfg SiliconConfig) *SiliconResult {
 	}
 	close(next)
 	wg.Wait()
-	res := &SiliconResult{Definitions: SiliconDefinitions, Rows: []SiliconPrediction{}, Skipped: []SiliconSkip{}}
+	res := &SiliconResult{Definitions: SiliconDefinitions, LengthRatio: cfg.LengthRatio, Rows: []SiliconPrediction{}, Skipped: []SiliconSkip{}}
 	var ttft, tpot []float64
 	for i, o := range outs {
 		if o.pred == nil {
@@ -393,7 +397,7 @@ emulator: {profile: %s, time_scale: 1}
 		return nil, fmt.Sprintf("cannot make its deployment: %v", err)
 	}
 	w := replay.Workload{Seed: replay.DefaultSeed, Requests: replay.Sessions + row.Concurrency*cfg.RequestsPerClient,
-		InputTokens: row.ISL, UncachedTokens: row.ISL, OutputTokens: row.OSL}
+		InputTokens: row.ISL, UncachedTokens: row.ISL, OutputTokens: row.OSL, LengthRatio: cfg.LengthRatio}
 	rec, err := predict.Run(spec, predict.Options{Profile: prof, Workload: w, Concurrency: []int{row.Concurrency},
 		SLO: slo.Default, KeepRequests: true})
 	if err != nil {

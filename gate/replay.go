@@ -58,7 +58,7 @@ func readReplayRecord(b []byte) ([]Run, bool, error) {
 		"precision":      rec.Model.Precision,
 		"gpu_count":      fmt.Sprint(rec.GPUs),
 		"gpu_model":      fmt.Sprint(rec.Hardware["gpu_model"]),
-		"workload":       fmt.Sprintf("seed=%d requests=%d input=%d uncached=%d output=%d qps=%v", rec.Workload.Seed, rec.Workload.Requests, rec.Workload.InputTokens, rec.Workload.UncachedTokens, rec.Workload.OutputTokens, rec.Workload.QPS),
+		"workload":       workloadFingerprint(rec.Workload),
 		"slo":            fmt.Sprintf("ttft<=%gms tpot<=%gms", rec.SLO.TTFTMillis, rec.SLO.TPOTMillis),
 		"time_scale":     fmt.Sprint(rec.TimeScale),
 		"cache":          rec.Cache.Procedure,
@@ -110,4 +110,15 @@ func readReplayRecord(b []byte) ([]Run, bool, error) {
 		runs = append(runs, run)
 	}
 	return runs, true, nil
+}
+
+// workloadFingerprint is the workload as the gate compares it; a length
+// ratio is named only when set, so records from before it compare as
+// before.
+func workloadFingerprint(w replay.WorkloadRecord) string {
+	s := fmt.Sprintf("seed=%d requests=%d input=%d uncached=%d output=%d qps=%v", w.Seed, w.Requests, w.InputTokens, w.UncachedTokens, w.OutputTokens, w.QPS)
+	if w.LengthRatio > 0 && w.LengthRatio < 1 {
+		s += fmt.Sprintf(" length_ratio=%g", w.LengthRatio)
+	}
+	return s
 }

@@ -327,6 +327,7 @@ func sameReplay(recs []*Record, names []string) error {
 		{"workload.input_tokens", func(r *Record) any { return r.Workload.InputTokens }},
 		{"workload.uncached_tokens", func(r *Record) any { return r.Workload.UncachedTokens }},
 		{"workload.output_tokens", func(r *Record) any { return r.Workload.OutputTokens }},
+		{"workload.length_ratio", func(r *Record) any { return r.Workload.LengthRatio }},
 		{"workload.qps", func(r *Record) any { return r.Workload.QPS }},
 		{"workload.runs", func(r *Record) any { return r.Workload.Runs }},
 		{"workload.generator", func(r *Record) any { return r.Workload.Generator }},

@@ -30,6 +30,12 @@ type Workload struct {
 	InputTokens    int    `json:"input_tokens"`
 	UncachedTokens int    `json:"uncached_tokens"`
 	OutputTokens   int    `json:"output_tokens"`
+	// LengthRatio, in (0, 1), draws each measured request's input and
+	// output lengths uniformly from [LengthRatio × L, L] (vllm bench serve's
+	// random-range-ratio as the InferenceX runs use it), from Seed and the
+	// request id; 0 (or 1): every request is InputTokens and OutputTokens
+	// long.
+	LengthRatio float64 `json:"length_ratio,omitempty"`
 }
 
 // DefaultWorkload is the brief's public instance with the default seed.
@@ -42,7 +48,7 @@ func DefaultWorkload() Workload {
 // Params is the schedule's shape at one offered rate.
 func (w Workload) Params(qps float64) Params {
 	return Params{Requests: w.Requests, InputTokens: w.InputTokens, UncachedTokens: w.UncachedTokens,
-		OutputTokens: w.OutputTokens, OfferedQPS: qps}
+		OutputTokens: w.OutputTokens, OfferedQPS: qps, LengthRatio: w.LengthRatio, Seed: w.Seed}
 }
 
 // CachedTokens is the length of every session prefix.

@@ -3,6 +3,7 @@ package replay
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 )
 
 // The brief's fixed schedule constants. They are part of the exercise's
@@ -42,6 +43,9 @@ type Params struct {
 	UncachedTokens int     // tokens of a measurement prompt beyond its session prefix (128)
 	OutputTokens   int     // tokens generated per request (128; privately 64, 128 or 256)
 	OfferedQPS     float64 // arrival rate of the measurement phase
+	// LengthRatio and Seed: see Workload.LengthRatio (0: fixed lengths).
+	LengthRatio float64
+	Seed        uint64
 }
 
 // DefaultParams is the brief's public instance at the given offered QPS.
@@ -78,6 +82,8 @@ func (p Params) Validate() error {
 		return &ParamError{"qps", p.OfferedQPS, "a finite number"}
 	case p.OfferedQPS <= 0:
 		return &ParamError{"qps", p.OfferedQPS, "greater than 0"}
+	case math.IsNaN(p.LengthRatio) || p.LengthRatio < 0 || p.LengthRatio > 1:
+		return &ParamError{"length-ratio", p.LengthRatio, "a fraction in (0, 1]: each request's lengths drawn from [ratio × L, L]; 0 or 1 for fixed lengths"}
 	}
 	return nil
 }
@@ -99,6 +105,9 @@ func Generate(p Params) ([]Request, error) {
 		} else {
 			r.ArrivalMs = MeasureStartMillis + float64((i-Sessions)*1000)/p.OfferedQPS
 			r.CachedTokens = p.InputTokens - p.UncachedTokens
+			if p.LengthRatio > 0 && p.LengthRatio < 1 {
+				r.InputTokens, r.OutputTokens = drawLengths(p, i, r.CachedTokens)
+			}
 		}
 		reqs[i] = r
 	}
@@ -130,3 +139,20 @@ func GenerateClosed(p Params, n int) ([]Request, error) {
 // the rate to Prompts (AppendPrompt, AppendSuffix): a key no open level's
 // rate can take, so the two never share suffixes.
 func ClosedLevelKey(n int) float64 { return -float64(n) }
+
+// drawLengths draws request id's input and output lengths uniformly from
+// [ratio × L, L] (whole tokens), the input never reaching into its
+// session's cached prefix: a pure function of the seed, the ratio and id.
+func drawLengths(p Params, id, cached int) (in, out int) {
+	rng := rand.New(rand.NewPCG(p.Seed^0x6c656e67746873, uint64(id)))
+	draw := func(l, floor int) int {
+		lo := max(int(math.Ceil(p.LengthRatio*float64(l))), floor)
+		if lo >= l {
+			return l
+		}
+		return lo + rng.IntN(l-lo+1)
+	}
+	in = draw(p.InputTokens, cached+1)
+	out = draw(p.OutputTokens, 1)
+	return in, out
+}

@@ -97,3 +97,49 @@ func TestGenerateRejects(t *testing.T) {
 		t.Errorf("smallest valid instance rejected: %v", err)
 	}
 }
+
+// TestGenerateLengthRatio: with a length ratio, measured requests' lengths
+// are drawn within [ratio × L, L] (the input above its cached prefix),
+// the same at every rate, spread over the range; warm-ups and ratio 0 keep
+// the fixed lengths.
+func TestGenerateLengthRatio(t *testing.T) {
+	p := Params{Requests: 1008, InputTokens: 1000, UncachedTokens: 900, OutputTokens: 100, OfferedQPS: 4, LengthRatio: 0.8, Seed: 7}
+	a, err := Generate(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.OfferedQPS = 32
+	b, _ := Generate(p)
+	inSeen, outSeen := map[int]bool{}, map[int]bool{}
+	for i, r := range a {
+		if r.Warmup() {
+			if r.InputTokens != 1000 || r.OutputTokens != 100 {
+				t.Fatalf("warm-up %d: %d/%d tokens", i, r.InputTokens, r.OutputTokens)
+			}
+			continue
+		}
+		if r.InputTokens < 800 || r.InputTokens > 1000 || r.OutputTokens < 80 || r.OutputTokens > 100 || r.InputTokens <= r.CachedTokens {
+			t.Fatalf("request %d: %d input (%d cached), %d output", i, r.InputTokens, r.CachedTokens, r.OutputTokens)
+		}
+		if r.InputTokens != b[i].InputTokens || r.OutputTokens != b[i].OutputTokens {
+			t.Fatalf("request %d: lengths depend on the rate", i)
+		}
+		inSeen[r.InputTokens], outSeen[r.OutputTokens] = true, true
+	}
+	if len(inSeen) < 150 || len(outSeen) != 21 {
+		t.Errorf("%d distinct inputs, %d distinct outputs: want most of 201 and all 21", len(inSeen), len(outSeen))
+	}
+	p.LengthRatio = 0
+	c, _ := Generate(p)
+	for _, r := range c[Sessions:] {
+		if r.InputTokens != 1000 || r.OutputTokens != 100 {
+			t.Fatalf("ratio 0: %d/%d tokens", r.InputTokens, r.OutputTokens)
+		}
+	}
+	for _, bad := range []float64{-0.1, 1.01, math.NaN()} {
+		p.LengthRatio = bad
+		if err := p.Validate(); err == nil || err.(*ParamError).Field != "length-ratio" {
+			t.Errorf("ratio %v: %v", bad, err)
+		}
+	}
+}

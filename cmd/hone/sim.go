@@ -29,6 +29,7 @@ type workloadFlags struct {
 	inputTokens    int
 	uncachedTokens int // hone sim has no flag: the exact model's scan has replay.DefaultUncachedTokens
 	outputTokens   int
+	lengthRatio    float64 // hone sim has no flag: the exact model's requests are all alike
 	ttftSLO        float64
 	tpotSLO        float64
 }
@@ -43,6 +44,8 @@ func (w *workloadFlags) register(c *cobra.Command, uncached bool) {
 		f.IntVar(&w.inputTokens, "input-tokens", 4096, "input tokens per request: its session's shared code prefix, then --uncached-tokens of its own")
 		f.IntVar(&w.uncachedTokens, "uncached-tokens", replay.DefaultUncachedTokens,
 			"input tokens of a measured request beyond its session's prefix, which the warm-ups cached (the brief's workload: 128)")
+		f.Float64Var(&w.lengthRatio, "length-ratio", 0,
+			"draw each measured request's input and output lengths uniformly from [ratio × L, L] (vllm bench serve --random-range-ratio; the input never shorter than its cached prefix + 1); 0: fixed lengths")
 	} else {
 		f.IntVar(&w.inputTokens, "input-tokens", 4096, "input tokens per request (128 of them uncached in the measurement phase)")
 		w.uncachedTokens = replay.DefaultUncachedTokens
@@ -99,7 +102,7 @@ func (w *workloadFlags) check(qps []float64) error {
 
 // workload is the replay workload the flags describe, with seed.
 func (w *workloadFlags) workload(seed uint64) replay.Workload {
-	return replay.Workload{Seed: seed, Requests: w.requests, InputTokens: w.inputTokens, UncachedTokens: w.uncachedTokens, OutputTokens: w.outputTokens}
+	return replay.Workload{Seed: seed, Requests: w.requests, InputTokens: w.inputTokens, UncachedTokens: w.uncachedTokens, OutputTokens: w.outputTokens, LengthRatio: w.lengthRatio}
 }
 
 // checkSLO checks --ttft-slo-ms and --tpot-slo-ms, in that order.

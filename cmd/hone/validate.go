@@ -31,6 +31,7 @@ func newValidateSiliconCmd() *cobra.Command {
 	var (
 		profiles string
 		perConn  int
+		ratio    float64
 		output   outputFormat
 	)
 	c := &cobra.Command{
@@ -45,7 +46,9 @@ row's GPU at its TP, on the profile of that model, GPU and weight precision
 (built-in or from --profiles DIR; fitted to measured steps first, then
 derived from per-operation tables, then the rest), N clients in a closed
 loop sending N × --requests-per-client requests of exactly ISL input and
-OSL output tokens with no shared prefix.
+OSL output tokens with no shared prefix (--length-ratio R: each request's
+lengths drawn from [R × L, L], as vllm bench serve --random-range-ratio
+does; the InferenceX runs behind the Llama rows used 0.8).
 
 Compared: the mean over requests of TTFT (from send to first token) and of
 TPOT (excluding the first token: (latency − TTFT)/(output tokens − 1)),
@@ -79,6 +82,9 @@ non-numeric field, a latency <= 0, named by line and column; --profiles).`,
 			if perConn < 1 {
 				return badInput("--requests-per-client: want at least 1, got %d", perConn)
 			}
+			if !(ratio >= 0 && ratio <= 1) {
+				return badInput("--length-ratio: want a fraction in (0, 1], or 0 for fixed lengths, got %v", ratio)
+			}
 			rows, err := calibrate.ReadSilicon(args[0])
 			if err != nil {
 				return badInput("%v", err)
@@ -87,7 +93,7 @@ non-numeric field, a latency <= 0, named by line and column; --profiles).`,
 			if err != nil {
 				return err
 			}
-			res := calibrate.PredictSilicon(rows, calibrate.SiliconConfig{Profiles: profs, RequestsPerClient: perConn})
+			res := calibrate.PredictSilicon(rows, calibrate.SiliconConfig{Profiles: profs, RequestsPerClient: perConn, LengthRatio: ratio})
 			if output.value == "json" {
 				return writeJSON(c.OutOrStdout(), res)
 			}
@@ -98,6 +104,7 @@ non-numeric field, a latency <= 0, named by line and column; --profiles).`,
 	f := c.Flags()
 	f.StringVar(&profiles, "profiles", "", "a folder of profile .yaml files to choose from besides the built-ins")
 	f.IntVar(&perConn, "requests-per-client", 10, "measured requests per client of each closed loop (vllm bench serve's num-prompts / max-concurrency)")
+	f.Float64Var(&ratio, "length-ratio", 0, "draw each request's ISL and OSL from [ratio × L, L]; 0: exactly ISL and OSL")
 	output.register(f, "table", "", "table", "json")
 	return c
 }
