@@ -106,6 +106,7 @@ CONSISTENCY_SCALE ?= 2
 test-consistency:
 	$(GO) test -count=1 -timeout 60m -run '^TestConsistencyWithExactModel$$' -parallel 2 -v ./sim/emulator -long -long-scale $(CONSISTENCY_SCALE)
 	$(GO) test -count=1 -timeout 60m -run '^TestPredictionMatchesLiveEmulator$$' -v ./predict -live
+	$(GO) test -count=1 -timeout 10m -run '^TestClosedLoopLive$$' -v ./predict -live
 	$(GO) test -count=1 -timeout 45m -run '^TestCalibrationRecoversHiddenProfileLive$$' -v ./calibrate -live -live-scale 4
 	$(GO) test -count=1 -timeout 10m -run '^TestDaemonStepsLive$$' -v ./calibrate -live
 

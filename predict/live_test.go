@@ -102,6 +102,13 @@ emulator: {profile: %s, time_scale: %g}
 // proxy's timeline of every request, by request id.
 func liveReplay(t *testing.T, ctx context.Context, s *deploy.Spec, w replay.Workload, qps float64, runs int) (*replay.Record, map[string]proxy.Timeline) {
 	t.Helper()
+	return liveReplayLoad(t, ctx, s, w, []float64{qps}, nil, runs)
+}
+
+// liveReplayLoad is liveReplay at open-loop rates qps or, instead,
+// closed-loop clients.
+func liveReplayLoad(t *testing.T, ctx context.Context, s *deploy.Spec, w replay.Workload, qps []float64, clients []int, runs int) (*replay.Record, map[string]proxy.Timeline) {
+	t.Helper()
 	d, err := deploy.Up(ctx, s, deploy.UpOptions{StateDir: t.TempDir(), Hone: honetest.Binary(t), Owned: true,
 		HealthTimeout: 60 * time.Second, Grace: 2 * time.Second})
 	if err != nil {
@@ -109,7 +116,7 @@ func liveReplay(t *testing.T, ctx context.Context, s *deploy.Spec, w replay.Work
 	}
 	defer d.Down(2 * time.Second)
 	rec, err := replay.Run(ctx, replay.Options{Endpoint: d.ProxyURL(), Model: s.ServedName(), Kind: replay.KindEmulated,
-		Backend: "emulator", Workload: w, QPS: []float64{qps}, Runs: runs, SLO: slo.Default, TimeScale: s.Emulator.TimeScale,
+		Backend: "emulator", Workload: w, QPS: qps, Concurrency: clients, Runs: runs, SLO: slo.Default, TimeScale: s.Emulator.TimeScale,
 		GPUs: s.GPUsNeeded(), CachedTokensReported: true})
 	if err != nil {
 		t.Fatal(err)

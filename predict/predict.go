@@ -42,6 +42,11 @@ type Options struct {
 	// two is given.
 	QPS         []float64
 	Concurrency []int
+	// ClosedGapMs, for a closed loop, is from a request's last token at
+	// the engine to the arrival of the request it releases (the client's
+	// receipt, its send and both HTTP hops); 0: at once. The agreement
+	// check with a live closed loop sets it from the run it compares with.
+	ClosedGapMs float64
 	SLO         slo.SLO
 	// KeepRequests keeps every request's record in the result (grids drop
 	// them to save memory; calibration needs them).
@@ -299,7 +304,7 @@ func (c *cluster) level(prompts *replay.Prompts, l loadLevel, opts Options, gpus
 	}
 	load := emulator.ClosedLoop{From: len(vr)}
 	if l.clients > 0 {
-		load = emulator.ClosedLoop{From: min(replay.Sessions, len(vr)), Concurrency: l.clients}
+		load = emulator.ClosedLoop{From: min(replay.Sessions, len(vr)), Concurrency: l.clients, GapMs: opts.ClosedGapMs}
 	}
 	outs, err := emulator.SimulateLoad(c.workers, vr, load)
 	if err != nil {
@@ -468,12 +473,7 @@ func (l loadLevel) level() slo.Level {
 	return slo.Level{OfferedQPS: l.qps}
 }
 
-func (l loadLevel) String() string {
-	if l.clients > 0 {
-		return fmt.Sprintf("%d clients", l.clients)
-	}
-	return fmt.Sprintf("%g req/s", l.qps)
-}
+func (l loadLevel) String() string { return l.level().Name() }
 
 // loadLevels are opts' levels, open or closed, checked.
 func loadLevels(opts Options) ([]loadLevel, error) {

@@ -58,7 +58,7 @@ func openLoopAt(tb testing.TB, url string, qps float64, n int) []RequestRecord {
 	tbase := newTimebase()
 	r := &runner{opts: Options{TimeScale: 1}, tb: tbase, cl: &client{http: &http.Client{Transport: newTransport()},
 		url: url + "/v1/completions", scale: 1, timeout: time.Minute, tb: tbase}}
-	sent := r.openLoop(context.Background(), time.Now(), reqs, bodies, records, nil)
+	sent := r.dispatch(context.Background(), time.Now(), reqs, bodies, records, 0, nil)
 	if sent != n {
 		tb.Fatalf("sent %d of %d", sent, n)
 	}

@@ -62,8 +62,12 @@ func barLine(p Progress) string {
 	if s := p.Elapsed.Seconds(); s > 0 {
 		rate = float64(p.TotalDone) / s
 	}
-	return fmt.Sprintf("run %d/%d level %d/%d (%g qps) [%s%s] %d/%d done, %d failed  %.1f req/s  ETA %s",
-		p.Run+1, p.Runs, p.Level+1, p.Levels, p.QPS, strings.Repeat("#", filled), strings.Repeat("-", width-filled),
+	load := fmt.Sprintf("%g qps", p.QPS)
+	if n := closedClients(p.QPS); n > 0 {
+		load = fmt.Sprintf("%d clients", n)
+	}
+	return fmt.Sprintf("run %d/%d level %d/%d (%s) [%s%s] %d/%d done, %d failed  %.1f req/s  ETA %s",
+		p.Run+1, p.Runs, p.Level+1, p.Levels, load, strings.Repeat("#", filled), strings.Repeat("-", width-filled),
 		p.Done, p.Planned, p.Failed, rate, p.ETA.Round(time.Second))
 }
 
@@ -83,6 +87,10 @@ func LevelLine(run, runs int, l *LevelRecord) string {
 	} else if r := l.HitRateCachedTokens; r != nil {
 		hit = fmt.Sprintf("%.1f%% (cached_tokens)", *r*100)
 	}
-	return fmt.Sprintf("run %d/%d qps %g: p99 TTFT %.1f ms, p99 TPOT %.2f ms, effective %.3f req/s, %s; %d/%d sent, %d failed, prefix hit %s",
-		run+1, runs, l.OfferedQPS, l.P99TTFTMs, l.P99TPOTMs, l.EffectiveQPS, verdict, l.Sent, l.Planned, failed, hit)
+	load := fmt.Sprintf("qps %g", l.OfferedQPS)
+	if l.Concurrency > 0 {
+		load = fmt.Sprintf("%d clients", l.Concurrency)
+	}
+	return fmt.Sprintf("run %d/%d %s: p99 TTFT %.1f ms, p99 TPOT %.2f ms, effective %.3f req/s, %s; %d/%d sent, %d failed, prefix hit %s",
+		run+1, runs, load, l.P99TTFTMs, l.P99TPOTMs, l.EffectiveQPS, verdict, l.Sent, l.Planned, failed, hit)
 }

@@ -45,8 +45,13 @@ type Options struct {
 	Backend  string    // what serves the endpoint, e.g. "vllm", "emulator"; "": from the kind found
 	Workload Workload  // zero: DefaultWorkload()
 	QPS      []float64 // offered rates, one level each, in order
-	Runs     int       // passes over all levels; 0: 1
-	SLO      slo.SLO   // zero: slo.Default
+	// Concurrency, instead of QPS, makes every level a closed loop
+	// (GenerateClosed): after the warm-ups, N clients each sending its
+	// next request when its last one ends (vllm bench serve
+	// --max-concurrency). One level per entry.
+	Concurrency []int
+	Runs        int     // passes over all levels; 0: 1
+	SLO         slo.SLO // zero: slo.Default
 	// TimeScale compresses the schedule for an engine whose modelled
 	// durations are scaled the same way (hone sim serve --time-scale): sends
 	// happen at arrival x S and every measured duration is divided by S, so
@@ -92,9 +97,9 @@ type Options struct {
 // Progress reports where a replay is. Done and Failed count this level's
 // finished requests; failed ones are included in Done.
 type Progress struct {
-	Run, Runs     int // Run is 0-based
-	Level, Levels int // Level is 0-based
-	QPS           float64
+	Run, Runs     int     // Run is 0-based
+	Level, Levels int     // Level is 0-based
+	QPS           float64 // the level's offered rate; a closed loop's is -clients (ClosedLevelKey)
 	Done, Failed  int
 	Planned       int
 	TotalDone     int
@@ -125,8 +130,12 @@ func (o *Options) defaults() error {
 		return &ParamError{"kind", fmt.Sprintf("%q", o.Kind), `"emulated" (hone sim serve), "device" (real vLLM), "unverified", or empty to discover`}
 	case o.Cache != "" && o.Cache != CacheReset && o.Cache != CacheFreshPrefixes:
 		return &ParamError{"cache", fmt.Sprintf("%q", o.Cache), `"reset_prefix_cache", "fresh_prefixes", or empty to choose`}
-	case len(o.QPS) == 0:
-		return &ParamError{"qps", "[]", "at least one offered rate"}
+	case len(o.QPS) > 0 && len(o.Concurrency) > 0:
+		return &ParamError{"max-concurrency", o.Concurrency, "either offered rates (qps, open loop) or clients (max-concurrency, closed loop), not both"}
+	case len(o.QPS) == 0 && len(o.Concurrency) == 0:
+		return &ParamError{"qps", "[]", "at least one offered rate (or max-concurrency: clients of a closed loop)"}
+	case len(o.Concurrency) > 0 && o.Shard != nil:
+		return &ParamError{"shard", o.Shard.Index, "one process: a closed loop's sends depend on its own requests' ends"}
 	case o.Runs < 1:
 		return &ParamError{"runs", o.Runs, "at least 1"}
 	case o.TimeScale < 0 || math.IsNaN(o.TimeScale) || math.IsInf(o.TimeScale, 0):
@@ -153,6 +162,16 @@ func (o *Options) defaults() error {
 	}
 	for _, q := range o.QPS {
 		if err := o.Workload.Params(q).Validate(); err != nil {
+			return err
+		}
+	}
+	for _, n := range o.Concurrency {
+		if n < 1 {
+			return &ParamError{"max-concurrency", n, "at least 1 client"}
+		}
+	}
+	if len(o.Concurrency) > 0 {
+		if err := o.Workload.Params(1).Validate(); err != nil {
 			return err
 		}
 	}
@@ -268,13 +287,16 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 		rec.RequestIDNonce = fmt.Sprintf("%08x", uint32(opts.Shard.nonce(2)))
 	}
 	rec.CachedTokensRule = CachedTokensAsReported
+	if len(opts.Concurrency) > 0 {
+		rec.Workload.QPS, rec.Workload.Load, rec.Workload.Concurrency = []float64{}, LoadClosed, opts.Concurrency
+	}
 	r := &runner{opts: opts, eng: eng, tok: tok, prompts: prompts, cache: rec.Cache.Procedure, nonce: rec.Cache.Nonce, tb: tb, idNonce: rec.RequestIDNonce,
 		cl: &client{http: hc, url: opts.Endpoint + "/v1/completions", scale: opts.TimeScale,
 			timeout: time.Duration(float64(opts.RequestTimeout) * opts.TimeScale), tb: tb}}
 	if opts.Shard != nil {
 		r.shard = newShardPlan(*opts.Shard, opts, r.levelSpan)
 	}
-	for _, q := range opts.QPS {
+	for _, q := range r.levelKeys() {
 		n := opts.Workload.Requests
 		if r.shard != nil {
 			all, _ := Generate(opts.Workload.Params(q))
@@ -287,7 +309,7 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 	defer stopProgress()
 	for run := range opts.Runs {
 		rr := RunRecord{Run: run}
-		for li, q := range opts.QPS {
+		for li, q := range r.levelKeys() {
 			lr, err := r.level(ctx, run, li, q)
 			if err != nil {
 				rec.Runs = append(rec.Runs, rr)
@@ -343,7 +365,7 @@ func (rr *RunRecord) summarize(gpus int) {
 			continue
 		}
 		for _, r := range l.Verdict.Reasons {
-			rr.Verdict.Reasons = append(rr.Verdict.Reasons, Reason{Code: r.Code, Detail: fmt.Sprintf("%g req/s: %s", l.OfferedQPS, r.Detail), Scale: r.Scale})
+			rr.Verdict.Reasons = append(rr.Verdict.Reasons, Reason{Code: r.Code, Detail: fmt.Sprintf("%s: %s", l.Name(), r.Detail), Scale: r.Scale})
 		}
 		rr.Verdict.Valid = false
 	}
@@ -389,8 +411,34 @@ type runner struct {
 	ssePool sync.Pool
 }
 
-// levelSpan is how long a level's schedule lasts in real time.
+// levelKeys are the levels' rates as prompts, ids and seeds take them:
+// the offered rates, or a closed loop's ClosedLevelKey.
+func (r *runner) levelKeys() []float64 {
+	if len(r.opts.Concurrency) == 0 {
+		return r.opts.QPS
+	}
+	out := make([]float64, len(r.opts.Concurrency))
+	for i, n := range r.opts.Concurrency {
+		out[i] = ClosedLevelKey(n)
+	}
+	return out
+}
+
+// closedClients is the clients of the level with key qps, 0 for an open
+// level.
+func closedClients(qps float64) int {
+	if qps < 0 {
+		return int(-qps)
+	}
+	return 0
+}
+
+// levelSpan is how long a level's schedule lasts in real time (a closed
+// loop's: until its measurement starts; the rest depends on the engine).
 func (r *runner) levelSpan(qps float64) time.Duration {
+	if qps < 0 {
+		return time.Duration(MeasureStartMillis * r.opts.TimeScale * 1e6)
+	}
 	n := r.opts.Workload.Requests
 	last := MeasureStartMillis + float64((n-1-Sessions)*1000)/qps
 	return time.Duration(last * r.opts.TimeScale * 1e6)
@@ -401,12 +449,20 @@ func (r *runner) levelSpan(qps float64) time.Duration {
 // (the prompts could not be built).
 func (r *runner) level(ctx context.Context, run, li int, qps float64) (LevelRecord, error) {
 	w := r.opts.Workload
-	all, _ := Generate(w.Params(qps)) // validated in defaults
+	clients := closedClients(qps)
+	var all []Request
+	level := slo.Level{OfferedQPS: qps}
+	if clients > 0 {
+		all, _ = GenerateClosed(w.Params(1), clients) // validated in defaults
+		level = slo.Level{Concurrency: clients}
+	} else {
+		all, _ = Generate(w.Params(qps)) // validated in defaults
+	}
 	reqs := all
 	if r.shard != nil {
 		reqs = r.shard.mine(all)
 	}
-	lr := LevelRecord{Level: slo.Level{OfferedQPS: qps}, Planned: len(reqs), Outcomes: map[string]int{}, Failures: map[string]int{},
+	lr := LevelRecord{Level: level, Planned: len(reqs), Outcomes: map[string]int{}, Failures: map[string]int{},
 		PrefixSeed: w.Seed}
 	prompts := r.prompts
 	bg := context.WithoutCancel(ctx)
@@ -484,7 +540,7 @@ func (r *runner) level(ctx context.Context, run, li int, qps float64) (LevelReco
 		lr.Counters.Warmup, _ = r.eng.scrape(bg)
 		lr.WarmupOverlap = time.Now().After(at(MeasureStartMillis))
 	}()
-	sent := r.openLoop(ctx, start, reqs, bodies, records, func(i int) {
+	sent := r.dispatch(ctx, start, reqs, bodies, records, clients, func(i int) {
 		if reqs[i].ID < Sessions {
 			warm.Done()
 		}
@@ -524,20 +580,39 @@ func (r *runner) level(ctx context.Context, run, li int, qps float64) (LevelReco
 // reads its counters: a single process, or shard 0 of a sharded replay.
 func (r *runner) leads() bool { return r.shard == nil || r.shard.Index == 0 }
 
-// openLoop sends request i at start + ArrivalMs x TimeScale, each in its
-// own goroutine, whatever earlier requests are doing, and waits until every
-// request sent has finished (finished(i) is called for each). It stops
-// sending when ctx ends and returns how many were sent: reqs[:sent].
-func (r *runner) openLoop(ctx context.Context, start time.Time, reqs []Request, bodies [][]byte, records []RequestRecord, finished func(i int)) int {
+// dispatch sends request i at start + ArrivalMs x TimeScale, each in its
+// own goroutine, whatever earlier requests are doing (open loop), and
+// waits until every request sent has finished (finished(i) is called for
+// each). With clients > 0 the measured requests (ids from Sessions on) go
+// in a closed loop instead: the first clients of them at their ArrivalMs,
+// each later one, in order, the moment a measured request ends; its
+// scheduled time becomes that moment. It stops sending when ctx ends and
+// returns how many were sent: reqs[:sent].
+func (r *runner) dispatch(ctx context.Context, start time.Time, reqs []Request, bodies [][]byte, records []RequestRecord, clients int, finished func(i int)) int {
 	scale := r.opts.TimeScale
 	var wg sync.WaitGroup
-	sent := 0
+	sent, measured := 0, 0
+	ended := make(chan struct{}, len(reqs)) // a closed loop's measured request ended
 	for i := range reqs {
 		due := start.Add(time.Duration(reqs[i].ArrivalMs * scale * 1e6))
-		// On an idle host a Go timer alone wakes up to a millisecond late,
-		// which would spend a 1 ms dispatch-lag budget by itself.
-		if !finesleep.Until(ctx, due) {
+		closed := clients > 0 && reqs[i].ID >= Sessions
+		if closed && measured >= clients {
+			select {
+			case <-ended:
+			case <-ctx.Done():
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			due = time.Now()
+			records[i].ScheduledMs = float64(due.Sub(start)) / 1e6 / scale
+		} else if !finesleep.Until(ctx, due) {
+			// On an idle host a Go timer alone wakes up to a millisecond
+			// late, which would spend a 1 ms dispatch-lag budget by itself.
 			break
+		}
+		if closed {
+			measured++
 		}
 		if r.opts.beforeSend != nil {
 			r.opts.beforeSend(r.cur.Run, r.cur.QPS, reqs[i].ID)
@@ -561,6 +636,9 @@ func (r *runner) openLoop(ctx context.Context, start time.Time, reqs []Request, 
 			}
 			if finished != nil {
 				finished(i)
+			}
+			if closed {
+				ended <- struct{}{}
 			}
 		}(i)
 	}
@@ -709,7 +787,7 @@ func (r *runner) beginLevel(run, li int, qps float64, planned int) {
 	r.levelStart = time.Now()
 	r.levelSpanCur = r.levelSpan(qps)
 	r.remaining -= r.levelSpanCur
-	r.cur = Progress{Run: run, Runs: r.opts.Runs, Level: li, Levels: len(r.opts.QPS), QPS: qps, Planned: planned,
+	r.cur = Progress{Run: run, Runs: r.opts.Runs, Level: li, Levels: len(r.levelKeys()), QPS: qps, Planned: planned,
 		TotalPlanned: r.totalPlanned}
 }
 

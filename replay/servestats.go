@@ -40,6 +40,7 @@ func dist(v []float64) Dist {
 // seconds: request 8's scheduled arrival to the last completion).
 type ServeStats struct {
 	OfferedQPS            float64 `json:"offered_qps"`
+	Concurrency           int     `json:"concurrency,omitempty"` // a closed loop's clients (OfferedQPS is then 0)
 	Runs                  int     `json:"runs"`
 	Valid                 bool    `json:"valid"` // every run pooled is valid at this level
 	Completed             int     `json:"completed"`
@@ -79,7 +80,7 @@ func LevelServeStats(rec *Record, i int) ServeStats {
 	var ttft, tpot, itl, e2e []float64
 	var outTok, inTok int
 	for _, l := range levels {
-		s.OfferedQPS = l.OfferedQPS
+		s.OfferedQPS, s.Concurrency = l.OfferedQPS, l.Concurrency
 		s.DurationS += l.WindowSeconds
 		for _, q := range l.Requests {
 			if q.ID < Sessions {

@@ -1,5 +1,7 @@
 package slo
 
+import "strconv"
+
 // SLO is the pair of latency objectives a load level must meet. The brief's
 // defaults are p99 TTFT <= 2000 ms and p99 TPOT <= 50 ms.
 type SLO struct {
@@ -26,6 +28,15 @@ type Level struct {
 	P99TPOTMs    float64 `json:"p99_tpot_ms"`
 	EffectiveQPS float64 `json:"effective_qps"`
 	Passed       bool    `json:"passed"`
+}
+
+// Name is the level's load: "16 req/s" (open loop) or "4 clients"
+// (closed loop).
+func (l Level) Name() string {
+	if l.Concurrency > 0 {
+		return strconv.Itoa(l.Concurrency) + " clients"
+	}
+	return strconv.FormatFloat(l.OfferedQPS, 'g', -1, 64) + " req/s"
 }
 
 // Objective is the largest effective QPS among passing levels, or 0 when

@@ -334,7 +334,8 @@ func TestOptimizeOnTheModel(t *testing.T) {
 }
 
 // A closed-loop record (predict --concurrency) is not compared with an
-// open-loop baseline: exit 2, naming workload.load.
+// open-loop baseline: exit 2, naming workload.load. A closed loop with
+// rates, zero clients or shards is bad input naming the flag.
 func TestGateRefusesClosedLoop(t *testing.T) {
 	dir := t.TempDir()
 	spec := filepath.Join("..", "..", "examples", "emulator-l4-colocated.yaml")
@@ -355,5 +356,11 @@ func TestGateRefusesClosedLoop(t *testing.T) {
 	}
 	if _, errs, code := runCLI(t, "", "predict", spec, "--qps", "4", "--concurrency", "4"); code != 2 || !strings.Contains(errs, "--concurrency") {
 		t.Errorf("predict --qps --concurrency: exit %d, stderr %q; want 2 naming --concurrency", code, errs)
+	}
+	for _, args := range [][]string{{"--max-concurrency", "2", "--qps", "3"}, {"--max-concurrency", "0"}, {"--max-concurrency", "2", "--shard", "0/2"}} {
+		args = append([]string{"replay", "--endpoint", "http://127.0.0.1:1", "--model", "m", "--out", filepath.Join(dir, "r.json")}, args...)
+		if _, errs, code := runCLI(t, "", args...); code != 2 || !strings.Contains(errs, "--max-concurrency") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 naming --max-concurrency", args, code, errs)
+		}
 	}
 }

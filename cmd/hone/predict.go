@@ -137,7 +137,7 @@ the prediction cannot model).`,
 				if c.Flags().Changed("qps") {
 					return badInput("--concurrency: a closed loop has no offered rate: give --qps (open loop) or --concurrency (closed loop), not both")
 				}
-				if opts.Concurrency, err = parseConcurrency(concurrency); err != nil {
+				if opts.Concurrency, err = parseConcurrency("--concurrency", concurrency); err != nil {
 					return err
 				}
 				opts.QPS = nil
@@ -276,7 +276,7 @@ func writePredictTable(w io.Writer, spec *deploy.Spec, profile string, rec *repl
 	}
 	fmt.Fprintln(tw, first+"\tp50_ttft_ms\tp90_ttft_ms\tp99_ttft_ms\tp50_tpot_ms\tp90_tpot_ms\tp99_tpot_ms\teffective_qps\tgpu_s_per_req\thit_rate\tpassed\t")
 	for _, l := range run.Levels {
-		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.4f\t%s\t%s\t%t\t\n", levelName(l.Level),
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.4f\t%s\t%s\t%t\t\n", levelNumber(l.Level),
 			l.P50TTFTMs, l.P90TTFTMs, l.P99TTFTMs, l.P50TPOTMs, l.P90TPOTMs, l.P99TPOTMs, l.EffectiveQPS,
 			optFloat(l.GPUSecondsPerRequest, "%.4g"), optPercent(l.HitRateCachedTokens), l.Passed)
 	}
@@ -531,21 +531,23 @@ func (p *gridProgress) close(total int) {
 	fmt.Fprintf(p.w, "predict: %d specs in %s\n", total, time.Since(p.start).Round(time.Millisecond))
 }
 
-// parseConcurrency parses a --concurrency list, naming the flag on error.
-func parseConcurrency(s string) ([]int, error) {
+// parseConcurrency parses a list of clients given to flag, naming the flag
+// on error.
+func parseConcurrency(flag, s string) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(s, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
-			return nil, badInput("--concurrency: %q is not a number of clients (want integers >= 1, comma-separated, e.g. 1,8,32)", f)
+			return nil, badInput("%s: %q is not a number of clients (want integers >= 1, comma-separated, e.g. 1,8,32)", flag, f)
 		}
 		out = append(out, n)
 	}
 	return out, nil
 }
 
-// levelName is a level's load: its offered rate, or its clients.
-func levelName(l slo.Level) string {
+// levelNumber is a level's load as the table's first column gives it: its
+// offered rate, or its clients.
+func levelNumber(l slo.Level) string {
 	if l.Concurrency > 0 {
 		return strconv.Itoa(l.Concurrency)
 	}

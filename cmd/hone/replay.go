@@ -39,6 +39,7 @@ func newReplayCmd() *cobra.Command {
 		cachedReported        bool
 		shard, startAt        string
 		levelGap              time.Duration
+		maxConcurrency        string
 	)
 	c := &cobra.Command{
 		Use:   "replay",
@@ -47,7 +48,10 @@ func newReplayCmd() *cobra.Command {
 OpenAI-compatible endpoint (vLLM or hone's emulator): eight sessions with
 distinct code prefixes tokenized through the engine's /tokenize, open loop at
 each --qps level in order (each after the previous one drained), repeated
---runs times. Every request's send and chunk arrival times (wall and
+--runs times. --max-concurrency N[,N...] makes each level a closed loop
+instead (vllm bench serve --max-concurrency): after the 8 warm-ups, N
+clients, each sending its next request the moment its last one ends; TTFT
+runs from that send. Every request's send and chunk arrival times (wall and
 CLOCK_MONOTONIC), TTFT, TPOT, output ids hash, cached tokens and outcome go
 into a JSON run record (--out), with per-level p50/p90/p99, effective QPS,
 pass/fail, prefix-cache hit rates from /metrics and from cached_tokens, and
@@ -123,7 +127,20 @@ past).`,
 			if err != nil {
 				return err
 			}
-			if err := wf.check(qps); err != nil {
+			var clients []int
+			if c.Flags().Changed("max-concurrency") {
+				if c.Flags().Changed("qps") {
+					return badInput("--max-concurrency: a closed loop has no offered rate: give --qps (open loop) or --max-concurrency (closed loop), not both")
+				}
+				if c.Flags().Changed("shard") {
+					return badInput("--max-concurrency: a closed loop's sends depend on its own requests' ends: one process sends it (no --shard)")
+				}
+				if clients, err = parseConcurrency("--max-concurrency", maxConcurrency); err != nil {
+					return err
+				}
+				qps = nil
+			}
+			if err := wf.check(append(qps, 1)); err != nil {
 				return err
 			}
 			if out == "" {
@@ -181,7 +198,7 @@ past).`,
 			opts := replay.Options{
 				Endpoint: endpoint, TokenizeEndpoint: tokEndpoint, Model: model, Kind: kind, Backend: backend, Cache: cache,
 				Workload: wf.workload(seed),
-				QPS:      qps, Runs: runs, SLO: slo.SLO{TTFTMillis: wf.ttftSLO, TPOTMillis: wf.tpotSLO},
+				QPS:      qps, Concurrency: clients, Runs: runs, SLO: slo.SLO{TTFTMillis: wf.ttftSLO, TPOTMillis: wf.tpotSLO},
 				TimeScale: timeScale, RequestTimeout: timeout, GPUs: gpus, Config: cfg, Hardware: hostHardware(),
 				ModelInfo: replay.Model{Revision: revision, Precision: precision},
 				Hone:      replay.Build{Version: ver, Commit: rev}, Progress: pp.Update, CachedTokensReported: cachedReported,
@@ -245,6 +262,7 @@ past).`,
 	f.StringVar(&out, "out", "run.json.gz", "where to write the run record (a name ending in .gz is written gzip-compressed: about 7 bytes per output token, against 18 plain)")
 	output.register(f, "table", "", "table", "json")
 	f.Uint64Var(&seed, "seed", replay.DefaultSeed, "workload seed (prefix text and suffix token ids)")
+	f.StringVar(&maxConcurrency, "max-concurrency", "", "closed-loop levels instead of --qps: clients in flight, comma-separated (e.g. 4,16)")
 	f.IntVar(&runs, "runs", 1, "repeat the whole scan this many times (the gate wants 3 or more)")
 	f.IntVar(&gpus, "gpus", 1, "GPUs behind the endpoint, for cost in GPU-seconds per request")
 	f.Float64Var(&timeScale, "time-scale", 1, "engine time scale: compress the schedule by S and divide durations by S (default: the engine's stated scale, else 1)")
@@ -419,8 +437,12 @@ func writeReplayTable(w io.Writer, rec *replay.Record, out string, bad []string)
 		if !s.Valid {
 			valid = "INVALID: does not count"
 		}
-		fmt.Fprintf(w, "\n== %g req/s offered: %d run(s), %d completed, %d failed (%s, model time; %s)\n",
-			s.OfferedQPS, s.Runs, s.Completed, s.Failed, rec.Kind, valid)
+		load := fmt.Sprintf("%g req/s offered", s.OfferedQPS)
+		if s.Concurrency > 0 {
+			load = fmt.Sprintf("%d clients (closed loop)", s.Concurrency)
+		}
+		fmt.Fprintf(w, "\n== %s: %d run(s), %d completed, %d failed (%s, model time; %s)\n",
+			load, s.Runs, s.Completed, s.Failed, rec.Kind, valid)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintf(tw, "request throughput\t%.2f\treq/s\t\n", s.RequestThroughput)
 		fmt.Fprintf(tw, "output token throughput\t%.1f\ttok/s\t\n", s.OutputTokenThroughput)

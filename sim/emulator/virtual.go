@@ -89,6 +89,10 @@ func Simulate(workers []Config, reqs []VirtualRequest) ([]VirtualOutcome, error)
 type ClosedLoop struct {
 	From        int
 	Concurrency int
+	// GapMs is from an end to the arrival it releases (the client's
+	// receipt of the last token, its next send and the HTTP hops); 0: at
+	// the same instant.
+	GapMs float64
 }
 
 // SimulateLoad is Simulate with the requests from load.From on sent in a
@@ -100,9 +104,12 @@ func SimulateLoad(workers []Config, reqs []VirtualRequest, load ClosedLoop) ([]V
 	if load.From < len(reqs) && load.Concurrency < 1 {
 		return nil, fmt.Errorf("closed loop of concurrency %d: want at least 1", load.Concurrency)
 	}
+	if !(load.GapMs >= 0) || math.IsInf(load.GapMs, 0) {
+		return nil, fmt.Errorf("closed loop gap %v ms: want a finite time >= 0", load.GapMs)
+	}
 	c := &vcluster{reqs: reqs, outcomes: make([]VirtualOutcome, len(reqs)),
 		promptHash: make([]uint64, len(reqs)), hashed: make([]bool, len(reqs)),
-		closedFrom: load.From, nextClosed: min(len(reqs), load.From+max(load.Concurrency, 0))}
+		closedFrom: load.From, nextClosed: min(len(reqs), load.From+max(load.Concurrency, 0)), closedGapMs: load.GapMs}
 	for i := range workers {
 		w, err := newVWorker(c, i, workers[i])
 		if err != nil {
@@ -225,6 +232,7 @@ type vcluster struct {
 	// closed loop: requests from closedFrom on; nextClosed is the next
 	// one to release when one of them ends
 	closedFrom, nextClosed int
+	closedGapMs            float64
 }
 
 type memoKey struct {
@@ -516,6 +524,7 @@ func (c *vcluster) release(i int) {
 	}
 	k := c.nextClosed
 	c.nextClosed++
-	c.reqs[k].ArrivalMs = c.now
-	c.push(event{at: c.now, kind: evArrive, worker: c.reqs[k].Worker, req: k})
+	at := c.now + c.closedGapMs
+	c.reqs[k].ArrivalMs = at
+	c.push(event{at: at, kind: evArrive, worker: c.reqs[k].Worker, req: k})
 }
