@@ -18,7 +18,9 @@ import (
 // the step's tokens (the rank's 1/TP of the columns or rows), the
 // attention kernels (prompt chunks, decodes) at the rank's heads, two
 // all-reduces; the lm_head GEMM at the sampled sequences; and a host cost
-// per step that the tables cannot give (DeriveConfig.HostMs, hand-made).
+// per step that the tables cannot give (DeriveConfig.Host: the host part of
+// a profile fitted to measured steps on another GPU host; else HostMs,
+// hand-made).
 // The step-cost form (emulator.StepCosts) is then fitted to those costs
 // over all TPs, as calibrate --steps fits measured steps, so the derived
 // profile is TP-explicit like a fitted one and used the same way.
@@ -51,9 +53,44 @@ type DeriveConfig struct {
 	// Efficiency is used when Tables is nil.
 	Efficiency Efficiency
 	// HostMs is the per-step host cost (scheduler, sampler, launches)
-	// that no table measures.
+	// that no table measures, hand-made; Host, when set, replaces it.
 	HostMs float64
-	Data   []emulator.DataRef
+	// Host is the host part measured elsewhere: a profile fitted to
+	// measured steps (HostFrom), whose terms that do not shrink with TP
+	// (fixed, per step with prompt chunks, per decode sequence) a derived
+	// step takes as they are.
+	Host *HostCosts
+	Data []emulator.DataRef
+}
+
+// HostCosts is the host part of a fitted step-cost form and where it was
+// measured.
+type HostCosts struct {
+	FixedMs, PrefillStepMs, DecodeSeqMs float64
+	Source                              string
+}
+
+// HostFrom is the host part of p's step costs; p must be fitted to
+// measured steps.
+func HostFrom(p *emulator.Profile) (*HostCosts, error) {
+	if p.Steps == nil || p.SourceKind() != emulator.SourceFittedSteps {
+		return nil, fmt.Errorf("profile %s is %s: want one fitted to measured steps", p.Name, p.SourceKind())
+	}
+	return &HostCosts{FixedMs: p.Steps.FixedMs, PrefillStepMs: p.Steps.PrefillStepMs, DecodeSeqMs: p.Steps.DecodeSeqMs,
+		Source: "profile " + p.Name + " (" + p.SourceKind() + ")"}, nil
+}
+
+// hostMs is a step's host cost: Host's terms, else the hand-made HostMs.
+func (cfg *DeriveConfig) hostMs(s emulator.StepSummary) float64 {
+	h := cfg.Host
+	if h == nil {
+		return cfg.HostMs
+	}
+	ms := h.FixedMs + h.DecodeSeqMs*float64(s.DecodeRequests)
+	if s.PrefillRequests > 0 {
+		ms += h.PrefillStepMs
+	}
+	return ms
 }
 
 // DefaultHostMs is the hand-made host cost of a derived step: the
@@ -113,7 +150,7 @@ func (cfg *DeriveConfig) stepMs(s emulator.StepSummary, tp int) (float64, error)
 	heads := int64(max(m.Heads/tp, 1))
 	kvh := int64(max(m.KVHeads/tp, 1))
 	hd := int64(m.HeadDim)
-	ms := cfg.HostMs + float64(2*m.Layers)*cfg.AllReduce.Ms(tp, tokens*hid)
+	ms := cfg.hostMs(s) + float64(2*m.Layers)*cfg.AllReduce.Ms(tp, tokens*hid)
 	if cfg.Tables == nil {
 		e := cfg.Efficiency
 		g := cfg.GPU
@@ -223,10 +260,17 @@ func Derive(cfg DeriveConfig) (*emulator.Profile, error) {
 	for _, tp := range tps {
 		ts = append(ts, fmt.Sprint(tp))
 	}
-	src.Method = fmt.Sprintf("hone profile derive: %d step shapes per TP (%s) costed from %s (per layer QKV, output, gate-up and down GEMMs, attention, two all-reduces; lm_head at the sampled sequences) plus a hand-made host cost of %g ms per step; the step-cost form fitted to them",
-		len(data[0].Steps), strings.Join(ts, ", "), how, cfg.HostMs)
+	host := fmt.Sprintf("a hand-made host cost of %g ms per step", cfg.HostMs)
+	if h := cfg.Host; h != nil {
+		host = fmt.Sprintf("the host part measured in %s (%.4g ms per step, %.4g ms more with prompt chunks, %.4g ms per decode sequence)", h.Source, h.FixedMs, h.PrefillStepMs, h.DecodeSeqMs)
+	}
+	src.Method = fmt.Sprintf("hone profile derive: %d step shapes per TP (%s) costed from %s (per layer QKV, output, gate-up and down GEMMs, attention, two all-reduces; lm_head at the sampled sequences) plus %s; the step-cost form fitted to them",
+		len(data[0].Steps), strings.Join(ts, ", "), how, host)
 	src.Residuals = fit.Residuals
 	src.Note = "no standard errors: a derivation, not a measurement; norms, rotary embedding and activations are not costed; the host cost, activation_reserve_bytes, transfer_fixed_ms, frontend_ms and the KV link are hand-made"
+	if cfg.Host != nil {
+		src.Note = "no standard errors: a derivation, not a measurement; norms, rotary embedding and activations are not costed; the host part is another GPU host's, measured (" + cfg.Host.Source + "); activation_reserve_bytes, transfer_fixed_ms, frontend_ms and the KV link are hand-made"
+	}
 	p.Source = src
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("derived profile: %w", err)

@@ -41,16 +41,23 @@ type SiliconBoard struct {
 	Predicted   []string                  `json:"predicted_ids"`
 }
 
-// StepBoard is a profile's step errors as the scoreboard tracks them.
+// StepBoard is a profile's errors on measured steps as the scoreboard
+// tracks them: a fitted profile's residuals, and any profile's checks. A
+// derived profile's residuals are the form's fit to its own derivation,
+// not to anything measured: they are not tracked.
 func StepBoard(p *emulator.Profile) []ScoreboardPhase {
 	var out []ScoreboardPhase
 	if p.Source == nil {
 		return out
 	}
+	var fit []emulator.PhaseError
+	if p.SourceKind() == emulator.SourceFittedSteps {
+		fit = p.Source.Residuals
+	}
 	for _, s := range []struct {
 		set  string
 		errs []emulator.PhaseError
-	}{{"fit", p.Source.Residuals}, {"check", p.Source.Checks}} {
+	}{{"fit", fit}, {"check", p.Source.Checks}} {
 		for _, e := range s.errs {
 			out = append(out, ScoreboardPhase{Set: s.set, Data: e.Data, TP: e.TP, Phase: e.Phase, Steps: e.Steps, MedianAPE: e.MedianAPE, P90APE: e.P90APE})
 		}

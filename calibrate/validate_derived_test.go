@@ -35,10 +35,12 @@ var derivedProfiles = []struct {
 // (median, p90 APE %): today's figures plus about a tenth. A derivation
 // is no fit: these are far from the fitted profile's and say how far.
 var derivedGuards = map[string][2]float64{
-	"qwen3-32b-b300-tables/tp1/all":   {15.7, 21.4},
-	"qwen3-32b-b300-tables/tp2/all":   {11.0, 22.1},
-	"qwen3-32b-b300-roofline/tp1/all": {27.8, 32.7},
-	"qwen3-32b-b300-roofline/tp2/all": {26.0, 36.4},
+	"qwen3-32b-b300-tables/tp1/all":   {9.4, 14.0},
+	"qwen3-32b-b300-tables/tp2/all":   {3.3, 12.4},
+	"qwen3-32b-b300-tables/tp4/all":   {6.5, 13.0},
+	"qwen3-32b-b300-roofline/tp1/all": {22.0, 25.8},
+	"qwen3-32b-b300-roofline/tp2/all": {18.1, 27.1},
+	"qwen3-32b-b300-roofline/tp4/all": {14.7, 25.5},
 }
 
 func deriveShipped(t *testing.T, name, config, gpuKey, dtype, effFrom string, derived map[string]*emulator.Profile) *emulator.Profile {
@@ -59,7 +61,15 @@ func deriveShipped(t *testing.T, name, config, gpuKey, dtype, effFrom string, de
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := DeriveConfig{Name: name, Model: m, GPU: gpu, Dtype: dtype, TPs: []int{1, 2, 4, 8}, AllReduce: ar, HostMs: DefaultHostMs,
+	fitted, err := emulator.LookupProfile("qwen3-32b-b300")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := HostFrom(fitted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DeriveConfig{Name: name, Model: m, GPU: gpu, Dtype: dtype, TPs: []int{1, 2, 4, 8}, AllReduce: ar, Host: host,
 		Data: []emulator.DataRef{{Path: rel(cfgPath), What: "model architecture (config.json)"},
 			{Path: rel(arPath), What: "measured all-reduce latencies (vllm_graph rows)"}}}
 	if effFrom == "" {

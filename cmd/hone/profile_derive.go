@@ -14,9 +14,9 @@ import (
 
 func newProfileDeriveCmd() *cobra.Command {
 	var (
-		model, gpuName, dtype, tables, version, effFrom, out, name string
-		tps                                                        []int
-		hostMs                                                     float64
+		model, gpuName, dtype, tables, version, effFrom, out, name, hostFrom string
+		tps                                                                  []int
+		hostMs                                                               float64
 	)
 	c := &cobra.Command{
 		Use:   "derive --model CONFIG.json --gpu NAME --out PROFILE.yaml",
@@ -84,6 +84,19 @@ read, or weights that fit at no TP).`,
 			if !(hostMs >= 0) {
 				return badInput("--host-ms %v: want >= 0", hostMs)
 			}
+			var host *calibrate.HostCosts
+			if hostFrom != "" {
+				if c.Flags().Changed("host-ms") {
+					return badInput("--host-from: the host part comes from --host-from or --host-ms, not both")
+				}
+				hp, err := emulator.LookupProfile(hostFrom)
+				if err != nil {
+					return badInput("--host-from: %v", err)
+				}
+				if host, err = calibrate.HostFrom(hp); err != nil {
+					return badInput("--host-from: %v", err)
+				}
+			}
 			gpu, err := emulator.LookupGPU(gpuName)
 			if err != nil {
 				return badInput("--gpu: %v", err)
@@ -95,7 +108,7 @@ read, or weights that fit at no TP).`,
 			if name == "" {
 				name = strings.TrimSuffix(filepath.Base(out), filepath.Ext(out))
 			}
-			cfg := calibrate.DeriveConfig{Name: name, Model: m, GPU: gpu, Dtype: dtype, TPs: tps, HostMs: hostMs,
+			cfg := calibrate.DeriveConfig{Name: name, Model: m, GPU: gpu, Dtype: dtype, TPs: tps, HostMs: hostMs, Host: host,
 				AllReduce: emulator.AllReduceModel{Source: "spec: " + gpu.Name + " interconnect", LatencyUs: gpu.InterconnectLatencyUs, BusBytesPerSec: gpu.InterconnectBytesSec},
 				Data:      []emulator.DataRef{{Path: model, What: "model architecture (config.json)"}}}
 			if tables != "" {
@@ -144,6 +157,7 @@ read, or weights that fit at no TP).`,
 	f.StringVar(&version, "tables-version", "0.19.0", "the vLLM version folder of --tables")
 	f.StringVar(&effFrom, "efficiency-from", "", "without --tables: a table-derived profile of the same model whose efficiencies the roofline takes")
 	f.Float64Var(&hostMs, "host-ms", calibrate.DefaultHostMs, "host cost per step (scheduler, sampler, launches), hand-made: no table measures it")
+	f.StringVar(&hostFrom, "host-from", "", "take the host part (per step, per step with prompt chunks, per decode sequence) from a profile fitted to measured steps, e.g. qwen3-32b-b300, instead of --host-ms")
 	f.StringVar(&out, "out", "", "write the profile here (.yaml)")
 	f.StringVar(&name, "name", "", "the profile's name (default: --out's file name)")
 	return c
