@@ -55,7 +55,7 @@ test: deps-test build
 # printed MISS (validate-strict fails on them). About 12 s; make test runs
 # it as part of ./calibrate. It also predicts the H100 vLLM request
 # latencies (hone validate silicon) and fails when a tracked median error
-# is worse by more than 5% than docs/validation-scoreboard.json says, or a
+# is worse by more than 5% than sim/emulator/profiles/validation-scoreboard.json says, or a
 # row predicted before is not now (about 10 s more). validate-update
 # rewrites the shipped profile, docs/validation-steps.png and the
 # scoreboard.

@@ -10,7 +10,7 @@ import (
 
 // Scoreboard is every tracked accuracy figure of hone's predictions
 // against measured data (make validate writes it to
-// docs/validation-scoreboard.json; CI compares against the committed one).
+// sim/emulator/profiles/validation-scoreboard.json; CI compares against the committed one).
 type Scoreboard struct {
 	// Steps: per profile, its errors on measured steps (fit residuals and
 	// held-out checks), as the profile states them.
@@ -37,8 +37,11 @@ type SiliconBoard struct {
 	File        string                    `json:"file"`
 	LengthRatio float64                   `json:"length_ratio"`
 	Groups      map[string]SiliconSummary `json:"groups"`
-	All         SiliconSummary            `json:"all"`
-	Predicted   []string                  `json:"predicted_ids"`
+	// Profiles are the same errors by the profile that predicted the rows
+	// (what hone predict and the report show beside a profile's figures).
+	Profiles  map[string]SiliconSummary `json:"profiles"`
+	All       SiliconSummary            `json:"all"`
+	Predicted []string                  `json:"predicted_ids"`
 }
 
 // StepBoard is a profile's errors on measured steps as the scoreboard
@@ -67,19 +70,29 @@ func StepBoard(p *emulator.Profile) []ScoreboardPhase {
 
 // NewSiliconBoard summarises a silicon result by group.
 func NewSiliconBoard(file string, res *SiliconResult) SiliconBoard {
-	b := SiliconBoard{File: file, LengthRatio: res.LengthRatio, Groups: map[string]SiliconSummary{}, All: res.Summary, Predicted: []string{}}
-	ttft, tpot := map[string][]float64{}, map[string][]float64{}
+	b := SiliconBoard{File: file, LengthRatio: res.LengthRatio, All: res.Summary, Predicted: []string{}}
 	for _, r := range res.Rows {
-		k := siliconGroup(r.Model, r.Precision, r.System)
-		ttft[k] = append(ttft[k], r.TTFT.APE)
-		tpot[k] = append(tpot[k], r.TPOT.APE)
 		b.Predicted = append(b.Predicted, r.ID)
 	}
 	slices.Sort(b.Predicted)
-	for k := range ttft {
-		b.Groups[k] = SiliconSummary{Predicted: len(ttft[k]), TTFT: apeSummary(ttft[k]), TPOT: apeSummary(tpot[k])}
-	}
+	b.Groups = summariseBy(res.Rows, func(r SiliconPrediction) string { return siliconGroup(r.Model, r.Precision, r.System) })
+	b.Profiles = summariseBy(res.Rows, func(r SiliconPrediction) string { return r.Profile })
 	return b
+}
+
+// summariseBy summarises rows' errors by key.
+func summariseBy(rows []SiliconPrediction, key func(SiliconPrediction) string) map[string]SiliconSummary {
+	ttft, tpot := map[string][]float64{}, map[string][]float64{}
+	for _, r := range rows {
+		k := key(r)
+		ttft[k] = append(ttft[k], r.TTFT.APE)
+		tpot[k] = append(tpot[k], r.TPOT.APE)
+	}
+	out := map[string]SiliconSummary{}
+	for k := range ttft {
+		out[k] = SiliconSummary{Rows: len(ttft[k]), Predicted: len(ttft[k]), TTFT: apeSummary(ttft[k]), TPOT: apeSummary(tpot[k])}
+	}
+	return out
 }
 
 func siliconGroup(model, precision, system string) string {

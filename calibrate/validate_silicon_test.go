@@ -11,7 +11,7 @@ import (
 
 const (
 	siliconH100 = "../testdata/aiconfigurator/silicon/silicon_h100_vllm.csv"
-	scoreboard  = "../docs/validation-scoreboard.json"
+	scoreboard  = "../sim/emulator/profiles/validation-scoreboard.json"
 	// The targets on the H100 dense rows: median APE, p90 APE.
 	targetTTFTMedian, targetTTFTP90 = 10.0, 25.0
 	targetTPOTMedian, targetTPOTP90 = 5.0, 12.0
@@ -45,7 +45,7 @@ func currentScoreboard(t testing.TB) (Scoreboard, []*SiliconResult) {
 
 // TestValidateScoreboard (make validate): every tracked accuracy figure —
 // the shipped profiles' step errors and hone validate silicon on the H100
-// vLLM rows — against the committed docs/validation-scoreboard.json: a
+// vLLM rows — against the committed sim/emulator/profiles/validation-scoreboard.json: a
 // tracked median worse by more than 5% relative, or a row predicted
 // before and not now, fails. -update rewrites the committed scoreboard
 // (a deliberate change: say why in the commit).

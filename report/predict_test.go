@@ -85,14 +85,14 @@ func TestWritePredicted(t *testing.T) {
 		"| [predicted vs emulated] # | role | config | predicted with profile | predicted objective, req/s | emulated objective, req/s: median (min–max) | objective error " +
 			"| at offered, req/s | p50 TTFT, ms: predicted → emulated | p50 TPOT, ms: predicted → emulated |",
 		// (15.3 − 14) / 15.3 = +8.5%; 16 req/s is nearest 15.3.
-		"| 1 | **baseline** | `coloc-r2-cache` | `h100` | 14.000 (rank 3) | 15.300 (15.200–15.500) | +8.5% | 16 | 41.2 → 44.0 | 7.10 → 7.50 |",
+		"| 1 | **baseline** | `coloc-r2-cache` | `h100` (not validated against measured requests) | 14.000 (rank 3) | 15.300 (15.200–15.500) | +8.5% | 16 | 41.2 → 44.0 | 7.10 → 7.50 |",
 		// (16.6 − 20) / 16.6 = −20.5%, beyond the bound: the calibration.
-		"| 2 | proposal, **selected** | `disagg-1p1d-cache` | `h100` | 20.000 (rank 1) | 16.600 (16.000–16.900) | **-20.5%**, beyond ±10%; calibrated | 16 | 35.0 → 38.4 | 6.25 → 6.75 |",
+		"| 2 | proposal, **selected** | `disagg-1p1d-cache` | `h100` (not validated against measured requests) | 20.000 (rank 1) | 16.600 (16.000–16.900) | **-20.5%**, beyond ±10%; calibrated | 16 | 35.0 → 38.4 | 6.25 → 6.75 |",
 		// Nothing predicted or passed: the lowest level; no measured p50 there.
-		"| 3 | ablation | `disagg-1p1d-nocache` | `h100-calibrated-after-trial-2` | **prediction failed**: simulate: no level passed the SLO | 0.000, not eligible | — | 2 | — → — | — → — |",
+		"| 3 | ablation | `disagg-1p1d-nocache` | `h100-calibrated-after-trial-2` (not validated against measured requests) | **prediction failed**: simulate: no level passed the SLO | 0.000, not eligible | — | 2 | — → — | — → — |",
 		// Measured 10.5 is nearest 8 req/s, which the prediction has.
-		"| 4 | interaction | `coloc-r2-nocache` | `h100-calibrated-after-trial-2` | 11.000 (rank 7) ~ too close to call: p99 TTFT 496.5 ms at 16 req/s passes within 2% under the 500 ms limit | 10.500 (10.400–10.600) | -4.8% | 8 | 40.0 → — | 7.00 → — |",
-		"| 5 | verify, **re-run of the selected config** | `disagg-1p1d-cache` | `h100-calibrated-after-trial-2` | 16.900 (rank 1) | 16.600 (16.200–16.800) | -1.8% | 16 | 36.0 → — | 6.50 → — |",
+		"| 4 | interaction | `coloc-r2-nocache` | `h100-calibrated-after-trial-2` (not validated against measured requests) | 11.000 (rank 7) ~ too close to call: p99 TTFT 496.5 ms at 16 req/s passes within 2% under the 500 ms limit | 10.500 (10.400–10.600) | -4.8% | 8 | 40.0 → — | 7.00 → — |",
+		"| 5 | verify, **re-run of the selected config** | `disagg-1p1d-cache` | `h100-calibrated-after-trial-2` (not validated against measured requests) | 16.900 (rank 1) | 16.600 (16.200–16.800) | -1.8% | 16 | 36.0 → — | 6.50 → — |",
 		// |errors| 1.8, 4.8, 8.5, 20.5%: median (4.76 + 8.50) / 2.
 		"Median |objective error| over the 4 trials with both a prediction and a measured objective: 6.6%; 1 of them beyond ±10%. " +
 			"1 prediction is too close to call (~): a deciding level's predicted p99 lies within 2% of an SLO limit",

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hone-llm/hone/optimizer"
 	"github.com/hone-llm/hone/predict"
+	"github.com/hone-llm/hone/sim/emulator"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -96,7 +97,7 @@ func (d *doc) predictedTable() {
 	for _, t := range d.all() {
 		predicted, profile := "not predicted", "—"
 		if p := t.Predicted; p != nil {
-			profile = "`" + p.Profile + "`"
+			profile = "`" + p.Profile + "` (" + validationCell(p.Profile) + ")"
 			predicted = fmt.Sprintf("%.3f", p.Objective)
 			if p.Rank > 0 {
 				predicted += fmt.Sprintf(" (rank %d)", p.Rank)
@@ -374,4 +375,15 @@ func relSE(r float64) string {
 // mdCell makes s safe inside a Markdown table cell.
 func mdCell(s string) string {
 	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
+}
+
+// validationCell is how far a profile's predictions were from measured
+// requests (exact lengths), in a few words.
+func validationCell(profile string) string {
+	for _, v := range emulator.ProfileValidation(profile) {
+		if v.LengthRatio == 0 {
+			return fmt.Sprintf("validated: median error TTFT %.1f%%, TPOT %.1f%% on %d measured rows", v.TTFTMedian, v.TPOTMedian, v.Rows)
+		}
+	}
+	return "not validated against measured requests"
 }

@@ -21,9 +21,9 @@ func profileProvenance(name string) string {
 	case emulator.SourceHandMade:
 		return fmt.Sprintf("profile %s, %s: checked against no measurement", name, kind)
 	case emulator.SourceFittedSteps:
-		return fmt.Sprintf("profile %s, %s of real vLLM (docs/validation.md)", name, kind)
+		return fmt.Sprintf("profile %s, %s of real vLLM (docs/validation.md); %s", name, kind, emulator.ValidationNote(name))
 	}
-	return fmt.Sprintf("profile %s, %s", name, kind)
+	return fmt.Sprintf("profile %s, %s; %s", name, kind, emulator.ValidationNote(name))
 }
 
 // provenance says where a log's figures come from, in the words every

@@ -264,6 +264,7 @@ func profileLabel(name string) string {
 func writePredictTable(w io.Writer, spec *deploy.Spec, profile string, rec *replay.Record) {
 	fmt.Fprintf(w, "kind: %s  profile: %s  spec: %s  gpus: %d  SLO: p99 TTFT <= %g ms, p99 TPOT <= %g ms\n",
 		rec.Kind, profileLabel(profile), spec.Name, spec.GPUsNeeded(), rec.SLO.TTFTMillis, rec.SLO.TPOTMillis)
+	fmt.Fprintf(w, "profile %s: %s\n", profile, emulator.ValidationNote(profile))
 	if len(rec.Runs) == 0 {
 		fmt.Fprintln(w, "no levels")
 		return
@@ -439,6 +440,7 @@ func objectiveLevel(p predict.Point) *replay.LevelRecord {
 func writeGridTable(w io.Writer, res gridResult, failed []predict.Point, out string) {
 	fmt.Fprintf(w, "kind: %s  profile: %s  base: %s  grid: %d specs within %d GPUs  SLO: p99 TTFT <= %g ms, p99 TPOT <= %g ms\n",
 		res.Kind, profileLabel(res.Profile), res.Base, res.Specs, res.Budget, res.SLO.TTFTMillis, res.SLO.TPOTMillis)
+	fmt.Fprintf(w, "profile %s: %s\n", res.Profile, emulator.ValidationNote(res.Profile))
 	fmt.Fprintf(w, "\ntop %d of %d by objective, then GPU-s/request (--top; * on the Pareto front; ~ too close to call):\n", len(res.Ranked), res.Specs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "rank\tspec\tgpus\tobjective_qps\tgpu_s_per_req\tp99_ttft_ms\tp99_tpot_ms\tpareto\tedge")

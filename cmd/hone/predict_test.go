@@ -61,12 +61,16 @@ func TestPredictTable(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 6 {
-		t.Fatalf("%d lines, want header, columns, 2 levels, objective, note:\n%s", len(lines), out)
+	if len(lines) != 7 {
+		t.Fatalf("%d lines, want header, validation, columns, 2 levels, objective, note:\n%s", len(lines), out)
 	}
 	if !strings.HasPrefix(lines[0], "kind: predicted  profile: qwen2.5-coder-0.5b-l4 (hand-made)  spec: p-colocated  gpus: 1  SLO") {
 		t.Errorf("header %q", lines[0])
 	}
+	if lines[1] != "profile qwen2.5-coder-0.5b-l4: not validated against measured requests" {
+		t.Errorf("validation line %q", lines[1])
+	}
+	lines = append(lines[:1], lines[2:]...)
 	if f := strings.Fields(lines[1]); strings.Join(f, " ") != "offered_qps p50_ttft_ms p90_ttft_ms p99_ttft_ms p50_tpot_ms p90_tpot_ms p99_tpot_ms effective_qps gpu_s_per_req hit_rate passed" {
 		t.Errorf("columns %q", lines[1])
 	}
