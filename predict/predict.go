@@ -136,7 +136,7 @@ func Run(spec *deploy.Spec, opts Options) (*replay.Record, error) {
 	for _, l := range levels {
 		lr, err := cl.level(prompts, l, opts, gpus, &bufs)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", l, err)
+			return nil, fmt.Errorf("%s: %w", replay.LevelOf(l).Name(), err)
 		}
 		for _, r := range lr.Requests {
 			rec.Outcomes[r.Outcome]++
@@ -252,16 +252,10 @@ type promptBuf struct {
 }
 
 // level runs one load level on fresh engines and summarises it.
-func (c *cluster) level(prompts *replay.Prompts, l loadLevel, opts Options, gpus int, bufs *[]promptBuf) (replay.LevelRecord, error) {
+func (c *cluster) level(prompts *replay.Prompts, qps float64, opts Options, gpus int, bufs *[]promptBuf) (replay.LevelRecord, error) {
 	w, target, keep := prompts.Workload, opts.SLO, opts.KeepRequests
-	qps := l.key()
-	var reqs []replay.Request
-	var err error
-	if l.clients > 0 {
-		reqs, err = replay.GenerateClosed(w.Params(1), l.clients)
-	} else {
-		reqs, err = replay.Generate(w.Params(qps))
-	}
+	clients := replay.ClosedClients(qps)
+	reqs, err := replay.GenerateLevel(w, qps)
 	if err != nil {
 		return replay.LevelRecord{}, err
 	}
@@ -303,14 +297,14 @@ func (c *cluster) level(prompts *replay.Prompts, l loadLevel, opts Options, gpus
 		router.route(&vr[i])
 	}
 	load := emulator.ClosedLoop{From: len(vr)}
-	if l.clients > 0 {
-		load = emulator.ClosedLoop{From: min(replay.Sessions, len(vr)), Concurrency: l.clients, GapMs: opts.ClosedGapMs}
+	if clients > 0 {
+		load = emulator.ClosedLoop{From: min(replay.Sessions, len(vr)), Concurrency: clients, GapMs: opts.ClosedGapMs}
 	}
 	outs, err := emulator.SimulateLoad(c.workers, vr, load)
 	if err != nil {
 		return replay.LevelRecord{}, err
 	}
-	if l.clients > 0 {
+	if clients > 0 {
 		// A closed loop's requests were sent when an earlier one ended.
 		for i := load.From; i < len(reqs); i++ {
 			reqs[i].ArrivalMs = outs[i].ArrivalMs
@@ -320,7 +314,7 @@ func (c *cluster) level(prompts *replay.Prompts, l loadLevel, opts Options, gpus
 		outs[i].FirstMs += b
 		outs[i].FinishMs += b
 	}
-	lr := replay.LevelRecord{Level: l.level(), Planned: len(reqs), Sent: len(reqs), Complete: true,
+	lr := replay.LevelRecord{Level: replay.LevelOf(qps), Planned: len(reqs), Sent: len(reqs), Complete: true,
 		Outcomes: map[string]int{}, Failures: map[string]int{}, PrefixSeed: w.Seed,
 		Verdict: replay.Verdict{Valid: true, Reasons: []replay.Reason{}}}
 	lr.Requests = make([]replay.RequestRecord, len(reqs))
@@ -451,33 +445,9 @@ var sessionNames = func() []string {
 	return out
 }()
 
-// loadLevel is one level of a prediction: an offered rate (open loop) or
-// a number of clients (closed loop).
-type loadLevel struct {
-	qps     float64
-	clients int
-}
-
-// key is the level's rate as Prompts and request ids take it.
-func (l loadLevel) key() float64 {
-	if l.clients > 0 {
-		return replay.ClosedLevelKey(l.clients)
-	}
-	return l.qps
-}
-
-func (l loadLevel) level() slo.Level {
-	if l.clients > 0 {
-		return slo.Level{Concurrency: l.clients}
-	}
-	return slo.Level{OfferedQPS: l.qps}
-}
-
-func (l loadLevel) String() string { return l.level().Name() }
-
-// loadLevels are opts' levels, open or closed, checked.
-func loadLevels(opts Options) ([]loadLevel, error) {
-	var out []loadLevel
+// loadLevels are the keys of opts' levels (replay.LevelKeys), open or
+// closed, checked.
+func loadLevels(opts Options) ([]float64, error) {
 	switch {
 	case len(opts.QPS) > 0 && len(opts.Concurrency) > 0:
 		return nil, &replay.ParamError{Field: "concurrency", Value: opts.Concurrency, Want: "either offered rates (qps, open loop) or clients (concurrency, closed loop), not both"}
@@ -489,17 +459,15 @@ func loadLevels(opts Options) ([]loadLevel, error) {
 			if n < 1 {
 				return nil, &replay.ParamError{Field: "concurrency", Value: n, Want: "at least 1 client"}
 			}
-			out = append(out, loadLevel{clients: n})
 		}
 	case len(opts.QPS) > 0:
 		for _, q := range opts.QPS {
 			if err := (replay.Params{Requests: replay.Sessions + 1, InputTokens: 1, UncachedTokens: 1, OutputTokens: 1, OfferedQPS: q}).Validate(); err != nil {
 				return nil, err
 			}
-			out = append(out, loadLevel{qps: q})
 		}
 	default:
 		return nil, &replay.ParamError{Field: "qps", Value: "[]", Want: "at least one offered rate (or concurrency: at least one number of clients)"}
 	}
-	return out, nil
+	return replay.LevelKeys(opts.QPS, opts.Concurrency), nil
 }

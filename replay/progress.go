@@ -63,7 +63,7 @@ func barLine(p Progress) string {
 		rate = float64(p.TotalDone) / s
 	}
 	load := fmt.Sprintf("%g qps", p.QPS)
-	if n := closedClients(p.QPS); n > 0 {
+	if n := ClosedClients(p.QPS); n > 0 {
 		load = fmt.Sprintf("%d clients", n)
 	}
 	return fmt.Sprintf("run %d/%d level %d/%d (%s) [%s%s] %d/%d done, %d failed  %.1f req/s  ETA %s",

@@ -411,27 +411,8 @@ type runner struct {
 	ssePool sync.Pool
 }
 
-// levelKeys are the levels' rates as prompts, ids and seeds take them:
-// the offered rates, or a closed loop's ClosedLevelKey.
-func (r *runner) levelKeys() []float64 {
-	if len(r.opts.Concurrency) == 0 {
-		return r.opts.QPS
-	}
-	out := make([]float64, len(r.opts.Concurrency))
-	for i, n := range r.opts.Concurrency {
-		out[i] = ClosedLevelKey(n)
-	}
-	return out
-}
-
-// closedClients is the clients of the level with key qps, 0 for an open
-// level.
-func closedClients(qps float64) int {
-	if qps < 0 {
-		return int(-qps)
-	}
-	return 0
-}
+// levelKeys are the levels' keys (LevelKeys).
+func (r *runner) levelKeys() []float64 { return LevelKeys(r.opts.QPS, r.opts.Concurrency) }
 
 // levelSpan is how long a level's schedule lasts in real time (a closed
 // loop's: until its measurement starts; the rest depends on the engine).
@@ -449,20 +430,13 @@ func (r *runner) levelSpan(qps float64) time.Duration {
 // (the prompts could not be built).
 func (r *runner) level(ctx context.Context, run, li int, qps float64) (LevelRecord, error) {
 	w := r.opts.Workload
-	clients := closedClients(qps)
-	var all []Request
-	level := slo.Level{OfferedQPS: qps}
-	if clients > 0 {
-		all, _ = GenerateClosed(w.Params(1), clients) // validated in defaults
-		level = slo.Level{Concurrency: clients}
-	} else {
-		all, _ = Generate(w.Params(qps)) // validated in defaults
-	}
+	clients := ClosedClients(qps)
+	all, _ := GenerateLevel(w, qps) // validated in defaults
 	reqs := all
 	if r.shard != nil {
 		reqs = r.shard.mine(all)
 	}
-	lr := LevelRecord{Level: level, Planned: len(reqs), Outcomes: map[string]int{}, Failures: map[string]int{},
+	lr := LevelRecord{Level: LevelOf(qps), Planned: len(reqs), Outcomes: map[string]int{}, Failures: map[string]int{},
 		PrefixSeed: w.Seed}
 	prompts := r.prompts
 	bg := context.WithoutCancel(ctx)

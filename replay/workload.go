@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+
+	"github.com/hone-llm/hone/slo"
 )
 
 // The brief's fixed schedule constants. They are part of the exercise's
@@ -135,10 +137,50 @@ func GenerateClosed(p Params, n int) ([]Request, error) {
 	return reqs, nil
 }
 
-// ClosedLevelKey is what a closed-loop level of concurrency n passes as
-// the rate to Prompts (AppendPrompt, AppendSuffix): a key no open level's
-// rate can take, so the two never share suffixes.
+// ClosedLevelKey is a closed-loop level of concurrency n's key: what it
+// passes as the rate to Prompts (AppendPrompt, AppendSuffix), request ids
+// and seeds; a key no open level's rate can take, so the two never share
+// suffixes. An open level's key is its offered rate.
 func ClosedLevelKey(n int) float64 { return -float64(n) }
+
+// ClosedClients is the clients of the level with key, 0 for an open
+// level.
+func ClosedClients(key float64) int {
+	if key < 0 {
+		return int(-key)
+	}
+	return 0
+}
+
+// LevelKeys are the keys of the levels at offered rates qps or, instead,
+// closed loops of clients.
+func LevelKeys(qps []float64, clients []int) []float64 {
+	if len(clients) == 0 {
+		return qps
+	}
+	out := make([]float64, len(clients))
+	for i, n := range clients {
+		out[i] = ClosedLevelKey(n)
+	}
+	return out
+}
+
+// LevelOf is the level with key, as a record states it.
+func LevelOf(key float64) slo.Level {
+	if n := ClosedClients(key); n > 0 {
+		return slo.Level{Concurrency: n}
+	}
+	return slo.Level{OfferedQPS: key}
+}
+
+// GenerateLevel is the schedule of the level with key: Generate at its
+// rate, or GenerateClosed.
+func GenerateLevel(w Workload, key float64) ([]Request, error) {
+	if n := ClosedClients(key); n > 0 {
+		return GenerateClosed(w.Params(1), n)
+	}
+	return Generate(w.Params(key))
+}
 
 // drawLengths draws request id's input and output lengths uniformly from
 // [ratio × L, L] (whole tokens), the input never reaching into its
