@@ -303,13 +303,6 @@ func weightDtype(precision string) (int, bool) {
 	return 0, false
 }
 
-func profileWeightBytes(p *emulator.Profile) int {
-	if p.Model.WeightBytesPerElem > 0 {
-		return p.Model.WeightBytesPerElem
-	}
-	return p.Model.BytesPerElem
-}
-
 // siliconProfile picks the row's profile: the same model (modelKey), GPU
 // and weight precision, with step costs that hold at the row's TP;
 // grounded ones (fitted, then derived from tables) before the rest.
@@ -329,7 +322,7 @@ func siliconProfile(row SiliconRow, cands []*emulator.Profile) (*emulator.Profil
 			continue
 		}
 		sameModel = true
-		if profileWeightBytes(p) != wb {
+		if p.Model.WeightElemBytes() != wb {
 			continue
 		}
 		sameDtype = true

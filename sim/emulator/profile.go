@@ -30,12 +30,15 @@ type Model struct {
 }
 
 // WeightBytes is the size of all weights.
-func (m Model) WeightBytes() float64 {
-	b := m.BytesPerElem
+func (m Model) WeightBytes() float64 { return m.Params * float64(m.WeightElemBytes()) }
+
+// WeightElemBytes is the size of one weight: WeightBytesPerElem, else
+// BytesPerElem.
+func (m Model) WeightElemBytes() int {
 	if m.WeightBytesPerElem > 0 {
-		b = m.WeightBytesPerElem
+		return m.WeightBytesPerElem
 	}
-	return m.Params * float64(b)
+	return m.BytesPerElem
 }
 
 // KVBytesPerToken is the size of one token's K and V across all layers:
