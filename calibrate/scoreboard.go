@@ -75,7 +75,7 @@ func NewSiliconBoard(file string, res *SiliconResult) SiliconBoard {
 		b.Predicted = append(b.Predicted, r.ID)
 	}
 	slices.Sort(b.Predicted)
-	b.Groups = summariseBy(res.Rows, func(r SiliconPrediction) string { return siliconGroup(r.Model, r.Precision, r.System) })
+	b.Groups = summariseBy(res.Rows, func(r SiliconPrediction) string { return siliconGroup(r.Model, r.Precision, r.System, r.Mode) })
 	b.Profiles = summariseBy(res.Rows, func(r SiliconPrediction) string { return r.Profile })
 	return b
 }
@@ -95,11 +95,15 @@ func summariseBy(rows []SiliconPrediction, key func(SiliconPrediction) string) m
 	return out
 }
 
-func siliconGroup(model, precision, system string) string {
+func siliconGroup(model, precision, system, mode string) string {
 	if precision == "" {
 		precision = "native"
 	}
-	return model + " " + precision + " " + system
+	g := model + " " + precision + " " + system
+	if mode == "disagg" {
+		g += " disagg"
+	}
+	return g
 }
 
 // ScoreboardTolerance is how much worse (relatively) a tracked median may

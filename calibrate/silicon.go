@@ -38,12 +38,23 @@ type SiliconRow struct {
 	ISL, OSL    int
 	Concurrency int // clients in flight: silicon_concurrency in the provenance, else batch_size
 	TP, PP      int
-	TTFTMs      float64
-	TPOTMs      float64
-	Source      string // silicon_data_source
+	// Prefill and Decode are a disaggregated row's worker pools.
+	Prefill, Decode SiliconPool
+	TTFTMs          float64
+	TPOTMs          float64
+	Source          string // silicon_data_source
 }
 
-// siliconColumns are the columns ReadSilicon needs.
+// SiliconPool is a disaggregated row's pool: Workers engines of TP
+// GPUs each, Batch the sequences per worker it was sized for.
+type SiliconPool struct {
+	Workers int `json:"workers"`
+	TP      int `json:"tp"`
+	Batch   int `json:"batch"`
+}
+
+// siliconColumns are the columns ReadSilicon needs (the prefill_ and
+// decode_ worker columns are read where the file has them).
 var siliconColumns = []string{"id", "silicon_data_source", "backend", "backend_version", "model_path", "system", "precision", "mode",
 	"isl", "osl", "batch_size", "tp_size", "pp_size", "silicon_ttft_ms", "silicon_tpot_ms"}
 
@@ -85,7 +96,12 @@ func ReadSilicon(path string) ([]SiliconRow, error) {
 		if len(rec) != len(head) {
 			return nil, fmt.Errorf("%s: line %d: %d fields, the header has %d", path, line, len(rec), len(head))
 		}
-		get := func(c string) string { return strings.TrimSpace(rec[col[c]]) }
+		get := func(c string) string {
+			if i, ok := col[c]; ok {
+				return strings.TrimSpace(rec[i])
+			}
+			return ""
+		}
 		bad := func(c, want string) error {
 			return fmt.Errorf("%s: line %d: column %s: %q: want %s", path, line, c, get(c), want)
 		}
@@ -124,6 +140,17 @@ func ReadSilicon(path string) ([]SiliconRow, error) {
 		errs = append(errs, e)
 		row.PP, e = num("pp_size", true)
 		errs = append(errs, e)
+		for _, p := range []struct {
+			pool *SiliconPool
+			side string
+		}{{&row.Prefill, "prefill"}, {&row.Decode, "decode"}} {
+			p.pool.Workers, e = num(p.side+"_num_workers", true)
+			errs = append(errs, e)
+			p.pool.TP, e = num(p.side+"_tp_size", true)
+			errs = append(errs, e)
+			p.pool.Batch, e = num(p.side+"_batch_size", true)
+			errs = append(errs, e)
+		}
 		row.TTFTMs, e = ms("silicon_ttft_ms")
 		errs = append(errs, e)
 		row.TPOTMs, e = ms("silicon_tpot_ms")
@@ -132,6 +159,11 @@ func ReadSilicon(path string) ([]SiliconRow, error) {
 			return nil, err
 		}
 		row.Concurrency = batch
+		if row.Mode == "disagg" && batch == 0 {
+			// aiconfigurator's batch sizes are per worker: the decode
+			// pool holds the clients.
+			row.Concurrency = row.Decode.Batch * row.Decode.Workers
+		}
 		if m := concurrencyRe.FindStringSubmatch(row.Source); m != nil {
 			n, err := strconv.Atoi(m[1])
 			if err != nil || n > 1<<20 {
@@ -172,19 +204,23 @@ type SiliconStat struct {
 
 // SiliconPrediction is one predicted row.
 type SiliconPrediction struct {
-	ID            string      `json:"id"`
-	Line          int         `json:"line"`
-	Model         string      `json:"model"`
-	System        string      `json:"system"`
-	Precision     string      `json:"precision"`
-	TP            int         `json:"tp"`
-	ISL           int         `json:"isl"`
-	OSL           int         `json:"osl"`
-	Concurrency   int         `json:"concurrency"`
-	Profile       string      `json:"profile"`
-	ProfileSource string      `json:"profile_source"`
-	TTFT          SiliconStat `json:"ttft_ms"`
-	TPOT          SiliconStat `json:"tpot_ms"`
+	ID        string `json:"id"`
+	Line      int    `json:"line"`
+	Model     string `json:"model"`
+	System    string `json:"system"`
+	Precision string `json:"precision"`
+	Mode      string `json:"mode"`
+	TP        int    `json:"tp"`
+	// Prefill and Decode: a disaggregated row's pools.
+	Prefill       *SiliconPool `json:"prefill,omitempty"`
+	Decode        *SiliconPool `json:"decode,omitempty"`
+	ISL           int          `json:"isl"`
+	OSL           int          `json:"osl"`
+	Concurrency   int          `json:"concurrency"`
+	Profile       string       `json:"profile"`
+	ProfileSource string       `json:"profile_source"`
+	TTFT          SiliconStat  `json:"ttft_ms"`
+	TPOT          SiliconStat  `json:"tpot_ms"`
 }
 
 // SiliconSkip is a row not predicted, and why.
@@ -306,7 +342,7 @@ func weightDtype(precision string) (int, bool) {
 // siliconProfile picks the row's profile: the same model (modelKey), GPU
 // and weight precision, with step costs that hold at the row's TP;
 // grounded ones (fitted, then derived from tables) before the rest.
-func siliconProfile(row SiliconRow, cands []*emulator.Profile) (*emulator.Profile, string) {
+func siliconProfile(row SiliconRow, tps []int, cands []*emulator.Profile) (*emulator.Profile, string) {
 	gpu, err := emulator.LookupGPU(row.System)
 	if err != nil {
 		return nil, fmt.Sprintf("GPU %q: %v", row.System, err)
@@ -326,13 +362,13 @@ func siliconProfile(row SiliconRow, cands []*emulator.Profile) (*emulator.Profil
 			continue
 		}
 		sameDtype = true
-		if p.Steps.HoldsFor(row.TP) == nil {
+		if holdsAll(p, tps) {
 			match = append(match, p)
 		}
 	}
 	if len(match) == 0 {
 		if sameDtype {
-			return nil, fmt.Sprintf("no profile of %s on %s with %s weights holds at TP %d", row.Model, row.System, cmp.Or(row.Precision, "bf16"), row.TP)
+			return nil, fmt.Sprintf("no profile of %s on %s with %s weights holds at TP %v", row.Model, row.System, cmp.Or(row.Precision, "bf16"), tps)
 		}
 		if sameModel {
 			return nil, fmt.Sprintf("no profile of %s on %s with %s weights", row.Model, row.System, cmp.Or(row.Precision, "bf16"))
@@ -359,18 +395,30 @@ func predictSiliconRow(row SiliconRow, cfg SiliconConfig) (*SiliconPrediction, s
 	switch {
 	case !strings.EqualFold(row.Backend, "vllm"):
 		return nil, fmt.Sprintf("backend %q: hone's engine model is vLLM's", row.Backend)
-	case row.Mode != "agg":
-		return nil, fmt.Sprintf("mode %q: disaggregated rows are not predicted yet", row.Mode)
+	case row.Mode != "agg" && row.Mode != "disagg":
+		return nil, fmt.Sprintf("mode %q: want agg or disagg", row.Mode)
 	case row.PP > 1:
 		return nil, fmt.Sprintf("pipeline parallel %d: hone models tensor parallelism only", row.PP)
-	case row.TP < 1:
-		return nil, "tp_size missing"
-	case row.Concurrency < 1:
-		return nil, "no concurrency (silicon_concurrency or batch_size)"
+	case row.Mode == "agg" && (row.TP < 1 || row.TP > 64):
+		return nil, fmt.Sprintf("tp_size %d: want 1..64", row.TP)
+	case row.Mode == "disagg" && !(row.Prefill.usable() && row.Decode.usable()):
+		return nil, fmt.Sprintf("disaggregated worker pools prefill %d×TP%d, decode %d×TP%d: want 1..64 workers of TP 1..64 each", row.Prefill.Workers, row.Prefill.TP, row.Decode.Workers, row.Decode.TP)
+	case row.Concurrency < 1 || row.Concurrency > 1<<16:
+		return nil, fmt.Sprintf("concurrency %d (silicon_concurrency, batch_size, or a disaggregated row's decode batch × workers): want 1..65536", row.Concurrency)
 	case row.ISL < 1 || row.OSL < 1:
 		return nil, "isl and osl must be at least 1"
 	}
-	prof, why := siliconProfile(row, cfg.Profiles)
+	tps := []int{row.TP}
+	gpus := row.TP
+	topo := fmt.Sprintf("{kind: colocated, replicas: 1, tp: %d}", row.TP)
+	kv := ""
+	if row.Mode == "disagg" {
+		tps = []int{row.Prefill.TP, row.Decode.TP}
+		gpus = row.Prefill.Workers*row.Prefill.TP + row.Decode.Workers*row.Decode.TP
+		topo = fmt.Sprintf("{kind: disaggregated, prefill: {replicas: %d, tp: %d}, decode: {replicas: %d, tp: %d}}", row.Prefill.Workers, row.Prefill.TP, row.Decode.Workers, row.Decode.TP)
+		kv = "kv_connector: {name: NixlConnector, side_channel_port: 18420}\n"
+	}
+	prof, why := siliconProfile(row, tps, cfg.Profiles)
 	if prof == nil {
 		return nil, why
 	}
@@ -379,12 +427,12 @@ func predictSiliconRow(row SiliconRow, cfg SiliconConfig) (*SiliconPrediction, s
 engine: emulator
 model: {id: %q, revision: silicon}
 gpus: {budget: %d}
-topology: {kind: colocated, replicas: 1, tp: %d}
-knobs: {max_model_len: %d}
+topology: %s
+%sknobs: {max_model_len: %d}
 routing: {policy: round_robin}
 network: {proxy_port: 18400, worker_port: 18410}
 emulator: {profile: %s, time_scale: 1}
-`, row.Line, prof.Model.Name, row.TP, row.TP, maxLen, specProfileName(prof))
+`, row.Line, prof.Model.Name, gpus, topo, kv, maxLen, specProfileName(prof))
 	spec, err := deploy.ParseSpec([]byte(y))
 	if err != nil {
 		return nil, fmt.Sprintf("cannot make its deployment: %v", err)
@@ -412,7 +460,12 @@ emulator: {profile: %s, time_scale: 1}
 	stat := func(measured, predicted float64) SiliconStat {
 		return SiliconStat{Measured: measured, Predicted: round4(predicted), APE: round4(100 * math.Abs(predicted-measured) / measured)}
 	}
-	return &SiliconPrediction{ID: row.ID, Line: row.Line, Model: row.Model, System: row.System, Precision: row.Precision, TP: row.TP,
+	var pre, dec *SiliconPool
+	if row.Mode == "disagg" {
+		pre, dec = &row.Prefill, &row.Decode
+	}
+	return &SiliconPrediction{ID: row.ID, Line: row.Line, Model: row.Model, System: row.System, Precision: row.Precision, Mode: row.Mode, TP: row.TP,
+		Prefill: pre, Decode: dec,
 		ISL: row.ISL, OSL: row.OSL, Concurrency: row.Concurrency, Profile: prof.Name, ProfileSource: prof.SourceKind(),
 		TTFT: stat(row.TTFTMs, ttft/float64(n)), TPOT: stat(row.TPOTMs, tpot/float64(n))}, ""
 }
@@ -425,4 +478,18 @@ func specProfileName(p *emulator.Profile) string {
 		return p.Name
 	}
 	return "exercise"
+}
+
+func (p SiliconPool) usable() bool {
+	return p.Workers >= 1 && p.Workers <= 64 && p.TP >= 1 && p.TP <= 64
+}
+
+// holdsAll says whether p's step costs hold at every TP of tps.
+func holdsAll(p *emulator.Profile, tps []int) bool {
+	for _, tp := range tps {
+		if p.Steps.HoldsFor(tp) != nil {
+			return false
+		}
+	}
+	return true
 }

@@ -82,3 +82,47 @@ func TestReadSiliconBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestPredictSiliconDisagg: a disaggregated row (no batch_size: its
+// clients are the decode pool's batch × workers) is predicted on its pools
+// with the KV handoff; with every step 10 ms, TPOT is the decode worker's
+// 10 ms exactly and TTFT at least the prefill leg's step plus a decode
+// step.
+func TestPredictSiliconDisagg(t *testing.T) {
+	good, err := os.ReadFile("testdata/silicon/three-rows.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := strings.Split(string(good), "\n")[0]
+	cols := strings.Split(head, ",")
+	vals := map[string]string{"id": "pd", "silicon_data_source": "fixture", "backend": "vllm", "model_path": "fixture/Tiny-8B", "system": "h100_sxm",
+		"mode": "disagg", "isl": "64", "osl": "9", "prefill_batch_size": "1", "prefill_num_workers": "2", "prefill_tp_size": "1",
+		"decode_batch_size": "3", "decode_num_workers": "1", "decode_tp_size": "2", "silicon_ttft_ms": "40", "silicon_tpot_ms": "10"}
+	row := make([]string, len(cols))
+	for i, c := range cols {
+		row[i] = vals[c]
+	}
+	p := filepath.Join(t.TempDir(), "pd.csv")
+	if err := os.WriteFile(p, []byte(head+"\n"+strings.Join(row, ",")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := ReadSilicon(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := rows[0]; r.Concurrency != 3 || r.Prefill != (SiliconPool{Workers: 2, TP: 1, Batch: 1}) || r.Decode != (SiliconPool{Workers: 1, TP: 2, Batch: 3}) {
+		t.Fatalf("row read as %+v", r)
+	}
+	fix, err := emulator.LoadProfileFile("testdata/silicon/fixture-tiny-h100.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := PredictSilicon(rows, SiliconConfig{Profiles: []*emulator.Profile{fix}})
+	if len(res.Rows) != 1 {
+		t.Fatalf("skipped: %+v", res.Skipped)
+	}
+	r := res.Rows[0]
+	if r.Mode != "disagg" || r.Prefill == nil || r.Decode == nil || r.TPOT.Predicted != 10 || r.TTFT.Predicted < 20 {
+		t.Errorf("predicted %+v (TTFT %v, TPOT %v)", r, r.TTFT.Predicted, r.TPOT.Predicted)
+	}
+}

@@ -25,6 +25,7 @@ var derivedProfiles = []struct {
 	{"llama-3.1-70b-h200", "meta-llama--Meta-Llama-3.1-70B", "h200_sxm", "bf16", ""},
 	{"llama-3.1-70b-fp8-h100", "nvidia--Llama-3.1-70B-Instruct-FP8", "h100_sxm", "fp8", ""},
 	{"llama-3.1-70b-fp8-h200", "nvidia--Llama-3.1-70B-Instruct-FP8", "h200_sxm", "fp8", ""},
+	{"qwen3-32b-fp8-h100", "Qwen--Qwen3-32B-FP8", "h100_sxm", "fp8", ""},
 	// Qwen3-32B on B300 derived without its step data, to be judged on it:
 	// from B300's tables, and from the roofline at H100's efficiencies.
 	{"qwen3-32b-b300-tables", "Qwen--Qwen3-32B", "b300_sxm", "bf16", ""},
