@@ -1,6 +1,7 @@
 package calibrate
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -34,9 +35,10 @@ type ScoreboardPhase struct {
 // SiliconBoard is a silicon file's errors by group (model, precision, GPU)
 // and the rows predicted.
 type SiliconBoard struct {
-	File        string                    `json:"file"`
-	LengthRatio float64                   `json:"length_ratio"`
-	Groups      map[string]SiliconSummary `json:"groups"`
+	File         string                    `json:"file"`
+	LengthRatio  float64                   `json:"length_ratio"`
+	KVCacheDType string                    `json:"kv_cache_dtype,omitempty"`
+	Groups       map[string]SiliconSummary `json:"groups"`
 	// Profiles are the same errors by the profile that predicted the rows
 	// (what hone predict and the report show beside a profile's figures).
 	Profiles  map[string]SiliconSummary `json:"profiles"`
@@ -70,7 +72,7 @@ func StepBoard(p *emulator.Profile) []ScoreboardPhase {
 
 // NewSiliconBoard summarises a silicon result by group.
 func NewSiliconBoard(file string, res *SiliconResult) SiliconBoard {
-	b := SiliconBoard{File: file, LengthRatio: res.LengthRatio, All: res.Summary, Predicted: []string{}}
+	b := SiliconBoard{File: file, LengthRatio: res.LengthRatio, KVCacheDType: res.KVCacheDType, All: res.Summary, Predicted: []string{}}
 	for _, r := range res.Rows {
 		b.Predicted = append(b.Predicted, r.ID)
 	}
@@ -139,8 +141,10 @@ func CompareScoreboards(committed, current Scoreboard) []string {
 		}
 	}
 	for _, was := range committed.Silicon {
-		name := fmt.Sprintf("silicon %s (length ratio %g)", was.File, was.LengthRatio)
-		i := slices.IndexFunc(current.Silicon, func(b SiliconBoard) bool { return b.File == was.File && b.LengthRatio == was.LengthRatio })
+		name := fmt.Sprintf("silicon %s (length ratio %g, kv cache %s)", was.File, was.LengthRatio, cmp.Or(was.KVCacheDType, "auto"))
+		i := slices.IndexFunc(current.Silicon, func(b SiliconBoard) bool {
+			return b.File == was.File && b.LengthRatio == was.LengthRatio && b.KVCacheDType == was.KVCacheDType
+		})
 		if i < 0 {
 			out = append(out, name+": no longer computed")
 			continue

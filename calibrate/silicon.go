@@ -191,6 +191,9 @@ type SiliconConfig struct {
 	// LengthRatio draws each request's ISL and OSL from [ratio × L, L]
 	// (replay.Workload.LengthRatio); 0: exactly ISL and OSL.
 	LengthRatio float64
+	// KVCacheDType is every row's KV cache dtype (vLLM's
+	// --kv-cache-dtype); "": the model's.
+	KVCacheDType string
 	// Workers predicts rows in parallel; 0: GOMAXPROCS.
 	Workers int
 }
@@ -246,11 +249,12 @@ type SiliconSummary struct {
 
 // SiliconResult is hone validate silicon's JSON.
 type SiliconResult struct {
-	Definitions string              `json:"definitions"`
-	LengthRatio float64             `json:"length_ratio"`
-	Rows        []SiliconPrediction `json:"rows"`
-	Skipped     []SiliconSkip       `json:"skipped"`
-	Summary     SiliconSummary      `json:"summary"`
+	Definitions  string              `json:"definitions"`
+	LengthRatio  float64             `json:"length_ratio"`
+	KVCacheDType string              `json:"kv_cache_dtype,omitempty"`
+	Rows         []SiliconPrediction `json:"rows"`
+	Skipped      []SiliconSkip       `json:"skipped"`
+	Summary      SiliconSummary      `json:"summary"`
 }
 
 // SiliconDefinitions states what is compared with what.
@@ -290,7 +294,7 @@ func PredictSilicon(rows []SiliconRow, cfg SiliconConfig) *SiliconResult {
 	}
 	close(next)
 	wg.Wait()
-	res := &SiliconResult{Definitions: SiliconDefinitions, LengthRatio: cfg.LengthRatio, Rows: []SiliconPrediction{}, Skipped: []SiliconSkip{}}
+	res := &SiliconResult{Definitions: SiliconDefinitions, LengthRatio: cfg.LengthRatio, KVCacheDType: cfg.KVCacheDType, Rows: []SiliconPrediction{}, Skipped: []SiliconSkip{}}
 	var ttft, tpot []float64
 	for i, o := range outs {
 		if o.pred == nil {
@@ -423,6 +427,9 @@ func predictSiliconRow(row SiliconRow, cfg SiliconConfig) (*SiliconPrediction, s
 		return nil, why
 	}
 	maxLen := (row.ISL + row.OSL + 1023) / 1024 * 1024
+	if cfg.KVCacheDType != "" {
+		kv += fmt.Sprintf("precision: {kv_cache_dtype: %s}\n", cfg.KVCacheDType)
+	}
 	y := fmt.Sprintf(`name: silicon-%d
 engine: emulator
 model: {id: %q, revision: silicon}

@@ -22,10 +22,14 @@ const (
 // rows of Qwen3-32B (bf16) and Llama-3.1-70B (fp8), aggregated.
 var targetGroups = []string{"Qwen/Qwen3-32B native h100_sxm", "meta-llama/Llama-3.1-70B fp8 h100_sxm"}
 
-// siliconRatios are the ways the scoreboard draws request lengths: exactly
-// ISL/OSL, and from [0.8 L, L] as the InferenceX runs behind the Llama rows
-// did (testdata/README.md).
-var siliconRatios = []float64{0, 0.8}
+// siliconVariants are the ways the scoreboard predicts the rows: exact
+// ISL/OSL on the model's KV cache; lengths from [0.8 L, L] as the
+// InferenceX runs behind the Llama rows drew them; and that with their
+// fp8 KV cache too (testdata/README.md). Fixed before any was scored.
+var siliconVariants = []struct {
+	ratio float64
+	kv    string
+}{{0, ""}, {0.8, ""}, {0.8, "fp8"}}
 
 func currentScoreboard(t testing.TB) (Scoreboard, []*SiliconResult) {
 	sb := Scoreboard{Steps: map[string][]ScoreboardPhase{}}
@@ -40,8 +44,8 @@ func currentScoreboard(t testing.TB) (Scoreboard, []*SiliconResult) {
 		t.Fatal(err)
 	}
 	var out []*SiliconResult
-	for _, r := range siliconRatios {
-		res := PredictSilicon(rows, SiliconConfig{Profiles: profs, LengthRatio: r})
+	for _, v := range siliconVariants {
+		res := PredictSilicon(rows, SiliconConfig{Profiles: profs, LengthRatio: v.ratio, KVCacheDType: v.kv})
 		sb.Silicon = append(sb.Silicon, NewSiliconBoard(strings.TrimPrefix(siliconH100, "../"), res))
 		out = append(out, res)
 	}
@@ -66,11 +70,11 @@ func TestValidateScoreboard(t *testing.T) {
 			} else {
 				verdict += "MISS"
 			}
-			t.Logf("silicon, length ratio %g: %s: %d rows; TTFT APE median %.1f%% p90 %.1f%%; TPOT APE median %.1f%% p90 %.1f%% (%s)", b.LengthRatio, g, s.Predicted,
+			t.Logf("silicon, length ratio %g, kv %q: %s: %d rows; TTFT APE median %.1f%% p90 %.1f%%; TPOT APE median %.1f%% p90 %.1f%% (%s)", b.LengthRatio, b.KVCacheDType, g, s.Predicted,
 				s.TTFT.MedianAPE, s.TTFT.P90APE, s.TPOT.MedianAPE, s.TPOT.P90APE, verdict)
 		}
 		res := results[i]
-		t.Logf("silicon, length ratio %g: %d of %d rows predicted, %d skipped", b.LengthRatio, res.Summary.Predicted, res.Summary.Rows, len(res.Skipped))
+		t.Logf("silicon, length ratio %g, kv %q: %d of %d rows predicted, %d skipped", b.LengthRatio, b.KVCacheDType, res.Summary.Predicted, res.Summary.Rows, len(res.Skipped))
 	}
 	if *update {
 		b, err := json.MarshalIndent(sb, "", "  ")

@@ -315,6 +315,9 @@ func renderEmulator(s *Spec, bin string, w Worker) (argv, env []string, err erro
 	if tp := len(w.GPUs); tp > 1 {
 		argv = append(argv, "--tensor-parallel-size", strconv.Itoa(tp))
 	}
+	if d := s.Precision.KVCacheDType; d != "" {
+		argv = append(argv, "--kv-cache-dtype", d)
+	}
 	k := s.Knobs
 	if k.PrefixCaching != nil && !*k.PrefixCaching {
 		argv = append(argv, "--no-enable-prefix-caching")

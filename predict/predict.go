@@ -188,7 +188,7 @@ func clusterOf(s *deploy.Spec, prof *emulator.Profile) (*cluster, error) {
 			MaxNumBatchedTokens: k.MaxNumBatchedTokens, MaxModelLen: k.MaxModelLen, BlockSize: k.BlockSize,
 			GPUMemoryUtilization: k.GPUMemoryUtilization, DisablePrefixCaching: k.PrefixCaching != nil && !*k.PrefixCaching,
 			EnforceEager: k.EnforceEager || k.CUDAGraphMode == "NONE", KVLoadFailurePolicy: s.KV.LoadFailurePolicy,
-			ProfileValue: prof, Model: s.ServedName()}
+			ProfileValue: prof, Model: s.ServedName(), KVCacheDType: s.Precision.KVCacheDType}
 		c.workers = append(c.workers, cfg)
 		c.names = append(c.names, name)
 		i := len(c.workers) - 1

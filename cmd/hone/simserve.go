@@ -262,6 +262,7 @@ failed; 2 bad flags.`,
 	f := c.Flags()
 	f.StringVar(&role, "role", "colocated", "colocated | prefill | decode")
 	f.StringVar(&cfg.Profile, "profile", emulator.DefaultProfile, "cost-model profile: a built-in name ("+strings.Join(emulator.ProfileNames(), " | ")+") or a .yaml profile file")
+	f.StringVar(&cfg.KVCacheDType, "kv-cache-dtype", "auto", "KV cache element type, as vLLM's flag: auto (the model's), bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2; fp8 holds twice the tokens, moves half the bytes and halves the decode KV read")
 	f.IntVar(&cfg.TensorParallelSize, "tensor-parallel-size", 1, "GPUs per worker (1..64): the roofline splits each step across them, adds the all-reduces, and sizes the KV cache per GPU")
 	f.StringVar(&cfg.Host, "host", "127.0.0.1", "address to bind the HTTP API")
 	f.IntVar(&cfg.Port, "port", 8000, "HTTP port (0: any free port)")

@@ -33,6 +33,7 @@ func newValidateSiliconCmd() *cobra.Command {
 		profiles string
 		perConn  int
 		ratio    float64
+		kvDtype  string
 		output   outputFormat
 	)
 	c := &cobra.Command{
@@ -86,6 +87,9 @@ non-numeric field, a latency <= 0, named by line and column; --profiles).`,
 			if !(ratio >= 0 && ratio <= 1) {
 				return badInput("--length-ratio: want a fraction in (0, 1], or 0 for fixed lengths, got %v", ratio)
 			}
+			if _, ok := emulator.KVCacheDTypes[kvDtype]; !ok {
+				return badInput("--kv-cache-dtype %q: want auto, bfloat16, float16, fp8, fp8_e4m3 or fp8_e5m2", kvDtype)
+			}
 			rows, err := calibrate.ReadSilicon(args[0])
 			if err != nil {
 				return badInput("%v", err)
@@ -94,7 +98,7 @@ non-numeric field, a latency <= 0, named by line and column; --profiles).`,
 			if err != nil {
 				return err
 			}
-			res := calibrate.PredictSilicon(rows, calibrate.SiliconConfig{Profiles: profs, RequestsPerClient: perConn, LengthRatio: ratio})
+			res := calibrate.PredictSilicon(rows, calibrate.SiliconConfig{Profiles: profs, RequestsPerClient: perConn, LengthRatio: ratio, KVCacheDType: kvDtype})
 			if output.value == "json" {
 				return writeJSON(c.OutOrStdout(), res)
 			}
@@ -105,6 +109,7 @@ non-numeric field, a latency <= 0, named by line and column; --profiles).`,
 	f := c.Flags()
 	f.StringVar(&profiles, "profiles", "", "a folder of profile .yaml files to choose from besides the built-ins")
 	f.IntVar(&perConn, "requests-per-client", 10, "measured requests per client of each closed loop (vllm bench serve's num-prompts / max-concurrency)")
+	f.StringVar(&kvDtype, "kv-cache-dtype", "", "predict every row with this KV cache dtype (vLLM's --kv-cache-dtype: fp8 halves its bytes); default: the model's")
 	f.Float64Var(&ratio, "length-ratio", 0, "draw each request's ISL and OSL from [ratio × L, L]; 0: exactly ISL and OSL")
 	output.register(f, "table", "", "table", "json")
 	return c

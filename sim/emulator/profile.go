@@ -26,7 +26,10 @@ type Model struct {
 	// from the KV cache's (1 for fp8 weights with a bf16 KV cache); 0 is
 	// BytesPerElem.
 	WeightBytesPerElem int `yaml:"weight_bytes_per_elem,omitempty"`
-	MaxModelLen        int `yaml:"max_model_len"`
+	// KVBytesPerElem is the KV cache's element size where it differs
+	// from BytesPerElem (1 under --kv-cache-dtype fp8); 0 is BytesPerElem.
+	KVBytesPerElem int `yaml:"kv_bytes_per_elem,omitempty"`
+	MaxModelLen    int `yaml:"max_model_len"`
 }
 
 // WeightBytes is the size of all weights.
@@ -44,7 +47,39 @@ func (m Model) WeightElemBytes() int {
 // KVBytesPerToken is the size of one token's K and V across all layers:
 // layers × 2 (K and V) × KV heads × head dim × bytes per element.
 func (m Model) KVBytesPerToken() int {
-	return m.Layers * 2 * m.KVHeads * m.HeadDim * m.BytesPerElem
+	return m.Layers * 2 * m.KVHeads * m.HeadDim * m.kvElemBytes()
+}
+
+// kvElemBytes is the size of one KV cache element.
+func (m Model) kvElemBytes() int {
+	if m.KVBytesPerElem > 0 {
+		return m.KVBytesPerElem
+	}
+	return m.BytesPerElem
+}
+
+// KVCacheDTypes are the --kv-cache-dtype values the engine takes (vLLM's
+// CacheDType), and the element size each gives; 0: the model's own.
+var KVCacheDTypes = map[string]int{"": 0, "auto": 0, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+
+// WithKVCacheDType makes p's KV cache dtype d: its element size (so the
+// cache holds more tokens and a transfer moves fewer bytes) and the step
+// costs' decode KV read, which scales with the bytes read; nothing else.
+func (p *Profile) WithKVCacheDType(d string) error {
+	b, ok := KVCacheDTypes[d]
+	if !ok {
+		return fmt.Errorf("kv cache dtype %q: want auto, bfloat16, float16, fp8, fp8_e4m3 or fp8_e5m2", d)
+	}
+	if b == 0 || b == p.Model.kvElemBytes() {
+		return nil
+	}
+	if p.Steps != nil {
+		st := *p.Steps
+		st.DecodeKVMsPerK *= float64(b) / float64(p.Model.kvElemBytes())
+		p.Steps = &st
+	}
+	p.Model.KVBytesPerElem = b
+	return nil
 }
 
 // KVBytesPerTokenPerGPU is the part of one token's KV that each of tp
@@ -56,7 +91,7 @@ func (m Model) KVBytesPerTokenPerGPU(tp int) int {
 	if tp <= 1 {
 		return m.KVBytesPerToken()
 	}
-	return m.Layers * 2 * max(1, m.KVHeads/tp) * m.HeadDim * m.BytesPerElem
+	return m.Layers * 2 * max(1, m.KVHeads/tp) * m.HeadDim * m.kvElemBytes()
 }
 
 // Qwen25Coder05B is Qwen/Qwen2.5-Coder-0.5B-Instruct (config.json): 24

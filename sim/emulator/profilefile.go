@@ -128,6 +128,14 @@ func (p *Profile) Validate() error {
 	v.posInt("model.kv_heads", m.KVHeads)
 	v.posInt("model.head_dim", m.HeadDim)
 	v.posInt("model.bytes_per_elem", m.BytesPerElem)
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"model.weight_bytes_per_elem", m.WeightBytesPerElem}, {"model.kv_bytes_per_elem", m.KVBytesPerElem}} {
+		if f.n < 0 || f.n > 8 {
+			v.fail(f.name, "want 0 (model.bytes_per_elem) or 1..8 bytes, got %d", f.n)
+		}
+	}
 	v.posInt("model.vocab", m.Vocab)
 	if m.MaxModelLen < 2 {
 		v.fail("model.max_model_len", "want >= 2, got %d", m.MaxModelLen)

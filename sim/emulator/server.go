@@ -57,9 +57,12 @@ type Config struct {
 	// --tensor-parallel-size), 1..64; default 1. The roofline splits each
 	// step across them and the KV cache is sized per GPU (Profile.TP).
 	TensorParallelSize int
-	Model              string // served model name; default the profile's model id
-	Host               string // default 127.0.0.1
-	Port               int    // 0: any free port
+	// KVCacheDType is vLLM's --kv-cache-dtype: "" or auto (the model's),
+	// bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2 (Profile.WithKVCacheDType).
+	KVCacheDType string
+	Model        string // served model name; default the profile's model id
+	Host         string // default 127.0.0.1
+	Port         int    // 0: any free port
 	// KVHost and KVPort are the prefill worker's side channel (vLLM's
 	// VLLM_NIXL_SIDE_CHANNEL_HOST/PORT); port 0 picks a free one.
 	// KVAdvertiseHost is what kv_transfer_params.remote_host says
@@ -185,6 +188,9 @@ func (c *Config) resolve() (*Profile, error) {
 		return nil, fmt.Errorf("--tensor-parallel-size %d: profile %s has no gpu.interconnect_bytes_sec for the all-reduces", c.TensorParallelSize, p.Name)
 	}
 	p.TP = c.TensorParallelSize
+	if err := p.WithKVCacheDType(c.KVCacheDType); err != nil {
+		return nil, fmt.Errorf("--kv-cache-dtype: %w", err)
+	}
 	if c.Model == "" {
 		c.Model = p.Model.Name
 	}

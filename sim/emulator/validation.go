@@ -19,21 +19,23 @@ var scoreboardJSON []byte
 // with measured rows (hone validate silicon): median and p90 absolute
 // percentage errors of mean TTFT and TPOT.
 type RequestValidation struct {
-	Data        string  // the measured file
-	LengthRatio float64 // how request lengths were drawn (0: exact)
-	Rows        int
-	TTFTMedian  float64
-	TTFTP90     float64
-	TPOTMedian  float64
-	TPOTP90     float64
+	Data         string  // the measured file
+	LengthRatio  float64 // how request lengths were drawn (0: exact)
+	KVCacheDType string  // the KV cache the rows were predicted with ("": the model's)
+	Rows         int
+	TTFTMedian   float64
+	TTFTP90      float64
+	TPOTMedian   float64
+	TPOTP90      float64
 }
 
 var scoreboard = sync.OnceValue(func() map[string][]RequestValidation {
 	var sb struct {
 		Silicon []struct {
-			File        string  `json:"file"`
-			LengthRatio float64 `json:"length_ratio"`
-			Profiles    map[string]struct {
+			File         string  `json:"file"`
+			LengthRatio  float64 `json:"length_ratio"`
+			KVCacheDType string  `json:"kv_cache_dtype"`
+			Profiles     map[string]struct {
 				Predicted int `json:"predicted"`
 				TTFT      struct {
 					Median float64 `json:"median_ape"`
@@ -52,7 +54,7 @@ var scoreboard = sync.OnceValue(func() map[string][]RequestValidation {
 	out := map[string][]RequestValidation{}
 	for _, b := range sb.Silicon {
 		for name, s := range b.Profiles {
-			out[name] = append(out[name], RequestValidation{Data: b.File, LengthRatio: b.LengthRatio, Rows: s.Predicted,
+			out[name] = append(out[name], RequestValidation{Data: b.File, LengthRatio: b.LengthRatio, KVCacheDType: b.KVCacheDType, Rows: s.Predicted,
 				TTFTMedian: s.TTFT.Median, TTFTP90: s.TTFT.P90, TPOTMedian: s.TPOT.Median, TPOTP90: s.TPOT.P90})
 		}
 	}
@@ -78,6 +80,9 @@ func ValidationNote(name string) string {
 		lengths := "exact lengths"
 		if v.LengthRatio > 0 {
 			lengths = fmt.Sprintf("lengths drawn from [%g L, L]", v.LengthRatio)
+		}
+		if v.KVCacheDType != "" {
+			lengths += ", " + v.KVCacheDType + " KV cache"
 		}
 		parts = append(parts, fmt.Sprintf("TTFT %.1f%%, TPOT %.1f%% (%s)", v.TTFTMedian, v.TPOTMedian, lengths))
 	}
