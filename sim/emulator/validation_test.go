@@ -10,11 +10,11 @@ import (
 // was never compared.
 func TestValidationNote(t *testing.T) {
 	vs := ProfileValidation("qwen3-32b-h100")
-	if len(vs) != 2 || vs[0].Rows == 0 || vs[0].LengthRatio != 0 || vs[1].LengthRatio != 0.8 || !(vs[0].TPOTMedian > 0) {
+	if len(vs) != 3 || vs[0].Rows == 0 || vs[0].LengthRatio != 0 || vs[1].LengthRatio != 0.8 || vs[2].KVCacheDType != "fp8" || !(vs[0].TPOTMedian > 0) {
 		t.Fatalf("qwen3-32b-h100: %+v", vs)
 	}
 	n := ValidationNote("qwen3-32b-h100")
-	for _, w := range []string{"validated on", "silicon_h100_vllm.csv", "exact lengths", "[0.8 L, L]"} {
+	for _, w := range []string{"validated on", "silicon_h100_vllm.csv", "exact lengths", "[0.8 L, L]", "fp8 KV cache"} {
 		if !strings.Contains(n, w) {
 			t.Errorf("note %q does not say %q", n, w)
 		}
