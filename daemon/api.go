@@ -62,12 +62,17 @@ func Handler(src func() *Snapshot) http.Handler {
 		if view == "" {
 			view = ViewSyscalls
 		}
+		if err := checkView(view); err != nil {
+			http.Error(w, "view: "+err.Error(), http.StatusBadRequest)
+			return
+		}
 		p, err := Profile(src(), view)
 		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
+			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
 		w.Header().Set("Content-Type", "application/octet-stream")
+		// view is one of Views here, never the raw parameter.
 		w.Header().Set("Content-Disposition", `attachment; filename="hone-`+view+`.pb.gz"`)
 		_ = p.Write(w)
 	})

@@ -83,3 +83,45 @@ func TestAPI(t *testing.T) {
 		}
 	}
 }
+
+// /v1/profile?view= accepts the known views only: anything else is a 400
+// that names the parameter and the allowed values, whether or not the
+// snapshot has threads, and the raw value (a NUL byte here) reaches no
+// header.
+func TestProfileView(t *testing.T) {
+	for name, src := range map[string]func() *Snapshot{"fixture": fixture, "empty": func() *Snapshot { return &Snapshot{} }} {
+		srv := httptest.NewServer(Handler(src))
+		for _, bad := range []string{"nope", "sched%00%0d%0aX-Evil:%201", "SYSCALLS", "%00"} {
+			resp, err := http.Get(srv.URL + "/v1/profile?view=" + bad)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 400 || !strings.HasPrefix(string(b), "view: want one of syscalls, sched, cuda; got ") {
+				t.Errorf("%s: view=%s: %d %q, want 400 naming view and the allowed values", name, bad, resp.StatusCode, b)
+			}
+			if bytes.ContainsRune(b, 0) {
+				t.Errorf("%s: view=%s: the answer echoes a raw NUL: %q", name, bad, b)
+			}
+			for k, vs := range resp.Header {
+				for _, v := range vs {
+					if strings.ContainsAny(v, "\x00\r\n") || k == "Content-Disposition" || k == "X-Evil" {
+						t.Errorf("%s: view=%s: header %s: %q", name, bad, k, v)
+					}
+				}
+			}
+		}
+		for _, view := range Views {
+			resp, err := http.Get(srv.URL + "/v1/profile?view=" + view)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if want := `attachment; filename="hone-` + view + `.pb.gz"`; resp.StatusCode != 200 || resp.Header.Get("Content-Disposition") != want {
+				t.Errorf("%s: view=%s: %d %q, want 200 %q", name, view, resp.StatusCode, resp.Header.Get("Content-Disposition"), want)
+			}
+		}
+		srv.Close()
+	}
+}

@@ -2,7 +2,10 @@ package daemon
 
 import (
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
+	"strings"
 
 	"github.com/google/pprof/profile"
 )
@@ -15,11 +18,28 @@ const (
 	ViewCUDA     = "cuda"     // time waiting in CUDA synchronize calls
 )
 
+// Views are the profile views, in the order they are documented.
+var Views = []string{ViewSyscalls, ViewSched, ViewCUDA}
+
+// checkView refuses a view that is not one of Views, quoting it (a
+// caller's raw input) rather than echoing it.
+func checkView(view string) error {
+	if !slices.Contains(Views, view) {
+		return fmt.Errorf("want one of %s; got %s", strings.Join(Views, ", "), strconv.Quote(view))
+	}
+	return nil
+}
+
 // Profile turns a snapshot's traced time into a pprof profile: one sample
 // per thread and category, with the stack [category, thread, process], so
 // `go tool pprof -top` ranks categories and `-traces` shows who spent them.
 // Sample values: events (count) and time (nanoseconds).
 func Profile(s *Snapshot, view string) (*profile.Profile, error) {
+	// Checked before any row: a snapshot without threads has no row to
+	// reach the switch's default with.
+	if err := checkView(view); err != nil {
+		return nil, fmt.Errorf("profile view: %w", err)
+	}
 	p := &profile.Profile{
 		SampleType:        []*profile.ValueType{{Type: "events", Unit: "count"}, {Type: "time", Unit: "nanoseconds"}},
 		DefaultSampleType: "time",
@@ -99,8 +119,6 @@ func Profile(s *Snapshot, view string) (*profile.Profile, error) {
 					add(th, "cuda "+c, st.WaitCount, st.WaitSumNS)
 				}
 			}
-		default:
-			return nil, fmt.Errorf("profile view %q: want %s, %s or %s", view, ViewSyscalls, ViewSched, ViewCUDA)
 		}
 	}
 	if err := p.CheckValid(); err != nil {
