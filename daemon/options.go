@@ -101,11 +101,15 @@ func ReadToken(path string) (string, error) {
 }
 
 // RequireToken serves h only to requests that carry token as a bearer
-// token; anything else gets 401 and nothing of the API.
+// token; anything else gets 401 and nothing of the API. The scheme is
+// matched without regard to case, as RFC 7235 (2.1) has it: "bearer" and
+// "BEARER" are "Bearer".
 func RequireToken(h http.Handler, token string) http.Handler {
-	want := []byte("Bearer " + token)
+	want := []byte(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		scheme, cred, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		cred = strings.TrimLeft(cred, " ") // 1*SP between scheme and credentials
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(cred), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="hone daemon"`)
 			http.Error(w, "a bearer token is required (Authorization: Bearer <the daemon's --token-file>)", http.StatusUnauthorized)
 			return

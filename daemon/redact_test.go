@@ -116,7 +116,10 @@ func TestBearerToken(t *testing.T) {
 	srv := httptest.NewServer(RequireToken(Handler(func() *Snapshot { return &Snapshot{} }), tok))
 	defer srv.Close()
 	for _, path := range []string{"/metrics", "/v1/snapshot", "/v1/threads"} {
-		for auth, want := range map[string]int{"": 401, "Bearer wrong-token-0123456789": 401, "Bearer " + tok: 200} {
+		for auth, want := range map[string]int{"": 401, "Bearer wrong-token-0123456789": 401, "Bearer " + tok: 200,
+			// RFC 7235: the scheme is case-insensitive, 1*SP before the token.
+			"bearer " + tok: 200, "BEARER " + tok: 200, "bEaReR  " + tok: 200,
+			"Basic " + tok: 401, tok: 401, "Bearer": 401, "Bearer " + tok + "x": 401, "Bearer" + tok: 401} {
 			req, _ := http.NewRequest("GET", srv.URL+path, nil)
 			if auth != "" {
 				req.Header.Set("Authorization", auth)
