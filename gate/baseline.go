@@ -121,7 +121,7 @@ type Baseline struct {
 // ReadBaseline reads and validates a baseline file. Every problem is an
 // error that names the file and the field; nothing panics on bad input.
 func ReadBaseline(path string) (*Baseline, error) {
-	b, err := os.ReadFile(path)
+	b, err := replay.ReadRecordFile(path) // bounded; plain or gzip-compressed
 	if err != nil {
 		return nil, fmt.Errorf("read baseline: %w", err)
 	}
@@ -169,7 +169,7 @@ func ParseBaseline(b []byte) (*Baseline, error) {
 			return nil, fmt.Errorf("%s: invalid: %d entries for %d values (want one per value, or none)", where, len(s.Invalid), len(s.Values))
 		}
 		for j, v := range s.Values {
-			if err := checkValue(v); err != nil {
+			if err := checkPhysical(s.Metric, v, s.invalidAt(j) == ""); err != nil {
 				return nil, fmt.Errorf("%s: values[%d]: %w", where, j, err)
 			}
 		}
@@ -188,6 +188,35 @@ const MaxMagnitude = 1e15
 func checkValue(v float64) error {
 	if math.IsNaN(v) || math.IsInf(v, 0) || math.Abs(v) > MaxMagnitude {
 		return fmt.Errorf("%v: want a finite number of magnitude at most %g", v, MaxMagnitude)
+	}
+	return nil
+}
+
+// checkPhysical refuses a value no measurement can produce: anything
+// checkValue refuses, a negative latency, rate, cost or count, a cache hit
+// rate outside [0, 1], and — at a valid level — a latency of 0 ms. A 0
+// TPOT is what a record holds when no request produced two tokens: TPOT
+// was not measured, and read as a number it would pass CI as the fastest
+// deployment ever seen. valid is false for a value whose level the record
+// itself calls invalid: such a value decides nothing, and a level whose
+// every request failed has no latency to report.
+func checkPhysical(metric string, v float64, valid bool) error {
+	if err := checkValue(v); err != nil {
+		return err
+	}
+	switch {
+	case strings.HasSuffix(metric, "_ms") && v < 0:
+		return fmt.Errorf("%v: a latency cannot be negative (want > 0 ms)", v)
+	case strings.HasSuffix(metric, "_ms") && v == 0 && valid:
+		why := "no latency is 0 ms"
+		if strings.Contains(metric, "tpot") {
+			why = "no request produced two tokens, so TPOT was not measured (a deployment that returns one token per request has no TPOT to gate)"
+		}
+		return fmt.Errorf("0 at a valid level: %s; want > 0 ms", why)
+	case metric == "cache_hit_rate" && (v < 0 || v > 1):
+		return fmt.Errorf("%v: want a fraction in [0, 1]", v)
+	case v < 0:
+		return fmt.Errorf("%v: a rate, cost or count cannot be negative", v)
 	}
 	return nil
 }
@@ -249,6 +278,9 @@ func (bl *Baseline) add(runs []Run, compared []string) error {
 		}
 		if diff := DiffFingerprints(bl.Fingerprint, r.Fingerprint, withProcedure(compared)); len(diff) > 0 {
 			return fmt.Errorf("run %d was measured in another environment: %v", ri+1, diff)
+		}
+		if err := r.check(); err != nil {
+			return fmt.Errorf("run %d: %w", ri+1, err)
 		}
 		for _, s := range r.Series() {
 			if i, ok := idx[s.Key()]; ok {

@@ -3,6 +3,7 @@ package gate
 import (
 	"fmt"
 	"math"
+	"strings"
 )
 
 // Plausibility thresholds. A compared metric whose values break one of
@@ -75,7 +76,7 @@ func (b Bounds) merge(o Bounds) Bounds {
 }
 
 // PlausibilityRule states the thresholds in words, for reports and help.
-var PlausibilityRule = fmt.Sprintf("suspect when a p50 or p99 TPOT is below %g ms (model time; a record's config tpot_floor_ms overrides), "+
+var PlausibilityRule = fmt.Sprintf("suspect when a p50 or p99 TPOT or TTFT is below %g ms (model time; a record's config tpot_floor_ms overrides), "+
 	"when an effective QPS or the objective exceeds the offered rate of its level by more than %g%% beyond the schedule's edge N/(N−1), "+
 	"or when the objective changes by more than %g× either way",
 	DefaultTPOTFloorMs, 100*OfferedTolerance, ObjectiveFactor)
@@ -90,18 +91,19 @@ func implausible(r *Result, level *Result, base, cand Bounds) string {
 		b      Bounds
 	}{{"baseline", r.Series.Values, base}, {"candidate", r.Candidate, cand}}
 	switch m := r.Series.Metric; m {
-	case "p50_tpot_ms", "p99_tpot_ms":
+	case "p50_tpot_ms", "p99_tpot_ms", "p50_ttft_ms", "p99_ttft_ms":
+		// A first token needs at least one forward pass, so a TTFT has
+		// the decode step's floor too. Values <= 0 never get here: the
+		// reader refuses them (exit 2) at a valid level.
+		what := "a real decode step"
+		if strings.Contains(m, "ttft") {
+			what = "a real forward pass (the first token needs one)"
+		}
 		for _, s := range sides {
 			floor := s.b.tpotFloor()
-			low := math.Inf(1)
-			for _, v := range s.values {
-				if v > 0 { // 0: no request produced two tokens; nothing was measured
-					low = math.Min(low, v)
-				}
-			}
-			if low < floor {
-				why := fmt.Sprintf("%s %s %.4g ms is below the %g ms floor of a real decode step (model time): "+
-					"a measurement artefact (warm cache, time scale, token count), not a faster deployment", s.name, m, low, floor)
+			if low := minOf(s.values); low < floor {
+				why := fmt.Sprintf("%s %s %.4g ms is below the %g ms floor of %s (model time): "+
+					"a measurement artefact (warm cache, time scale, token count), not a faster deployment", s.name, m, low, floor, what)
 				if s.name == "baseline" {
 					why += "; rebuild the baseline from valid, plausible records"
 				}

@@ -104,6 +104,19 @@ func (r Run) Series() []Series {
 	return out
 }
 
+// check refuses a run holding a value no measurement can produce (see
+// checkPhysical), naming the series.
+func (r Run) check() error {
+	for _, s := range r.Series() {
+		for j, v := range s.Values {
+			if err := checkPhysical(s.Metric, v, s.invalidAt(j) == ""); err != nil {
+				return fmt.Errorf("%s: %w", s.Key(), err)
+			}
+		}
+	}
+	return nil
+}
+
 func direction(metric string) Direction {
 	if m, ok := Metrics[metric]; ok {
 		return m.Direction
@@ -164,12 +177,8 @@ func ParseRuns(b []byte) ([]Run, error) {
 			return nil, fmt.Errorf("no runs in the record")
 		}
 		for i, run := range runs {
-			for _, s := range run.Series() {
-				for _, v := range s.Values {
-					if err := checkValue(v); err != nil {
-						return nil, fmt.Errorf("run %d: %s: %w", i+1, s.Key(), err)
-					}
-				}
+			if err := run.check(); err != nil {
+				return nil, fmt.Errorf("run %d: %w", i+1, err)
 			}
 		}
 		return runs, nil

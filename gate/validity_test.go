@@ -327,6 +327,11 @@ func TestPlausibility(t *testing.T) {
 		return r
 	}
 	n120, n16 := Bounds{MeasuredPerLevel: 120}, Bounds{MeasuredPerLevel: 16}
+	oneTTFT := func(p99ttft float64) Run {
+		r := liveRun(7.9, lv{qps: 8, eff: 7.9, p50tpot: 6.5, p99tpot: 8, p99ttft: p99ttft, passed: true})
+		r.Bounds = n120
+		return r
+	}
 	for _, tc := range []struct {
 		name       string
 		base, cand Run
@@ -356,6 +361,9 @@ func TestPlausibility(t *testing.T) {
 			map[string]Verdict{"p99_tpot_ms@8": Improved}, ""},
 		{"baseline TPOT below the floor", one(7.9, 7.9, 0.023, n120), one(7.9, 7.9, 0.468, n120),
 			map[string]Verdict{"p99_tpot_ms@8": Suspect}, "baseline p99_tpot_ms 0.023 ms is below the 0.1 ms floor"},
+		// A TTFT needs a forward pass: 0.05 ms is an artefact, never a pass.
+		{"TTFT below the floor", one(7.9, 7.9, 8, n120), oneTTFT(0.05),
+			map[string]Verdict{"p99_ttft_ms@8": Suspect}, "candidate p99_ttft_ms 0.05 ms is below the 0.1 ms floor of a real forward pass"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rep := Check(mustBaseline(t, []Run{tc.base}), []Run{tc.cand}, Config{})
@@ -495,5 +503,74 @@ func TestTooFewValidRunsDecideNothing(t *testing.T) {
 	rep = Check(bl, []Run{worse}, Config{})
 	if v := verdictOf(t, rep, "p99_ttft_ms", 8); v.Verdict != Fail || !strings.Contains(v.Test, "too few for a test") {
 		t.Errorf("one-run candidate: %s (%s): %s", v.Verdict, v.Test, v.Reason)
+	}
+}
+
+// The probe's impossible latencies: a candidate (or baseline) whose valid
+// level reports a TPOT of 0 or below, or a negative TTFT, is refused when
+// read (exit 2 in the CLI), never compared; a value at a level the record
+// itself calls invalid decides nothing and is kept.
+func TestImpossibleLatenciesAreRefused(t *testing.T) {
+	good, err := os.ReadFile(filepath.Join("..", "replay", "testdata", "record.example.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit := func(field string, v float64, invalid bool) []byte {
+		var doc map[string]any
+		if err := json.Unmarshal(good, &doc); err != nil {
+			t.Fatal(err)
+		}
+		l := doc["runs"].([]any)[0].(map[string]any)["levels"].([]any)[0].(map[string]any)
+		l[field] = v
+		if invalid {
+			l["verdict"] = map[string]any{"valid": false, "reasons": []any{map[string]any{"code": "incomplete", "detail": "every request failed"}}}
+		}
+		b, _ := json.Marshal(doc)
+		return b
+	}
+	for _, tc := range []struct {
+		field string
+		v     float64
+		want  string
+	}{
+		{"p99_tpot_ms", 0, "default@10/p99_tpot_ms: 0 at a valid level: no request produced two tokens"},
+		// Negative ones the record's schema refuses, naming the field.
+		{"p99_tpot_ms", -1, "at '/runs/0/levels/0/p99_tpot_ms': minimum: got -1, want 0"},
+		{"p50_tpot_ms", -1, "at '/runs/0/levels/0/p50_tpot_ms': minimum: got -1, want 0"},
+		{"p99_ttft_ms", -50, "at '/runs/0/levels/0/p99_ttft_ms': minimum: got -50, want 0"},
+		{"p99_ttft_ms", 0, "default@10/p99_ttft_ms: 0 at a valid level: no latency is 0 ms"},
+		{"hit_rate_metrics_measure", 1.5, "default@10/cache_hit_rate: 1.5: want a fraction in [0, 1]"},
+	} {
+		_, err := ParseRuns(edit(tc.field, tc.v, false))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %v: %v; want %q", tc.field, tc.v, err, tc.want)
+		}
+	}
+	// A level whose every request failed has no TPOT: 0 there is kept
+	// (the level is invalid and decides nothing); a negative is not.
+	if _, err := ParseRuns(edit("p99_tpot_ms", 0, true)); err != nil {
+		t.Errorf("0 at an invalid level: %v", err)
+	}
+	if _, err := ParseRuns(edit("p99_tpot_ms", -1, true)); err == nil {
+		t.Error("-1 at an invalid level was read")
+	}
+
+	// Records without a schema (hone sim's) meet the same rule.
+	sim := `{"kind":"simulation_only","config":{"mode":"colocated"},"levels":[{"offered_qps":4,"p99_ttft_ms":-50,"p99_tpot_ms":5,"effective_qps":4,"passed":true}],"objective":4}`
+	if _, err := ParseRuns([]byte(sim)); err == nil || !strings.Contains(err.Error(), "p99_ttft_ms: -50: a latency cannot be negative") {
+		t.Errorf("sim record: %v", err)
+	}
+
+	// A stored baseline with a negative p99 TTFT turned a +1509% regression
+	// into warn: it is refused on reading, and a baseline is not built
+	// from runs holding one.
+	_, err = ParseBaseline([]byte(`{"schema_version":2,"kind":"emulated","series":[{"scenario":"s","offered_qps":4,"metric":"p99_ttft_ms","direction":"lower","values":[12,-5]}]}`))
+	if err == nil || !strings.Contains(err.Error(), "series[0] (s@4/p99_ttft_ms): values[1]: -5: a latency cannot be negative") {
+		t.Errorf("ParseBaseline: %v", err)
+	}
+	neg := healthy(1)
+	neg.Levels[0].Metrics["p99_ttft_ms"] = -5
+	if _, err := NewBaseline("b", []Run{healthy(1), neg}, DefaultCompared); err == nil || !strings.Contains(err.Error(), "run 2: s@4/p99_ttft_ms: -5") {
+		t.Errorf("NewBaseline: %v", err)
 	}
 }
