@@ -29,9 +29,14 @@ const SchemaVersion = 3
 // OldestSchemaVersion is the oldest record version ReadRecord reads.
 const OldestSchemaVersion = 2
 
-// MaxRecordBytes bounds the decompressed size of a gzipped record
-// (4 GiB): a corrupt or hostile .gz is an error, not an exhausted memory.
-const MaxRecordBytes = 4 << 30
+// MaxRecordBytes bounds a record's size, plain or decompressed (256 MiB,
+// about 100,000 requests at ~2.7 kB each; shard a longer run): reading a
+// record costs several times its size in memory (the JSON, its schema
+// check, the decoded Record), so a corrupt or hostile file — a 2 MB .gz
+// that inflates to 2 GiB, given to `hone gate check` by an untrusted pull
+// request — is an error after a bounded, streaming pass, not an exhausted
+// runner.
+const MaxRecordBytes = 256 << 20
 
 // Kinds of live records. A record's kind is set when it is made and never
 // changed: emulated and device numbers stay in separate columns everywhere.
@@ -370,7 +375,7 @@ func WriteRecord(path string, rec *Record) error {
 // does. Readers of record files other than ReadRecord use it, so that a
 // .gz record reads everywhere a plain one does.
 func ReadRecordFile(path string) ([]byte, error) {
-	data, err := os.ReadFile(path)
+	data, err := readBounded(path, MaxRecordBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -381,27 +386,76 @@ func ReadRecordFile(path string) ([]byte, error) {
 	return data, nil
 }
 
+// readBounded reads the file at path, refusing one of more than limit
+// bytes before reading it (a regular file, by its size) or as soon as it
+// passes limit (anything else: a pipe, a device).
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	tooBig := func(n string) error {
+		return fmt.Errorf("%s: %s bytes, more than the %d a record may hold (MaxRecordBytes): not a record hone reads", path, n, limit)
+	}
+	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+		if st.Size() > limit {
+			return nil, tooBig(fmt.Sprint(st.Size()))
+		}
+		data := make([]byte, 0, st.Size()+1)
+		buf := bytes.NewBuffer(data)
+		if _, err := buf.ReadFrom(io.LimitReader(f, limit+1)); err != nil {
+			return nil, err
+		}
+		if int64(buf.Len()) > limit {
+			return nil, tooBig("over " + fmt.Sprint(limit))
+		}
+		return buf.Bytes(), nil
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, tooBig("over " + fmt.Sprint(limit))
+	}
+	return data, nil
+}
+
 // gunzipRecord returns data decompressed if it is gzip (else data itself),
-// refusing more than limit decompressed bytes.
+// refusing more than limit decompressed bytes. It inflates twice: first
+// counting into nothing, so a bomb costs time bounded by limit and no
+// memory, then into a buffer of exactly the counted size.
 func gunzipRecord(data []byte, limit int64) ([]byte, error) {
 	if len(data) < 2 || data[0] != 0x1f || data[1] != 0x8b {
 		return data, nil
 	}
-	zr, err := gzip.NewReader(bytes.NewReader(data))
-	if err != nil {
-		return nil, fmt.Errorf("gzip: %w", err)
-	}
-	out, err := io.ReadAll(io.LimitReader(zr, limit+1))
-	if err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			err = errors.New("unexpected end of data (truncated?)")
+	inflate := func(w io.Writer) (int64, error) {
+		zr, err := gzip.NewReader(bytes.NewReader(data))
+		if err != nil {
+			return 0, fmt.Errorf("gzip: %w", err)
 		}
-		return nil, fmt.Errorf("gzip: %w", err)
+		n, err := io.Copy(w, io.LimitReader(zr, limit+1))
+		if err != nil {
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				err = errors.New("unexpected end of data (truncated?)")
+			}
+			return n, fmt.Errorf("gzip: %w", err)
+		}
+		return n, nil
 	}
-	if int64(len(out)) > limit {
-		return nil, fmt.Errorf("gzip: decompresses to more than %d bytes: not a record hone reads", limit)
+	n, err := inflate(io.Discard)
+	if err != nil {
+		return nil, err
 	}
-	return out, nil
+	if n > limit {
+		return nil, fmt.Errorf("gzip: decompresses to more than %d bytes (MaxRecordBytes): not a record hone reads", limit)
+	}
+	out := bytes.NewBuffer(make([]byte, 0, n))
+	if _, err := inflate(out); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
 }
 
 // ReadRecord reads and validates a record, plain or gzipped (see

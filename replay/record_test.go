@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -216,6 +217,41 @@ func TestWriteReadRecordGzip(t *testing.T) {
 	}
 	if out, err := gunzipRecord(bomb.Bytes(), 1<<20); err != nil || len(out) != 1<<20 {
 		t.Errorf("exactly at the bound: %d bytes, %v", len(out), err)
+	}
+}
+
+// The probe's bomb (2 MB of gzip inflating to 2 GiB) stops after
+// MaxRecordBytes inflated into nothing: no buffer of its size is ever
+// allocated. And a plain file over the bound is refused by its size,
+// unread.
+func TestRecordSizeIsBounded(t *testing.T) {
+	var bomb bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&bomb, gzip.BestCompression)
+	zeros := make([]byte, 1<<20)
+	for range (MaxRecordBytes >> 20) + 1 {
+		zw.Write(zeros)
+	}
+	zw.Close()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := gunzipRecord(bomb.Bytes(), MaxRecordBytes)
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "decompresses to more than 268435456 bytes") {
+		t.Errorf("bomb: %v", err)
+	}
+	// Allocation is what the code decides: the inflater's window and
+	// buffers, not the 256 MiB it counted.
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 8<<20 {
+		t.Errorf("the bomb allocated %d bytes; want the inflater's buffers only (< 8 MiB)", alloc)
+	}
+
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.json")
+	f, _ := os.Create(big)
+	f.Truncate(MaxRecordBytes + 1) // sparse: no disk
+	f.Close()
+	if _, err := ReadRecordFile(big); err == nil || !strings.Contains(err.Error(), big+": 268435457 bytes, more than the 268435456 a record may hold") {
+		t.Errorf("big plain file: %v", err)
 	}
 }
 
