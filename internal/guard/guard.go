@@ -8,8 +8,10 @@
 //     BodyTimeout of the request's headers (408 after it, the connection
 //     closed), and at most BodyMemory bytes of them held at once (ReadBody
 //     to release; a request whose body would exceed it waits for room until
-//     its BodyTimeout, then gets 503). The bodies' memory is thus at most
-//     BodyMemory, whatever the number of connections;
+//     its BodyTimeout, then gets 503, its body read and discarded first,
+//     within a further BodyTimeout, so that a client still writing it reads
+//     the 503 rather than a connection reset). The bodies' memory is thus
+//     at most BodyMemory, whatever the number of connections;
 //   - headers: MaxHeaderBytes, received within ReadHeaderTimeout;
 //   - keep-alive: an idle connection is closed after IdleTimeout;
 //   - connections: at most MaxConnections open at once. Further clients wait
@@ -311,7 +313,8 @@ func BodyError(r *http.Request) *Error {
 
 // Refuse answers e's status with its message as the body, for servers
 // that have no error shape of their own. Connection: close goes with every
-// refusal but 503, since the rest of the body is not read.
+// refusal but a 503 whose body ReadBody drained, since the rest of the body
+// is not read.
 func Refuse(w http.ResponseWriter, e *Error) {
 	if e.Status != http.StatusServiceUnavailable {
 		w.Header().Set("Connection", "close")
@@ -324,8 +327,11 @@ func Refuse(w http.ResponseWriter, e *Error) {
 // bytes count against BodyMemory until release is called: call it when
 // the request no longer holds the body or anything of its size (at the
 // handler's end). On error, release is a no-op, and the caller answers
-// err.Status with err.Message; the connection is closed after the answer,
-// since the rest of the body is not read (w's Connection header says so).
+// err.Status with err.Message. A 503 (no room in BodyMemory) comes after
+// the rest of the body has been read and discarded, so the connection
+// stays open; after any other error, or a drain that failed, it is closed
+// after the answer, since the rest of the body is not read (w's Connection
+// header says so).
 func (g *Guard) ReadBody(w http.ResponseWriter, r *http.Request) (data []byte, release func(), err *Error) {
 	release = func() {}
 	b := g.wrap(w, r)
@@ -333,7 +339,7 @@ func (g *Guard) ReadBody(w http.ResponseWriter, r *http.Request) (data []byte, r
 		return nil, release, nil
 	}
 	fail := func(e *Error) ([]byte, func(), *Error) {
-		if e.Status != http.StatusServiceUnavailable {
+		if e.Status != http.StatusServiceUnavailable || !b.drain() {
 			w.Header().Set("Connection", "close")
 		}
 		return nil, release, e
@@ -402,6 +408,35 @@ func (g *Guard) ReadBody(w http.ResponseWriter, r *http.Request) (data []byte, r
 	}
 	var once sync.Once
 	return data, func() { once.Do(func() { g.budget.release(held) }) }, nil
+}
+
+// drain reads and discards the rest of a body refused for want of room
+// (503), within a fresh BodyTimeout, and reports whether it reached the
+// end. Most clients (curl without Expect, Python's, any that send the whole
+// request before reading) are still writing the body: closing the
+// connection on them with bytes unread makes the kernel answer with a reset,
+// which destroys the 503 before they read it. Draining costs only the
+// transfer, at most MaxBodyBytes (http.MaxBytesReader), in a small buffer,
+// and leaves the connection fit for the client's retry.
+func (b *body) drain() bool {
+	if b.eof {
+		return true
+	}
+	if b.ctl != nil {
+		if err := b.ctl.SetReadDeadline(time.Now().Add(b.lim.BodyTimeout)); err != nil {
+			return false
+		}
+	}
+	var buf [32 << 10]byte
+	for {
+		_, err := b.Read(buf[:])
+		if err == io.EOF {
+			return true
+		}
+		if err != nil {
+			return false
+		}
+	}
 }
 
 func (b *body) failure(err error) *Error {

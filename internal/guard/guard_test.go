@@ -1,8 +1,10 @@
 package guard
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -215,5 +217,101 @@ func TestFill(t *testing.T) {
 	bad := Limits{MaxBodyBytes: 10, BodyMemory: 5}
 	if err := bad.Fill(); err == nil {
 		t.Error("a budget below one body passed")
+	}
+}
+
+// TestBudgetRefusalIsAnswered: clients that send bodies past the body
+// budget at once, each writing its whole request before reading (as curl
+// without Expect and Python's clients do), each get an answer — the one
+// that fits 200, the rest the documented 503 — never a connection reset
+// while still writing. The bodies (4 MiB) are well past what the kernel
+// buffers for a server that does not read (the client's send buffer is set
+// to 128 KiB) and past net/http's own drain after a handler (256 KiB). One
+// body fits the budget and is held until the others have been refused, so
+// exactly one is served and seven get 503.
+func TestBudgetRefusalIsAnswered(t *testing.T) {
+	const size, clients = 4 << 20, 8
+	g, err := New(Limits{MaxBodyBytes: size, BodyMemory: size, BodyTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, hold := make(chan struct{}), make(chan struct{})
+	srv := httptest.NewServer(g.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, release, err := g.ReadBody(w, r)
+		defer release()
+		if err != nil {
+			Refuse(w, err)
+			return
+		}
+		close(held)
+		<-hold
+		io.WriteString(w, strconv.Itoa(len(b)))
+	})))
+	defer srv.Close()
+	body := strings.Repeat("x", size)
+	head := fmt.Sprintf("POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", size)
+	post := func() (int, string, error) {
+		c, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			return 0, "", err
+		}
+		defer c.Close()
+		c.(*net.TCPConn).SetWriteBuffer(128 << 10)
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		if _, err := io.WriteString(c, head+body); err != nil {
+			return 0, "", fmt.Errorf("write: %w", err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return 0, "", fmt.Errorf("read answer: %w", err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), err
+	}
+	first := make(chan int, 1)
+	go func() {
+		code, _, err := post()
+		if err != nil {
+			t.Errorf("first: %v", err)
+		}
+		first <- code
+	}()
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("first body never read")
+	}
+	type result struct {
+		code int
+		body string
+		err  error
+	}
+	results := make(chan result, clients-1)
+	for range clients - 1 {
+		go func() { code, body, err := post(); results <- result{code, body, err} }()
+	}
+	var refused, failed int
+	for range clients - 1 {
+		r := <-results
+		switch {
+		case r.err != nil:
+			failed++
+			t.Logf("transport error: %v", r.err)
+		case r.code == http.StatusServiceUnavailable && strings.Contains(r.body, "--max-body-memory"):
+			refused++
+		default:
+			t.Errorf("over the budget: %d %q", r.code, r.body)
+		}
+	}
+	close(hold)
+	if code := <-first; code != 200 {
+		t.Errorf("first: %d", code)
+	}
+	if refused != clients-1 || failed != 0 {
+		t.Errorf("over the budget: %d answered 503, %d transport errors; want %d and 0", refused, failed, clients-1)
+	}
+	if n := g.InUse(); n != 0 {
+		t.Errorf("held after: %d", n)
 	}
 }
