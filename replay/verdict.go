@@ -372,7 +372,52 @@ func (rec *Record) InvalidLevels() []string {
 	for _, r := range rec.Runs {
 		for _, l := range r.Levels {
 			if !l.Verdict.Valid {
-				out = append(out, fmt.Sprintf("run %d, %g req/s: %s", r.Run+1, l.OfferedQPS, l.Verdict.String()))
+				out = append(out, fmt.Sprintf("run %d, %s: %s", r.Run+1, l.Name(), l.Verdict.String()))
+			}
+		}
+	}
+	return out
+}
+
+// FailedAllowance is how many of n measured requests may fail at a level
+// before its p99 cannot stand for it: the 1% a p99 leaves out, rounded
+// down (0 of fewer than 100).
+func FailedAllowance(n int) int { return n / 100 }
+
+// FailedLevels says, level by level, where requests failed beyond what
+// the figures can absorb: every measured request failed (timeouts
+// included: nothing was measured), or more than FailedAllowance of them
+// ended in an error (an HTTP error, a refused or reset connection, a cut
+// stream, a malformed reply). Timeouts alongside completed requests are
+// the deployment missing its SLO, which the level's pass flag already
+// says; interrupted requests are the run's interruption, said elsewhere.
+// A level's validity is about the host and the procedure, not the
+// deployment, so failures never make a level invalid: they make the run
+// fail.
+func (rec *Record) FailedLevels() []string {
+	var out []string
+	for _, r := range rec.Runs {
+		for _, l := range r.Levels {
+			errs, all := 0, 0
+			var kinds []string
+			for _, o := range []string{OutcomeHTTPError, OutcomeConnectError, OutcomeStreamCut, OutcomeMalformed, OutcomeTimeout} {
+				n := l.Failures[o]
+				if n == 0 {
+					continue
+				}
+				all += n
+				if o != OutcomeTimeout {
+					errs += n
+				}
+				kinds = append(kinds, fmt.Sprintf("%d %s", n, o))
+			}
+			measured := l.Measured + all + l.Failures[OutcomeCanceled]
+			switch {
+			case all > 0 && l.Measured == 0:
+				out = append(out, fmt.Sprintf("run %d, %s: every one of %d measured requests failed (%s)", r.Run+1, l.Name(), measured, strings.Join(kinds, ", ")))
+			case errs > FailedAllowance(measured):
+				out = append(out, fmt.Sprintf("run %d, %s: %d of %d measured requests failed (%s), more than the %d a p99 can leave out",
+					r.Run+1, l.Name(), errs, measured, strings.Join(kinds, ", "), FailedAllowance(measured)))
 			}
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/hone-llm/hone/internal/atomicfile"
 	"github.com/hone-llm/hone/preflight"
 	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/slo"
@@ -104,8 +105,11 @@ and hosts' clocks must agree (NTP) to well within the SLOs.
 Ctrl-C stops cleanly and writes what was measured, marked incomplete.
 
 Exit codes: 0 the record was written complete and every level is valid;
-1 the run was interrupted or failed, or a level is invalid (the record is
-still written); 2 bad input (a flag, a --model the endpoint does not serve,
+1 the run was interrupted or failed, a level is invalid, or a level lost
+requests: every measured request failed, or more errored (HTTP error,
+refused or reset connection, cut stream, malformed reply) than the 1% a
+p99 leaves out (the record is still written); 2 bad input (--out is
+checked writable before the first request) (a flag, a --model the endpoint does not serve,
 a --kind or --time-scale the endpoint contradicts, a --start-at in the
 past).`,
 		Example: `  hone replay --endpoint http://127.0.0.1:8000 --model Qwen/Qwen3-8B --qps 1,2,4,8,16,32 --runs 3 --out run.json
@@ -145,6 +149,11 @@ past).`,
 			}
 			if out == "" {
 				return badInput("--out: want a path for the run record")
+			}
+			// Before the first request, not after the last: a missing or
+			// read-only directory must not lose a run.
+			if err := atomicfile.CheckWritable(out); err != nil {
+				return badInput("--out: %v", err)
 			}
 			// Options treat 0 as "default"; on the command line it is a mistake.
 			if runs < 1 {
@@ -239,10 +248,7 @@ past).`,
 			if sh != nil {
 				fmt.Fprintf(c.ErrOrStderr(), "shard %d/%d: merge every shard's record with 'hone replay merge'\n", sh.Index, sh.Count)
 			}
-			if len(bad) > 0 {
-				return checkFailed{fmt.Sprintf("%d of the record's levels are invalid: they do not count (see above)", len(bad))}
-			}
-			return nil
+			return replayVerdict(rec, bad)
 		},
 	}
 	c.AddCommand(newReplayMergeCmd())
@@ -336,7 +342,8 @@ endpoint, model, SLO, cache procedure and prompts; otherwise nothing is
 written and the field that differs is named.
 
 Exit codes: 0 the merged record was written complete and every level is
-valid; 1 it was written but a shard stopped early or a level is invalid;
+valid; 1 it was written but a shard stopped early, a level is invalid or
+a level lost requests (as for hone replay);
 2 bad input (unreadable records, shards that do not belong together).`,
 		Example: `  hone replay merge --out run.json.gz shard0.json.gz shard1.json.gz shard2.json.gz`,
 		Args:    cobra.ArbitraryArgs,
@@ -346,6 +353,9 @@ valid; 1 it was written but a shard stopped early or a level is invalid;
 			}
 			if out == "" {
 				return badInput("--out: want a path for the merged record")
+			}
+			if err := atomicfile.CheckWritable(out); err != nil {
+				return badInput("--out: %v", err)
 			}
 			if len(args) == 0 {
 				return badInput("want every shard's record, e.g. hone replay merge --out run.json.gz shard0.json.gz shard1.json.gz")
@@ -365,10 +375,8 @@ valid; 1 it was written but a shard stopped early or a level is invalid;
 			switch {
 			case rec.Incomplete:
 				return checkFailed{fmt.Sprintf("a shard stopped early (%s): the merged record %s is incomplete", rec.Error, out)}
-			case len(bad) > 0:
-				return checkFailed{fmt.Sprintf("%d of the merged record's levels are invalid: they do not count (see above)", len(bad))}
 			}
-			return nil
+			return replayVerdict(rec, bad)
 		},
 	}
 	f := c.Flags()
@@ -468,9 +476,33 @@ func writeReplayTable(w io.Writer, rec *replay.Record, out string, bad []string)
 	for _, l := range bad {
 		fmt.Fprintln(w, "INVALID", l)
 	}
-	if len(bad) == 0 {
-		fmt.Fprintln(w, "verdict: every level valid")
+	failed := rec.FailedLevels()
+	for _, l := range failed {
+		fmt.Fprintln(w, "FAILED", l)
 	}
+	switch {
+	case len(bad) == 0 && len(failed) == 0:
+		fmt.Fprintln(w, "verdict: every level valid, no level lost requests")
+	case len(failed) > 0:
+		fmt.Fprintf(w, "verdict: requests failed at %d level(s): the deployment did not serve the load (see FAILED above)\n", len(failed))
+	}
+}
+
+// replayVerdict is the exit status of a written, complete record: 1 when a
+// level is invalid or lost requests beyond what its figures can absorb
+// (replay.Record.FailedLevels), else 0.
+func replayVerdict(rec *replay.Record, bad []string) error {
+	var why []string
+	if len(bad) > 0 {
+		why = append(why, fmt.Sprintf("%d of the record's levels are invalid: they do not count", len(bad)))
+	}
+	if failed := rec.FailedLevels(); len(failed) > 0 {
+		why = append(why, fmt.Sprintf("requests failed at %d level(s): %s", len(failed), failed[0]))
+	}
+	if len(why) > 0 {
+		return checkFailed{strings.Join(why, "; ") + " (see above)"}
+	}
+	return nil
 }
 
 // replaySummary is -o json: the record's path, kind and verdict, each run's
@@ -481,5 +513,5 @@ func replaySummary(rec *replay.Record, out string) map[string]any {
 		runs = append(runs, map[string]any{"run": r.Run, "objective": r.Objective, "gpu_seconds_per_request": r.GPUSecondsPerRequest})
 	}
 	return map[string]any{"record": out, "kind": rec.Kind, "time_scale": rec.TimeScale, "cache": rec.Cache.Procedure,
-		"outcomes": rec.Outcomes, "invalid_levels": rec.InvalidLevels(), "runs": runs, "levels": replay.ServeStatsByLevel(rec)}
+		"outcomes": rec.Outcomes, "invalid_levels": rec.InvalidLevels(), "failed_levels": rec.FailedLevels(), "runs": runs, "levels": replay.ServeStatsByLevel(rec)}
 }

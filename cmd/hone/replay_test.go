@@ -367,3 +367,73 @@ func TestReplayShardBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// failingEngine is miniEngine (at time scale 0.01, emulator routes) whose
+// n-th completion (from 1) fails with HTTP 500 when fail(n) says so; sent
+// counts the completions asked for.
+func failingEngine(t *testing.T, fail func(n int) bool) (url string, sent func() int) {
+	inner := miniEngine(t, emulatorRoutes(0.01))
+	var mu sync.Mutex
+	n := 0
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/completions" {
+			mu.Lock()
+			n++
+			k := n
+			mu.Unlock()
+			if fail(k) {
+				http.Error(w, `{"error":"boom"}`, http.StatusInternalServerError)
+				return
+			}
+		}
+		inner.Config.Handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(s.Close)
+	return s.URL, func() int { mu.Lock(); defer mu.Unlock(); return n }
+}
+
+// The probe: a server whose every stream fails made replay exit 0 with
+// "verdict: every level valid". It is exit 1 now, the record still
+// written, and the summary names the level; so is one failure in 12
+// (more than the 0 a p99 of 12 requests can leave out).
+func TestReplayFailedRequestsExit1(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fail func(n int) bool
+		want string
+	}{
+		{"every request", func(int) bool { return true }, "FAILED run 1, 5 req/s: every one of 2 measured requests failed (2 http_error)"},
+		{"one measured request", func(n int) bool { return n == 10 }, "FAILED run 1, 5 req/s: 1 of 2 measured requests failed (1 http_error), more than the 0 a p99 can leave out"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url, _ := failingEngine(t, tc.fail)
+			out := filepath.Join(t.TempDir(), "run.json")
+			stdout, stderr, code := runHone(context.Background(), "replay", "--endpoint", url, "--model", "m", "--kind", "emulated",
+				"--qps", "5", "--requests", "10", "--input-tokens", "256", "--output-tokens", "4", "--ttft-slo-ms", "1e6", "--out", out)
+			if code != exitFailed || !strings.Contains(stdout, tc.want) || strings.Contains(stdout, "every level valid") ||
+				!strings.Contains(stderr, "requests failed at 1 level(s)") {
+				t.Fatalf("exit %d\nstdout %s\nstderr %s\nwant exit 1 and %q", code, stdout, stderr, tc.want)
+			}
+			if rec, err := replay.ReadRecord(out); err != nil || len(rec.FailedLevels()) != 1 {
+				t.Fatalf("record: %v", err)
+			}
+		})
+	}
+}
+
+// --out is checked before the first request: a missing or unwritable
+// directory is exit 2 naming the flag, and nothing is sent.
+func TestReplayOutCheckedFirst(t *testing.T) {
+	url, sent := failingEngine(t, func(int) bool { return false })
+	dir := t.TempDir()
+	for _, out := range []string{filepath.Join(dir, "missing", "run.json"), dir, "/proc/run.json"} {
+		_, stderr, code := runHone(context.Background(), "replay", "--endpoint", url, "--model", "m", "--kind", "emulated",
+			"--qps", "5", "--requests", "10", "--input-tokens", "256", "--output-tokens", "4", "--out", out)
+		if code != exitBadInput || !strings.Contains(stderr, "--out: ") {
+			t.Errorf("--out %s: exit %d, stderr %q; want 2 naming --out", out, code, stderr)
+		}
+	}
+	if n := sent(); n != 0 {
+		t.Errorf("%d completions sent before --out was refused", n)
+	}
+}

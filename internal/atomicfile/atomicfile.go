@@ -77,3 +77,28 @@ func RemoveStale(dir string) ([]string, error) {
 	}
 	return removed, nil
 }
+
+// CheckWritable reports, before any work is done, whether Write can later
+// replace path: its directory exists and takes a new file (one is created
+// and removed), and path is not a directory. A command that measures for
+// minutes calls it first, so a missing or read-only destination is an
+// error at the start, not a lost run at the end.
+func CheckWritable(path string) error {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return fmt.Errorf("%s is a directory: want a file path", path)
+	}
+	dir := filepath.Dir(path)
+	st, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return fmt.Errorf("directory %s: %w", dir, err)
+	case !st.IsDir():
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("cannot create a file in %s: %w", dir, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -92,5 +93,35 @@ func TestRemoveStale(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, keep)); err != nil {
 			t.Errorf("%s: %v", keep, err)
 		}
+	}
+}
+
+func TestCheckWritable(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f")
+	os.WriteFile(file, []byte("x"), 0o644)
+	ro := filepath.Join(dir, "ro")
+	os.Mkdir(ro, 0o555)
+	if os.Geteuid() == 0 {
+		ro = "/proc" // root writes into a 0555 directory; nobody creates files in /proc
+	}
+	for _, tc := range []struct{ path, want string }{
+		{filepath.Join(dir, "missing", "run.json"), "directory " + filepath.Join(dir, "missing") + ": "},
+		{dir, dir + " is a directory"},
+		{filepath.Join(file, "run.json"), file + " is not a directory"},
+		{filepath.Join(ro, "run.json"), "cannot create a file in " + ro},
+	} {
+		if err := CheckWritable(tc.path); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%s: %v; want %q...", tc.path, err, tc.want)
+		}
+	}
+	if err := CheckWritable(filepath.Join(dir, "run.json")); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*")); len(left) != 0 {
+		t.Errorf("left behind %q", left)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "run.json")); !os.IsNotExist(err) {
+		t.Errorf("the check created the file itself: %v", err)
 	}
 }
