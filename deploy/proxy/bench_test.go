@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -177,4 +179,34 @@ func BenchmarkProxyCPU(b *testing.B) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
+}
+
+// BenchmarkTimelineHugeRequestID sends colocated requests whose
+// X-Request-Id is 60 KiB (a hostile client's) through the proxy's handler
+// and reports the live heap each stored timeline costs (B/timeline: the
+// heap after a GC, less the heap before, over the requests), the figure
+// that times the store's capacity is the proxy's memory for timelines.
+func BenchmarkTimelineHugeRequestID(b *testing.B) {
+	srv := instantEngine(b)
+	p, err := New(Config{Mode: ModeColocated, Routing: RoundRobin,
+		Workers: []Worker{{Name: "w", Role: RoleColocated, URL: srv.URL}}}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := []byte(`{"prompt":[1,2,3],"max_tokens":2,"stream":true}`)
+	id := string(bytes.Repeat([]byte("r"), 60<<10))
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	b.ResetTimer()
+	for range b.N {
+		req := httptest.NewRequest(http.MethodPost, "/v1/completions", bytes.NewReader(body))
+		req.Header.Set("X-Request-Id", id+strconv.Itoa(b.N)) // a fresh string, as a server reads each header
+		p.Handler().ServeHTTP(httptest.NewRecorder(), req)
+	}
+	b.StopTimer()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(b.N), "B/timeline")
+	runtime.KeepAlive(p)
 }

@@ -59,8 +59,12 @@ type Config struct {
 	DecodeTimeout     time.Duration `json:"decode_timeout_ns,omitempty"`
 	StreamIdleTimeout time.Duration `json:"stream_idle_timeout_ns,omitempty"`
 	HealthInterval    time.Duration `json:"health_interval_ns,omitempty"`
-	// TimelineCapacity is how many finished requests' timelines are kept.
-	TimelineCapacity int `json:"timeline_capacity,omitempty"`
+	// TimelineCapacity is how many finished requests' timelines are kept,
+	// and TimelineBytes the most memory they may hold together (the
+	// oldest leave first when either is reached). Each string a timeline
+	// keeps is cut to MaxTimelineValue bytes.
+	TimelineCapacity int   `json:"timeline_capacity,omitempty"`
+	TimelineBytes    int64 `json:"timeline_bytes,omitempty"`
 	// Discovery, when set, finds the workers at run time (Workers is then
 	// only the set until discovery first reports, and may be empty).
 	Discovery *Discovery `json:"discovery,omitempty"`
@@ -126,8 +130,14 @@ const (
 	DefaultStreamIdleTimeout = 30 * time.Second
 	DefaultHealthInterval    = time.Second
 	DefaultTimelineCapacity  = 200_000
-	DefaultAffinityTokens    = 256
-	DefaultSessionHeader     = "X-Session-Id"
+	// DefaultTimelineBytes holds DefaultTimelineCapacity timelines of a
+	// disaggregated request (a prefill leg with the engine's metrics
+	// object, a decode leg: about 700 bytes) with room to spare; it binds
+	// when timelines are larger (long ids, errors, several legs: one whose
+	// strings are all cut to MaxTimelineValue takes about 1.5 KiB).
+	DefaultTimelineBytes  = 256 << 20
+	DefaultAffinityTokens = 256
+	DefaultSessionHeader  = "X-Session-Id"
 )
 
 func (c *Config) fill() error {
@@ -157,6 +167,9 @@ func (c *Config) fill() error {
 	}
 	if c.TimelineCapacity <= 0 {
 		c.TimelineCapacity = DefaultTimelineCapacity
+	}
+	if c.TimelineBytes <= 0 {
+		c.TimelineBytes = DefaultTimelineBytes
 	}
 	if err := c.Limits.Fill(); err != nil {
 		return err

@@ -33,7 +33,10 @@
 // keep-alive connections closed after 60 s idle; at most MaxConnections
 // clients at once (half of RLIMIT_NOFILE less 512, at most 16384), the rest
 // waiting to be accepted; at most MaxTimelinePage (10,000) timelines a
-// page of GET /hone/timeline.
+// page of GET /hone/timeline. The timeline store keeps the newest
+// timeline_capacity (200,000) timelines in at most timeline_bytes (256 MiB),
+// each string in them (the client's X-Request-Id, errors) cut to
+// MaxTimelineValue (256) bytes and marked "…(truncated N bytes)".
 //
 // The proxy does not launch engines (package deploy does) nor judge configs.
 package proxy

@@ -76,7 +76,7 @@ func New(cfg Config, log *slog.Logger) (*Proxy, error) {
 		log:    log,
 		client: &http.Client{Transport: tr},
 		health: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2, DisableCompression: true}},
-		tl:     newTimelines(cfg.TimelineCapacity),
+		tl:     newTimelines(cfg.TimelineCapacity, cfg.TimelineBytes),
 		m:      newMetrics(),
 		mux:    http.NewServeMux(),
 		idBase: hex.EncodeToString(rnd[:]),

@@ -667,7 +667,7 @@ func TestTimelineEndpoint(t *testing.T) {
 }
 
 func TestTimelineRing(t *testing.T) {
-	r := newTimelines(3)
+	r := newTimelines(3, DefaultTimelineBytes)
 	for i := range 5 {
 		r.add(&Timeline{RequestID: fmt.Sprint(i)})
 	}
@@ -739,5 +739,66 @@ func TestSpliceAndEncode(t *testing.T) {
 	b := encodeFields(map[string]json.RawMessage{"a\"b": json.RawMessage(`[1,2]`), "c": json.RawMessage(`"x"`)})
 	if err := json.Unmarshal(b, &back); err != nil || len(back) != 2 || back["c"] != "x" {
 		t.Errorf("encodeFields: %s %v", b, err)
+	}
+}
+
+// TestTimelineByteBudget: timelines carrying a client's 60 KiB X-Request-Id
+// and error text are stored with both cut to MaxTimelineValue bytes and
+// marked, and the store holds no more than its byte budget: each bounded
+// timeline takes 152 (the slot) + 282 (the id: 256 bytes and
+// "…(truncated 61184 bytes)") + 15 (the path) + 6 (the outcome) + 282 (the
+// error) = 737 bytes, so a 10,000-byte budget holds the newest 13 of 100.
+func TestTimelineByteBudget(t *testing.T) {
+	r := newTimelines(1000, 10_000)
+	huge := strings.Repeat("i", 60<<10)
+	for range 100 {
+		r.add(&Timeline{RequestID: huge, Path: "/v1/completions", Outcome: OutcomeFailed, Error: huge})
+	}
+	n, bytes := r.held()
+	if n != 13 || bytes != 13*737 {
+		t.Errorf("held %d timelines of %d bytes, want 13 of %d", n, bytes, 13*737)
+	}
+	out, next, dropped := r.since(0, 0)
+	if len(out) != 13 || out[0].Seq != 88 || next != 100 || dropped != 87 {
+		t.Fatalf("since(0): %d timelines from seq %d, next %d, dropped %d", len(out), out[0].Seq, next, dropped)
+	}
+	want := strings.Repeat("i", 256) + "…(truncated 61184 bytes)"
+	for _, tl := range out {
+		if tl.RequestID != want || tl.Error != want {
+			t.Fatalf("stored id %d bytes, error %d bytes; want both %q", len(tl.RequestID), len(tl.Error), want)
+		}
+	}
+	// A cut never splits a character: 255 ASCII bytes then "é" (2 bytes).
+	if got := truncateValue(strings.Repeat("a", 255) + "é" + strings.Repeat("b", 10)); got != strings.Repeat("a", 255)+"…(truncated 12 bytes)" {
+		t.Errorf("cut inside a character: %q", got[250:])
+	}
+}
+
+// TestTimelineKeepsBoundedRequestID: through the proxy, a client's 60 KiB
+// X-Request-Id reaches the worker and comes back whole, while the timeline
+// at GET /hone/timeline keeps it cut to MaxTimelineValue and marked.
+func TestTimelineKeepsBoundedRequestID(t *testing.T) {
+	e := newFakeEngine(t, "r")
+	px := startProxy(t, colocated(e))
+	id := strings.Repeat("r", 60<<10)
+	status, h, body := post(t, px.URL, completion([]int{1, 2, 3}, 2), map[string]string{"X-Request-Id": id})
+	if status != 200 || h.Get("X-Request-Id") != id {
+		t.Fatalf("POST: %d, id of %d bytes back, %s", status, len(h.Get("X-Request-Id")), body)
+	}
+	if got := e.got(); len(got) != 1 || got[0].ID != id {
+		t.Fatalf("the worker did not get the whole id")
+	}
+	resp, err := testClient.Get(px.URL + "/hone/timeline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var page TimelinePage
+	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Repeat("r", 256) + "…(truncated 61184 bytes)"
+	if len(page.Timelines) != 1 || page.Timelines[0].RequestID != want {
+		t.Fatalf("timeline: %d timelines, id %.300q", len(page.Timelines), page.Timelines[0].RequestID)
 	}
 }
