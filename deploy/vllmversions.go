@@ -168,6 +168,13 @@ type VLLMFeature struct {
 	Kind  FeatureKind //
 	Name  string      // as hone renders it
 	Since string      // first vLLM release that has it
+	// Removed is the first vLLM release without it; "" while the newest
+	// release checked still has it, announced removal or not.
+	Removed string
+	// Removal is what vLLM has said about removing it, when it has (a
+	// deprecation warning, a planned release), and where that was read;
+	// "" when nothing is announced.
+	Removal string
 	// Source is where the fact was checked: the vLLM file and function
 	// (read at the commit given), and the pull request that added it.
 	Source string
@@ -181,6 +188,7 @@ const (
 	FeatureDisableRequestIDRandom   = "disable-request-id-randomization"
 	FeatureKVCacheDTypeBFloat16     = "kv-cache-dtype-bfloat16"
 	FeatureKVCacheDTypeFloat16      = "kv-cache-dtype-float16"
+	FeatureServerDevMode            = "server-dev-mode"
 	featureKVCacheDTypePrefix       = "kv-cache-dtype-"
 	vllmFileKVTransfer              = "vllm/config/kv_transfer.py KVTransferConfig"
 	vllmFileCache                   = "vllm/config/cache.py CacheDType"
@@ -201,9 +209,11 @@ const VLLMTableFloor = "0.11.0"
 var VLLMFeatures = []VLLMFeature{
 	{
 		ID: FeaturePerRequestMetrics, Kind: KindFlag, Name: "--enable-per-request-metrics", Since: "0.26.0",
-		Source: "vllm/entrypoints/openai/cli_args.py FrontendArgs.enable_per_request_metrics (a frontend flag, " +
-			"not in vllm/engine/arg_utils.py), gating the `metrics` object in chat_completion/serving.py; added by " +
-			"vllm-project/vllm#46768 (merged after 2026-06-25); 0.26.0 is the first release seen with it",
+		Source: "vllm/entrypoints/launchers/cli_args.py BaseFrontendArgs.enable_per_request_metrics (read at " +
+			"003befe5; the frontend's arguments moved there from vllm/entrypoints/openai/cli_args.py, where " +
+			"#46768 added it; a frontend flag, not in vllm/engine/arg_utils.py), gating the `metrics` object in " +
+			"chat_completion/serving.py; added by vllm-project/vllm#46768 (merged after 2026-06-25); 0.26.0 is " +
+			"the first release seen with it",
 	},
 	{
 		ID: FeatureKVLoadFailurePolicy, Kind: KindKVConfig, Name: "kv_load_failure_policy", Since: "0.11.1",
@@ -218,9 +228,20 @@ var VLLMFeatures = []VLLMFeature{
 	},
 	{
 		ID: FeatureDisableRequestIDRandom, Kind: KindEnv, Name: "VLLM_DISABLE_REQUEST_ID_RANDOMIZATION", Since: "0.17.0",
+		Removal: "planned, no release named: " + vllmFileInputProcessorAssignRID + " logs that it \"is set and will " +
+			"be removed in a future release\" (read at 009daaee); when a release drops it, P2pNcclConnector specs " +
+			"are refused there (set Removed)",
 		Source: "vllm/envs.py VLLM_DISABLE_REQUEST_ID_RANDOMIZATION (bool(int(...)), default \"0\"), read by " +
 			vllmFileInputProcessorAssignRID + "; added by vllm-project/vllm#34415 (opened 2026-02-12, after " +
 			"0.15.x); the 0.16.0 tag was not checked, so the table says 0.17.0",
+	},
+	{
+		ID: FeatureServerDevMode, Kind: KindEnv, Name: "VLLM_SERVER_DEV_MODE", Since: VLLMTableFloor,
+		Source: "vllm/envs.py VLLM_SERVER_DEV_MODE (bool(int(...)), default \"0\"), which attaches the development " +
+			"routers: POST /reset_prefix_cache (vllm/entrypoints/serve/dev/cache/api_router.py, now a shim for " +
+			"vllm/frontend/entrypoints/serve/dev/cache/api_router.py, read at 055e47c2), /sleep, /wake_up, " +
+			"/is_sleeping, /reconfigure (serve/dev/api_router.py attach_router, read at 1b1a3461), /collective_rpc, " +
+			"/server_info; present long before the table's floor",
 	},
 	{
 		ID: FeatureKVCacheDTypeBFloat16, Kind: KindKVCacheDType, Name: "bfloat16", Since: "0.11.0",
@@ -251,18 +272,39 @@ func lookupFeature(id string) (VLLMFeature, bool) {
 	return VLLMFeature{}, false
 }
 
-// Has reports whether vLLM v has the table's feature id.
+// Has reports whether vLLM v has the table's feature id: it is Since or
+// later, and older than Removed when that is set.
 func (v Version) Has(id string) bool {
 	f, ok := lookupFeature(id)
 	if !ok {
 		panic("deploy: no vLLM feature " + id)
 	}
-	return v.AtLeast(MustVersion(f.Since))
+	return f.in(v)
+}
+
+func (f VLLMFeature) in(v Version) bool {
+	return v.AtLeast(MustVersion(f.Since)) && (f.Removed == "" || !v.AtLeast(MustVersion(f.Removed)))
+}
+
+// removedIn is the release that removed feature id, "" when none has.
+func removedIn(id string) string {
+	f, _ := lookupFeature(id)
+	return f.Removed
 }
 
 func since(id string) string {
 	f, _ := lookupFeature(id)
 	return f.Since
+}
+
+// spanOf says which releases have feature id: "first in 0.17.0", or
+// "first in 0.17.0, removed in 0.30.0".
+func spanOf(id string) string {
+	s := "first in " + since(id)
+	if r := removedIn(id); r != "" {
+		s += ", removed in " + r
+	}
+	return s
 }
 
 // acceptsKVCacheDType reports whether vLLM v takes --kv-cache-dtype d.
@@ -308,7 +350,8 @@ func VLLMCapabilities(v Version) []VLLMCapability {
 	case v.Has(FeatureDisableRequestIDRandom):
 		add("p2p-request-ids", true, "request ids randomized; VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1 is rendered for P2pNcclConnector workers")
 	default:
-		add("p2p-request-ids", false, "request ids randomized (since %s) with no switch to turn it off (first in %s): P2pNcclConnector specs are refused; use NixlConnector", since(FeatureRequestIDRandomization), since(FeatureDisableRequestIDRandom))
+		add("p2p-request-ids", false, "request ids randomized (since %s) with no switch to turn it off (%s): P2pNcclConnector specs are refused; use NixlConnector",
+			since(FeatureRequestIDRandomization), spanOf(FeatureDisableRequestIDRandom))
 	}
 	for _, d := range []string{"bfloat16", "float16"} {
 		id := featureKVCacheDTypePrefix + d
@@ -376,9 +419,8 @@ func (s *Spec) adaptToVLLM(raw string) (vllmAdapt, []string, error) {
 		return a, nil, badField("kv_connector.name",
 			"P2pNcclConnector cannot run on vLLM %s: it appends a random suffix to every request id (since %s, %s), "+
 				"so prefill and decode key the KV tensors differently and decode waits forever, and it has no "+
-				"VLLM_DISABLE_REQUEST_ID_RANDOMIZATION to turn that off (first in %s); use NixlConnector or vLLM >= %s",
-			v, since(FeatureRequestIDRandomization), vllmFileInputProcessorAssignRID,
-			since(FeatureDisableRequestIDRandom), since(FeatureDisableRequestIDRandom))
+				"VLLM_DISABLE_REQUEST_ID_RANDOMIZATION to turn that off (%s); use NixlConnector or a vLLM that has it",
+			v, since(FeatureRequestIDRandomization), vllmFileInputProcessorAssignRID, spanOf(FeatureDisableRequestIDRandom))
 	}
 	a.perRequestMetrics = v.Has(FeaturePerRequestMetrics)
 	a.disableRandomIDs = p2p && v.Has(FeatureRequestIDRandomization)

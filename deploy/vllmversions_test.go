@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,6 +68,18 @@ func TestVLLMFeatureTable(t *testing.T) {
 		if err != nil || !v.AtLeast(floor) || f.Name == "" || !strings.Contains(f.Source, "vllm") {
 			t.Errorf("bad row %+v (%v)", f, err)
 		}
+		if f.Removed != "" {
+			if r, err := ParseVersion(f.Removed); err != nil || r.cmp(v) <= 0 || f.Removal == "" {
+				t.Errorf("%s: removed in %q, since %s, removal note %q: want a release after Since, said where", f.ID, f.Removed, f.Since, f.Removal)
+			}
+		}
+	}
+	// What vLLM has announced, as read in its source (see the rows).
+	if f, _ := lookupFeature(FeatureDisableRequestIDRandom); f.Removed != "" || !strings.HasPrefix(f.Removal, "planned, no release named") {
+		t.Errorf("%s: removed %q, removal %q", f.ID, f.Removed, f.Removal)
+	}
+	if f, _ := lookupFeature(FeaturePerRequestMetrics); !strings.HasPrefix(f.Source, "vllm/entrypoints/launchers/cli_args.py") {
+		t.Errorf("%s: source %q: the frontend's arguments live in vllm/entrypoints/launchers/cli_args.py", f.ID, f.Source)
 	}
 	for _, d := range KVCacheDTypes {
 		MustVersion("0.1.0").acceptsKVCacheDType(d) // panics on a gated value with no row
@@ -141,6 +154,37 @@ func TestVLLMCapabilities(t *testing.T) {
 	for id, ok := range status("0.27.1") {
 		if !ok {
 			t.Errorf("0.27.1 lacks %s", id)
+		}
+	}
+}
+
+// TestVLLMFeatureRemoved: a release at or after a row's Removed lacks the
+// feature, and what hone needed it for is refused there, naming the field
+// and the release that removed it.
+func TestVLLMFeatureRemoved(t *testing.T) {
+	i := slices.IndexFunc(VLLMFeatures, func(f VLLMFeature) bool { return f.ID == FeatureDisableRequestIDRandom })
+	saved := VLLMFeatures[i]
+	t.Cleanup(func() { VLLMFeatures[i] = saved })
+	VLLMFeatures[i].Removed = "0.40.0"
+	if !MustVersion("0.39.9").Has(FeatureDisableRequestIDRandom) || MustVersion("0.40.0").Has(FeatureDisableRequestIDRandom) ||
+		!MustVersion("0.40.0rc1").Has(FeatureDisableRequestIDRandom) {
+		t.Error("Has ignores Removed")
+	}
+	s, err := LoadSpec("testdata/specs/disagg-p2pnccl-1p1d.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Render(s, RenderOptions{VLLMVersion: "0.39.0"}); err != nil {
+		t.Errorf("0.39.0: %v", err)
+	}
+	_, err = Render(s, RenderOptions{VLLMVersion: "0.40.0"})
+	if err == nil || !strings.Contains(err.Error(), "spec.kv_connector.name: P2pNcclConnector cannot run on vLLM 0.40.0") ||
+		!strings.Contains(err.Error(), "first in 0.17.0, removed in 0.40.0") {
+		t.Errorf("0.40.0: %v", err)
+	}
+	for _, c := range VLLMCapabilities(MustVersion("0.40.0")) {
+		if c.ID == "p2p-request-ids" && (c.OK || !strings.Contains(c.Detail, "removed in 0.40.0")) {
+			t.Errorf("capability: %+v", c)
 		}
 	}
 }
