@@ -143,6 +143,16 @@ func Render(s *Spec, o RenderOptions) (*Plan, error) {
 		if err != nil {
 			return nil, err
 		}
+		if s.Engine == EngineVLLM && s.ColdStart == ColdStartReset {
+			// vLLM serves POST /reset_prefix_cache only in development
+			// mode (FeatureServerDevMode); the worker binds network.host
+			// (validateColdStart refuses every interface), and on
+			// Kubernetes the pod network.
+			w.Env = append(w.Env, EnvServerDevMode+"=1")
+		}
+		for k, v := range s.EngineEnv { // no clash: validateEngineEnv
+			w.Env = append(w.Env, k+"="+v)
+		}
 		slices.Sort(w.Env)
 		p.Workers = append(p.Workers, w)
 	}

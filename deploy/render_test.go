@@ -445,3 +445,59 @@ func TestRenderVLLMVersionAdapts(t *testing.T) {
 		t.Errorf("the emulator needs no vLLM version: %v %q", err, p.Warnings)
 	}
 }
+
+// TestRenderEngineEnv: spec.engine_env reaches every engine process of
+// either engine, and cold_start: reset_prefix_cache adds vLLM's
+// development mode (VLLM_SERVER_DEV_MODE=1) to vLLM workers only — the
+// emulator always serves POST /reset_prefix_cache — bound to network.host.
+func TestRenderEngineEnv(t *testing.T) {
+	const extra = "engine_env: {VLLM_LOGGING_LEVEL: DEBUG, HF_HUB_OFFLINE: \"1\"}\ncold_start: reset_prefix_cache\ngpus:"
+	for _, c := range []struct {
+		name, spec string
+		devMode    bool
+	}{
+		{"vllm", strings.Replace(validColocated, "gpus:", extra, 1), true},
+		{"emulator", strings.Replace(validDisagg, "gpus:", extra, 1), false},
+	} {
+		s, err := ParseSpec([]byte(c.spec))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		p, err := Render(s, RenderOptions{VLLMVersion: "0.26.0"})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		for _, w := range p.Workers {
+			if envOf(w, "VLLM_LOGGING_LEVEL") != "DEBUG" || envOf(w, "HF_HUB_OFFLINE") != "1" {
+				t.Errorf("%s %s: engine_env missing from %q", c.name, w.Name, w.Env)
+			}
+			if got := envOf(w, EnvServerDevMode) == "1"; got != c.devMode {
+				t.Errorf("%s %s: dev mode %v, want %v: %q", c.name, w.Name, got, c.devMode, w.Env)
+			}
+			if !slices.IsSorted(w.Env) {
+				t.Errorf("%s %s: env not sorted: %q", c.name, w.Name, w.Env)
+			}
+			if i := slices.Index(w.Argv, "--host"); i < 0 || w.Argv[i+1] != "127.0.0.1" {
+				t.Errorf("%s %s: not bound to network.host: %q", c.name, w.Name, w.Argv)
+			}
+		}
+		script := p.Script(nil)
+		if c.devMode && !strings.Contains(script, "env CUDA_VISIBLE_DEVICES=0 HF_HUB_OFFLINE=1 VLLM_LOGGING_LEVEL=DEBUG VLLM_SERVER_DEV_MODE=1 vllm serve org/m") {
+			t.Errorf("render output lacks the engine environment:\n%s", script)
+		}
+	}
+	// Without cold_start, or with fresh prefixes, no development mode.
+	for _, cs := range []string{"", "cold_start: fresh_prefixes\n"} {
+		s, err := ParseSpec([]byte(strings.Replace(validColocated, "gpus:", cs+"gpus:", 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := Render(s, RenderOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := envOf(p.Workers[0], EnvServerDevMode); v != "" {
+			t.Errorf("%q: %s=%s rendered", cs, EnvServerDevMode, v)
+		}
+	}
+}

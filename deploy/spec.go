@@ -56,6 +56,41 @@ type Spec struct {
 	Routing   Routing     `yaml:"routing" json:"routing"`
 	Network   Network     `yaml:"network" json:"network"`
 	Emulator  Emulator    `yaml:"emulator" json:"emulator"`
+	// EngineEnv is added to the environment of every engine process
+	// (vLLM or the emulator), e.g. VLLM_LOGGING_LEVEL or HF_HUB_OFFLINE.
+	// Keys are environment variable names; those hone sets itself
+	// (reservedEngineEnv) are refused, naming the key.
+	EngineEnv map[string]string `yaml:"engine_env" json:"engine_env,omitempty"`
+	// ColdStart is how a measurement of this deployment empties the
+	// prefix cache before every level: ColdStartReset, ColdStartFresh, or
+	// "" to leave it to hone replay --cache (which probes). Reset renders
+	// VLLM_SERVER_DEV_MODE=1 into every vLLM worker, because vLLM serves
+	// POST /reset_prefix_cache only in development mode.
+	ColdStart string `yaml:"cold_start" json:"cold_start,omitempty"`
+}
+
+// Cold-start procedures a spec can ask for (spec.cold_start), as hone
+// replay records them (replay.CacheReset, replay.CacheFreshPrefixes).
+const (
+	ColdStartReset = "reset_prefix_cache"
+	ColdStartFresh = "fresh_prefixes"
+)
+
+// EnvServerDevMode is vLLM's development mode switch (vllm/envs.py): with
+// it set to 1 the API server also serves POST /reset_prefix_cache, and
+// with it /sleep, /wake_up, /collective_rpc and other admin routes, none
+// of them authenticated (VLLMFeatures, FeatureServerDevMode).
+const EnvServerDevMode = "VLLM_SERVER_DEV_MODE"
+
+// reservedEngineEnv are the variables Render sets itself, from other
+// fields: spec.engine_env may not set them.
+var reservedEngineEnv = map[string]string{
+	"CUDA_VISIBLE_DEVICES":                  "gpus.ids",
+	"VLLM_NIXL_SIDE_CHANNEL_HOST":           "network.host",
+	"VLLM_NIXL_SIDE_CHANNEL_PORT":           "kv_connector.side_channel_port",
+	"VLLM_HOST_IP":                          "network.host (P2pNcclConnector)",
+	"VLLM_DISABLE_REQUEST_ID_RANDOMIZATION": "kv_connector.name (P2pNcclConnector, by vLLM version)",
+	EnvServerDevMode:                        "cold_start: " + ColdStartReset,
 }
 
 // Model names the weights. Exactly one of ID (a hub id, with a pinned
@@ -342,6 +377,8 @@ func (s *Spec) Validate() error {
 		s.validateRouting,
 		s.validateNetwork,
 		s.validateEmulator,
+		s.validateEngineEnv,
+		s.validateColdStart,
 	} {
 		if err := check(); err != nil {
 			return err
@@ -685,6 +722,53 @@ func (s *Spec) validateEmulator() error {
 		if w, _, ok := strings.Cut(f, "="); !ok || w == "" {
 			return badField(fmt.Sprintf("emulator.faults[%d]", i), "want WORKER=FAULT (e.g. prefill-0=crash-after=5), got %q", f)
 		}
+	}
+	return nil
+}
+
+// envNameRE is a portable environment variable name (POSIX: letters,
+// digits and underscores, not starting with a digit).
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// validateEngineEnv checks spec.engine_env: names a shell can export,
+// values without NUL, and none of the variables hone sets itself.
+func (s *Spec) validateEngineEnv() error {
+	keys := make([]string, 0, len(s.EngineEnv))
+	for k := range s.EngineEnv {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // the same key is reported every time
+	for _, k := range keys {
+		if !envNameRE.MatchString(k) {
+			return badField("engine_env", "%q is not an environment variable name: want letters, digits and '_', not starting with a digit", k)
+		}
+		if from, ok := reservedEngineEnv[k]; ok {
+			return badField("engine_env."+k, "hone sets it from spec.%s; remove it here", from)
+		}
+		if strings.ContainsRune(s.EngineEnv[k], 0) {
+			return badField("engine_env."+k, "a value cannot hold a NUL byte")
+		}
+	}
+	return nil
+}
+
+// validateColdStart checks spec.cold_start. Reset turns on vLLM's
+// development mode, whose admin routes take no credentials: on a vLLM
+// spec it needs a network.host that is an address of this host's own
+// network, never every interface.
+func (s *Spec) validateColdStart() error {
+	switch s.ColdStart {
+	case "", ColdStartFresh:
+		return nil
+	case ColdStartReset:
+	default:
+		return badField("cold_start", "want %s or %s, got %q", ColdStartReset, ColdStartFresh, s.ColdStart)
+	}
+	if s.Engine == EngineVLLM && (s.Network.Host == "0.0.0.0" || s.Network.Host == "::") {
+		return badField("cold_start", "%s renders %s=1 into every vLLM worker, which then also serves unauthenticated "+
+			"admin routes (/reset_prefix_cache, /sleep, /collective_rpc, ...) on its port: with network.host %s "+
+			"every network this host is on could reach them; give network.host a loopback or private address, or use %s",
+			ColdStartReset, EnvServerDevMode, s.Network.Host, ColdStartFresh)
 	}
 	return nil
 }

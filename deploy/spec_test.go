@@ -92,6 +92,13 @@ func TestSpecErrors(t *testing.T) {
 		{"p2p tp mismatch", strings.Replace(validDisagg, "budget: 2", "budget: 3", 1), "decode: {replicas: 1, tp: 1}\nemulator:",
 			"decode: {replicas: 1, tp: 2}\nkv_connector: {name: P2pNcclConnector}\nemulator:", "spec.topology.decode.tp: P2pNcclConnector pairs prefill and decode ranks one to one: want the prefill pool's tp 1, got 2"},
 		{"p2p ipv6", validDisagg, "emulator:", "kv_connector: {name: P2pNcclConnector}\nnetwork: {host: \"::1\"}\nemulator:", "spec.network.host: P2pNcclConnector needs an IPv4 address"},
+		{"engine_env name", validColocated, "gpus:", "engine_env: {\"1X\": a}\ngpus:", `spec.engine_env: "1X" is not an environment variable name`},
+		{"engine_env name with =", validColocated, "gpus:", "engine_env: {\"A=B\": a}\ngpus:", `spec.engine_env: "A=B" is not an environment variable name`},
+		{"engine_env hone's", validColocated, "gpus:", "engine_env: {CUDA_VISIBLE_DEVICES: \"0\"}\ngpus:", "spec.engine_env.CUDA_VISIBLE_DEVICES: hone sets it from spec.gpus.ids"},
+		{"engine_env dev mode", validColocated, "gpus:", "engine_env: {VLLM_SERVER_DEV_MODE: \"1\"}\ngpus:", "spec.engine_env.VLLM_SERVER_DEV_MODE: hone sets it from spec.cold_start: reset_prefix_cache"},
+		{"engine_env not a map", validColocated, "gpus:", "engine_env: [A]\ngpus:", "cannot unmarshal"},
+		{"cold_start", validColocated, "gpus:", "cold_start: flush\ngpus:", `spec.cold_start: want reset_prefix_cache or fresh_prefixes, got "flush"`},
+		{"dev mode on every interface", validColocated, "gpus:", "cold_start: reset_prefix_cache\nnetwork: {host: 0.0.0.0}\ngpus:", "spec.cold_start: reset_prefix_cache renders VLLM_SERVER_DEV_MODE=1"},
 		{"kv port range", validDisagg, "emulator:", "kv_connector: {name: P2pNcclConnector, kv_port: 65535}\nemulator:", "spec.kv_connector.kv_port: want 1..65534 (2 ports, one per tensor-parallel rank), got 65535"},
 	}
 	for _, c := range cases {
