@@ -76,7 +76,10 @@ environment printed above, but for --host 0.0.0.0, one --port per pool, no
 CUDA_VISIBLE_DEVICES (the pod gets nvidia.com/gpu = its TP) and the NIXL
 side-channel host from the pod IP. --daemonset adds (or, without SPEC,
 prints alone) hone's daemon as a DaemonSet with a Service and a
-ServiceMonitor. Specs a pod cannot express (a local model directory,
+ServiceMonitor; its container adds CAP_BPF and CAP_PERFMON, what the daemon
+needs on Linux >= 6.6, or CAP_SYS_ADMIN with --node-kernel older than 6.6
+(perf-event uprobes; take the release from hone preflight's host.kernel on
+a GPU node). Specs a pod cannot express (a local model directory,
 P2pNcclConnector, emulator trace files or faults, a worker with more GPUs
 than --gpus-per-node) are refused, naming the field.
 
@@ -85,6 +88,7 @@ Exit codes: 0 rendered; 2 the spec is invalid, or the given vLLM version
 		Example: `  hone deploy render deploy/testdata/specs/disagg-nixl-2p2d.yaml
   hone deploy render --target kubernetes --namespace llm examples/vllm-disagg-nixl-1p1d.yaml > hone.yaml
   hone deploy render --target kubernetes --daemonset > hone-daemon.yaml
+  hone deploy render --target kubernetes --daemonset --node-kernel "$(jq -r .host.kernel preflight.json)"
   hone deploy render --vllm-version auto --vllm .venv/bin/vllm examples/vllm-disagg-nixl-1p1d.yaml
   hone deploy render -o json spec.yaml | jq '.plan.workers[].argv'`,
 		Args: func(c *cobra.Command, args []string) error {
@@ -145,6 +149,7 @@ Exit codes: 0 rendered; 2 the spec is invalid, or the given vLLM version
 	k.registerTarget(c.Flags())
 	k.registerRender(c.Flags())
 	c.Flags().BoolVar(&k.daemonset, "daemonset", false, "with --target kubernetes: also render hone's daemon (DaemonSet, Service, ServiceMonitor)")
+	c.Flags().StringVar(&k.nodeKernel, "node-kernel", "", "with --daemonset: the GPU nodes' kernel release (uname -r; hone preflight's host.kernel), which chooses the daemon's capabilities: CAP_BPF + CAP_PERFMON from Linux 6.6, CAP_SYS_ADMIN before (empty: 6.6 or later)")
 	return c
 }
 

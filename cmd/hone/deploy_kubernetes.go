@@ -30,6 +30,7 @@ type k8sFlags struct {
 	opts       kubernetes.Options
 	kubeconfig string
 	daemonset  bool
+	nodeKernel string
 	replay     kubernetes.ReplayJob
 }
 
@@ -90,12 +91,16 @@ func renderKubernetes(c *cobra.Command, args []string, k *k8sFlags) error {
 	} else if k.replay.Shards != 0 {
 		return badInput("--replay-shards needs a SPEC (the proxy the shards send to)")
 	}
+	if k.nodeKernel != "" && !k.daemonset {
+		return badInput("--node-kernel: only with --daemonset (it chooses the daemon's capabilities)")
+	}
 	if k.daemonset {
-		caps, err := daemonStartCapabilities()
+		caps, err := daemonStartCapabilities(k.nodeKernel)
 		if err != nil {
 			return usageError{err}
 		}
-		d, err := kubernetes.RenderDaemon(kubernetes.DaemonOptions{Namespace: k.opts.Namespace, HoneImage: k.opts.HoneImage, Capabilities: caps})
+		d, err := kubernetes.RenderDaemon(kubernetes.DaemonOptions{Namespace: k.opts.Namespace, HoneImage: k.opts.HoneImage,
+			Capabilities: caps, NodeKernel: k.nodeKernel})
 		if err != nil {
 			return usageError{err}
 		}

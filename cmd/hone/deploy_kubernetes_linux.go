@@ -4,14 +4,20 @@ import (
 	"strings"
 
 	"github.com/hone-llm/hone/daemon"
+	"github.com/hone-llm/hone/deploy/kubernetes"
 )
 
 // daemonStartCapabilities are what the DaemonSet adds: the daemon's start
-// capabilities on kernels with uprobe_multi links (Linux >= 6.6), without
-// --bpf-stats, as the systemd unit has them.
-func daemonStartCapabilities() ([]string, error) {
+// capabilities, without --bpf-stats, as the systemd unit has them, for GPU
+// nodes running kernel release nodeKernel ("": Linux >= 6.6, with
+// uprobe_multi links: CAP_BPF + CAP_PERFMON; before 6.6, CAP_SYS_ADMIN).
+func daemonStartCapabilities(nodeKernel string) ([]string, error) {
+	multi, err := kubernetes.NodeUprobeMulti(nodeKernel)
+	if err != nil {
+		return nil, err
+	}
 	var out []string
-	for _, c := range daemon.StartCapabilities(true, false) {
+	for _, c := range daemon.StartCapabilities(multi, false) {
 		out = append(out, strings.TrimPrefix(strings.ToUpper(c.String()), "CAP_"))
 	}
 	return out, nil

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -81,10 +83,66 @@ func TestDeployKubernetesCLIErrors(t *testing.T) {
 		{[]string{"deploy", "render", "--target", "kubernetes", "--replay-shards", "2", "--replay-start-at", "2026-12-01T10:00:00Z",
 			"--replay-arg=--out=x.json", "../../deploy/testdata/specs/colocated-tp2.yaml"}, "replay-arg --out: set by the Job"},
 		{[]string{"deploy", "render", "--target", "kubernetes", "--daemonset", "--replay-shards", "2"}, "--replay-shards needs a SPEC"},
+		{[]string{"deploy", "render", "--target", "kubernetes", "--node-kernel", "5.15", "../../deploy/testdata/specs/colocated-dp4.yaml"}, "--node-kernel: only with --daemonset"},
 	} {
 		_, errs, code := runCLI(t, "", c.args...)
 		if code != 2 || !strings.Contains(errs, c.want) {
 			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", c.args, code, errs, c.want)
+		}
+	}
+}
+
+// TestDeployRenderDaemonSetKernelCLI: --node-kernel chooses the
+// DaemonSet's capabilities: CAP_BPF + CAP_PERFMON from Linux 6.6 (uprobe_multi
+// links), CAP_SYS_ADMIN before; a kernel the daemon cannot run on, or one
+// that does not parse, is bad input.
+func TestDeployRenderDaemonSetKernelCLI(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the daemon's capability sets are defined on Linux (daemon/caps.go)")
+	}
+	for _, c := range []struct {
+		kernel string
+		want   []string
+	}{
+		{"", []string{"BPF", "PERFMON"}},
+		{"6.6.0", []string{"BPF", "PERFMON"}},
+		{"6.8.0-1015-aws", []string{"BPF", "PERFMON"}},
+		{"6.5.13-generic", []string{"SYS_ADMIN"}},
+		{"5.15.0-105-generic", []string{"SYS_ADMIN"}},
+		{"5.8", []string{"SYS_ADMIN"}},
+	} {
+		args := []string{"deploy", "render", "--target", "kubernetes", "--daemonset"}
+		if c.kernel != "" {
+			args = append(args, "--node-kernel", c.kernel)
+		}
+		out, errs, code := runCLI(t, "", args...)
+		if code != 0 {
+			t.Fatalf("%q: exit %d: %s", c.kernel, code, errs)
+		}
+		objs, err := kubernetes.Decode([]byte(out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ds *appsv1.DaemonSet
+		for _, o := range objs {
+			if d, ok := o.(*appsv1.DaemonSet); ok {
+				ds = d
+			}
+		}
+		if ds == nil {
+			t.Fatalf("%q: no DaemonSet in\n%s", c.kernel, out)
+		}
+		if got := kubernetes.AddedCapabilities(ds); !slices.Equal(got, c.want) {
+			t.Errorf("--node-kernel %q: adds %q, want %q", c.kernel, got, c.want)
+		}
+		if want := cmp.Or(c.kernel, ">= 6.6"); ds.Annotations["hone.dev/node-kernel"] != want {
+			t.Errorf("--node-kernel %q: annotation %q", c.kernel, ds.Annotations)
+		}
+	}
+	for _, bad := range []string{"5.4.0-150-generic", "linux", "6"} {
+		_, errs, code := runCLI(t, "", "deploy", "render", "--target", "kubernetes", "--daemonset", "--node-kernel", bad)
+		if code != 2 || !strings.Contains(errs, `--node-kernel "`+bad+`"`) {
+			t.Errorf("--node-kernel %q: exit %d, stderr %q", bad, code, errs)
 		}
 	}
 }

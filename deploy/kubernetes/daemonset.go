@@ -28,6 +28,63 @@ const (
 	daemonTokenKey      = "token"
 )
 
+// Kernel releases that decide what the daemon needs (daemon/caps.go):
+// CAP_BPF, CAP_PERFMON and BPF ring buffers arrived in Linux 5.8, the
+// oldest kernel the daemon runs on; uprobe_multi links in 6.6. Before 6.6
+// the daemon attaches its libcuda probes as perf-event uprobes, which need
+// CAP_SYS_ADMIN at every attach, so it starts with and keeps CAP_SYS_ADMIN
+// instead of CAP_BPF + CAP_PERFMON. (Its socket programs also want the
+// sock_send_length/sock_recv_length tracepoints of Linux 5.19; hone
+// preflight --target daemon checks them.)
+const (
+	DaemonMinKernel   = "5.8"
+	UprobeMultiKernel = "6.6"
+)
+
+// NodeUprobeMulti says whether GPU nodes running kernel release (as
+// `uname -r` prints it, e.g. 5.15.0-105-generic, and hone preflight
+// reports it in host.kernel) have uprobe_multi links: the argument of
+// daemon.StartCapabilities. "" stands for UprobeMultiKernel or later. A
+// release that does not parse, or one the daemon cannot run on, is an
+// error naming --node-kernel.
+func NodeUprobeMulti(release string) (bool, error) {
+	if release == "" {
+		return true, nil
+	}
+	v, ok := kernelVersion(release)
+	if !ok {
+		return false, fmt.Errorf("--node-kernel %q: want a kernel release as uname -r prints it (e.g. 5.15.0-105-generic)", release)
+	}
+	if min, _ := kernelVersion(DaemonMinKernel); slices.Compare(v, min) < 0 {
+		return false, fmt.Errorf("--node-kernel %q: the daemon needs Linux >= %s (CAP_BPF, CAP_PERFMON, BPF ring buffers)", release, DaemonMinKernel)
+	}
+	multi, _ := kernelVersion(UprobeMultiKernel)
+	return slices.Compare(v, multi) >= 0, nil
+}
+
+// kernelVersion reads the major and minor numbers that lead a kernel
+// release ("6.8.0-1015-aws" → [6 8]).
+func kernelVersion(release string) ([]int, bool) {
+	parts := strings.SplitN(release, ".", 3)
+	if len(parts) < 2 {
+		return nil, false
+	}
+	major, err := strconv.Atoi(parts[0])
+	if err != nil || major < 0 {
+		return nil, false
+	}
+	// The minor number may have a suffix when there is no patch (5.15-rc1).
+	digits := strings.IndexFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' })
+	if digits < 0 {
+		digits = len(parts[1])
+	}
+	minor, err := strconv.Atoi(parts[1][:digits])
+	if err != nil {
+		return nil, false
+	}
+	return []int{major, minor}, true
+}
+
 // DaemonOptions says how to render hone's daemon.
 type DaemonOptions struct {
 	Namespace string // DefaultNamespace when empty
@@ -35,8 +92,13 @@ type DaemonOptions struct {
 	HoneImage string // DefaultHoneImage when empty
 	// Capabilities are added to the container, without the CAP_ prefix
 	// (BPF, PERFMON): the daemon's start capabilities, which the caller
-	// takes from daemon.StartCapabilities. Required.
+	// takes from daemon.StartCapabilities for the nodes' kernel
+	// (NodeUprobeMulti). Required.
 	Capabilities []string
+	// NodeKernel is the GPU nodes' kernel release the capabilities were
+	// chosen for, recorded in the DaemonSet's hone.dev/node-kernel
+	// annotation; "" for UprobeMultiKernel or later.
+	NodeKernel   string
 	Port         int    // metrics and API port; DefaultDaemonPort when zero
 	RuntimeClass string // DefaultRuntimeClass when empty
 	// NodeSelector is key=value; DefaultGPUNodeLabel when empty.
@@ -126,9 +188,15 @@ func RenderDaemon(o DaemonOptions) ([]runtime.Object, error) {
 		SecretName: o.TokenSecret, DefaultMode: &secretMode, Items: []corev1.KeyToPath{{Key: daemonTokenKey, Path: daemonTokenKey}}}}})
 	mounts = append(mounts, corev1.VolumeMount{Name: "token", MountPath: daemonTokenDir, ReadOnly: true})
 	port := strconv.Itoa(o.Port)
+	dsMeta := objectMeta(o.Name, o.Namespace, lbl)
+	kernel := o.NodeKernel
+	if kernel == "" {
+		kernel = ">= " + UprobeMultiKernel
+	}
+	dsMeta.Annotations = map[string]string{"hone.dev/node-kernel": kernel}
 	ds := &appsv1.DaemonSet{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"},
-		ObjectMeta: objectMeta(o.Name, o.Namespace, lbl),
+		ObjectMeta: dsMeta,
 		Spec: appsv1.DaemonSetSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: lbl},
 			Template: corev1.PodTemplateSpec{
