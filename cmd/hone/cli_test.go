@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -259,10 +261,10 @@ func TestUsageMistakesExit2(t *testing.T) {
 	}{
 		{[]string{"simm"}, `unknown command "simm" for "hone" (did you mean sim?)`},
 		{[]string{"gate", "chek"}, `unknown command "chek" for "hone gate" (did you mean check?)`},
-		{[]string{"gate"}, "hone gate: a subcommand is required"},
-		{[]string{"deploy"}, "hone deploy: a subcommand is required"},
-		{[]string{"deploy", "render"}, "hone deploy render: accepts 1 arg(s), received 0"},
-		{[]string{"report", "extra"}, `hone report: unknown command "extra"`},
+		{[]string{"gate"}, "hone: gate: a subcommand is required"},
+		{[]string{"deploy"}, "hone: deploy: a subcommand is required"},
+		{[]string{"deploy", "render"}, "hone: deploy render: accepts 1 arg(s), received 0"},
+		{[]string{"report", "extra"}, `hone: report: unknown command "extra"`},
 		{[]string{"sim", "--no-such-flag"}, "unknown flag: --no-such-flag"},
 		{[]string{"sim", "-o", "yaml"}, `-o/--output: "yaml" is not an output format: want table, json`},
 	} {
@@ -363,4 +365,62 @@ func TestGateRefusesClosedLoop(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 naming --max-concurrency", args, code, errs)
 		}
 	}
+}
+
+// TestErrorLineHasOnePrefix: what a failing command prints to stderr (as
+// main prints it) ends in one error line that starts with exactly one
+// "hone: ", whether the mistake is on the root, on a subcommand, or in a
+// message that already names the program.
+func TestErrorLineHasOnePrefix(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--no-such-flag"}, "hone: unknown flag: --no-such-flag (see 'hone --help')"},
+		{[]string{}, "hone: a subcommand is required (see 'hone --help')"},
+		{[]string{"gate", "--no-such-flag"}, "hone: gate: unknown flag: --no-such-flag (see 'hone gate --help')"},
+		{[]string{"gate"}, "hone: gate: a subcommand is required (see 'hone gate --help')"},
+		{[]string{"gate", "check", "--no-such-flag"}, "hone: gate check: unknown flag: --no-such-flag (see 'hone gate check --help')"},
+		{[]string{"version", "extra"}, `hone: version: unknown command "extra" for "hone version" (see 'hone version --help')`},
+		{[]string{"simm"}, `hone: unknown command "simm" for "hone" (did you mean sim?); see 'hone --help'`},
+		{[]string{"sim", "--mode", "batched"}, `hone: --mode: "batched" is invalid: want colocated or disaggregated`},
+	} {
+		stderr, code := mainStderr(t, tc.args...)
+		lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+		if last := lines[len(lines)-1]; code != exitBadInput || last != tc.want {
+			t.Errorf("hone %v: exit %d, last stderr line %q; want exit 2 and %q", tc.args, code, last, tc.want)
+		}
+		for _, l := range lines {
+			if strings.HasPrefix(l, "hone: hone") {
+				t.Errorf("hone %v: stderr line %q names hone twice", tc.args, l)
+			}
+		}
+	}
+	if got := errorLine(errors.New("hone: hone: bad")); got != "hone: bad" {
+		t.Errorf("errorLine: %q, want %q", got, "hone: bad")
+	}
+}
+
+// mainStderr runs hone in process as main does, stderr included (cobra's
+// help and exitCode's error line both go to os.Stderr), and returns what
+// it wrote there and the exit code.
+func mainStderr(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	old := os.Stderr
+	os.Stderr = f
+	root := newRootCmd()
+	root.SetOut(io.Discard)
+	root.SetArgs(args)
+	code := exitCode(root.Execute())
+	os.Stderr = old
+	b, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b), code
 }

@@ -47,7 +47,7 @@ func exitCode(err error) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintln(os.Stderr, "hone:", err)
+	fmt.Fprintln(os.Stderr, errorLine(err))
 	var ue usageError
 	var cf checkFailed
 	switch {
@@ -58,6 +58,34 @@ func exitCode(err error) int {
 	default:
 		return exitFailed
 	}
+}
+
+// errorLine is the line hone prints for err: one "hone: ", then the
+// message. A message that already starts with "hone: " (a package may
+// name the program) does not get a second one; usage errors name the
+// subcommand at fault without the root (see commandName).
+func errorLine(err error) string {
+	msg := err.Error()
+	for strings.HasPrefix(msg, "hone: ") {
+		msg = strings.TrimPrefix(msg, "hone: ")
+	}
+	return "hone: " + msg
+}
+
+// commandName names c in an error message: its path below the root
+// ("gate check"), empty for the root itself, which errorLine's prefix
+// already names.
+func commandName(c *cobra.Command) string {
+	return strings.TrimPrefix(strings.TrimPrefix(c.CommandPath(), c.Root().Name()), " ")
+}
+
+// usageAt marks err, a usage mistake made on command c, as bad input,
+// naming c and pointing at its help.
+func usageAt(c *cobra.Command, err error) error {
+	if name := commandName(c); name != "" {
+		err = fmt.Errorf("%s: %w", name, err)
+	}
+	return usageError{fmt.Errorf("%w (see '%s --help')", err, c.CommandPath())}
 }
 
 func newRootCmd() *cobra.Command {
@@ -80,7 +108,7 @@ Exit codes: 0 success; 1 the check failed (regression, SLO violation);
 	}
 	// Flag parse errors are bad input: exit 2 with the flag named.
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return usageError{fmt.Errorf("%s: %w (see '%s --help')", c.CommandPath(), err, c.CommandPath())}
+		return usageAt(c, err)
 	})
 	for _, add := range subcommands {
 		root.AddCommand(add())
@@ -98,7 +126,7 @@ func strictUsage(c *cobra.Command) {
 	if args := c.Args; args != nil {
 		c.Args = func(cmd *cobra.Command, a []string) error {
 			if err := args(cmd, a); err != nil {
-				return usageError{fmt.Errorf("%s: %w (see '%s --help')", cmd.CommandPath(), err, cmd.CommandPath())}
+				return usageAt(cmd, err)
 			}
 			return nil
 		}
@@ -109,7 +137,7 @@ func strictUsage(c *cobra.Command) {
 			if len(a) == 0 {
 				cmd.SetOut(cmd.ErrOrStderr())
 				_ = cmd.Help()
-				return usageError{fmt.Errorf("%s: a subcommand is required", cmd.CommandPath())}
+				return usageAt(cmd, errors.New("a subcommand is required"))
 			}
 			msg := fmt.Sprintf("unknown command %q for %q", a[0], cmd.CommandPath())
 			if cmd.SuggestionsMinimumDistance <= 0 {
