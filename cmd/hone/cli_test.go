@@ -367,6 +367,21 @@ func TestGateRefusesClosedLoop(t *testing.T) {
 	}
 }
 
+// TestVersionFlag: hone --version (and -v) print exactly what hone version
+// prints.
+func TestVersionFlag(t *testing.T) {
+	want, _, code := runCLI(t, "", "version")
+	if code != 0 {
+		t.Fatalf("hone version: exit %d", code)
+	}
+	for _, flag := range []string{"--version", "-v"} {
+		out, errs, code := runCLI(t, "", flag)
+		if code != 0 || out != want {
+			t.Errorf("hone %s: exit %d, stdout %q, stderr %q; want exit 0 and %q", flag, code, out, errs, want)
+		}
+	}
+}
+
 // TestErrorLineHasOnePrefix: what a failing command prints to stderr (as
 // main prints it) ends in one error line that starts with exactly one
 // "hone: ", whether the mistake is on the root, on a subcommand, or in a

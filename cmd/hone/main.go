@@ -103,9 +103,12 @@ Every number hone prints is labelled with where it came from:
 
 Exit codes: 0 success; 1 the check failed (regression, SLO violation);
 2 bad input, unusable data, or an incomparable baseline.`,
+		Version:       versionString(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// --version prints what `hone version` prints.
+	root.SetVersionTemplate("{{.Name}} {{.Version}}\n")
 	// Flag parse errors are bad input: exit 2 with the flag named.
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageAt(c, err)

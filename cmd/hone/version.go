@@ -47,14 +47,20 @@ func buildVersion() (ver, rev string) {
 	return ver, rev
 }
 
+// versionString is what `hone version` and `hone --version` print after
+// "hone ": the version and the commit.
+func versionString() string {
+	v, r := buildVersion()
+	return fmt.Sprintf("%s (commit %s)", v, r)
+}
+
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print hone's version and git commit",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			v, r := buildVersion()
-			fmt.Fprintf(c.OutOrStdout(), "hone %s (commit %s)\n", v, r)
+			fmt.Fprintf(c.OutOrStdout(), "hone %s\n", versionString())
 			return nil
 		},
 	}
