@@ -267,7 +267,7 @@ func proposals(b string, lv []*level) []string {
 			codes[replay.ReasonTimeScaleMismatch] || codes[replay.ReasonCounterContamination]) {
 			out = append(out,
 				"fewer streams per client: split the load across more load-generator processes so each sends fewer concurrent streams",
-				"a larger --time-scale (emulator): the client's lag shrinks in model time",
+				"a larger engine time scale (emulator: emulator.time_scale in the spec, hone sim serve --time-scale or hone optimize --time-scale; replay adopts it): the client's lag shrinks in model time",
 				"run the load generator on another host than the engines and the proxy")
 		}
 		if codes[replay.ReasonWarmStart] {

@@ -310,7 +310,7 @@ func (lr *LevelRecord) judge(target slo.SLO, timeScale float64) {
 	}
 	if perReq > EmulatorBoundTTFTFraction*lr.P50TTFTMs {
 		v.addScaled(ReasonEmulatorBound, lateScale(perReq, modelReq, lr.DispatchLagP50Ms, model, EmulatorBoundTTFTFraction), "%.0f KV pulls ended after their modelled end because the bytes had not crossed this host's side channel: "+
-			"%.3g model ms added per measured request, > %g%% of the median TTFT %.3g ms (run at a larger --time-scale, or on a host that keeps the modelled link)",
+			"%.3g model ms added per measured request, > %g%% of the median TTFT %.3g ms (slow the engine, not the client: a larger emulator.time_scale in the deployment spec, or hone sim serve --time-scale, or hone optimize --time-scale; or a host that keeps the modelled link)",
 			pulls, perReq, 100*EmulatorBoundTTFTFraction, lr.P50TTFTMs)
 	}
 	if v.Reasons == nil {
