@@ -142,17 +142,12 @@ type outputFiles struct {
 func openOutputs(opts RunOptions) (*outputFiles, error) {
 	o := &outputFiles{}
 	open := func(path, what string) (*os.File, error) {
-		_, statErr := os.Lstat(path)
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|unix.O_NOFOLLOW, outputPerm)
+		f, created, err := openOutput(path)
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", what, path, err)
 		}
-		if statErr != nil {
+		if created {
 			o.created = append(o.created, path)
-		}
-		if err := f.Chmod(outputPerm); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("%s %s: %w", what, path, err)
 		}
 		return f, nil
 	}
@@ -172,6 +167,31 @@ func openOutputs(opts RunOptions) (*outputFiles, error) {
 		}
 	}
 	return o, nil
+}
+
+// openOutput opens path to write an output into: a regular file, created
+// if absent, is given outputPerm; anything else that exists (a device
+// such as /dev/null, a FIFO) is written as it is, its mode untouched. A
+// symbolic link is refused (the daemon writes as root). A FIFO needs its
+// reader already there: the open does not block.
+func openOutput(path string) (f *os.File, created bool, err error) {
+	_, statErr := os.Lstat(path)
+	f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|unix.O_NOFOLLOW|unix.O_NONBLOCK, outputPerm)
+	if err != nil {
+		if errors.Is(err, unix.ENXIO) {
+			err = fmt.Errorf("%w (a FIFO without a reader: start the reader first)", err)
+		}
+		return nil, false, err
+	}
+	st, err := f.Stat()
+	if err == nil && st.Mode().IsRegular() {
+		err = f.Chmod(outputPerm)
+	}
+	if err != nil {
+		f.Close()
+		return nil, false, err
+	}
+	return f, statErr != nil, nil
 }
 
 func (o *outputFiles) close() {
@@ -196,10 +216,19 @@ func (o *outputFiles) remove() {
 }
 
 // rewrite replaces f's content with what fill writes, rendered in memory
-// first so that a failing fill leaves the old content.
+// first so that a failing fill leaves the old content. A file that is not
+// regular (a device, a FIFO) has no content to replace: it is written.
 func rewrite(f *os.File, fill func(io.Writer) error) error {
 	var buf bytes.Buffer
 	if err := fill(&buf); err != nil {
+		return err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !st.Mode().IsRegular() {
+		_, err := f.Write(buf.Bytes())
 		return err
 	}
 	if err := f.Truncate(0); err != nil {
@@ -209,6 +238,27 @@ func rewrite(f *os.File, fill func(io.Writer) error) error {
 		return err
 	}
 	return f.Sync()
+}
+
+// writeOutput writes what fill renders to f if open, else to path. A
+// regular file (or a new one) is replaced atomically, through a temporary
+// file renamed over it; an existing file that is not regular (/dev/null,
+// a FIFO) is opened and written: a rename would replace the device.
+func writeOutput(path string, f *os.File, fill func(io.Writer) error) error {
+	if f != nil {
+		return rewrite(f, fill)
+	}
+	if st, err := os.Lstat(path); err == nil && !st.Mode().IsRegular() && st.Mode()&os.ModeSymlink == 0 {
+		f, _, err := openOutput(path)
+		if err == nil {
+			err = errors.Join(rewrite(f, fill), f.Close())
+		}
+		if err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		return nil
+	}
+	return atomicfile.WriteFunc(path, outputPerm, fill)
 }
 
 // outputPerm is the mode of the snapshot and profile files, as it always
@@ -251,8 +301,8 @@ func writeOutputsTo(s *Snapshot, opts RunOptions, files *outputFiles, log *slog.
 	return errors.Join(errs...)
 }
 
-// writeSnapshot writes s as indented JSON to f if open, else to path, or to
-// stdout for "" or "-".
+// writeSnapshot writes s as indented JSON to f if open, else to path (see
+// writeOutput), or to stdout for "" or "-".
 func writeSnapshot(s *Snapshot, path string, f *os.File) error {
 	encode := func(w io.Writer) error {
 		e := json.NewEncoder(w)
@@ -262,10 +312,7 @@ func writeSnapshot(s *Snapshot, path string, f *os.File) error {
 	if path == "" || path == "-" {
 		return encode(os.Stdout)
 	}
-	if f != nil {
-		return rewrite(f, encode)
-	}
-	return atomicfile.WriteFunc(path, outputPerm, encode)
+	return writeOutput(path, f, encode)
 }
 
 // writeProfile writes the pprof profile of s's traced time (syscalls view)
@@ -275,8 +322,5 @@ func writeProfile(s *Snapshot, path string, f *os.File) error {
 	if err != nil {
 		return err
 	}
-	if f != nil {
-		return rewrite(f, p.Write)
-	}
-	return atomicfile.WriteFunc(path, outputPerm, p.Write)
+	return writeOutput(path, f, p.Write)
 }

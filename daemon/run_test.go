@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/pprof/profile"
+	"golang.org/x/sys/unix"
 
 	"github.com/hone-llm/hone/bpf/bpftest"
 )
@@ -107,5 +108,83 @@ func TestRunListenExposure(t *testing.T) {
 	}
 	if !regexp.MustCompile(`level=WARN msg="serving on a non-loopback address \(--allow-remote\), bearer token required.*" addr=\S+:\d+`).MatchString(buf.String()) {
 		t.Errorf("no warning for a remote listener:\n%s", buf.String())
+	}
+}
+
+// --out and --profile may name a file that is not regular: a device such
+// as /dev/null (a node of the same device here, made when root), or a FIFO
+// whose reader is there. It is written as it is, both when the outputs
+// are opened before the privilege drop and when they are written at the
+// end: never truncated, chmodded or renamed over (which replaced the
+// device with a regular file). Regular files keep their atomic write
+// (TestWriteOutputsLogsTruthfully).
+func TestOutputsToDevicesAndFIFOs(t *testing.T) {
+	s := &Snapshot{SchemaVersion: SchemaVersion, Clock: "CLOCK_MONOTONIC", TakenWall: time.Unix(1, 0).UTC(),
+		Threads: []Thread{{PID: 1, TID: 1, Comm: "x", Syscalls: map[string]*SyscallStats{"read": {Count: 2, TotalNS: 10}}}}}
+	want, _ := json.MarshalIndent(s, "", "  ")
+	for _, early := range []bool{false, true} {
+		t.Run(map[bool]string{false: "written-at-end", true: "opened-before-drop"}[early], func(t *testing.T) {
+			dir := t.TempDir()
+			fifo, null := filepath.Join(dir, "fifo"), filepath.Join(dir, "null")
+			if err := unix.Mkfifo(fifo, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			os.Chmod(fifo, 0o644)
+			// The reader opens first (without blocking), as a reader of
+			// `hone daemon --out FIFO` must; it reads once the writer is done.
+			r, err := os.OpenFile(fifo, os.O_RDONLY|unix.O_NONBLOCK, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			opts := RunOptions{Once: true, Output: fifo}
+			device := unix.Mknod(null, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))) == nil // /dev/null's numbers
+			if device {
+				os.Chmod(null, 0o666)
+				opts.Profile = null
+			} else {
+				t.Log("no device node made (not root): --profile to a device not checked")
+			}
+			var files *outputFiles
+			if early {
+				if files, err = openOutputs(opts); err != nil {
+					t.Fatalf("openOutputs: %v", err)
+				}
+			}
+			err = writeOutputsTo(s, opts, files, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			files.close()
+			if err != nil {
+				t.Fatalf("write to a FIFO and a device: %v", err)
+			}
+			r.SetReadDeadline(time.Now().Add(10 * time.Second)) // the write is done: the data is in the pipe, or never comes
+			got, err := io.ReadAll(r)
+			if err != nil || string(got) != string(want)+"\n" {
+				t.Errorf("the FIFO's reader got %q (%v), want the snapshot", got, err)
+			}
+			check := func(path string, typ os.FileMode, perm os.FileMode) {
+				st, err := os.Lstat(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.Mode().Type() != typ || st.Mode().Perm() != perm {
+					t.Errorf("%s is now %v, want it untouched: type %v, mode %v", path, st.Mode(), typ, perm)
+				}
+			}
+			check(fifo, os.ModeNamedPipe, 0o644)
+			if device {
+				check(null, os.ModeDevice|os.ModeCharDevice, 0o666)
+			}
+			if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+				t.Errorf("the directory holds %d entries, want the FIFO and the device only", len(ents))
+			}
+		})
+	}
+	// No reader: the open fails at once and says why, rather than block.
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openOutputs(RunOptions{Output: fifo}); err == nil || !strings.Contains(err.Error(), "--out "+fifo) || !strings.Contains(err.Error(), "start the reader first") {
+		t.Errorf("a FIFO without a reader: %v", err)
 	}
 }
