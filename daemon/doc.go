@@ -93,6 +93,17 @@
 // passwords in URLs, and key/token/secret/password fields inside JSON
 // arguments. --match-cmdline still matches the real command line.
 //
+// The API's clients are held to the limits of hone's other servers
+// (package guard; serveAPI, APILimits): at most --api-max-connections
+// served at once (DefaultAPIConnections, fewer where the process's
+// descriptors are fewer), the next ones waiting in the kernel's accept
+// queue, idle keep-alive connections closed first to make room; headers
+// within 5 s, an answer written within 30 s, keep-alive connections closed
+// after 60 s idle; and no request body: one announced gets 413 and the
+// connection is closed without the rest being read. So local users that
+// open connections and stall hold a bounded number of descriptors, and
+// a scrape still answers once the stalled ones are cut off.
+//
 // # Builds
 //
 // The tracer is Linux only: elsewhere the package keeps its types, Handler

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hone-llm/hone/internal/guard"
 )
 
 // RunOptions say how `hone daemon` runs around a Daemon.
@@ -23,6 +25,9 @@ type RunOptions struct {
 	Duration  time.Duration // with Once
 	Output    string        // snapshot JSON file ("" or "-": stdout with Once; none otherwise)
 	Profile   string        // pprof file of traced time (syscalls view) written at the end
+	// API are the limits on the API's clients; zero fields take
+	// APILimits' defaults.
+	API guard.Limits
 	// DropCaps drops privileges after attaching: capabilities down to
 	// KeptCapabilities, user and group to User, no_new_privs, seccomp.
 	DropCaps bool

@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"time"
 
@@ -96,15 +95,18 @@ func Run(ctx context.Context, cfg Config, opts RunOptions, log *slog.Logger) err
 		if token != "" {
 			h = RequireToken(h, token)
 		}
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-		go srv.Serve(ln)
+		api, err := serveAPI(ln, h, opts.API)
+		if err != nil {
+			return err
+		}
+		defer api.Close()
 		if remote {
 			log.Warn("serving on a non-loopback address (--allow-remote), bearer token required: anyone who has the "+
 				"token reads the traced processes' command lines (likely secrets redacted) and measurements",
 				"addr", ln.Addr().String())
 		}
-		log.Info("serving", "addr", ln.Addr().String(), "paths", "/metrics /v1/snapshot /v1/connections /v1/threads /v1/profile")
-		defer srv.Close()
+		log.Info("serving", "addr", ln.Addr().String(), "paths", "/metrics /v1/snapshot /v1/connections /v1/threads /v1/profile",
+			"max_connections", api.lim.MaxConnections)
 	}
 	if opts.Once {
 		t := time.NewTimer(opts.Duration)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -15,6 +16,7 @@ import (
 	"github.com/hone-llm/hone/bpf"
 	"github.com/hone-llm/hone/daemon"
 	"github.com/hone-llm/hone/deploy/kubernetes"
+	"github.com/hone-llm/hone/internal/guard"
 )
 
 func init() { subcommands = append(subcommands, newDaemonCmd) }
@@ -42,7 +44,10 @@ on 127.0.0.1 (/metrics, /v1/snapshot, /v1/connections, /v1/threads,
 /v1/profile). On loopback the API has no authentication; a --listen address
 that is not loopback is refused unless --allow-remote is given together with
 --token-file, and then every request must carry that bearer token
-(Prometheus: authorization.credentials_file). Command lines in the
+(Prometheus: authorization.credentials_file). The API's clients are
+limited as hone's other servers' are: --api-max-connections at once (more
+wait to be accepted), headers within 5 s, answers written within 30 s, idle
+keep-alive connections closed after 60 s, no request body (413). Command lines in the
 snapshot have likely secrets (--api-key values, sk-... and hf_... tokens,
 *_TOKEN=... variables) replaced by [REDACTED]. Kernel timestamps are
 CLOCK_MONOTONIC nanoseconds.
@@ -103,6 +108,9 @@ failed); 2 bad input (flags).`,
 			opts.Listen = daemonListen(opts.Once, opts.Listen, cmd.Flags().Changed("listen"))
 			if _, err := daemon.CheckListen(opts.Listen, opts.AllowRemote, opts.TokenFile); err != nil {
 				return badInput("%v", err)
+			}
+			if opts.API.MaxConnections < 0 {
+				return badInput("--api-max-connections %d: want > 0 (0: automatic)", opts.API.MaxConnections)
 			}
 			if opts.TokenFile != "" {
 				if _, err := daemon.ReadToken(opts.TokenFile); err != nil {
@@ -171,6 +179,8 @@ failed); 2 bad input (flags).`,
 	f.StringVar(&opts.Output, "out", "", "snapshot JSON file (default with --once: stdout)")
 	f.StringVar(&opts.Profile, "profile", "", "write a pprof profile of traced syscall time here at the end")
 	f.BoolVar(&opts.AllowRemote, "allow-remote", false, "accept a --listen address that is not loopback (requires --token-file)")
+	f.IntVar(&opts.API.MaxConnections, "api-max-connections", 0, fmt.Sprintf("most API clients served at once; more wait to be accepted, idle keep-alive ones are closed first (0: %d, or fewer where the process may open fewer descriptors; here %d)",
+		daemon.DefaultAPIConnections, daemon.APILimits(guard.Limits{}).MaxConnections))
 	f.StringVar(&opts.TokenFile, "token-file", "", "bearer token every API request must carry (Authorization: Bearer ...); one line, >= 16 characters, mode 600; required with --allow-remote")
 	f.StringVar(&opts.User, "user", daemon.DefaultUser, `user (name or UID[:GID]) to become after attaching, when run as root ("root" keeps uid 0)`)
 	f.BoolVar(&noDropCaps, "keep-capabilities", false, "do not drop privileges after attaching (capabilities, user, no_new_privs, seccomp)")

@@ -111,3 +111,15 @@ func TestDaemonPodSelectorFlags(t *testing.T) {
 		}
 	}
 }
+
+// --api-max-connections caps the API's clients: its default is the
+// daemon's, a negative value is bad input naming the flag.
+func TestDaemonAPIMaxConnectionsFlag(t *testing.T) {
+	f := newDaemonCmd().Flags().Lookup("api-max-connections")
+	if f == nil || f.DefValue != "0" || !strings.Contains(f.Usage, "0: 1024") {
+		t.Fatalf("--api-max-connections: %+v, want default 0 meaning 1024", f)
+	}
+	if _, errs, code := runCLI(t, "", "daemon", "--api-max-connections", "-1"); code != exitBadInput || !strings.Contains(errs, "--api-max-connections -1") {
+		t.Errorf("--api-max-connections -1: exit %d\n%s", code, errs)
+	}
+}
