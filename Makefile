@@ -12,15 +12,17 @@ export CGO_CFLAGS ?= -Wno-deprecated-declarations
 
 all: build
 
+# build and build-portable use -trimpath: no path of the build host (the
+# checkout, the module cache, GOROOT) is written into the binary.
 build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/hone
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/hone
 
 # build-portable: hone without cgo (bin/hone-portable), for GPU hosts whose
 # glibc is older than the build host's (the cgo build of bin/hone needs the
 # glibc it was linked against, >= 2.34 here). Everything works but what needs
 # cgo: NVML sampling and the GPU proof report "built without cgo".
 build-portable:
-	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o bin/hone-portable ./cmd/hone
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/hone-portable ./cmd/hone
 
 # release: versioned archives in dist/ (RELEASE_DIST), one per architecture in
 # RELEASE_ARCHES: hone_$(VERSION)_linux_<arch>.tar.gz holding bin/hone built

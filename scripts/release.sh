@@ -3,14 +3,13 @@
 #
 # For each architecture in ARCHES it builds hone with `make build` (so the
 # binary is stamped exactly as a development build is: main.version and
-# main.commit through -ldflags) and packs
+# main.commit through -ldflags, and -trimpath keeps the build host's paths
+# out of it) and packs
 #   DIST/hone_<VERSION>_linux_<arch>.tar.gz
 #     hone_<VERSION>_linux_<arch>/{hone,LICENSE,NOTICE,README.md,CHANGELOG.md,hone-daemon.service}
 # then writes DIST/SHA256SUMS for the archives it built. The tar layer is
 # reproducible: sorted members, owner 0, mtimes of the last commit
-# (SOURCE_DATE_EPOCH overrides), gzip without a name or time. The binary is
-# make build's, which keeps the build cache warm for `make test`;
-# GOFLAGS=-trimpath make release leaves the build host's paths out of it.
+# (SOURCE_DATE_EPOCH overrides), gzip without a name or time.
 #
 # cgo: the host's own architecture is built with cgo, which NVML sampling
 # needs; any other is cross-built without cgo (as .ci/run's arm64 build),

@@ -64,8 +64,9 @@ func releaseScript(t *testing.T, dist string, env ...string) (string, int) {
 // everything again) and checks what it wrote: exactly the archive and
 // SHA256SUMS, whose line matches the archive's digest; the archive's
 // members, modes and owners; the files byte for byte; and a binary for
-// linux/GOARCH, built with cgo (NVML), that says it is version test-0 at
-// this commit.
+// linux/GOARCH, built with cgo (NVML) and -trimpath (no path of this
+// checkout, the module cache or GOROOT in it), that says it is version
+// test-0 at this commit.
 func TestReleaseArchive(t *testing.T) {
 	if runtime.GOOS != "linux" || (runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64") {
 		t.Skipf("release archives are linux/amd64 and linux/arm64; this is %s/%s", runtime.GOOS, runtime.GOARCH)
@@ -136,6 +137,16 @@ func TestReleaseArchive(t *testing.T) {
 	if f == nil {
 		t.FailNow()
 	}
+	// -trimpath: no path of the build host.
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{abs, goEnv(t, "GOMODCACHE"), goEnv(t, "GOROOT")} {
+		if n := bytes.Count(f.data, []byte(dir)); n > 0 {
+			t.Errorf("the binary holds the build host's path %s %d times (built without -trimpath?)", dir, n)
+		}
+	}
 	bin := filepath.Join(t.TempDir(), "hone")
 	if err := os.WriteFile(bin, f.data, 0o755); err != nil {
 		t.Fatal(err)
@@ -157,7 +168,7 @@ func TestReleaseArchive(t *testing.T) {
 	for _, s := range info.Settings {
 		settings[s.Key] = s.Value
 	}
-	for k, v := range map[string]string{"CGO_ENABLED": "1", "GOOS": "linux", "GOARCH": runtime.GOARCH} {
+	for k, v := range map[string]string{"CGO_ENABLED": "1", "GOOS": "linux", "GOARCH": runtime.GOARCH, "-trimpath": "true"} {
 		if settings[k] != v {
 			t.Errorf("build setting %s=%q, want %q", k, settings[k], v)
 		}
@@ -173,6 +184,15 @@ func TestReleaseArchive(t *testing.T) {
 	if want := "hone test-0 (commit " + strings.TrimSpace(string(head)) + ")\n"; string(ver) != want {
 		t.Errorf("hone version: %q, want %q", ver, want)
 	}
+}
+
+func goEnv(t *testing.T, key string) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", key).Output()
+	if err != nil || strings.TrimSpace(string(out)) == "" {
+		t.Fatalf("go env %s: %q %v", key, out, err)
+	}
+	return strings.TrimSpace(string(out))
 }
 
 type member struct {
@@ -266,7 +286,7 @@ func TestDockerfileBuildsLikeMake(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, re := range []string{`(?m)^BIN := bin/hone$`, `(?m)^LDFLAGS := -X main.version=\$\(VERSION\) -X main.commit=\$\(COMMIT\)$`,
-		`(?m)^build:\n\t\$\(GO\) build -ldflags "\$\(LDFLAGS\)" -o \$\(BIN\) ./cmd/hone$`} {
+		`(?m)^build:\n\t\$\(GO\) build -trimpath -ldflags "\$\(LDFLAGS\)" -o \$\(BIN\) ./cmd/hone$`} {
 		if !regexp.MustCompile(re).Match(mk) {
 			t.Errorf("Makefile: no match for %s (the Dockerfile and scripts/release.sh rely on it)", re)
 		}
