@@ -27,7 +27,9 @@ build-portable:
 # release: versioned archives in dist/ (RELEASE_DIST), one per architecture in
 # RELEASE_ARCHES: hone_$(VERSION)_linux_<arch>.tar.gz holding bin/hone built
 # by `make build` (so stamped the same way), LICENSE, NOTICE, README.md,
-# CHANGELOG.md and deploy/systemd/hone-daemon.service, plus SHA256SUMS. The
+# CHANGELOG.md, deploy/systemd/hone-daemon.service, a CycloneDX SBOM
+# (hone.cdx.json, also beside the archive) and the licence texts of every
+# module linked into the binary (third_party/licenses/), plus SHA256SUMS. The
 # host's own architecture is built with cgo (NVML); another one is cross-built
 # without cgo, as .ci/run does, so an arm64 archive made on an amd64 host has
 # no NVML sampling (build it on an arm64 host for NVML). scripts/release.sh.

@@ -10,8 +10,10 @@ import (
 	"debug/buildinfo"
 	"debug/elf"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,12 +63,13 @@ func releaseScript(t *testing.T, dist string, env ...string) (string, int) {
 
 // TestReleaseArchive runs scripts/release.sh (what `make release` runs) for
 // the host's architecture only (a cross build of the other one compiles
-// everything again) and checks what it wrote: exactly the archive and
-// SHA256SUMS, whose line matches the archive's digest; the archive's
+// everything again) and checks what it wrote: exactly the archive, its
+// SBOM and SHA256SUMS, whose lines match their digests; the archive's
 // members, modes and owners; the files byte for byte; and a binary for
 // linux/GOARCH, built with cgo (NVML) and -trimpath (no path of this
 // checkout, the module cache or GOROOT in it), that says it is version
-// test-0 at this commit.
+// test-0 at this commit; then the SBOM (checkSBOM) and the licence texts
+// (checkLicences) against the binary's build info.
 func TestReleaseArchive(t *testing.T) {
 	if runtime.GOOS != "linux" || (runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64") {
 		t.Skipf("release archives are linux/amd64 and linux/arm64; this is %s/%s", runtime.GOOS, runtime.GOARCH)
@@ -78,6 +81,7 @@ func TestReleaseArchive(t *testing.T) {
 	}
 	name := "hone_test-0_linux_" + runtime.GOARCH
 	archive := name + ".tar.gz"
+	sbom := name + ".cdx.json"
 	entries, err := os.ReadDir(dist)
 	if err != nil {
 		t.Fatal(err)
@@ -86,27 +90,41 @@ func TestReleaseArchive(t *testing.T) {
 	for _, e := range entries {
 		got = append(got, e.Name())
 	}
-	if want := []string{"SHA256SUMS", archive}; !slices.Equal(got, want) {
+	if want := []string{"SHA256SUMS", sbom, archive}; !slices.Equal(got, want) {
 		t.Fatalf("dist holds %v, want %v", got, want)
 	}
 
-	b, err := os.ReadFile(filepath.Join(dist, archive))
-	if err != nil {
-		t.Fatal(err)
+	wantSums := ""
+	for _, f := range []string{sbom, archive} {
+		b, err := os.ReadFile(filepath.Join(dist, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(b)
+		wantSums += hex.EncodeToString(sum[:]) + "  " + f + "\n"
 	}
-	sum := sha256.Sum256(b)
 	sums, err := os.ReadFile(filepath.Join(dist, "SHA256SUMS"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := hex.EncodeToString(sum[:]) + "  " + archive + "\n"; string(sums) != want {
-		t.Errorf("SHA256SUMS:\n%s\nwant:\n%s", sums, want)
+	if string(sums) != wantSums {
+		t.Errorf("SHA256SUMS:\n%s\nwant:\n%s", sums, wantSums)
+	}
+	b, err := os.ReadFile(filepath.Join(dist, archive))
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	files := readArchive(t, b)
-	want := map[string]int64{name + "/": 0o755, name + "/hone": 0o755}
+	want := map[string]int64{name + "/": 0o755, name + "/hone": 0o755, name + "/hone.cdx.json": 0o644}
 	for _, m := range members {
 		want[name+"/"+filepath.Base(m)] = 0o644
+	}
+	// Licence texts: folders 0755, files 0644 (checkLicences checks which).
+	for path, f := range files {
+		if strings.HasPrefix(path, name+"/third_party/") {
+			want[path] = map[bool]int64{true: 0o755, false: 0o644}[f.Typeflag == tar.TypeDir]
+		}
 	}
 	for path, mode := range want {
 		f, ok := files[path]
@@ -131,6 +149,10 @@ func TestReleaseArchive(t *testing.T) {
 		if f := files[name+"/"+filepath.Base(m)]; f != nil && !bytes.Equal(f.data, src) {
 			t.Errorf("%s in the archive differs from %s", filepath.Base(m), m)
 		}
+	}
+
+	if f, g := files[name+"/hone.cdx.json"], readFile(t, filepath.Join(dist, sbom)); f != nil && !bytes.Equal(f.data, g) {
+		t.Errorf("hone.cdx.json in the archive differs from %s", sbom)
 	}
 
 	f := files[name+"/hone"]
@@ -184,6 +206,158 @@ func TestReleaseArchive(t *testing.T) {
 	if want := "hone test-0 (commit " + strings.TrimSpace(string(head)) + ")\n"; string(ver) != want {
 		t.Errorf("hone version: %q, want %q", ver, want)
 	}
+	checkSBOM(t, files[name+"/hone.cdx.json"], info)
+	checkLicences(t, files, name+"/third_party/licenses/", info)
+}
+
+// checkSBOM: the SBOM is CycloneDX JSON about hone at version test-0 whose
+// components are exactly the modules in the binary's build info, at their
+// versions, and so name every direct requirement of go.mod at its version.
+func checkSBOM(t *testing.T, f *member, info *buildinfo.BuildInfo) {
+	t.Helper()
+	if f == nil {
+		t.Error("the archive has no hone.cdx.json")
+		return
+	}
+	type component struct{ Name, Version, Purl string }
+	var bom struct {
+		BOMFormat   string `json:"bomFormat"`
+		SpecVersion string `json:"specVersion"`
+		Metadata    struct{ Component component }
+		Components  []component
+	}
+	if err := json.Unmarshal(f.data, &bom); err != nil {
+		t.Errorf("hone.cdx.json: %v", err)
+		return
+	}
+	if bom.BOMFormat != "CycloneDX" || !strings.HasPrefix(bom.SpecVersion, "1.") {
+		t.Errorf("hone.cdx.json: bomFormat %q specVersion %q, want CycloneDX 1.x", bom.BOMFormat, bom.SpecVersion)
+	}
+	if c := bom.Metadata.Component; c.Name != "github.com/hone-llm/hone" || c.Version != "test-0" {
+		t.Errorf("hone.cdx.json describes %s %s, want github.com/hone-llm/hone test-0", c.Name, c.Version)
+	}
+	got := map[string]string{}
+	for _, c := range bom.Components {
+		if want := "pkg:golang/" + c.Name + "@" + c.Version; !strings.HasPrefix(c.Purl, want) {
+			t.Errorf("hone.cdx.json: %s %s has purl %q, want %s...", c.Name, c.Version, c.Purl, want)
+		}
+		got[c.Name] = c.Version
+	}
+	want := map[string]string{}
+	for _, d := range info.Deps {
+		want[d.Path] = d.Version
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("hone.cdx.json lists %d components:\n%v\nthe binary's build info %d modules:\n%v", len(got), got, len(want), want)
+	}
+	c := exec.Command("go", "mod", "edit", "-json")
+	c.Dir = root
+	out, err := c.Output()
+	if err != nil {
+		t.Fatalf("go mod edit -json: %v", err)
+	}
+	var mod struct {
+		Require []struct {
+			Path, Version string
+			Indirect      bool
+		}
+	}
+	if err := json.Unmarshal(out, &mod); err != nil {
+		t.Fatal(err)
+	}
+	direct := 0
+	for _, r := range mod.Require {
+		if r.Indirect {
+			continue
+		}
+		direct++
+		if got[r.Path] != r.Version {
+			t.Errorf("hone.cdx.json: %s at %q, go.mod requires %s", r.Path, got[r.Path], r.Version)
+		}
+	}
+	if direct == 0 {
+		t.Error("go.mod: no direct requirement")
+	}
+}
+
+// licenceName is how scripts/release.sh recognises a licence text.
+var licenceName = regexp.MustCompile(`(?i)^(licen[cs]e|copying|notice|patents|unlicense)([-._][a-z0-9._-]*)?$`)
+
+// checkLicences: under dir the archive holds, for every module in the
+// binary's build info, the licence texts at its module's root, byte for
+// byte (at least one), and the Go distribution's LICENSE as go/LICENSE.
+func checkLicences(t *testing.T, files map[string]*member, dir string, info *buildinfo.BuildInfo) {
+	t.Helper()
+	args := []string{"mod", "download", "-json"}
+	for _, d := range info.Deps {
+		args = append(args, d.Path+"@"+d.Version)
+	}
+	c := exec.Command("go", args...)
+	c.Dir = root
+	out, err := c.Output()
+	if err != nil {
+		t.Fatalf("go mod download: %v", err)
+	}
+	dirs := map[string]string{}
+	for dec := json.NewDecoder(bytes.NewReader(out)); ; {
+		var m struct{ Path, Dir string }
+		if err := dec.Decode(&m); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		dirs[m.Path] = m.Dir
+	}
+	if len(info.Deps) == 0 {
+		t.Fatal("the binary's build info names no module")
+	}
+	texts := 0
+	for _, d := range info.Deps {
+		entries, err := os.ReadDir(dirs[d.Path])
+		if err != nil {
+			t.Errorf("%s: %v", d.Path, err)
+			continue
+		}
+		n := 0
+		for _, e := range entries {
+			if e.Type().IsRegular() && licenceName.MatchString(e.Name()) && !strings.HasSuffix(e.Name(), ".go") {
+				n++
+				f := files[dir+d.Path+"/"+e.Name()]
+				if f == nil {
+					t.Errorf("the archive has no %s%s/%s", dir, d.Path, e.Name())
+				} else if !bytes.Equal(f.data, readFile(t, filepath.Join(dirs[d.Path], e.Name()))) {
+					t.Errorf("%s%s/%s differs from the module's", dir, d.Path, e.Name())
+				}
+			}
+		}
+		if n == 0 {
+			t.Errorf("%s %s: no licence text in %s", d.Path, d.Version, dirs[d.Path])
+		}
+		texts += n
+	}
+	if f := files[dir+"go/LICENSE"]; f == nil || !bytes.Equal(f.data, readFile(t, filepath.Join(goEnv(t, "GOROOT"), "LICENSE"))) {
+		t.Errorf("the archive has no %sgo/LICENSE, or not the one of %s", dir, goEnv(t, "GOROOT"))
+	}
+	t.Logf("%d modules in the binary, %d licence texts at their roots, %d files under %s", len(info.Deps), texts, countPrefix(files, dir), dir)
+}
+
+func countPrefix(files map[string]*member, prefix string) int {
+	n := 0
+	for path, f := range files {
+		if strings.HasPrefix(path, prefix) && f.Typeflag == tar.TypeReg {
+			n++
+		}
+	}
+	return n
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func goEnv(t *testing.T, key string) string {
@@ -368,11 +542,18 @@ func TestDockerfileBuildsLikeMake(t *testing.T) {
 
 // TestNoticeAttributions: NOTICE names every module linked into hone whose
 // own NOTICE file asks for attribution (Apache-2.0, section 4(d)), so a
-// new dependency that carries one cannot ship in a release unattributed.
+// new dependency that carries one cannot ship in a release unattributed,
+// and says where a release keeps the licence texts and the SBOM.
 func TestNoticeAttributions(t *testing.T) {
 	notice, err := os.ReadFile(filepath.Join(root, "NOTICE"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// And it points at the licence texts and the SBOM a release carries.
+	for _, s := range []string{"third_party/licenses/", "hone.cdx.json"} {
+		if !strings.Contains(string(notice), s) {
+			t.Errorf("NOTICE does not mention %s", s)
+		}
 	}
 	c := exec.Command("go", "list", "-deps", "-f", "{{with .Module}}{{if not .Main}}{{.Path}}\t{{.Dir}}{{end}}{{end}}", "./cmd/hone")
 	c.Dir = root
