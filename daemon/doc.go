@@ -97,12 +97,13 @@
 // (package guard; serveAPI, APILimits): at most --api-max-connections
 // served at once (DefaultAPIConnections, fewer where the process's
 // descriptors are fewer), the next ones waiting in the kernel's accept
-// queue, idle keep-alive connections closed first to make room; headers
+// queue, connections idle between requests or silent since they opened
+// closed first to make room (the longest first); headers
 // within 5 s, an answer written within 30 s, keep-alive connections closed
 // after 60 s idle; and no request body: one announced gets 413 and the
 // connection is closed without the rest being read. So local users that
-// open connections and stall hold a bounded number of descriptors, and
-// a scrape still answers once the stalled ones are cut off.
+// open connections and stall hold a bounded number of descriptors, and a
+// scrape still answers.
 //
 // # Builds
 //

@@ -60,9 +60,10 @@ type apiServer struct {
 // at most MaxConnections served at once, headers within
 // ReadHeaderTimeout, answers written within APIWriteTimeout, keep-alive
 // connections closed after IdleTimeout, and no request body (refuseBody).
-// A client beyond the cap waits in the kernel's accept queue until a
-// stalled one is cut off, rather than the daemon running out of
-// descriptors. Close stops it.
+// A client beyond the cap waits in the kernel's accept queue, rather than
+// the daemon running out of descriptors, until a connection closes; with
+// every slot taken, the connection idle or silent the longest is closed
+// to make room. Close stops it.
 func serveAPI(ln net.Listener, h http.Handler, lim guard.Limits) (*apiServer, error) {
 	g, err := guard.New(APILimits(lim))
 	if err != nil {
@@ -71,6 +72,11 @@ func serveAPI(ln net.Listener, h http.Handler, lim guard.Limits) (*apiServer, er
 	srv := g.Server(refuseBody(h))
 	srv.WriteTimeout = APIWriteTimeout
 	a := &apiServer{srv: srv, ln: g.Listener(ln, srv), lim: g.Limits()}
+	// The API's clients send their request as they connect: one that
+	// has sent nothing is stalled, and gives its slot to the next client
+	// rather than hold it until the header timeout (a flood of them would
+	// otherwise keep a scrape waiting behind the whole accept queue).
+	a.ln.ReclaimNew()
 	go srv.Serve(a.ln)
 	return a, nil
 }

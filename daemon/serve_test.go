@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -31,38 +30,23 @@ func TestAPILimitsDefaults(t *testing.T) {
 // With more stalled clients than the cap, some sending nothing and some
 // stalled in the middle of a body they announced, the API serves exactly
 // cap connections at once, and a fresh GET /metrics and /v1/snapshot
-// still answers: the silent ones are cut at the header timeout, those
-// that announced a body get 413 and are closed without the daemon waiting
-// for the rest (before, net/http waited for it without a deadline, and
-// 19,960 such clients exhausted the daemon's descriptors).
+// still answers, long before the header timeout: the silent ones give
+// their slots to the clients that come next, and those that announced a
+// body get 413 and are closed without the daemon waiting for the rest
+// (before, net/http waited for it without a deadline, and 19,960 such
+// clients exhausted the daemon's descriptors).
 func TestAPIStalledClients(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	const maxConns = 4
-	const header = 2 * time.Second
-	api, err := serveAPI(ln, Handler(fixture), guard.Limits{MaxConnections: maxConns, ReadHeaderTimeout: header})
+	api, err := serveAPI(ln, Handler(fixture), guard.Limits{MaxConnections: maxConns, ReadHeaderTimeout: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer api.Close()
 	addr := ln.Addr().String()
-	var most atomic.Int64
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		for {
-			if n := int64(api.ln.Open()); n > most.Load() {
-				most.Store(n)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Millisecond):
-			}
-		}
-	}()
 	dial := func() net.Conn {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -72,8 +56,15 @@ func TestAPIStalledClients(t *testing.T) {
 		return c
 	}
 	var silent, midBody []net.Conn
-	for range maxConns {
+	for range 2 * maxConns {
 		silent = append(silent, dial())
+	}
+	// The first silent ones hold every slot; the others wait.
+	for deadline := time.Now().Add(10 * time.Second); api.ln.Open() != maxConns && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if n := api.ln.Open(); n != maxConns {
+		t.Errorf("%d connections served with %d silent clients, want the cap, %d", n, 2*maxConns, maxConns)
 	}
 	for range 2 * maxConns {
 		c := dial()
@@ -82,22 +73,14 @@ func TestAPIStalledClients(t *testing.T) {
 		}
 		midBody = append(midBody, c)
 	}
-	// The silent ones were accepted first and hold every slot.
-	deadline := time.Now().Add(header / 2)
-	for api.ln.Open() != maxConns && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if n := api.ln.Open(); n != maxConns {
-		t.Errorf("%d connections served with %d stalled clients, want the cap, %d", n, 3*maxConns, maxConns)
-	}
-	const bound = 20 * time.Second // header (2 s) and a loaded host's slack
+	const bound = 20 * time.Second // a loaded host's slack; the header timeout is an hour
 	cl := &http.Client{Transport: &http.Transport{}, Timeout: bound}
 	defer cl.CloseIdleConnections()
 	start := time.Now()
 	for _, path := range []string{"/metrics", "/v1/snapshot"} {
 		resp, err := cl.Get("http://" + addr + path)
 		if err != nil {
-			t.Fatalf("GET %s behind %d stalled clients: %v", path, 3*maxConns, err)
+			t.Fatalf("GET %s behind %d stalled clients: %v", path, 4*maxConns, err)
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
@@ -122,14 +105,20 @@ func TestAPIStalledClients(t *testing.T) {
 			t.Errorf("client %d stalled mid-body: connection still open after the 413 (%v)", i, err)
 		}
 	}
-	for i, c := range silent {
-		c.SetReadDeadline(time.Now().Add(bound))
-		if _, err := c.Read(make([]byte, 1)); err != io.EOF && !isReset(err) {
-			t.Errorf("silent client %d: %v, want the connection closed at the header timeout", i, err)
+	// With an hour's header timeout, only making room for the clients
+	// after them closed silent connections: the first ones, at least.
+	closed := 0
+	for _, c := range silent {
+		c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); err == io.EOF || isReset(err) {
+			closed++
 		}
 	}
-	if n := most.Load(); n != maxConns {
-		t.Errorf("at most %d connections served at once, want exactly the cap, %d", n, maxConns)
+	if closed < maxConns {
+		t.Errorf("%d of %d silent connections closed to make room, want at least %d", closed, len(silent), maxConns)
+	}
+	if n := api.ln.Open(); n > maxConns {
+		t.Errorf("%d connections served, above the cap of %d", n, maxConns)
 	}
 }
 

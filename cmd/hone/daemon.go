@@ -179,7 +179,7 @@ failed); 2 bad input (flags).`,
 	f.StringVar(&opts.Output, "out", "", "snapshot JSON file (default with --once: stdout)")
 	f.StringVar(&opts.Profile, "profile", "", "write a pprof profile of traced syscall time here at the end")
 	f.BoolVar(&opts.AllowRemote, "allow-remote", false, "accept a --listen address that is not loopback (requires --token-file)")
-	f.IntVar(&opts.API.MaxConnections, "api-max-connections", 0, fmt.Sprintf("most API clients served at once; more wait to be accepted, idle keep-alive ones are closed first (0: %d, or fewer where the process may open fewer descriptors; here %d)",
+	f.IntVar(&opts.API.MaxConnections, "api-max-connections", 0, fmt.Sprintf("most API clients served at once; more wait to be accepted, and connections idle or silent the longest are closed to make room (0: %d, or fewer where the process may open fewer descriptors; here %d)",
 		daemon.DefaultAPIConnections, daemon.APILimits(guard.Limits{}).MaxConnections))
 	f.StringVar(&opts.TokenFile, "token-file", "", "bearer token every API request must carry (Authorization: Bearer ...); one line, >= 16 characters, mode 600; required with --allow-remote")
 	f.StringVar(&opts.User, "user", daemon.DefaultUser, `user (name or UID[:GID]) to become after attaching, when run as root ("root" keeps uid 0)`)

@@ -22,9 +22,10 @@ type Listener struct {
 	close   sync.Once
 	newIdle chan struct{} // a connection went idle
 
-	mu   sync.Mutex
-	idle map[net.Conn]time.Time // keep-alive connections between requests, since when
-	open atomic.Int64
+	mu         sync.Mutex
+	idle       map[net.Conn]time.Time // keep-alive connections between requests, since when
+	open       atomic.Int64
+	reclaimNew atomic.Bool // connections that have sent nothing count as idle (ReclaimNew)
 }
 
 // Listener wraps ln with the connection cap. When srv is not nil, its
@@ -55,15 +56,24 @@ func newListener(ln net.Listener, max int, srv *http.Server) *Listener {
 	return l
 }
 
+// ReclaimNew makes connections that have not sent a byte yet (net/http's
+// StateNew) reclaimable as idle keep-alive ones are: with every slot
+// taken, the next client is served by closing the connection silent the
+// longest. For servers whose clients send their request as they connect
+// (scrapers, command-line calls), where a silent connection is a stalled
+// one. Call it before serving.
+func (l *Listener) ReclaimNew() { l.reclaimNew.Store(true) }
+
 func (l *Listener) track(c net.Conn, s http.ConnState) {
+	idle := s == http.StateIdle || s == http.StateNew && l.reclaimNew.Load()
 	l.mu.Lock()
-	if s == http.StateIdle {
+	if idle {
 		l.idle[c] = time.Now()
 	} else {
 		delete(l.idle, c)
 	}
 	l.mu.Unlock()
-	if s == http.StateIdle {
+	if idle {
 		select {
 		case l.newIdle <- struct{}{}:
 		default:
