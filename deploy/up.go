@@ -199,6 +199,15 @@ func (o UpOptions) withDefaults(s *Spec) (UpOptions, error) {
 		}
 		o.Hone = exe
 	}
+	// A relative --vllm (.venv/bin/vllm) names the same file whatever
+	// directory a worker or the watchdog later runs in.
+	if strings.ContainsRune(o.VLLM, filepath.Separator) && !filepath.IsAbs(o.VLLM) {
+		abs, err := filepath.Abs(o.VLLM)
+		if err != nil {
+			return o, fmt.Errorf("--vllm %s: %w", o.VLLM, err)
+		}
+		o.VLLM = abs
+	}
 	if o.Grace == 0 {
 		o.Grace = 10 * time.Second
 	}

@@ -638,3 +638,22 @@ network: {proxy_port: %d, worker_port: %d}
 	}
 	_ = d
 }
+
+// TestUpOptionsVLLMPath: a relative --vllm (.venv/bin/vllm, as the GPU
+// runbook passes it) becomes absolute, so that workers started with it
+// find the same file; a bare name stays a PATH look-up.
+func TestUpOptionsVLLMPath(t *testing.T) {
+	s := &Spec{Engine: EngineVLLM}
+	wd, _ := os.Getwd()
+	for in, want := range map[string]string{
+		".venv/bin/vllm": filepath.Join(wd, ".venv/bin/vllm"),
+		"/opt/vllm":      "/opt/vllm",
+		"vllm":           "vllm",
+		"":               "",
+	} {
+		o, err := UpOptions{VLLM: in, Hone: "hone"}.withDefaults(s)
+		if err != nil || o.VLLM != want {
+			t.Errorf("--vllm %q: %q, %v; want %q", in, o.VLLM, err, want)
+		}
+	}
+}

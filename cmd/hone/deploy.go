@@ -28,9 +28,17 @@ func newDeployCmd() *cobra.Command {
 its pinned revision (or a local directory, whose file hashes are recorded),
 precision, the GPU budget and ids, the topology — colocated (replicas × TP)
 or disaggregated (prefill and decode pools, NixlConnector or
-P2pNcclConnector) — engine knobs and the proxy's routing. Examples:
-deploy/testdata/specs/. A spec whose workers need more GPUs than its budget
-is refused before anything starts.`,
+P2pNcclConnector) — engine knobs and the proxy's routing. engine_env adds
+environment variables to every engine process (names checked; those hone
+sets itself, such as CUDA_VISIBLE_DEVICES, refused). cold_start says how a
+measurement empties the prefix cache before every level: reset_prefix_cache
+renders VLLM_SERVER_DEV_MODE=1 into every vLLM worker, since vLLM serves
+POST /reset_prefix_cache only in development mode, which also serves
+unauthenticated admin routes (/sleep, /collective_rpc, ...) on the worker's
+port: workers listen on network.host (127.0.0.1 by default; 0.0.0.0 is
+refused with it); fresh_prefixes needs nothing. Examples:
+deploy/testdata/specs/ and examples/. A spec whose workers need more GPUs
+than its budget is refused before anything starts.`,
 	}
 	c.AddCommand(newDeployRenderCmd(), newDeployUpCmd(), newDeployDownCmd())
 	return c

@@ -40,6 +40,7 @@ func newOptimizeCmd() *cobra.Command {
 		force        bool
 		explore      string
 		profile      string
+		vllm         string
 		axes         predict.AxisFlags
 	)
 	c := &cobra.Command{
@@ -95,6 +96,7 @@ Exit codes: 0 a verified selection; 1 nothing eligible or verified, or a
 deployment left under DIR/state/ could not be stopped; 2 bad input, or DIR
 holds an earlier run's log (see --force) or is in use.`,
 		Example: `  hone optimize --spec examples/emulator-l4-colocated.yaml --out results/demo --runs 3 --qps 2,8,16,32 --requests 48
+  hone optimize --spec examples/vllm-colocated-tp2.yaml --vllm .venv/bin/vllm --out results/device --qps 2,8,32
   hone report --log results/demo/log.json --out results/demo/report.md`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -169,7 +171,7 @@ holds an earlier run's log (see --force) or is in use.`,
 			v, commit := buildVersion()
 			w := wf.workload(seed)
 			slo := slo.SLO{TTFTMillis: sc.TTFTMillis, TPOTMillis: sc.TPOTMillis}
-			dev := &optimizer.DeployEvaluator{Up: deploy.UpOptions{Hone: hone, StateDir: filepath.Join(out, "state"), Owned: true},
+			dev := &optimizer.DeployEvaluator{Up: deploy.UpOptions{Hone: hone, VLLM: vllm, StateDir: filepath.Join(out, "state"), Owned: true},
 				Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo, OutDir: out, Hone: replay.Build{Version: v, Commit: commit}}
 			var ev optimizer.Evaluator = dev
 			if base.Engine == deploy.EngineEmulator && maxScale > 0 {
@@ -243,6 +245,7 @@ holds an earlier run's log (see --force) or is in use.`,
 	f.Float64Var(&maxScale, "max-time-scale", 4, "the largest time scale an emulated trial is measured again at when the host made its runs invalid (0: never)")
 	f.BoolVar(&force, "force", false, "start over in an --out that holds an earlier run (which is kept as NAME.<time>.bak)")
 	f.StringVar(&explore, "explore", "", "predict (default with --backend live: rank a predicted grid, measure the most promising, calibrate) | diagnose (propose from each trial's bottleneck)")
+	f.StringVar(&vllm, "vllm", "", "the vllm executable of a vLLM spec's trials, e.g. .venv/bin/vllm (default: vllm on PATH), as hone deploy up --vllm")
 	f.StringVar(&profile, "profile", "", "with --explore predict: the cost profile predictions start from, a built-in name or a .yaml file (default: the spec's emulator.profile)")
 	registerGridAxes(f, &axes, optimizer.DefaultGridAxes())
 	return c
