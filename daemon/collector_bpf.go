@@ -11,16 +11,27 @@ var (
 	ringDropsDesc  = desc("bpf_ringbuf_dropped_events_total", "Events lost because the ring buffer was full.")
 	mapFullDesc    = desc("bpf_map_full_updates_total", "Map updates that failed because a map was full.")
 	eventsReadDesc = desc("bpf_events_read_total", "Ring-buffer events the daemon read.")
+	probeUpDesc    = desc("probe_family_attached", "1 when the probe family is attached, 0 when the kernel could not attach it (/v1/snapshot probes[] says why and what is lost); families turned off (--no-sched) are absent.", "family")
 )
 
 func (bpfCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{bpfRunsDesc, bpfRunSecDesc, ringDropsDesc, mapFullDesc, eventsReadDesc} {
+	for _, d := range []*prometheus.Desc{bpfRunsDesc, bpfRunSecDesc, ringDropsDesc, mapFullDesc, eventsReadDesc, probeUpDesc} {
 		ch <- d
 	}
 }
 
 func (bc bpfCollector) Collect(ch chan<- prometheus.Metric) {
-	b := bc.c.get().BPF
+	s := bc.c.get()
+	for _, p := range s.Probes {
+		if p.Status != ProbeOff {
+			up := 0.0
+			if p.Status == ProbeAttached {
+				up = 1
+			}
+			ch <- prometheus.MustNewConstMetric(probeUpDesc, prometheus.GaugeValue, up, p.Family)
+		}
+	}
+	b := s.BPF
 	for _, p := range b.Programs {
 		ch <- prometheus.MustNewConstMetric(bpfRunsDesc, prometheus.CounterValue, float64(p.Runs), p.Name)
 		ch <- prometheus.MustNewConstMetric(bpfRunSecDesc, prometheus.CounterValue, float64(p.RunTimeNS)/1e9, p.Name)

@@ -69,6 +69,9 @@ type Config struct {
 	NVML       NVMLOpener    // nil: the real libnvidia-ml
 
 	perfUprobes bool // tests: perf-event uprobes even where uprobe_multi exists
+	// attachFault makes the named probe families fail to attach with the
+	// given error (tests: a kernel without them).
+	attachFault map[string]error
 }
 
 // PodSet is a set of pods whose processes are targets. A process belongs

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hone-llm/hone/bpf"
+	"github.com/hone-llm/hone/daemon/probes"
 )
 
 // maxCUDALibraries bounds the distinct libcuda files probed (a target
@@ -44,6 +45,9 @@ var alwaysCUDA = []int{bpf.CUDAGraph, bpf.CUDAStreamSync, bpf.CUDACtxSync, bpf.C
 // once (by device and inode: one uprobe covers every process mapping it).
 // It also opens and closes the kernel-launch window.
 func (d *Daemon) scanCUDA() {
+	if !d.attached(probes.CUDA) {
+		return // the kernel has no uprobes: logged and reported at start
+	}
 	now := monotonicNow()
 	launchOn := d.launchUntil != 0 && now < d.launchUntil
 	var live []int

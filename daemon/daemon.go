@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hone-llm/hone/bpf"
+	"github.com/hone-llm/hone/daemon/probes"
 )
 
 // Daemon traces its target processes. Start it, read Snapshot at any time,
@@ -69,6 +70,7 @@ type Daemon struct {
 	exchanges     kept[Exchange] // the latest maxExchanges closed, oldest first
 	cuda          map[[2]uint64]*cudaLib
 	cudaSkipped   map[[2]uint64]bool // libcuda files beyond maxCUDALibraries (up to 4096)
+	probes        []ProbeStatus      // per family (package probes), set by Start
 	launchUntil   uint64
 	eventsRead    uint64
 	retiredConns  []Connection
@@ -195,10 +197,10 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("ring buffer reader: %w", err)
 	}
 	windows := d.cfg.SyscallTimingPeriod > 0
-	if d.links, err = d.objs.Attach(bpf.Probes{Syscalls: true, SyscallTimingWindows: windows, Procs: true, Sched: d.cfg.Sched, Sockets: true}); err != nil {
+	if err := d.attachProbes(windows); err != nil {
 		return err
 	}
-	if windows {
+	if windows && d.attached(probes.Syscalls) {
 		if err := d.objs.TimeSyscalls(true); err != nil {
 			return err
 		}
@@ -265,7 +267,7 @@ func (d *Daemon) loop(ctx context.Context) {
 	var window <-chan time.Time
 	var toggle func()
 	timing := true
-	if d.cfg.SyscallTimingPeriod > 0 {
+	if d.cfg.SyscallTimingPeriod > 0 && d.attached(probes.Syscalls) {
 		t := time.NewTimer(d.cfg.SyscallTimingWindow)
 		defer t.Stop()
 		window = t.C

@@ -29,6 +29,18 @@
 // log has one line per scan ("traced N new processes (M exited)"), not one
 // per process.
 //
+// # Probe families
+//
+// The programs are attached by family (package probes): procs (fork, exec,
+// exit), syscalls, sched, sockets and cuda (uprobes on libcuda). A family
+// the kernel cannot attach (an older kernel without the socket
+// tracepoints, one without uprobes) costs what it measures and nothing
+// else: the daemon logs a warning naming it and what is lost, carries on
+// with the others, and says so in every snapshot ("probes") and in
+// hone_probe_family_attached. procs is the daemon's own: without it the
+// start fails. `hone preflight --target daemon` attaches each family's
+// hooks and says which are available on the kernel.
+//
 // # Privileges
 //
 // Loading and attaching needs root, or StartCapabilities: CAP_BPF and
@@ -171,6 +183,9 @@
 //	                        "sm_utilization_ratio", "memory_utilization_ratio"}]}]},
 //	  "bpf": {"stats_enabled", "programs": [{"name", "runs", "run_time_ns"}],
 //	          "ringbuf_dropped_events", "map_full_updates", "events_read"},
+//	  "probes": [{"family": "procs|syscalls|sched|sockets|cuda",
+//	              "status": "attached|unavailable|off",
+//	              "error" (unavailable: why), "lost" (unavailable: what is missing)}],
 //	  "daemon": {"pid", "cpu_seconds", "max_rss_bytes", "uptime_seconds", "capabilities",
 //	             "uid", "no_new_privs", "seccomp_filter"}
 //	}

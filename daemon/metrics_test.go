@@ -30,6 +30,8 @@ func fixture() *Snapshot {
 				MemoryUsedBytes: ptr(uint64(1 << 30)), MemoryTotalBytes: ptr(uint64(141 << 30)), PCIeTXBytesPerSecond: ptr(1024.0)},
 		}},
 		BPF: BPFReport{StatsEnabled: true, Programs: []ProgramRun{{Name: "sys_enter", Runs: 100, RunTimeNS: 8000}}, RingbufDrops: 2},
+		Probes: []ProbeStatus{{Family: "syscalls", Status: ProbeAttached}, {Family: "sched", Status: ProbeOff},
+			{Family: "sockets", Status: ProbeUnavailable, Error: "no such tracepoint", Lost: "socket traffic"}},
 	}
 }
 
@@ -83,9 +85,13 @@ hone_bpf_program_run_seconds_total{program="sys_enter"} 8e-06
 # HELP hone_bpf_ringbuf_dropped_events_total Events lost because the ring buffer was full.
 # TYPE hone_bpf_ringbuf_dropped_events_total counter
 hone_bpf_ringbuf_dropped_events_total 2
+# HELP hone_probe_family_attached 1 when the probe family is attached, 0 when the kernel could not attach it (/v1/snapshot probes[] says why and what is lost); families turned off (--no-sched) are absent.
+# TYPE hone_probe_family_attached gauge
+hone_probe_family_attached{family="sockets"} 0
+hone_probe_family_attached{family="syscalls"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "hone_syscalls_total", "hone_cuda_synchronize_wait_seconds_total",
-		"hone_socket_bytes_total", "hone_targets", "hone_gpu_power_watts", "hone_bpf_program_run_seconds_total", "hone_bpf_ringbuf_dropped_events_total"); err != nil {
+		"hone_socket_bytes_total", "hone_targets", "hone_gpu_power_watts", "hone_bpf_program_run_seconds_total", "hone_bpf_ringbuf_dropped_events_total", "hone_probe_family_attached"); err != nil {
 		t.Error(err)
 	}
 }

@@ -418,6 +418,7 @@ func (d *Daemon) Snapshot() *Snapshot {
 	}
 	s.BPF.Programs = d.programRuns()
 	s.BPF.RingbufDrops, s.BPF.MapFullDrops = d.drops()
+	s.Probes = append([]ProbeStatus{}, d.probes...)
 	s.Daemon = selfUsage(d.started)
 	s.Daemon.Capabilities = caps
 	return s

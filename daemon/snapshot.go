@@ -44,8 +44,30 @@ type Snapshot struct {
 	ExchangeTable KeptTable  `json:"exchange_table"`
 	NVML          NVMLReport `json:"nvml"`
 	BPF           BPFReport  `json:"bpf"`
-	Daemon        SelfUsage  `json:"daemon"`
+	// Probes is the state of each probe family (package probes): a
+	// family the kernel could not attach says why, and what the snapshot
+	// lacks without it.
+	Probes []ProbeStatus `json:"probes"`
+	Daemon SelfUsage     `json:"daemon"`
 }
+
+// ProbeStatus is the state of one probe family (package probes).
+type ProbeStatus struct {
+	Family string `json:"family"`
+	// Status is ProbeAttached, ProbeUnavailable (the kernel could not
+	// attach it: Error says why, Lost what the snapshot lacks) or ProbeOff
+	// (not asked for: --no-sched).
+	Status string `json:"status"`
+	Error  string `json:"error,omitempty"`
+	Lost   string `json:"lost,omitempty"`
+}
+
+// ProbeStatus.Status values.
+const (
+	ProbeAttached    = "attached"
+	ProbeUnavailable = "unavailable"
+	ProbeOff         = "off"
+)
 
 // Target is a traced process.
 type Target struct {

@@ -54,7 +54,11 @@ CLOCK_MONOTONIC nanoseconds.
 
 It needs root, or CAP_BPF and CAP_PERFMON (CAP_SYS_ADMIN too for --bpf-stats,
 and alone on kernels before 6.6; deploy/systemd has a unit), and a kernel
-with BTF; it uses no kprobes. After attaching it drops privileges on every thread:
+with BTF; it uses no kprobes. A probe family the kernel cannot attach (the
+socket tracepoints, uprobes, sched or syscall tracepoints) is logged as a
+warning with what is lost, and reported in the snapshot's "probes" and in
+hone_probe_family_attached; the others run (hone preflight --target daemon
+lists which this kernel has). After attaching it drops privileges on every thread:
 it keeps CAP_PERFMON alone (to read the memory maps of targets found later,
 for libcuda; CAP_SYS_ADMIN alone on kernels before 6.6, which lack
 uprobe_multi links), becomes --user (default nobody), sets no_new_privs and
