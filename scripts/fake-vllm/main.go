@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command fake-vllm stands in for vLLM's `vllm` executable on a host
 // without a GPU, for hone's runbook test (internal/runbook), which runs
 // docs/device.md as written. It is never a measurement: what it serves is
@@ -12,7 +14,8 @@
 //
 // Like vLLM, it serves POST /reset_prefix_cache only with
 // VLLM_SERVER_DEV_MODE=1: without it the emulator runs behind a small
-// proxy that answers that route 404, as vLLM's router would.
+// proxy that answers that route 404, as vLLM's router would. Linux only,
+// as the runbook test is.
 //
 // Environment:
 //
