@@ -11,8 +11,11 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/hone-llm/hone/daemon/probes"
 )
 
 // Linux capability numbers (linux/capability.h).
@@ -34,7 +37,10 @@ func EffectiveCaps() (uint64, error) {
 func hasCap(set uint64, c int) bool { return set&(1<<c) != 0 }
 
 // EBPFChecks probes every eBPF feature the daemon uses by loading and
-// attaching trivial programs, so a pass means the daemon can really do it.
+// attaching trivial programs, so a pass means the daemon can really do it:
+// each probe family on its hooks (probes-FAMILY: a family the daemon can
+// run without is a warning naming what it then lacks), the ring buffer,
+// and what the daemon's options need.
 func EBPFChecks() []Check {
 	var cs []Check
 	add := func(name string, st Status, detail, fix string) {
@@ -71,65 +77,13 @@ func EBPFChecks() []Check {
 		add("btf", Pass, "/sys/kernel/btf/vmlinux", "")
 	}
 
-	ret0 := asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}
-	load := func(spec *ebpf.ProgramSpec) (*ebpf.Program, error) {
-		spec.Instructions, spec.License = ret0, "Dual MIT/GPL"
-		return ebpf.NewProgram(spec)
+	cs = append(cs, familyChecks(attachFamily)...)
+	if m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.RingBuf, MaxEntries: 1 << 12}); err != nil {
+		add("ringbuf", Fail, "ring buffer map: "+short(err), "event streams need BPF ring buffers (Linux >= 5.8)")
+	} else {
+		m.Close()
+		add("ringbuf", Pass, "ring buffer map: created", "")
 	}
-	probe := func(name, what, fix string, attach func() (io interface{ Close() error }, err error)) {
-		l, err := attach()
-		if err != nil {
-			add(name, Fail, what+": "+short(err), fix)
-			return
-		}
-		l.Close()
-		done := ": loaded and attached"
-		if name == "ringbuf" {
-			done = ": created"
-		}
-		add(name, Pass, what+done, "")
-	}
-	probe("raw-tracepoint", "raw_tp sys_enter", "the syscall programs need raw tracepoints (Linux >= 4.17) and CAP_BPF+CAP_PERFMON",
-		func() (interface{ Close() error }, error) {
-			p, err := load(&ebpf.ProgramSpec{Type: ebpf.RawTracepoint})
-			if err != nil {
-				return nil, err
-			}
-			defer p.Close()
-			return link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sys_enter", Program: p})
-		})
-	for _, tp := range []string{"sock_send_length", "sock_recv_length"} {
-		probe("tp_btf-"+tp, "tp_btf "+tp, "the socket programs need BTF tracepoints on sock:"+tp+" (Linux >= 5.19)",
-			func() (interface{ Close() error }, error) {
-				p, err := load(&ebpf.ProgramSpec{Type: ebpf.Tracing, AttachType: ebpf.AttachTraceRawTp, AttachTo: tp})
-				if err != nil {
-					return nil, err
-				}
-				defer p.Close()
-				return link.AttachTracing(link.TracingOptions{Program: p})
-			})
-	}
-	probe("uprobe", "uprobe on this executable's entry point (perf PMU)", "the CUDA programs need uprobes (CONFIG_UPROBE_EVENTS)",
-		func() (interface{ Close() error }, error) {
-			p, err := load(&ebpf.ProgramSpec{Type: ebpf.Kprobe})
-			if err != nil {
-				return nil, err
-			}
-			defer p.Close()
-			exe, err := link.OpenExecutable("/proc/self/exe")
-			if err != nil {
-				return nil, err
-			}
-			off, err := entryFileOffset("/proc/self/exe")
-			if err != nil {
-				return nil, err
-			}
-			return exe.Uprobe("", p, &link.UprobeOptions{Address: off})
-		})
-	probe("ringbuf", "ring buffer map", "event streams need BPF ring buffers (Linux >= 5.8)",
-		func() (interface{ Close() error }, error) {
-			return ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.RingBuf, MaxEntries: 1 << 12})
-		})
 
 	if _, err := os.Stat("/sys/bus/event_source/devices/kprobe/type"); err != nil {
 		add("kprobes", Skip, "absent (no kprobe PMU; CONFIG_KPROBES off?); not required: hone uses tracepoints, tp_btf and uprobes only", "")
@@ -197,3 +151,92 @@ func short(err error) string {
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 func readFile(p string) string { b, _ := os.ReadFile(p); return string(b) }
+
+// familyChecks checks each of the daemon's probe families (package
+// probes) with attach: the daemon does not start without a required one
+// (fail); without another it runs and lacks what the family measures
+// (warn, naming it).
+func familyChecks(attach func(probes.Family) (string, error)) []Check {
+	var cs []Check
+	for _, f := range probes.All {
+		c := Check{Section: "ebpf", Name: "probes-" + f.Name}
+		how, err := attach(f)
+		switch {
+		case err == nil:
+			c.Status, c.Detail = Pass, how+": loaded and attached"
+		case f.Required:
+			c.Status, c.Detail, c.Fix = Fail, fmt.Sprintf("%s unavailable: %s; the daemon needs it", f.Name, short(err)),
+				"the "+f.Name+" probes need "+f.Needs+", and CAP_BPF+CAP_PERFMON"
+		default:
+			c.Status, c.Detail, c.Fix = Warn, fmt.Sprintf("%s unavailable on this kernel: %s; the daemon runs without it and lacks %s", f.Name, short(err), f.Lost),
+				"the "+f.Name+" probes need "+f.Needs
+		}
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// attachFamily loads a trivial program of the family's kind for each of
+// its hooks and attaches it, as the daemon's would be, and says what it
+// attached.
+func attachFamily(f probes.Family) (string, error) {
+	ret0 := asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}
+	load := func(spec *ebpf.ProgramSpec) (*ebpf.Program, error) {
+		spec.Instructions, spec.License = ret0, "Dual MIT/GPL"
+		return ebpf.NewProgram(spec)
+	}
+	how := string(f.Kind) + " " + strings.Join(f.Hooks, ", ")
+	for _, hook := range f.Hooks {
+		var l interface{ Close() error }
+		var err error
+		switch f.Kind {
+		case probes.RawTracepoint:
+			var p *ebpf.Program
+			if p, err = load(&ebpf.ProgramSpec{Type: ebpf.RawTracepoint}); err == nil {
+				l, err = link.AttachRawTracepoint(link.RawTracepointOptions{Name: hook, Program: p})
+				p.Close()
+			}
+		case probes.BTFTracepoint:
+			var p *ebpf.Program
+			if p, err = load(&ebpf.ProgramSpec{Type: ebpf.Tracing, AttachType: ebpf.AttachTraceRawTp, AttachTo: hook}); err == nil {
+				l, err = link.AttachTracing(link.TracingOptions{Program: p})
+				p.Close()
+			}
+		case probes.Uprobe:
+			// The daemon attaches uprobe_multi links where the kernel has
+			// them (the feature probe loads and attaches one), perf-event
+			// uprobes elsewhere: one on this executable's entry point.
+			if features.HaveBPFLinkUprobeMulti() == nil {
+				return "uprobe_multi links", nil
+			}
+			how = "uprobe on this executable's entry point (perf PMU)"
+			l, err = attachUprobe(load)
+		default:
+			err = fmt.Errorf("unknown kind %q", f.Kind)
+		}
+		if err != nil {
+			return how, fmt.Errorf("%s %s: %w", f.Kind, hook, err)
+		}
+		l.Close()
+	}
+	return how, nil
+}
+
+// attachUprobe attaches a perf-event uprobe on this executable's entry
+// point.
+func attachUprobe(load func(*ebpf.ProgramSpec) (*ebpf.Program, error)) (interface{ Close() error }, error) {
+	p, err := load(&ebpf.ProgramSpec{Type: ebpf.Kprobe})
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	exe, err := link.OpenExecutable("/proc/self/exe")
+	if err != nil {
+		return nil, err
+	}
+	off, err := entryFileOffset("/proc/self/exe")
+	if err != nil {
+		return nil, err
+	}
+	return exe.Uprobe("", p, &link.UprobeOptions{Address: off})
+}

@@ -3,6 +3,7 @@ package preflight
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/hone-llm/hone/bpf/bpftest"
+	"github.com/hone-llm/hone/daemon/probes"
 	"github.com/hone-llm/hone/deploy"
 )
 
@@ -43,7 +45,7 @@ func find(t *testing.T, cs []Check, name string) Check {
 func TestDaemonTargetPassesHere(t *testing.T) {
 	privileged(t)
 	r := Run(context.Background(), Options{Target: TargetDaemon, HoneVersion: "test", HoneCommit: "abc"})
-	for _, name := range []string{"privileges", "btf", "raw-tracepoint", "tp_btf-sock_send_length", "tp_btf-sock_recv_length", "uprobe", "ringbuf", "bpf-stats", "simulator-golden"} {
+	for _, name := range []string{"privileges", "btf", "probes-procs", "probes-syscalls", "probes-sched", "probes-sockets", "probes-cuda", "ringbuf", "bpf-stats", "simulator-golden"} {
 		if c := find(t, r.Checks, name); c.Status != Pass {
 			t.Errorf("%s: %s — %s", name, c.Status, c.Detail)
 		}
@@ -94,8 +96,57 @@ func TestDaemonTargetAsNonRoot(t *testing.T) {
 	if p.Status != Fail || !strings.Contains(p.Detail, "CAP_BPF") || !strings.Contains(p.Detail, "CAP_PERFMON") || !strings.Contains(p.Detail, "uid 65534") {
 		t.Errorf("privileges as nobody: %+v", p)
 	}
-	if c := find(t, cs, "raw-tracepoint"); c.Status != Fail {
-		t.Errorf("raw tracepoint as nobody: %+v", c)
+	// Nothing attaches without privileges: the daemon's own family fails,
+	// the others warn.
+	if c := find(t, cs, "probes-procs"); c.Status != Fail {
+		t.Errorf("procs probes as nobody: %+v", c)
+	}
+	if c := find(t, cs, "probes-syscalls"); c.Status != Warn {
+		t.Errorf("syscall probes as nobody: %+v", c)
+	}
+}
+
+// Preflight names each probe family available on this kernel, and each
+// that is not: a kernel without the socket tracepoints (injected) warns,
+// naming the family, why and what the daemon then lacks, and the others
+// pass, attached for real; a kernel without the daemon's own family fails.
+func TestProbeFamilies(t *testing.T) {
+	privileged(t)
+	missing := errors.New("find target in vmlinux: btf_trace_sock_send_length: not found")
+	without := func(name string) func(probes.Family) (string, error) {
+		return func(f probes.Family) (string, error) {
+			if f.Name == name {
+				return "", missing
+			}
+			return attachFamily(f)
+		}
+	}
+	cs := familyChecks(without(probes.Sockets))
+	if len(cs) != len(probes.All) {
+		t.Fatalf("%d family checks, want %d: %+v", len(cs), len(probes.All), cs)
+	}
+	sockets, _ := probes.Lookup(probes.Sockets)
+	for _, c := range cs {
+		switch c.Name {
+		case "probes-sockets":
+			want := Check{Section: "ebpf", Name: "probes-sockets", Status: Warn,
+				Detail: "sockets unavailable on this kernel: " + missing.Error() + "; the daemon runs without it and lacks " + sockets.Lost,
+				Fix:    "the sockets probes need " + sockets.Needs}
+			if c != want {
+				t.Errorf("sockets check\n%+v\nwant\n%+v", c, want)
+			}
+		case "probes-procs":
+			if c.Status != Pass || c.Detail != "tp_btf sched_process_fork, sched_process_exec, sched_process_exit: loaded and attached" {
+				t.Errorf("procs check: %+v", c)
+			}
+		default:
+			if c.Status != Pass || !strings.HasSuffix(c.Detail, ": loaded and attached") {
+				t.Errorf("%s: %+v", c.Name, c)
+			}
+		}
+	}
+	if c := familyChecks(without(probes.Procs))[0]; c.Name != "probes-procs" || c.Status != Fail || !strings.Contains(c.Detail, "the daemon needs it") {
+		t.Errorf("procs missing: %+v, want a failure", c)
 	}
 }
 

@@ -32,8 +32,10 @@ reason and the fix:
   host      OS, kernel, CPU, memory, hone's version and Go build
   exercise  python3 >= 3.10, and the simulator's golden values reproduced
   ebpf      (daemon, gpu) privileges (root or CAP_BPF+CAP_PERFMON), BTF, and
-            each program type the daemon uses loaded and attached for real:
-            raw tracepoint, tp_btf on the socket tracepoints, uprobe, ring
+            each probe family the daemon attaches, loaded and attached for
+            real on its hooks (probes-procs, -syscalls, -sched, -sockets,
+            -cuda): one this kernel lacks is a warning naming what the
+            daemon then lacks (procs, the daemon's own, fails); the ring
             buffer; kprobes reported but never required; tracefs,
             bpf_stats_enabled, memlock
   gpu       (gpu) NVML, driver and CUDA versions, each GPU's name, UUID,
