@@ -191,6 +191,13 @@ func Render(s *deploy.Spec, o Options) (*Manifest, error) {
 	if err := refuse(s, o); err != nil {
 		return nil, err
 	}
+	if s.Engine == deploy.EngineVLLM && s.ColdStart == deploy.ColdStartReset {
+		// In a pod the engine binds PodHost: its development-mode routes
+		// are on the pod network, which hone does not fence.
+		plan.Warnings = append(plan.Warnings, "cold_start: "+deploy.ColdStartReset+" renders "+deploy.EnvServerDevMode+
+			"=1: the vLLM pods serve unauthenticated admin routes (/reset_prefix_cache, /sleep, /collective_rpc, ...) "+
+			"on their pod IPs, reachable from every pod of the cluster unless a NetworkPolicy lets only the proxy in")
+	}
 	m := &Manifest{Plan: plan, Pools: pools(plan), Namespace: o.Namespace}
 	cm, err := proxyConfigMap(m)
 	if err != nil {

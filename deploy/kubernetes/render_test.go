@@ -441,3 +441,39 @@ func TestGolden(t *testing.T) {
 		})
 	}
 }
+
+// TestRenderEngineEnvAndDevMode: spec.engine_env and cold_start's
+// VLLM_SERVER_DEV_MODE=1 reach the engine containers, and the render warns
+// that in a pod the development-mode routes are on the pod network.
+func TestRenderEngineEnvAndDevMode(t *testing.T) {
+	s, err := deploy.LoadSpec("../../examples/vllm-disagg-nixl-1p1d.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.EngineEnv = map[string]string{"VLLM_LOGGING_LEVEL": "DEBUG"}
+	m, err := Render(s, Options{Image: "vllm/vllm-openai:v0.26.0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sets := 0
+	for _, o := range m.Objects {
+		ss, ok := o.(*appsv1.StatefulSet)
+		if !ok {
+			continue
+		}
+		sets++
+		env := map[string]string{}
+		for _, e := range ss.Spec.Template.Spec.Containers[0].Env {
+			env[e.Name] = e.Value
+		}
+		if env[deploy.EnvServerDevMode] != "1" || env["VLLM_LOGGING_LEVEL"] != "DEBUG" {
+			t.Errorf("%s: env %v", ss.Name, env)
+		}
+	}
+	if sets != 2 {
+		t.Fatalf("%d StatefulSets", sets)
+	}
+	if w := strings.Join(m.Plan.Warnings, "\n"); !strings.Contains(w, "reachable from every pod of the cluster") {
+		t.Errorf("warnings: %q", m.Plan.Warnings)
+	}
+}
