@@ -5,8 +5,9 @@
 // descriptors:
 //
 //   - request bodies: at most MaxBodyBytes each (413 above it), read within
-//     BodyTimeout of the request's headers (408 after it, the connection
-//     closed), and at most BodyMemory bytes of them held at once (ReadBody
+//     BodyTimeout of the request's headers, or of the moment room was made
+//     for it when it waited (408 after it, the connection closed), and at
+//     most BodyMemory bytes of them held at once (ReadBody
 //     to release; a request whose body would exceed it waits for room until
 //     its BodyTimeout, then gets 503, its body read and discarded first,
 //     within a further BodyTimeout, so that a client still writing it reads
@@ -333,6 +334,16 @@ func Refuse(w http.ResponseWriter, e *Error) {
 // after the answer, since the rest of the body is not read (w's Connection
 // header says so).
 func (g *Guard) ReadBody(w http.ResponseWriter, r *http.Request) (data []byte, release func(), err *Error) {
+	return g.ReadBodyDecoded(w, r, 0)
+}
+
+// ReadBodyDecoded is ReadBody for a handler that, until it calls release,
+// makes up to copies more objects of the body's size from it (a decoded
+// prompt, a rendered one): 1+copies times the body's size is reserved from
+// BodyMemory, so that what the handler holds is under the budget too, not
+// only the body. A reservation that would pass BodyMemory takes all of it:
+// that request is then alone.
+func (g *Guard) ReadBodyDecoded(w http.ResponseWriter, r *http.Request, copies int) (data []byte, release func(), err *Error) {
 	release = func() {}
 	b := g.wrap(w, r)
 	if b == nil {
@@ -352,12 +363,24 @@ func (g *Guard) ReadBody(w http.ResponseWriter, r *http.Request) (data []byte, r
 	defer cancel()
 	var held int64
 	reserve := func(k int64) *Error {
+		k = min(k*int64(1+max(copies, 0)), g.lim.BodyMemory-held)
+		if g.budget.tryAcquire(k) {
+			held += k
+			return nil
+		}
 		if err := g.budget.acquire(ctx, k); err != nil {
 			g.budget.release(held)
 			return &Error{Status: http.StatusServiceUnavailable,
 				Message: fmt.Sprintf("server busy: request bodies in flight hold its %s budget (the server's --max-body-memory); retry", human(g.lim.BodyMemory))}
 		}
 		held += k
+		// The wait was the server's, not the client's: the body gets its
+		// whole BodyTimeout from now, or a request let in just before its
+		// deadline would get 408 (and a reset) for the server's delay.
+		b.deadline = time.Now().Add(g.lim.BodyTimeout)
+		if b.ctl != nil {
+			_ = b.ctl.SetReadDeadline(b.deadline)
+		}
 		return nil
 	}
 	if n >= 0 {
@@ -380,7 +403,7 @@ func (g *Guard) ReadBody(w http.ResponseWriter, r *http.Request) (data []byte, r
 		if e := reserve(min(first, g.lim.MaxBodyBytes+1)); e != nil {
 			return fail(e)
 		}
-		data = make([]byte, 0, held)
+		data = make([]byte, 0, min(first, g.lim.MaxBodyBytes+1))
 		for {
 			if len(data) == cap(data) {
 				grow := min(int64(cap(data)), g.lim.MaxBodyBytes+1-int64(cap(data)))
@@ -473,6 +496,17 @@ type budget struct {
 type waiter struct {
 	n     int64
 	ready chan struct{}
+}
+
+// tryAcquire takes n at once if it is free and no one waits.
+func (b *budget) tryAcquire(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.size-b.used >= n && b.waiters.Len() == 0 {
+		b.used += n
+		return true
+	}
+	return false
 }
 
 func (b *budget) acquire(ctx context.Context, n int64) error {

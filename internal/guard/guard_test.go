@@ -315,3 +315,101 @@ func TestBudgetRefusalIsAnswered(t *testing.T) {
 		t.Errorf("held after: %d", n)
 	}
 }
+
+// TestReadBodyDecodedReserves: a handler that makes copies of the body
+// holds 1+copies times its size of the budget until release, and a
+// reservation past the budget takes all of it.
+func TestReadBodyDecodedReserves(t *testing.T) {
+	g, err := New(Limits{MaxBodyBytes: 1000, BodyMemory: 2500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		size, copies int
+		chunked      bool
+		want         int64
+	}{
+		{1000, 0, false, 1000},
+		{1000, 1, false, 2000},
+		{700, 2, false, 2100},
+		{1000, 2, false, 2500}, // 3000 wanted: the whole budget
+		{1000, 1, true, 2002},  // chunked: a first buffer of MaxBodyBytes+1, to see one byte over
+	} {
+		held := make(chan int64, 1)
+		srv := httptest.NewServer(g.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, release, err := g.ReadBodyDecoded(w, r, c.copies)
+			if err != nil {
+				Refuse(w, err)
+				return
+			}
+			held <- g.InUse()
+			release()
+			io.WriteString(w, strconv.Itoa(len(b)))
+		})))
+		code, body := send(t, srv.URL, c.size, c.chunked)
+		srv.Close()
+		if code != 200 || body != strconv.Itoa(c.size) {
+			t.Errorf("%+v: %d %q", c, code, body)
+			continue
+		}
+		if got := <-held; got != c.want {
+			t.Errorf("%d bytes, %d copies, chunked %v: held %d, want %d", c.size, c.copies, c.chunked, got, c.want)
+		}
+		if n := g.InUse(); n != 0 {
+			t.Errorf("%+v: held after release: %d", c, n)
+		}
+	}
+}
+
+// TestBodyDeadlineAfterWait: a request that waited for room gets its whole
+// BodyTimeout from when room was made, not what was left of it from its
+// headers: its body, finished 1.2 s after its headers and 0.4 s after the
+// room (the first request held the budget for 0.8 s), is read, not cut
+// with 408 at the 1 s its headers' deadline would have given.
+func TestBodyDeadlineAfterWait(t *testing.T) {
+	g, err := New(Limits{MaxBodyBytes: 1000, BodyMemory: 1000, BodyTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, hold := make(chan struct{}, 1), make(chan struct{})
+	srv := httptest.NewServer(g.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, release, err := g.ReadBody(w, r)
+		defer release()
+		if err != nil {
+			Refuse(w, err)
+			return
+		}
+		select {
+		case held <- struct{}{}:
+			<-hold
+		default:
+		}
+		io.WriteString(w, strconv.Itoa(len(b)))
+	})))
+	defer srv.Close()
+	first := make(chan int, 1)
+	go func() { code, _ := send(t, srv.URL, 1000, false); first <- code }()
+	<-held
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n%s", strings.Repeat("x", 500))
+	time.AfterFunc(800*time.Millisecond, func() { close(hold) })
+	time.Sleep(1200 * time.Millisecond)
+	io.WriteString(c, strings.Repeat("x", 500))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != "1000" {
+		t.Errorf("after waiting for room: %d %q", resp.StatusCode, b)
+	}
+	if code := <-first; code != 200 {
+		t.Errorf("first: %d", code)
+	}
+}
