@@ -28,8 +28,10 @@
 // Limits (package guard, Config's max_body_bytes and siblings, the flags of
 // `hone proxy`): request bodies of at most 32 MiB (413 above, naming the
 // limit), received within 30 s of their headers (408 and the connection
-// closed after), at most 1 GiB of them held at once (a request waits for
-// room until its body deadline, then 503); headers of 64 KiB within 10 s;
+// closed after), at most 1 GiB of them held at once, the two copies a
+// disaggregated request's legs send counted with its body (a request waits
+// for room until its body deadline, then 503, its body read and discarded
+// first so that the client sees the answer); headers of 64 KiB within 10 s;
 // keep-alive connections closed after 60 s idle; at most MaxConnections
 // clients at once (half of RLIMIT_NOFILE less 512, at most 16384), the rest
 // waiting to be accepted; at most MaxTimelinePage (10,000) timelines a

@@ -119,6 +119,7 @@ func (p *Proxy) ListenAndServe(ctx context.Context, ready func(addr string), gra
 	}
 	srv := p.guard.Server(p.handler)
 	ln := p.guard.Listener(l, srv)
+	defer p.guard.LimitHeap()()
 	hctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go p.Run(hctx)
@@ -193,7 +194,7 @@ func (p *Proxy) serveGenerate(w http.ResponseWriter, r *http.Request) {
 	}
 	// The body, and the copies of it the legs send, are held to the end:
 	// they count against the body memory budget until then.
-	body, release, lerr := p.guard.ReadBody(w, r)
+	body, release, lerr := p.guard.ReadBodyDecoded(w, r, p.bodyCopies())
 	defer release()
 	if lerr != nil {
 		p.clientError(w, &rq.tl, lerr.Status, OutcomeFailed, lerr.Message)
@@ -219,6 +220,18 @@ func (p *Proxy) serveGenerate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.disaggregated(w, r, rq)
+}
+
+// bodyCopies is how many more objects of a request body's size the proxy
+// holds beside it while it serves the request: none colocated (the fields
+// are slices of the body, and the body goes upstream as it is); two
+// disaggregated (the prefill leg's body, and the decode leg's, spliced or
+// re-encoded).
+func (p *Proxy) bodyCopies() int {
+	if p.cfg.Mode == ModeDisaggregated {
+		return 2
+	}
+	return 0
 }
 
 // disaggregated runs the NIXL two-leg protocol with retry and fallback.

@@ -162,7 +162,7 @@ func (l *Limits) Fill() error {
 // AddFlags binds l's fields to flags on f, their defaults documented.
 func (l *Limits) AddFlags(f *pflag.FlagSet) {
 	f.Int64Var(&l.MaxBodyBytes, "max-body-bytes", DefaultMaxBodyBytes, "largest request body, in bytes; larger ones get 413 (a 128k-token prompt as token ids is about 1 MiB)")
-	f.Int64Var(&l.BodyMemory, "max-body-memory", DefaultBodyMemory, "most bytes of request bodies, and of the copies the server makes of them while it parses, held by all requests in flight; past it a request waits up to --body-timeout, then gets 503")
+	f.Int64Var(&l.BodyMemory, "max-body-memory", DefaultBodyMemory, "most bytes of request bodies, and of the copies the server makes of them, held by all requests in flight; past it a request waits up to --body-timeout, then gets 503")
 	f.DurationVar(&l.BodyTimeout, "body-timeout", DefaultBodyTimeout, "longest time a request body may take to arrive after its headers; later, 408 and the connection is closed")
 	f.DurationVar(&l.ReadHeaderTimeout, "read-header-timeout", DefaultReadHeaderTimeout, "longest time a request's headers may take")
 	f.DurationVar(&l.IdleTimeout, "idle-timeout", DefaultIdleTimeout, "close keep-alive connections idle this long")
