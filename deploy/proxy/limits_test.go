@@ -170,3 +170,39 @@ func TestLimitsFromConfig(t *testing.T) {
 		t.Errorf("limits %+v", l)
 	}
 }
+
+// TestBodyBudgetHoldsLegCopies: while a request is served, its body holds
+// the budget colocated, and three times it disaggregated (the body, the
+// prefill leg's and the decode leg's), since the proxy keeps those until
+// the answer ends.
+func TestBodyBudgetHoldsLegCopies(t *testing.T) {
+	body := paddedCompletion(t, 1000)
+	for _, c := range []struct {
+		mode string
+		want int64
+	}{{ModeColocated, 1000}, {ModeDisaggregated, 3000}} {
+		pre, dec := newFakeEngine(t, "p"), newFakeEngine(t, "d")
+		dec.set(func(f *fakeEngine) { f.delay = 300 * time.Millisecond })
+		cfg := colocated(dec)
+		if c.mode == ModeDisaggregated {
+			cfg = disagg([]*fakeEngine{pre}, []*fakeEngine{dec})
+		}
+		px := startProxy(t, cfg)
+		done := make(chan int, 1)
+		go func() { code, _ := postRaw(t, px.URL, body); done <- code }()
+		var most int64
+		for len(done) == 0 {
+			most = max(most, px.guard.InUse())
+			time.Sleep(time.Millisecond)
+		}
+		if code := <-done; code != 200 {
+			t.Errorf("%s: %d", c.mode, code)
+		}
+		if most != c.want {
+			t.Errorf("%s: held %d bytes of the budget, want %d", c.mode, most, c.want)
+		}
+		if n := px.guard.InUse(); n != 0 {
+			t.Errorf("%s: held after: %d", c.mode, n)
+		}
+	}
+}
