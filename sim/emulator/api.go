@@ -3,9 +3,11 @@ package emulator
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
+	"strings"
 )
 
 // APIError is vLLM's error body: {"object":"error","message",...,"type",
@@ -51,6 +53,13 @@ type CompletionRequest struct {
 	ReturnTokenIDs   bool
 	KVTransferParams *KVTransferParams
 	RequestID        string
+
+	// promptLen counts the prompt's ids when Prompt keeps only the first
+	// max-model-len of them (tokens); badID, when hasBadID, is the first
+	// out-of-vocabulary id among those not kept.
+	promptLen int
+	badID     int
+	hasBadID  bool
 }
 
 type rawStreamOptions struct {
@@ -76,7 +85,26 @@ type rawSampling struct {
 
 type rawCompletion struct {
 	rawSampling
-	Prompt json.RawMessage `json:"prompt"`
+	Prompt promptField `json:"prompt"`
+}
+
+// promptField is a completion's prompt, parsed (parsePrompt) as
+// json.Unmarshal meets it, with the request's limits, so that no copy of
+// its JSON is made or kept: a text prompt becomes its string and ids, a
+// token-id prompt its ids, at most max-model-len of them either way.
+type promptField struct {
+	req *CompletionRequest
+	lim Limits
+	tok *Tokenizer
+	set bool
+	err *APIError
+}
+
+func (p *promptField) UnmarshalJSON(data []byte) error {
+	p.set = true
+	p.req.PromptText = "" // a key given twice: the last wins, as encoding/json has it
+	p.err = parsePrompt(data, p.req, p.lim, p.tok)
+	return nil // the error is the request's, answered after the model's
 }
 
 // DefaultMaxTokens is vLLM's default for /v1/completions (OpenAI's 16).
@@ -87,15 +115,18 @@ const DefaultMaxTokens = 16
 // vLLM's wording. It never panics on any input; tok may be nil when the
 // prompt is token ids.
 func ParseCompletion(body []byte, lim Limits, tok *Tokenizer) (*CompletionRequest, *APIError) {
-	var raw rawCompletion
+	req := &CompletionRequest{Model: lim.Model}
+	raw := rawCompletion{Prompt: promptField{req: req, lim: lim, tok: tok}}
 	if err := decodeBody(body, &raw); err != nil {
 		return nil, err
 	}
-	req := &CompletionRequest{Model: lim.Model}
 	if err := lim.checkModel(raw.Model); err != nil {
 		return nil, err
 	}
-	if err := parsePrompt(raw.Prompt, req, tok); err != nil {
+	if !raw.Prompt.set {
+		raw.Prompt.err = parsePrompt(nil, req, lim, tok)
+	}
+	if err := raw.Prompt.err; err != nil {
 		return nil, err
 	}
 	if err := raw.apply(req, lim, raw.MaxTokens, false); err != nil {
@@ -104,14 +135,16 @@ func ParseCompletion(body []byte, lim Limits, tok *Tokenizer) (*CompletionReques
 	return req, nil
 }
 
-// decodeBody reads one JSON object into v.
+// decodeBody reads one JSON object into v. json.Unmarshal, not a
+// json.Decoder: a Decoder copies the body into a buffer of its own, grown
+// by doubling, up to twice the body more.
 func decodeBody(body []byte, v any) *APIError {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(v); err != nil {
+	if err := json.Unmarshal(body, v); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) && strings.HasSuffix(se.Error(), "after top-level value") {
+			return badRequest("JSON decode error: unexpected data after the request object")
+		}
 		return badRequest("JSON decode error: %v", err)
-	}
-	if dec.More() {
-		return badRequest("JSON decode error: unexpected data after the request object")
 	}
 	return nil
 }
@@ -136,6 +169,9 @@ func (raw *rawSampling) apply(req *CompletionRequest, lim Limits, maxTokens *int
 		if id < 0 || id >= lim.Vocab {
 			return badRequest("Token id %d is out of vocabulary", id)
 		}
+	}
+	if req.hasBadID {
+		return badRequest("Token id %d is out of vocabulary", req.badID)
 	}
 	if raw.N != nil && *raw.N != 1 {
 		return badRequest("n must be 1: the emulator generates one choice per request, got %d.", *raw.N)
@@ -162,7 +198,7 @@ func (raw *rawSampling) apply(req *CompletionRequest, lim Limits, maxTokens *int
 	if raw.ReturnTokenIDs != nil {
 		req.ReturnTokenIDs = *raw.ReturnTokenIDs
 	}
-	n := len(req.Prompt)
+	n := max(len(req.Prompt), req.promptLen)
 	if n >= lim.MaxModelLen {
 		return badRequest("This model's maximum context length is %d tokens. However, your request has %d input tokens. Please reduce the length of the input messages.", lim.MaxModelLen, n)
 	}
@@ -215,8 +251,10 @@ func (raw *rawSampling) apply(req *CompletionRequest, lim Limits, maxTokens *int
 }
 
 // parsePrompt accepts a string, a list of token ids, or a one-element
-// list of either.
-func parsePrompt(raw json.RawMessage, req *CompletionRequest, tok *Tokenizer) *APIError {
+// list of either. It keeps nothing of raw: the prompt's text is decoded
+// into a string of its own, and at most max-model-len ids are kept
+// (tokens), all counted.
+func parsePrompt(raw []byte, req *CompletionRequest, lim Limits, tok *Tokenizer) *APIError {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return badRequest("Either prompt or prompt_embeds must be provided and non-empty.")
@@ -230,28 +268,96 @@ func parsePrompt(raw json.RawMessage, req *CompletionRequest, tok *Tokenizer) *A
 		if tok == nil {
 			tok = NewTokenizer()
 		}
-		req.Prompt, _ = tok.Tokenize(s)
+		k := newTokens(lim)
+		tok.tokenizeInto(s, k)
+		k.into(req)
 		return nil
 	}
-	if ids, ok := parseIDs(raw); ok {
-		if len(ids) == 0 {
+	k := newTokens(lim)
+	if parseIDs(raw, k) {
+		if k.n == 0 {
 			return badRequest("Prompt cannot be empty.")
 		}
-		req.Prompt = ids
+		k.into(req)
 		return nil
 	}
-	var list []json.RawMessage
-	if err := json.Unmarshal(raw, &list); err != nil {
+	var first []byte
+	n := 0
+	if !eachElem(raw, func(e []byte) bool { first = e; n++; return true }) {
+		var list []json.RawMessage
+		err := json.Unmarshal(raw, &list)
 		return badRequest("prompt: want a string, a list of token ids, or a list of one of these: %v", err)
 	}
-	if len(list) != 1 {
-		return badRequest("prompt: the emulator serves one prompt per request, got a batch of %d", len(list))
+	if n != 1 {
+		return badRequest("prompt: the emulator serves one prompt per request, got a batch of %d", n)
 	}
-	inner := bytes.TrimSpace(list[0])
-	if len(inner) > 0 && (inner[0] == '"' || inner[0] == '[') {
-		return parsePrompt(inner, req, tok)
+	if first[0] == '"' || first[0] == '[' {
+		return parsePrompt(first, req, lim, tok)
 	}
 	return badRequest("prompt: want a string, a list of token ids, or a list of one of these")
+}
+
+// eachElem calls fn with each element of the JSON array raw, a slice of
+// it (where json.Unmarshal into []json.RawMessage would copy each), until
+// fn returns false. raw must be valid JSON, as json.Unmarshal hands it to
+// an UnmarshalJSON; eachElem reports false if it is not an array.
+func eachElem(raw []byte, fn func(elem []byte) bool) bool {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) < 2 || raw[0] != '[' {
+		return false
+	}
+	i := skipSpace(raw, 1)
+	for raw[i] != ']' {
+		end := valueEnd(raw, i)
+		if !fn(raw[i:end]) {
+			return true
+		}
+		i = skipSpace(raw, end)
+		if raw[i] == ',' {
+			i = skipSpace(raw, i+1)
+		}
+	}
+	return true
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// valueEnd is the index after the JSON value starting at b[i], b valid JSON.
+func valueEnd(b []byte, i int) int {
+	depth := 0
+	for j := i; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			for j++; b[j] != '"'; j++ {
+				if b[j] == '\\' {
+					j++
+				}
+			}
+			if depth == 0 {
+				return j + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return j
+			}
+			depth--
+			if depth == 0 {
+				return j + 1
+			}
+		case ',', ' ', '\n', '\t', '\r':
+			if depth == 0 {
+				return j
+			}
+		}
+	}
+	return len(b)
 }
 
 // Usage is the OpenAI usage object. PromptTokensDetails is set only with
@@ -394,12 +500,16 @@ type CompletionChunk struct {
 // parseIDs reads a JSON array of non-negative or negative integers, the
 // common case of a token-id prompt, several times faster than
 // encoding/json; anything else (floats, exponents, huge values, other
-// types) reports false and goes through encoding/json.
-func parseIDs(raw []byte) ([]int, bool) {
+// types) reports false and goes through encoding/json. The ids go to k
+// (which keeps at most max-model-len of them), not to a slice sized by the
+// body.
+func parseIDs(raw []byte, k *tokens) bool {
 	if len(raw) < 2 || raw[0] != '[' || raw[len(raw)-1] != ']' {
-		return nil, false
+		return false
 	}
-	ids := make([]int, 0, len(raw)/6)
+	if k.max == 0 {
+		k.ids = make([]int, 0, len(raw)/6)
+	}
 	i, n := 1, len(raw)-1
 	skip := func() {
 		for i < n && (raw[i] == ' ' || raw[i] == '\n' || raw[i] == '\t' || raw[i] == '\r') {
@@ -408,7 +518,7 @@ func parseIDs(raw []byte) ([]int, bool) {
 	}
 	skip()
 	if i == n {
-		return ids, true
+		return true
 	}
 	for {
 		neg := false
@@ -419,29 +529,29 @@ func parseIDs(raw []byte) ([]int, bool) {
 		start, v := i, 0
 		for i < n && raw[i] >= '0' && raw[i] <= '9' {
 			if i-start >= 15 {
-				return nil, false
+				return false
 			}
 			v = v*10 + int(raw[i]-'0')
 			i++
 		}
 		if i == start || (raw[start] == '0' && i-start > 1) {
-			return nil, false
+			return false
 		}
 		if neg {
 			v = -v
 		}
-		ids = append(ids, v)
+		k.add(v)
 		skip()
 		if i == n {
-			return ids, true
+			return true
 		}
 		if raw[i] != ',' {
-			return nil, false
+			return false
 		}
 		i++
 		skip()
 		if i == n {
-			return nil, false
+			return false
 		}
 	}
 }

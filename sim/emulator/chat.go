@@ -8,7 +8,8 @@ import (
 )
 
 // POST /v1/chat/completions: vLLM's chat API over the completions path. The
-// messages are rendered with ChatTemplate and tokenized with TokenizeChat;
+// messages are rendered with ChatTemplate and tokenized with TokenizeChat
+// (one message at a time: the ids are the same);
 // from there a chat request is a completion request (same validation,
 // scheduling, prefix cache, timing, trace line and chunk writer) whose
 // answer is shaped as vLLM shapes a chat answer.
@@ -22,7 +23,8 @@ type ChatMessage struct {
 }
 
 // ChatRequest is a validated POST /v1/chat/completions body. Its
-// CompletionRequest holds the rendered prompt (PromptText) and its ids.
+// CompletionRequest holds the rendered prompt's ids (PromptText stays
+// empty: the prompt is rendered and tokenized a message at a time).
 type ChatRequest struct {
 	CompletionRequest
 	Messages []ChatMessage
@@ -33,15 +35,54 @@ type ChatRequest struct {
 
 type rawChat struct {
 	rawSampling
-	Messages             json.RawMessage `json:"messages"`
-	MaxCompletionTokens  *int            `json:"max_completion_tokens"`
-	AddGenerationPrompt  *bool           `json:"add_generation_prompt"`
-	ContinueFinalMessage *bool           `json:"continue_final_message"`
+	Messages             chatMessages `json:"messages"`
+	MaxCompletionTokens  *int         `json:"max_completion_tokens"`
+	AddGenerationPrompt  *bool        `json:"add_generation_prompt"`
+	ContinueFinalMessage *bool        `json:"continue_final_message"`
 }
 
 type rawChatMessage struct {
-	Role    *string         `json:"role"`
-	Content json.RawMessage `json:"content"`
+	Role    *string     `json:"role"`
+	Content chatContent `json:"content"`
+}
+
+// chatContent is a message's content, flattened (parseContent) as
+// json.Unmarshal meets it, so that no copy of its JSON is made.
+type chatContent struct {
+	i   int // the message's index, for errors
+	s   string
+	err *APIError
+}
+
+func (c *chatContent) UnmarshalJSON(data []byte) error {
+	c.s, c.err = parseContent(data, c.i)
+	return nil
+}
+
+// chatMessages is a chat's messages, read one at a time as json.Unmarshal
+// meets the list (parseMessages), so that what they cost is bounded by the
+// prompt's limits rather than their number: each but the last is rendered
+// and tokenized as it comes, at most max-model-len ids kept (tokens), and
+// at most max-model-len/4+1 messages kept, since each renders to at least
+// four tokens (<|im_start|>, its role, <|im_end|>, "\n") and more make a
+// prompt refused anyway. The last waits for add_generation_prompt and
+// continue_final_message.
+type chatMessages struct {
+	tok  *Tokenizer
+	lim  Limits
+	toks *tokens
+	set  bool
+	kept []ChatMessage
+	last ChatMessage
+	n    int // messages read
+	err  *APIError
+}
+
+func (m *chatMessages) UnmarshalJSON(data []byte) error {
+	// A key given twice: the last wins, as encoding/json has it.
+	*m = chatMessages{tok: m.tok, lim: m.lim, toks: newTokens(m.lim), set: true}
+	m.err = m.parse(data)
+	return nil // the error is the request's, answered after the model's
 }
 
 type rawContentPart struct {
@@ -63,7 +104,10 @@ func badParam(param, format string, args ...any) *APIError {
 // the cap is the rest of the context. It never panics on any input; tok
 // may be nil.
 func ParseChat(body []byte, lim Limits, tok *Tokenizer) (*ChatRequest, *APIError) {
-	var raw rawChat
+	if tok == nil {
+		tok = NewTokenizer()
+	}
+	raw := rawChat{Messages: chatMessages{tok: tok, lim: lim, toks: newTokens(lim)}}
 	if err := decodeBody(body, &raw); err != nil {
 		return nil, err
 	}
@@ -71,24 +115,25 @@ func ParseChat(body []byte, lim Limits, tok *Tokenizer) (*ChatRequest, *APIError
 	if err := lim.checkModel(raw.Model); err != nil {
 		return nil, err
 	}
-	msgs, err := parseMessages(raw.Messages)
-	if err != nil {
-		return nil, err
+	msgs := &raw.Messages
+	if !msgs.set {
+		msgs.err = msgs.parse(nil)
 	}
-	req.Messages = msgs
+	if msgs.err != nil {
+		return nil, msgs.err
+	}
+	req.Messages = msgs.kept
 	addGen := raw.AddGenerationPrompt == nil || *raw.AddGenerationPrompt
 	cont := raw.ContinueFinalMessage != nil && *raw.ContinueFinalMessage
 	if addGen && cont {
 		return nil, badParam("continue_final_message", "Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
 	}
 	if !addGen {
-		req.Role = msgs[len(msgs)-1].Role
+		req.Role = msgs.last.Role
 	}
-	if tok == nil {
-		tok = NewTokenizer()
-	}
-	req.PromptText = ChatTemplate(msgs, addGen, cont)
-	req.Prompt = tok.TokenizeChat(req.PromptText)
+	// The last message, rendered as ChatTemplate ends the prompt.
+	tok.tokenizeChatInto(ChatTemplate([]ChatMessage{msgs.last}, addGen, cont), msgs.toks)
+	msgs.toks.into(&req.CompletionRequest)
 	maxTokens := raw.MaxTokens
 	if raw.MaxCompletionTokens != nil {
 		maxTokens = raw.MaxCompletionTokens
@@ -99,35 +144,61 @@ func ParseChat(body []byte, lim Limits, tok *Tokenizer) (*ChatRequest, *APIError
 	return req, nil
 }
 
-func parseMessages(raw json.RawMessage) ([]ChatMessage, *APIError) {
+// parse reads the messages list (raw, a slice of the body) a message at a
+// time: each is checked, and the one before it rendered as a middle
+// message (ChatTemplate with neither flag) and tokenized.
+func (m *chatMessages) parse(raw []byte) *APIError {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil, badParam("messages", "messages: field required.")
+		return badParam("messages", "messages: field required.")
 	}
-	var list []rawChatMessage
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return nil, badParam("messages", "messages: want a list of {role, content} objects: %v", err)
+	keep := -1 // all
+	if m.lim.MaxModelLen > 0 {
+		keep = m.lim.MaxModelLen/4 + 1
 	}
-	if len(list) == 0 {
-		return nil, badParam("messages", "messages: the list must not be empty.")
-	}
-	out := make([]ChatMessage, len(list))
-	for i, m := range list {
-		if m.Role == nil || *m.Role == "" {
-			return nil, badParam("messages", "messages[%d].role: field required.", i)
+	var err *APIError
+	array := eachElem(raw, func(e []byte) bool {
+		i := m.n
+		r := rawChatMessage{Content: chatContent{i: i}}
+		if jerr := json.Unmarshal(e, &r); jerr != nil {
+			err = badParam("messages", "messages: want a list of {role, content} objects: %v", jerr)
+			return false
 		}
-		c, err := parseContent(m.Content, i)
-		if err != nil {
-			return nil, err
+		if r.Role == nil || *r.Role == "" {
+			err = badParam("messages", "messages[%d].role: field required.", i)
+			return false
 		}
-		out[i] = ChatMessage{Role: *m.Role, Content: c}
+		if r.Content.err != nil {
+			err = r.Content.err
+			return false
+		}
+		if i > 0 {
+			m.tok.tokenizeChatInto(ChatTemplate([]ChatMessage{m.last}, false, false), m.toks)
+		}
+		m.last = ChatMessage{Role: *r.Role, Content: r.Content.s}
+		if keep < 0 || len(m.kept) < keep {
+			m.kept = append(m.kept, m.last)
+		}
+		m.n++
+		return true
+	})
+	switch {
+	case !array:
+		jerr := json.Unmarshal(raw, new([]rawChatMessage))
+		return badParam("messages", "messages: want a list of {role, content} objects: %v", jerr)
+	case err != nil:
+		return err
+	case m.n == 0:
+		return badParam("messages", "messages: the list must not be empty.")
 	}
-	return out, nil
+	return nil
 }
 
 // parseContent accepts a string, null (an assistant message with tool
-// calls only) or a list of {"type":"text","text":...} parts.
-func parseContent(raw json.RawMessage, i int) (string, *APIError) {
+// calls only) or a list of {"type":"text","text":...} parts, read a part at
+// a time (raw is valid JSON, as json.Unmarshal hands it to UnmarshalJSON):
+// what a list costs is its joined text, however many parts it has.
+func parseContent(raw []byte, i int) (string, *APIError) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return "", nil
@@ -136,23 +207,43 @@ func parseContent(raw json.RawMessage, i int) (string, *APIError) {
 	if json.Unmarshal(raw, &s) == nil {
 		return s, nil
 	}
-	var parts []rawContentPart
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", badParam("messages", "messages[%d].content: want a string or a list of text parts: %v", i, err)
-	}
-	texts := make([]string, len(parts))
-	for j, p := range parts {
+	var (
+		b   strings.Builder
+		err *APIError
+		j   int
+	)
+	array := eachElem(raw, func(e []byte) bool {
+		var p rawContentPart
+		if jerr := json.Unmarshal(e, &p); jerr != nil {
+			err = badParam("messages", "messages[%d].content: want a string or a list of text parts: %v", i, jerr)
+			return false
+		}
 		switch {
 		case p.Type == nil:
-			return "", badParam("messages", "messages[%d].content[%d].type: field required.", i, j)
+			err = badParam("messages", "messages[%d].content[%d].type: field required.", i, j)
 		case *p.Type != "text":
-			return "", badParam("messages", "messages[%d].content[%d].type: %q is not served: the emulator takes text parts only.", i, j, *p.Type)
+			err = badParam("messages", "messages[%d].content[%d].type: %q is not served: the emulator takes text parts only.", i, j, *p.Type)
 		case p.Text == nil:
-			return "", badParam("messages", "messages[%d].content[%d].text: field required.", i, j)
+			err = badParam("messages", "messages[%d].content[%d].text: field required.", i, j)
 		}
-		texts[j] = *p.Text
+		if err != nil {
+			return false
+		}
+		if j > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(*p.Text)
+		j++
+		return true
+	})
+	if !array {
+		jerr := json.Unmarshal(raw, new([]rawContentPart))
+		return "", badParam("messages", "messages[%d].content: want a string or a list of text parts: %v", i, jerr)
 	}
-	return strings.Join(texts, "\n"), nil
+	if err != nil {
+		return "", err
+	}
+	return b.String(), nil
 }
 
 // ChatTemplate renders messages as the emulator's chat template, Qwen2.5's
@@ -167,6 +258,11 @@ func parseContent(raw json.RawMessage, i int) (string, *APIError) {
 // renders no tools or tool calls; the role is written as sent.
 func ChatTemplate(msgs []ChatMessage, addGenerationPrompt, continueFinalMessage bool) string {
 	var b strings.Builder
+	n := len("<|im_start|>assistant\n")
+	for _, m := range msgs {
+		n += len("<|im_start|>\n<|im_end|>\n") + len(m.Role) + len(m.Content)
+	}
+	b.Grow(n) // once: a prompt's render is the size of its messages
 	for i, m := range msgs {
 		b.WriteString("<|im_start|>")
 		b.WriteString(m.Role)
@@ -196,7 +292,13 @@ var specialTexts = []struct {
 // therefore agree in their ids up to about that point, so chats sharing a
 // system prompt share prefix-cache blocks.
 func (t *Tokenizer) TokenizeChat(text string) []int {
-	var ids []int
+	k := &tokens{}
+	t.tokenizeChatInto(text, k)
+	return k.ids
+}
+
+// tokenizeChatInto adds TokenizeChat's ids of text to k.
+func (t *Tokenizer) tokenizeChatInto(text string, k *tokens) {
 	for text != "" {
 		at, sp := len(text), -1
 		for k, s := range specialTexts {
@@ -205,24 +307,23 @@ func (t *Tokenizer) TokenizeChat(text string) []int {
 			}
 		}
 		if at > 0 {
-			seg, _ := t.Tokenize(text[:at])
-			ids = append(ids, seg...)
+			t.tokenizeInto(text[:at], k)
 		}
 		if sp < 0 {
 			break
 		}
-		ids = append(ids, specialTexts[sp].id)
+		k.add(specialTexts[sp].id)
 		text = text[at+len(specialTexts[sp].text):]
 	}
-	return ids
 }
 
 func (s *Server) chatCompletions(w http.ResponseWriter, hr *http.Request) {
-	s.generate(w, hr, func(body []byte) (*CompletionRequest, apiKind, *APIError) {
+	s.generate(w, hr, chatCopies, func(body []byte) (*CompletionRequest, apiKind, *APIError) {
 		req, err := ParseChat(body, s.lim, s.tok)
 		if err != nil {
 			return nil, apiKind{}, err
 		}
+		req.Messages = nil // their text is the body's size; the request keeps its ids
 		return &req.CompletionRequest, apiKind{chat: true, idPrefix: "chatcmpl-", object: "chat.completion",
 			chunkObject: "chat.completion.chunk", role: req.Role}, nil
 	})

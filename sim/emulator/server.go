@@ -348,6 +348,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	context.AfterFunc(ctx, e.ftimer.Wake)
 	s.eng = e
 	s.hs = g.Server(s.Handler())
+	unlimitHeap := g.LimitHeap()
 	s.hs.BaseContext = func(net.Listener) context.Context { return ctx }
 	s.ln = g.Listener(ln, s.hs)
 	var wg sync.WaitGroup
@@ -361,6 +362,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	go func() {
 		<-ctx.Done()
+		defer unlimitHeap()
 		defer workerStop()
 		sctx, c := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = s.hs.Shutdown(sctx)
@@ -473,12 +475,26 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 	}}})
 }
 
-// readBody reads the request body under Config.Guard's limits. The body
-// counts against the body memory budget until release is called, once it
-// has been parsed. Over a limit, the error names it: 413 too large, 408
-// too slow, 503 the budget full.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), aerr *APIError) {
-	b, release, err := s.guard.ReadBody(w, r)
+// Objects of a body's size that parsing holds beside the body at most
+// (guard.ReadBodyDecoded), so that they count against the body memory
+// budget with it. A JSON string with an escape in it is decoded by
+// encoding/json into a scratch buffer of its size and then copied into the
+// string: two. A completion's text prompt: those two (a token-id prompt
+// keeps at most max-model-len ids, whatever its size); a chat's: those two
+// for a message's content, then the contents and the last message
+// rendered; /tokenize's prompt: two. TestParseMemory measures them.
+const (
+	completionCopies = 2
+	chatCopies       = 3
+	tokenizeCopies   = 2
+)
+
+// readBody reads the request body under Config.Guard's limits. The body,
+// and copies more of its size, count against the body memory budget until
+// release is called, once it has been parsed. Over a limit, the error names
+// it: 413 too large, 408 too slow, 503 the budget full.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, copies int) (body []byte, release func(), aerr *APIError) {
+	b, release, err := s.guard.ReadBodyDecoded(w, r, copies)
 	if err != nil {
 		typ := "BadRequestError"
 		switch err.Status {
@@ -497,7 +513,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 func (s *Server) checkModel(m *string) *APIError { return s.lim.checkModel(m) }
 
 func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
-	body, release, aerr := s.readBody(w, r)
+	body, release, aerr := s.readBody(w, r, tokenizeCopies)
 	defer release()
 	if aerr != nil {
 		writeError(w, aerr)
@@ -530,7 +546,7 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) detokenize(w http.ResponseWriter, r *http.Request) {
-	body, release, aerr := s.readBody(w, r)
+	body, release, aerr := s.readBody(w, r, 0)
 	defer release()
 	if aerr != nil {
 		writeError(w, aerr)
@@ -607,19 +623,20 @@ type apiKind struct {
 var textAPI = apiKind{idPrefix: "cmpl-", object: "text_completion", chunkObject: "text_completion"}
 
 func (s *Server) completions(w http.ResponseWriter, hr *http.Request) {
-	s.generate(w, hr, func(body []byte) (*CompletionRequest, apiKind, *APIError) {
+	s.generate(w, hr, completionCopies, func(body []byte) (*CompletionRequest, apiKind, *APIError) {
 		req, err := ParseCompletion(body, s.lim, s.tok)
 		return req, textAPI, err
 	})
 }
 
 // generate serves one generation request: parse validates the body into a
-// prompt and sampling fields.
-func (s *Server) generate(w http.ResponseWriter, hr *http.Request, parse func([]byte) (*CompletionRequest, apiKind, *APIError)) {
+// prompt and sampling fields, making at most copies objects of the body's
+// size while it does (readBody).
+func (s *Server) generate(w http.ResponseWriter, hr *http.Request, copies int, parse func([]byte) (*CompletionRequest, apiKind, *APIError)) {
 	// Arrival is the frontend's receipt of the request: the engine clock
 	// starts here, and reading and parsing the body overlap modelled time.
 	arrival := time.Now()
-	body, release, aerr := s.readBody(w, hr)
+	body, release, aerr := s.readBody(w, hr, copies)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -627,8 +644,11 @@ func (s *Server) generate(w http.ResponseWriter, hr *http.Request, parse func([]
 	req, kind, aerr := parse(body)
 	// The body is parsed: what the request keeps (its prompt's ids, at
 	// most max-model-len of them) is bounded by validation, not by the
-	// body's size.
+	// body's size; the prompt's text, which is not, is let go.
 	body = nil
+	if req != nil {
+		req.PromptText = ""
+	}
 	release()
 	if aerr != nil {
 		writeError(w, aerr)

@@ -2,7 +2,6 @@ package emulator
 
 import (
 	"fmt"
-	"hash/fnv"
 	"strings"
 	"sync"
 	"unicode"
@@ -52,9 +51,12 @@ func NewTokenizer() *Tokenizer {
 
 // PieceID is the id of one piece: FNV-1a-64 of its UTF-8 bytes mod 151643.
 func PieceID(piece string) int {
-	h := fnv.New64a()
-	h.Write([]byte(piece))
-	return int(h.Sum64() % regularVocab)
+	h := uint64(14695981039346656037) // FNV-1a's offset basis, as hash/fnv
+	for i := 0; i < len(piece); i++ {
+		h ^= uint64(piece[i])
+		h *= 1099511628211
+	}
+	return int(h % regularVocab)
 }
 
 func wordRune(r rune) bool { return r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r) }
@@ -62,6 +64,12 @@ func wordRune(r rune) bool { return r == '_' || unicode.IsLetter(r) || unicode.I
 // Split cuts text into the tokenizer's pieces.
 func Split(text string) []string {
 	var out []string
+	eachPiece(text, func(p string) { out = append(out, p) })
+	return out
+}
+
+// eachPiece calls fn with each of text's pieces in order (Split's).
+func eachPiece(text string, fn func(piece string)) {
 	for i := 0; i < len(text); {
 		r, n := utf8.DecodeRuneInString(text[i:])
 		j := i + n
@@ -90,10 +98,9 @@ func Split(text string) []string {
 		case unicode.IsSpace(r):
 			j = spaceRun(text, j)
 		}
-		out = append(out, text[i:j])
+		fn(text[i:j])
 		i = j
 	}
-	return out
 }
 
 // spaceRun extends a whitespace run from j, leaving a final single space
@@ -124,20 +131,104 @@ func (t *Tokenizer) Tokenize(text string) (ids []int, pieces []string) {
 	for i, p := range pieces {
 		id := PieceID(p)
 		ids[i] = id
-		if _, ok := t.pieces[id]; !ok {
-			t.pieces[id] = p
-		}
+		t.rememberLocked(id, p)
 	}
 	t.mu.Unlock()
 	return ids, pieces
 }
 
+// maxRemembered is the longest piece Detokenize gives back; a longer one
+// (a run of letters kilobytes long) comes back as "<|id:N|>". The pieces
+// remembered are thus at most 151,643 of 128 bytes, whatever prompts come.
+const maxRemembered = 128
+
+// rememberLocked keeps a copy of p for id unless id has one or p is too
+// long: a copy, since p is a slice of a prompt that would otherwise be kept
+// whole for as long as the process lives.
+func (t *Tokenizer) rememberLocked(id int, p string) {
+	if len(p) > maxRemembered {
+		return
+	}
+	if _, ok := t.pieces[id]; !ok {
+		t.pieces[id] = strings.Clone(p)
+	}
+}
+
 func (t *Tokenizer) remember(id int, p string) {
 	t.mu.Lock()
-	if _, ok := t.pieces[id]; !ok {
-		t.pieces[id] = p
-	}
+	t.rememberLocked(id, p)
 	t.mu.Unlock()
+}
+
+// tokens collects a prompt's ids as they are made: it keeps the first max
+// of them and counts them all, so that a prompt of any length holds at most
+// max ids (max-model-len: a prompt that long is refused anyway, and the
+// refusal states the exact count).
+type tokens struct {
+	ids []int
+	n   int // all the ids, kept or not
+	max int // most ids kept; 0: all
+	// vocab bounds the ids beyond the kept ones (0: unchecked): the first
+	// out of [0, vocab) among them is recorded, so that the refusal names
+	// the same id as if every id were kept.
+	vocab  int
+	bad    int
+	hasBad bool
+}
+
+func newTokens(lim Limits) *tokens { return &tokens{max: max(lim.MaxModelLen, 0), vocab: lim.Vocab} }
+
+func (k *tokens) add(id int) {
+	k.n++
+	if k.max == 0 || len(k.ids) < k.max {
+		k.ids = append(k.ids, id)
+		return
+	}
+	if !k.hasBad && k.vocab > 0 && (id < 0 || id >= k.vocab) {
+		k.bad, k.hasBad = id, true
+	}
+}
+
+// into sets req's prompt from k: the kept ids, and the counts apply judges.
+func (k *tokens) into(req *CompletionRequest) {
+	req.Prompt, req.promptLen = k.ids, k.n
+	req.badID, req.hasBadID = k.bad, k.hasBad
+}
+
+// tokenizeInto adds text's ids to k, as Tokenize makes them, without a
+// slice of its pieces. Pieces are split and hashed outside the lock and
+// remembered a batch at a time, so that requests tokenizing at once do not
+// take turns; those of a prompt past k's max, refused anyway, are not
+// remembered.
+func (t *Tokenizer) tokenizeInto(text string, k *tokens) {
+	type piece struct {
+		id int
+		p  string
+	}
+	var batch [256]piece
+	n := 0
+	flush := func() {
+		t.mu.Lock()
+		for _, b := range batch[:n] {
+			t.rememberLocked(b.id, b.p)
+		}
+		t.mu.Unlock()
+		n = 0
+	}
+	eachPiece(text, func(p string) {
+		id := PieceID(p)
+		k.add(id)
+		if k.max > 0 && k.n > k.max {
+			return
+		}
+		batch[n] = piece{id, p}
+		if n++; n == len(batch) {
+			flush()
+		}
+	})
+	if n > 0 {
+		flush()
+	}
 }
 
 // Piece is the text of one id (see Tokenizer for the limits).
