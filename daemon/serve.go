@@ -31,6 +31,12 @@ const (
 	APIMaxHeaderBytes = 16 << 10
 )
 
+// apiSilentGrace is how long a connection may stay silent before, with
+// every slot taken, it is closed for the next client (guard's
+// ReclaimNew): a scraper's request follows its connect within
+// milliseconds.
+const apiSilentGrace = time.Second
+
 // APILimits fills the zero fields of l, the API's limits, with the
 // defaults above.
 func APILimits(l guard.Limits) guard.Limits {
@@ -72,11 +78,11 @@ func serveAPI(ln net.Listener, h http.Handler, lim guard.Limits) (*apiServer, er
 	srv := g.Server(refuseBody(h))
 	srv.WriteTimeout = APIWriteTimeout
 	a := &apiServer{srv: srv, ln: g.Listener(ln, srv), lim: g.Limits()}
-	// The API's clients send their request as they connect: one that
-	// has sent nothing is stalled, and gives its slot to the next client
+	// The API's clients send their request as they connect: one silent
+	// for apiSilentGrace is stalled, and gives its slot to the next client
 	// rather than hold it until the header timeout (a flood of them would
 	// otherwise keep a scrape waiting behind the whole accept queue).
-	a.ln.ReclaimNew()
+	a.ln.ReclaimNew(apiSilentGrace)
 	go srv.Serve(a.ln)
 	return a, nil
 }
@@ -84,17 +90,23 @@ func serveAPI(ln net.Listener, h http.Handler, lim guard.Limits) (*apiServer, er
 // Close closes the listener and every connection.
 func (a *apiServer) Close() error { return a.srv.Close() }
 
+// bodyDrain is how long what a refused body has already sent is read and
+// dropped before its connection is closed: closing with unread data would
+// reset the connection, and the client could lose the 413 to the reset.
+const bodyDrain = 100 * time.Millisecond
+
 // refuseBody answers 413 to a request that carries or announces a body:
-// the API takes none. The connection is closed after the answer without
-// reading the rest: net/http would otherwise wait for up to 256 KiB of it,
-// with no deadline, so that a client that announces a body and stalls
-// held its connection, and a descriptor, for ever.
+// the API takes none. The connection is closed after the answer, having
+// drained for at most bodyDrain what had arrived of the body: net/http
+// would otherwise wait for up to 256 KiB of it, with no deadline, so that
+// a client that announced a body and stalled held its connection, and a
+// descriptor, for ever.
 func refuseBody(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength != 0 { // -1: chunked
 			w.Header().Set("Connection", "close")
 			http.Error(w, "the daemon's API takes no request body", http.StatusRequestEntityTooLarge)
-			_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyDrain))
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -31,8 +31,9 @@ func TestAPILimitsDefaults(t *testing.T) {
 // stalled in the middle of a body they announced, the API serves exactly
 // cap connections at once, and a fresh GET /metrics and /v1/snapshot
 // still answers, long before the header timeout: the silent ones give
-// their slots to the clients that come next, and those that announced a
-// body get 413 and are closed without the daemon waiting for the rest
+// their slots to the clients that come next once silent for
+// apiSilentGrace, and those that announced a body get 413 and are closed
+// without the daemon waiting for the rest
 // (before, net/http waited for it without a deadline, and 19,960 such
 // clients exhausted the daemon's descriptors).
 func TestAPIStalledClients(t *testing.T) {

@@ -22,10 +22,11 @@ type Listener struct {
 	close   sync.Once
 	newIdle chan struct{} // a connection went idle
 
-	mu         sync.Mutex
-	idle       map[net.Conn]time.Time // keep-alive connections between requests, since when
-	open       atomic.Int64
-	reclaimNew atomic.Bool // connections that have sent nothing count as idle (ReclaimNew)
+	mu     sync.Mutex
+	idle   map[net.Conn]time.Time // keep-alive connections between requests, since when
+	silent map[net.Conn]time.Time // with ReclaimNew: connections that have sent nothing, since when
+	grace  time.Duration          // ReclaimNew's
+	open   atomic.Int64
 }
 
 // Listener wraps ln with the connection cap. When srv is not nil, its
@@ -43,7 +44,7 @@ func Limit(ln net.Listener, max int) *Listener { return newListener(ln, max, nil
 
 func newListener(ln net.Listener, max int, srv *http.Server) *Listener {
 	l := &Listener{Listener: ln, slots: make(chan struct{}, max), done: make(chan struct{}),
-		newIdle: make(chan struct{}, 1), idle: map[net.Conn]time.Time{}}
+		newIdle: make(chan struct{}, 1), idle: map[net.Conn]time.Time{}, silent: map[net.Conn]time.Time{}}
 	if srv != nil {
 		prev := srv.ConnState
 		srv.ConnState = func(c net.Conn, s http.ConnState) {
@@ -56,24 +57,34 @@ func newListener(ln net.Listener, max int, srv *http.Server) *Listener {
 	return l
 }
 
-// ReclaimNew makes connections that have not sent a byte yet (net/http's
-// StateNew) reclaimable as idle keep-alive ones are: with every slot
-// taken, the next client is served by closing the connection silent the
-// longest. For servers whose clients send their request as they connect
-// (scrapers, command-line calls), where a silent connection is a stalled
-// one. Call it before serving.
-func (l *Listener) ReclaimNew() { l.reclaimNew.Store(true) }
+// ReclaimNew makes connections that have sent nothing for grace since
+// they were accepted (net/http's StateNew) reclaimable as idle keep-alive
+// ones are: with every slot taken, the next client is served by closing
+// the connection idle or silent the longest. For servers whose clients
+// send their request as they connect (scrapers, command-line calls),
+// where a connection silent that long is a stalled one; grace keeps a
+// client whose request is on its way from being taken for one. Call it
+// before serving.
+func (l *Listener) ReclaimNew(grace time.Duration) {
+	l.mu.Lock()
+	l.grace = max(grace, time.Nanosecond)
+	l.mu.Unlock()
+}
 
 func (l *Listener) track(c net.Conn, s http.ConnState) {
-	idle := s == http.StateIdle || s == http.StateNew && l.reclaimNew.Load()
 	l.mu.Lock()
-	if idle {
+	if s == http.StateIdle {
 		l.idle[c] = time.Now()
 	} else {
 		delete(l.idle, c)
 	}
+	if s == http.StateNew && l.grace > 0 {
+		l.silent[c] = time.Now()
+	} else {
+		delete(l.silent, c)
+	}
 	l.mu.Unlock()
-	if idle {
+	if s == http.StateIdle {
 		select {
 		case l.newIdle <- struct{}{}:
 		default:
@@ -81,8 +92,11 @@ func (l *Listener) track(c net.Conn, s http.ConnState) {
 	}
 }
 
-// reclaim closes the longest idle keep-alive connection, if any.
-func (l *Listener) reclaim() {
+// reclaim closes the connection idle longest, or silent longest past the
+// grace (ReclaimNew), if any; if none is, it says when the next silent one
+// will be (0: none).
+func (l *Listener) reclaim() (next time.Duration) {
+	now := time.Now()
 	l.mu.Lock()
 	var oldest net.Conn
 	var since time.Time
@@ -91,11 +105,23 @@ func (l *Listener) reclaim() {
 			oldest, since = c, t
 		}
 	}
+	for c, t := range l.silent {
+		if wait := l.grace - now.Sub(t); wait > 0 {
+			if next == 0 || wait < next {
+				next = wait
+			}
+		} else if oldest == nil || t.Before(since) {
+			oldest, since = c, t
+		}
+	}
 	delete(l.idle, oldest)
+	delete(l.silent, oldest)
 	l.mu.Unlock()
 	if oldest != nil {
 		oldest.Close()
+		return 0
 	}
+	return next
 }
 
 // Accept takes the next connection, then waits for a free slot to serve
@@ -112,14 +138,23 @@ func (l *Listener) Accept() (net.Conn, error) {
 			continue
 		default:
 		}
-		l.reclaim()
+		var due *time.Timer // a silent connection passes its grace
+		var silentDue <-chan time.Time
+		if next := l.reclaim(); next > 0 {
+			due = time.NewTimer(next)
+			silentDue = due.C
+		}
 		select {
 		case l.slots <- struct{}{}:
 			acquired = true
 		case <-l.newIdle:
+		case <-silentDue:
 		case <-l.done:
 			c.Close()
 			return nil, net.ErrClosed
+		}
+		if due != nil {
+			due.Stop()
 		}
 	}
 	l.open.Add(1)
@@ -146,6 +181,7 @@ func (c *conn) Close() error {
 	c.once.Do(func() {
 		c.l.mu.Lock()
 		delete(c.l.idle, c)
+		delete(c.l.silent, c)
 		c.l.mu.Unlock()
 		c.l.open.Add(-1)
 		<-c.l.slots
