@@ -109,8 +109,8 @@
 // (package guard; serveAPI, APILimits): at most --api-max-connections
 // served at once (DefaultAPIConnections, fewer where the process's
 // descriptors are fewer), the next ones waiting in the kernel's accept
-// queue, connections idle between requests or silent since they opened
-// closed first to make room (the longest first); headers
+// queue, connections idle between requests or silent for a second since
+// they opened closed first to make room (the longest first); headers
 // within 5 s, an answer written within 30 s, keep-alive connections closed
 // after 60 s idle; and no request body: one announced gets 413 and the
 // connection is closed without the rest being read. So local users that
