@@ -132,7 +132,24 @@ type Options struct {
 	// or 1: every call) and only counts the others: SysStats.Count stays
 	// exact, Timed says how many calls TotalNs, MaxNs and Hist cover.
 	SyscallSample uint32
+	// EditSpec, when set, is called with each family's spec just before
+	// it is loaded. Tests use it to stand for a kernel that refuses a
+	// family (MissingHooks in package bpftest renames its hooks).
+	EditSpec func(family string, spec *ebpf.CollectionSpec)
 }
+
+// Program families: the objects Load loads one by one, by the names the
+// daemon reports them under (package daemon/probes).
+const (
+	FamilyProcs    = "procs"
+	FamilySyscalls = "syscalls"
+	FamilySched    = "sched"
+	FamilySockets  = "sockets"
+	FamilyCUDA     = "cuda"
+)
+
+// Families are the program families, in the order Load loads them.
+var Families = []string{FamilyProcs, FamilySyscalls, FamilySched, FamilySockets, FamilyCUDA}
 
 // Objects are hone's loaded programs and maps. The shared maps (targets,
 // target_bits, events, drops, inflight, thread_slots) are created once, by
@@ -148,14 +165,21 @@ type Objects struct {
 	cuda     cudaObjects
 
 	uprobeMulti bool // the CUDA programs are loaded for uprobe_multi links
+	// missing holds the load error of each family the kernel refused;
+	// such a family's objects are all nil.
+	missing map[string]error
 
 	exitMu   sync.Mutex // serialises TimeSyscalls
 	exitLink link.Link  // sys_exit while a timing window is open (Probes.SyscallTimingWindows)
 }
 
 // Load loads every program and map into the kernel. Nothing is attached yet.
+// The procs family holds the shared maps: if it does not load, Load fails.
+// Any other family the kernel refuses (a tp_btf program is checked against
+// the kernel's BTF as it loads, so a kernel without its tracepoint refuses
+// it then) is left out: LoadError says why, and the rest load as usual.
 func Load(opts Options) (_ *Objects, err error) {
-	o := &Objects{}
+	o := &Objects{missing: map[string]error{}}
 	defer func() {
 		if err != nil {
 			o.Close()
@@ -167,6 +191,9 @@ func Load(opts Options) (_ *Objects, err error) {
 		return nil, fmt.Errorf("load procs spec: %w", err)
 	}
 	sizeTargetBits(procs, words)
+	if opts.EditSpec != nil {
+		opts.EditSpec(FamilyProcs, procs)
+	}
 	if err := procs.LoadAndAssign(&o.procs, nil); err != nil {
 		return nil, fmt.Errorf("load procs: %w", verifierDetail(err))
 	}
@@ -196,17 +223,13 @@ func Load(opts Options) (_ *Objects, err error) {
 			return nil, fmt.Errorf("set sample_mask: %w", err)
 		}
 	}
-	if err := syscalls.LoadAndAssign(&o.syscalls, shared); err != nil {
-		return nil, fmt.Errorf("load syscalls: %w", verifierDetail(err))
-	}
+	loadFamily(o, FamilySyscalls, syscalls, &o.syscalls, shared, opts)
 	sched, err := loadSched()
 	if err != nil {
 		return nil, fmt.Errorf("load sched spec: %w", err)
 	}
 	sizeTargetBits(sched, words)
-	if err := sched.LoadAndAssign(&o.sched, shared); err != nil {
-		return nil, fmt.Errorf("load sched: %w", verifierDetail(err))
-	}
+	loadFamily(o, FamilySched, sched, &o.sched, shared, opts)
 	spec, err := loadSockets()
 	if err != nil {
 		return nil, fmt.Errorf("load sockets spec: %w", err)
@@ -219,9 +242,7 @@ func Load(opts Options) (_ *Objects, err error) {
 		return nil, fmt.Errorf("set burst_gap_ns: %w", err)
 	}
 	sizeTargetBits(spec, words)
-	if err := spec.LoadAndAssign(&o.sockets, shared); err != nil {
-		return nil, fmt.Errorf("load sockets: %w", verifierDetail(err))
-	}
+	loadFamily(o, FamilySockets, spec, &o.sockets, shared, opts)
 	cuda, err := loadCuda()
 	if err != nil {
 		return nil, fmt.Errorf("load cuda spec: %w", err)
@@ -235,11 +256,29 @@ func Load(opts Options) (_ *Objects, err error) {
 		o.uprobeMulti = true
 	}
 	sizeTargetBits(cuda, words)
-	if err := cuda.LoadAndAssign(&o.cuda, shared); err != nil {
-		return nil, fmt.Errorf("load cuda: %w", verifierDetail(err))
-	}
+	loadFamily(o, FamilyCUDA, cuda, &o.cuda, shared, opts)
 	return o, nil
 }
+
+// loadFamily loads an optional family's objects into to, or records why
+// the kernel refused them and leaves to empty (LoadAndAssign has closed
+// what it assigned before failing).
+func loadFamily[T any](o *Objects, family string, spec *ebpf.CollectionSpec, to *T, shared *ebpf.CollectionOptions, opts Options) {
+	if opts.EditSpec != nil {
+		opts.EditSpec(family, spec)
+	}
+	if err := spec.LoadAndAssign(to, shared); err != nil {
+		var zero T
+		*to = zero
+		o.missing[family] = fmt.Errorf("load %s: %w", family, verifierDetail(err))
+	}
+}
+
+// LoadError is why the kernel refused a family's programs, or nil if they
+// loaded. A family that did not load has no programs or maps: its map
+// accessors return nil and Attach, AttachCUDA, TimeSyscalls, SetPortClass
+// and ReadSyscalls return this error.
+func (o *Objects) LoadError(family string) error { return o.missing[family] }
 
 // targetWords is how many 64-bit words the target prefilter's bitmap
 // (hone.h: target_bits) needs for this host's process ids: pid_max/64
@@ -311,6 +350,9 @@ func (o *Objects) TimeSyscalls(on bool) error {
 	if on == (o.exitLink != nil) {
 		return nil
 	}
+	if err := o.missing[FamilySyscalls]; err != nil {
+		return err
+	}
 	if !on {
 		// Detach first: a sys_exit that still runs sees the entries of
 		// calls entered in the window and times them.
@@ -335,7 +377,7 @@ func (o *Objects) TimeSyscalls(on bool) error {
 	return nil
 }
 
-// Maps the daemon reads.
+// Maps the daemon reads; nil for a family that did not load (LoadError).
 func (o *Objects) Targets() *ebpf.Map    { return o.procs.Targets }
 func (o *Objects) Events() *ebpf.Map     { return o.procs.Events }
 func (o *Objects) Drops() *ebpf.Map      { return o.procs.Drops }
@@ -390,12 +432,15 @@ func (o *Objects) setBit(pid uint32, on bool) {
 // SetPortClass sets the classes of a port (PortKV | PortHTTP; 0 removes
 // it from both sets).
 func (o *Objects) SetPortClass(port uint16, class uint8) error {
+	if err := o.missing[FamilySockets]; err != nil {
+		return err
+	}
 	return o.sockets.PortClass.Update(uint32(port), class, ebpf.UpdateAny)
 }
 
-// Programs returns every program by name, for run-time statistics.
+// Programs returns every loaded program by name, for run-time statistics.
 func (o *Objects) Programs() map[string]*ebpf.Program {
-	return map[string]*ebpf.Program{
+	all := map[string]*ebpf.Program{
 		"sys_enter":        o.syscalls.SysEnter,
 		"sys_exit":         o.syscalls.SysExit,
 		"on_fork":          o.procs.OnFork,
@@ -416,6 +461,12 @@ func (o *Objects) Programs() map[string]*ebpf.Program {
 		"cuda_memcpy_sync": o.cuda.CudaMemcpySync,
 		"cuda_sync_return": o.cuda.CudaSyncReturn,
 	}
+	for name, p := range all {
+		if p == nil {
+			delete(all, name) // its family did not load
+		}
+	}
+	return all
 }
 
 // Links are attached programs; Close detaches them.
@@ -443,8 +494,18 @@ type Probes struct {
 }
 
 // Attach attaches the chosen tracepoint programs. None of them needs
-// tracefs or kprobes: raw tracepoints and BTF tracepoints only.
+// tracefs or kprobes: raw tracepoints and BTF tracepoints only. A chosen
+// family that did not load is not attached: Attach returns its load error
+// (LoadError) and attaches nothing.
 func (o *Objects) Attach(p Probes) (_ Links, err error) {
+	for _, f := range []struct {
+		on     bool
+		family string
+	}{{p.Procs, FamilyProcs}, {p.Syscalls, FamilySyscalls}, {p.Sched, FamilySched}, {p.Sockets, FamilySockets}} {
+		if err := o.missing[f.family]; f.on && err != nil {
+			return nil, err
+		}
+	}
 	var ls Links
 	defer func() {
 		if err != nil {
@@ -576,6 +637,9 @@ func cudaCall(name string) (int, bool) {
 // targets). Calls the host waits in (CUDAWaits) get a uretprobe too, for
 // their wait time. It returns the links and the symbols probed.
 func (o *Objects) AttachCUDA(path string, calls []int) (_ Links, probed []string, err error) {
+	if err := o.missing[FamilyCUDA]; err != nil {
+		return nil, nil, err
+	}
 	syms, err := CUDASymbols(path)
 	if err != nil {
 		return nil, nil, err

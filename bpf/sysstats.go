@@ -25,6 +25,9 @@ const slotExited = 1 << 63
 // processes it selects are removed after reading and the slots of their
 // threads that are gone freed. On an error it returns what it read.
 func (o *Objects) ReadSyscalls(del func(tgid uint32) bool) (map[SysKey]SysStats, error) {
+	if err := o.missing[FamilySyscalls]; err != nil {
+		return nil, err
+	}
 	return readSyscalls(o.procs.ThreadSlots, o.syscalls.SlotStats, o.syscalls.SysStats, del)
 }
 

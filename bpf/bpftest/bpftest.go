@@ -66,6 +66,26 @@ func missing() string {
 	return missingReason
 }
 
+// MissingHooks is a bpf.Options.EditSpec for a kernel that lacks the
+// named tracepoints: it renames the family's programs that attach to them
+// (tp_btf) to a tracepoint no kernel has, so the kernel's BTF has no type
+// for it and loading them fails as it would there (before Linux 5.19, for
+// sockets' sock_send_length and sock_recv_length).
+func MissingHooks(family string, hooks ...string) func(string, *ebpf.CollectionSpec) {
+	return func(f string, spec *ebpf.CollectionSpec) {
+		if f != family {
+			return
+		}
+		for _, p := range spec.Programs {
+			for _, h := range hooks {
+				if p.AttachTo == h {
+					p.AttachTo = h + "_nonexistent"
+				}
+			}
+		}
+	}
+}
+
 //go:embed testdata/workload.c
 var workloadC string
 
