@@ -63,9 +63,10 @@ letting requests in flight finish.
 Limits on clients (flags below, or the config's max_body_bytes, ...): a
 request body over --max-body-bytes gets 413, one not received within
 --body-timeout of its headers 408 with the connection closed; bodies held by
-requests in flight total at most --max-body-memory (the disaggregated path
-holds up to two re-encoded copies besides), further requests wait for room
-until their --body-timeout, then get 503; keep-alive connections idle for
+requests in flight total at most --max-body-memory (counting, for the
+disaggregated path, the two re-encoded copies its legs send), further
+requests wait for room until their --body-timeout, then get 503 (the body
+read and discarded first, so the client reads the answer); keep-alive connections idle for
 --idle-timeout are closed; at most --max-connections clients are served at
 once, the rest wait to be accepted (idle keep-alive connections are closed
 first to make room).
