@@ -13,7 +13,8 @@
 # Env: N (40), SIZE_MIB (30), KIND (word: a text prompt of one long word,
 # accepted | words: short words, refused as too long | ids: token ids,
 # refused as too long | chat: one message of short words), VIA_PROXY (0),
-# BODY_MEMORY (1073741824), TIME_SCALE (0.01).
+# BODY_MEMORY (1073741824), TIME_SCALE (0.01), EMU_FLAGS (more flags for
+# hone sim serve, e.g. "--body-timeout 1s").
 set -euo pipefail
 hone=${1:-}
 if [[ -z $hone ]]; then
@@ -80,7 +81,7 @@ PY
 
 emu_port=$(free_port)
 "$hone" sim serve --port "$emu_port" --time-scale "$scale" --max-body-memory "$body_memory" \
-  --log-level error >"$work/emu.log" 2>&1 &
+  ${EMU_FLAGS:-} --log-level error >"$work/emu.log" 2>&1 &
 emu_pid=$!
 pids+=("$emu_pid")
 target="http://127.0.0.1:$emu_port"

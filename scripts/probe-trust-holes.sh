@@ -131,6 +131,132 @@ finding3() {
 	fi
 }
 
+# 4. The proxy's timeline store kept client-chosen header values: 3,000
+# requests through hone proxy, each with a 60 KB X-Request-Id; the proxy's
+# resident memory growth per request.
+finding4() {
+	local emu_port proxy_port; emu_port=$(free_port); proxy_port=$(free_port)
+	"$HONE" sim serve --port "$emu_port" --time-scale 0.01 --log-level error >e4.log 2>&1 &
+	PIDS+=($!)
+	cat >p4.json <<JSON
+{"listen":"127.0.0.1:$proxy_port","mode":"colocated","routing":"round_robin",
+ "workers":[{"name":"emu","role":"colocated","url":"http://127.0.0.1:$emu_port"}]}
+JSON
+	"$HONE" proxy --config p4.json >p4.log 2>&1 &
+	local ppid=$!
+	PIDS+=($ppid)
+	wait_port "$emu_port" && wait_port "$proxy_port" || { report 4 BROKEN "servers did not start: $(tail -c 200 p4.log)"; return; }
+	rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+	python3 - "$proxy_port" 200 >/dev/null <<'PY' # warm: pools, first GC cycles
+import http.client, json, sys, threading
+port, n = int(sys.argv[1]), int(sys.argv[2])
+def run(k):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    for i in range(k):
+        c.request("POST", "/v1/completions", json.dumps({"model": "m", "prompt": "hi", "max_tokens": 1}),
+                  {"Content-Type": "application/json", "X-Request-Id": "r%d-%d-" % (threading.get_ident(), i) + "x" * 60000})
+        c.getresponse().read()
+ts = [threading.Thread(target=run, args=(n // 8,)) for _ in range(8)]
+[t.start() for t in ts]; [t.join() for t in ts]
+PY
+	local before; before=$(rss "$ppid")
+	python3 - "$proxy_port" 3000 >/dev/null <<'PY'
+import http.client, json, sys, threading
+port, n = int(sys.argv[1]), int(sys.argv[2])
+def run(k):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    for i in range(k):
+        c.request("POST", "/v1/completions", json.dumps({"model": "m", "prompt": "hi", "max_tokens": 1}),
+                  {"Content-Type": "application/json", "X-Request-Id": "q%d-%d-" % (threading.get_ident(), i) + "x" * 60000})
+        c.getresponse().read()
+ts = [threading.Thread(target=run, args=(n // 8,)) for _ in range(8)]
+[t.start() for t in ts]; [t.join() for t in ts]
+PY
+	local after; after=$(rss "$ppid")
+	local per=$(( (after - before) * 1024 / 3000 ))
+	# ~60 kB a request kept means the header is stored whole; bounded
+	# entries cost about a kilobyte.
+	if [ "$per" -lt 10000 ]; then
+		report 4 held "proxy RSS ${before} -> ${after} kB over 3,000 requests with a 60 KB X-Request-Id: ~${per} B a request"
+	else
+		report 4 BROKEN "proxy RSS ${before} -> ${after} kB over 3,000 requests with a 60 KB X-Request-Id: ~${per} B a request"
+	fi
+}
+
+# 5. The emulator held ~3x its in-flight body cap: 40 concurrent 30 MiB
+# posts against a 1 GiB cap (scripts/probe-limits-memory.sh), directly and
+# through the proxy. Bound: the cap + 20%.
+finding5() {
+	local out peak ppeak
+	N=40 SIZE_MIB=30 KIND=word "$REPO/scripts/probe-limits-memory.sh" "$HONE" >f5.out 2>&1
+	peak=$(sed -n 's/^emulator peak RSS: \([0-9]*\) MiB/\1/p' f5.out)
+	out=$(N=40 SIZE_MIB=30 KIND=word VIA_PROXY=1 "$REPO/scripts/probe-limits-memory.sh" "$HONE" 2>&1)
+	ppeak=$(sed -n 's/^proxy peak RSS: \([0-9]*\) MiB/\1/p' <<<"$out")
+	local epeak; epeak=$(sed -n 's/^emulator peak RSS: \([0-9]*\) MiB/\1/p' <<<"$out")
+	local lim=$(( 1024 * 12 / 10 ))
+	if [ -n "$peak" ] && [ "$peak" -le $lim ] && [ -n "$ppeak" ] && [ "$ppeak" -le $lim ] && [ "$epeak" -le $lim ]; then
+		report 5 held "40 x 30 MiB, 1 GiB cap: emulator peak ${peak} MiB; through the proxy: proxy ${ppeak} MiB, emulator ${epeak} MiB (bound ${lim})"
+	else
+		report 5 BROKEN "40 x 30 MiB, 1 GiB cap: emulator peak ${peak:-?} MiB; through the proxy: proxy ${ppeak:-?} MiB, emulator ${epeak:-?} MiB (bound ${lim})"
+	fi
+}
+
+# 6. The daemon's API starved by local users; ?view= echoed raw; --out
+# /dev/null; a lowercase bearer scheme. Needs root (the daemon loads BPF).
+finding6() {
+	if [ "$(id -u)" != 0 ]; then echo "finding 6: not probed (needs root: the daemon loads BPF)"; return; fi
+	sleep 600 & local target=$!
+	PIDS+=($target)
+	local port; port=$(free_port)
+	# A copy of /dev/null's device node: the old daemon chmodded its --out
+	# to 0600 and truncated it, which must not happen to the real one.
+	local null="$WORK/null"; mknod -m 666 "$null" c 1 3
+	local tok="$WORK/token"; head -c 24 /dev/urandom | base64 | tr -d '\n/+=' >"$tok"; chmod 600 "$tok"
+	(ulimit -n 4096; exec "$HONE" daemon --pid "$target" --listen "127.0.0.1:$port" --token-file "$tok" --out "$null" >d6.log 2>&1) &
+	local dpid=$!
+	PIDS+=($dpid)
+	wait_port "$port" || { report 6 BROKEN "the daemon did not listen: $(tail -c 300 d6.log)"; return; }
+	local fails=() figures=()
+	# 6a: 6,000 clients that announce a body and never send it, then a GET.
+	python3 - "$port" "$tok" >d6a.txt <<'PY'
+import socket, sys, time, urllib.request
+port, tok = int(sys.argv[1]), open(sys.argv[2]).read().strip()
+held = []
+for i in range(6000):
+    try:
+        s = socket.create_connection(("127.0.0.1", port), 2)
+        s.sendall(b"POST /v1/snapshot HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + tok.encode() + b"\r\nContent-Length: 1000000\r\n\r\nab")
+        held.append(s)
+    except OSError:
+        break
+time.sleep(2)
+t = time.time()
+try:
+    r = urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={"Authorization": "Bearer " + tok}), timeout=10)
+    print(r.status, round((time.time() - t) * 1000), len(held))
+except Exception as e:
+    print("error", round((time.time() - t) * 1000), len(held), type(e).__name__)
+PY
+	read -r status ms held <d6a.txt
+	local fds; fds=$(ls /proc/$dpid/fd 2>/dev/null | wc -l)
+	figures+=("GET /metrics beside $held stalled bodies: $status in ${ms} ms, daemon fds $fds")
+	[ "$status" = 200 ] || fails+=("GET /metrics beside $held stalled bodies: $status after ${ms} ms (fds $fds)")
+	# 6b: ?view= with a NUL byte and an unknown view.
+	code=$(curl -s -o /dev/null -D d6b.h -w '%{http_code}' -H "Authorization: Bearer $(cat "$tok")" "http://127.0.0.1:$port/v1/profile?view=no%00pe")
+	figures+=("view=no%00pe: $code")
+	{ [ "$code" = 400 ] && ! grep -qi "no.pe" d6b.h; } || fails+=("view=no%00pe: $code, header: $(grep -i disposition d6b.h)")
+	# 6d: a lowercase bearer scheme.
+	code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: bearer $(cat "$tok")" "http://127.0.0.1:$port/v1/snapshot")
+	figures+=("lowercase bearer: $code")
+	[ "$code" = 200 ] || fails+=("lowercase bearer: $code")
+	# 6c: --out /dev/null, written at the end: still a character device after.
+	kill -TERM "$dpid"; wait "$dpid" 2>/dev/null; local rc=$?
+	figures+=("--out /dev/null (a copy of its node): exit $rc, $(stat -c '%F %a' "$null")")
+	{ [ "$rc" = 0 ] && [ "$(stat -c '%F %a' "$null")" = "character special file 666" ]; } ||
+		fails+=("--out /dev/null (a copy of its node): exit $rc, now $(stat -c '%F %a' "$null"): $(tail -c 200 d6.log)")
+	if [ ${#fails[@]} = 0 ]; then report 6 held "$(IFS=';'; echo "${figures[*]}")"; else report 6 BROKEN "$(IFS=';'; echo "${fails[*]}")"; fi
+}
+
 # 7. Replay checked --out only after the run.
 finding7() {
 	failing_server
@@ -148,6 +274,23 @@ finding7() {
 			report 7 BROKEN "--out $out: exit $rc after ${secs} s: $(head -c 160 r7.err)"
 		fi
 	done
+}
+
+# 8. Clients posting large bodies at once saw a connection reset instead of
+# the documented 503: 16 clients post 30 MiB each at once to an emulator
+# whose in-flight budget holds a few of them and whose --body-timeout (1 s)
+# runs out for the others while they wait for room.
+finding8() {
+	N=16 SIZE_MIB=30 KIND=word BODY_MEMORY=134217728 EMU_FLAGS="--body-timeout 1s" \
+		"$REPO/scripts/probe-limits-memory.sh" "$HONE" >f8.out 2>&1
+	local resets summary
+	resets=$(grep -c "transport error: " f8.out)
+	summary=$(sed -n '/^clients/,$p' f8.out | tail -n +2 | tr -s ' ' | paste -sd, -)
+	if [ "$resets" = 0 ] && grep -q " 503$" f8.out; then
+		report 8 held "16 x 30 MiB, 128 MiB budget, 1 s body timeout:${summary}"
+	else
+		report 8 BROKEN "16 x 30 MiB, 128 MiB budget, 1 s body timeout:${summary} (want 503s and no transport error)"
+	fi
 }
 
 want=("$@")
