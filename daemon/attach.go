@@ -44,6 +44,9 @@ func (d *Daemon) attachProbes(windows bool) error {
 // per library as targets map it (scanCUDA); here the kernel's support for
 // them is checked once.
 func (d *Daemon) attachFamily(name string, windows bool) error {
+	if err := d.objs.LoadError(name); err != nil {
+		return err // the kernel refused its programs at load
+	}
 	var p bpf.Probes
 	switch name {
 	case probes.Procs:
@@ -68,6 +71,13 @@ func (d *Daemon) attachFamily(name string, windows bool) error {
 	ls, err := d.objs.Attach(p)
 	d.links = append(d.links, ls...)
 	return err
+}
+
+// loaded says whether the family's programs and maps were loaded: the
+// kernel can refuse an optional family's at load as well as at attach
+// (bpf.Objects.LoadError), and then it has no maps to read.
+func (d *Daemon) loaded(family string) bool {
+	return d.objs.LoadError(family) == nil
 }
 
 // attached says whether the family is attached. d.probes is written by

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cilium/ebpf"
 )
 
 // DefaultMatch selects vLLM's API server, EngineCore and worker processes
@@ -72,6 +74,9 @@ type Config struct {
 	// attachFault makes the named probe families fail to attach with the
 	// given error (tests: a kernel without them).
 	attachFault map[string]error
+	// editSpec edits each probe family's programs before they are loaded
+	// (tests: a kernel that refuses a family at load, bpftest.MissingHooks).
+	editSpec func(family string, spec *ebpf.CollectionSpec)
 }
 
 // PodSet is a set of pods whose processes are targets. A process belongs

@@ -178,7 +178,8 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("enable BPF run-time statistics: %w", err)
 		}
 	}
-	if d.objs, err = bpf.Load(bpf.Options{BurstGap: d.cfg.BurstGap, PerfUprobes: d.cfg.perfUprobes, SyscallSample: d.cfg.SyscallSample}); err != nil {
+	if d.objs, err = bpf.Load(bpf.Options{BurstGap: d.cfg.BurstGap, PerfUprobes: d.cfg.perfUprobes, SyscallSample: d.cfg.SyscallSample,
+		EditSpec: d.cfg.editSpec}); err != nil {
 		return err
 	}
 	class := map[uint16]uint8{}
@@ -187,6 +188,9 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	}
 	for _, p := range d.cfg.HTTPPorts {
 		class[p] |= bpf.PortHTTP
+	}
+	if !d.loaded(probes.Sockets) {
+		class = nil // no socket programs to classify ports for: attachProbes reports the family
 	}
 	for p, c := range class {
 		if err := d.objs.SetPortClass(p, c); err != nil {

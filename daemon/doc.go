@@ -33,9 +33,9 @@
 //
 // The programs are attached by family (package probes): procs (fork, exec,
 // exit), syscalls, sched, sockets and cuda (uprobes on libcuda). A family
-// the kernel cannot attach (an older kernel without the socket
-// tracepoints, one without uprobes) costs what it measures and nothing
-// else: the daemon logs a warning naming it and what is lost, carries on
+// the kernel refuses to load or attach (an older kernel without the socket
+// tracepoints refuses the sockets' tp_btf programs at load; one without
+// uprobes) costs what it measures and nothing else: the daemon logs a warning naming it and what is lost, carries on
 // with the others, and says so in every snapshot ("probes") and in
 // hone_probe_family_attached. procs is the daemon's own: without it the
 // start fails. `hone preflight --target daemon` attaches each family's

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hone-llm/hone/bpf"
+	"github.com/hone-llm/hone/daemon/probes"
 )
 
 // retireAfter is how long after a process exits its measurements stay, one
@@ -42,9 +43,12 @@ func (d *Daemon) readThreads(del func(pid int) bool) map[threadID]*Thread {
 		}
 		return t
 	}
-	sys, err := d.objs.ReadSyscalls(func(tgid uint32) bool { return del(int(tgid)) })
-	if err != nil {
-		d.log.Warn("syscall statistics", "err", err)
+	var sys map[bpf.SysKey]bpf.SysStats
+	if d.loaded(probes.Syscalls) {
+		var err error
+		if sys, err = d.objs.ReadSyscalls(func(tgid uint32) bool { return del(int(tgid)) }); err != nil {
+			d.log.Warn("syscall statistics", "err", err)
+		}
 	}
 	for k, v := range sys {
 		t := get(int(k.Tgid), int(k.Tid))
@@ -54,7 +58,7 @@ func (d *Daemon) readThreads(del func(pid int) bool) map[threadID]*Thread {
 		t.Syscalls[bpf.SyscallClasses[k.Class]] = &SyscallStats{Count: v.Count, Timed: v.Timed, TotalNS: v.TotalNs,
 			MaxNS: v.MaxNs, FirstMonotonicNS: v.FirstNs, LastMonotonicNS: v.LastNs, HistLog2NS: trimHist(v.Hist[:])}
 	}
-	{
+	if d.loaded(probes.Sched) {
 		var k uint32
 		var v bpf.SchedStats
 		var gone []uint32
@@ -71,7 +75,7 @@ func (d *Daemon) readThreads(del func(pid int) bool) map[threadID]*Thread {
 			_ = d.objs.SchedStats().Delete(k)
 		}
 	}
-	{
+	if d.loaded(probes.CUDA) {
 		var k bpf.CUDAKey
 		var v bpf.CUDAStats
 		var gone []bpf.CUDAKey
@@ -130,6 +134,9 @@ func (d *Daemon) readThreads(del func(pid int) bool) map[threadID]*Thread {
 // closedBefore > 0, connections closed before it are deleted after reading
 // and returned in retired.
 func (d *Daemon) readConns(closedBefore uint64) (live, retired []Connection) {
+	if !d.loaded(probes.Sockets) {
+		return nil, nil
+	}
 	var k bpf.ConnKey
 	var v bpf.ConnStats
 	var gone []bpf.ConnKey
