@@ -147,31 +147,24 @@ JSON
 	PIDS+=($ppid)
 	wait_port "$emu_port" && wait_port "$proxy_port" || { report 4 BROKEN "servers did not start: $(tail -c 200 p4.log)"; return; }
 	rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
-	python3 - "$proxy_port" 200 >/dev/null <<'PY' # warm: pools, first GC cycles
+	# send N PREFIX: N requests over 8 connections, each with a 60 KB id.
+	send() {
+		python3 - "$proxy_port" "$1" "$2" >/dev/null <<'PY'
 import http.client, json, sys, threading
-port, n = int(sys.argv[1]), int(sys.argv[2])
+port, n, prefix = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 def run(k):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     for i in range(k):
         c.request("POST", "/v1/completions", json.dumps({"model": "m", "prompt": "hi", "max_tokens": 1}),
-                  {"Content-Type": "application/json", "X-Request-Id": "r%d-%d-" % (threading.get_ident(), i) + "x" * 60000})
+                  {"Content-Type": "application/json", "X-Request-Id": "%s%d-%d-" % (prefix, threading.get_ident(), i) + "x" * 60000})
         c.getresponse().read()
 ts = [threading.Thread(target=run, args=(n // 8,)) for _ in range(8)]
 [t.start() for t in ts]; [t.join() for t in ts]
 PY
+	}
+	send 200 warm # pools, first GC cycles
 	local before; before=$(rss "$ppid")
-	python3 - "$proxy_port" 3000 >/dev/null <<'PY'
-import http.client, json, sys, threading
-port, n = int(sys.argv[1]), int(sys.argv[2])
-def run(k):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    for i in range(k):
-        c.request("POST", "/v1/completions", json.dumps({"model": "m", "prompt": "hi", "max_tokens": 1}),
-                  {"Content-Type": "application/json", "X-Request-Id": "q%d-%d-" % (threading.get_ident(), i) + "x" * 60000})
-        c.getresponse().read()
-ts = [threading.Thread(target=run, args=(n // 8,)) for _ in range(8)]
-[t.start() for t in ts]; [t.join() for t in ts]
-PY
+	send 3000 q
 	local after; after=$(rss "$ppid")
 	local per=$(( (after - before) * 1024 / 3000 ))
 	# ~60 kB a request kept means the header is stored whole; bounded
