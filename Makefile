@@ -147,7 +147,7 @@ regret-live: build
 # latencies at the gate, replay over failed requests, a gzip bomb, header
 # values kept by the proxy, body memory in the emulator and the proxy, the
 # daemon's API under stalled clients, --out checked late, resets instead of
-# 503. A few minutes and up to ~2.5 GiB; finding 6 needs root. Not part of
+# 503. About 1.5 minutes and up to ~2.5 GiB; finding 6 needs root. Not part of
 # `make test` (PROBES=1 3 7 picks some).
 PROBES ?=
 .PHONY: probe
