@@ -228,8 +228,9 @@ type LevelRecord struct {
 	// Level holds the exercise's fields: offered_qps, p99_ttft_ms,
 	// p99_tpot_ms, effective_qps and passed. Percentiles are nearest rank
 	// over the measured requests (ids >= 8) that completed (with fewer
-	// than 100 of them, p99 is the largest or second largest); TTFT runs
-	// from the scheduled send. passed also requires that every measured
+	// than 100 of them, p99 is the largest or second largest), TPOT's over
+	// those of two or more output tokens (0 when none: not measured); TTFT
+	// runs from the scheduled send. passed also requires that every measured
 	// request completed with a valid output and that the level ran to the
 	// end.
 	slo.Level

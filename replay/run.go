@@ -672,7 +672,12 @@ func (lr *LevelRecord) summarizeOver(measuredPlanned int, windowFromMs float64, 
 		}
 		lr.Measured++
 		ttft = append(ttft, *q.TTFTMs)
-		tpot = append(tpot, *q.TPOTMs)
+		// TPOT over requests of two or more output tokens, as vllm bench
+		// serve and ServeStats take it: one token has no time per output
+		// token, and its 0 would pull a percentile down to nothing.
+		if q.OutputTokens > 1 {
+			tpot = append(tpot, *q.TPOTMs)
+		}
 		last = math.Max(last, *q.FinishMs)
 		if q.CachedTokens != nil && q.PromptTokens != nil {
 			haveCached = true
@@ -693,7 +698,9 @@ func (lr *LevelRecord) summarizeOver(measuredPlanned int, windowFromMs float64, 
 	}
 	if len(ttft) > 0 {
 		lr.P50TTFTMs, lr.P90TTFTMs, lr.P99TTFTMs = slo.NearestRank(ttft, 50), slo.NearestRank(ttft, 90), slo.NearestRank(ttft, 99)
-		lr.P50TPOTMs, lr.P90TPOTMs, lr.P99TPOTMs = slo.NearestRank(tpot, 50), slo.NearestRank(tpot, 90), slo.NearestRank(tpot, 99)
+		if len(tpot) > 0 { // else 0: not measured (the gate refuses it at a valid level)
+			lr.P50TPOTMs, lr.P90TPOTMs, lr.P99TPOTMs = slo.NearestRank(tpot, 50), slo.NearestRank(tpot, 90), slo.NearestRank(tpot, 99)
+		}
 		lr.WindowSeconds = (last - windowFromMs) / 1000
 		if lr.WindowSeconds > 0 {
 			lr.EffectiveQPS = float64(lr.Measured) / lr.WindowSeconds

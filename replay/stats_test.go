@@ -32,3 +32,35 @@ func TestSummarizeExcludesWarmup(t *testing.T) {
 		t.Error("p99 TPOT 1 > SLO 0.5 should fail")
 	}
 }
+
+// A level's TPOT percentiles are over requests of two or more output
+// tokens (vllm bench serve's TPOT): a one-token request's 0 does not pull
+// p50 TPOT to nothing, and a level of one-token requests only has no TPOT
+// (0, which the gate refuses at a valid level).
+func TestLevelTPOTSkipsOneTokenRequests(t *testing.T) {
+	level := func(tokens ...int) LevelRecord {
+		var reqs []Request
+		lr := LevelRecord{Outcomes: map[string]int{}, Failures: map[string]int{}, Complete: true}
+		for i := range Sessions + len(tokens) {
+			reqs = append(reqs, Request{ID: i, ArrivalMs: float64(i)})
+			if i < Sessions {
+				continue
+			}
+			n := tokens[i-Sessions]
+			first, finish, ttft, tpot := float64(i)+10, float64(i)+10+float64(2*(n-1)), 10.0, 0.0
+			if n > 1 {
+				tpot = 2
+			}
+			lr.Requests = append(lr.Requests, RequestRecord{ID: i, Outcome: OutcomeOK, Valid: true, OutputTokens: n,
+				FirstMs: &first, FinishMs: &finish, TTFTMs: &ttft, TPOTMs: &tpot})
+		}
+		lr.Summarize(reqs, slo.Default, 1)
+		return lr
+	}
+	if lr := level(1, 1, 1, 4, 4); lr.P50TPOTMs != 2 || lr.P99TPOTMs != 2 || lr.P50TTFTMs != 10 {
+		t.Errorf("three of five one-token requests: p50 TPOT %g, p99 %g (want 2, 2), p50 TTFT %g", lr.P50TPOTMs, lr.P99TPOTMs, lr.P50TTFTMs)
+	}
+	if lr := level(1, 1); lr.P50TPOTMs != 0 || lr.P99TPOTMs != 0 || lr.P99TTFTMs != 10 {
+		t.Errorf("one-token requests only: p50 TPOT %g, p99 %g (want 0: not measured), p99 TTFT %g", lr.P50TPOTMs, lr.P99TPOTMs, lr.P99TTFTMs)
+	}
+}
