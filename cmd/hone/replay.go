@@ -466,6 +466,10 @@ func writeReplayTable(w io.Writer, rec *replay.Record, out string, bad []string)
 				fmt.Fprintf(tw, "ITL\tn/a (the record's chunks were dropped)\t\t\t\t\n")
 				continue
 			}
+			if (m.name == "TPOT" || m.name == "ITL") && m.d.N == 0 && s.Completed > 0 {
+				fmt.Fprintf(tw, "%s\tn/a (no request produced two tokens)\t\t\t\t\n", m.name)
+				continue
+			}
 			fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t\n", m.name, m.d.Mean, m.d.Median, m.d.P90, m.d.P99)
 		}
 		tw.Flush()

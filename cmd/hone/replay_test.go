@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -435,5 +436,22 @@ func TestReplayOutCheckedFirst(t *testing.T) {
 	}
 	if n := sent(); n != 0 {
 		t.Errorf("%d completions sent before --out was refused", n)
+	}
+}
+
+// One output token has no TPOT and no inter-token gap: the table says so
+// instead of printing 0.00 as if measured.
+func TestReplayOneTokenTPOTIsNA(t *testing.T) {
+	url, _ := failingEngine(t, func(int) bool { return false })
+	out := filepath.Join(t.TempDir(), "run.json")
+	stdout, stderr, code := runHone(context.Background(), "replay", "--endpoint", url, "--model", "m", "--kind", "emulated",
+		"--qps", "5", "--requests", "10", "--input-tokens", "256", "--output-tokens", "1", "--ttft-slo-ms", "1e6", "--out", out)
+	if code != 0 && !(code == exitFailed && hostOnly(stdout)) {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	for _, m := range []string{"TPOT", "ITL"} {
+		if !regexp.MustCompile(`(?m)^\s*` + m + `\s+n/a \(no request produced two tokens\)`).MatchString(stdout) {
+			t.Errorf("no %s n/a line in\n%s", m, stdout)
+		}
 	}
 }
