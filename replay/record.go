@@ -399,19 +399,8 @@ func readBounded(path string, limit int64) ([]byte, error) {
 	tooBig := func(n string) error {
 		return fmt.Errorf("%s: %s bytes, more than the %d a record may hold (MaxRecordBytes): not a record hone reads", path, n, limit)
 	}
-	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
-		if st.Size() > limit {
-			return nil, tooBig(fmt.Sprint(st.Size()))
-		}
-		data := make([]byte, 0, st.Size()+1)
-		buf := bytes.NewBuffer(data)
-		if _, err := buf.ReadFrom(io.LimitReader(f, limit+1)); err != nil {
-			return nil, err
-		}
-		if int64(buf.Len()) > limit {
-			return nil, tooBig("over " + fmt.Sprint(limit))
-		}
-		return buf.Bytes(), nil
+	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && st.Size() > limit {
+		return nil, tooBig(fmt.Sprint(st.Size()))
 	}
 	data, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
