@@ -14,6 +14,10 @@
 // fewer than 100 values p99 is the largest, below 200 the second largest;
 // nothing is interpolated. Median is the ordinary median, the mean of the
 // two middle values when n is even, for summarising repeated runs.
+// PercentileCI gives the ranks of the order statistics that bound a
+// percentile with a stated confidence, from the binomial distribution and
+// nothing else; with too few values there is no upper rank (p99 at 95%
+// needs 368 values, MinCountForCI), and a p99 of fewer is only a maximum.
 //
 // The package knows nothing about where timings come from: replay, the
 // exact simulator, the emulator and the optimizer all judge levels with it.
