@@ -82,16 +82,9 @@ func Run(spec *deploy.Spec, opts Options) (*replay.Record, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	prof := opts.Profile
-	if prof == nil {
-		name := spec.Emulator.Profile
-		if name == "" {
-			name = emulator.DefaultProfile
-		}
-		var err error
-		if prof, err = emulator.LookupProfile(name); err != nil {
-			return nil, fmt.Errorf("emulator.profile: %w", err)
-		}
+	prof, err := profileFor(spec, opts)
+	if err != nil {
+		return nil, err
 	}
 	levels, err := loadLevels(opts)
 	if err != nil {
@@ -150,6 +143,23 @@ func Run(spec *deploy.Spec, opts Options) (*replay.Record, error) {
 	rec.Runs = []replay.RunRecord{rr}
 	rec.Judge()
 	return rec, nil
+}
+
+// profileFor is opts.Profile, else the spec's emulator.profile, else
+// emulator.DefaultProfile.
+func profileFor(spec *deploy.Spec, opts Options) (*emulator.Profile, error) {
+	if opts.Profile != nil {
+		return opts.Profile, nil
+	}
+	name := spec.Emulator.Profile
+	if name == "" {
+		name = emulator.DefaultProfile
+	}
+	prof, err := emulator.LookupProfile(name)
+	if err != nil {
+		return nil, fmt.Errorf("emulator.profile: %w", err)
+	}
+	return prof, nil
 }
 
 // cluster is a spec's workers as emulator configs, with the proxy's

@@ -50,3 +50,13 @@ func Objective(levels []Level) float64 {
 	}
 	return best
 }
+
+// Presets are SLOs a user would recognise by name (hone's --slo flag):
+// interactive (a coding assistant's chat: first token within half a
+// second), brief (the brief's experiment default), batch (latency barely
+// matters; throughput does).
+var Presets = map[string]SLO{
+	"interactive": {TTFTMillis: 500, TPOTMillis: 50},
+	"brief":       Default,
+	"batch":       {TTFTMillis: 10000, TPOTMillis: 200},
+}

@@ -1,0 +1,71 @@
+package predict
+
+import (
+	"context"
+	"testing"
+
+	"github.com/hone-llm/hone/capacity"
+	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/slo"
+)
+
+var interactive = slo.Presets["interactive"]
+
+func demoSpec(t *testing.T) *deploy.Spec {
+	t.Helper()
+	spec, err := deploy.LoadSpec("../examples/emulator-l4-colocated.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+func predictCapacity(t *testing.T, spec *deploy.Spec, requests int) *capacity.Result {
+	t.Helper()
+	w := replay.DefaultWorkload()
+	w.Requests = requests
+	res, err := Capacity(context.Background(), spec, Options{Workload: w, SLO: interactive},
+		capacity.Options{SLO: interactive, Start: 8, MinRequests: requests - replay.Sessions})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Bounded {
+		t.Fatalf("capacity not bracketed: %+v", res)
+	}
+	return res
+}
+
+// TestCapacityIndependentOfRequests: the figure is the deployment's, not
+// the request count's. With the old objective (largest effective QPS at
+// the top level of a grid) the same spec gave 16.24 req/s at 48 requests
+// and 29.23 at 512.
+func TestCapacityIndependentOfRequests(t *testing.T) {
+	spec := demoSpec(t)
+	a, b := predictCapacity(t, spec, 48), predictCapacity(t, spec, 512)
+	if r := b.Value / a.Value; r > 1+a.Precision || r < 1/(1+a.Precision) {
+		t.Errorf("capacity with 48 vs 512 requests per probe: %.3f vs %.3f req/s", a.Value, b.Value)
+	}
+	for _, res := range []*capacity.Result{a, b} {
+		for _, p := range res.Probes {
+			if p.Pass && (p.P99TTFTMs > interactive.TTFTMillis || p.P99TPOTMs > interactive.TPOTMillis || !p.Steady) {
+				t.Errorf("probe at %.3f passed outside the SLO or steady state: %+v", p.Load, p)
+			}
+			if p.Measured < capacity.MinMeasured {
+				t.Errorf("probe at %.3f: p99 over %d requests", p.Load, p.Measured)
+			}
+		}
+	}
+}
+
+// TestCapacityOneGPU: one replica serves about half of what two do (the
+// router splits sessions 4/4 between two; one holds all eight).
+func TestCapacityOneGPU(t *testing.T) {
+	two := demoSpec(t)
+	one := demoSpec(t)
+	one.Topology.Replicas, one.GPUs.Budget, one.GPUs.IDs = 1, 1, []int{0}
+	c1, c2 := predictCapacity(t, one, 48), predictCapacity(t, two, 48)
+	if r := c1.Value / c2.Value; r < 0.4 || r > 0.6 {
+		t.Errorf("1 GPU %.3f vs 2 GPUs %.3f req/s (ratio %.2f)", c1.Value, c2.Value, r)
+	}
+}
