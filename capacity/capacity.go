@@ -149,9 +149,9 @@ type Probe struct {
 	// E2EP50Ms is the window's median end-to-end latency: later probes'
 	// warm-ups last WarmupLatencies of the longest seen.
 	E2EP50Ms float64 `json:"e2e_p50_ms"`
-	Steady       bool    `json:"steady"`
-	SLOMet       bool    `json:"slo_met"`
-	Pass         bool    `json:"pass"`
+	Steady   bool    `json:"steady"`
+	SLOMet   bool    `json:"slo_met"`
+	Pass     bool    `json:"pass"`
 	// Valid is the level's own verdict (replay.Verdict): a probe the host
 	// distorted decides nothing and ends the search.
 	Valid bool   `json:"valid"`
