@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
+	"github.com/hone-llm/hone/capacity"
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/internal/atomicfile"
 	"github.com/hone-llm/hone/predict"
@@ -45,6 +46,7 @@ func newPredictCmd() *cobra.Command {
 		top          int
 		axes         predict.AxisFlags
 		concurrency  string
+		capf         capacityFlags
 	)
 	c := &cobra.Command{
 		Use:   "predict SPEC",
@@ -86,6 +88,13 @@ both. Each grid spec's name says its point
 (colo-dp2-tp1-seqs256-bt2048-cache-aff-graphs-mem0.9, pd-p1tp1-d2tp1-...),
 and its gpus.budget is the GPUs it uses.
 
+--capacity finds the spec's capacity instead of scanning levels: the
+largest load that meets the SLO at steady state (--slo interactive: p99
+TTFT 500 ms, p99 TPOT 50 ms). ` + capacity.Rule + ` --requests is then a
+floor on each probe's measured requests. -o json prints {"kind",
+"source", "capacity": {"mode", "value", "unit", "precision", "upper",
+"slo", "probes": [...]}}.
+
 --out writes the result: the prediction as a run record (per-request records
 included), or with --grid every point, ranked, with its spec and its
 levels.
@@ -96,6 +105,7 @@ the prediction cannot model).`,
 		Example: `  hone predict examples/emulator-l4-colocated.yaml
   hone predict --profile qwen2.5-coder-0.5b-h200 --qps 4,16,64 -o json examples/emulator-disagg-nixl-1p1d.yaml
   hone predict --grid --top 10 examples/emulator-l4-colocated.yaml
+  hone predict --capacity --slo interactive examples/emulator-l4-colocated.yaml
   hone predict --grid --grid-max-num-seqs 64,256,1024 --grid-enforce-eager false --out grid.json spec.yaml`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
@@ -111,6 +121,9 @@ the prediction cannot model).`,
 			}
 			if top < 1 {
 				return badInput("--top: want at least 1, got %d", top)
+			}
+			if err := capf.check(c, "qps", "concurrency", "grid"); err != nil {
+				return err
 			}
 			sc, err := wf.scan(sim.Config{})
 			if err != nil {
@@ -145,6 +158,17 @@ the prediction cannot model).`,
 			if grid {
 				return runPredictGrid(c, spec, ax, opts, top, out, output.value)
 			}
+			if capf.on {
+				res, err := predict.Capacity(c.Context(), spec, opts, capf.options(sc.SLO, opts.Workload.Requests-replay.Sessions, c.ErrOrStderr()))
+				if err != nil {
+					var pe *replay.ParamError
+					if errors.As(err, &pe) {
+						return paramErr(pe)
+					}
+					return badInput("%s: cannot predict: %v", args[0], err)
+				}
+				return writeCapacity(c.OutOrStdout(), output.value, out, capacityOutput{Kind: string(predict.Kind), Source: "profile " + prof.Name, Capacity: res})
+			}
 			rec, err := predict.Run(spec, opts)
 			if err != nil {
 				var pe *replay.ParamError
@@ -178,6 +202,7 @@ the prediction cannot model).`,
 	f.BoolVar(&grid, "grid", false, "predict every deployment within the spec's GPU budget on the --grid-* axes and rank them")
 	f.IntVar(&top, "top", 20, "with --grid: how many of the ranked specs to print")
 	registerGridAxes(f, &axes, predict.DefaultAxes())
+	capf.register(c)
 	return c
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/hone-llm/hone/capacity"
 	"github.com/hone-llm/hone/internal/atomicfile"
 	"github.com/hone-llm/hone/preflight"
 	"github.com/hone-llm/hone/replay"
@@ -41,6 +43,7 @@ func newReplayCmd() *cobra.Command {
 		shard, startAt        string
 		levelGap              time.Duration
 		maxConcurrency        string
+		capf                  capacityFlags
 	)
 	c := &cobra.Command{
 		Use:   "replay",
@@ -102,6 +105,16 @@ start marks it client_bound: levels never shift. With --shard, --cache must
 be reset or fresh-prefixes (shards cannot agree on what auto would find),
 and hosts' clocks must agree (NTP) to well within the SLOs.
 
+--capacity finds the endpoint's capacity instead of scanning --qps: the
+largest load that meets the SLO at steady state (--slo interactive: p99
+TTFT 500 ms, p99 TPOT 50 ms), each probe one level of a one-run replay
+(cold start as --cache says). ` + capacity.Rule + ` --requests is a floor
+on each probe's measured requests; --out is then the result's JSON
+(default capacity.json: {"kind", "source", "capacity": {"mode", "value",
+"unit", "precision", "upper", "slo", "probes": [...]}}); the probes' run
+records are not kept. Exit 1 when no load met the SLO or a probe was
+invalid (the host distorted it) or interrupted.
+
 Ctrl-C stops cleanly and writes what was measured, marked incomplete.
 
 Exit codes: 0 the record was written complete and every level is valid;
@@ -130,6 +143,15 @@ past).`,
 			qps, err := parseQPS(wf.qps)
 			if err != nil {
 				return err
+			}
+			if err := capf.check(c, "qps", "max-concurrency", "shard", "runs"); err != nil {
+				return err
+			}
+			if capf.on && !c.Flags().Changed("out") {
+				out = "capacity.json"
+			}
+			if capf.on && strings.HasSuffix(out, ".gz") {
+				return badInput("--out %s: with --capacity the result is a small JSON file, written plain: give a name without .gz", out)
 			}
 			var clients []int
 			if c.Flags().Changed("max-concurrency") {
@@ -215,6 +237,9 @@ past).`,
 			}
 			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if capf.on {
+				return replayCapacity(ctx, c, opts, capf, output.value, out, pp)
+			}
 			rec, err := replay.Run(ctx, opts)
 			pp.Close()
 			var pe *replay.ParamError
@@ -253,6 +278,7 @@ past).`,
 	}
 	c.AddCommand(newReplayMergeCmd())
 	wf.register(c, true)
+	capf.register(c)
 	f := c.Flags()
 	f.StringVar(&endpoint, "endpoint", "", "base URL of the OpenAI-compatible server (required)")
 	f.StringVar(&tokEndpoint, "tokenize-endpoint", "", "base URL serving POST /tokenize, when not --endpoint")
@@ -277,6 +303,57 @@ past).`,
 	f.StringVar(&startAt, "start-at", "", "with --shard: the instant the first level starts, the same for every shard (RFC 3339, e.g. 2026-12-01T07:00:00Z, or unix nanoseconds)")
 	f.DurationVar(&levelGap, "level-gap", replay.DefaultLevelGap, "with --shard: model time from a level's last arrival to its drain deadline; the next level starts 1 s (real) later")
 	return c
+}
+
+// replayCapacity runs hone replay --capacity: each probe is one level of
+// a one-run replay against the endpoint, as long as the window rule asks.
+func replayCapacity(ctx context.Context, c *cobra.Command, opts replay.Options, capf capacityFlags, format, out string, pp *replay.ProgressPrinter) error {
+	var kind string
+	probe := func(ctx context.Context, p capacity.Plan) (*replay.LevelRecord, error) {
+		o := opts
+		o.Runs, o.QPS, o.Concurrency = 1, []float64{p.Load}, nil
+		if capf.mode == capacity.Closed {
+			o.QPS, o.Concurrency = nil, []int{int(p.Load)}
+		}
+		o.Workload.Requests = p.Requests
+		rec, err := replay.Run(ctx, o)
+		pp.Close()
+		if err != nil {
+			return nil, err
+		}
+		kind = rec.Kind
+		if len(rec.Runs) != 1 || len(rec.Runs[0].Levels) != 1 {
+			return nil, fmt.Errorf("capacity probe at %s: the replay returned no level", loadName(capf.mode, p.Load))
+		}
+		return &rec.Runs[0].Levels[0], nil
+	}
+	res, err := capacity.Search(ctx, probe, capf.options(opts.SLO, opts.Workload.Requests-replay.Sessions, c.ErrOrStderr()))
+	var pe *replay.ParamError
+	var me *replay.ModelError
+	switch {
+	case errors.As(err, &pe):
+		return paramErr(pe)
+	case errors.As(err, &me):
+		return badInput("--model: %v", err)
+	}
+	if res == nil {
+		return checkFailed{fmt.Sprintf("capacity: %v", err)}
+	}
+	if kind == "" {
+		kind = replay.KindUnverified
+	}
+	if werr := writeCapacity(c.OutOrStdout(), format, out, capacityOutput{Kind: kind, Source: "endpoint " + opts.Endpoint, Capacity: res}); werr != nil {
+		return werr
+	}
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return checkFailed{fmt.Sprintf("interrupted after %d probes (written to %s)", len(res.Probes), out)}
+	case err != nil:
+		return checkFailed{fmt.Sprintf("capacity: %v (the probes so far are in %s)", err, out)}
+	case !res.Bounded && res.Value == 0:
+		return checkFailed{"capacity: " + res.Note}
+	}
+	return nil
 }
 
 // parseShard turns --shard, --start-at and --level-gap into the replay's

@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/sim"
@@ -32,6 +35,8 @@ type workloadFlags struct {
 	lengthRatio    float64 // hone sim has no flag: the exact model's requests are all alike
 	ttftSLO        float64
 	tpotSLO        float64
+	sloPreset      string
+	flags          *pflag.FlagSet
 }
 
 // register adds the workload flags; uncached adds --uncached-tokens,
@@ -53,6 +58,18 @@ func (w *workloadFlags) register(c *cobra.Command, uncached bool) {
 	f.IntVar(&w.outputTokens, "output-tokens", 128, "output tokens per request")
 	f.Float64Var(&w.ttftSLO, "ttft-slo-ms", slo.Default.TTFTMillis, "SLO on p99 time to first token, ms")
 	f.Float64Var(&w.tpotSLO, "tpot-slo-ms", slo.Default.TPOTMillis, "SLO on p99 time per output token, ms")
+	f.StringVar(&w.sloPreset, "slo", "", "an SLO by name, setting both limits (an explicit --ttft-slo-ms or --tpot-slo-ms overrides its half): "+sloPresetNames())
+	w.flags = f
+}
+
+// sloPresetNames lists slo.Presets for --slo's help and errors.
+func sloPresetNames() string {
+	var out []string
+	for _, n := range slices.Sorted(maps.Keys(slo.Presets)) {
+		p := slo.Presets[n]
+		out = append(out, fmt.Sprintf("%s (p99 TTFT %g ms, p99 TPOT %g ms)", n, p.TTFTMillis, p.TPOTMillis))
+	}
+	return strings.Join(out, ", ")
 }
 
 // parseQPS parses the --qps list, naming the flag on error.
@@ -105,8 +122,21 @@ func (w *workloadFlags) workload(seed uint64) replay.Workload {
 	return replay.Workload{Seed: seed, Requests: w.requests, InputTokens: w.inputTokens, UncachedTokens: w.uncachedTokens, OutputTokens: w.outputTokens, LengthRatio: w.lengthRatio}
 }
 
-// checkSLO checks --ttft-slo-ms and --tpot-slo-ms, in that order.
+// checkSLO applies --slo, then checks --ttft-slo-ms and --tpot-slo-ms, in
+// that order.
 func (w *workloadFlags) checkSLO() error {
+	if w.sloPreset != "" {
+		p, ok := slo.Presets[w.sloPreset]
+		if !ok {
+			return badInput("--slo: %q: want one of %s", w.sloPreset, sloPresetNames())
+		}
+		if w.flags == nil || !w.flags.Changed("ttft-slo-ms") {
+			w.ttftSLO = p.TTFTMillis
+		}
+		if w.flags == nil || !w.flags.Changed("tpot-slo-ms") {
+			w.tpotSLO = p.TPOTMillis
+		}
+	}
 	for _, f := range []struct {
 		name string
 		v    float64

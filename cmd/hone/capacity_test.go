@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hone-llm/hone/capacity"
+	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/sim/emulator"
+)
+
+func TestCapacityBadFlags(t *testing.T) {
+	spec := "../../examples/emulator-l4-colocated.yaml"
+	for flag, args := range map[string][]string{
+		"--capacity-mode":      {"predict", "--capacity", "--capacity-mode", "half", spec},
+		"--capacity-precision": {"predict", "--capacity", "--capacity-precision", "1.5", spec},
+		"--qps":                {"predict", "--capacity", "--qps", "4", spec},
+		"--grid":               {"predict", "--capacity", "--grid", spec},
+		"--capacity-start":     {"predict", "--capacity-start", "4", spec},
+		"--slo":                {"predict", "--capacity", "--slo", "snappy", spec},
+		"--max-concurrency":    {"replay", "--capacity", "--max-concurrency", "4", "--endpoint", "http://127.0.0.1:1", "--model", "m"},
+		"--out":                {"replay", "--capacity", "--out", "c.json.gz", "--endpoint", "http://127.0.0.1:1", "--model", "m"},
+	} {
+		_, stderr, code := runHone(context.Background(), args...)
+		if code != exitBadInput || !strings.Contains(stderr, flag) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 naming %s", args, code, stderr, flag)
+		}
+	}
+}
+
+func TestPredictCapacityJSON(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "cap.json")
+	stdout, stderr, code := runHone(context.Background(), "predict", "--capacity", "--slo", "interactive", "-o", "json", "--out", out,
+		"../../examples/emulator-l4-colocated.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var got capacityOutput
+	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+		t.Fatal(err)
+	}
+	c := got.Capacity
+	if got.Kind != replay.KindPredicted || c == nil || c.Mode != capacity.Open || c.Unit != capacity.UnitRate || !c.Bounded ||
+		c.SLO.TTFTMillis != 500 || c.SLO.TPOTMillis != 50 || c.Precision != capacity.DefaultPrecision || c.Upper > c.Value*(1+c.Precision) {
+		t.Fatalf("capacity output: %s", stdout)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil || !strings.Contains(string(b), `"capacity"`) {
+		t.Fatalf("--out: %v %s", err, b)
+	}
+	if !strings.Contains(stderr, "capacity: ") {
+		t.Errorf("no progress on stderr: %q", stderr)
+	}
+}
+
+// TestReplayCapacityOnEmulator probes a live emulator as the search does.
+// The host may distort the probe (the search then ends, exit 1, naming the
+// verdict); whatever it measured must follow the window rule.
+func TestReplayCapacityOnEmulator(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e, err := emulator.Start(ctx, emulator.Config{Profile: "qwen2.5-coder-0.5b-l4", TimeScale: 0.25, EnablePromptTokensDetails: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	out := filepath.Join(t.TempDir(), "cap.json")
+	stdout, stderr, code := runHone(ctx, "replay", "--capacity", "--slo", "interactive", "--endpoint", e.URL(), "--model", "Qwen/Qwen2.5-Coder-0.5B-Instruct",
+		"--input-tokens", "512", "--output-tokens", "16", "--capacity-start", "16", "--capacity-max", "16", "--capacity-precision", "0.3", "-o", "json", "--out", out)
+	var got capacityOutput
+	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+		t.Fatalf("exit %d, stdout %q: %v\n%s", code, stdout, err, stderr)
+	}
+	c := got.Capacity
+	if got.Kind != replay.KindEmulated || c == nil || len(c.Probes) == 0 {
+		t.Fatalf("output: %s", stdout)
+	}
+	hostBound := code == exitFailed && strings.Contains(stderr, "invalid")
+	if code != 0 && !hostBound {
+		t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
+	}
+	for _, p := range c.Probes {
+		want := capacity.PlanFor(capacity.Open, p.Load, capacity.Options{SLO: c.SLO, Precision: 0.3, MinRequests: 120}, 0)
+		if p.Plan.WindowS != want.WindowS && !p.Retried || p.Valid && p.Measured+p.Failed != int(p.Plan.WindowS*p.Load+0.999) {
+			t.Errorf("probe at %g: plan %+v (want window %g s), measured %d", p.Load, p.Plan, want.WindowS, p.Measured)
+		}
+	}
+	// One probe: 16 req/s is well within one L4 replica's capacity for
+	// these short requests (hone predict --capacity: ~360 req/s), and --capacity-max 16
+	// makes its pass a lower bound.
+	t.Logf("exit %d, %g %s, note %q", code, c.Value, c.Unit, c.Note)
+	if code == 0 && (c.Bounded || c.Value != 16 || len(c.Probes) != 1 || !c.Probes[0].Pass || !strings.Contains(c.Note, "lower bound")) {
+		t.Errorf("capacity %+v", c)
+	}
+}
