@@ -23,6 +23,7 @@ func Write(w io.Writer, lg *optimizer.Log, o Options) error {
 	if err != nil {
 		return err
 	}
+	d.unfinished()
 	d.header(o.Title)
 	d.beforeAfter()
 	if o.PlotDir != "" {
@@ -52,8 +53,12 @@ type doc struct {
 	lg   *optimizer.Log
 	prov provenance
 	base *optimizer.Trial
-	sel  *optimizer.Trial // nil: nothing was selected
-	figs map[string]int   // figure number by file, once the plots are written
+	sel  *optimizer.Trial // nil: nothing was selected, or the loop did not finish
+	// candidate is the trial an unfinished loop was verifying when it
+	// stopped (the log's Selected); nil when there is none or the loop
+	// finished. It is not a selection.
+	candidate *optimizer.Trial
+	figs      map[string]int // figure number by file, once the plots are written
 }
 
 func newDoc(w io.Writer, lg *optimizer.Log) (*doc, error) {
@@ -61,20 +66,51 @@ func newDoc(w io.Writer, lg *optimizer.Log) (*doc, error) {
 	if n == 0 {
 		return nil, fmt.Errorf("the experiment log has no trials")
 	}
-	if lg.BaselineN < 1 || lg.BaselineN > n {
-		return nil, fmt.Errorf("the experiment log's baseline is trial %d; want one of its trials, 1 to %d", lg.BaselineN, n)
+	baseN := lg.BaselineN
+	if baseN == 0 && !lg.Done && lg.Trials[0].Role == "baseline" {
+		// The loop names its baseline once the baseline's trial has
+		// returned; a log written by that trial, or cancelled during it,
+		// does not name it yet.
+		baseN = 1
+	}
+	if baseN < 1 || baseN > n {
+		return nil, fmt.Errorf("the experiment log's baseline is trial %d; want one of its trials, 1 to %d", baseN, n)
 	}
 	if lg.Selected < 0 || lg.Selected > n {
 		return nil, fmt.Errorf("the experiment log's selected trial is %d; want 0 (none) or one of its trials, 1 to %d", lg.Selected, n)
 	}
-	d := &doc{w: w, lg: lg, prov: provenanceOf(lg.Kind), base: &lg.Trials[lg.BaselineN-1]}
+	d := &doc{w: w, lg: lg, prov: provenanceOf(lg.Kind), base: &lg.Trials[baseN-1]}
 	if lg.Kind == replay.KindEmulated && d.base.Spec != nil && d.base.Spec.Emulator.Profile != "" {
 		d.prov.about = strings.Replace(d.prov.about, "from a cost model", "from a cost model ("+profileProvenance(d.base.Spec.Emulator.Profile)+")", 1)
 	}
-	if lg.Selected > 0 {
+	switch {
+	case lg.Selected > 0 && lg.Done:
 		d.sel = &lg.Trials[lg.Selected-1]
+	case lg.Selected > 0:
+		d.candidate = &lg.Trials[lg.Selected-1]
 	}
 	return d, nil
+}
+
+// unfinished says, before anything else, that the log is not a result: the
+// loop was cancelled or is still running (the log is rewritten after every
+// trial; Done is set only when the loop finished), so nothing in it was
+// selected or verified.
+func (d *doc) unfinished() {
+	if d.lg.Done {
+		return
+	}
+	d.p("> **%s.**\n\n", d.stoppedLine())
+}
+
+// stoppedLine is the unfinished log's warning.
+func (d *doc) stoppedLine() string {
+	budget := "an unstated budget"
+	if d.lg.Budget > 0 {
+		budget = fmt.Sprintf("budget %d", d.lg.Budget)
+	}
+	return fmt.Sprintf("This log is unfinished: the loop stopped after trial %d of %s (cancelled or still running); "+
+		"nothing below is a final selection", len(d.lg.Trials), budget)
 }
 
 func (d *doc) p(format string, a ...any) {

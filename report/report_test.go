@@ -64,7 +64,7 @@ func testLog(kind string, measured int) *optimizer.Log {
 			EngineP50TTFTMs: 18.16, SpecTimeScale: 0.1, ChosenTimeScale: 0.25, FloorModelMs: 19.04, MedianModelMs: 9.08, Rule: optimizer.FloorRule}
 	}
 	lg := &optimizer.Log{SchemaVersion: optimizer.LogSchemaVersion, Kind: kind, Workload: replay.DefaultWorkload(), QPS: qps, Runs: 3,
-		SLO: slo.Default, HostFloor: floor, BaselineN: 1, Selected: 2, Verified: true, Decision: []string{"selected trial 2 (disagg-1p1d-cache)"},
+		SLO: slo.Default, Budget: 8, HostFloor: floor, BaselineN: 1, Selected: 2, Verified: true, Done: true, Decision: []string{"selected trial 2 (disagg-1p1d-cache)"},
 		SelectionRule: optimizer.LiveSelectionRule, RegressionRule: optimizer.LiveRegressionRule,
 		Interaction: &optimizer.Interaction{Factors: [2]string{"topology", "prefix caching"}, Cells: [4]int{2, 3, 1, 4},
 			Values: [4]float64{16.6, 0, 15.3, 10.5}, Text: "interaction: prefix caching is worth 16.600 req/s on disagg and 4.800 on coloc"},
@@ -143,7 +143,7 @@ func TestWrite(t *testing.T) {
 			"No trial was eligible and verified: the baseline stays.", "**p99 of 150 requests is their second largest**",
 			"Baseline: trial 1 coloc-r2-cache, every level: median over valid runs (min–max); p99 of 150 requests is their second largest.",
 			"![p99 TTFT vs offered load: baseline (emulated)](p99_ttft.png)", "None: nothing was selected.",
-		}, []string{"selected (trial", "their largest", "re-run of the selected config"}},
+		}, []string{"selected (trial", "their largest", "re-run of the selected config", "unfinished", "did not reach selection"}},
 		{"device, every level valid, 250 requests", device, []string{
 			"**All figures in this report are DEVICE** (kind `device`): real vLLM on GPUs", "| [device] offered, req/s | p99 TTFT, ms |",
 			"Every level of every run was valid.", "rank ceil(0.99·250) = 248.", "No run was invalid at any level shown.",
@@ -178,6 +178,57 @@ func TestWrite(t *testing.T) {
 				checkPNG(t, filepath.Join(dir, f))
 				if !strings.Contains(out, "]("+f+")") {
 					t.Errorf("report does not link %s", f)
+				}
+			}
+		})
+	}
+}
+
+// A report of an unfinished log (cancelled, or the loop still running)
+// says so on its first line, before the title, and nothing in it reads as
+// a selection: not the candidate the loop was verifying when it stopped,
+// not "the baseline stays".
+func TestWriteUnfinished(t *testing.T) {
+	verifying := testLog("emulated", 40) // stopped after the re-run of trial 2 was measured, before it was judged
+	verifying.Done, verifying.Verified = false, false
+	afterBaseline := testLog("emulated", 40)
+	afterBaseline.Done, afterBaseline.Selected, afterBaseline.Verified, afterBaseline.Interaction = false, 0, false, nil
+	afterBaseline.Trials, afterBaseline.BaselineN = afterBaseline.Trials[:1], 0 // the loop names its baseline after the trial returns
+	for _, c := range []struct {
+		name    string
+		lg      *optimizer.Log
+		first   string
+		want    []string
+		notWant []string
+	}{
+		{"verifying", verifying,
+			"> **This log is unfinished: the loop stopped after trial 5 of budget 8 (cancelled or still running); nothing below is a final selection.**",
+			[]string{"**The loop did not reach selection**: it stopped after trial 5, so no trial is selected or verified",
+				"Trial 2 `disagg-1p1d-cache` was the candidate being verified when it stopped; its re-run was not judged.",
+				"Not compared: the loop stopped before selection", "![p99 TTFT vs offered load: baseline (emulated)](p99_ttft.png)"},
+			[]string{"**selected**", "selected:", "re-run of the selected config", "the baseline stays", "None: nothing was selected"}},
+		{"after the baseline", afterBaseline,
+			"> **This log is unfinished: the loop stopped after trial 1 of budget 8 (cancelled or still running); nothing below is a final selection.**",
+			[]string{"**The loop did not reach selection**: it stopped after trial 1,"},
+			[]string{"was the candidate", "the baseline stays", "**selected**"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var b bytes.Buffer
+			if err := Write(&b, c.lg, Options{PlotDir: t.TempDir()}); err != nil {
+				t.Fatal(err)
+			}
+			out := b.String()
+			if first, _, _ := strings.Cut(out, "\n"); first != c.first {
+				t.Errorf("first line %q, want %q", first, c.first)
+			}
+			for _, s := range c.want {
+				if !strings.Contains(out, s) {
+					t.Errorf("report lacks %q", s)
+				}
+			}
+			for _, s := range c.notWant {
+				if strings.Contains(out, s) {
+					t.Errorf("report has %q", s)
 				}
 			}
 		})

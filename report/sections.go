@@ -107,7 +107,11 @@ func (d *doc) invalidLevels() {
 // ablations compare each ablation with the selection.
 func (d *doc) ablations() {
 	d.p("## Ablations (%s)\n\n", d.prov.tag())
-	if d.sel == nil {
+	switch {
+	case !d.lg.Done:
+		d.p("Not compared: the loop stopped before selection, and an ablation is judged against the selection.\n\n")
+		return
+	case d.sel == nil:
 		d.p("None: nothing was selected.\n\n")
 		return
 	}

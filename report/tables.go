@@ -16,7 +16,14 @@ import (
 // each.
 func (d *doc) beforeAfter() {
 	d.p("## Before and after (%s)\n\n", d.prov.tag())
-	if d.sel == nil {
+	switch {
+	case !d.lg.Done:
+		d.p("**The loop did not reach selection**: it stopped after trial %d, so no trial is selected or verified, and the baseline is not a decision either.", len(d.lg.Trials))
+		if c := d.candidate; c != nil {
+			d.p(" Trial %d `%s` was the candidate being verified when it stopped; its re-run was not judged.", c.N, c.Key)
+		}
+		d.p(" Below: the baseline as measured; every trial so far is in the trials table.\n\n")
+	case d.sel == nil:
 		d.p("No trial was eligible and verified: the baseline stays.\n\n")
 	}
 	d.p("| [%s] | config | objective, req/s (median) | per run, req/s | GPU-s / request | prefix hit rate | verified |\n|---|---|---:|---|---:|---:|---|\n", d.prov.tag())

@@ -19,6 +19,11 @@ const (
 	exitOK       = 0
 	exitFailed   = 1 // the check failed: regression, SLO violation
 	exitBadInput = 2 // bad input, unusable data, incomparable baseline
+	// exitInterrupted: a long command (hone optimize) stopped by SIGINT or
+	// SIGTERM before it finished; 128+2, the shell's code for an interrupt.
+	// Apart from 1, so that a script that accepts "the check failed" (make
+	// demo's `|| test $? -eq 1`) does not accept an interrupted run.
+	exitInterrupted = 130
 )
 
 // usageError marks an error caused by the user's input: exit code 2.
@@ -37,6 +42,13 @@ type checkFailed struct{ msg string }
 
 func (e checkFailed) Error() string { return e.msg }
 
+// interrupted marks a command stopped by SIGINT or SIGTERM (its context
+// cancelled) before it finished: exit code 130.
+type interrupted struct{ err error }
+
+func (e interrupted) Error() string { return e.err.Error() }
+func (e interrupted) Unwrap() error { return e.err }
+
 func main() {
 	root := newRootCmd()
 	err := root.Execute()
@@ -50,7 +62,10 @@ func exitCode(err error) int {
 	fmt.Fprintln(os.Stderr, errorLine(err))
 	var ue usageError
 	var cf checkFailed
+	var in interrupted
 	switch {
+	case errors.As(err, &in):
+		return exitInterrupted
 	case errors.As(err, &cf):
 		return exitFailed
 	case errors.As(err, &ue):

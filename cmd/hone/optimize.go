@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -94,7 +95,9 @@ uses a DIR.
 
 Exit codes: 0 a verified selection; 1 nothing eligible or verified, or a
 deployment left under DIR/state/ could not be stopped; 2 bad input, or DIR
-holds an earlier run's log (see --force) or is in use.`,
+holds an earlier run's log (see --force) or is in use; 130 interrupted
+(SIGINT or SIGTERM) before the loop finished: DIR/log.json holds the trials
+so far, marked unfinished.`,
 		Example: `  hone optimize --spec examples/emulator-l4-colocated.yaml --out results/demo --runs 3 --qps 2,8,16,32 --requests 48
   hone optimize --spec examples/vllm-colocated-tp2.yaml --vllm .venv/bin/vllm --out results/device --qps 2,8,32
   hone report --log results/demo/log.json --out results/demo/report.md`,
@@ -190,7 +193,7 @@ holds an earlier run's log (see --force) or is in use.`,
 				fmt.Fprintf(c.ErrOrStderr(), "optimize: measuring the host's floor (zero-cost engine, %g req/s, %d runs)\n", slices.Max(sc.QPS), optimizer.FloorRuns)
 				floor, err = dev.MeasureFloor(ctx, base)
 				if err != nil {
-					return fmt.Errorf("optimize: host floor: %w", err)
+					return stopped(ctx, fmt.Errorf("optimize: host floor: %w", err))
 				}
 				fmt.Fprintf(c.ErrOrStderr(), "optimize: host floor p50 %.2f / p99 %.2f ms real (dispatch lag p99 %.2f ms), baseline engine median TTFT %.2f model ms; ",
 					floor.P50RealMs, floor.P99RealMs, floor.DispatchP99RealMs, floor.EngineP50TTFTMs)
@@ -222,7 +225,7 @@ holds an earlier run's log (see --force) or is in use.`,
 			lg, err := optimizer.Live(ctx, optimizer.LiveOptions{Base: base, Evaluator: ev, Budget: budget, HostFloor: floor,
 				Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo, LogPath: logPath, Progress: c.ErrOrStderr(), Predictor: pred})
 			if err != nil {
-				return fmt.Errorf("optimize: %w (the log so far is in %s)", err, logPath)
+				return stopped(ctx, fmt.Errorf("optimize: %w (the log so far is in %s)", err, logPath))
 			}
 			fmt.Fprintf(c.OutOrStdout(), "experiment log: %s (%d trials, %s)\n", logPath, len(lg.Trials), lg.Kind)
 			if lg.Selected == 0 || !lg.Verified {
@@ -249,6 +252,17 @@ holds an earlier run's log (see --force) or is in use.`,
 	f.StringVar(&profile, "profile", "", "with --explore predict: the cost profile predictions start from, a built-in name or a .yaml file (default: the spec's emulator.profile)")
 	registerGridAxes(f, &axes, optimizer.DefaultGridAxes())
 	return c
+}
+
+// stopped marks err as an interruption (exit 130) when ctx was cancelled,
+// by SIGINT or SIGTERM: the run ended because it was told to, not because
+// nothing was eligible (exit 1), and a script that accepts 1 must not
+// accept it.
+func stopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return interrupted{fmt.Errorf("interrupted: %w", err)}
+	}
+	return err
 }
 
 // lockOutDir takes an exclusive lock on the --out directory for this run,

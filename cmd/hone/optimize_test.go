@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -162,5 +165,74 @@ func TestOptimizeRemovesStaleTempFiles(t *testing.T) {
 		if fileExists(p) {
 			t.Errorf("%s left", p)
 		}
+	}
+}
+
+// Each kind of error maps to its exit code; an interruption keeps its own
+// code (130) however it is wrapped, apart from 1, which make demo accepts
+// as "nothing eligible or verified".
+func TestExitCodes(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"success", nil, exitOK},
+		{"check failed", checkFailed{"no eligible config survived verification"}, exitFailed},
+		{"bad input", badInput("--runs: 0"), exitBadInput},
+		{"other error", errors.New("disk full"), exitFailed},
+		{"interrupted", interrupted{context.Canceled}, exitInterrupted},
+		{"interrupted, wrapped", fmt.Errorf("optimize: %w", interrupted{context.Canceled}), exitInterrupted},
+		{"a cancelled context alone is not marked", fmt.Errorf("optimize: %w", context.Canceled), exitFailed},
+	} {
+		if got := exitCodeQuiet(c.err); got != c.want {
+			t.Errorf("%s: exit %d, want %d", c.name, got, c.want)
+		}
+	}
+	if exitInterrupted != 130 {
+		t.Errorf("exitInterrupted = %d, want 130 (128+SIGINT, the shell's convention)", exitInterrupted)
+	}
+}
+
+// hone optimize whose context is cancelled — what SIGINT or SIGTERM does
+// through signal.NotifyContext — exits 130, not 1, and says so and where
+// the log is; the log holds the trial that ran, marked unfinished, and
+// hone report says so on its first line.
+func TestOptimizeInterruptedExits130(t *testing.T) {
+	out := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	root := newRootCmd()
+	var stdout, stderr strings.Builder
+	root.SetOut(&stdout)
+	root.SetErr(&stderr)
+	root.SetArgs(append(append([]string{}, modelOptimize...), "--out", out))
+	err := root.ExecuteContext(ctx)
+	logPath := filepath.Join(out, "log.json")
+	if code := exitCodeQuiet(err); code != exitInterrupted {
+		t.Fatalf("exit %d (%v), want %d\n%s", code, err, exitInterrupted, stderr.String())
+	}
+	if msg := errorLine(err); !strings.HasPrefix(msg, "hone: interrupted: ") || !strings.Contains(msg, logPath) {
+		t.Errorf("error line %q: want it to say interrupted and name %s", msg, logPath)
+	}
+	lg, err := optimizer.ReadLog(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lg.Done || len(lg.Trials) != 1 || lg.Budget != 4 {
+		t.Errorf("log: done %t, %d trials, budget %d; want unfinished after the baseline (1 trial) of budget 4", lg.Done, len(lg.Trials), lg.Budget)
+	}
+	md := filepath.Join(out, "report.md")
+	if _, errs, code := runCLI(t, "", "report", "--log", logPath, "--out", md); code != exitOK {
+		t.Fatalf("report: exit %d\n%s", code, errs)
+	}
+	b, _ := os.ReadFile(md)
+	first, _, _ := strings.Cut(string(b), "\n")
+	want := "> **This log is unfinished: the loop stopped after trial 1 of budget 4 (cancelled or still running); nothing below is a final selection.**"
+	if first != want {
+		t.Errorf("report's first line %q, want %q", first, want)
+	}
+	if strings.Contains(string(b), "the baseline stays") {
+		t.Error("the report of an unfinished log reads as a final selection")
 	}
 }

@@ -31,6 +31,8 @@ and draws invalid runs hollow and grey, outside the medians. Every figure
 and table carries the log's kind (emulated, device, or unverified, which is
 never shown as a device number); invalid levels are listed with their
 reasons, and "p99 of N requests is their largest" is stated where N < 100.
+A log the loop did not finish (hone optimize interrupted, or still running)
+says so on the report's first line, and nothing in it reads as a selection.
 
 Exit codes: 0 success; 2 bad input.`,
 		Example: `  hone report --log results/demo/log.json --out results/demo/report.md`,
