@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,12 +17,14 @@ import (
 	"github.com/hone-llm/hone/internal/atomicfile"
 )
 
-// SchemaVersion is the version of the baseline file format. Version 2
-// added each value's validity (Series.Invalid), the plausibility bounds and
-// the cache procedure in the fingerprint; version 1 files are read only for
-// simulation_only baselines, which have neither invalid levels nor a cache
-// procedure.
-const SchemaVersion = 2
+// SchemaVersion is the version of the baseline file format. Version 3
+// added the tail metrics' per-request values (Series.Samples); version 2
+// files are read as they are, their tails compared per run (the check says
+// so). Version 2 added each value's validity (Series.Invalid), the
+// plausibility bounds and the cache procedure in the fingerprint; version 1
+// files are read only for simulation_only baselines, which have neither
+// invalid levels nor a cache procedure.
+const SchemaVersion = 3
 
 // Direction says which way a metric improves.
 type Direction string
@@ -43,6 +46,70 @@ type Series struct {
 	// anything ("code: detail" from the record's level verdict), "" for a
 	// valid value. Omitted when every value is valid.
 	Invalid []string `json:"invalid,omitempty"`
+	// Samples runs parallel to Values for a tail metric (Metric.Percentile):
+	// each run's per-request values at the level, sorted, in ms rounded to
+	// 0.01 — what the gate pools across runs (see TailRule). An empty entry
+	// is a run without per-request detail. Omitted for other metrics and
+	// when no run has any.
+	Samples [][]float64 `json:"samples,omitempty"`
+}
+
+// samplesAt is run i's per-request values, or nil.
+func (s Series) samplesAt(i int) []float64 {
+	if i < len(s.Samples) {
+		return s.Samples[i]
+	}
+	return nil
+}
+
+// roundedSorted is v rounded to 0.01 (ms: far below any latency the gate
+// can tell apart, and it keeps a baseline file small) and sorted, in a
+// new slice.
+func roundedSorted(v []float64) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = math.Round(x*100) / 100
+	}
+	sort.Float64s(out)
+	return out
+}
+
+// checkSamples refuses per-request values the gate cannot pool: on a
+// metric that is not a tail, not one entry per run, unsorted, or not a
+// finite non-negative number.
+func (s Series) checkSamples() error {
+	if len(s.Samples) == 0 {
+		return nil
+	}
+	if Metrics[s.Metric].Percentile == 0 {
+		return fmt.Errorf("samples: %s is not a tail metric; only %s carry per-request values", s.Metric, strings.Join(tailMetrics(), " and "))
+	}
+	if len(s.Samples) != len(s.Values) {
+		return fmt.Errorf("samples: %d entries for %d values (want one per value, or none)", len(s.Samples), len(s.Values))
+	}
+	for i, v := range s.Samples {
+		for j, x := range v {
+			if err := checkValue(x); err != nil || x < 0 {
+				return fmt.Errorf("samples[%d][%d]: %v: want a latency >= 0 ms", i, j, x)
+			}
+			if j > 0 && x < v[j-1] {
+				return fmt.Errorf("samples[%d][%d]: %v after %v: want each run's values sorted ascending", i, j, x, v[j-1])
+			}
+		}
+	}
+	return nil
+}
+
+// tailMetrics are the metrics that are percentiles of per-request values.
+func tailMetrics() []string {
+	var out []string
+	for name, m := range Metrics {
+		if m.Percentile > 0 {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // invalidAt is the reason value i is invalid, or "".
@@ -53,7 +120,7 @@ func (s Series) invalidAt(i int) string {
 	return ""
 }
 
-// merge appends o's values (and their validity) to s.
+// merge appends o's values (and their validity and samples) to s.
 func (s *Series) merge(o Series) {
 	if s.Invalid != nil || o.Invalid != nil {
 		inv := make([]string, 0, len(s.Values)+len(o.Values))
@@ -65,7 +132,25 @@ func (s *Series) merge(o Series) {
 		}
 		s.Invalid = inv
 	}
+	if s.Samples != nil || o.Samples != nil {
+		smp := make([][]float64, 0, len(s.Values)+len(o.Values))
+		for i := range s.Values {
+			smp = append(smp, nonNil(s.samplesAt(i)))
+		}
+		for i := range o.Values {
+			smp = append(smp, nonNil(o.samplesAt(i)))
+		}
+		s.Samples = smp
+	}
 	s.Values = append(s.Values, o.Values...)
+}
+
+// nonNil is v, or an empty slice (written [] rather than null).
+func nonNil(v []float64) []float64 {
+	if v == nil {
+		return []float64{}
+	}
+	return v
 }
 
 // keepLast keeps the newest n values.
@@ -81,15 +166,22 @@ func (s *Series) keepLast(n int) {
 			s.Invalid = nil
 		}
 	}
+	if s.Samples != nil {
+		s.Samples = append([][]float64(nil), s.Samples[cut:]...)
+	}
 }
 
-// valid returns the series restricted to its valid values.
+// valid returns the series restricted to its valid values (and their
+// samples).
 func (s Series) valid() Series {
 	v := s
-	v.Values, v.Invalid = nil, nil
+	v.Values, v.Invalid, v.Samples = nil, nil, nil
 	for i, x := range s.Values {
 		if s.invalidAt(i) == "" {
 			v.Values = append(v.Values, x)
+			if s.Samples != nil {
+				v.Samples = append(v.Samples, nonNil(s.samplesAt(i)))
+			}
 		}
 	}
 	return v
@@ -144,8 +236,13 @@ func ParseBaseline(b []byte) (*Baseline, error) {
 	case bl.SchemaVersion == 1:
 		return nil, fmt.Errorf("schema_version 1: a %s baseline from before level verdicts and the cache procedure were recorded; "+
 			"recreate it from schema-2 run records (hone gate baseline create RECORD... --out FILE)", bl.Kind)
+	case bl.SchemaVersion == 2:
+		// Read as it is: without samples its tails are compared per run
+		// (the check says so), and a file it is written back to is a
+		// version-3 one whose older runs have no samples.
+		bl.SchemaVersion = SchemaVersion
 	case bl.SchemaVersion != SchemaVersion:
-		return nil, fmt.Errorf("schema_version %d: want %d", bl.SchemaVersion, SchemaVersion)
+		return nil, fmt.Errorf("schema_version %d: want 2 or %d", bl.SchemaVersion, SchemaVersion)
 	}
 	if bl.Kind == "" {
 		return nil, errors.New("kind: missing (want simulation_only, emulated, device or unverified)")
@@ -172,6 +269,9 @@ func ParseBaseline(b []byte) (*Baseline, error) {
 			if err := checkPhysical(s.Metric, v, s.invalidAt(j) == ""); err != nil {
 				return nil, fmt.Errorf("%s: values[%d]: %w", where, j, err)
 			}
+		}
+		if err := s.checkSamples(); err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
 		}
 		seen[s.Key()] = true
 	}
@@ -222,7 +322,8 @@ func checkPhysical(metric string, v float64, valid bool) error {
 }
 
 // Write stores the baseline atomically: a temporary file in the same
-// directory, fsynced, then renamed over path.
+// directory, fsynced, then renamed over path. Arrays of numbers are
+// written on one line each (a run's samples are hundreds of values).
 func (bl *Baseline) Write(path string) error {
 	b, err := json.MarshalIndent(bl, "", "  ")
 	if err != nil {
@@ -231,7 +332,19 @@ func (bl *Baseline) Write(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	return atomicfile.Write(path, append(b, '\n'))
+	return atomicfile.Write(path, append(compactNumberArrays(b), '\n'))
+}
+
+// numberArray is an indented JSON array of numbers. Its opening bracket is
+// followed by a raw newline, which no JSON string holds, so it never
+// matches inside a string.
+var numberArray = regexp.MustCompile(`\[\n\s*(?:-?[0-9][0-9.eE+-]*,\n\s*)*-?[0-9][0-9.eE+-]*\n\s*\]`)
+
+// compactNumberArrays puts each indented array of numbers on one line.
+func compactNumberArrays(b []byte) []byte {
+	return numberArray.ReplaceAllFunc(b, func(m []byte) []byte {
+		return []byte("[" + strings.Join(strings.Fields(string(m[1:len(m)-1])), " ") + "]")
+	})
 }
 
 // NewBaseline builds a baseline from runs that share one fingerprint.

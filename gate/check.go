@@ -157,7 +157,12 @@ type Result struct {
 	// Excluded says which runs' values were left out as invalid; the
 	// rest were compared.
 	Excluded string `json:"excluded,omitempty"`
-	tested   bool
+	// Tail is set for a tail metric compared on pooled per-request values
+	// (TailRule); its centers are then the pooled figures.
+	Tail   *Tail `json:"tail,omitempty"`
+	tested bool
+	// perRun says why a tail metric was compared per run, or "".
+	perRun string
 }
 
 // Report is the outcome of a check.
@@ -246,7 +251,13 @@ func Check(bl *Baseline, runs []Run, cfg Config) *Report {
 		if s.OfferedQPS > 0 {
 			comparable[lk] = true
 		}
-		res := compare(bv, cv.Values, exact, cfg)
+		res, perRun, pooled := compareTail(bv, cv, cfg)
+		if exact || !pooled {
+			res = compare(bv, cv.Values, exact, cfg)
+			if !exact && Metrics[s.Metric].Percentile > 0 {
+				res.perRun = perRun
+			}
+		}
 		res.Excluded = excluded(s, *c)
 		rep.Results = append(rep.Results, res)
 	}
@@ -275,8 +286,17 @@ func Check(bl *Baseline, runs []Run, cfg Config) *Report {
 	}
 	rep.InvalidLevels = invalidLevels(rep.Results)
 	counts := map[Verdict]int{}
-	for _, r := range rep.Results {
+	tails, perRun := 0, map[string]int{}
+	for i := range rep.Results {
+		r := &rep.Results[i]
+		r.Series.Samples = nil // the report shows the pooled figures (Tail), not every request
 		counts[r.Verdict]++
+		if r.Tail != nil {
+			tails++
+		}
+		if r.perRun != "" {
+			perRun[r.perRun]++
+		}
 	}
 	rep.Verdict = Pass
 	switch {
@@ -305,6 +325,12 @@ func Check(bl *Baseline, runs []Run, cfg Config) *Report {
 	} else {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("significance: one-sided at α=%g, Holm-adjusted over %d tested metrics (family-wise false-alarm rate ≤ α)", cfg.alpha(), tested))
 	}
+	if tails > 0 {
+		rep.Notes = append(rep.Notes, "tails: "+TailRule)
+	}
+	for _, why := range sortedKeys(perRun) {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d tail metrics were compared per run, each run's p99 a maximum of its few requests: %s", perRun[why], why))
+	}
 	if n := counts[Invalid]; n > 0 && rep.Verdict != Unusable {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d metrics were not compared: their level is invalid on one side (or, for the objective, not every level is valid); invalid levels are never pass or fail", n))
 	}
@@ -329,6 +355,15 @@ func Check(bl *Baseline, runs []Run, cfg Config) *Report {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d candidate metrics have no baseline and were not compared", extra))
 	}
 	return rep
+}
+
+func sortedKeys(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func levelKey(s Series) string { return s.Scenario + "@" + fmtQPS(s.OfferedQPS) }
@@ -511,6 +546,10 @@ func decide(r *Result, cfg Config) {
 	pct := func(x float64) string { return fmt.Sprintf("%.1f%%", 100*x) }
 	if Metrics[r.Series.Metric].Hard {
 		hardRule(r)
+		return
+	}
+	if r.Tail != nil {
+		decideTail(r, cfg)
 		return
 	}
 	bar := math.Max(fail, r.NoiseFloor)

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"math"
 	"strings"
 	"testing"
 
 	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/sim/emulator"
+	"github.com/hone-llm/hone/slo"
 )
 
 // emulatedRuns replays three runs against a fresh emulator and returns the
@@ -19,32 +21,81 @@ func emulatedRuns(t *testing.T, noCache bool) []Run {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const scale = 0.2
-	e, err := emulator.Start(ctx, emulator.Config{Profile: "qwen2.5-coder-0.5b-l4", TimeScale: scale, DisablePrefixCaching: noCache,
-		EnablePromptTokensDetails: true, EnablePerRequestMetrics: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	url := startEmulator(t, ctx, emulator.Config{Profile: "qwen2.5-coder-0.5b-l4", TimeScale: scale, DisablePrefixCaching: noCache})
 	w := replay.DefaultWorkload()
 	w.Requests = 24
-	rec, err := replay.Run(ctx, replay.Options{Endpoint: e.URL(), Model: "Qwen/Qwen2.5-Coder-0.5B-Instruct", Kind: replay.KindEmulated,
-		Backend: "emulator", Workload: w, QPS: []float64{6}, Runs: 3, TimeScale: scale, GPUs: 1,
-		Config: map[string]any{"scenario": "emu-l4"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := json.Marshal(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runs, err := ParseRuns(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	runs := replayRuns(t, ctx, url, w, 6, 3, scale)
 	if len(runs) != 3 || runs[0].Scenario != "emu-l4" {
 		t.Fatalf("%d runs, scenario %q", len(runs), runs[0].Scenario)
 	}
 	return runs
+}
+
+// startEmulator starts an in-process emulator on loopback that reports
+// cached tokens and per-request metrics, stopped when ctx ends, and
+// returns its URL.
+func startEmulator(t *testing.T, ctx context.Context, cfg emulator.Config) string {
+	t.Helper()
+	cfg.EnablePromptTokensDetails, cfg.EnablePerRequestMetrics = true, true
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	e, err := emulator.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e.URL()
+}
+
+// replayRuns replays w at one offered rate, runs times, and returns the
+// record's gate runs, read back from its JSON as from disk.
+func replayRuns(t *testing.T, ctx context.Context, url string, w replay.Workload, qps float64, runs int, scale float64) []Run {
+	t.Helper()
+	out, _ := replayRecord(t, ctx, url, w, qps, runs, scale)
+	return out
+}
+
+// replayRecord is replayRuns that also returns the record.
+func replayRecord(t *testing.T, ctx context.Context, url string, w replay.Workload, qps float64, runs int, scale float64) ([]Run, *replay.Record) {
+	t.Helper()
+	rec, err := replayOnce(ctx, url, w, qps, runs, scale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recordRuns(t, rec), rec
+}
+
+// replayOnce is one `hone replay` of w at one offered rate.
+func replayOnce(ctx context.Context, url string, w replay.Workload, qps float64, runs int, scale float64) (*replay.Record, error) {
+	return replay.Run(ctx, replay.Options{Endpoint: url, Model: "Qwen/Qwen2.5-Coder-0.5B-Instruct", Kind: replay.KindEmulated,
+		Backend: "emulator", Workload: w, QPS: []float64{qps}, Runs: runs, TimeScale: scale, GPUs: 1,
+		Config: map[string]any{"scenario": "emu-l4"}})
+}
+
+// recordRuns reads a record's gate runs back from its JSON, as `hone gate`
+// reads them from disk.
+func recordRuns(t *testing.T, rec *replay.Record) []Run {
+	t.Helper()
+	b, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := ParseRuns(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The samples are what the record's p99s are percentiles of: the
+	// per-run nearest rank of each is the level's own p99 (to the 0.01 ms
+	// the samples are rounded to).
+	for i, r := range out {
+		l := r.Levels[0]
+		for _, m := range []string{"p99_ttft_ms", "p99_tpot_ms"} {
+			v := l.Samples[m]
+			if len(v) == 0 && l.Valid() || len(v) > 0 && math.Abs(slo.NearestRank(v, 99)-l.Metrics[m]) > 0.005 {
+				t.Fatalf("run %d %s: p99 of %d samples %v, the record's %v", i+1, m, len(v), slo.NearestRank(v, 99), l.Metrics[m])
+			}
+		}
+	}
+	return out
 }
 
 // A regression planted in an emulated deployment (prefix caching off) is
@@ -135,4 +186,157 @@ func onlyHostInvalid(runs []Run) bool {
 		}
 	}
 	return true
+}
+
+// The tail rule on replay records. An A/A check — one emulated deployment
+// replayed for the baseline and again for the candidate — passes, its p99s
+// compared on 3 runs × 128 measured requests pooled (384 a side, enough
+// for a 95% interval's upper rank) instead of each run's maximum; a
+// deployment whose every engine step costs 15% more (a slower GPU: the
+// model's decode, prefill and step overhead all ×1.15) fails on TPOT.
+//
+// The baseline's and the A/A candidate's runs alternate, one replay each,
+// so that a host whose load drifts while the test runs loads both alike:
+// the runs of one deployment stay exchangeable, which pooling assumes. The
+// slower deployment, another emulator, is replayed meanwhile (its 6 runs
+// beside those 6), so every run shares the host with one other replay.
+func TestGateTailsOnEmulatedRecords(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays 12 runs of 136 requests against two emulators")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const scale, qps, runs, slower = 0.15, 16.0, 3, 1.15
+	slow, err := emulator.LookupProfile("qwen2.5-coder-0.5b-l4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The roofline step is max(compute, memory) + overhead + launches:
+	// each term ×1.15 makes every step exactly 15% longer.
+	slow.MFU, slow.MBU = slow.MFU/slower, slow.MBU/slower
+	slow.StepOverheadMs, slow.LaunchUs, slow.GraphLaunchMs = slow.StepOverheadMs*slower, slow.LaunchUs*slower, slow.GraphLaunchMs*slower
+	same := startEmulator(t, ctx, emulator.Config{Profile: "qwen2.5-coder-0.5b-l4", TimeScale: scale})
+	slowURL := startEmulator(t, ctx, emulator.Config{ProfileValue: slow, TimeScale: scale})
+	w := replay.DefaultWorkload()
+	w.Requests, w.OutputTokens = replay.Sessions+128, 32
+
+	type done struct {
+		rec *replay.Record
+		err error
+	}
+	slowDone := make(chan done, 1)
+	go func() {
+		rec, err := replayOnce(ctx, slowURL, w, qps, 2*runs, scale)
+		slowDone <- done{rec, err}
+	}()
+	var base, aa []Run
+	var baseRecs []*replay.Record
+	for i := 0; i < runs; i++ {
+		r, rec := replayRecord(t, ctx, same, w, qps, 1, scale)
+		base, baseRecs = append(base, r...), append(baseRecs, rec)
+		aa = append(aa, replayRuns(t, ctx, same, w, qps, 1, scale)...)
+	}
+	d := <-slowDone
+	if d.err != nil {
+		t.Fatal(d.err)
+	}
+	reg := recordRuns(t, d.rec)
+
+	// What the model decides, whatever the host: the engine's own mean
+	// inter-token time (model ms) is at least 15% longer (longer steps
+	// also batch more requests, each step then costing a little more).
+	itl := func(recs ...*replay.Record) float64 {
+		var v []float64
+		for _, rec := range recs {
+			for _, rr := range rec.Runs {
+				for _, q := range rr.Levels[0].Requests {
+					var m emulator.RequestMetrics
+					if q.ID >= replay.Sessions && json.Unmarshal(q.EngineMetrics, &m) == nil && m.MeanITLMs != nil {
+						v = append(v, *m.MeanITLMs)
+					}
+				}
+			}
+		}
+		if len(v) != runs*128 && len(v) != 2*runs*128 {
+			t.Fatalf("%d requests with the engine's mean_itl_ms, want %d or %d", len(v), runs*128, 2*runs*128)
+		}
+		return slo.Median(v)
+	}
+	bITL, sITL := itl(baseRecs...), itl(d.rec)
+	t.Logf("engine median mean_itl_ms: %.3f, slower deployment %.3f (×%.3f)", bITL, sITL, sITL/bITL)
+	if r := sITL / bITL; r < 1.14 || r > 1.3 {
+		t.Errorf("the slower deployment's engine inter-token time is ×%.3f the baseline's, want ×%g or a little more", r, slower)
+	}
+
+	bl, err := NewBaseline("emu", base, DefaultCompared)
+	if err != nil && strings.Contains(err.Error(), "no level is valid") && onlyHostInvalid(base) {
+		t.Logf("every baseline run was client-bound on this host; the gate refused it: %v", err)
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := func(rep *Report) string {
+		var b strings.Builder
+		rep.Write(&b, "table")
+		return b.String()
+	}
+	hostRefused := func(rep *Report) bool {
+		return rep.Verdict == Unusable && len(rep.InvalidLevels) > 0
+	}
+
+	t.Run("A/A", func(t *testing.T) {
+		rep := Check(bl, aa, Config{})
+		t.Log("\n" + table(rep))
+		if hostRefused(rep) {
+			t.Logf("the host made the A/A runs invalid; the gate refused to decide")
+			return
+		}
+		if rep.ExitCode() != 0 {
+			t.Errorf("A/A check of one deployment: %s (exit %d), want a pass", rep.Verdict, rep.ExitCode())
+		}
+		for _, m := range []string{"p99_ttft_ms", "p99_tpot_ms"} {
+			r := result(t, rep, m)
+			if r.Verdict == Invalid {
+				continue
+			}
+			switch {
+			case r.Tail == nil:
+				t.Errorf("%s: compared %q, want pooled", m, r.Test)
+			case r.Excluded == "" && r.Tail.MaxOfN:
+				t.Errorf("%s: every run valid, yet %q (%+v): want an interval on each side", m, r.Test, *r.Tail)
+			}
+			if r.Verdict == Fail || r.Verdict == Warn {
+				t.Errorf("%s: %s in an A/A check: %s", m, r.Verdict, r.Reason)
+			}
+		}
+	})
+
+	t.Run("slower steps", func(t *testing.T) {
+		rep := Check(bl, reg, Config{})
+		t.Log("\n" + table(rep))
+		if hostRefused(rep) {
+			t.Logf("the host made the slower runs invalid; the gate refused to decide")
+			return
+		}
+		if rep.ExitCode() != 1 {
+			t.Errorf("every step 15%% slower: %s (exit %d), want fail", rep.Verdict, rep.ExitCode())
+		}
+		if !metricFailed(rep, "p99_tpot_ms") && !metricFailed(rep, "p50_tpot_ms") {
+			t.Errorf("neither p99 nor p50 TPOT failed with every step 15%% slower")
+		}
+	})
+}
+
+// result is the report's one result for metric (the test replays one
+// level).
+func result(t *testing.T, rep *Report, metric string) Result {
+	t.Helper()
+	for _, r := range rep.Results {
+		if r.Series.Metric == metric {
+			return r
+		}
+	}
+	t.Fatalf("no %s in the report", metric)
+	return Result{}
 }

@@ -104,7 +104,8 @@ func readReplayRecord(b []byte) ([]Run, bool, error) {
 					invalid = []string{"invalid: the record gives no reason"}
 				}
 			}
-			run.Levels = append(run.Levels, LevelRun{OfferedQPS: l.OfferedQPS, Passed: l.Passed, Failed: failed, Metrics: m, Invalid: invalid})
+			run.Levels = append(run.Levels, LevelRun{OfferedQPS: l.OfferedQPS, Passed: l.Passed, Failed: failed, Metrics: m, Invalid: invalid,
+				Samples: levelSamples(l.Requests)})
 		}
 		sort.Slice(run.Levels, func(i, j int) bool { return run.Levels[i].OfferedQPS < run.Levels[j].OfferedQPS })
 		runs = append(runs, run)
@@ -121,4 +122,22 @@ func workloadFingerprint(w replay.WorkloadRecord) string {
 		s += fmt.Sprintf(" length_ratio=%g", w.LengthRatio)
 	}
 	return s
+}
+
+// levelSamples are the per-request values a level's p99 TTFT and p99 TPOT
+// are percentiles of, chosen as replay summarizes a level: measured
+// requests (ids >= replay.Sessions) that completed with a TTFT; TPOT over
+// those of two or more output tokens.
+func levelSamples(reqs []replay.RequestRecord) map[string][]float64 {
+	ttft, tpot := []float64{}, []float64{}
+	for _, q := range reqs {
+		if q.ID < replay.Sessions || q.Outcome != replay.OutcomeOK || q.TTFTMs == nil {
+			continue
+		}
+		ttft = append(ttft, *q.TTFTMs)
+		if q.OutputTokens > 1 && q.TPOTMs != nil {
+			tpot = append(tpot, *q.TPOTMs)
+		}
+	}
+	return map[string][]float64{"p99_ttft_ms": ttft, "p99_tpot_ms": tpot}
 }

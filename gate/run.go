@@ -34,6 +34,12 @@ type LevelRun struct {
 	// zero value is valid because simulation records have no invalid
 	// levels.
 	Invalid []string
+	// Samples holds, per tail metric (Metric.Percentile > 0), the
+	// per-request values that metric is a percentile of: every measured
+	// request's TTFT, TPOT of those of two or more tokens, in ms. nil
+	// when the record has no per-request detail (a simulation record);
+	// the gate then compares that tail per run.
+	Samples map[string][]float64
 }
 
 // Valid reports whether the level's figures may be compared.
@@ -46,6 +52,10 @@ type Metric struct {
 	Fail      float64
 	Warn      float64
 	Hard      bool // judged by a hard rule, not statistics
+	// Percentile, when set, makes the metric a tail: that percentile of a
+	// level's per-request values, compared on the values pooled over the
+	// runs valid at the level when both sides carry them (see TailRule).
+	Percentile float64
 }
 
 // Metrics are the metrics the gate knows, with the defaults: throughput −5%
@@ -54,9 +64,9 @@ var Metrics = map[string]Metric{
 	"objective":               {Direction: HigherIsBetter, Fail: 0.05, Warn: 0.03},
 	"effective_qps":           {Direction: HigherIsBetter, Fail: 0.05, Warn: 0.03},
 	"p50_ttft_ms":             {Direction: LowerIsBetter, Fail: 0.10, Warn: 0.05},
-	"p99_ttft_ms":             {Direction: LowerIsBetter, Fail: 0.10, Warn: 0.05},
+	"p99_ttft_ms":             {Direction: LowerIsBetter, Fail: 0.10, Warn: 0.05, Percentile: 99},
 	"p50_tpot_ms":             {Direction: LowerIsBetter, Fail: 0.10, Warn: 0.05},
-	"p99_tpot_ms":             {Direction: LowerIsBetter, Fail: 0.10, Warn: 0.05},
+	"p99_tpot_ms":             {Direction: LowerIsBetter, Fail: 0.10, Warn: 0.05, Percentile: 99},
 	"gpu_seconds_per_request": {Direction: LowerIsBetter, Fail: 0.05, Warn: 0.03},
 	"cache_hit_rate":          {Direction: HigherIsBetter, Fail: 0.05, Warn: 0.02},
 	"failed_requests":         {Direction: LowerIsBetter, Hard: true},
@@ -97,7 +107,11 @@ func (r Run) Series() []Series {
 		}
 		sort.Strings(names)
 		for _, m := range names {
-			out = append(out, one(l.OfferedQPS, m, l.Metrics[m], inv))
+			s := one(l.OfferedQPS, m, l.Metrics[m], inv)
+			if v, ok := l.Samples[m]; ok && Metrics[m].Percentile > 0 {
+				s.Samples = [][]float64{roundedSorted(v)}
+			}
+			out = append(out, s)
 		}
 		out = append(out, one(l.OfferedQPS, "passed", b2f(l.Passed), inv), one(l.OfferedQPS, "failed_requests", float64(l.Failed), inv))
 	}
@@ -112,6 +126,9 @@ func (r Run) check() error {
 			if err := checkPhysical(s.Metric, v, s.invalidAt(j) == ""); err != nil {
 				return fmt.Errorf("%s: %w", s.Key(), err)
 			}
+		}
+		if err := s.checkSamples(); err != nil {
+			return fmt.Errorf("%s: %w", s.Key(), err)
 		}
 	}
 	return nil
