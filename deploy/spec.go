@@ -67,7 +67,26 @@ type Spec struct {
 	// VLLM_SERVER_DEV_MODE=1 into every vLLM worker, because vLLM serves
 	// POST /reset_prefix_cache only in development mode.
 	ColdStart string `yaml:"cold_start" json:"cold_start,omitempty"`
+	// Objective is what hone optimize selects for; empty: the most
+	// capacity within the GPU budget.
+	Objective Objective `yaml:"objective" json:"objective,omitzero"`
 }
+
+// Objective is a selection's goal (spec.objective): GoalCapacity (the
+// most capacity within the budget), GoalCheapest (the fewest GPUs whose
+// capacity meets TargetQPS, then the most capacity) or GoalPerGPU (the
+// most capacity per GPU).
+type Objective struct {
+	Goal      string  `yaml:"goal" json:"goal,omitempty"`
+	TargetQPS float64 `yaml:"target_qps" json:"target_qps,omitempty"`
+}
+
+// Goals of spec.objective.goal.
+const (
+	GoalCapacity = "capacity"
+	GoalCheapest = "cheapest"
+	GoalPerGPU   = "capacity_per_gpu"
+)
 
 // Cold-start procedures a spec can ask for (spec.cold_start), as hone
 // replay records them (replay.CacheReset, replay.CacheFreshPrefixes).
@@ -379,6 +398,7 @@ func (s *Spec) Validate() error {
 		s.validateEmulator,
 		s.validateEngineEnv,
 		s.validateColdStart,
+		s.validateObjective,
 	} {
 		if err := check(); err != nil {
 			return err
@@ -756,6 +776,24 @@ func (s *Spec) validateEngineEnv() error {
 // development mode, whose admin routes take no credentials: on a vLLM
 // spec it needs a network.host that is an address of this host's own
 // network, never every interface.
+func (s *Spec) validateObjective() error {
+	o := s.Objective
+	switch o.Goal {
+	case "", GoalCapacity, GoalPerGPU:
+		if o.TargetQPS != 0 {
+			return badField("objective.target_qps", "only with goal %s (the rate the cheapest config must serve), got %v with goal %q", GoalCheapest, o.TargetQPS, o.Goal)
+		}
+	case GoalCheapest:
+		if !(o.TargetQPS > 0) || o.TargetQPS > 1e6 {
+			return badField("objective.target_qps", "goal %s needs the rate the cheapest config must serve within the SLO: a positive number of req/s, got %v", GoalCheapest, o.TargetQPS)
+		}
+	default:
+		return badField("objective.goal", "want %s (the most capacity within gpus.budget), %s (the fewest GPUs serving objective.target_qps) or %s, got %q",
+			GoalCapacity, GoalCheapest, GoalPerGPU, o.Goal)
+	}
+	return nil
+}
+
 func (s *Spec) validateColdStart() error {
 	switch s.ColdStart {
 	case "", ColdStartFresh:

@@ -69,3 +69,36 @@ func TestCapacityOneGPU(t *testing.T) {
 		t.Errorf("1 GPU %.3f vs 2 GPUs %.3f req/s (ratio %.2f)", c1.Value, c2.Value, r)
 	}
 }
+
+// TestCheapestMeetingTarget: asked for the cheapest config serving 15
+// req/s within the SLO, the ranking puts a 1-GPU config first although a
+// 2-GPU one has more capacity; asked for capacity, the 2-GPU one.
+func TestCheapestMeetingTarget(t *testing.T) {
+	two := demoSpec(t)
+	one := demoSpec(t)
+	one.Name, one.Topology.Replicas, one.GPUs.Budget, one.GPUs.IDs = "one", 1, 1, []int{0}
+	w := replay.DefaultWorkload()
+	w.Requests = 48
+	co := capacity.Options{Start: 8, MinRequests: 40}
+	pts := Evaluate(context.Background(), []*deploy.Spec{two, one}, Options{Workload: w, SLO: interactive, Capacity: &co}, nil)
+	for _, p := range pts {
+		if p.Err != "" || p.Capacity == nil || p.CostGPUSecPerReq == nil || *p.CostGPUSecPerReq != float64(p.GPUs)/p.Objective {
+			t.Fatalf("point %s: %+v", p.Name(), p)
+		}
+	}
+	if pts[1].Objective < 15 || pts[0].Objective <= pts[1].Objective {
+		t.Fatalf("capacities: 2 GPUs %.3f, 1 GPU %.3f req/s: the test needs 1 GPU >= 15 < 2 GPUs", pts[0].Objective, pts[1].Objective)
+	}
+	cheapest := RankGoal(pts, Goal{Goal: deploy.GoalCheapest, TargetQPS: 15})
+	if cheapest[0].GPUs != 1 {
+		t.Errorf("cheapest at 15 req/s: %s (%d GPUs) first", cheapest[0].Name(), cheapest[0].GPUs)
+	}
+	// Above what one GPU serves, the 2-GPU config is the cheapest that
+	// meets the target.
+	if r := RankGoal(pts, Goal{Goal: deploy.GoalCheapest, TargetQPS: pts[1].Objective * 1.5}); r[0].GPUs != 2 {
+		t.Errorf("cheapest at %.1f req/s: %s first", pts[1].Objective*1.5, r[0].Name())
+	}
+	if r := RankGoal(pts, Goal{}); r[0].GPUs != 2 {
+		t.Errorf("most capacity: %s first", r[0].Name())
+	}
+}

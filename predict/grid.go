@@ -556,6 +556,21 @@ feed:
 // and edge, or why it could not be predicted.
 func PointOf(s *deploy.Spec, opts Options) Point {
 	p := Point{Spec: s, GPUs: s.GPUsNeeded()}
+	if opts.Capacity != nil {
+		co := *opts.Capacity
+		co.SLO, co.Progress = opts.SLO, nil
+		res, err := Capacity(context.Background(), s, opts, co)
+		if err != nil {
+			p.Err = err.Error()
+			return p
+		}
+		p.Capacity, p.Objective = res, res.Value
+		if res.Value > 0 {
+			c := float64(p.GPUs) / res.Value // GPU-seconds per request served at capacity
+			p.CostGPUSecPerReq = &c
+		}
+		return p
+	}
 	rec, err := Run(s, opts)
 	if err != nil {
 		p.Err = err.Error()

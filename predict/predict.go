@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hone-llm/hone/capacity"
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/deploy/proxy"
 	"github.com/hone-llm/hone/replay"
@@ -51,6 +52,11 @@ type Options struct {
 	// KeepRequests keeps every request's record in the result (grids drop
 	// them to save memory; calibration needs them).
 	KeepRequests bool
+	// Capacity, when set, makes a grid point's objective its capacity
+	// (Capacity: the largest load meeting SLO at steady state, searched
+	// with these settings and SLO) instead of the largest effective QPS
+	// among QPS's levels.
+	Capacity *capacity.Options
 	// Hops, when set, gives each request's delays that a live run had and
 	// a prediction otherwise leaves out. The agreement check with the
 	// live emulator and calibration set it from the run they compare

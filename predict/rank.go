@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/hone-llm/hone/capacity"
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/replay"
 )
@@ -23,6 +24,53 @@ type Point struct {
 	// Edge says why the objective is too close to call (see Edge): a
 	// deciding level's p99 within EdgeMargin of an SLO limit. "" when not.
 	Edge string `json:"edge,omitempty"`
+	// Capacity, with Options.Capacity, is the search whose value is the
+	// objective (cost: GPUs / capacity, GPU-seconds per request served at
+	// capacity).
+	Capacity *capacity.Result `json:"capacity,omitempty"`
+}
+
+// Goal is what a ranking optimises (deploy.Objective): the most
+// capacity within the budget (deploy.GoalCapacity, the default); the
+// fewest GPUs whose capacity meets the target rate — the cheapest per
+// GPU-hour, and per request at that rate — then the most capacity
+// (deploy.GoalCheapest); or the most capacity per GPU (deploy.GoalPerGPU).
+type Goal deploy.Objective
+
+// Meets reports whether an objective (a capacity) serves g's target rate.
+func (g Goal) Meets(objective float64) bool { return objective > 0 && objective >= g.TargetQPS }
+
+// Compare orders two (objective, GPUs, cost) by g, best first (negative:
+// a before b); ties are 0.
+func (g Goal) Compare(aObj float64, aGPUs int, bObj float64, bGPUs int) int {
+	switch g.Goal {
+	case deploy.GoalCheapest:
+		am, bm := g.Meets(aObj), g.Meets(bObj)
+		switch {
+		case am && !bm:
+			return -1
+		case bm && !am:
+			return 1
+		case am && bm:
+			if c := cmp.Compare(aGPUs, bGPUs); c != 0 {
+				return c
+			}
+		}
+	case deploy.GoalPerGPU:
+		if aGPUs > 0 && bGPUs > 0 {
+			if c := cmp.Compare(bObj/float64(bGPUs), aObj/float64(aGPUs)); c != 0 {
+				return c
+			}
+		}
+	}
+	return cmp.Compare(bObj, aObj)
+}
+
+// RankGoal orders points best first by g, then as Rank does.
+func RankGoal(points []Point, g Goal) []Point {
+	out := Rank(points)
+	slices.SortStableFunc(out, func(a, b Point) int { return g.Compare(a.Objective, a.GPUs, b.Objective, b.GPUs) })
+	return out
 }
 
 // Name is the point's spec name, "" without a spec.

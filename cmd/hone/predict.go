@@ -84,7 +84,12 @@ max-num-batched-tokens, prefix caching, routing where a pool has two workers
 or more, CUDA graphs or eager, GPU memory fraction), predicts them all, and
 prints the --top best by objective (then the cheaper), and the Pareto front
 of objective against GPU-seconds per request: the specs no other beats on
-both. Each grid spec's name says its point
+both. With --capacity each
+spec's objective is its capacity (see below) and its cost GPUs / capacity,
+GPU-seconds per request served at capacity; the ranking follows the spec's
+objective (spec.objective.goal: capacity, the default; cheapest with
+target_qps, the fewest GPUs whose capacity reaches it; capacity_per_gpu).
+Each grid spec's name says its point
 (colo-dp2-tp1-seqs256-bt2048-cache-aff-graphs-mem0.9, pd-p1tp1-d2tp1-...),
 and its gpus.budget is the GPUs it uses.
 
@@ -122,7 +127,7 @@ the prediction cannot model).`,
 			if top < 1 {
 				return badInput("--top: want at least 1, got %d", top)
 			}
-			if err := capf.check(c, "qps", "concurrency", "grid"); err != nil {
+			if err := capf.check(c, "qps", "concurrency"); err != nil {
 				return err
 			}
 			sc, err := wf.scan(sim.Config{})
@@ -154,6 +159,10 @@ the prediction cannot model).`,
 					return err
 				}
 				opts.QPS = nil
+			}
+			if capf.on && grid {
+				co := capf.options(sc.SLO, opts.Workload.Requests-replay.Sessions, nil)
+				opts.Capacity, opts.QPS = &co, nil
 			}
 			if grid {
 				return runPredictGrid(c, spec, ax, opts, top, out, output.value)
@@ -370,6 +379,19 @@ type gridResult struct {
 
 const gridRule = "ranked by objective (largest effective QPS among passing levels) descending, then GPU-seconds per request at that level, then GPUs, then name; the Pareto front holds the specs with an objective above 0 that no other spec matches or beats on both objective and cost while beating on one"
 
+// gridCapacityRule states --grid --capacity's order for the spec's
+// objective.
+func gridCapacityRule(o deploy.Objective) string {
+	what := "capacity (the largest load meeting the SLO at steady state) descending"
+	switch o.Goal {
+	case deploy.GoalCheapest:
+		what = fmt.Sprintf("spec.objective cheapest at %g req/s: the specs whose capacity reaches %g req/s first, fewest GPUs first, then capacity descending", o.TargetQPS, o.TargetQPS)
+	case deploy.GoalPerGPU:
+		what = "capacity per GPU descending, then capacity"
+	}
+	return "ranked by " + what + ", then GPU-seconds per request at capacity (GPUs / capacity), then GPUs, then name; the Pareto front holds the specs no other matches or beats on both capacity and cost while beating on one"
+}
+
 func runPredictGrid(c *cobra.Command, base *deploy.Spec, axes predict.Axes, opts predict.Options, top int, out, format string) error {
 	specs, err := predict.Grid(base, axes)
 	if err != nil {
@@ -386,13 +408,18 @@ func runPredictGrid(c *cobra.Command, base *deploy.Spec, axes predict.Axes, opts
 	pp.close(len(specs))
 
 	ranked := predict.Rank(points)
+	rule := gridRule
+	if opts.Capacity != nil {
+		ranked = predict.RankGoal(points, predict.Goal(base.Objective))
+		rule = gridCapacityRule(base.Objective)
+	}
 	front := predict.ParetoFront(points)
 	onFront := map[string]bool{}
 	for _, p := range front {
 		onFront[p.Name()] = true
 	}
 	res := gridResult{Kind: predict.Kind, Profile: opts.Profile.Name, Base: base.Name, Budget: base.GPUs.Budget, Specs: len(specs),
-		SLO: opts.SLO, QPS: opts.QPS, Workload: opts.Workload, Axes: axes, Rule: gridRule, Predicted: predictNote}
+		SLO: opts.SLO, QPS: opts.QPS, Workload: opts.Workload, Axes: axes, Rule: rule, Predicted: predictNote}
 	var failed []predict.Point
 	for _, p := range ranked {
 		if p.Err != "" {
@@ -449,6 +476,16 @@ func runPredictGrid(c *cobra.Command, base *deploy.Spec, axes predict.Axes, opts
 // objectiveLevel is the level a point's objective comes from: the passing
 // level with the largest effective QPS; nil when none passed.
 func objectiveLevel(p predict.Point) *replay.LevelRecord {
+	if c := p.Capacity; c != nil {
+		for _, pr := range c.Probes {
+			if pr.Pass && pr.Load == c.Value {
+				l := &replay.LevelRecord{}
+				l.P99TTFTMs, l.P99TPOTMs = pr.P99TTFTMs, pr.P99TPOTMs
+				return l
+			}
+		}
+		return nil
+	}
 	if p.Record == nil || len(p.Record.Runs) == 0 {
 		return nil
 	}
@@ -466,7 +503,7 @@ func writeGridTable(w io.Writer, res gridResult, failed []predict.Point, out str
 	fmt.Fprintf(w, "kind: %s  profile: %s  base: %s  grid: %d specs within %d GPUs  SLO: p99 TTFT <= %g ms, p99 TPOT <= %g ms\n",
 		res.Kind, profileLabel(res.Profile), res.Base, res.Specs, res.Budget, res.SLO.TTFTMillis, res.SLO.TPOTMillis)
 	fmt.Fprintf(w, "profile %s: %s\n", res.Profile, emulator.ValidationNote(res.Profile))
-	fmt.Fprintf(w, "\ntop %d of %d by objective, then GPU-s/request (--top; * on the Pareto front; ~ too close to call):\n", len(res.Ranked), res.Specs)
+	fmt.Fprintf(w, "\ntop %d of %d (--top; * on the Pareto front; ~ too close to call), %s\n", len(res.Ranked), res.Specs, strings.SplitN(res.Rule, ";", 2)[0])
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "rank\tspec\tgpus\tobjective_qps\tgpu_s_per_req\tp99_ttft_ms\tp99_tpot_ms\tpareto\tedge")
 	for _, r := range res.Ranked {
