@@ -31,8 +31,9 @@
 //     again with a window twice as long; if it still falls short it
 //     counts as failing. It is never shown as saturation at an SLO-meeting
 //     latency.
-//   - Search. Start at Start (a prediction, or 1); double (halve) until a
-//     probe fails (passes); then bisect — geometrically for rates,
+//   - Search. Start at Start (a prediction, or 1); step up (down) by a
+//     factor (2, or less from a good start; squared at each further step)
+//     until a probe fails (passes); then bisect — geometrically for rates,
 //     integers for clients — between the highest passing and lowest
 //     failing probe until they are within p (rates) or one client. The
 //     capacity is the highest passing load with a failing one within the
@@ -116,6 +117,9 @@ type Options struct {
 	Precision float64 // relative, for rates; 0: DefaultPrecision
 	// Start is the first load probed (a prediction, say); 0: 1.
 	Start float64
+	// Step is the first bracketing factor (0: 2); 1+2p suits a start
+	// that is a good estimate (an earlier run's capacity).
+	Step float64
 	// Max bounds the load searched (0: 4096 req/s or clients): a load
 	// that passes at Max reports Max as a lower bound.
 	Max float64
@@ -181,6 +185,20 @@ type Result struct {
 // Prober measures one load as planned and returns its level record with
 // per-request detail (Requests), or an error that ends the search.
 type Prober func(ctx context.Context, p Plan) (*replay.LevelRecord, error)
+
+type startKey struct{}
+
+// WithStart returns ctx carrying a first load for the searches run under
+// it (a prediction), which an evaluator that searches may use.
+func WithStart(ctx context.Context, load float64) context.Context {
+	return context.WithValue(ctx, startKey{}, load)
+}
+
+// StartFrom is the load WithStart put in ctx, 0 when none.
+func StartFrom(ctx context.Context) float64 {
+	v, _ := ctx.Value(startKey{}).(float64)
+	return v
+}
 
 // ErrInvalid is wrapped by a search a host-distorted probe ended.
 var ErrInvalid = errors.New("a probe's measurement is invalid")
@@ -393,7 +411,13 @@ func Search(ctx context.Context, probe Prober, o Options) (*Result, error) {
 	if o.Start <= 0 {
 		x = 1
 	}
-	// Bracket.
+	// Bracket: step by the factor, which squares while the probes keep
+	// passing (failing), so a good start brackets in two probes and a poor
+	// one in a few more.
+	step := o.Step
+	if !(step > 1) {
+		step = 2
+	}
 	for {
 		pr, err := measure(x)
 		if err != nil {
@@ -408,25 +432,29 @@ func Search(ctx context.Context, probe Prober, o Options) (*Result, error) {
 			if hi > 0 {
 				break
 			}
-			x = norm(2 * x)
+			next := x * step
+			if mode == Closed {
+				next = math.Max(next, x+1)
+			}
+			x, step = norm(next), min(step*step, 16)
 			continue
 		}
 		hi = x
 		if lo > 0 {
 			break
 		}
-		next := x / 2
+		next := x / step
 		if mode == Closed {
 			if x <= 1 {
 				res.Upper, res.Note = x, "no load meets the SLO: one client fails it"
 				return res, nil
 			}
-			next = math.Floor(x / 2)
+			next = math.Min(math.Floor(next), x-1)
 		} else if next < MinRate {
 			res.Upper, res.Note = x, fmt.Sprintf("no load meets the SLO down to %g req/s", x)
 			return res, nil
 		}
-		x = norm(next)
+		x, step = norm(next), min(step*step, 16)
 	}
 	// Bisect.
 	for !within(mode, lo, hi, prec) {

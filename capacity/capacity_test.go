@@ -249,3 +249,19 @@ func TestSearchNothingPasses(t *testing.T) {
 		t.Errorf("got %+v", res)
 	}
 }
+
+// TestSearchFromGoodStart: from a start near the capacity with a small
+// step, the search brackets in a few probes.
+func TestSearchFromGoodStart(t *testing.T) {
+	f := &fifo{serviceMs: 40, tpotMs: 10, out: 16} // 25 req/s
+	res, err := Search(context.Background(), f.probe, Options{SLO: target, Start: 24.5, Step: 1 + 2*DefaultPrecision})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Bounded || len(res.Probes) > 3 || res.Value < 25/(1+DefaultPrecision) {
+		t.Errorf("%.3f..%.3f in %d probes", res.Value, res.Upper, len(res.Probes))
+	}
+	if StartFrom(WithStart(context.Background(), 7)) != 7 || StartFrom(context.Background()) != 0 {
+		t.Error("start hint lost")
+	}
+}
