@@ -9,9 +9,12 @@
 // Every figure shows the spread over runs, not only the median: each run
 // as a point or a min–max bar, the median marked. Medians and ranges are
 // over a level's valid runs; invalid runs are drawn hollow and grey and
-// listed with their reasons. p99 has one definition throughout (nearest
-// rank over a run's measured requests, TTFT from the scheduled send),
-// stated once, with which request it is where there are fewer than 200.
+// listed with their reasons. Value axes are fitted to the data, not to
+// the SLO: the SLO is a labelled line where the data keep at least half
+// the axis, else a label at the top edge. p99 has one definition
+// throughout (nearest rank over a run's measured requests, TTFT from the
+// scheduled send), stated once, with which request it is where there are
+// fewer than 200.
 //
 // Every number carries its kind: emulated or device figures are never
 // mixed or relabelled, and an unverified endpoint's figures are never

@@ -25,16 +25,18 @@ func (d *doc) levelFigure(m metric) *figure {
 	f := d.newLevelFigure(m, m.file, what)
 	step := dodgeStep(d.lg.QPS, len(ts))
 	var invalid glyphRow
+	var ss []series
 	for i, t := range ts {
 		s := d.levelSeries(t, m, i, float64(i)-float64(len(ts)-1)/2, step)
 		s.addTo(f.plot, true)
 		f.add(d.name(t)+": runs (points), median of valid runs (line)", s.thumbs()...)
 		invalid = s.invalidMark(invalid)
+		ss = append(ss, s)
 	}
-	d.finishLevelFigure(f, m, invalid)
+	axis := d.finishLevelFigure(f, m, invalid, ss)
 	f.alt = what
 	f.caption = fmt.Sprintf("%s (%s) at each offered load, for the baseline and the selected config. Each point is one run; the line joins "+
-		"the medians of the valid runs (a tick marks each), the bar spans their min–max. ", capitalize(m.name), d.prov.unit(m)) + d.invalidSentence(len(invalid) > 0) +
+		"the medians of the valid runs (a tick marks each), the bar spans their min–max. ", capitalize(m.name), d.prov.unit(m)) + axis + d.invalidSentence(len(invalid) > 0) +
 		d.dodgeSentence(len(ts)) + d.p99Sentence(m, ts...)
 	if m.name == effective.name {
 		f.caption += "The dotted line is effective = offered: a config that keeps up with the offered load lies on it."
@@ -57,6 +59,7 @@ func (d *doc) overviewFigure() *figure {
 	f := d.newLevelFigure(ttft, "p99_ttft_all.png", "p99 TTFT vs offered load: every config")
 	step := dodgeStep(d.lg.QPS, len(ts))
 	var invalid glyphRow
+	var ss []series
 	other := 0
 	for i, t := range ts {
 		k := other
@@ -67,11 +70,12 @@ func (d *doc) overviewFigure() *figure {
 		s.addTo(f.plot, false)
 		f.add(d.name(t), s.thumbs()...)
 		invalid = s.invalidMark(invalid)
+		ss = append(ss, s)
 	}
-	d.finishLevelFigure(f, ttft, invalid)
+	axis := d.finishLevelFigure(f, ttft, invalid, ss)
 	f.alt = "p99 TTFT vs offered load, every config"
 	f.caption = fmt.Sprintf("p99 TTFT (%s) at each offered load for every config measured (re-runs aside). The line joins the medians "+
-		"of each config's valid runs, marked with its symbol; the bar spans their min–max. ", d.prov.unit(ttft)) + d.invalidSentence(len(invalid) > 0) +
+		"of each config's valid runs, marked with its symbol; the bar spans their min–max. ", d.prov.unit(ttft)) + axis + d.invalidSentence(len(invalid) > 0) +
 		d.dodgeSentence(len(ts)) + d.p99Sentence(ttft, ts...)
 	return f
 }
@@ -97,35 +101,64 @@ func (d *doc) newLevelFigure(m metric, file, what string) *figure {
 }
 
 // finishLevelFigure adds the marks every level figure explains: the bar,
-// invalid runs where there are any, and the SLO or the offered load.
-func (d *doc) finishLevelFigure(f *figure, m metric, invalid glyphRow) {
+// invalid runs where there are any, and the SLO or the offered load; it
+// fits the axes to ss, every mark drawn (invalid runs too), and returns
+// the caption's sentence on the value axis.
+func (d *doc) finishLevelFigure(f *figure, m metric, invalid glyphRow, ss []series) string {
 	f.add("min–max over valid runs", &rangeBars{style: draw.LineStyle{Color: legendGrey, Width: vg.Points(1)}})
 	if len(invalid) > 0 {
 		f.add("invalid run (hollow, grey; its config's shape): left out of median and range", invalid)
 	}
 	pl := f.plot
+	lo, hi, xmax := seriesRange(ss)
+	// The x axis runs to the last level plus room for its marks.
+	pl.X.Max = math.Max(xmax, slices.Max(append([]float64{1}, d.lg.QPS...))) * 1.04
 	var ref float64
-	var label string
 	switch m.name {
 	case ttft.name:
-		ref, label = d.lg.SLO.TTFTMillis, fmt.Sprintf("SLO: p99 TTFT ≤ %g ms", d.lg.SLO.TTFTMillis)
+		ref = d.lg.SLO.TTFTMillis
 	case tpot.name:
-		ref, label = d.lg.SLO.TPOTMillis, fmt.Sprintf("SLO: p99 TPOT ≤ %g ms", d.lg.SLO.TPOTMillis)
+		ref = d.lg.SLO.TPOTMillis
 	case effective.name:
 		line := plotter.NewFunction(func(x float64) float64 { return x })
 		line.Dashes = []vg.Length{vg.Points(2), vg.Points(3)}
 		line.Color = invalidColor
 		pl.Add(line)
 		f.add("effective = offered", line)
-		pl.Y.Max = math.Max(pl.Y.Max, pl.X.Max)
+		// The diagonal runs to the top level: the axis holds it.
+		fitAxis(0, math.Max(hi, pl.X.Max), 0, false).apply(pl)
+		return ""
 	}
-	if ref > 0 {
-		slo := plotter.NewFunction(func(float64) float64 { return ref })
-		slo.Dashes = []vg.Length{vg.Points(5), vg.Points(4)}
-		pl.Add(slo)
-		f.add(label, slo)
-		pl.Y.Max = math.Max(pl.Y.Max, 1.25*ref)
+	axis := fitAxis(lo, hi, ref, m.name == ttft.name)
+	axis.apply(pl)
+	if !(ref > 0) {
+		return ""
 	}
+	mark := sloMark{value: ref, unit: "ms", on: axis.refOn}
+	pl.Add(mark)
+	f.add(mark.legend(m.name), mark)
+	return mark.caption(m.name, hi)
+}
+
+// seriesRange is the span of every value ss draw (valid and invalid
+// runs, medians, bars) and their largest x.
+func seriesRange(ss []series) (lo, hi, xmax float64) {
+	lo, hi = math.Inf(1), math.Inf(-1)
+	see := func(x, y float64) {
+		lo, hi, xmax = math.Min(lo, y), math.Max(hi, y), math.Max(xmax, x)
+	}
+	for _, s := range ss {
+		for _, pts := range append([]plotter.XYs{s.valid, s.invalid}, s.medians...) {
+			for _, p := range pts {
+				see(p.X, p.Y)
+			}
+		}
+		for i := range s.bars.x {
+			see(s.bars.x[i], s.bars.lo[i])
+			see(s.bars.x[i], s.bars.hi[i])
+		}
+	}
+	return lo, hi, xmax
 }
 
 // series is one config's marks in a level figure.

@@ -41,12 +41,11 @@ func (d *doc) predictedFigure() *figure {
 	p.Y.Label.Text = fmt.Sprintf("%s objective (req/s)", d.prov.tag())
 
 	profiles := slices.Clone(pl.Profiles)
-	type group struct{ filled, hollow plotter.XYs }
+	type group struct{ filled plotter.XYs }
 	groups := map[string]*group{}
 	var labels plotter.XYLabels
-	var unpredicted, unmeasured []string
+	var unpredicted, failed, ineligible []string
 	var bars []plot.Plotter
-	var hollow bool
 	lim := 0.0
 	for _, t := range d.all() {
 		pr := t.Predicted
@@ -55,7 +54,12 @@ func (d *doc) predictedFigure() *figure {
 			unpredicted = append(unpredicted, fmt.Sprint(t.N))
 			continue
 		case t.Error != "":
-			unmeasured = append(unmeasured, fmt.Sprint(t.N))
+			failed = append(failed, fmt.Sprint(t.N))
+			continue
+		case !t.Eligible:
+			// Its objective decides nothing (0 where no run counted):
+			// drawn, it would read as a prediction that missed.
+			ineligible = append(ineligible, fmt.Sprint(t.N))
 			continue
 		}
 		i := slices.Index(profiles, pr.Profile)
@@ -69,11 +73,7 @@ func (d *doc) predictedFigure() *figure {
 			groups[pr.Profile] = g
 		}
 		xy := plotter.XY{X: pr.Objective, Y: t.Objective}
-		if t.Eligible {
-			g.filled = append(g.filled, xy)
-		} else {
-			g.hollow, hollow = append(g.hollow, xy), true
-		}
+		g.filled = append(g.filled, xy)
 		lim = max(lim, pr.Objective, t.Objective)
 		if lo, hi, ok := objectiveRange(t); ok {
 			rb := &rangeBars{style: draw.LineStyle{Color: profileLook(i).color, Width: vg.Points(1)}}
@@ -116,20 +116,12 @@ func (d *doc) predictedFigure() *figure {
 			sc.GlyphStyle = lk.point()
 			p.Add(sc)
 		}
-		if len(g.hollow) > 0 {
-			sc, _ := plotter.NewScatter(g.hollow)
-			sc.GlyphStyle = draw.GlyphStyle{Color: lk.color, Radius: vg.Points(3.5), Shape: lk.hollow}
-			p.Add(sc)
-		}
 		f.add(d.profileLegend(i, name), glyphRow(thumbs))
 	}
 	if len(labels.XYs) > 0 {
 		ls, _ := plotter.NewLabels(labels)
 		ls.Offset = vg.Point{X: vg.Points(5), Y: vg.Points(3)}
 		p.Add(ls)
-	}
-	if hollow {
-		f.add("hollow: trial not eligible (reason in the trials table)", glyphRow{{Color: legendGrey, Radius: vg.Points(3.5), Shape: draw.RingGlyph{}}})
 	}
 	f.add("min–max of the runs' objectives", &rangeBars{style: draw.LineStyle{Color: legendGrey, Width: vg.Points(1)}})
 	f.add("measured = predicted", diag)
@@ -141,12 +133,7 @@ func (d *doc) predictedFigure() *figure {
 		"the engine model predicted for it before it ran (req/s), labelled with the trial's number; colour and shape name the profile the "+
 		"prediction came from. The dashed line is measured = predicted; inside the grey band the objective error (measured − predicted) / "+
 		"measured is within the loop's bound, %s, and outside it the loop recalibrates the profile.", d.prov.tag(), pctBound(b))
-	if len(unpredicted) > 0 {
-		f.caption += fmt.Sprintf(" Not drawn, no prediction: trial %s.", strings.Join(unpredicted, ", "))
-	}
-	if len(unmeasured) > 0 {
-		f.caption += fmt.Sprintf(" Not drawn, the trial failed: trial %s.", strings.Join(unmeasured, ", "))
-	}
+	f.caption += " " + leftOutSentence(len(d.lg.Trials), unpredicted, failed, ineligible)
 	return f
 }
 
@@ -162,4 +149,33 @@ func (d *doc) profileLegend(i int, name string) string {
 		}
 	}
 	return "predicted with " + name
+}
+
+// leftOutSentence says which trials the predicted-vs-measured figure
+// leaves out and why: no prediction, failed, or not eligible (their
+// objective is no measurement, and drawn at 0 it would read as a
+// prediction that missed).
+func leftOutSentence(trials int, unpredicted, failed, ineligible []string) string {
+	n := len(unpredicted) + len(failed) + len(ineligible)
+	if n == 0 {
+		return fmt.Sprintf("All %d trials are drawn.", trials)
+	}
+	var why []string
+	for _, g := range []struct {
+		ts     []string
+		reason string
+	}{
+		{unpredicted, "no prediction"},
+		{failed, "the trial failed"},
+		{ineligible, "not eligible: the objective decides nothing, and is not drawn at 0"},
+	} {
+		switch len(g.ts) {
+		case 0:
+		case 1:
+			why = append(why, fmt.Sprintf("trial %s (%s)", g.ts[0], g.reason))
+		default:
+			why = append(why, fmt.Sprintf("trials %s (%s)", strings.Join(g.ts, ", "), g.reason))
+		}
+	}
+	return fmt.Sprintf("Left out: %d of %d trials: %s.", n, trials, strings.Join(why, "; "))
 }

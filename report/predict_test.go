@@ -97,10 +97,10 @@ func TestWritePredicted(t *testing.T) {
 		"Median |objective error| over the 4 trials with both a prediction and a measured objective: 6.6%; 1 of them beyond ±10%. " +
 			"1 prediction is too close to call (~): a deciding level's predicted p99 lies within 2% of an SLO limit",
 		"Predicted times are the engine model's virtual time; emulated times are ms, model time.",
-		"Figure 6 ([predicted-vs-measured.png](predicted-vs-measured.png)) plots every trial's measured objective against its prediction.",
+		"Figure 6 ([predicted-vs-measured.png](predicted-vs-measured.png)) plots each eligible trial's measured objective against its prediction (its caption names the trials left out).",
 		"![measured vs predicted objective per trial (predicted vs emulated)](predicted-vs-measured.png)",
 		"*Figure 6 (PREDICTED vs EMULATED). Each trial's measured objective (emulated, req/s",
-		"Not drawn, no prediction: trial 3.*",
+		"Left out: 1 of 5 trials: trial 3 (no prediction).*",
 		"### Calibrations (predicted vs emulated)",
 		"**After trial 2**: `h100` → `h100-calibrated-after-trial-2`, fitted to the emulated records of trials 1, 2 (hone calibrate's least squares). " +
 			"Median |objective error| of the measured trials: 14.5% → 3.1%",
@@ -142,6 +142,30 @@ func TestWritePredicted(t *testing.T) {
 		if c := profileLook(i).color; !hasColor(img, c) {
 			t.Errorf("%s: no pixel in profile %s's colour %v", predictedFile, p, c)
 		}
+	}
+}
+
+// The predicted-vs-measured figure leaves out a trial that was not
+// eligible or failed — its objective is no measurement, and drawn at 0 it
+// would read as a prediction that missed — and says how many and which.
+func TestPredictedLeavesOutUnmeasured(t *testing.T) {
+	lg := testPredictLog()
+	lg.Trials[3].Eligible, lg.Trials[3].Objective, lg.Trials[3].Objectives = false, 0, nil // trial 4: every run invalid
+	lg.Trials[4].Error = "deploy: port in use"
+	d, err := newDoc(&bytes.Buffer{}, lg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "Left out: 3 of 5 trials: trial 3 (no prediction); trial 5 (the trial failed); " +
+		"trial 4 (not eligible: the objective decides nothing, and is not drawn at 0)."
+	if f := d.predictedFigure(); !strings.HasSuffix(f.caption, want) {
+		t.Errorf("caption %q\nwant it to end %q", f.caption, want)
+	}
+	if got := leftOutSentence(7, nil, nil, nil); got != "All 7 trials are drawn." {
+		t.Errorf("nothing left out: %q", got)
+	}
+	if got, want := leftOutSentence(7, nil, nil, []string{"5", "6"}), "Left out: 2 of 7 trials: trials 5, 6 (not eligible: the objective decides nothing, and is not drawn at 0)."; got != want {
+		t.Errorf("got %q, want %q", got, want)
 	}
 }
 

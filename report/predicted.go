@@ -40,7 +40,7 @@ func (d *doc) predicted() {
 		"made before the trial was measured; they are not measurements. **Measured figures are %s** (kind `%s`): %s. "+
 		"Objective error is (measured − predicted) / measured.", d.prov.label, d.lg.Kind, d.prov.about)
 	if n, ok := d.figs[predictedFile]; ok {
-		d.p(" Figure %d ([%s](%s)) plots every trial's measured objective against its prediction.", n, predictedFile, predictedFile)
+		d.p(" Figure %d ([%s](%s)) plots each eligible trial's measured objective against its prediction (its caption names the trials left out).", n, predictedFile, predictedFile)
 	}
 	d.p("\n\n")
 	d.predictedTable()

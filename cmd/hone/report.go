@@ -27,10 +27,12 @@ latency attribution of the baseline and the selection, the decisions, and how
 to reproduce. Plots (PNG: objective per trial, p99 TTFT and TPOT and
 effective QPS per level) are written beside the report; every plot shows each
 run and the min-max over valid runs, marks the baseline and the selection,
-and draws invalid runs hollow and grey, outside the medians. Every figure
-and table carries the log's kind (emulated, device, or unverified, which is
-never shown as a device number); invalid levels are listed with their
-reasons, and "p99 of N requests is their largest" is stated where N < 100.
+and draws invalid runs hollow and grey, outside the medians; value axes fit
+the data, with the SLO a labelled line on them or, far above the data, a
+label at the top edge. Every figure and table carries the log's kind
+(emulated, device, or unverified, which is never shown as a device number);
+invalid levels are listed with their reasons, and "p99 of N requests is
+their largest" is stated where N < 100.
 A log the loop did not finish (hone optimize interrupted, or still running)
 says so on the report's first line, and nothing in it reads as a selection.
 
