@@ -126,7 +126,11 @@ func TestWrite(t *testing.T) {
 			"nearest-rank 99th percentile", "scheduled send time", "rank ceil(0.99·40) = 40, so **p99 of 40 requests is their largest**",
 			"p99 of 40 requests is their largest.*", "![p99 TTFT vs offered load: baseline and selected (emulated)](p99_ttft.png)",
 			"*Figure 1 (EMULATED).", "Hollow grey points are invalid runs", "Objective +8.5% vs the baseline",
-			"| [emulated] offered, req/s | requests | p99 TTFT | client |", "| 32 | 120 | 241.3 | 120.0 | 9.0 | 9.0 |",
+			// TTFT's parts, their sum, then the pooled p99; decode apart, after the first token.
+			"| [emulated] offered, req/s | requests | client | queueing | prefill | transfer | decode_queue | = mean TTFT | p99 TTFT (pooled; not a sum) |",
+			"| 32 | 120 | 120.0 | 9.0 | 9.0 | 0.0 | 0.0 | 138.0 | 241.3 |",
+			"| [emulated] offered, req/s | requests | mean TTFT | mean decode | decode share of send → last token |",
+			"| 32 | 120 | 138.0 | 1100.0 | 89% |",
 			"(n in the requests column); p99 of 120 requests is their second largest.", "| [emulated] | cache on | cache off |",
 			"## Measurement floor (emulated)", "the host itself adds 2.27 ms (median) / 4.76 ms (p99) of real time",
 			"Trials ran at time scale 0.25 (the spec said 0.1), where that floor is 9.1 ms (median) / 19.0 ms (p99) of model time",
@@ -134,7 +138,7 @@ func TestWrite(t *testing.T) {
 			"- trial 2 `disagg-1p1d-cache` (proposal): measured at time scale 0.5: at 0.25, 3 of 3 runs invalid: emulator_bound\n" +
 				"- trial 3 `disagg-1p1d-nocache` (ablation): at time scale 0.25 the host decided it (2 of 3 runs invalid: emulator_bound; estimate ×5.2): " +
 				"it needs time scale 2, above the largest allowed 1 (--max-time-scale)\n\n",
-		}, []string{"DEVICE", "their largest: one slow request sets it. Here n = 120"}},
+		}, []string{"DEVICE", "their largest: one slow request sets it. Here n = 120", "| p99 TTFT | client |", "| 1100.0 | 9.0"}},
 		{"unverified", testLog("unverified", 40), []string{
 			"**All figures in this report are UNVERIFIED** (kind `unverified`)", "They are not device measurements",
 			"| [unverified] | config |", "*Figure 1 (UNVERIFIED).", "The endpoint's kind is unverified",

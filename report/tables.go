@@ -192,16 +192,42 @@ func (d *doc) breakdowns() {
 			d.p("; %s", note)
 		}
 		d.p(".\n\n")
-		parts := append(append([]string(nil), diagnose.TTFTComponents...), diagnose.Decode)
-		cols := append([]string{fmt.Sprintf("[%s] offered, req/s", d.prov.tag()), "requests", "p99 TTFT"}, parts...)
+		// TTFT's parts, then their sum, then the pooled p99 for scale —
+		// all before the first token. Decode comes after it, at another
+		// scale, so it has a table of its own.
+		parts := diagnose.TTFTComponents
+		cols := append(append([]string{fmt.Sprintf("[%s] offered, req/s", d.prov.tag()), "requests"}, parts...), "= mean TTFT", "p99 TTFT (pooled; not a sum)")
+		d.p("Time to first token, split into its parts (mean per request):\n\n")
 		d.p("| %s |\n|%s\n", strings.Join(cols, " | "), strings.Repeat("---:|", len(cols)))
 		for _, l := range t.Breakdown {
-			cells := []string{fmt.Sprintf("%g", l.OfferedQPS), fmt.Sprint(l.Requests), fmt.Sprintf("%.1f", l.P99TTFTMs)}
+			cells := []string{fmt.Sprintf("%g", l.OfferedQPS), fmt.Sprint(l.Requests)}
 			for _, k := range parts {
 				cells = append(cells, fmt.Sprintf("%.1f", l.Mean[k]))
 			}
+			cells = append(cells, fmt.Sprintf("%.1f", meanTTFT(l)), fmt.Sprintf("%.1f", l.P99TTFTMs))
 			d.p("| %s |\n", strings.Join(cells, " | "))
+		}
+		d.p("\nAfter the first token: %s (first to last token, not part of TTFT), mean per request:\n\n", diagnose.Decode)
+		d.p("| [%s] offered, req/s | requests | mean TTFT | mean %s | %s share of send → last token |\n|---:|---:|---:|---:|---:|\n",
+			d.prov.tag(), diagnose.Decode, diagnose.Decode)
+		for _, l := range t.Breakdown {
+			ttft, dec := meanTTFT(l), l.Mean[diagnose.Decode]
+			share := "—"
+			if ttft+dec > 0 {
+				share = fmt.Sprintf("%.0f%%", 100*dec/(ttft+dec))
+			}
+			d.p("| %g | %d | %.1f | %.1f | %s |\n", l.OfferedQPS, l.Requests, ttft, dec, share)
 		}
 		d.p("\n")
 	}
+}
+
+// meanTTFT is a level's mean TTFT: the sum of its parts' means, as the
+// parts add up to each request's TTFT.
+func meanTTFT(l diagnose.LevelBreakdown) float64 {
+	sum := 0.0
+	for _, k := range diagnose.TTFTComponents {
+		sum += l.Mean[k]
+	}
+	return sum
 }
