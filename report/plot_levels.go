@@ -35,8 +35,12 @@ func (d *doc) levelFigure(m metric) *figure {
 	}
 	axis := d.finishLevelFigure(f, m, invalid, ss)
 	f.alt = what
-	f.caption = fmt.Sprintf("%s (%s) at each offered load, for the baseline and the selected config. Each point is one run; the line joins "+
-		"the medians of the valid runs (a tick marks each), the bar spans their min–max. ", capitalize(m.name), d.prov.unit(m)) + axis + d.invalidSentence(len(invalid) > 0) +
+	whose := "the baseline and the selected config"
+	if len(ts) == 1 {
+		whose = "the baseline"
+	}
+	f.caption = fmt.Sprintf("%s (%s) at each offered load, for %s. Each point is one run; the line joins "+
+		"the medians of the valid runs (a tick marks each), the bar spans their min–max. ", capitalize(m.name), d.prov.unit(m), whose) + axis + d.invalidSentence(len(invalid) > 0) +
 		d.dodgeSentence(len(ts)) + d.p99Sentence(m, ts...)
 	if m.name == effective.name {
 		f.caption += "The dotted line is effective = offered: a config that keeps up with the offered load lies on it."
