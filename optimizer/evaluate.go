@@ -3,13 +3,16 @@ package optimizer
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
+	"github.com/hone-llm/hone/capacity"
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/diagnose"
 	"github.com/hone-llm/hone/preflight"
@@ -33,7 +36,23 @@ type DeployEvaluator struct {
 	OutDir   string // records/<tag>.json and traces/<tag>/
 	Hone     replay.Build
 	Log      io.Writer // progress lines; nil: none
+	// Capacity, when set, measures each run as a capacity search
+	// (capacity.Search; one replay level per probe, every run's probes in
+	// the trial's one record) instead of the QPS scan; the trial's
+	// objectives are the runs' capacities. ReferenceQPS, when > 0, adds a
+	// probe at that offered rate to every run, so that trials compare
+	// latency at one load (CapacityRule).
+	Capacity     *capacity.Options
+	ReferenceQPS float64
 }
+
+// CapacityRule states how a trial is measured by capacity, for the log and
+// the report.
+const CapacityRule = "Each run of a trial is a capacity search (" + capacity.Rule + ") against the trial's deployment; the trial's " +
+	"objective is the median of its valid runs' capacities (a run whose search a host-distorted probe ended is invalid), its cost GPUs / capacity " +
+	"(GPU-seconds per request served at capacity). The first run starts at the predicted capacity, the next at the run before's with a 1+2p step. " +
+	"Every run also measures the reference load (reference_qps), the same offered rate for every trial, below capacity where the config has it: " +
+	"latency is compared there, never at loads that differ."
 
 // Evaluate implements Evaluator.
 func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag string) (t Trial) {
@@ -81,10 +100,19 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 	if s.Engine == deploy.EngineEmulator && s.Emulator.TimeScale > 0 {
 		scale = s.Emulator.TimeScale
 	}
-	rec, err := replay.Run(ctx, replay.Options{Endpoint: dep.ProxyURL(), Model: s.ServedName(), Kind: kind, Backend: backend,
+	ropts := replay.Options{Endpoint: dep.ProxyURL(), Model: s.ServedName(), Kind: kind, Backend: backend,
 		Workload: e.Workload, QPS: e.QPS, Runs: e.Runs, SLO: e.SLO, TimeScale: scale, GPUs: s.GPUsNeeded(), Config: cfg,
 		Hardware:  preflight.Hardware(e.Hone.Version, e.Hone.Commit),
-		ModelInfo: replay.Model{Revision: s.Model.Revision, Precision: s.Precision.DType}, Hone: e.Hone})
+		ModelInfo: replay.Model{Revision: s.Model.Revision, Precision: s.Precision.DType}, Hone: e.Hone}
+	var (
+		rec  *replay.Record
+		caps []capacity.Result
+	)
+	if e.Capacity != nil {
+		rec, caps, err = e.searchRuns(ctx, ropts)
+	} else {
+		rec, err = replay.Run(ctx, ropts)
+	}
 	if rec == nil {
 		t.Error = fmt.Sprintf("replay: %v", err)
 		return t
@@ -110,7 +138,157 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 	}
 	t.Record = path
 	summarizeRecord(&t, rec)
+	if e.Capacity != nil {
+		applyCapacity(&t, rec, caps, s.GPUsNeeded(), e.ReferenceQPS)
+	}
 	return t
+}
+
+// searchRuns measures e.Runs capacity searches through o's endpoint, and
+// returns them with one record holding every probe (run i's levels are its
+// search's probes in order, then the reference load). An invalid probe
+// ends its run's search, not the trial: the run is invalid by its record.
+func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options) (*replay.Record, []capacity.Result, error) {
+	var rec *replay.Record
+	var results []capacity.Result
+	measure := func(run int, load float64, requests int) (*replay.LevelRecord, error) {
+		po := o
+		po.Runs, po.QPS, po.Concurrency = 1, []float64{load}, nil
+		po.Workload.Requests = requests
+		r, err := replay.Run(ctx, po)
+		if r == nil || len(r.Runs) != 1 || len(r.Runs[0].Levels) != 1 {
+			if err == nil {
+				err = fmt.Errorf("capacity probe at %g req/s: the replay returned no level", load)
+			}
+			return nil, err
+		}
+		lvl := r.Runs[0].Levels[0]
+		if rec == nil {
+			rec = r
+			rec.Runs = nil
+			rec.Workload.QPS = nil
+			rec.Outcomes, rec.Validation.Valid, rec.Validation.Invalid, rec.Validation.Reasons = map[string]int{}, 0, 0, map[string]int{}
+		}
+		for len(rec.Runs) <= run {
+			rec.Runs = append(rec.Runs, replay.RunRecord{Run: len(rec.Runs)})
+		}
+		rec.Runs[run].Levels = append(rec.Runs[run].Levels, lvl)
+		if !slices.Contains(rec.Workload.QPS, load) {
+			rec.Workload.QPS = append(rec.Workload.QPS, load)
+		}
+		rec.Workload.Requests = max(rec.Workload.Requests, requests)
+		for k, n := range r.Outcomes {
+			rec.Outcomes[k] += n
+		}
+		rec.Validation.Valid += r.Validation.Valid
+		rec.Validation.Invalid += r.Validation.Invalid
+		for k, n := range r.Validation.Reasons {
+			rec.Validation.Reasons[k] += n
+		}
+		if r.Incomplete {
+			rec.Incomplete, rec.Error = true, r.Error
+		}
+		rec.FinishedAt = r.FinishedAt
+		return &r.Runs[0].Levels[0], err
+	}
+	start := capacity.StartFrom(ctx)
+	if start <= 0 {
+		start = e.Capacity.Start
+	}
+	var runErr error
+	for run := 0; run < max(e.Runs, 1); run++ {
+		co := *e.Capacity
+		co.SLO, co.Mode, co.Start = e.SLO, capacity.Open, start
+		if n := len(results); n > 0 && results[n-1].Bounded {
+			co.Start, co.Step = results[n-1].Value, 1+2*co.Precision
+			if co.Precision <= 0 {
+				co.Step = 1 + 2*capacity.DefaultPrecision
+			}
+		}
+		if e.Log != nil {
+			co.Progress = func(p capacity.Probe) {
+				fmt.Fprintf(e.Log, "optimize:   run %d: %.4g req/s %s (p99 TTFT %.1f, TPOT %.2f ms, %s)%s\n", run+1, p.Load,
+					map[bool]string{true: "passes", false: "fails"}[p.Pass], p.P99TTFTMs, p.P99TPOTMs, p.Tail, noteOf(p.Note))
+			}
+		}
+		res, err := capacity.Search(ctx, func(ctx context.Context, p capacity.Plan) (*replay.LevelRecord, error) {
+			return measure(run, p.Load, p.Requests)
+		}, co)
+		if res != nil {
+			results = append(results, *res)
+		}
+		if err != nil && !errors.Is(err, capacity.ErrInvalid) {
+			runErr = err
+			break
+		}
+		if e.ReferenceQPS > 0 {
+			p := capacity.PlanFor(capacity.Open, e.ReferenceQPS, co, 0)
+			if _, err := measure(run, e.ReferenceQPS, p.Requests); err != nil {
+				runErr = err
+				break
+			}
+		}
+	}
+	if rec != nil {
+		rec.Judge()
+	}
+	return rec, results, runErr
+}
+
+func noteOf(n string) string {
+	if n == "" {
+		return ""
+	}
+	return ": " + n
+}
+
+// applyCapacity makes a trial's figures its capacity searches': a run
+// counts when its record is valid throughout and its search ended; failed
+// requests count at the loads that passed and at the reference (a load
+// beyond capacity may lose requests: that is what failing it means).
+func applyCapacity(t *Trial, rec *replay.Record, caps []capacity.Result, gpus int, ref float64) {
+	t.Capacity, t.ReferenceQPS = caps, ref
+	t.Objectives, t.InvalidRuns, t.Failed, t.CostGPUSec = nil, 0, 0, nil
+	for i, c := range caps {
+		valid := i < len(rec.Runs) && rec.Runs[i].Verdict.Valid && len(c.Probes) > 0 && c.Probes[len(c.Probes)-1].Valid
+		if valid {
+			t.Objectives = append(t.Objectives, c.Value)
+		} else {
+			t.InvalidRuns++
+		}
+		if i >= len(rec.Runs) {
+			continue
+		}
+		for _, l := range rec.Runs[i].Levels {
+			passed := l.OfferedQPS == ref
+			for _, p := range c.Probes {
+				passed = passed || p.Pass && p.Load == l.OfferedQPS
+			}
+			if passed {
+				for _, n := range l.Failures {
+					t.Failed += n
+				}
+			}
+		}
+	}
+	t.InvalidRuns += max(len(rec.Runs)-len(caps), 0)
+	t.Objective = 0
+	if len(t.Objectives) > 0 {
+		t.Objective = slo.Median(t.Objectives)
+		if t.Objective > 0 {
+			c := float64(gpus) / t.Objective
+			t.CostGPUSec = &c
+		}
+	}
+	// Per-load summaries are the reference load's: the probes' loads
+	// differ from run to run and trial to trial.
+	var ls []LevelSummary
+	for _, l := range t.Levels {
+		if ref > 0 && l.OfferedQPS == ref {
+			ls = append(ls, l)
+		}
+	}
+	t.Levels = ls
 }
 
 func errString(err error) string {

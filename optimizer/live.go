@@ -14,9 +14,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hone-llm/hone/capacity"
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/diagnose"
 	"github.com/hone-llm/hone/internal/atomicfile"
+	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/slo"
 )
@@ -65,6 +67,11 @@ type Trial struct {
 	// Predicted is what the engine model predicted for this spec before
 	// it was measured (predict-then-measure loop only).
 	Predicted *Prediction `json:"predicted,omitempty"`
+	// Capacity is each run's capacity search (capacity-measured trials:
+	// then Objectives are their values), and ReferenceQPS the load every
+	// run also measured, which Levels then summarise.
+	Capacity     []capacity.Result `json:"capacity,omitempty"`
+	ReferenceQPS float64           `json:"reference_qps,omitempty"`
 	// Rescaled: the host decided the trial's first measurement, and
 	// whether (Measured) and at which time scale it was measured again
 	// (Rescaler); nil when the host decided nothing.
@@ -121,6 +128,13 @@ type Log struct {
 	// Predict is the predict-then-measure loop's record: the grid, its
 	// ranking, and every calibration. Nil for the diagnosis-driven loop.
 	Predict *PredictLog `json:"predict,omitempty"`
+	// Measure is how a trial was measured: "capacity" (each run a
+	// capacity search, CapacityRule) or "levels" (each run a scan of QPS,
+	// the objective the largest effective QPS among passing levels).
+	Measure      string       `json:"measure"`
+	CapacityRule string       `json:"capacity_rule,omitempty"`
+	ReferenceQPS float64      `json:"reference_qps,omitempty"`
+	Goal         predict.Goal `json:"goal"`
 }
 
 // Interaction is a 2×2 reading: topology × prefix caching.
@@ -179,6 +193,15 @@ type LiveOptions struct {
 	// Predictor, when set, explores by PredictRule (predict the grid,
 	// measure the most promising, calibrate) instead of by diagnosis.
 	Predictor *Predictor
+	// Capacity, when set, says the evaluator measures trials by capacity
+	// (DeployEvaluator.Capacity, the same settings): predictions are then
+	// capacities too, and ReferenceQPS is the load every trial's runs
+	// also measured (for the log).
+	Capacity     *capacity.Options
+	ReferenceQPS float64
+	// Goal is what the selection optimises (spec.objective); zero: the
+	// most capacity (objective) within the budget.
+	Goal predict.Goal
 }
 
 // Live runs the optimization loop: the baseline; proposals driven by each
@@ -196,7 +219,14 @@ func Live(ctx context.Context, o LiveOptions) (*Log, error) {
 	}
 	lg := &Log{SchemaVersion: LogSchemaVersion, Started: time.Now().UTC(), Workload: o.Workload, QPS: o.QPS, Runs: o.Runs,
 		SLO: o.SLO, Budget: o.Budget, HostFloor: o.HostFloor, SelectionRule: LiveSelectionRule, RegressionRule: LiveRegressionRule,
-		Trials: make([]Trial, 0, o.Budget)} // never outgrown: pointers into it stay valid
+		Trials: make([]Trial, 0, o.Budget), Measure: "levels", Goal: o.Goal} // never outgrown: pointers into it stay valid
+	if o.Goal.Goal == "" {
+		lg.Goal.Goal = deploy.GoalCapacity
+	}
+	if o.Capacity != nil {
+		lg.Measure, lg.CapacityRule, lg.ReferenceQPS = "capacity", CapacityRule, o.ReferenceQPS
+		lg.SelectionRule += " " + GoalRule(lg.Goal)
+	}
 	l := &loop{ctx: ctx, o: o, lg: lg, tried: map[string]int{}}
 	if o.Predictor != nil {
 		if err := l.startPredicting(ctx); err != nil {
@@ -218,7 +248,7 @@ func Live(ctx context.Context, o LiveOptions) (*Log, error) {
 	} else if err := l.proposals(); err != nil {
 		return lg, err
 	}
-	order := rankTrials(lg.Trials, l.base)
+	order := rankTrialsFor(lg.Trials, l.base, l.o.Goal)
 	if len(order) == 0 {
 		l.say("no trial was eligible: keeping the baseline (trial %d) unverified", l.base.N)
 		lg.Selected = 0
@@ -266,11 +296,19 @@ func (l *loop) run(role, why string, s *deploy.Spec) (*Trial, error) {
 	if o.Progress != nil {
 		fmt.Fprintf(o.Progress, "optimize: trial %d/%d %s: %s (%s)\n", n, o.Budget, role, SpecKey(s), why)
 	}
-	t := o.Evaluator.Evaluate(l.ctx, s, fmt.Sprintf("%02d-%s", n, SpecKey(s)))
+	var predicted *Prediction
+	ctx := l.ctx
+	if l.pred != nil {
+		predicted = l.predictionFor(s)
+		if o.Capacity != nil && predicted.Error == "" && predicted.Objective > 0 {
+			ctx = capacity.WithStart(ctx, predicted.Objective) // the search starts at the prediction
+		}
+	}
+	t := o.Evaluator.Evaluate(ctx, s, fmt.Sprintf("%02d-%s", n, SpecKey(s)))
 	t.N, t.Role, t.Why, t.Key, t.Spec = n, role, why, SpecKey(s), s
 	judge(&t, o.SLO)
 	if l.pred != nil {
-		t.Predicted = l.predictionFor(s)
+		t.Predicted = predicted
 		scorePrediction(&t)
 	}
 	lg.Trials = append(lg.Trials, t)
@@ -386,7 +424,7 @@ func (l *loop) interaction(best *Trial) error {
 // config, and it is what gets verified. The first is the selection, the
 // rest its fallbacks.
 func (l *loop) selection(best *Trial) []*Trial {
-	order := rankTrials(l.lg.Trials, l.base)
+	order := rankTrialsFor(l.lg.Trials, l.base, l.o.Goal)
 	if order[0] != best {
 		l.say("trial %d (%s, %s) beats trial %d: %.3f vs %.3f req/s", order[0].N, order[0].Key, order[0].Why, best.N, order[0].Objective, best.Objective)
 	}
@@ -409,7 +447,7 @@ func (l *loop) verification(order []*Trial) error {
 		if err != nil {
 			return err
 		}
-		if reason := liveRegressed(cand, v, l.base); reason != "" {
+		if reason := liveRegressedFor(l.o.Goal, cand, v, l.base); reason != "" {
 			l.say("trial %d rejected by the regression rule: %s", cand.N, reason)
 			lg.Selected = 0
 			continue
@@ -481,7 +519,12 @@ func judge(t *Trial, target slo.SLO) {
 // objectives are medians of noisy runs, so a trial displaces the baseline
 // only when it beats it run for run (Beats), and ties fall to cost before
 // the distance to the baseline. Distance is the one piece both rules share.
-func rankTrials(ts []Trial, base *Trial) []*Trial {
+func rankTrials(ts []Trial, base *Trial) []*Trial { return rankTrialsFor(ts, base, predict.Goal{}) }
+
+// rankTrialsFor is rankTrials for goal g (GoalRule): the first by g, and a
+// trial displaces another only when it beats it by g beyond noise
+// (BeatsFor).
+func rankTrialsFor(ts []Trial, base *Trial, g predict.Goal) []*Trial {
 	var out []*Trial
 	for i := range ts {
 		if ts[i].Eligible && ts[i].Role != "verify" {
@@ -496,6 +539,9 @@ func rankTrials(ts []Trial, base *Trial) []*Trial {
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		a, b := out[i], out[j]
+		if c := compareFor(g, a, b); c != 0 {
+			return c < 0
+		}
 		if a.Objective != b.Objective {
 			return a.Objective > b.Objective
 		}
@@ -513,7 +559,7 @@ func rankTrials(ts []Trial, base *Trial) []*Trial {
 	top := out[0]
 	pick := 0
 	for i, t := range out {
-		if Beats(top, t) {
+		if BeatsFor(g, top, t) {
 			continue
 		}
 		p := out[pick]
@@ -549,6 +595,93 @@ func Beats(a, b *Trial) bool {
 	return slices.Min(a.Objectives) > slices.Max(b.Objectives) && a.Objective >= (1+MinWin)*b.Objective
 }
 
+// GoalRule states how goal g orders and beats trials, for the log.
+func GoalRule(g predict.Goal) string {
+	switch g.Goal {
+	case deploy.GoalCheapest:
+		return fmt.Sprintf("Goal cheapest at %g req/s (spec.objective): a trial meets the target when every valid run's capacity reaches %g req/s; "+
+			"trials that meet it rank first, fewest GPUs first (a config with fewer GPUs that meets the target beats one with more: the cost differs by "+
+			"construction, not by noise), then by capacity with the rule above.", g.TargetQPS, g.TargetQPS)
+	case deploy.GoalPerGPU:
+		return "Goal capacity per GPU (spec.objective): trials rank and beat each other by capacity / GPUs, each run's capacity divided by the config's GPUs."
+	}
+	return "Goal capacity (spec.objective; the default): the most capacity within the GPU budget."
+}
+
+// meetsTarget: every valid run of t reaches g's target rate.
+func meetsTarget(g predict.Goal, t *Trial) bool {
+	return len(t.Objectives) > 0 && slices.Min(t.Objectives) >= g.TargetQPS
+}
+
+func trialGPUs(t *Trial) int {
+	if t.Spec == nil {
+		return 0
+	}
+	return t.Spec.GPUsNeeded()
+}
+
+// compareFor orders a before b (negative) by goal g; 0: g does not tell
+// them apart (the objective then decides).
+func compareFor(g predict.Goal, a, b *Trial) int {
+	switch g.Goal {
+	case deploy.GoalCheapest:
+		am, bm := meetsTarget(g, a), meetsTarget(g, b)
+		switch {
+		case am && !bm:
+			return -1
+		case bm && !am:
+			return 1
+		case am && bm:
+			return trialGPUs(a) - trialGPUs(b)
+		}
+	case deploy.GoalPerGPU:
+		ga, gb := trialGPUs(a), trialGPUs(b)
+		if ga > 0 && gb > 0 {
+			pa, pb := a.Objective/float64(ga), b.Objective/float64(gb)
+			switch {
+			case pa > pb:
+				return -1
+			case pa < pb:
+				return 1
+			}
+		}
+	}
+	return 0
+}
+
+// BeatsFor is Beats by goal g: cheapest, a trial that meets the target
+// with fewer GPUs beats one with more, or one that misses it; per GPU, the
+// runs' capacities per GPU are compared by Beats' rule.
+func BeatsFor(g predict.Goal, a, b *Trial) bool {
+	switch g.Goal {
+	case deploy.GoalCheapest:
+		am, bm := meetsTarget(g, a), meetsTarget(g, b)
+		switch {
+		case am && !bm:
+			return len(a.Objectives) >= 2
+		case !am:
+			return false
+		case trialGPUs(a) < trialGPUs(b):
+			return len(a.Objectives) >= 2
+		case trialGPUs(a) > trialGPUs(b):
+			return false
+		}
+	case deploy.GoalPerGPU:
+		ga, gb := trialGPUs(a), trialGPUs(b)
+		if ga > 0 && gb > 0 && ga != gb {
+			per := func(t *Trial, n int) *Trial {
+				c := &Trial{Objective: t.Objective / float64(n)}
+				for _, o := range t.Objectives {
+					c.Objectives = append(c.Objectives, o/float64(n))
+				}
+				return c
+			}
+			return Beats(per(a, ga), per(b, gb))
+		}
+	}
+	return Beats(a, b)
+}
+
 func specDistance(a, b *deploy.Spec) int {
 	var x, y map[string]any
 	ba, _ := json.Marshal(a)
@@ -573,6 +706,26 @@ func liveRegressed(first, again, base *Trial) string {
 		return fmt.Sprintf("the re-run's median objective %.3f is more than 10%% below the first run's %.3f", again.Objective, first.Objective)
 	case first.N != base.N && !Beats(again, base):
 		return fmt.Sprintf("the re-run's objectives %s do not beat the baseline's %s beyond noise", fmtRuns(again.Objectives), fmtRuns(base.Objectives))
+	}
+	return ""
+}
+
+// liveRegressedFor is liveRegressed by goal g: the re-run must also beat
+// the baseline by g (BeatsFor), and, cheapest, still meet the target.
+func liveRegressedFor(g predict.Goal, first, again, base *Trial) string {
+	if g.Goal == "" || g.Goal == deploy.GoalCapacity {
+		return liveRegressed(first, again, base)
+	}
+	switch {
+	case !again.Eligible:
+		return "the re-run is not eligible: " + again.Reason
+	case again.Objective < 0.9*first.Objective:
+		return fmt.Sprintf("the re-run's median objective %.3f is more than 10%% below the first run's %.3f", again.Objective, first.Objective)
+	case g.Goal == deploy.GoalCheapest && !meetsTarget(g, again):
+		return fmt.Sprintf("the re-run's capacities %s do not all reach the target %g req/s", fmtRuns(again.Objectives), g.TargetQPS)
+	case first.N != base.N && !BeatsFor(g, again, base):
+		return fmt.Sprintf("the re-run (runs %s, %d GPUs) does not beat the baseline (runs %s, %d GPUs) by the goal beyond noise",
+			fmtRuns(again.Objectives), trialGPUs(again), fmtRuns(base.Objectives), trialGPUs(base))
 	}
 	return ""
 }

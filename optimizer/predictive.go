@@ -149,7 +149,12 @@ type predictor struct {
 }
 
 func (l *loop) predictOptions() predict.Options {
-	return predict.Options{Profile: l.pred.profile, Workload: l.o.Workload, QPS: l.o.QPS, SLO: l.o.SLO}
+	o := predict.Options{Profile: l.pred.profile, Workload: l.o.Workload, QPS: l.o.QPS, SLO: l.o.SLO}
+	if l.o.Capacity != nil {
+		co := *l.o.Capacity
+		o.Capacity, o.QPS = &co, nil
+	}
+	return o
 }
 
 // rank predicts the whole grid with the current profile.
@@ -158,6 +163,9 @@ func (l *loop) rank() {
 	start := time.Now()
 	pts := predict.Evaluate(l.ctx, p.grid, l.predictOptions(), nil)
 	p.ranked = predict.Rank(pts)
+	if l.o.Capacity != nil {
+		p.ranked = predict.RankGoal(pts, l.o.Goal)
+	}
 	p.byKey, p.rankOf = map[string]*Prediction{}, map[string]int{}
 	front := map[string]bool{}
 	for _, f := range predict.ParetoFront(pts) {
@@ -234,7 +242,7 @@ func (l *loop) predictThenMeasure() error {
 		}
 		if best != nil {
 			band := noiseBand(best)
-			if next.Objective <= best.Objective*(1+band) {
+			if !promising(l.o.Goal, *next, best, band) {
 				l.lg.Predict.StopReason = fmt.Sprintf("no untried config is predicted to beat the measured best (trial %d, %.3f req/s) by more than its noise band %.1f%%: the best untried, %s, is predicted at %.3f req/s",
 					best.N, best.Objective, 100*band, SpecKey(next.Spec), next.Objective)
 				l.say("exploration ends: %s", l.lg.Predict.StopReason)
@@ -259,17 +267,51 @@ func (l *loop) predictThenMeasure() error {
 	return nil
 }
 
-// measuredBest is the eligible measured trial with the highest median
-// objective, or nil.
+// measuredBest is the eligible measured trial best by the goal (then the
+// highest median objective), or nil.
 func (l *loop) measuredBest() *Trial {
 	var best *Trial
 	for i := range l.lg.Trials {
 		t := &l.lg.Trials[i]
-		if t.Eligible && t.Role != "verify" && (best == nil || t.Objective > best.Objective) {
+		if !t.Eligible || t.Role == "verify" {
+			continue
+		}
+		if best == nil {
+			best = t
+			continue
+		}
+		if c := compareFor(l.o.Goal, t, best); c < 0 || c == 0 && t.Objective > best.Objective {
 			best = t
 		}
 	}
 	return best
+}
+
+// promising reports whether an untried config, predicted at next, could
+// beat the measured best by goal g beyond its noise band: a higher
+// objective (per GPU for capacity_per_gpu) by more than the band, or,
+// cheapest, the target predicted met with fewer GPUs.
+func promising(g predict.Goal, next predict.Point, best *Trial, band float64) bool {
+	bg := trialGPUs(best)
+	switch g.Goal {
+	case deploy.GoalCheapest:
+		bm := meetsTarget(g, best)
+		switch {
+		case !g.Meets(next.Objective) && bm:
+			return false
+		case g.Meets(next.Objective) && !bm:
+			return true
+		case bm && next.GPUs < bg:
+			return true
+		case bm && next.GPUs > bg:
+			return false
+		}
+	case deploy.GoalPerGPU:
+		if next.GPUs > 0 && bg > 0 {
+			return next.Objective/float64(next.GPUs) > best.Objective/float64(bg)*(1+band)
+		}
+	}
+	return next.Objective > best.Objective*(1+band)
 }
 
 // noiseBand is the relative band within which a trial's objective cannot

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hone-llm/hone/capacity"
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/internal/atomicfile"
 	"github.com/hone-llm/hone/internal/dirlock"
@@ -43,20 +45,33 @@ func newOptimizeCmd() *cobra.Command {
 		profile      string
 		vllm         string
 		axes         predict.AxisFlags
+		measure      string
+		precision    float64
+		referenceQPS float64
 	)
 	c := &cobra.Command{
 		Use:   "optimize --spec base.yaml --out DIR",
 		Short: "Run the live optimization loop: deploy, replay, diagnose, propose, ablate, verify",
 		Long: `hone optimize starts from a deployment spec (the baseline) and spends at most
 --budget trials. Each trial deploys the spec (emulator or vLLM workers behind
-hone's proxy), replays the workload --runs times at every --qps level,
-attributes every request's latency and names the bottleneck, then tears the
+hone's proxy), measures it --runs times — by default each run a capacity
+search (--measure capacity: the largest load that meets the SLO at steady
+state; --slo interactive is p99 TTFT 500 ms, p99 TPOT 50 ms), else a replay
+at every --qps level (--measure levels) — attributes every request's latency and names the bottleneck, then tears the
 deployment down. The next config is chosen from that diagnosis, on the same
 model, precision, GPU budget, arrival sequence, prewarm, output length and
 tokens. After exploring it ablates the selected config's optimizations,
 completes a topology × prefix-caching interaction, and re-runs the winner.
 
-Selection: ` + optimizer.LiveSelectionRule + `
+Measurement (--measure capacity): ` + optimizer.CapacityRule + ` The
+reference load is --reference-qps, else spec.objective.target_qps, else
+half the baseline's predicted capacity.
+
+Selection: ` + optimizer.LiveSelectionRule + ` What "best" means is the
+spec's objective (spec.objective.goal): capacity (the default: the most
+capacity within gpus.budget), cheapest (with target_qps: the fewest GPUs
+whose capacity reaches it in every run; the predicted grid includes configs
+using fewer GPUs than the budget) or capacity_per_gpu.
 
 Regression: ` + optimizer.LiveRegressionRule + `
 
@@ -114,6 +129,29 @@ so far, marked unfinished.`,
 			}
 			if !(maxScale >= 0) || maxScale > deploy.MaxTimeScale {
 				return badInput("--max-time-scale: want 0 (never measure again) or a factor up to %d, got %v", deploy.MaxTimeScale, maxScale)
+			}
+			switch {
+			case measure == "" && backend == "model":
+				measure = "levels"
+			case measure == "":
+				measure = "capacity"
+			case measure != "capacity" && measure != "levels":
+				return badInput("--measure: %q: want capacity (each run a capacity search) or levels (each run a scan of --qps)", measure)
+			case measure == "capacity" && backend == "model":
+				return badInput("--measure capacity: the exact queueing model (--backend model) scans levels; use --measure levels")
+			}
+			if measure != "capacity" {
+				for _, n := range []string{"capacity-precision", "reference-qps"} {
+					if c.Flags().Changed(n) {
+						return badInput("--%s: only with --measure capacity", n)
+					}
+				}
+			}
+			if !(precision > 0 && precision < 1) {
+				return badInput("--capacity-precision: want a fraction in (0, 1), e.g. 0.05, got %v", precision)
+			}
+			if !(referenceQPS >= 0) || referenceQPS > 1e6 {
+				return badInput("--reference-qps: want 0 (from the spec's objective or the prediction) or a rate in req/s, got %v", referenceQPS)
 			}
 			if backend != "live" && backend != "model" {
 				return badInput("--backend: %q: want live (deploy and replay) or model (the exact queueing model)", backend)
@@ -222,8 +260,31 @@ so far, marked unfinished.`,
 				}
 				pred = &optimizer.Predictor{Profile: prof, Axes: gridAxes, ProfileDir: filepath.Join(out, "profiles")}
 			}
-			lg, err := optimizer.Live(ctx, optimizer.LiveOptions{Base: base, Evaluator: ev, Budget: budget, HostFloor: floor,
-				Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo, LogPath: logPath, Progress: c.ErrOrStderr(), Predictor: pred})
+			lo := optimizer.LiveOptions{Base: base, Evaluator: ev, Budget: budget, HostFloor: floor,
+				Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo, LogPath: logPath, Progress: c.ErrOrStderr(), Predictor: pred,
+				Goal: predict.Goal(base.Objective)}
+			if measure == "capacity" {
+				co := capacity.Options{Mode: capacity.Open, SLO: slo, Precision: precision, MinRequests: w.Requests - replay.Sessions}
+				ref := referenceQPS
+				if ref == 0 {
+					ref = base.Objective.TargetQPS
+				}
+				if ref == 0 {
+					prof, err := predictProfile(profile, base)
+					if err != nil {
+						return err
+					}
+					res, err := predict.Capacity(ctx, base, predict.Options{Profile: prof, Workload: w, SLO: slo}, co)
+					if err != nil || res.Value <= 0 {
+						return badInput("--reference-qps: the baseline's capacity could not be predicted (%v%s): give --reference-qps", err, orNote(res))
+					}
+					ref = math.Round(res.Value/2*100) / 100
+					fmt.Fprintf(c.ErrOrStderr(), "optimize: reference load %g req/s: half the baseline's predicted capacity %.3g req/s (profile %s)\n", ref, res.Value, prof.Name)
+				}
+				dev.Capacity, dev.ReferenceQPS, dev.Log = &co, ref, c.ErrOrStderr()
+				lo.Capacity, lo.ReferenceQPS = &co, ref
+			}
+			lg, err := optimizer.Live(ctx, lo)
 			if err != nil {
 				return stopped(ctx, fmt.Errorf("optimize: %w (the log so far is in %s)", err, logPath))
 			}
@@ -250,8 +311,19 @@ so far, marked unfinished.`,
 	f.StringVar(&explore, "explore", "", "predict (default with --backend live: rank a predicted grid, measure the most promising, calibrate) | diagnose (propose from each trial's bottleneck)")
 	f.StringVar(&vllm, "vllm", "", "the vllm executable of a vLLM spec's trials, e.g. .venv/bin/vllm (default: vllm on PATH), as hone deploy up --vllm")
 	f.StringVar(&profile, "profile", "", "with --explore predict: the cost profile predictions start from, a built-in name or a .yaml file (default: the spec's emulator.profile)")
+	f.StringVar(&measure, "measure", "", "how a trial is measured: capacity (default with --backend live: each run a capacity search) | levels (each run a scan of --qps; the default with --backend model)")
+	f.Float64Var(&precision, "capacity-precision", capacity.DefaultPrecision, "with --measure capacity: the searches' relative precision")
+	f.Float64Var(&referenceQPS, "reference-qps", 0, "with --measure capacity: the offered rate every run also measures, where trials' latencies are compared (0: spec.objective.target_qps, else half the baseline's predicted capacity)")
 	registerGridAxes(f, &axes, optimizer.DefaultGridAxes())
 	return c
+}
+
+// orNote is ": NOTE" of a capacity result that found nothing, else "".
+func orNote(r *capacity.Result) string {
+	if r == nil || r.Note == "" {
+		return ""
+	}
+	return ": " + r.Note
 }
 
 // stopped marks err as an interruption (exit 130) when ctx was cancelled,

@@ -1,0 +1,94 @@
+package optimizer
+
+import (
+	"testing"
+
+	"github.com/hone-llm/hone/capacity"
+	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/predict"
+	"github.com/hone-llm/hone/replay"
+)
+
+func oneGPUSpec() *deploy.Spec {
+	s := CloneSpec(baseSpec())
+	s.Topology.Replicas, s.GPUs.Budget, s.GPUs.IDs = 1, 1, []int{0}
+	return s
+}
+
+// TestCheapestSelection: asked for the cheapest config serving 15 req/s,
+// a 1-GPU trial that reaches it in every run is selected over the 2-GPU
+// baseline with more capacity; asked for capacity, the baseline stays.
+func TestCheapestSelection(t *testing.T) {
+	base := &Trial{N: 1, Role: "baseline", Eligible: true, Spec: baseSpec(), Objectives: []float64{40, 41, 39.5}, Objective: 40}
+	one := Trial{N: 2, Role: "proposal", Eligible: true, Spec: oneGPUSpec(), Objectives: []float64{21, 20.5, 21.4}, Objective: 21}
+	cheapest := predict.Goal{Goal: deploy.GoalCheapest, TargetQPS: 15}
+	if order := rankTrialsFor([]Trial{*base, one}, base, cheapest); order[0].N != 2 {
+		t.Errorf("cheapest at 15 req/s: selected trial %d", order[0].N)
+	}
+	if order := rankTrialsFor([]Trial{*base, one}, base, predict.Goal{}); order[0].N != 1 {
+		t.Errorf("most capacity: selected trial %d", order[0].N)
+	}
+	// One run short of the target: the 1-GPU config does not meet it.
+	short := one
+	short.Objectives = []float64{21, 14.2, 21.4}
+	if order := rankTrialsFor([]Trial{*base, short}, base, cheapest); order[0].N != 1 {
+		t.Errorf("a config missing the target in one run was selected as cheapest")
+	}
+	if !BeatsFor(cheapest, &one, base) || BeatsFor(cheapest, base, &one) || BeatsFor(cheapest, &short, base) {
+		t.Error("BeatsFor cheapest")
+	}
+	// Per GPU: every run of the 1-GPU trial (20.8 at least) above every
+	// run of the baseline's per GPU (20.5 at most), median 21 >= 1.02 × 20.
+	perGPU := predict.Goal{Goal: deploy.GoalPerGPU}
+	dense := one
+	dense.Objectives = []float64{21, 20.8, 21.4}
+	if !BeatsFor(perGPU, &dense, base) || BeatsFor(perGPU, &one, base) {
+		t.Error("BeatsFor capacity_per_gpu")
+	}
+	if reason := liveRegressedFor(cheapest, &one, &short, base); reason == "" {
+		t.Error("a re-run short of the target was not rejected")
+	}
+}
+
+func TestPromising(t *testing.T) {
+	best := &Trial{Spec: baseSpec(), Objectives: []float64{40, 41, 39}, Objective: 40}
+	cheapest := predict.Goal{Goal: deploy.GoalCheapest, TargetQPS: 15}
+	if !promising(cheapest, predict.Point{Objective: 20, GPUs: 1}, best, 0.02) {
+		t.Error("a 1-GPU config predicted to meet the target is not worth measuring")
+	}
+	if promising(cheapest, predict.Point{Objective: 12, GPUs: 1}, best, 0.02) {
+		t.Error("a config predicted to miss the target is worth measuring")
+	}
+	if promising(predict.Goal{}, predict.Point{Objective: 40.5, GPUs: 2}, best, 0.02) {
+		t.Error("a win inside the noise band is worth measuring")
+	}
+}
+
+// TestApplyCapacity: a trial's objectives are its valid runs' capacities;
+// failures count at passing probes and the reference, not beyond capacity.
+func TestApplyCapacity(t *testing.T) {
+	lvl := func(q float64, valid bool, failed int) replay.LevelRecord {
+		l := replay.LevelRecord{Verdict: replay.Verdict{Valid: valid}, Failures: map[string]int{}}
+		l.OfferedQPS = q
+		if failed > 0 {
+			l.Failures["timeout"] = failed
+		}
+		return l
+	}
+	rec := &replay.Record{Runs: []replay.RunRecord{
+		{Verdict: replay.Verdict{Valid: true}, Levels: []replay.LevelRecord{lvl(8, true, 0), lvl(16, true, 3), lvl(10, true, 0)}},
+		{Verdict: replay.Verdict{Valid: false}, Levels: []replay.LevelRecord{lvl(8, false, 0)}},
+		{Verdict: replay.Verdict{Valid: true}, Levels: []replay.LevelRecord{lvl(8, true, 0), lvl(10, true, 1)}},
+	}}
+	caps := []capacity.Result{
+		{Value: 8, Upper: 16, Probes: []capacity.Probe{{Load: 8, Pass: true, Valid: true}, {Load: 16, Valid: true}}},
+		{Probes: []capacity.Probe{{Load: 8, Valid: false}}},
+		{Value: 9, Upper: 9.4, Probes: []capacity.Probe{{Load: 9, Pass: true, Valid: true}}},
+	}
+	tr := Trial{Levels: []LevelSummary{{OfferedQPS: 8}, {OfferedQPS: 10}, {OfferedQPS: 16}}}
+	applyCapacity(&tr, rec, caps, 2, 10)
+	if len(tr.Objectives) != 2 || tr.Objective != 8.5 || tr.InvalidRuns != 1 || tr.Failed != 1 || *tr.CostGPUSec != 2/8.5 ||
+		len(tr.Levels) != 1 || tr.Levels[0].OfferedQPS != 10 || tr.ReferenceQPS != 10 {
+		t.Errorf("trial: objectives %v (%v), invalid %d, failed %d, levels %+v", tr.Objectives, tr.Objective, tr.InvalidRuns, tr.Failed, tr.Levels)
+	}
+}
