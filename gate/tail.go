@@ -18,12 +18,18 @@ const (
 	// side's interval for a tail percentile (slo.PercentileCI).
 	TailConfidence = 95.0
 	// LooseTailChange is the change a "max of n" tail must exceed to fail
-	// (together with the metric's fail threshold, whichever is larger):
-	// with too few requests for an interval, the figure is a maximum,
-	// which one slow request sets; only a doubling is read as the
-	// deployment's.
-	LooseTailChange = 1.0
+	// (or the metric's fail threshold, whichever is larger): with too few
+	// requests for an interval the figure is a maximum, which one slow
+	// request sets. Two replays of one emulated deployment shaped like the
+	// demo (3 runs × 40 measured requests a level, time scale 0.25) had
+	// pooled TTFT maxima up to 2.4× apart at a level, so only a maximum
+	// more than 4× the baseline's is read as the deployment's.
+	LooseTailChange = 3.0
 )
+
+// TailMinRequests is the pooled count a side needs for its p99
+// interval's upper rank: 368 at 95% (0.99^n <= 0.025).
+var TailMinRequests = slo.MinCountForCI(99, TailConfidence)
 
 // TailRule states the tail rule in words, for reports and help.
 var TailRule = fmt.Sprintf("p99 TTFT and p99 TPOT are compared on the measured requests pooled over the runs valid at the level, "+
@@ -34,7 +40,7 @@ var TailRule = fmt.Sprintf("p99 TTFT and p99 TPOT are compared on the measured r
 	"With fewer than %d pooled requests on a side (too few for the interval's upper rank) both figures are the pooled maximum, "+
 	"\"max of n\", which fails only when worse by more than max(the fail threshold, %g%%) and never warns or improves. "+
 	"Without per-request values on a side (a schema-2 baseline, a simulation record) a tail is compared per run, as every other metric",
-	TailConfidence, slo.MinCountForCI(99, TailConfidence), 100*LooseTailChange)
+	TailConfidence, TailMinRequests, 100*LooseTailChange)
 
 // Tail is a tail metric's comparison on pooled per-request values.
 type Tail struct {

@@ -85,10 +85,10 @@ func TestTailMaxOfN(t *testing.T) {
 	for _, c := range []struct {
 		factor float64
 		want   Verdict
-	}{{1, Pass}, {1.9, Pass}, {0.3, Pass}, {2.1, Fail}} {
+	}{{1, Pass}, {2.4, Pass}, {3.9, Pass}, {0.2, Pass}, {4.1, Fail}} {
 		rep := Check(bl, tailRuns(3, 120, c.factor), Config{})
 		r := result(t, rep, "p99_tpot_ms")
-		if r.Tail == nil || !r.Tail.MaxOfN || r.BaseCenter != 120 || r.CandCenter != 120*c.factor || r.Threshold != LooseTailChange {
+		if r.Tail == nil || !r.Tail.MaxOfN || r.BaseCenter != 120 || r.CandCenter != math.Round(12000*c.factor)/100 || r.Threshold != LooseTailChange {
 			t.Fatalf("×%g: %+v (center %g → %g, threshold %g), want max of 120 on each side, threshold %g", c.factor, r.Tail, r.BaseCenter, r.CandCenter, r.Threshold, LooseTailChange)
 		}
 		if r.Verdict != c.want || !strings.Contains(r.Test, "max of n (120 vs 120 requests pooled; a p99 interval needs 368 a side)") {
@@ -96,10 +96,10 @@ func TestTailMaxOfN(t *testing.T) {
 		}
 	}
 	// A looser configured threshold wins over LooseTailChange.
-	three := 3.0
-	r := result(t, Check(bl, tailRuns(3, 120, 2.5), Config{Metrics: map[string]Threshold{"p99_tpot_ms": {Fail: &three}}}), "p99_tpot_ms")
-	if r.Verdict != Pass || r.Threshold != 3 {
-		t.Errorf("fail 300%%, ×2.5: %s, threshold %g", r.Verdict, r.Threshold)
+	five := 5.0
+	r := result(t, Check(bl, tailRuns(3, 120, 4.5), Config{Metrics: map[string]Threshold{"p99_tpot_ms": {Fail: &five}}}), "p99_tpot_ms")
+	if r.Verdict != Pass || r.Threshold != 5 {
+		t.Errorf("fail 500%%, ×4.5: %s, threshold %g", r.Verdict, r.Threshold)
 	}
 	// One side short of 368 makes both figures maxima.
 	r = result(t, Check(mustBaseline(t, tailRuns(3, 384, 1)), tailRuns(3, 120, 1.2), Config{}), "p99_ttft_ms")
