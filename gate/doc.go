@@ -2,19 +2,22 @@
 // stored baseline, for CI.
 //
 // A baseline keeps the raw per-run values of every scenario × load level ×
-// metric, with each metric's direction, and an environment fingerprint.
+// metric, with each metric's direction, and an environment fingerprint;
+// for the tail metrics (p99 TTFT, p99 TPOT) also each run's per-request
+// values.
 // Check compares a candidate's runs metric by metric and gives each a
 // verdict: pass, improved, warn, fail, suspect or invalid; the check as a
 // whole can also be incomparable or unusable.
 //
 // The statistics, plainly:
 //
-//   - A metric fails only when its change is significant AND larger than
-//     max(the metric's threshold, the noise floor). Significance is one-sided
-//     at α (0.05): with at least 4 runs on each side, the Mann–Whitney U
-//     test on the raw values (benchmath.AssumeNothing); with fewer, Welch's t
-//     test on the logarithms (benchmath.AssumeNormal), because U cannot reach
-//     0.05 with 3 runs a side. benchmath's tests are two-sided; their p is
+//   - A metric other than a tail (below) fails only when its change is
+//     significant AND larger than max(the metric's threshold, the noise
+//     floor). Significance is one-sided at α (0.05): with at least 4 runs
+//     on each side, the Mann–Whitney U test on the raw values
+//     (benchmath.AssumeNothing); with fewer, Welch's t test on the
+//     logarithms (benchmath.AssumeNormal), because U cannot reach 0.05
+//     with 3 runs a side. benchmath's tests are two-sided; their p is
 //     halved when the change points the way being tested (both statistics
 //     are symmetric under the null hypothesis). The output names the test.
 //   - The noise floor is twice the baseline's own run-to-run coefficient of
@@ -26,6 +29,39 @@
 //     baseline passed in every run; more failed requests than the baseline's
 //     worst run; the highest passing load level (where the objective comes
 //     from) dropping.
+//   - Tails are compared apart. A level's p99 over its own few dozen
+//     requests is their maximum, which one slow request sets (between two
+//     replays of one deployment a level's per-run p99 TTFT spanned 18–101
+//     ms). When both sides carry per-request values — replay records do,
+//     and a baseline (schema 3) keeps each run's, sorted, rounded to 0.01
+//     ms — p99 TTFT and p99 TPOT are computed on the measured requests
+//     pooled over the runs valid at the level: the runs are exchangeable
+//     (one deployment, one schedule). Each side's p99 (nearest rank) gets a
+//     distribution-free 95% confidence interval [x(lo), x(hi)] from its
+//     order statistics (slo.PercentileCI: the number of requests below the
+//     true p99 is binomial(n, 0.99)). A tail fails only when the
+//     candidate's interval lies wholly above the baseline's (candidate's
+//     lower bound > baseline's upper bound) AND its p99 is worse by more
+//     than the metric's fail threshold; intervals apart and a change
+//     between the warn and fail thresholds warn; overlapping intervals
+//     pass, however far the point figures moved. Each bound misses on its
+//     side with probability at most 2.5%, so one deployment checked
+//     against itself fails a tail with probability at most 5%, in
+//     practice far less; no noise floor or Holm adjustment applies (there
+//     is no p-value). Pooling treats requests as independent: a host stall
+//     that slows a whole run makes the interval narrower than the truth,
+//     which is what the threshold is for.
+//   - An upper rank for p99 at 95% needs 368 pooled requests
+//     (0.99^n <= 0.025). With fewer on either side, both figures are the
+//     pooled maximum, reported "max of n", which fails only when worse by
+//     more than max(the fail threshold, LooseTailChange = 300%) and never
+//     warns or improves: a maximum says little more than that nothing was
+//     grossly slower (two replays of one emulated deployment, 3 runs of 40
+//     measured requests a level, had TTFT maxima up to 2.4× apart).
+//   - A side without per-request values (a schema-2 baseline, a
+//     simulation record) has its tails compared per run, as every other
+//     metric; the check says so in a note. TailRule states the rule in
+//     words; the check prints it.
 //   - simulation_only records are deterministic and compare exactly.
 //   - Too few runs for a test (one on either side) or zero spread on both
 //     sides: the comparison is by threshold alone, and the output says so.

@@ -125,13 +125,28 @@ func newGateCheckCmd() *cobra.Command {
 		Use:   "check --baseline B --candidate RECORD...",
 		Short: "Compare candidate run records against a baseline and give a verdict per metric",
 		Long: fmt.Sprintf(`hone gate check gives each metric a verdict: pass, improved, warn, fail,
-suspect or invalid. A metric fails only when its change is significant
-(one-sided, α 0.05, Holm-adjusted over all tested metrics; Mann–Whitney U with
->= 4 runs a side, else Welch's t on logs) AND larger than max(its threshold,
-the noise floor from the baseline's own spread). Defaults: throughput −5%%
-fails, −3%% warns; p99 latency +10%% fails; cost +5%% fails. Hard failures: an
-SLO violation at a level the baseline passed, more failed requests, the
-highest passing level dropping. simulation_only records compare exactly.
+suspect or invalid. A metric other than a tail fails only when its change is
+significant (one-sided, α 0.05, Holm-adjusted over all tested metrics;
+Mann–Whitney U with >= 4 runs a side, else Welch's t on logs) AND larger
+than max(its threshold, the noise floor from the baseline's own spread).
+Defaults: throughput −5%% fails, −3%% warns; latency +10%% fails; cost +5%%
+fails. Hard failures: an SLO violation at a level the baseline passed, more
+failed requests, the highest passing level dropping. simulation_only
+records compare exactly.
+
+Tails (p99 TTFT, p99 TPOT): a level's p99 over a few dozen requests is
+their maximum, so tails are computed on the measured requests pooled over
+the runs valid at the level, when both sides carry per-request values
+(replay records and baselines made from them do). Each side's p99 gets a
+distribution-free %g%% confidence interval from its order statistics. A tail
+fails only when the candidate's interval lies wholly above the baseline's
+(candidate's lower bound > baseline's upper bound) AND its p99 is worse by
+more than the fail threshold; apart and beyond the warn threshold, it warns;
+overlapping, it passes. With fewer than %d pooled requests on a side (no
+upper bound for p99) both figures are the pooled maximum, "max of n", which
+fails only when worse by more than max(the fail threshold, %g%%) and never
+warns. A schema-2 baseline (no per-request values) has its tails compared
+per run; recreate it to pool them. The check's notes state the rule.
 
 Valid levels only: a replay record marks each level valid or invalid (warm
 start, client-bound, incomplete, ...; see the record's verdict_rule). A
@@ -164,7 +179,8 @@ fingerprint fields compared:
   compare_fingerprint: [kind, engine, model, revision, precision, gpu_model, gpu_count, workload, slo, time_scale, cache]
 
 Exit codes: 0 pass, warn or improved; 1 regression (fail) or suspect; 2 bad
-input, incomparable, or unusable (no level valid on both sides).`, gate.DefaultTPOTFloorMs, 100*gate.OfferedTolerance, gate.ObjectiveFactor, gate.ObjectiveFactor),
+input, incomparable, or unusable (no level valid on both sides).`, gate.TailConfidence, gate.TailMinRequests, 100*gate.LooseTailChange,
+			gate.DefaultTPOTFloorMs, 100*gate.OfferedTolerance, gate.ObjectiveFactor, gate.ObjectiveFactor),
 		Example: `  hone gate check --baseline baselines/disagg.json --candidate run.json -o md >> "$GITHUB_STEP_SUMMARY"
   hone gate check --baseline baselines/disagg.json --candidate a.json --candidate b.json -o github`,
 		Args: cobra.ArbitraryArgs,
