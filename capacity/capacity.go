@@ -483,3 +483,29 @@ func within(mode string, lo, hi, prec float64) bool {
 	}
 	return hi <= lo*(1+prec)
 }
+
+// ReplayProber is a Prober that measures each probe as a one-run, one-level
+// replay (replay.Run) with o's endpoint, workload shape and settings, open
+// loop at the planned rate or closed loop of the planned clients (mode).
+// kept, when set, receives every probe's record, whatever its outcome.
+func ReplayProber(o replay.Options, mode string, kept func(*replay.Record)) Prober {
+	return func(ctx context.Context, p Plan) (*replay.LevelRecord, error) {
+		po := o
+		po.Runs, po.QPS, po.Concurrency = 1, []float64{p.Load}, nil
+		if mode == Closed {
+			po.QPS, po.Concurrency = nil, []int{int(p.Load)}
+		}
+		po.Workload.Requests = p.Requests
+		rec, err := replay.Run(ctx, po)
+		if rec != nil && kept != nil {
+			kept(rec)
+		}
+		if rec == nil || len(rec.Runs) != 1 || len(rec.Runs[0].Levels) != 1 {
+			if err == nil {
+				err = fmt.Errorf("capacity probe at %g: the replay returned no level", p.Load)
+			}
+			return nil, err
+		}
+		return &rec.Runs[0].Levels[0], err
+	}
+}

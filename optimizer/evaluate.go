@@ -151,18 +151,11 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options) (*replay.Record, []capacity.Result, error) {
 	var rec *replay.Record
 	var results []capacity.Result
-	measure := func(run int, load float64, requests int) (*replay.LevelRecord, error) {
-		po := o
-		po.Runs, po.QPS, po.Concurrency = 1, []float64{load}, nil
-		po.Workload.Requests = requests
-		r, err := replay.Run(ctx, po)
-		if r == nil || len(r.Runs) != 1 || len(r.Runs[0].Levels) != 1 {
-			if err == nil {
-				err = fmt.Errorf("capacity probe at %g req/s: the replay returned no level", load)
-			}
-			return nil, err
+	keep := func(run int, r *replay.Record) {
+		if len(r.Runs) != 1 || len(r.Runs[0].Levels) != 1 {
+			return
 		}
-		lvl := r.Runs[0].Levels[0]
+		lvl, load := r.Runs[0].Levels[0], r.Runs[0].Levels[0].OfferedQPS
 		if rec == nil {
 			rec = r
 			rec.Runs = nil
@@ -176,7 +169,7 @@ func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options) (*re
 		if !slices.Contains(rec.Workload.QPS, load) {
 			rec.Workload.QPS = append(rec.Workload.QPS, load)
 		}
-		rec.Workload.Requests = max(rec.Workload.Requests, requests)
+		rec.Workload.Requests = max(rec.Workload.Requests, r.Workload.Requests)
 		for k, n := range r.Outcomes {
 			rec.Outcomes[k] += n
 		}
@@ -189,7 +182,6 @@ func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options) (*re
 			rec.Incomplete, rec.Error = true, r.Error
 		}
 		rec.FinishedAt = r.FinishedAt
-		return &r.Runs[0].Levels[0], err
 	}
 	start := capacity.StartFrom(ctx)
 	if start <= 0 {
@@ -211,9 +203,8 @@ func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options) (*re
 					map[bool]string{true: "passes", false: "fails"}[p.Pass], p.P99TTFTMs, p.P99TPOTMs, p.Tail, noteOf(p.Note))
 			}
 		}
-		res, err := capacity.Search(ctx, func(ctx context.Context, p capacity.Plan) (*replay.LevelRecord, error) {
-			return measure(run, p.Load, p.Requests)
-		}, co)
+		probe := capacity.ReplayProber(o, capacity.Open, func(r *replay.Record) { keep(run, r) })
+		res, err := capacity.Search(ctx, probe, co)
 		if res != nil {
 			results = append(results, *res)
 		}
@@ -222,8 +213,7 @@ func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options) (*re
 			break
 		}
 		if e.ReferenceQPS > 0 {
-			p := capacity.PlanFor(capacity.Open, e.ReferenceQPS, co, 0)
-			if _, err := measure(run, e.ReferenceQPS, p.Requests); err != nil {
+			if _, err := probe(ctx, capacity.PlanFor(capacity.Open, e.ReferenceQPS, co, 0)); err != nil {
 				runErr = err
 				break
 			}

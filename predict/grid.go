@@ -511,9 +511,24 @@ func cloneSpec(s *deploy.Spec) *deploy.Spec {
 // is done, the specs not yet started get ctx's error. progress, when not
 // nil, is called after each prediction with the count done, from one
 // goroutine at a time.
+//
+// With opts.Capacity and no start of its own, the first spec's capacity is
+// searched first and every other search starts there with a step of
+// GridStep: a grid's configs are variations of one deployment, and a search
+// that starts near its answer brackets it in a few probes instead of
+// climbing from 1 req/s through loads far beyond it, whose queues are
+// costly to simulate.
 func Evaluate(ctx context.Context, specs []*deploy.Spec, opts Options, progress func(done, total int)) []Point {
 	opts.KeepRequests = false
 	out := make([]Point, len(specs))
+	if c := opts.Capacity; c != nil && c.Start <= 0 && len(specs) > 0 {
+		first := PointOf(specs[0], opts)
+		co := *c
+		if first.Objective > 0 {
+			co.Start, co.Step = first.Objective, GridStep
+		}
+		opts.Capacity = &co
+	}
 	next := make(chan int)
 	var (
 		wg   sync.WaitGroup
@@ -551,6 +566,10 @@ feed:
 	}
 	return out
 }
+
+// GridStep is the bracketing step of a grid's capacity searches that
+// start at the first spec's capacity.
+const GridStep = 1.5
 
 // PointOf predicts one spec as a grid point: its record, objective, cost
 // and edge, or why it could not be predicted.

@@ -21,7 +21,6 @@ func TestCapacityBadFlags(t *testing.T) {
 		"--capacity-mode":      {"predict", "--capacity", "--capacity-mode", "half", spec},
 		"--capacity-precision": {"predict", "--capacity", "--capacity-precision", "1.5", spec},
 		"--qps":                {"predict", "--capacity", "--qps", "4", spec},
-		"--grid":               {"predict", "--capacity", "--grid", spec},
 		"--capacity-start":     {"predict", "--capacity-start", "4", spec},
 		"--slo":                {"predict", "--capacity", "--slo", "snappy", spec},
 		"--max-concurrency":    {"replay", "--capacity", "--max-concurrency", "4", "--endpoint", "http://127.0.0.1:1", "--model", "m"},

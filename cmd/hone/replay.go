@@ -309,24 +309,10 @@ past).`,
 // a one-run replay against the endpoint, as long as the window rule asks.
 func replayCapacity(ctx context.Context, c *cobra.Command, opts replay.Options, capf capacityFlags, format, out string, pp *replay.ProgressPrinter) error {
 	var kind string
-	probe := func(ctx context.Context, p capacity.Plan) (*replay.LevelRecord, error) {
-		o := opts
-		o.Runs, o.QPS, o.Concurrency = 1, []float64{p.Load}, nil
-		if capf.mode == capacity.Closed {
-			o.QPS, o.Concurrency = nil, []int{int(p.Load)}
-		}
-		o.Workload.Requests = p.Requests
-		rec, err := replay.Run(ctx, o)
+	probe := capacity.ReplayProber(opts, capf.mode, func(rec *replay.Record) {
 		pp.Close()
-		if err != nil {
-			return nil, err
-		}
 		kind = rec.Kind
-		if len(rec.Runs) != 1 || len(rec.Runs[0].Levels) != 1 {
-			return nil, fmt.Errorf("capacity probe at %s: the replay returned no level", loadName(capf.mode, p.Load))
-		}
-		return &rec.Runs[0].Levels[0], nil
-	}
+	})
 	res, err := capacity.Search(ctx, probe, capf.options(opts.SLO, opts.Workload.Requests-replay.Sessions, c.ErrOrStderr()))
 	var pe *replay.ParamError
 	var me *replay.ModelError
