@@ -83,14 +83,15 @@ lint:
 # proposals, ablations, an interaction and a verification re-run, all through
 # hone's proxy (emulated), then a Markdown report with plots.
 DEMO_OUT ?= results/demo
-DEMO_FLAGS ?= --runs 3 --qps 2,4,8,16,24,32 --requests 48 --budget 7 --max-time-scale 1
+DEMO_SPEC ?= examples/emulator-l4-cheapest.yaml
+DEMO_FLAGS ?= --runs 3 --qps 2,24 --requests 48 --budget 7 --max-time-scale 1 --tpot-slo-ms 12
 demo: deps-test build
 	@mkdir -p $(DEMO_OUT)
 	@echo "== 1/2 CPU exercise (simulation_only) =="
 	HONE_BIN=$(CURDIR)/$(BIN) python3 exercise/driver.py --submission exercise/submission.py --output $(DEMO_OUT)-exercise.json --tables
 	@echo "== 2/2 live optimization on the engine emulator (emulated) =="
-	$(BIN) optimize --spec examples/emulator-l4-colocated.yaml --out $(DEMO_OUT) --force $(DEMO_FLAGS) || test $$? -eq 1
-	$(BIN) report --log $(DEMO_OUT)/log.json --out $(DEMO_OUT)/report.md --command "$(BIN) optimize --spec examples/emulator-l4-colocated.yaml --out $(DEMO_OUT) $(DEMO_FLAGS)"
+	$(BIN) optimize --spec $(DEMO_SPEC) --out $(DEMO_OUT) --force $(DEMO_FLAGS) || test $$? -eq 1
+	$(BIN) report --log $(DEMO_OUT)/log.json --out $(DEMO_OUT)/report.md --command "$(BIN) optimize --spec $(DEMO_SPEC) --out $(DEMO_OUT) $(DEMO_FLAGS)"
 	@echo "report: $(DEMO_OUT)/report.md (plots beside it)"
 
 # test-consistency runs the emulator-vs-exact-model check over the brief's full
@@ -104,13 +105,15 @@ demo: deps-test build
 # about 25 minutes), calibration on live deployments that serve a hidden
 # profile (time scale 4, about 21 minutes), and step data from the daemon's
 # engine steps joined with a replay record (hone profile steps; root, about
-# 1 minute).
+# 1 minute), and one live deployment's capacity searched with 48 and 512
+# requests per probe (about 10 minutes).
 CONSISTENCY_SCALE ?= 2
 .PHONY: test-consistency
 test-consistency:
 	$(GO) test -count=1 -timeout 60m -run '^TestConsistencyWithExactModel$$' -parallel 2 -v ./sim/emulator -long -long-scale $(CONSISTENCY_SCALE)
 	$(GO) test -count=1 -timeout 60m -run '^TestPredictionMatchesLiveEmulator$$' -v ./predict -live
 	$(GO) test -count=1 -timeout 10m -run '^TestClosedLoopLive$$' -v ./predict -live
+	$(GO) test -count=1 -timeout 40m -run '^TestCapacityLive$$' -v ./predict -live
 	$(GO) test -count=1 -timeout 45m -run '^TestCalibrationRecoversHiddenProfileLive$$' -v ./calibrate -live -live-scale 4
 	$(GO) test -count=1 -timeout 10m -run '^TestDaemonStepsLive$$' -v ./calibrate -live
 

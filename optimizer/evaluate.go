@@ -183,14 +183,14 @@ func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options) (*re
 		}
 		rec.FinishedAt = r.FinishedAt
 	}
-	start := capacity.StartFrom(ctx)
+	start, step := capacity.StartFrom(ctx), PredictedStep // a prediction: within a quarter, usually
 	if start <= 0 {
-		start = e.Capacity.Start
+		start, step = e.Capacity.Start, e.Capacity.Step
 	}
 	var runErr error
 	for run := 0; run < max(e.Runs, 1); run++ {
 		co := *e.Capacity
-		co.SLO, co.Mode, co.Start = e.SLO, capacity.Open, start
+		co.SLO, co.Mode, co.Start, co.Step = e.SLO, capacity.Open, start, step
 		if n := len(results); n > 0 && results[n-1].Bounded {
 			co.Start, co.Step = results[n-1].Value, 1+2*co.Precision
 			if co.Precision <= 0 {
@@ -224,6 +224,10 @@ func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options) (*re
 	}
 	return rec, results, runErr
 }
+
+// PredictedStep is the first bracketing step of a search that starts at
+// a predicted capacity.
+const PredictedStep = 1.25
 
 func noteOf(n string) string {
 	if n == "" {
