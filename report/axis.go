@@ -74,16 +74,30 @@ type sloMark struct {
 	value float64
 	unit  string // "ms"
 	on    bool   // valueAxis.refOn
+	label string // drawn before the value; "" is "SLO" (a goal's "target" too)
 }
 
 var sloLine = draw.LineStyle{Color: legendGrey, Width: vg.Points(1), Dashes: []vg.Length{vg.Points(5), vg.Points(4)}}
 
 // text is the mark's label on the plot.
 func (s sloMark) text() string {
-	if s.on {
-		return fmt.Sprintf("SLO %g %s", s.value, s.unit)
+	label := s.label
+	if label == "" {
+		label = "SLO"
 	}
-	return fmt.Sprintf("SLO %g %s ↑", s.value, s.unit)
+	if s.on {
+		return fmt.Sprintf("%s %g %s", label, s.value, s.unit)
+	}
+	return fmt.Sprintf("%s %g %s ↑", label, s.value, s.unit)
+}
+
+// where says where the mark is, for a caption: "the dashed line labelled
+// \"target 12 req/s\"", or, off the axis, "labelled … at the top edge".
+func (s sloMark) where() string {
+	if s.on {
+		return fmt.Sprintf("the dashed line labelled %q", s.text())
+	}
+	return fmt.Sprintf("above every mark, labelled %q at the top edge", s.text())
 }
 
 func sloTextStyle(yAlign draw.YAlignment) draw.TextStyle {

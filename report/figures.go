@@ -11,11 +11,20 @@ import (
 
 // figures writes every plot into dir and links each from the report with
 // a caption that says what its marks mean and where its figures come from.
+// A capacity log's figures are its Pareto front, each trial's capacity
+// and the compared trials' probes: its one load level (the reference load)
+// makes no curve, so it has no level figures.
 func (d *doc) figures(dir string) error {
+	if dir == "" {
+		return nil
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("plot directory: %w", err)
 	}
 	figs := []*figure{d.levelFigure(ttft), d.overviewFigure(), d.objectiveFigure(), d.levelFigure(tpot), d.levelFigure(effective)}
+	if d.byCapacity() {
+		figs = []*figure{d.paretoFigure(), d.objectiveFigure(), d.probesFigure(tpot), d.probesFigure(ttft)}
+	}
 	if d.lg.Predict != nil {
 		figs = append(figs, d.predictedFigure())
 	}

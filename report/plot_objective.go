@@ -20,11 +20,17 @@ import (
 // bar; the baseline and the selection in their own colours, trials that
 // were not eligible light grey.
 func (d *doc) objectiveFigure() *figure {
-	what := "objective per trial: each run, median and range over counted runs"
-	f := newFigure("objective.png", d.prov.title(what))
+	what, file := "objective per trial: each run, median and range over counted runs", "objective.png"
+	if d.byCapacity() {
+		what, file = "capacity per trial: each run, median and range over counted runs", capacityFile
+	}
+	f := newFigure(file, d.prov.title(what))
 	pl := f.plot
 	pl.X.Label.Text = "trial"
 	pl.Y.Label.Text = "largest passing effective load (req/s)"
+	if d.byCapacity() {
+		pl.Y.Label.Text = "capacity (req/s)"
+	}
 	var names, failed []string
 	var ineligible bool
 	var excluded []excludedRuns
@@ -83,20 +89,38 @@ func (d *doc) objectiveFigure() *figure {
 	pl.NominalX(names...)
 	pl.X.Tick.Label.Font.Size = vg.Points(9)
 	top = max(top, d.base.Objective)
-	fitAxis(0, top, 0, false).apply(pl)
+	axis := fitAxis(0, top, d.target(), false)
+	axis.apply(pl)
 	d.objectiveLegend(f, ineligible, excluded)
 	f.alt = "objective per trial"
 	f.caption = "Each trial's objective (req/s): the largest effective load among the levels a run passed. Every run is a point (drawn a little apart); " +
 		"filled points are the runs the trial's objective counts, the tick is their median (the trial's objective), the bar their min–max. " +
 		"The dashed line is the baseline's median, for reference; the axis leaves room above the highest mark."
+	if d.byCapacity() {
+		f.alt = "capacity per trial"
+		f.caption = "Each trial's capacity (req/s): per run, the largest offered load that met the SLO at steady state in its capacity search. " +
+			"Every run is a point (drawn a little apart); filled points are the runs the trial's capacity counts, the tick is their median (the trial's capacity), " +
+			"the bar their min–max. The dashed line is the baseline's median, for reference."
+		if tq := d.target(); tq > 0 {
+			mark := sloMark{value: tq, unit: "req/s", on: axis.refOn, label: "target"}
+			pl.Add(mark)
+			f.add(fmt.Sprintf("the goal's target, %g req/s", tq), mark)
+			f.caption += fmt.Sprintf(" The goal's target rate, %g req/s, is %s; a config serves it when every counted run is at or above it.", tq, mark.where())
+		}
+	}
 	if len(excluded) > 0 {
 		var s []string
 		for _, e := range excluded {
 			s = append(s, e.String())
 		}
-		f.caption += " Hollow grey points are runs left out of their trial's objective because a level of theirs was invalid: " + strings.Join(s, "; ") +
-			". Their value is recomputed from their levels (the largest effective load where the run's p99 TTFT and TPOT met the SLO), " +
-			"as the log keeps only counted runs' objectives; it decides nothing."
+		if d.byCapacity() {
+			f.caption += " Hollow grey points are runs left out of their trial's capacity because a probe or the reference load was invalid: " + strings.Join(s, "; ") +
+				". Their value is the search's as it stood; it decides nothing."
+		} else {
+			f.caption += " Hollow grey points are runs left out of their trial's objective because a level of theirs was invalid: " + strings.Join(s, "; ") +
+				". Their value is recomputed from their levels (the largest effective load where the run's p99 TTFT and TPOT met the SLO), " +
+				"as the log keeps only counted runs' objectives; it decides nothing."
+		}
 	}
 	if ineligible {
 		f.caption += " Counted runs of trials that were not eligible are light grey (reasons in the trials table)."
@@ -144,6 +168,9 @@ type objectiveRun struct {
 // the log keeps. A log without per-run level values gives t.Objectives
 // alone.
 func (d *doc) objectiveRuns(t *optimizer.Trial) []objectiveRun {
+	if d.byCapacity() {
+		return searchRuns(t)
+	}
 	n := 0
 	for i := range t.Levels {
 		n = max(n, len(t.Levels[i].RunEffectiveQPS))
@@ -239,10 +266,13 @@ func (d *doc) objectiveLegend(f *figure, ineligible bool, excluded []excludedRun
 			}
 		}
 		why := "an invalid level"
+		if d.byCapacity() {
+			why = "an invalid probe or reference load"
+		}
 		if len(codes) > 0 {
 			why += ": " + strings.Join(codes, ", ")
 		}
-		f.add("run left out of its trial's objective ("+why+"; hollow, grey)", glyphRow{lookOf("", 0).invalidPoint()})
+		f.add("run left out of its trial's "+d.objectiveWord()+" ("+why+"; hollow, grey)", glyphRow{lookOf("", 0).invalidPoint()})
 	}
 	tick, _ := plotter.NewScatter(plotter.XYs{{}})
 	tick.GlyphStyle = draw.GlyphStyle{Color: legendGrey, Radius: vg.Points(8), Shape: tickGlyph{}}

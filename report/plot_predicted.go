@@ -32,13 +32,13 @@ func profileLook(i int) look {
 // the band within which the error stays inside the bound.
 func (d *doc) predictedFigure() *figure {
 	pl := d.lg.Predict
-	title := fmt.Sprintf("measured vs predicted objective per trial\nx: PREDICTED by the engine model, before measuring\ny: %s: %s",
+	title := fmt.Sprintf(d.words("measured vs predicted objective per trial\nx: PREDICTED by the engine model, before measuring\ny: %s: %s"),
 		strings.ToUpper(d.prov.tag()), d.prov.short)
 	f := newFigure(predictedFile, title)
 	f.prov = &figureProvenance{label: "PREDICTED vs " + d.prov.label, tag: d.predictedTag()}
 	p := f.plot
-	p.X.Label.Text = "predicted objective (req/s)"
-	p.Y.Label.Text = fmt.Sprintf("%s objective (req/s)", d.prov.tag())
+	p.X.Label.Text = d.words("predicted objective (req/s)")
+	p.Y.Label.Text = fmt.Sprintf("%s %s (req/s)", d.prov.tag(), d.objectiveWord())
 
 	profiles := slices.Clone(pl.Profiles)
 	type group struct{ filled plotter.XYs }
@@ -123,17 +123,17 @@ func (d *doc) predictedFigure() *figure {
 		ls.Offset = vg.Point{X: vg.Points(5), Y: vg.Points(3)}
 		p.Add(ls)
 	}
-	f.add("min–max of the runs' objectives", &rangeBars{style: draw.LineStyle{Color: legendGrey, Width: vg.Points(1)}})
+	f.add(d.words("min–max of the runs' objectives"), &rangeBars{style: draw.LineStyle{Color: legendGrey, Width: vg.Points(1)}})
 	f.add("measured = predicted", diag)
-	f.add(fmt.Sprintf("objective error within %s of the measured objective", pctBound(b)), band)
+	f.add(fmt.Sprintf(d.words("objective error within %s of the measured objective"), pctBound(b)), band)
 	p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = 0, lim, 0, lim
 
-	f.alt = "measured vs predicted objective per trial"
-	f.caption = fmt.Sprintf("Each trial's measured objective (%s, req/s: the median over its runs, the bar their min–max) against the objective "+
+	f.alt = d.words("measured vs predicted objective per trial")
+	f.caption = fmt.Sprintf(d.words("Each trial's measured objective (%s, req/s: the median over its runs, the bar their min–max) against the objective "+
 		"the engine model predicted for it before it ran (req/s), labelled with the trial's number; colour and shape name the profile the "+
 		"prediction came from. The dashed line is measured = predicted; inside the grey band the objective error (measured − predicted) / "+
-		"measured is within the loop's bound, %s, and outside it the loop recalibrates the profile.", d.prov.tag(), pctBound(b))
-	f.caption += " " + leftOutSentence(len(d.lg.Trials), unpredicted, failed, ineligible)
+		"measured is within the loop's bound, %s, and outside it the loop recalibrates the profile."), d.prov.tag(), pctBound(b))
+	f.caption += " " + d.words(leftOutSentence(len(d.lg.Trials), unpredicted, failed, ineligible))
 	return f
 }
 

@@ -33,14 +33,14 @@ func (d *doc) predicted() {
 	}
 	d.p("## Predicted vs measured (%s)\n\n", d.predictedTag())
 	d.p("Rule: %s\n\n", pl.Rule)
-	d.p("The engine model predicted the %d configs of the grid with %s; predicting took %.1f s in all. "+
-		"Error bound: a trial whose measured objective misses its prediction by more than %s of the measured objective recalibrates the profile.\n\n",
+	d.p(d.words("The engine model predicted the %d configs of the grid with %s; predicting took %.1f s in all. "+
+		"Error bound: a trial whose measured objective misses its prediction by more than %s of the measured objective recalibrates the profile.\n\n"),
 		pl.GridSize, d.profilesUsed(), pl.Seconds, pctBound(pl.ErrorBound))
 	d.p("**Predicted figures are the engine model's** (the emulator's scheduler in virtual time with the cost profile named in each row), "+
 		"made before the trial was measured; they are not measurements. **Measured figures are %s** (kind `%s`): %s. "+
-		"Objective error is (measured − predicted) / measured.", d.prov.label, d.lg.Kind, d.prov.about)
+		"%s error is (measured − predicted) / measured.", d.prov.label, d.lg.Kind, d.prov.about, capitalize(d.objectiveWord()))
 	if n, ok := d.figs[predictedFile]; ok {
-		d.p(" Figure %d ([%s](%s)) plots each eligible trial's measured objective against its prediction (its caption names the trials left out).", n, predictedFile, predictedFile)
+		d.p(d.words(" Figure %d ([%s](%s)) plots each eligible trial's measured objective against its prediction (its caption names the trials left out)."), n, predictedFile, predictedFile)
 	}
 	d.p("\n\n")
 	d.predictedTable()
@@ -89,9 +89,9 @@ func (d *doc) profilesUsed() string {
 // the objective.
 func (d *doc) predictedTable() {
 	tag := d.prov.tag()
-	d.p("| [%s] # | role | config | predicted with profile | predicted objective, req/s | %s objective, req/s: median (min–max) | objective error "+
+	d.p(d.words("| [%s] # | role | config | predicted with profile | predicted objective, req/s | %s objective, req/s: median (min–max) | objective error "+
 		"| at offered, req/s | p50 TTFT, ms: predicted → %s | p50 TPOT, ms: predicted → %s |\n"+
-		"|---:|---|---|---|---:|---:|---:|---:|---:|---:|\n", d.predictedTag(), tag, tag, tag)
+		"|---:|---|---|---|---:|---:|---:|---:|---:|---:|\n"), d.predictedTag(), tag, tag, tag)
 	var errs []float64
 	beyond, edges := 0, 0
 	for _, t := range d.all() {
@@ -121,11 +121,15 @@ func (d *doc) predictedTable() {
 			measuredObjectiveCell(t), d.objectiveErrorCell(t), q, ttftCell, tpotCell)
 	}
 	d.p("\n")
-	d.p("Predicted times are the engine model's virtual time; %s times are %s. The p50 columns are at the offered level nearest the trial's "+
-		"measured objective (its predicted objective where nothing was measured): the prediction's one run against the median over the trial's runs.",
-		d.prov.tag(), d.prov.ms())
+	where := "The p50 columns are at the offered level nearest the trial's measured objective (its predicted objective where nothing was measured): " +
+		"the prediction's one run against the median over the trial's runs."
+	if d.byCapacity() {
+		where = "The p50 columns are at the reference load, the one load every run of every trial measured: the prediction's where it probed that load " +
+			"(— where it did not) against the median over the trial's runs."
+	}
+	d.p("Predicted times are the engine model's virtual time; %s times are %s. %s", d.prov.tag(), d.prov.ms(), where)
 	if len(errs) > 0 {
-		d.p(" Median |objective error| over the %d trials with both a prediction and a measured objective: %.1f%%; %d of them beyond %s.",
+		d.p(d.words(" Median |objective error| over the %d trials with both a prediction and a measured objective: %.1f%%; %d of them beyond %s."),
 			len(errs), 100*slo.Median(errs), beyond, pctBound(d.lg.Predict.ErrorBound))
 	}
 	if edges > 0 {
@@ -133,8 +137,8 @@ func (d *doc) predictedTable() {
 		if edges == 1 {
 			are = "prediction is"
 		}
-		d.p(" %d %s too close to call (~): a deciding level's predicted p99 lies within %.0f%% of an SLO limit, so a measurement may land a level "+
-			"higher or lower and the objective error there says little about the model.", edges, are, 100*predict.EdgeMargin)
+		d.p(d.words(" %d %s too close to call (~): a deciding level's predicted p99 lies within %.0f%% of an SLO limit, so a measurement may land a level "+
+			"higher or lower and the objective error there says little about the model."), edges, are, 100*predict.EdgeMargin)
 	}
 	d.p("\n\n")
 }
@@ -263,7 +267,7 @@ func (d *doc) calibrations() {
 	cs := d.lg.Predict.Calibrations
 	d.p("### Calibrations (%s)\n\n", d.predictedTag())
 	if len(cs) == 0 {
-		d.p("None: no measured objective missed its prediction by more than %s.\n\n", pctBound(d.lg.Predict.ErrorBound))
+		d.p(d.words("None: no measured objective missed its prediction by more than %s.\n\n"), pctBound(d.lg.Predict.ErrorBound))
 		return
 	}
 	for _, c := range cs {
@@ -272,9 +276,9 @@ func (d *doc) calibrations() {
 			d.calibrationNotes(c)
 			continue
 		}
-		d.p("**After trial %d**: `%s` → `%s`, fitted to the %s records of trials %s (hone calibrate's least squares). "+
+		d.p(d.words("**After trial %d**: `%s` → `%s`, fitted to the %s records of trials %s (hone calibrate's least squares). "+
 			"Median |objective error| of the measured trials: %s → %s (before: the predictions they were measured against; "+
-			"after: the calibrated profile's predictions of the same trials).",
+			"after: the calibrated profile's predictions of the same trials)."),
 			c.AfterTrial, c.From, c.To, d.prov.tag(), joinInts(c.Trials), fmtPtrPct(c.ErrorBefore), fmtPtrPct(c.ErrorAfter))
 		if c.Path != "" {
 			d.p(" Written to `%s`.", c.Path)
@@ -321,10 +325,14 @@ func (d *doc) ranking() {
 		d.p("The log holds no ranking.\n\n")
 		return
 	}
-	d.p("The best %d of the %d configs of the grid as the latest profile predicts them. Pareto: no other config is predicted both "+
+	d.p(d.words("The best %d of the %d configs of the grid as the latest profile predicts them. Pareto: no other config is predicted both "+
 		"at least as high an objective and at least as low a cost (GPU-seconds per request), and better in one. "+
-		"The measured column gives the trial that measured the config and its %s median objective.\n\n", len(pl.Ranked), pl.GridSize, d.prov.tag())
-	d.p("| [predicted] rank | config | predicted objective, req/s | GPU-s / request | GPUs | Pareto | measured (%s) |\n|---:|---|---:|---:|---:|---|---|\n", d.prov.tag())
+		"The measured column gives the trial that measured the config and its %s median objective."), len(pl.Ranked), pl.GridSize, d.prov.tag())
+	if n, ok := d.figs[paretoFile]; ok {
+		d.p(" Figure %d's fronts are by GPUs instead (as much capacity on as few GPUs), the order the goal's target asks for.", n)
+	}
+	d.p("\n\n")
+	d.p(d.words("| [predicted] rank | config | predicted objective, req/s | GPU-s / request | GPUs | Pareto | measured (%s) |\n|---:|---|---:|---:|---:|---|---|\n"), d.prov.tag())
 	for _, r := range pl.Ranked {
 		config := "`" + r.Key + "`"
 		if r.Name != "" && r.Name != r.Key {
@@ -386,4 +394,13 @@ func validationCell(profile string) string {
 		}
 	}
 	return "not validated against measured requests"
+}
+
+// words fits a sentence written for a levels log to the log's kind of
+// figure: in a capacity log a trial's objective is its capacity.
+func (d *doc) words(s string) string {
+	if !d.byCapacity() {
+		return s
+	}
+	return strings.NewReplacer(" an objective", " a capacity", "objectives", "capacities", "objective", "capacity").Replace(s)
 }

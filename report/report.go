@@ -25,8 +25,18 @@ func Write(w io.Writer, lg *optimizer.Log, o Options) error {
 	}
 	d.unfinished()
 	d.header(o.Title)
-	d.beforeAfter()
-	if o.PlotDir != "" {
+	if d.byCapacity() {
+		// The answer first, with the figures that show it; then how it
+		// was measured, the latency at the reference load and every search.
+		d.answer()
+		if err := d.figures(o.PlotDir); err != nil {
+			return err
+		}
+		d.measurement()
+		d.referenceLatency()
+		d.searches()
+	} else {
+		d.beforeAfter()
 		if err := d.figures(o.PlotDir); err != nil {
 			return err
 		}

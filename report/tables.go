@@ -61,10 +61,14 @@ func (d *doc) levelTable(t *optimizer.Trial) {
 	for _, l := range t.Levels {
 		perRun = perRun || len(l.RunP99TTFTMs) > 0
 	}
+	what := "every level"
+	if d.byCapacity() {
+		what = "at the reference load"
+	}
 	if perRun {
-		d.p("%s, every level: median over valid runs (min–max)", capitalize(d.name(t)))
+		d.p("%s, %s: median over valid runs (min–max)", capitalize(d.name(t)), what)
 	} else {
-		d.p("%s, every level: median over runs (the log holds no per-run values)", capitalize(d.name(t)))
+		d.p("%s, %s: median over runs (the log holds no per-run values)", capitalize(d.name(t)), what)
 	}
 	if note := p99Notes(measuredCounts(t)); note != "" {
 		d.p("; %s", note)
@@ -100,6 +104,10 @@ func spreadCell(l *optimizer.LevelSummary, m metric, f string) string {
 // trials lists every trial, failed ones too.
 func (d *doc) trials() {
 	d.p("## Every trial, failed ones too (%s)\n\n", d.prov.tag())
+	if d.byCapacity() {
+		d.capacityTrials()
+		return
+	}
 	d.p("| [%s] # | role | config | why | objective, req/s | per run, req/s | GPU-s/req | eligible | invalid levels | bottleneck | seconds |\n"+
 		"|---:|---|---|---|---:|---|---:|---|---|---|---:|\n", d.prov.tag())
 	for i := range d.lg.Trials {
@@ -150,7 +158,11 @@ func (d *doc) interaction() {
 		d.p("The 2×2 (topology × prefix caching) was not completed within the budget.\n\n")
 		return
 	}
-	d.p("%s × %s, objectives (req/s):\n\n", in.Factors[0], in.Factors[1])
+	what := "objectives"
+	if d.byCapacity() {
+		what = "capacities, median over runs"
+	}
+	d.p("%s × %s, %s (req/s):\n\n", in.Factors[0], in.Factors[1], what)
 	d.p("| [%s] | cache on | cache off |\n|---|---:|---:|\n", d.prov.tag())
 	cell := func(i int) string {
 		for _, u := range in.Unmeasured {
