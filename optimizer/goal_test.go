@@ -1,12 +1,16 @@
 package optimizer
 
 import (
+	"context"
+	"strings"
 	"testing"
 
 	"github.com/hone-llm/hone/capacity"
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/sim/emulator"
+	"github.com/hone-llm/hone/slo"
 )
 
 func oneGPUSpec() *deploy.Spec {
@@ -90,5 +94,71 @@ func TestApplyCapacity(t *testing.T) {
 	if len(tr.Objectives) != 2 || tr.Objective != 8.5 || tr.InvalidRuns != 1 || tr.Failed != 1 || *tr.CostGPUSec != 2/8.5 ||
 		len(tr.Levels) != 1 || tr.Levels[0].OfferedQPS != 10 || tr.ReferenceQPS != 10 {
 		t.Errorf("trial: objectives %v (%v), invalid %d, failed %d, levels %+v", tr.Objectives, tr.Objective, tr.InvalidRuns, tr.Failed, tr.Levels)
+	}
+}
+
+// capacityStandIn "measures" a spec's capacity by predicting it (three
+// runs spread ±1%), as a capacity-measuring evaluator reports it.
+type capacityStandIn struct {
+	w     replay.Workload
+	slo   slo.SLO
+	specs []string
+}
+
+func (e *capacityStandIn) Evaluate(ctx context.Context, spec *deploy.Spec, tag string) Trial {
+	e.specs = append(e.specs, SpecKey(spec))
+	t := Trial{Kind: replay.KindPredicted}
+	res, err := predict.Capacity(ctx, spec, predict.Options{Workload: e.w, SLO: e.slo}, capacity.Options{SLO: e.slo, Start: 10})
+	if err != nil {
+		t.Error = err.Error()
+		return t
+	}
+	for _, f := range []float64{0.99, 1, 1.01} {
+		r := *res
+		r.Value *= f
+		t.Capacity = append(t.Capacity, r)
+		t.Objectives = append(t.Objectives, r.Value)
+	}
+	t.Objective = res.Value
+	c := float64(spec.GPUsNeeded()) / res.Value
+	t.CostGPUSec = &c
+	return t
+}
+
+// TestCheapestLoop: asked for the cheapest deployment serving 12 req/s,
+// the predict-then-measure loop measures a 1-GPU config (on the predicted
+// front with fewer GPUs than the baseline) and selects it over the 2-GPU
+// baseline, which has more capacity.
+func TestCheapestLoop(t *testing.T) {
+	base, err := deploy.LoadSpec("../examples/emulator-l4-cheapest.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := slo.SLO{TTFTMillis: 2000, TPOTMillis: 12}
+	w := replay.DefaultWorkload()
+	w.Requests = 48
+	prof, err := emulator.LookupProfile(base.Emulator.Profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := &capacityStandIn{w: w, slo: target}
+	axes := predict.Axes{TP: []int{1}, MaxNumSeqs: []int{0}, MaxNumBatchedTokens: []int{0}, PrefixCaching: []bool{true, false},
+		Routing: []string{deploy.SessionAffinity}, EnforceEager: []bool{false}, GPUMemoryUtilization: []float64{0}}
+	co := capacity.Options{SLO: target}
+	lg, err := Live(context.Background(), LiveOptions{Base: base, Evaluator: ev, Budget: 6, Workload: w, Runs: 3, SLO: target,
+		Predictor: &Predictor{Profile: prof, Axes: axes}, Capacity: &co, Goal: predict.Goal(base.Objective)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lg.Selected == 0 || !lg.Verified {
+		t.Fatalf("nothing selected; decisions:\n%s", strings.Join(lg.Decision, "\n"))
+	}
+	sel := lg.Trials[lg.Selected-1]
+	if sel.Spec.GPUsNeeded() != 1 || !meetsTarget(lg.Goal, &sel) || lg.Measure != "capacity" || lg.Goal.Goal != deploy.GoalCheapest {
+		t.Errorf("selected trial %d %s (%d GPUs, runs %v); measured %v; decisions:\n%s", sel.N, sel.Key, sel.Spec.GPUsNeeded(), sel.Objectives,
+			ev.specs, strings.Join(lg.Decision, "\n"))
+	}
+	if base := lg.Trials[lg.BaselineN-1]; base.Objective <= sel.Objective {
+		t.Errorf("the test needs the baseline to have more capacity: %v vs %v", base.Objective, sel.Objective)
 	}
 }

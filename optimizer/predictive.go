@@ -144,6 +144,7 @@ type predictor struct {
 	profile *emulator.Profile
 	grid    []*deploy.Spec
 	ranked  []predict.Point        // current ranking
+	front   []predict.Point        // its Pareto front, cheapest first
 	byKey   map[string]*Prediction // current prediction of every grid config
 	rankOf  map[string]int
 }
@@ -168,7 +169,8 @@ func (l *loop) rank() {
 	}
 	p.byKey, p.rankOf = map[string]*Prediction{}, map[string]int{}
 	front := map[string]bool{}
-	for _, f := range predict.ParetoFront(pts) {
+	p.front = predict.ParetoFront(pts)
+	for _, f := range p.front {
 		front[SpecKey(f.Spec)] = true
 	}
 	lg := l.lg.Predict
@@ -234,6 +236,18 @@ func (l *loop) predictThenMeasure() error {
 			return err
 		}
 		best := l.measuredBest()
+		// The most capacity within the budget rarely needs the smaller
+		// configs: they are measured for it only while the budget leaves
+		// room beside the exploration (with capacity measurement).
+		roomy := l.o.Goal.Goal == deploy.GoalCheapest || l.o.Goal.Goal == deploy.GoalPerGPU || l.left() > reserve+2
+		if f := l.smallerOnFront(); f != nil && l.o.Capacity != nil && roomy {
+			why := fmt.Sprintf("on the predicted Pareto front with %d GPU(s), fewer than any measured config: %.3f req/s at %.4f GPU-s/request (%s)",
+				f.GPUs, f.Objective, *f.CostGPUSecPerReq, l.pred.profile.Name)
+			if _, err := l.run("proposal", why, f.Spec); err != nil {
+				return err
+			}
+			continue
+		}
 		next := l.nextCandidate()
 		if next == nil {
 			l.lg.Predict.StopReason = "every config the ranking offers was measured"
@@ -352,6 +366,27 @@ func (l *loop) nextCandidate() *predict.Point {
 		}
 	}
 	return first
+}
+
+// smallerOnFront is the cheapest untried config of the predicted Pareto
+// front (capacity against GPU-seconds per request) that uses fewer GPUs
+// than every measured config, or nil: a deployment smaller than the budget
+// that the model says no other beats on both is measured, not only
+// ranked, whatever the goal.
+func (l *loop) smallerOnFront() *predict.Point {
+	fewest := math.MaxInt
+	for _, t := range l.lg.Trials {
+		if t.Spec != nil {
+			fewest = min(fewest, t.Spec.GPUsNeeded())
+		}
+	}
+	for i := range l.pred.front {
+		f := &l.pred.front[i]
+		if _, seen := l.tried[SpecKey(f.Spec)]; !seen && f.GPUs < fewest && f.CostGPUSecPerReq != nil {
+			return f
+		}
+	}
+	return nil
 }
 
 // topologyClass is a config's topology, pool sizes and tensor parallelism.
