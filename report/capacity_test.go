@@ -251,4 +251,3 @@ func TestParetoFront(t *testing.T) {
 		t.Errorf("front %v, want %v", got, want)
 	}
 }
-
