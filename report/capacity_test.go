@@ -11,6 +11,7 @@ import (
 
 	"github.com/hone-llm/hone/capacity"
 	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/diagnose"
 	"github.com/hone-llm/hone/optimizer"
 	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/replay"
@@ -88,6 +89,11 @@ func testCapacityLog() *optimizer.Log {
 		testCapacityTrial(4, "ablation", "ablation: half the batch", "coloc-r1-cache-mbt4096", one, []float64{5.4, 5.5, 5.6}, testReference(2400, true)),
 		testCapacityTrial(5, "verify", "re-run of trial 2", "coloc-r1-cache", one, []float64{14.0, 14.3, 14.6}, testReference(82, false)),
 	}
+	row := func(q float64, queueing float64) diagnose.LevelBreakdown {
+		return diagnose.LevelBreakdown{OfferedQPS: q, Requests: 250, P99TTFTMs: 60 + queueing, Mean: map[string]float64{"client": 2, "queueing": queueing, "prefill": 20, "decode": 1200}}
+	}
+	ts[1].Breakdown = []diagnose.LevelBreakdown{row(6, 1), row(11.04, 3), row(13.8, 9), row(14.2, 12), row(14.5, 15), row(22.08, 900)}
+	ts[1].Diagnosis = "decode batching sets TPOT"
 	cost := func(v float64) *float64 { return &v }
 	return &optimizer.Log{SchemaVersion: optimizer.LogSchemaVersion, Kind: replay.KindEmulated, Workload: replay.DefaultWorkload(), QPS: []float64{2, 24},
 		Runs: 3, SLO: capacitySLO, Budget: 7, BaselineN: 1, Selected: 2, Verified: true, Done: true, Trials: ts,
@@ -146,6 +152,9 @@ func TestWriteCapacity(t *testing.T) {
 		"Interaction", "Selection rule (as logged; a run's objective here is its capacity):",
 		"predicted capacity, req/s", "| emulated capacity, req/s: median (min–max) |",
 		"A run's capacity is resolved to its search's precision (±5%)",
+		// Where the time went: at the reference load and each run's capacity, not at every probe.
+		"Rows are the reference load's and each counted run's capacity's",
+		"| 6 | 250 | 2.0 | 1.0 | 20.0 | 0.0 | 0.0 | 23.0 | 61.0 |\n| 13.8 | 250 |", "| 14.5 | 250 | 2.0 | 15.0 |",
 	} {
 		if !strings.Contains(out, s) {
 			t.Errorf("report lacks %q", s)
@@ -158,7 +167,7 @@ func TestWriteCapacity(t *testing.T) {
 	// Capacity everywhere, never the levels' objective, outside the
 	// logged selection rule.
 	body, _, _ := strings.Cut(out, "Selection rule (as logged")
-	for _, s := range []string{"largest effective QPS", "largest passing effective", "objective, req/s", "p99_ttft.png", "effective_qps.png"} {
+	for _, s := range []string{"largest effective QPS", "largest passing effective", "objective, req/s", "p99_ttft.png", "effective_qps.png", "| 11.04 |", "| 22.08 |"} {
 		if strings.Contains(body, s) {
 			t.Errorf("report has %q", s)
 		}

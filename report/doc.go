@@ -6,6 +6,17 @@
 // prediction against its measurement (table and plot), the calibrations of
 // the cost profile, why exploration stopped, and the top of the ranking.
 //
+// A log measured by capacity (hone optimize --measure capacity) leads with
+// the answer to its spec's goal: the goal in words, the selected config's
+// capacity with its uncertainty (every run, the search's precision, bounded
+// or a lower bound), its GPUs and GPU-seconds per request (at capacity,
+// and at the goal's target rate), beside the baseline's and the change.
+// Its figures are the Pareto front of capacity against GPUs (measured and
+// predicted configs), each trial's capacity, and the compared configs'
+// probes against the SLO; every run's search is a table row. Latency is
+// compared only at the reference load, where every run measured it, and
+// never where that load lies beyond a config's capacity.
+//
 // Every figure shows the spread over runs, not only the median: each run
 // as a point or a min–max bar, the median marked. Medians and ranges are
 // over a level's valid runs; invalid runs are drawn hollow and grey and

@@ -95,7 +95,11 @@ func (d *doc) invalidLevels() {
 			if m := d.mark(t); m != "" {
 				name = fmt.Sprintf("trial %d `%s` (%s)", t.N, t.Key, m)
 			}
-			d.p("- %s at %g req/s: invalid in %d of %d runs (%s)\n", name, l.OfferedQPS, len(bad), runs, strings.Join(reasonCodes(l), ", "))
+			load := fmt.Sprintf("%g req/s", l.OfferedQPS)
+			if d.byCapacity() {
+				load += " (the reference load)"
+			}
+			d.p("- %s at %s: invalid in %d of %d runs (%s)\n", name, load, len(bad), runs, strings.Join(reasonCodes(l), ", "))
 			for _, r := range l.Invalid {
 				d.p("  - %s\n", r)
 			}

@@ -187,13 +187,17 @@ func (d *doc) breakdowns() {
 	if n == 0 {
 		d.p("The log holds no latency attribution for the baseline or the selection.\n\n")
 	}
+	if d.byCapacity() && n > 0 {
+		d.p("Rows are the reference load's and each counted run's capacity's (the probes' loads differ from run to run; every probe's attribution is in the trial's record).\n\n")
+	}
 	for _, t := range d.compared() {
 		if len(t.Breakdown) == 0 {
 			continue
 		}
+		rows := d.breakdownRows(t)
 		d.p("Trial %d `%s` (%s) — bottleneck **%s**: %s\n\n", t.N, t.Key, d.mark(t), t.Bottleneck, t.Diagnosis)
 		var ns []int
-		for _, l := range t.Breakdown {
+		for _, l := range rows {
 			if !slices.Contains(ns, l.Requests) {
 				ns = append(ns, l.Requests)
 			}
@@ -211,7 +215,7 @@ func (d *doc) breakdowns() {
 		cols := append(append([]string{fmt.Sprintf("[%s] offered, req/s", d.prov.tag()), "requests"}, parts...), "= mean TTFT", "p99 TTFT (pooled; not a sum)")
 		d.p("Time to first token, split into its parts (mean per request):\n\n")
 		d.p("| %s |\n|%s\n", strings.Join(cols, " | "), strings.Repeat("---:|", len(cols)))
-		for _, l := range t.Breakdown {
+		for _, l := range rows {
 			cells := []string{fmt.Sprintf("%g", l.OfferedQPS), fmt.Sprint(l.Requests)}
 			for _, k := range parts {
 				cells = append(cells, fmt.Sprintf("%.1f", l.Mean[k]))
@@ -222,7 +226,7 @@ func (d *doc) breakdowns() {
 		d.p("\nAfter the first token: %s (first to last token, not part of TTFT), mean per request:\n\n", diagnose.Decode)
 		d.p("| [%s] offered, req/s | requests | mean TTFT | mean %s | %s share of send → last token |\n|---:|---:|---:|---:|---:|\n",
 			d.prov.tag(), diagnose.Decode, diagnose.Decode)
-		for _, l := range t.Breakdown {
+		for _, l := range rows {
 			ttft, dec := meanTTFT(l), l.Mean[diagnose.Decode]
 			share := "—"
 			if ttft+dec > 0 {
@@ -232,6 +236,28 @@ func (d *doc) breakdowns() {
 		}
 		d.p("\n")
 	}
+}
+
+// breakdownRows are t's attributed levels the report shows: every one of
+// a levels log; a capacity log's at the reference load and at each counted
+// run's capacity, where the SLO binds.
+func (d *doc) breakdownRows(t *optimizer.Trial) []diagnose.LevelBreakdown {
+	if !d.byCapacity() {
+		return t.Breakdown
+	}
+	loads := []float64{d.lg.ReferenceQPS}
+	for _, r := range capacityRuns(t) {
+		if r.counted {
+			loads = append(loads, r.res.Value)
+		}
+	}
+	var rows []diagnose.LevelBreakdown
+	for _, l := range t.Breakdown {
+		if slices.Contains(loads, l.OfferedQPS) {
+			rows = append(rows, l)
+		}
+	}
+	return rows
 }
 
 // meanTTFT is a level's mean TTFT: the sum of its parts' means, as the

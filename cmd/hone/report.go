@@ -36,6 +36,19 @@ their largest" is stated where N < 100.
 A log the loop did not finish (hone optimize interrupted, or still running)
 says so on the report's first line, and nothing in it reads as a selection.
 
+A log measured by capacity (hone optimize --measure capacity, the default
+with --backend live) leads with the answer: the goal (spec.objective) in
+words, the selected config's capacity — the largest load meeting the SLO at
+steady state — as the median and every run's value with the search's
+precision, its GPUs and GPU-seconds per request at capacity and at the
+target rate, beside the baseline's and the change. Its plots are capacity
+vs GPUs with the Pareto front of measured and predicted configs
+(pareto.png), capacity per trial (capacity.png), and the baseline's and the
+selection's probes against the SLO (capacity_probes_tpot.png,
+capacity_probes_ttft.png); every run's probes are tabled with the limit
+that bound. Ablations state their effect on capacity, and on latency at the
+reference load where it lies below both capacities.
+
 Exit codes: 0 success; 2 bad input.`,
 		Example: `  hone report --log results/demo/log.json --out results/demo/report.md`,
 		Args:    cobra.NoArgs,
