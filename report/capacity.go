@@ -113,6 +113,14 @@ func gpusOf(t *optimizer.Trial) int {
 	return t.Spec.GPUsNeeded()
 }
 
+// gpusCell is t's GPUs, "—" where the log has no spec.
+func gpusCell(t *optimizer.Trial) string {
+	if g := gpusOf(t); g > 0 {
+		return fmt.Sprint(g)
+	}
+	return "—"
+}
+
 // capacityCell is "14.20 (13.80–14.50)": the median over counted runs and
 // their range.
 func capacityCell(t *optimizer.Trial) string {
@@ -319,7 +327,10 @@ func (d *doc) capacitySentence(t *optimizer.Trial, bold bool) string {
 	}
 	g := gpusOf(t)
 	gpus := fmt.Sprintf("%d GPUs", g)
-	if g == 1 {
+	switch g {
+	case 0:
+		gpus = "GPUs not logged"
+	case 1:
 		gpus = "1 GPU"
 	}
 	s := fmt.Sprintf("trial %d `%s`, %s: ", t.N, t.Key, gpus)
@@ -390,7 +401,7 @@ func (d *doc) answerTable() {
 	d.p("| [%s] | config | GPUs | capacity, req/s: median (min–max) | per run, req/s | search | GPU-s / request at capacity |%s\n", d.prov.tag(), atTarget)
 	d.p("|---|---|---:|---:|---|---|---:|%s\n", strings.Repeat("---:|", strings.Count(atTarget, "|")))
 	row := func(name string, t *optimizer.Trial) {
-		d.p("| %s | `%s` | %d | %s | %s | %s | %s |", name, t.Key, gpusOf(t), capacityCell(t), joinF3(t.Objectives), searchCell(t), costCell(t))
+		d.p("| %s | `%s` | %s | %s | %s | %s | %s |", name, t.Key, gpusCell(t), capacityCell(t), joinRuns(t.Objectives, "%.2f"), searchCell(t), costCell(t))
 		if tq > 0 {
 			d.p(" %s |", d.targetCostCell(t))
 		}
@@ -664,7 +675,7 @@ func (d *doc) capacityTrials() {
 		if !t.Eligible {
 			elig = "no: " + mdCell(t.Reason)
 		}
-		d.p("| %d | %s | `%s` | %s | %d | %s | %s | %s |", t.N, d.roleCell(t), t.Key, t.Why, gpusOf(t), capacityCell(t), joinF3(t.Objectives), costCell(t))
+		d.p("| %d | %s | `%s` | %s | %s | %s | %s | %s |", t.N, d.roleCell(t), t.Key, t.Why, gpusCell(t), capacityCell(t), joinRuns(t.Objectives, "%.2f"), costCell(t))
 		if tq > 0 {
 			serves := "no"
 			if meetsTarget(t, tq) {

@@ -193,12 +193,16 @@ func TestWriteCapacityNoAnswer(t *testing.T) {
 	stays := testCapacityLog()
 	stays.Selected = 1
 	stays.Trials = stays.Trials[:1]
+	failed := testCapacityLog() // the baseline's deployment failed: no search, no spec, cancelled after
+	failed.Done, failed.Selected, failed.Verified, failed.Predict = false, 0, false, nil
+	failed.Trials = []optimizer.Trial{{N: 1, Role: "baseline", Key: "coloc-r2-cache", Kind: replay.KindEmulated, Error: "deploy: port in use", Reason: "failed: deploy: port in use"}}
 	for _, c := range []struct {
 		name    string
 		lg      *optimizer.Log
 		want    []string
 		notWant []string
 	}{
+		{"baseline failed", failed, []string{"**No answer yet**", "| **baseline** (trial 1) | `coloc-r2-cache` | — | — |"}, nil},
 		{"unfinished", unfinished, []string{"**No answer yet**: the loop stopped after trial 5, before it selected anything.", "| **baseline** (trial 1) |"},
 			[]string{"**Selected**", "| **selected**"}},
 		{"the baseline stays", stays, []string{"**The baseline stays**: no measured config met the goal better than it beyond the runs' noise. Trial 1 `coloc-r2-cache`, 2 GPUs: capacity **28.00 req/s**"},
