@@ -9,6 +9,7 @@ import (
 	"github.com/hone-llm/hone/capacity"
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/optimizer"
+	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -184,14 +185,7 @@ func searchCell(t *optimizer.Trial) string {
 			prec = append(prec, r.res.Precision)
 		}
 		if !r.res.Bounded {
-			why := "not bounded"
-			if r.res.Upper == 0 {
-				why = "a lower bound: no load failed"
-			}
-			if r.res.Note != "" {
-				why += " (" + r.res.Note + ")"
-			}
-			loose = append(loose, fmt.Sprintf("run %d %s", i+1, why))
+			loose = append(loose, fmt.Sprintf("run %d %s", i+1, valueCell(r.res)))
 		}
 	}
 	if len(prec) == 0 {
@@ -440,7 +434,7 @@ func (d *doc) measurement() {
 	}
 	d.p("Workload: %d input tokens (%d cached after warm-up), %d output tokens, seed %d. Each trial ran %d runs, each a capacity search "+
 		"(open loop, %s): every probe measured at least %d window requests after the %d session warm-ups. SLO: %s. ",
-		w.InputTokens, w.InputTokens-w.UncachedTokens, w.OutputTokens, w.Seed, lg.Runs, precision, capacity.MinMeasured, 8, d.sloText())
+		w.InputTokens, w.InputTokens-w.UncachedTokens, w.OutputTokens, w.Seed, lg.Runs, precision, capacity.MinMeasured, replay.Sessions, d.sloText())
 	if lg.ReferenceQPS > 0 {
 		d.p("Every run also measured the **reference load, %g req/s**: latencies are compared there, at one offered rate for every trial. ", lg.ReferenceQPS)
 	}
@@ -496,7 +490,11 @@ func (d *doc) searches() {
 		"(TTFT or TPOT: that p99 exceeded its limit; not steady: departures fell short of the offered rate while the SLO was met; invalid: the host distorted it). "+
 		"The bracket is the capacity (the highest passing load) and the lowest failing load, with their p99 TTFT / p99 TPOT (%s); a run in italics is left out of its trial's capacity.", d.prov.ms())
 	if n, ok := d.figs[probesTPOTFile]; ok {
-		d.p(" Figures %d and %d draw the baseline's and the selection's probes.", n, d.figs[probesTTFTFile])
+		whose := "the baseline's and the selection's probes"
+		if len(d.compared()) == 1 {
+			whose = "the baseline's probes"
+		}
+		d.p(" Figures %d and %d draw %s.", n, d.figs[probesTTFTFile], whose)
 	}
 	d.p("\n\n")
 	d.p("| [%s] # | config | run | probes, req/s | capacity, req/s | bracket: p99 TTFT / TPOT, %s | SLO bound by |\n|---:|---|---:|---|---:|---|---|\n", tag, d.prov.ms())
@@ -516,14 +514,7 @@ func (d *doc) searches() {
 					ps = append(ps, fmt.Sprintf("%.3g ✗ %s", p.Load, failedBy(p, d.lg.SLO)))
 				}
 			}
-			value := fmt.Sprintf("%.2f", r.res.Value)
-			switch {
-			case r.res.Bounded:
-			case r.res.Upper == 0:
-				value += " (lower bound)"
-			default:
-				value += " (not bounded)"
-			}
+			value := valueCell(r.res)
 			by := binding(r.res, d.lg.SLO)
 			if by == "" {
 				by = "—"
@@ -535,6 +526,29 @@ func (d *doc) searches() {
 		d.p("| — | | | no trial logged a search | | | |\n")
 	}
 	d.p("\n")
+}
+
+// valueCell is a search's capacity and how far it is bounded: "14.20",
+// "4096.00 (a lower bound: no load failed)", "none (no load passed)";
+// the search's note follows where it is not bounded.
+func valueCell(r *capacity.Result) string {
+	var s string
+	switch {
+	case r.Bounded:
+		return fmt.Sprintf("%.2f", r.Value)
+	case r.Value > 0 && r.Upper == 0:
+		s = fmt.Sprintf("%.2f (a lower bound: no load failed)", r.Value)
+	case r.Value > 0:
+		s = fmt.Sprintf("%.2f (not bounded: the lowest failing load is %.3g)", r.Value, r.Upper)
+	case r.Upper > 0:
+		s = "none (no load passed)"
+	default:
+		s = "none (the search ended before a load passed or failed)"
+	}
+	if r.Note != "" {
+		s += ": " + mdCell(r.Note)
+	}
+	return s
 }
 
 // bracketCell is the passing probe at the capacity and the failing one

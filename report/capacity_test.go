@@ -264,3 +264,23 @@ func TestParetoFront(t *testing.T) {
 		t.Errorf("front %v, want %v", got, want)
 	}
 }
+
+// A search's value says how far it is bounded: a search a host-distorted
+// probe ended measured nothing, and is not a lower bound of 0.
+func TestValueCell(t *testing.T) {
+	for _, c := range []struct {
+		r    capacity.Result
+		want string
+	}{
+		{capacity.Result{Value: 14.2, Upper: 14.6, Bounded: true}, "14.20"},
+		{capacity.Result{Value: 4096, Note: "the largest load searched (4096 req/s) passed: a lower bound"},
+			"4096.00 (a lower bound: no load failed): the largest load searched (4096 req/s) passed: a lower bound"},
+		{capacity.Result{Value: 10, Upper: 20}, "10.00 (not bounded: the lowest failing load is 20)"},
+		{capacity.Result{Upper: 0.01, Note: "no load meets the SLO down to 0.01 req/s"}, "none (no load passed): no load meets the SLO down to 0.01 req/s"},
+		{capacity.Result{}, "none (the search ended before a load passed or failed)"},
+	} {
+		if got := valueCell(&c.r); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.r, got, c.want)
+		}
+	}
+}

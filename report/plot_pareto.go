@@ -195,7 +195,11 @@ func (d *doc) paretoFigure() *figure {
 		f.caption += fmt.Sprintf("The goal's target, %g req/s, is %s: the goal picks the fewest GPUs whose every run reaches it. ", tq, mark.where())
 	}
 	if len(left) > 0 {
-		f.caption += fmt.Sprintf("Left out: trial %s (not eligible or failed; see the trials table).", strings.Join(left, ", "))
+		trials := "trial "
+		if len(left) > 1 {
+			trials = "trials "
+		}
+		f.caption += "Left out: " + trials + strings.Join(left, ", ") + " (not eligible or failed; see the trials table)."
 	}
 	return f
 }
