@@ -78,7 +78,7 @@ const (
 	WarmupLatencies = 2
 	// SteadyTolerance is how far the departure rate may fall below the
 	// offered rate at steady state.
-	SteadyTolerance = 0.05
+	SteadyTolerance = replay.SteadyTolerance
 	// ClosedRounds is how many requests each closed-loop client sends in
 	// the window at least.
 	ClosedRounds = 20

@@ -241,6 +241,12 @@ type LevelRecord struct {
 	P50TPOTMs float64 `json:"p50_tpot_ms"`
 	P90TPOTMs float64 `json:"p90_tpot_ms"`
 	SLOMet    bool    `json:"slo_met"` // the percentiles alone meet the SLO
+	// NotSteady: the effective rate fell more than SteadyTolerance short of
+	// the offered rate while the SLO was met. The level was too short to
+	// reach steady state (its window ends with the last requests' decode),
+	// so its effective rate is a burst figure, not a saturation point (hone
+	// replay --capacity measures at steady state).
+	NotSteady bool `json:"not_steady,omitempty"`
 
 	Complete  bool           `json:"complete"`
 	Planned   int            `json:"requests_planned"`

@@ -379,6 +379,11 @@ func (rr *RunRecord) summarize(gpus int) {
 	}
 }
 
+// SteadyTolerance is how far a level's effective rate may fall short of
+// the offered rate, the SLO met, before the level is marked NotSteady
+// (capacity.SteadyTolerance judges departures by the same bound).
+const SteadyTolerance = 0.05
+
 type runner struct {
 	opts    Options
 	eng     *engine
@@ -710,6 +715,7 @@ func (lr *LevelRecord) summarizeOver(measuredPlanned int, windowFromMs float64, 
 			}
 		}
 		lr.SLOMet = target.Met(lr.P99TTFTMs, lr.P99TPOTMs)
+		lr.NotSteady = lr.SLOMet && lr.OfferedQPS > 0 && lr.EffectiveQPS < (1-SteadyTolerance)*lr.OfferedQPS
 	}
 	lr.Passed = lr.SLOMet && lr.Complete && lr.Measured == measuredPlanned && measuredInvalid == 0
 	lr.HitRateMetrics = HitRate(lr.Counters.Before, lr.Counters.After)

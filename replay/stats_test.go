@@ -64,3 +64,34 @@ func TestLevelTPOTSkipsOneTokenRequests(t *testing.T) {
 		t.Errorf("one-token requests only: p50 TPOT %g, p99 %g (want 0: not measured), p99 TTFT %g", lr.P50TPOTMs, lr.P99TPOTMs, lr.P99TTFTMs)
 	}
 }
+
+// A level whose effective rate falls short of the offered rate while the
+// SLO is met is a burst figure, marked NotSteady; one that keeps up, or
+// that fails the SLO (saturation shows in its latency), is not.
+func TestLevelNotSteady(t *testing.T) {
+	level := func(decodeMs, ttft float64) LevelRecord {
+		var reqs []Request
+		lr := LevelRecord{Outcomes: map[string]int{}, Failures: map[string]int{}, Complete: true}
+		lr.OfferedQPS = 10
+		for i := range Sessions + 40 {
+			at := float64(i) * 100 // 10 req/s
+			reqs = append(reqs, Request{ID: i, ArrivalMs: at})
+			first := at + ttft
+			finish, tpot := first+decodeMs, decodeMs/127
+			lr.Requests = append(lr.Requests, RequestRecord{ID: i, Outcome: OutcomeOK, Valid: true, OutputTokens: 128,
+				FirstMs: &first, FinishMs: &finish, TTFTMs: &ttft, TPOTMs: &tpot})
+		}
+		lr.Summarize(reqs, slo.SLO{TTFTMillis: 2000, TPOTMillis: 50}, 1)
+		return lr
+	}
+	// 40 requests over 3.9 s of arrivals, then 1 s of decode: 8.2 req/s.
+	if lr := level(1000, 20); !lr.NotSteady || !lr.SLOMet || lr.EffectiveQPS > 9 {
+		t.Errorf("burst: effective %.2f, slo met %t, not steady %t", lr.EffectiveQPS, lr.SLOMet, lr.NotSteady)
+	}
+	if lr := level(10, 20); lr.NotSteady {
+		t.Errorf("keeping up: effective %.2f marked not steady", lr.EffectiveQPS)
+	}
+	if lr := level(1000, 3000); lr.NotSteady {
+		t.Error("a level failing the SLO marked not steady")
+	}
+}

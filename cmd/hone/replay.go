@@ -519,6 +519,11 @@ func writeReplayTable(w io.Writer, rec *replay.Record, out string, bad []string)
 		fmt.Fprintf(tw, "output token throughput\t%.1f\ttok/s\t\n", s.OutputTokenThroughput)
 		fmt.Fprintf(tw, "total token throughput\t%.1f\ttok/s\t\n", s.TotalTokenThroughput)
 		tw.Flush()
+		if short := notSteadyRuns(rec, s.OfferedQPS); len(short) > 0 && s.Concurrency == 0 {
+			fmt.Fprintf(w, "not at steady state (run %s): the effective rate fell more than %.0f%% short of the offered %g req/s while the SLO was met: "+
+				"a burst figure (the window ends with the last requests' decode), not saturation; hone replay --capacity measures at steady state\n",
+				strings.Join(short, ", "), 100*replay.SteadyTolerance, s.OfferedQPS)
+		}
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "ms\tmean\tmedian\tp90\tp99\t")
 		for _, m := range []struct {
@@ -553,6 +558,20 @@ func writeReplayTable(w io.Writer, rec *replay.Record, out string, bad []string)
 	case len(failed) > 0:
 		fmt.Fprintf(w, "verdict: requests failed at %d level(s): the deployment did not serve the load (see FAILED above)\n", len(failed))
 	}
+}
+
+// notSteadyRuns names the runs (1-based) whose level at offered rate qps
+// is NotSteady.
+func notSteadyRuns(rec *replay.Record, qps float64) []string {
+	var out []string
+	for _, r := range rec.Runs {
+		for _, l := range r.Levels {
+			if l.OfferedQPS == qps && l.Concurrency == 0 && l.NotSteady {
+				out = append(out, strconv.Itoa(r.Run+1))
+			}
+		}
+	}
+	return out
 }
 
 // replayVerdict is the exit status of a written, complete record: 1 when a
