@@ -623,30 +623,7 @@ func trialGPUs(t *Trial) int {
 // compareFor orders a before b (negative) by goal g; 0: g does not tell
 // them apart (the objective then decides).
 func compareFor(g predict.Goal, a, b *Trial) int {
-	switch g.Goal {
-	case deploy.GoalCheapest:
-		am, bm := meetsTarget(g, a), meetsTarget(g, b)
-		switch {
-		case am && !bm:
-			return -1
-		case bm && !am:
-			return 1
-		case am && bm:
-			return trialGPUs(a) - trialGPUs(b)
-		}
-	case deploy.GoalPerGPU:
-		ga, gb := trialGPUs(a), trialGPUs(b)
-		if ga > 0 && gb > 0 {
-			pa, pb := a.Objective/float64(ga), b.Objective/float64(gb)
-			switch {
-			case pa > pb:
-				return -1
-			case pa < pb:
-				return 1
-			}
-		}
-	}
-	return 0
+	return g.CompareBy(meetsTarget(g, a), a.Objective, trialGPUs(a), meetsTarget(g, b), b.Objective, trialGPUs(b))
 }
 
 // BeatsFor is Beats by goal g: cheapest, a trial that meets the target

@@ -58,14 +58,19 @@ func TestCapacityIndependentOfRequests(t *testing.T) {
 	}
 }
 
-// TestCapacityOneGPU: one replica serves about half of what two do (the
-// router splits sessions 4/4 between two; one holds all eight).
+// TestCapacityOneGPU: one replica serves well under what two do (the
+// router splits sessions 4/4 between two; one holds all eight), though
+// more than half: one batch of all eight sessions decodes more tokens per
+// step than two of four. Near its capacity the pass/fail of a 10 s window
+// is not monotone within ~20% (TPOT near its limit, departures near the
+// steady-state tolerance), so the bracket's path decides where in that
+// band the figure lands.
 func TestCapacityOneGPU(t *testing.T) {
 	two := demoSpec(t)
 	one := demoSpec(t)
 	one.Topology.Replicas, one.GPUs.Budget, one.GPUs.IDs = 1, 1, []int{0}
 	c1, c2 := predictCapacity(t, one, 48), predictCapacity(t, two, 48)
-	if r := c1.Value / c2.Value; r < 0.4 || r > 0.6 {
+	if r := c1.Value / c2.Value; r < 0.4 || r > 0.7 {
 		t.Errorf("1 GPU %.3f vs 2 GPUs %.3f req/s (ratio %.2f)", c1.Value, c2.Value, r)
 	}
 }

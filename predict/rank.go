@@ -40,30 +40,36 @@ type Goal deploy.Objective
 // Meets reports whether an objective (a capacity) serves g's target rate.
 func (g Goal) Meets(objective float64) bool { return objective > 0 && objective >= g.TargetQPS }
 
-// Compare orders two (objective, GPUs, cost) by g, best first (negative:
-// a before b); ties are 0.
+// Compare orders two (objective, GPUs) by g, best first (negative: a
+// before b), the objective last; ties are 0.
 func (g Goal) Compare(aObj float64, aGPUs int, bObj float64, bGPUs int) int {
+	if c := g.CompareBy(g.Meets(aObj), aObj, aGPUs, g.Meets(bObj), bObj, bGPUs); c != 0 {
+		return c
+	}
+	return cmp.Compare(bObj, aObj)
+}
+
+// CompareBy orders a before b (negative) by what g adds to the objective:
+// cheapest, meeting the target (am, bm: as the caller judges it, e.g. in
+// every run) then fewer GPUs; per GPU, objective per GPU. 0: g does not
+// tell them apart.
+func (g Goal) CompareBy(am bool, aObj float64, aGPUs int, bm bool, bObj float64, bGPUs int) int {
 	switch g.Goal {
 	case deploy.GoalCheapest:
-		am, bm := g.Meets(aObj), g.Meets(bObj)
 		switch {
 		case am && !bm:
 			return -1
 		case bm && !am:
 			return 1
 		case am && bm:
-			if c := cmp.Compare(aGPUs, bGPUs); c != 0 {
-				return c
-			}
+			return cmp.Compare(aGPUs, bGPUs)
 		}
 	case deploy.GoalPerGPU:
 		if aGPUs > 0 && bGPUs > 0 {
-			if c := cmp.Compare(bObj/float64(bGPUs), aObj/float64(aGPUs)); c != 0 {
-				return c
-			}
+			return cmp.Compare(bObj/float64(bGPUs), aObj/float64(aGPUs))
 		}
 	}
-	return cmp.Compare(bObj, aObj)
+	return 0
 }
 
 // RankGoal orders points best first by g, then as Rank does.
