@@ -257,8 +257,16 @@ func (l *loop) predictThenMeasure() error {
 		if best != nil {
 			band := noiseBand(best)
 			if !promising(l.o.Goal, *next, best, band) {
-				l.lg.Predict.StopReason = fmt.Sprintf("no untried config is predicted to beat the measured best (trial %d, %.3f req/s) by more than its noise band %.1f%%: the best untried, %s, is predicted at %.3f req/s",
-					best.N, best.Objective, 100*band, SpecKey(next.Spec), next.Objective)
+				by := fmt.Sprintf("by more than its noise band %.1f%%", 100*band)
+				switch l.o.Goal.Goal {
+				case deploy.GoalCheapest:
+					by = fmt.Sprintf("by the goal (cheapest at %g req/s: the target with fewer than its %d GPUs, or with as many and more capacity beyond its noise band %.1f%%)",
+						l.o.Goal.TargetQPS, trialGPUs(best), 100*band)
+				case deploy.GoalPerGPU:
+					by = fmt.Sprintf("in capacity per GPU by more than its noise band %.1f%%", 100*band)
+				}
+				l.lg.Predict.StopReason = fmt.Sprintf("no untried config is predicted to beat the measured best (trial %d, %.3f req/s on %d GPU(s)) %s: the best untried, %s, is predicted at %.3f req/s on %d GPU(s)",
+					best.N, best.Objective, trialGPUs(best), by, SpecKey(next.Spec), next.Objective, next.GPUs)
 				l.say("exploration ends: %s", l.lg.Predict.StopReason)
 				return nil
 			}
