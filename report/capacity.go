@@ -86,15 +86,20 @@ type capacityRun struct {
 
 // capacityRuns returns t's searches in run order. The log keeps the
 // counted runs' values (t.Objectives, in run order) and every search: a
-// search is counted when its last probe is valid, the run's reference load
-// is valid where the log has it, and its value is the next counted one.
+// search is counted when its last probe is valid, no level of its run is
+// invalid in the record (t.InvalidLevels), the run's reference load is
+// valid where the log has it, and its value is the next counted one.
 func capacityRuns(t *optimizer.Trial) []capacityRun {
 	rs := make([]capacityRun, len(t.Capacity))
+	bad := map[int]bool{}
+	for _, l := range invalidLevelsOf(t) {
+		bad[l.run] = true
+	}
 	k := 0
 	for i := range t.Capacity {
 		r := &t.Capacity[i]
 		rs[i].res = r
-		valid := len(r.Probes) > 0 && r.Probes[len(r.Probes)-1].Valid
+		valid := len(r.Probes) > 0 && r.Probes[len(r.Probes)-1].Valid && !bad[i+1]
 		if len(t.Levels) > 0 && i < len(t.Levels[0].RunValid) {
 			valid = valid && t.Levels[0].RunValid[i]
 		}
@@ -500,6 +505,7 @@ func (d *doc) searches() {
 	d.p("| [%s] # | config | run | probes, req/s | capacity, req/s | bracket: p99 TTFT / TPOT, %s | SLO bound by |\n|---:|---|---:|---|---:|---|---|\n", tag, d.prov.ms())
 	any := false
 	for _, t := range d.all() {
+		inv := invalidLevelsOf(t)
 		for i, r := range capacityRuns(t) {
 			any = true
 			run := fmt.Sprint(i + 1)
@@ -508,11 +514,14 @@ func (d *doc) searches() {
 			}
 			var ps []string
 			for _, p := range r.res.Probes {
-				if p.Pass {
-					ps = append(ps, fmt.Sprintf("%.3g ✓", p.Load))
-				} else {
-					ps = append(ps, fmt.Sprintf("%.3g ✗ %s", p.Load, failedBy(p, d.lg.SLO)))
+				mark := "✓"
+				if !p.Pass {
+					mark = "✗ " + failedBy(p, d.lg.SLO)
 				}
+				if code := probeInvalid(inv, i+1, p.Load); code != "" && p.Valid {
+					mark += " (invalid: " + code + ")" // the record's verdict, after the search
+				}
+				ps = append(ps, fmt.Sprintf("%.3g %s", p.Load, mark))
 			}
 			value := valueCell(r.res)
 			by := binding(r.res, d.lg.SLO)
@@ -633,21 +642,80 @@ func joinRuns(v []float64, f string) string {
 	return strings.Join(s, " / ")
 }
 
-// invalidProbes lists every invalid probe of the log's searches, and why.
+// invalidProbes lists every invalid probe of the log's searches, and why
+// (the reference load's invalid runs are listed by level apart).
 func (d *doc) invalidProbes() int {
 	n := 0
 	for _, t := range d.all() {
-		for i, r := range t.Capacity {
-			for _, p := range r.Probes {
-				if p.Valid {
-					continue
-				}
-				n++
-				d.p("- trial %d `%s`, run %d, probe at %.4g req/s: %s\n", t.N, t.Key, i+1, p.Load, mdCell(p.Note))
+		for _, l := range invalidLevelsOf(t) {
+			if l.load == d.lg.ReferenceQPS {
+				continue
 			}
+			n++
+			d.p("- trial %d `%s`, run %d, probe at %.4g req/s: %s\n", t.N, t.Key, l.run, l.load, mdCell(l.verdict))
 		}
 	}
 	return n
+}
+
+// invalidLevel is one invalid level of a trial's record: a probe, or the
+// reference load.
+type invalidLevel struct {
+	run     int // one-based
+	load    float64
+	code    string // the first reason's
+	verdict string // "invalid (client_bound: …)"
+}
+
+// invalidLevelsOf reads t.InvalidLevels, the record's final verdicts —
+// after diagnose's client/proxy residual, which a search's own probe
+// verdicts (Probe.Valid) predate — with every probe a search itself found
+// invalid that they do not name.
+func invalidLevelsOf(t *optimizer.Trial) []invalidLevel {
+	var out []invalidLevel
+	for _, s := range t.InvalidLevels {
+		if l, ok := parseInvalidLevel(s); ok {
+			out = append(out, l)
+		}
+	}
+	for i, r := range t.Capacity {
+		for _, p := range r.Probes {
+			if !p.Valid && !slices.ContainsFunc(out, func(l invalidLevel) bool { return l.run == i+1 && l.load == p.Load }) {
+				out = append(out, invalidLevel{run: i + 1, load: p.Load, code: probeCode(p.Note), verdict: p.Note})
+			}
+		}
+	}
+	return out
+}
+
+// parseInvalidLevel reads "run 1, 23.7465 req/s: invalid (client_bound:
+// detail)" as replay.Record.InvalidLevels writes it.
+func parseInvalidLevel(s string) (invalidLevel, bool) {
+	head, verdict, ok := strings.Cut(s, ": ")
+	if !ok {
+		return invalidLevel{}, false
+	}
+	var l invalidLevel
+	if _, err := fmt.Sscanf(head, "run %d, %g req/s", &l.run, &l.load); err != nil {
+		return invalidLevel{}, false
+	}
+	l.verdict = verdict
+	l.code = "invalid"
+	if code, _, ok := strings.Cut(strings.TrimPrefix(verdict, "invalid ("), ":"); ok && !strings.Contains(code, " ") {
+		l.code = code
+	}
+	return l, true
+}
+
+// probeInvalid is the reason code of run's (one-based) probe at load
+// where the record or the search found it invalid, "" where neither did.
+func probeInvalid(ls []invalidLevel, run int, load float64) string {
+	for _, l := range ls {
+		if l.run == run && l.load == load {
+			return l.code
+		}
+	}
+	return ""
 }
 
 // lowerBounds counts the counted runs whose capacity is not bounded.
@@ -697,26 +765,21 @@ func (d *doc) capacityTrials() {
 			}
 			d.p(" %s |", serves)
 		}
-		d.p(" %s | %s | %s | %.0f |\n", elig, invalidProbesCell(t), t.Bottleneck, t.Seconds)
+		d.p(" %s | %s | %s | %.0f |\n", elig, d.invalidProbesCell(t), t.Bottleneck, t.Seconds)
 	}
 	d.p("\n")
 }
 
-// invalidProbesCell names t's invalid probes: "run 1 at 45.3 req/s:
+// invalidProbesCell names t's invalid levels: "run 1 at 23.7 req/s:
 // client_bound".
-func invalidProbesCell(t *optimizer.Trial) string {
+func (d *doc) invalidProbesCell(t *optimizer.Trial) string {
 	var s []string
-	for i, r := range t.Capacity {
-		for _, p := range r.Probes {
-			if !p.Valid {
-				s = append(s, fmt.Sprintf("run %d at %.3g req/s: %s", i+1, p.Load, probeCode(p.Note)))
-			}
+	for _, l := range invalidLevelsOf(t) {
+		load := fmt.Sprintf("%.3g req/s", l.load)
+		if l.load == d.lg.ReferenceQPS {
+			load = fmt.Sprintf("the reference %g req/s", l.load)
 		}
-	}
-	for i := range t.Levels {
-		if l := &t.Levels[i]; levelInvalid(l) {
-			s = append(s, fmt.Sprintf("reference %g req/s: %s", l.OfferedQPS, strings.Join(reasonCodes(l), ", ")))
-		}
+		s = append(s, fmt.Sprintf("run %d at %s: %s", l.run, load, l.code))
 	}
 	if len(s) == 0 {
 		return "—"
@@ -752,9 +815,9 @@ func searchRuns(t *optimizer.Trial) []objectiveRun {
 	for i, r := range capacityRuns(t) {
 		or := objectiveRun{value: r.res.Value, valid: r.counted}
 		if !r.counted {
-			for _, p := range r.res.Probes {
-				if c := probeCode(p.Note); !p.Valid && !slices.Contains(or.reasons, c) {
-					or.reasons = append(or.reasons, c)
+			for _, l := range invalidLevelsOf(t) {
+				if l.run == i+1 && !slices.Contains(or.reasons, l.code) {
+					or.reasons = append(or.reasons, l.code)
 				}
 			}
 			for _, l := range t.Levels {

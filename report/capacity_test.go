@@ -89,6 +89,14 @@ func testCapacityLog() *optimizer.Log {
 		testCapacityTrial(4, "ablation", "ablation: half the batch", "coloc-r1-cache-mbt4096", one, []float64{5.4, 5.5, 5.6}, testReference(2400, true)),
 		testCapacityTrial(5, "verify", "re-run of trial 2", "coloc-r1-cache", one, []float64{14.0, 14.3, 14.6}, testReference(82, false)),
 	}
+	// The record judged the ablation's third run client-bound after its
+	// search (diagnose's client/proxy residual): the run is left out,
+	// though its probes passed their own verdicts.
+	abl := &ts[2]
+	abl.Objectives, abl.Objective = []float64{8.3, 8.1}, 8.2
+	abl.InvalidRuns, abl.InvalidLevels = 1, []string{"run 3, 7.9 req/s: invalid (client_bound: p99 client/proxy residual 122 ms > 5% of the 500 ms TTFT SLO (25 ms))"}
+	c := 1 / 8.2
+	abl.CostGPUSec = &c
 	row := func(q float64, queueing float64) diagnose.LevelBreakdown {
 		return diagnose.LevelBreakdown{OfferedQPS: q, Requests: 250, P99TTFTMs: 60 + queueing, Mean: map[string]float64{"client": 2, "queueing": queueing, "prefill": 20, "decode": 1200}}
 	}
@@ -145,9 +153,11 @@ func TestWriteCapacity(t *testing.T) {
 		"| 2 | `coloc-r1-cache` | 1 | 11 ✓ → 22.1 ✗ TPOT → 13.8 ✓ → 14.4 ✗ TPOT | 13.80 | 13.8: 60 / 11.0 (p99 of 250); 14.4: 62 / 13.0 (p99 of 250) | TPOT |",
 		"| 2 | `coloc-r1-cache` | 2 | 11.4 ✓ → 22.7 ✗ TTFT+TPOT → 14.2 ✓ → 14.8 ✗ TTFT+TPOT | 14.20 |",
 		"| [emulated] # | role | config | why | GPUs | capacity, req/s: median (min–max) | per run, req/s | GPU-s / request at capacity | serves 12 req/s | eligible |",
-		"| 3 | ablation | `coloc-r1-nocache` | ablation: prefix caching off | 1 | 8.10 (7.90–8.30) | 8.30 / 8.10 / 7.90 | 0.1235 (0.1205–0.1266) | no | yes |",
+		"| 3 | ablation | `coloc-r1-nocache` | ablation: prefix caching off | 1 | 8.20 (8.10–8.30) | 8.30 / 8.10 | 0.1220 (0.1205–0.1235) | no | yes | **invalid** run 3 at 7.9 req/s: client_bound |",
+		"| 3 | `coloc-r1-nocache` | *3 (left out)* | 6.32 ✓ → 12.6 ✗ TPOT → 7.9 ✓ (invalid: client_bound) → 8.22 ✗ TPOT | 7.90 |",
+		"- trial 3 `coloc-r1-nocache`, run 3, probe at 7.9 req/s: invalid (client_bound: p99 client/proxy residual 122 ms",
 		// Ablations: capacity at steady state, latency at the reference load below both capacities, else not compared.
-		"| 3 | `coloc-r1-nocache` | prefix caching off | 8.10 (7.90–8.30) | -43.0% | 120.0 | 228.0 / 240.0 / 252.0 | 7.50 | 9.50 / 10.00 / 10.50 |",
+		"| 3 | `coloc-r1-nocache` | prefix caching off | 8.20 (8.10–8.30) | -42.3% | 120.0 | 228.0 / 240.0 / 252.0 | 7.50 | 9.50 / 10.00 / 10.50 |",
 		"| 4 | `coloc-r1-cache-mbt4096` | half the batch | 5.50 (5.40–5.60) | -61.3% | *not compared: 6 req/s is above its capacity in a run (lowest 5.40 req/s); 3 of 3 runs failed the SLO at 6 req/s* | | | |",
 		"Interaction", "Selection rule (as logged; a run's objective here is its capacity):",
 		"predicted capacity, req/s", "| emulated capacity, req/s: median (min–max) |",
@@ -282,5 +292,16 @@ func TestValueCell(t *testing.T) {
 		if got := valueCell(&c.r); got != c.want {
 			t.Errorf("%+v: %q, want %q", c.r, got, c.want)
 		}
+	}
+}
+
+func TestParseInvalidLevel(t *testing.T) {
+	l, ok := parseInvalidLevel("run 1, 23.746499747062455 req/s: invalid (client_bound: p99 client/proxy residual 122 ms > 5% of the 2000 ms TTFT SLO (100 ms): the client side)")
+	if want := (invalidLevel{run: 1, load: 23.746499747062455, code: "client_bound",
+		verdict: "invalid (client_bound: p99 client/proxy residual 122 ms > 5% of the 2000 ms TTFT SLO (100 ms): the client side)"}); !ok || l != want {
+		t.Errorf("got %+v %t, want %+v", l, ok, want)
+	}
+	if _, ok := parseInvalidLevel("4 clients: invalid (incomplete: x)"); ok {
+		t.Error("a closed-loop level read as a rate")
 	}
 }

@@ -54,7 +54,8 @@ func (d *doc) probesFigure(m metric) *figure {
 	for i, t := range ts {
 		lk := lookOf(d.mark(t), i)
 		var pass, fail, invalid plotter.XYs
-		for _, r := range t.Capacity {
+		inv := invalidLevelsOf(t)
+		for run, r := range t.Capacity {
 			for _, p := range r.Probes {
 				v := value(p)
 				xmax = math.Max(xmax, p.Load)
@@ -68,7 +69,7 @@ func (d *doc) probesFigure(m metric) *figure {
 				lo, hi = math.Min(lo, v), math.Max(hi, v)
 				xy := plotter.XY{X: p.Load, Y: v}
 				switch {
-				case !p.Valid:
+				case !p.Valid || probeInvalid(inv, run+1, p.Load) != "":
 					invalid = append(invalid, xy)
 				case p.Pass:
 					pass = append(pass, xy)
