@@ -143,3 +143,27 @@ func TestObjectiveRuns(t *testing.T) {
 		t.Errorf("objective axis %g to %g: the highest mark, %g, is within 5%% of its top", y.Min, y.Max, top)
 	}
 }
+
+// A load axis is labelled at round steps, four to ten of them.
+func TestLinearTicks(t *testing.T) {
+	for _, c := range []struct {
+		lo, hi float64
+		want   []string
+	}{
+		{0, 26, []string{"0", "5", "10", "15", "20", "25"}},
+		{0, 49.4, []string{"0", "10", "20", "30", "40"}},
+		{0, 4.2, []string{"0", "1", "2", "3", "4"}},
+		{0, 1000, []string{"0", "200", "400", "600", "800", "1000"}},
+		{10, 11.5, []string{"10.0", "10.2", "10.4", "10.6", "10.8", "11.0", "11.2", "11.4"}},
+	} {
+		var got []string
+		for _, tk := range (linearTicks{}).Ticks(c.lo, c.hi) {
+			if tk.Label != "" {
+				got = append(got, tk.Label)
+			}
+		}
+		if strings.Join(got, " ") != strings.Join(c.want, " ") {
+			t.Errorf("%g–%g: %v, want %v", c.lo, c.hi, got, c.want)
+		}
+	}
+}

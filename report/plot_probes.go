@@ -37,6 +37,7 @@ func (d *doc) probesFigure(m metric) *figure {
 	f := newFigure(file, d.prov.title(fmt.Sprintf("%s at each capacity probe vs offered load: %s", m.name, whose)))
 	pl := f.plot
 	pl.X.Label.Text = "offered load (req/s)"
+	pl.X.Tick.Marker = linearTicks{}
 	pl.Y.Label.Text = fmt.Sprintf("%s (%s)", m.name, d.prov.unit(m))
 	if m.name == ttft.name {
 		pl.Y.Scale = plot.LogScale{}
@@ -50,7 +51,8 @@ func (d *doc) probesFigure(m metric) *figure {
 	}
 	lo, hi, xmax := math.Inf(1), math.Inf(-1), 1.0
 	var tails []string
-	blank, anyInvalid := 0, false
+	blank := 0
+	var invalidRow glyphRow
 	for i, t := range ts {
 		lk := lookOf(d.mark(t), i)
 		var pass, fail, invalid plotter.XYs
@@ -89,7 +91,9 @@ func (d *doc) probesFigure(m metric) *figure {
 				pl.Add(sc)
 			}
 		}
-		anyInvalid = anyInvalid || len(invalid) > 0
+		if len(invalid) > 0 {
+			invalidRow = append(invalidRow, lk.invalidPoint())
+		}
 		line := &vline{style: draw.LineStyle{Color: lk.color, Width: vg.Points(1), Dashes: []vg.Length{vg.Points(2), vg.Points(3)}}}
 		if t.Objective > 0 {
 			line.x = t.Objective
@@ -98,8 +102,8 @@ func (d *doc) probesFigure(m metric) *figure {
 		f.add(fmt.Sprintf("%s: passing probes (filled), failing (hollow); capacity %.2f req/s (dotted)", d.name(t), t.Objective),
 			glyphRow{lk.point(), hollow}, line)
 	}
-	if anyInvalid {
-		f.add("invalid probe (hollow, grey): decides nothing", glyphRow{lookOf("", 0).invalidPoint()})
+	if len(invalidRow) > 0 {
+		f.add("invalid probe (hollow, grey; its config's shape): decides nothing", invalidRow)
 	}
 	pl.X.Min, pl.X.Max = 0, xmax*1.04
 	axis := fitAxis(lo, hi, ref, m.name == ttft.name)
@@ -121,7 +125,7 @@ func (d *doc) probesFigure(m metric) *figure {
 	if len(binds) > 0 {
 		f.caption += "The lowest failing load failed " + strings.Join(binds, "; ") + ". "
 	}
-	if anyInvalid {
+	if len(invalidRow) > 0 {
 		f.caption += "Hollow grey points are invalid probes (reasons under Invalid levels). "
 	}
 	if blank > 0 {
