@@ -137,15 +137,15 @@ func TestWriteCapacity(t *testing.T) {
 	for _, s := range []string{
 		"## Answer (emulated)\n\n**Goal** (spec.objective `cheapest`): the cheapest config (fewest GPUs) serving 12 req/s within p99 TTFT ≤ 500 ms, p99 TPOT ≤ 12 ms, at steady state.",
 		// 1 GPU / 14.2 req/s = 0.0704; over the runs 1/14.5 = 0.0690 to 1/13.8 = 0.0725.
-		"**Selected**: trial 2 `coloc-r1-cache`, 1 GPU: capacity **14.20 req/s** (median of 3 runs: 13.80 / 14.20 / 14.50 req/s; every run bounded ±5%; " +
+		"**Selected**: trial 2 `coloc-r1-cache`, 1 GPU: capacity **14.20 req/s** (median of 3 runs: 13.80 / 14.20 / 14.50 req/s; every run bounded ±5%: passed 13.8–14.5, failed 14.35–15.08 req/s; " +
 			"the SLO binds on p99 TPOT in 2 of 3 runs; p99 TTFT and p99 TPOT in 1 of 3 runs); serves 12 req/s in every run at **0.0833 GPU-s per request** (1 / 12), " +
 			"0.0704 (0.0690–0.0725) GPU-s per request at capacity.",
-		"Baseline: trial 1 `coloc-r2-cache`, 2 GPUs: capacity 28.00 req/s (median of 3 runs: 27.00 / 28.40 / 28.00 req/s; every run bounded ±5%;",
+		"Baseline: trial 1 `coloc-r2-cache`, 2 GPUs: capacity 28.00 req/s (median of 3 runs: 27.00 / 28.40 / 28.00 req/s; every run bounded ±5%: passed 27–28.4, failed 28.08–29.54 req/s;",
 		"serves 12 req/s in every run at 0.1667 GPU-s per request (2 / 12), 0.0714 (0.0704–0.0741) GPU-s per request at capacity.",
 		"Change vs the baseline (emulated): GPUs 2 → 1; GPU-s per request at 12 req/s -50.0%; capacity -49.3%; GPU-s per request at capacity -1.4%. " +
 			"The selection is verified by its re-run, trial 5 (capacity 14.30 (14.00–14.60) req/s).",
 		"| [emulated] | config | GPUs | capacity, req/s: median (min–max) | per run, req/s | search | GPU-s / request at capacity | GPU-s / request at 12 req/s |",
-		"| **selected** (trial 2) | `coloc-r1-cache` | 1 | 14.20 (13.80–14.50) | 13.80 / 14.20 / 14.50 | every run bounded ±5% | 0.0704 (0.0690–0.0725) | 0.0833 |",
+		"| **selected** (trial 2) | `coloc-r1-cache` | 1 | 14.20 (13.80–14.50) | 13.80 / 14.20 / 14.50 | every run bounded ±5%: passed 13.8–14.5, failed 14.35–15.08 req/s | 0.0704 (0.0690–0.0725) | 0.0833 |",
 		"![capacity vs GPUs, Pareto front (emulated and predicted)](pareto.png)",
 		"## Measurement (emulated)", "Every run also measured the **reference load, 6 req/s**",
 		"## Latency at the reference load (emulated)", "Selected: trial 2 coloc-r1-cache, at the reference load: median over valid runs (min–max)",
