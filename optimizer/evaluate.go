@@ -51,8 +51,8 @@ type DeployEvaluator struct {
 const CapacityRule = "Each run of a trial is a capacity search (" + capacity.Rule + ") against the trial's deployment; the trial's " +
 	"objective is the median of its valid runs' capacities (a run whose search a host-distorted probe ended is invalid), its cost GPUs / capacity " +
 	"(GPU-seconds per request served at capacity). The first run starts at the predicted capacity, the next at the run before's with a 1+2p step. " +
-	"Every run also measures the reference load (reference_qps), the same offered rate for every trial, below capacity where the config has it: " +
-	"latency is compared there, never at loads that differ."
+	"Every run whose capacity reaches the reference load (reference_qps, the same offered rate for every trial) also measures it there: " +
+	"latency is compared at that load, never at loads that differ, and not measured above a run's capacity."
 
 // Evaluate implements Evaluator.
 func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag string) (t Trial) {
@@ -212,7 +212,11 @@ func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options) (*re
 			runErr = err
 			break
 		}
-		if e.ReferenceQPS > 0 {
+		// The reference load is measured where this run's capacity reaches
+		// it: above capacity it would be an overload measurement (latency
+		// set by the queue's growth over the window, a drain of minutes),
+		// not a latency to compare.
+		if e.ReferenceQPS > 0 && res != nil && res.Value >= e.ReferenceQPS {
 			if _, err := probe(ctx, capacity.PlanFor(capacity.Open, e.ReferenceQPS, co, 0)); err != nil {
 				runErr = err
 				break
