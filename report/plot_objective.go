@@ -97,31 +97,9 @@ func (d *doc) objectiveFigure() *figure {
 		"filled points are the runs the trial's objective counts, the tick is their median (the trial's objective), the bar their min–max. " +
 		"The dashed line is the baseline's median, for reference; the axis leaves room above the highest mark."
 	if d.byCapacity() {
-		f.alt = "capacity per trial"
-		f.caption = "Each trial's capacity (req/s): per run, the largest offered load that met the SLO at steady state in its capacity search. " +
-			"Every run is a point (drawn a little apart); filled points are the runs the trial's capacity counts, the tick is their median (the trial's capacity), " +
-			"the bar their min–max. The dashed line is the baseline's median, for reference."
-		if tq := d.target(); tq > 0 {
-			mark := sloMark{value: tq, unit: "req/s", on: axis.refOn, label: "target"}
-			pl.Add(mark)
-			f.add(fmt.Sprintf("the goal's target, %g req/s", tq), mark)
-			f.caption += fmt.Sprintf(" The goal's target rate, %g req/s, is %s; a config serves it when every counted run is at or above it.", tq, mark.where())
-		}
+		d.capacityCaption(f, axis)
 	}
-	if len(excluded) > 0 {
-		var s []string
-		for _, e := range excluded {
-			s = append(s, e.String())
-		}
-		if d.byCapacity() {
-			f.caption += " Hollow grey points are runs left out of their trial's capacity because a probe or the reference load was invalid: " + strings.Join(s, "; ") +
-				". Their value is the search's as it stood; it decides nothing."
-		} else {
-			f.caption += " Hollow grey points are runs left out of their trial's objective because a level of theirs was invalid: " + strings.Join(s, "; ") +
-				". Their value is recomputed from their levels (the largest effective load where the run's p99 TTFT and TPOT met the SLO), " +
-				"as the log keeps only counted runs' objectives; it decides nothing."
-		}
-	}
+	f.caption += d.excludedSentence(excluded)
 	if ineligible {
 		f.caption += " Counted runs of trials that were not eligible are light grey (reasons in the trials table)."
 	}
@@ -129,6 +107,39 @@ func (d *doc) objectiveFigure() *figure {
 		f.caption += fmt.Sprintf(" No run to draw: trial %s (it failed before measuring; see the trials table).", strings.Join(failed, ", "))
 	}
 	return f
+}
+
+// capacityCaption words the objective figure of a capacity log, whose
+// trials' figure is their capacity, and marks the goal's target rate.
+func (d *doc) capacityCaption(f *figure, axis valueAxis) {
+	f.alt = "capacity per trial"
+	f.caption = "Each trial's capacity (req/s): per run, the largest offered load that met the SLO at steady state in its capacity search. " +
+		"Every run is a point (drawn a little apart); filled points are the runs the trial's capacity counts, the tick is their median (the trial's capacity), " +
+		"the bar their min–max. The dashed line is the baseline's median, for reference."
+	if tq := d.target(); tq > 0 {
+		mark := sloMark{value: tq, unit: "req/s", on: axis.refOn, label: "target"}
+		f.plot.Add(mark)
+		f.add(fmt.Sprintf("the goal's target, %g req/s", tq), mark)
+		f.caption += fmt.Sprintf(" The goal's target rate, %g req/s, is %s; a config serves it when every counted run is at or above it.", tq, mark.where())
+	}
+}
+
+// excludedSentence explains the hollow grey runs, "" where there are none.
+func (d *doc) excludedSentence(excluded []excludedRuns) string {
+	if len(excluded) == 0 {
+		return ""
+	}
+	var s []string
+	for _, e := range excluded {
+		s = append(s, e.String())
+	}
+	if d.byCapacity() {
+		return " Hollow grey points are runs left out of their trial's capacity because a probe or the reference load was invalid: " + strings.Join(s, "; ") +
+			". Their value is the search's as it stood; it decides nothing."
+	}
+	return " Hollow grey points are runs left out of their trial's objective because a level of theirs was invalid: " + strings.Join(s, "; ") +
+		". Their value is recomputed from their levels (the largest effective load where the run's p99 TTFT and TPOT met the SLO), " +
+		"as the log keeps only counted runs' objectives; it decides nothing."
 }
 
 // excludedRuns are a trial's runs left out of its objective, and the

@@ -12,6 +12,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/hone-llm/hone/capacity"
+	"github.com/hone-llm/hone/optimizer"
 )
 
 const (
@@ -43,41 +44,18 @@ func (d *doc) probesFigure(m metric) *figure {
 		pl.Y.Scale = plot.LogScale{}
 		pl.Y.Tick.Marker = logTicks{}
 	}
-	value := func(p capacity.Probe) float64 {
-		if m.name == ttft.name {
-			return p.P99TTFTMs
-		}
-		return p.P99TPOTMs
-	}
 	lo, hi, xmax := math.Inf(1), math.Inf(-1), 1.0
 	var tails []string
 	blank := 0
 	var invalidRow glyphRow
 	for i, t := range ts {
 		lk := lookOf(d.mark(t), i)
-		var pass, fail, invalid plotter.XYs
-		inv := invalidLevelsOf(t)
-		for run, r := range t.Capacity {
-			for _, p := range r.Probes {
-				v := value(p)
-				xmax = math.Max(xmax, p.Load)
-				if p.Measured == 0 || v <= 0 {
-					blank++
-					continue
-				}
-				if !slices.Contains(tails, tailKind(p.Tail)) {
-					tails = append(tails, tailKind(p.Tail))
-				}
-				lo, hi = math.Min(lo, v), math.Max(hi, v)
-				xy := plotter.XY{X: p.Load, Y: v}
-				switch {
-				case !p.Valid || probeInvalid(inv, run+1, p.Load) != "":
-					invalid = append(invalid, xy)
-				case p.Pass:
-					pass = append(pass, xy)
-				default:
-					fail = append(fail, xy)
-				}
+		pm := probeMarksOf(t, m)
+		pass, fail, invalid := pm.pass, pm.fail, pm.invalid
+		lo, hi, xmax, blank = math.Min(lo, pm.lo), math.Max(hi, pm.hi), math.Max(xmax, pm.xmax), blank+pm.blank
+		for _, k := range pm.tails {
+			if !slices.Contains(tails, k) {
+				tails = append(tails, k)
 			}
 		}
 		hollow := draw.GlyphStyle{Color: lk.color, Radius: vg.Points(3.5), Shape: lk.hollow}
@@ -135,6 +113,49 @@ func (d *doc) probesFigure(m metric) *figure {
 		f.caption += "Each probe's p99 is over its window's requests (" + strings.Join(tails, "; ") + ")."
 	}
 	return f
+}
+
+// probeMarks are one config's probes in a probes figure, by verdict, and
+// the span they cover.
+type probeMarks struct {
+	pass, fail, invalid plotter.XYs
+	lo, hi, xmax        float64
+	blank               int      // probes with nothing to draw: no window request completed
+	tails               []string // tailKind of each
+}
+
+// probeMarksOf gathers t's probes for m. A probe is invalid where its
+// search or the record (t.InvalidLevels) found it so.
+func probeMarksOf(t *optimizer.Trial, m metric) probeMarks {
+	pm := probeMarks{lo: math.Inf(1), hi: math.Inf(-1)}
+	inv := invalidLevelsOf(t)
+	for run, r := range t.Capacity {
+		for _, p := range r.Probes {
+			v := p.P99TPOTMs
+			if m.name == ttft.name {
+				v = p.P99TTFTMs
+			}
+			pm.xmax = math.Max(pm.xmax, p.Load)
+			if p.Measured == 0 || v <= 0 {
+				pm.blank++
+				continue
+			}
+			if k := tailKind(p.Tail); !slices.Contains(pm.tails, k) {
+				pm.tails = append(pm.tails, k)
+			}
+			pm.lo, pm.hi = math.Min(pm.lo, v), math.Max(pm.hi, v)
+			xy := plotter.XY{X: p.Load, Y: v}
+			switch {
+			case !p.Valid || probeInvalid(inv, run+1, p.Load) != "":
+				pm.invalid = append(pm.invalid, xy)
+			case p.Pass:
+				pm.pass = append(pm.pass, xy)
+			default:
+				pm.fail = append(pm.fail, xy)
+			}
+		}
+	}
+	return pm
 }
 
 // tailKind reads a probe's tail for a caption: "max of 120" → "the max
