@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/hone-llm/hone/capacity"
@@ -33,6 +34,16 @@ func (d *doc) objectiveWord() string {
 		return "capacity"
 	}
 	return "objective"
+}
+
+// load writes an offered rate for a table: as given in a levels log (the
+// user's --qps), to 4 digits in a capacity log, whose loads a search chose
+// (23.152287119047426 req/s).
+func (d *doc) load(q float64) string {
+	if d.byCapacity() {
+		return strconv.FormatFloat(q, 'g', 4, 64)
+	}
+	return strconv.FormatFloat(q, 'g', -1, 64)
 }
 
 // sloText is "p99 TTFT ≤ 500 ms, p99 TPOT ≤ 12 ms".

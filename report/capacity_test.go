@@ -305,3 +305,40 @@ func TestParseInvalidLevel(t *testing.T) {
 		t.Error("a closed-loop level read as a rate")
 	}
 }
+
+// A real capacity log, as hone optimize wrote it for make demo's question
+// (trimmed: the top of the ranking, the attribution rows the report shows)
+// when it was interrupted after three trials: the baseline and a 1-GPU
+// config measured, the cache-off ablation left out (client-bound at the
+// reference load, by the record's verdict after the search).
+func TestWriteCapacityDemoLog(t *testing.T) {
+	lg, err := optimizer.ReadLog(filepath.Join("testdata", "capacity-demo-unfinished.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var b bytes.Buffer
+	if err := Write(&b, lg, Options{PlotDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if first, _, _ := strings.Cut(out, "\n"); !strings.HasPrefix(first, "> **This log is unfinished: the loop stopped after trial 3 of budget 7") {
+		t.Errorf("first line %q", first)
+	}
+	for _, s := range []string{
+		"**Goal** (spec.objective `cheapest`): the cheapest config (fewest GPUs) serving 12 req/s within p99 TTFT ≤ 2000 ms, p99 TPOT ≤ 12 ms, at steady state.",
+		"**No answer yet**: the loop stopped after trial 3, before it selected anything.",
+		"| **baseline** (trial 1) | `coloc-r2-tp1-cache-sessionaffinity` | 2 | 23.15 | 23.15 / 23.15 / 23.15 | every run bounded ±10%: passed 23.15, failed 24.48–25.36 req/s | 0.0864 | 0.1667 |",
+		"| 2 | `coloc-r1-tp1-cache-sessionaffinity-mbt8192` | 2 | 14.7 ✓ → 17.6 ✗ TPOT → 16.1 ✗ TPOT | 14.67 | 14.7: 52 / 11.7 (p99 of 293); 16.1: 41 / 12.7 (p99 of 321) | TPOT |",
+		"| 3 | `coloc-r1-tp1-nocache-sessionaffinity-mbt8192` | *2 (left out)* |", "4.76: 129 / 13.4 (max of 199)",
+		"**invalid** run 1 at the reference 12 req/s: client_bound;",
+		"| 12 | 792 | 8.0 | 6.8 | 8.2 | 0.0 | 0.0 | 22.9 | 40.9 |\n| 23.15 | 1533 |",
+	} {
+		if !strings.Contains(out, s) {
+			t.Errorf("report lacks %q", s)
+		}
+	}
+	for _, f := range []string{paretoFile, capacityFile, probesTPOTFile, probesTTFTFile, predictedFile} {
+		checkPNG(t, filepath.Join(dir, f))
+	}
+}

@@ -82,7 +82,7 @@ func (d *doc) levelTable(t *optimizer.Trial) {
 		d.prov.tag(), ttft.name, d.prov.unit(ttft), tpot.name, d.prov.unit(tpot), effective.name, d.prov.unit(effective))
 	for i := range t.Levels {
 		l := &t.Levels[i]
-		d.p("| %g | %s | %s | %s | %d/%d | %s |\n", l.OfferedQPS, spreadCell(l, ttft, "%.1f"), spreadCell(l, tpot, "%.2f"),
+		d.p("| %s | %s | %s | %s | %d/%d | %s |\n", d.load(l.OfferedQPS), spreadCell(l, ttft, "%.1f"), spreadCell(l, tpot, "%.2f"),
 			spreadCell(l, effective, "%.3f"), l.PassedRuns, l.Runs, verdictCell(l))
 	}
 	d.p("\n")
@@ -216,7 +216,7 @@ func (d *doc) breakdowns() {
 		d.p("Time to first token, split into its parts (mean per request):\n\n")
 		d.p("| %s |\n|%s\n", strings.Join(cols, " | "), strings.Repeat("---:|", len(cols)))
 		for _, l := range rows {
-			cells := []string{fmt.Sprintf("%g", l.OfferedQPS), fmt.Sprint(l.Requests)}
+			cells := []string{d.load(l.OfferedQPS), fmt.Sprint(l.Requests)}
 			for _, k := range parts {
 				cells = append(cells, fmt.Sprintf("%.1f", l.Mean[k]))
 			}
@@ -232,7 +232,7 @@ func (d *doc) breakdowns() {
 			if ttft+dec > 0 {
 				share = fmt.Sprintf("%.0f%%", 100*dec/(ttft+dec))
 			}
-			d.p("| %g | %d | %.1f | %.1f | %s |\n", l.OfferedQPS, l.Requests, ttft, dec, share)
+			d.p("| %s | %d | %.1f | %.1f | %s |\n", d.load(l.OfferedQPS), l.Requests, ttft, dec, share)
 		}
 		d.p("\n")
 	}
