@@ -496,9 +496,17 @@ func (d *doc) referenceLatency() {
 // and "" where it lies below every run's.
 func (d *doc) pastCapacity(t *optimizer.Trial) string {
 	ref := d.lg.ReferenceQPS
+	caps := t.Objectives
+	if len(caps) == 0 { // no run counted: the searches as they stood say as much
+		for _, r := range t.Capacity {
+			if r.Value > 0 {
+				caps = append(caps, r.Value)
+			}
+		}
+	}
 	var why []string
-	if len(t.Objectives) > 0 && slices.Min(t.Objectives) < ref {
-		why = append(why, fmt.Sprintf("%g req/s is above its capacity in a run (lowest %.2f req/s)", ref, slices.Min(t.Objectives)))
+	if len(caps) > 0 && slices.Min(caps) < ref {
+		why = append(why, fmt.Sprintf("%g req/s is above its capacity in a run (lowest %.2f req/s)", ref, slices.Min(caps)))
 	}
 	if len(t.Levels) > 0 {
 		if l := t.Levels[0]; l.PassedRuns < l.Runs {

@@ -117,6 +117,9 @@ func (d *doc) predictedTable() {
 			}
 		}
 		q, ttftCell, tpotCell := d.nearestLevelCells(t)
+		if d.byCapacity() && q != "—" && d.pastCapacity(t) != "" {
+			q += " (past its capacity: not comparable)"
+		}
 		d.p("| %d | %s | `%s` | %s | %s | %s | %s | %s | %s | %s |\n", t.N, d.roleCell(t), t.Key, profile, predicted,
 			measuredObjectiveCell(t), d.objectiveErrorCell(t), q, ttftCell, tpotCell)
 	}
