@@ -240,15 +240,38 @@ func noteOf(n string) string {
 	return ": " + n
 }
 
+// decidedValidly reports whether a run's capacity rests on valid
+// measurements: its search ended (not on a probe the host distorted), and
+// the loads that decide it — the highest passing and the lowest failing —
+// are valid in the record, after diagnosis re-judged them (the client/proxy
+// residual). A distorted probe the bracket moved past, or the reference
+// load, decides nothing about the capacity (an invalid reference level is
+// left out of latency comparisons by its own verdict).
+func decidedValidly(run replay.RunRecord, c capacity.Result) bool {
+	if len(c.Probes) == 0 || !c.Probes[len(c.Probes)-1].Valid {
+		return false
+	}
+	valid := func(load float64) bool {
+		ok := false
+		for _, l := range run.Levels { // the last level at load: a retry supersedes
+			if l.OfferedQPS == load {
+				ok = l.Verdict.Valid
+			}
+		}
+		return ok
+	}
+	return (c.Value == 0 || valid(c.Value)) && (c.Upper == 0 || valid(c.Upper))
+}
+
 // applyCapacity makes a trial's figures its capacity searches': a run
-// counts when its record is valid throughout and its search ended; failed
+// counts when its capacity was decided validly (decidedValidly); failed
 // requests count at the loads that passed and at the reference (a load
 // beyond capacity may lose requests: that is what failing it means).
 func applyCapacity(t *Trial, rec *replay.Record, caps []capacity.Result, gpus int, ref float64) {
 	t.Capacity, t.ReferenceQPS = caps, ref
 	t.Objectives, t.InvalidRuns, t.Failed, t.CostGPUSec = nil, 0, 0, nil
 	for i, c := range caps {
-		valid := i < len(rec.Runs) && rec.Runs[i].Verdict.Valid && len(c.Probes) > 0 && c.Probes[len(c.Probes)-1].Valid
+		valid := i < len(rec.Runs) && decidedValidly(rec.Runs[i], c)
 		if valid {
 			t.Objectives = append(t.Objectives, c.Value)
 		} else {

@@ -82,16 +82,22 @@ func TestApplyCapacity(t *testing.T) {
 	rec := &replay.Record{Runs: []replay.RunRecord{
 		{Verdict: replay.Verdict{Valid: true}, Levels: []replay.LevelRecord{lvl(8, true, 0), lvl(16, true, 3), lvl(10, true, 0)}},
 		{Verdict: replay.Verdict{Valid: false}, Levels: []replay.LevelRecord{lvl(8, false, 0)}},
-		{Verdict: replay.Verdict{Valid: true}, Levels: []replay.LevelRecord{lvl(8, true, 0), lvl(10, true, 1)}},
+		// A probe beyond the bracket that diagnosis found client-bound
+		// (32) decides nothing about this run's capacity.
+		{Verdict: replay.Verdict{Valid: false}, Levels: []replay.LevelRecord{lvl(32, false, 0), lvl(9, true, 0), lvl(9.4, true, 0), lvl(10, true, 1)}},
+		// The failing load that decides the bracket is client-bound: the
+		// capacity might be higher.
+		{Verdict: replay.Verdict{Valid: false}, Levels: []replay.LevelRecord{lvl(9, true, 0), lvl(9.4, false, 0)}},
 	}}
 	caps := []capacity.Result{
 		{Value: 8, Upper: 16, Probes: []capacity.Probe{{Load: 8, Pass: true, Valid: true}, {Load: 16, Valid: true}}},
 		{Probes: []capacity.Probe{{Load: 8, Valid: false}}},
-		{Value: 9, Upper: 9.4, Probes: []capacity.Probe{{Load: 9, Pass: true, Valid: true}}},
+		{Value: 9, Upper: 9.4, Probes: []capacity.Probe{{Load: 32, Valid: true}, {Load: 9, Pass: true, Valid: true}, {Load: 9.4, Valid: true}}},
+		{Value: 9, Upper: 9.4, Probes: []capacity.Probe{{Load: 9, Pass: true, Valid: true}, {Load: 9.4, Valid: true}}},
 	}
 	tr := Trial{Levels: []LevelSummary{{OfferedQPS: 8}, {OfferedQPS: 10}, {OfferedQPS: 16}}}
 	applyCapacity(&tr, rec, caps, 2, 10)
-	if len(tr.Objectives) != 2 || tr.Objective != 8.5 || tr.InvalidRuns != 1 || tr.Failed != 1 || *tr.CostGPUSec != 2/8.5 ||
+	if len(tr.Objectives) != 2 || tr.Objective != 8.5 || tr.InvalidRuns != 2 || tr.Failed != 1 || *tr.CostGPUSec != 2/8.5 ||
 		len(tr.Levels) != 1 || tr.Levels[0].OfferedQPS != 10 || tr.ReferenceQPS != 10 {
 		t.Errorf("trial: objectives %v (%v), invalid %d, failed %d, levels %+v", tr.Objectives, tr.Objective, tr.InvalidRuns, tr.Failed, tr.Levels)
 	}

@@ -188,12 +188,16 @@ func hostOnly(t Trial) (est float64, why string, ok bool) {
 			}
 		}
 	}
-	if replay.EnoughValid(valid, len(rec.Runs)) || len(codes) == 0 {
+	runs := len(rec.Runs)
+	if len(t.Capacity) > 0 { // capacity runs count by what decided them (decidedValidly)
+		valid, runs = len(t.Objectives), len(t.Objectives)+t.InvalidRuns
+	}
+	if replay.EnoughValid(valid, runs) || len(codes) == 0 {
 		return 0, "", false
 	}
 	if unknown {
 		est = 0
 	}
 	slices.Sort(codes)
-	return est, fmt.Sprintf("%d of %d runs invalid: %s", len(rec.Runs)-valid, len(rec.Runs), strings.Join(codes, ", ")), true
+	return est, fmt.Sprintf("%d of %d runs invalid: %s", runs-valid, runs, strings.Join(codes, ", ")), true
 }
