@@ -84,7 +84,7 @@ lint:
 # hone's proxy (emulated), then a Markdown report with plots.
 DEMO_OUT ?= results/demo
 DEMO_SPEC ?= examples/emulator-l4-cheapest.yaml
-DEMO_FLAGS ?= --runs 3 --qps 2,24 --requests 48 --budget 7 --max-time-scale 1 --tpot-slo-ms 12 --capacity-precision 0.1
+DEMO_FLAGS ?= --runs 3 --qps 2,24 --requests 48 --budget 7 --max-time-scale 1 --tpot-slo-ms 12 --capacity-precision 0.1 --reference-qps 4
 demo: deps-test build
 	@mkdir -p $(DEMO_OUT)
 	@echo "== 1/2 CPU exercise (simulation_only) =="

@@ -164,6 +164,10 @@ func TestCheapestLoop(t *testing.T) {
 		t.Errorf("selected trial %d %s (%d GPUs, runs %v); measured %v; decisions:\n%s", sel.N, sel.Key, sel.Spec.GPUsNeeded(), sel.Objectives,
 			ev.specs, strings.Join(lg.Decision, "\n"))
 	}
+	if r := lg.SelectionRule; strings.Contains(r, "largest effective QPS") || strings.Contains(r, "every level has a valid") ||
+		!strings.Contains(r, "the run's capacity") || !strings.Contains(r, "Goal cheapest at 12 req/s") {
+		t.Errorf("a capacity log's selection rule: %s", r)
+	}
 	if base := lg.Trials[lg.BaselineN-1]; base.Objective <= sel.Objective {
 		t.Errorf("the test needs the baseline to have more capacity: %v vs %v", base.Objective, sel.Objective)
 	}

@@ -158,7 +158,7 @@ const (
 		"a valid output (exact length, finish reason length), and every counted run passed the SLOs at one or more load levels. A trial beats another when " +
 		"every one of its runs' objectives exceeds every one of the other's (Mann-Whitney U = 0: with 3 runs each, p = 0.05 one-sided " +
 		"if they did not differ) and its median is at least 2% higher. Selected: the eligible trial with the highest median objective " +
-		"(largest effective QPS among passing valid levels; at a fixed GPU budget that is the lowest GPU-seconds per request) if it " +
+		"(" + levelsObjective + ") if it " +
 		"beats the baseline, else the baseline (no change distinguishable from noise); among trials the selection does not beat, the " +
 		"one closest to the baseline, then the cheaper. Every measured config competes (an ablation that beats the config it ablates " +
 		"is simply a better config); re-runs are not candidates."
@@ -166,6 +166,9 @@ const (
 		"objective falls more than 10% below the first, or (for a config other than the baseline) if the re-run does not beat the " +
 		"baseline by the same rule; the next eligible config is then re-run in turn, finally the baseline."
 )
+
+// levelsObjective is what a run's objective is when trials scan levels.
+const levelsObjective = "largest effective QPS among passing valid levels; at a fixed GPU budget that is the lowest GPU-seconds per request"
 
 // Evaluator is every backend behind one interface: it runs one spec and
 // returns its trial, labelled with the backend's kind, never mixed in one
@@ -225,7 +228,9 @@ func Live(ctx context.Context, o LiveOptions) (*Log, error) {
 	}
 	if o.Capacity != nil {
 		lg.Measure, lg.CapacityRule, lg.ReferenceQPS = "capacity", CapacityRule, o.ReferenceQPS
-		lg.SelectionRule += " " + GoalRule(lg.Goal)
+		lg.SelectionRule = strings.ReplaceAll(strings.Replace(strings.Replace(lg.SelectionRule, "Only runs whose every level has a valid measurement",
+			"Only runs whose capacity rests on valid measurements (the search ended on a valid probe, and the passing and failing loads that bracket it have", 1), levelsObjective, "the run's capacity: the largest load meeting the SLO at steady state", 1),
+			"passed the SLOs at one or more load levels", "found a capacity above 0") + " " + GoalRule(lg.Goal)
 	}
 	l := &loop{ctx: ctx, o: o, lg: lg, tried: map[string]int{}}
 	if o.Predictor != nil {
@@ -501,6 +506,9 @@ func judge(t *Trial, target slo.SLO) {
 			}
 		}
 		t.Eligible, t.Reason = true, "correct outputs, SLOs met at one or more levels in every run"
+		if len(t.Capacity) > 0 {
+			t.Reason = "correct outputs, a capacity above 0 in every counted run"
+		}
 		if t.InvalidRuns > 0 {
 			t.Reason += fmt.Sprintf("; %d invalid run(s) left out (%s)", t.InvalidRuns, t.InvalidLevels[0])
 		}
