@@ -17,22 +17,26 @@
 //     briefly. A closed loop has no backlog to grow; its window is
 //     MinMeasured requests or ClosedRounds per client, whichever is more.
 //   - Warm-up. The eight session warm-ups (ids 0-7) and the measured
-//     requests scheduled in the first WarmupFraction of the window are
-//     left out: the queues start empty, and those requests would flatter
-//     the tail.
+//     requests scheduled in the first WarmupFraction of the window, or in
+//     the first WarmupLatencies median end-to-end latencies of the longest
+//     seen in the search so far (the batch fills over about one), are left
+//     out: the queues start empty, and those requests would flatter the
+//     tail.
 //   - Tail. p99 TTFT and p99 TPOT (nearest rank) over the window's
 //     requests; with fewer than MinMeasured the p99 is reported as the
 //     "max of n" it is.
-//   - Steady state. The departure rate — window requests completed, over
-//     the span from the first completion to the last — must reach the
-//     offered rate within SteadyTolerance: a deployment that keeps up
-//     completes requests as fast as they arrive. A probe that meets the
+//   - Steady state. The departure rate — requests completed between the
+//     window's first arrival and the last arrival, over that span — must
+//     reach the offered rate within SteadyTolerance: after the warm-up a
+//     deployment that keeps up completes requests as fast as they arrive
+//     (closed loop: window completions over their own span). A probe that meets the
 //     SLO below that rate is flagged "not at steady state" and measured
 //     again with a window twice as long; if it still falls short it
 //     counts as failing. It is never shown as saturation at an SLO-meeting
 //     latency.
 //   - Search. Start at Start (a prediction, or 1); step up (down) by a
-//     factor (2, or less from a good start; squared at each further step)
+//     factor (2, or less from a good start; squared at each further step,
+//     up to 16)
 //     until a probe fails (passes); then bisect — geometrically for rates,
 //     integers for clients — between the highest passing and lowest
 //     failing probe until they are within p (rates) or one client. The
@@ -89,11 +93,11 @@ const (
 )
 
 // Rule states the search for records, help texts and reports.
-const Rule = "Capacity is the largest load that meets the SLO at steady state, found by bracketing (doubling or halving from a start) " +
+const Rule = "Capacity is the largest load that meets the SLO at steady state, found by bracketing (stepping up or down from a start, the step squared each time) " +
 	"and bisection (geometric for rates, integers for clients) to a stated precision p. A rate is measured for " +
-	"T = max(TTFT SLO / p, 200 requests, 10 s) of model time after a warm-up (the 8 session warm-ups and the first 10% of the window), " +
+	"T = max(TTFT SLO / p, 200 requests, 10 s) of model time after a warm-up (the 8 session warm-ups, then 10% of the window or two median latencies, whichever is longer), " +
 	"so a rate more than p above what the deployment serves queues past the TTFT SLO within the window; p99 TTFT and TPOT are over the " +
-	"window's requests (\"max of n\" under 200); a rate whose departure rate falls more than 5% short of it while meeting the SLO is not at " +
+	"window's requests (\"max of n\" under 200); a rate whose departure rate (completions while requests arrive) falls more than 5% short of it while meeting the SLO is not at " +
 	"steady state: measured again with twice the window, and failing if still short. The capacity is the highest passing load with a failing " +
 	"load within p above it."
 
