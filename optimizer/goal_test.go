@@ -151,7 +151,7 @@ func TestCheapestLoop(t *testing.T) {
 	axes := predict.Axes{TP: []int{1}, MaxNumSeqs: []int{0}, MaxNumBatchedTokens: []int{0}, PrefixCaching: []bool{true, false},
 		Routing: []string{deploy.SessionAffinity}, EnforceEager: []bool{false}, GPUMemoryUtilization: []float64{0}}
 	co := capacity.Options{SLO: target}
-	lg, err := Live(context.Background(), LiveOptions{Base: base, Evaluator: ev, Budget: 6, Workload: w, Runs: 3, SLO: target,
+	lg, err := Live(context.Background(), LiveOptions{Base: base, Evaluator: ev, Budget: 7, Workload: w, Runs: 3, SLO: target,
 		Predictor: &Predictor{Profile: prof, Axes: axes}, Capacity: &co, Goal: predict.Goal(base.Objective)})
 	if err != nil {
 		t.Fatal(err)
@@ -167,6 +167,11 @@ func TestCheapestLoop(t *testing.T) {
 	if r := lg.SelectionRule; strings.Contains(r, "largest effective QPS") || strings.Contains(r, "every level has a valid") ||
 		!strings.Contains(r, "the run's capacity") || !strings.Contains(r, "Goal cheapest at 12 req/s") {
 		t.Errorf("a capacity log's selection rule: %s", r)
+	}
+	// One GPU has no other topology: the interaction sets the selection's
+	// single replica against the baseline's two, with the cache on and off.
+	if in := lg.Interaction; in == nil || len(in.Unmeasured) > 0 || !strings.Contains(in.Factors[0], "coloc-r2") || in.Cells[2] != lg.BaselineN {
+		t.Errorf("interaction %+v; decisions:\n%s", in, strings.Join(lg.Decision, "\n"))
 	}
 	if base := lg.Trials[lg.BaselineN-1]; base.Objective <= sel.Objective {
 		t.Errorf("the test needs the baseline to have more capacity: %v vs %v", base.Objective, sel.Objective)

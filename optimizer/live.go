@@ -407,7 +407,7 @@ func (l *loop) ablations(best *Trial) error {
 // flipped), when the budget leaves room before the re-run, and reads the
 // interaction when all four cells are measured.
 func (l *loop) interaction(best *Trial) error {
-	cells := interactionCells(best.Spec, l.tried)
+	cells := interactionCells(best.Spec, l.base.Spec, l.tried)
 	for i, cell := range cells {
 		if l.left() <= 1 || (len(cells) == 2 && i == 0 && l.left() <= 2) {
 			break // the re-run comes first; half an interaction reads nothing
@@ -417,7 +417,7 @@ func (l *loop) interaction(best *Trial) error {
 			return err
 		}
 	}
-	l.lg.Interaction = readInteraction(l.lg, best.Spec, l.tried)
+	l.lg.Interaction = readInteraction(l.lg, best.Spec, l.base.Spec, l.tried)
 	if l.lg.Interaction != nil {
 		l.say("%s", l.lg.Interaction.Text)
 	}
@@ -726,11 +726,8 @@ func fmtRuns(v []float64) string {
 // interactionCells are the specs still missing from topology × prefix
 // caching around the selection, in the order they are measured: the other
 // topology with the cache as selected, then with it flipped.
-func interactionCells(s *deploy.Spec, tried map[string]int) []*deploy.Spec {
-	other, ok := Colocate(s)
-	if !ok {
-		other, ok = Disaggregate(s)
-	}
+func interactionCells(s, base *deploy.Spec, tried map[string]int) []*deploy.Spec {
+	other, ok := otherTopology(s, base)
 	if !ok {
 		return nil
 	}
@@ -751,14 +748,43 @@ func interactionNeeded(lg *Log, best *Trial) int {
 	for _, t := range lg.Trials {
 		keys[t.Key] = t.N
 	}
-	return len(interactionCells(best.Spec, keys))
+	var base *deploy.Spec
+	if lg.BaselineN > 0 && lg.BaselineN <= len(lg.Trials) {
+		base = lg.Trials[lg.BaselineN-1].Spec
+	}
+	return len(interactionCells(best.Spec, base, keys))
 }
 
-func readInteraction(lg *Log, s *deploy.Spec, tried map[string]int) *Interaction {
-	other, ok := Colocate(s)
-	if !ok {
-		other, ok = Disaggregate(s)
+// otherTopology is the topology the interaction sets against s's: the
+// other of colocated and disaggregated on s's GPUs; where s's GPUs allow
+// no other (one GPU), the baseline's topology and GPUs (a cheapest config
+// smaller than the baseline: replicas × prefix caching); else none.
+func otherTopology(s, base *deploy.Spec) (*deploy.Spec, bool) {
+	if other, ok := Colocate(s); ok {
+		return other, true
 	}
+	if other, ok := Disaggregate(s); ok {
+		return other, true
+	}
+	if base == nil || base.GPUsNeeded() == s.GPUsNeeded() {
+		return nil, false
+	}
+	other := CloneSpec(s)
+	other.Topology, other.GPUs, other.KV = base.Topology, base.GPUs, base.KV
+	if base.Topology.Prefill != nil {
+		p := *base.Topology.Prefill
+		other.Topology.Prefill = &p
+	}
+	if base.Topology.Decode != nil {
+		d := *base.Topology.Decode
+		other.Topology.Decode = &d
+	}
+	other.GPUs.IDs = slices.Clone(base.GPUs.IDs)
+	return other, SpecKey(other) != SpecKey(s)
+}
+
+func readInteraction(lg *Log, s, base *deploy.Spec, tried map[string]int) *Interaction {
+	other, ok := otherTopology(s, base)
 	if !ok {
 		return nil
 	}

@@ -400,13 +400,13 @@ func TestInteractionWithAnUnmeasuredCell(t *testing.T) {
 		lg.Trials = append(lg.Trials, tr)
 		tried[SpecKey(c)] = i + 1
 	}
-	in := readInteraction(lg, s, tried)
+	in := readInteraction(lg, s, nil, tried)
 	if in == nil || len(in.Unmeasured) != 1 || in.Effect != 0 || !strings.Contains(in.Text, "not measured: trial 4") ||
 		!strings.Contains(in.Text, "client_bound") {
 		t.Fatalf("interaction %+v", in)
 	}
 	lg.Trials[3] = Trial{Objective: 0, Objectives: []float64{0, 0, 0}, Eligible: false, Reason: "a run passed no load level"}
-	if in = readInteraction(lg, s, tried); in == nil || len(in.Unmeasured) != 0 || in.Effect != (10-11)-(12-0) {
+	if in = readInteraction(lg, s, nil, tried); in == nil || len(in.Unmeasured) != 0 || in.Effect != (10-11)-(12-0) {
 		t.Fatalf("all measured: %+v", in)
 	}
 }
