@@ -39,6 +39,12 @@ func (d *doc) predicted() {
 	d.p("**Predicted figures are the engine model's** (the emulator's scheduler in virtual time with the cost profile named in each row), "+
 		"made before the trial was measured; they are not measurements. **Measured figures are %s** (kind `%s`): %s. "+
 		"%s error is (measured − predicted) / measured.", d.prov.label, d.lg.Kind, d.prov.about, capitalize(d.objectiveWord()))
+	if d.byCapacity() {
+		d.p(" **Part of the agreement is structural**: a trial's first search starts at its predicted capacity, so the predicted load is " +
+			"always one of the loads measured, and a measured capacity equal to the prediction says only that the predicted load passed and " +
+			"the next load up (within the search's precision) failed: the prediction is right to the precision, nothing finer. An error of 0 " +
+			"is that, not an exact match.")
+	}
 	if n, ok := d.figs[predictedFile]; ok {
 		d.p(d.words(" Figure %d ([%s](%s)) plots each eligible trial's measured objective against its prediction (its caption names the trials left out)."), n, predictedFile, predictedFile)
 	}
