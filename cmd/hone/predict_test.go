@@ -146,7 +146,7 @@ func TestPredictGrid(t *testing.T) {
 		t.Fatalf("exit %d: %s\n%s", code, errs, out)
 	}
 	for _, want := range []string{"kind: predicted  profile: qwen2.5-coder-0.5b-l4 (hand-made)  base: p-colocated  grid: 10 specs within 2 GPUs",
-		"top 3 of 10 by objective", "Pareto front", predictNote} {
+		"top 3 of 10 (--top;", "ranked by objective (largest effective QPS", "Pareto front", predictNote} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in\n%s", want, out)
 		}
