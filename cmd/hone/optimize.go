@@ -113,8 +113,9 @@ deployment left under DIR/state/ could not be stopped; 2 bad input, or DIR
 holds an earlier run's log (see --force) or is in use; 130 interrupted
 (SIGINT or SIGTERM) before the loop finished: DIR/log.json holds the trials
 so far, marked unfinished.`,
-		Example: `  hone optimize --spec examples/emulator-l4-colocated.yaml --out results/demo --runs 3 --qps 2,8,16,32 --requests 48
-  hone optimize --spec examples/vllm-colocated-tp2.yaml --vllm .venv/bin/vllm --out results/device --qps 2,8,32
+		Example: `  hone optimize --spec examples/emulator-l4-cheapest.yaml --out results/demo --tpot-slo-ms 12 --capacity-precision 0.1 --reference-qps 4
+  hone optimize --spec examples/emulator-l4-colocated.yaml --out results/levels --measure levels --qps 2,8,16,32 --requests 48
+  hone optimize --spec examples/vllm-colocated-tp2.yaml --vllm .venv/bin/vllm --out results/device --slo interactive
   hone report --log results/demo/log.json --out results/demo/report.md`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
