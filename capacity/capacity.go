@@ -261,7 +261,7 @@ func Judge(mode string, p Plan, lr *replay.LevelRecord, target slo.SLO) Probe {
 	var ttft, tpot, e2e []float64
 	winStart := math.Inf(1)
 	for i, q := range meas {
-		if mode == Closed && i < p.WarmupRequests || mode != Closed && q.ScheduledMs-first < p.WarmupMs {
+		if mode == Closed && i < p.WarmupRequests || mode != Closed && q.ScheduledMs-first < p.WarmupMs-1e-6 { // the tolerance: schedules are sums of floats
 			continue
 		}
 		winStart = math.Min(winStart, q.ScheduledMs)

@@ -265,3 +265,26 @@ func TestSearchFromGoodStart(t *testing.T) {
 		t.Error("start hint lost")
 	}
 }
+
+// TestJudgeWindowCount: the window holds exactly the planned requests at
+// rates whose schedule is not exact in floating point (6.199 req/s gave
+// "max of 199" for a planned 200).
+func TestJudgeWindowCount(t *testing.T) {
+	for _, x := range []float64{6.199, 7.748, 23.152, 1.1, 3.3} {
+		p := PlanFor(Open, x, Options{SLO: slo.SLO{TTFTMillis: 2000, TPOTMillis: 12}, Precision: 0.1}, 900)
+		warm := int(math.Round(p.WarmupMs / 1000 * x))
+		lr := &replay.LevelRecord{Verdict: replay.Verdict{Valid: true}}
+		for id := 0; id < p.Requests; id++ {
+			at := float64(id) * 2000
+			if id >= replay.Sessions {
+				at = replay.MeasureStartMillis + float64((id-replay.Sessions)*1000)/x // as replay.Generate schedules
+			}
+			first, fin, ttft, tpot := at+10, at+100, 10.0, 1.0
+			lr.Requests = append(lr.Requests, replay.RequestRecord{ID: id, ScheduledMs: at, Outcome: replay.OutcomeOK, Valid: true,
+				FirstMs: &first, FinishMs: &fin, TTFTMs: &ttft, TPOTMs: &tpot, OutputTokens: 3})
+		}
+		if j := Judge(Open, p, lr, target); j.Measured != p.Requests-replay.Sessions-warm {
+			t.Errorf("%g req/s: %d window requests, want %d (%s)", x, j.Measured, p.Requests-replay.Sessions-warm, j.Tail)
+		}
+	}
+}
