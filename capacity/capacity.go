@@ -53,6 +53,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"time"
 
 	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/slo"
@@ -181,9 +182,63 @@ type Result struct {
 	SLO    slo.SLO `json:"slo"`
 	Probes []Probe `json:"probes"`
 	// Bounded: Value passed and Upper failed within the precision.
-	Bounded bool   `json:"bounded"`
+	Bounded bool `json:"bounded"`
+	// Outcome is how the search ended: OutcomeBounded, OutcomeAtMax (Value
+	// is a lower bound), OutcomeNonePass (Value 0: even the smallest load
+	// failed, at Upper) or OutcomeUnfinished (interrupted, or ended by a
+	// probe the host distorted: Value and Upper, when set, are a bracket
+	// wider than the precision asked).
+	Outcome string `json:"outcome"`
 	Note    string `json:"note,omitempty"`
 	Rule    string `json:"rule"`
+}
+
+// How a search ended (Result.Outcome).
+const (
+	OutcomeBounded    = "bounded"
+	OutcomeAtMax      = "at_max"
+	OutcomeNonePass   = "none_pass"
+	OutcomeUnfinished = "unfinished"
+)
+
+// Finished reports whether the search ended by its own rule, so that its
+// Value and Upper bracket the capacity as the rule says: bounded within
+// the precision, a lower bound at the largest load searched, or nothing
+// passing. Results from before Outcome was recorded count as finished
+// when Bounded.
+func (r *Result) Finished() bool {
+	switch r.Outcome {
+	case OutcomeBounded, OutcomeAtMax, OutcomeNonePass:
+		return true
+	case "":
+		return r.Bounded
+	}
+	return false
+}
+
+// Record is a search's result as hone writes it (--capacity's -o json and
+// --out file): what kind of figure it is, where it was measured, the
+// first probe's record without its runs (Header: deployment, workload,
+// SLO, time scale and cache procedure, what hone gate compares), and the
+// result.
+type Record struct {
+	Kind     string         `json:"kind"`
+	Source   string         `json:"source"` // profile or endpoint
+	Header   *replay.Record `json:"record,omitempty"`
+	Capacity *Result        `json:"capacity"`
+}
+
+// HeaderOf is rec without what differs from probe to probe: its runs,
+// outcomes, verdict, the probe's load and request count, and its clock.
+func HeaderOf(rec *replay.Record) *replay.Record {
+	if rec == nil {
+		return nil
+	}
+	h := *rec
+	h.Runs, h.Outcomes, h.Validation, h.Verdict, h.Attribution, h.Shard = nil, nil, replay.Validation{}, replay.Verdict{}, nil, nil
+	h.Workload.QPS, h.Workload.Concurrency, h.Workload.Requests = nil, nil, 0
+	h.Clock, h.StartedAt, h.FinishedAt = replay.Stamp{}, time.Time{}, time.Time{}
+	return &h
 }
 
 // Prober measures one load as planned and returns its level record with
@@ -365,7 +420,7 @@ func Search(ctx context.Context, probe Prober, o Options) (*Result, error) {
 	if limit <= 0 {
 		limit = MaxProbes
 	}
-	res := &Result{Mode: mode, Unit: UnitRate, Precision: prec, SLO: o.SLO, Rule: Rule}
+	res := &Result{Mode: mode, Unit: UnitRate, Precision: prec, SLO: o.SLO, Rule: Rule, Outcome: OutcomeUnfinished}
 	if mode == Closed {
 		res.Unit = UnitClients
 	}
@@ -430,7 +485,7 @@ func Search(ctx context.Context, probe Prober, o Options) (*Result, error) {
 		if pr.Pass {
 			lo = x
 			if x >= maxLoad {
-				res.Value, res.Note = x, fmt.Sprintf("the largest load searched (%g %s) passed: a lower bound", maxLoad, res.Unit)
+				res.Value, res.Note, res.Outcome = x, fmt.Sprintf("the largest load searched (%g %s) passed: a lower bound", maxLoad, res.Unit), OutcomeAtMax
 				return res, nil
 			}
 			if hi > 0 {
@@ -450,12 +505,12 @@ func Search(ctx context.Context, probe Prober, o Options) (*Result, error) {
 		next := x / step
 		if mode == Closed {
 			if x <= 1 {
-				res.Upper, res.Note = x, "no load meets the SLO: one client fails it"
+				res.Upper, res.Note, res.Outcome = x, "no load meets the SLO: one client fails it", OutcomeNonePass
 				return res, nil
 			}
 			next = math.Min(math.Floor(next), x-1)
 		} else if next < MinRate {
-			res.Upper, res.Note = x, fmt.Sprintf("no load meets the SLO down to %g req/s", x)
+			res.Upper, res.Note, res.Outcome = x, fmt.Sprintf("no load meets the SLO down to %g req/s", x), OutcomeNonePass
 			return res, nil
 		}
 		x, step = norm(next), min(step*step, 16)
@@ -477,7 +532,7 @@ func Search(ctx context.Context, probe Prober, o Options) (*Result, error) {
 			hi = x
 		}
 	}
-	res.Value, res.Upper, res.Bounded = lo, hi, true
+	res.Value, res.Upper, res.Bounded, res.Outcome = lo, hi, true, OutcomeBounded
 	return res, nil
 }
 

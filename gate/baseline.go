@@ -52,6 +52,31 @@ type Series struct {
 	// is a run without per-request detail. Omitted for other metrics and
 	// when no run has any.
 	Samples [][]float64 `json:"samples,omitempty"`
+	// Upper runs parallel to Values for CapacityMetric: each run's lowest
+	// load measured to fail the SLO, 0 when none failed (the value is a
+	// lower bound). Omitted for other metrics.
+	Upper []float64 `json:"upper,omitempty"`
+}
+
+// checkUpper refuses failing loads the gate cannot pair with their
+// capacities: on another metric, not one per value, or not above the
+// value they bound.
+func (s Series) checkUpper() error {
+	switch {
+	case s.Metric != CapacityMetric && s.Upper != nil:
+		return fmt.Errorf("upper: only %s carries failing loads", CapacityMetric)
+	case s.Metric == CapacityMetric && len(s.Upper) != len(s.Values):
+		return fmt.Errorf("upper: %d entries for %d values (want each run's lowest failing load, 0 for none)", len(s.Upper), len(s.Values))
+	}
+	for i, u := range s.Upper {
+		if err := checkPhysical(s.Metric, u, true); err != nil {
+			return fmt.Errorf("upper[%d]: %w", i, err)
+		}
+		if u > 0 && u <= s.Values[i] {
+			return fmt.Errorf("upper[%d]: %v is not above values[%d] %v: a failing load lies above the capacity it bounds", i, u, i, s.Values[i])
+		}
+	}
+	return nil
 }
 
 // samplesAt is run i's per-request values, or nil.
@@ -143,6 +168,7 @@ func (s *Series) merge(o Series) {
 		s.Samples = smp
 	}
 	s.Values = append(s.Values, o.Values...)
+	s.Upper = append(s.Upper, o.Upper...)
 }
 
 // nonNil is v, or an empty slice (written [] rather than null).
@@ -169,18 +195,24 @@ func (s *Series) keepLast(n int) {
 	if s.Samples != nil {
 		s.Samples = append([][]float64(nil), s.Samples[cut:]...)
 	}
+	if s.Upper != nil {
+		s.Upper = append([]float64(nil), s.Upper[cut:]...)
+	}
 }
 
 // valid returns the series restricted to its valid values (and their
 // samples).
 func (s Series) valid() Series {
 	v := s
-	v.Values, v.Invalid, v.Samples = nil, nil, nil
+	v.Values, v.Invalid, v.Samples, v.Upper = nil, nil, nil, nil
 	for i, x := range s.Values {
 		if s.invalidAt(i) == "" {
 			v.Values = append(v.Values, x)
 			if s.Samples != nil {
 				v.Samples = append(v.Samples, nonNil(s.samplesAt(i)))
+			}
+			if s.Upper != nil {
+				v.Upper = append(v.Upper, s.Upper[i])
 			}
 		}
 	}
@@ -273,6 +305,9 @@ func ParseBaseline(b []byte) (*Baseline, error) {
 		if err := s.checkSamples(); err != nil {
 			return nil, fmt.Errorf("%s: %w", where, err)
 		}
+		if err := s.checkUpper(); err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
 		seen[s.Key()] = true
 	}
 	return &bl, nil
@@ -358,9 +393,12 @@ func NewBaseline(name string, runs []Run, compared []string) (*Baseline, error) 
 		return nil, err
 	}
 	for _, s := range bl.Series {
-		if s.OfferedQPS > 0 && len(s.valid().Values) > 0 {
+		if (s.OfferedQPS > 0 || s.Metric == CapacityMetric) && len(s.valid().Values) > 0 {
 			return bl, nil
 		}
+	}
+	if bl.Series[0].Metric == CapacityMetric {
+		return nil, errors.New("no capacity search finished in any run (see each result's outcome and last probe): a baseline needs at least one to compare against")
 	}
 	return nil, errors.New("no level is valid in any run (see each record's level verdicts): a baseline needs at least one valid level to compare against")
 }

@@ -159,8 +159,10 @@ type Result struct {
 	Excluded string `json:"excluded,omitempty"`
 	// Tail is set for a tail metric compared on pooled per-request values
 	// (TailRule); its centers are then the pooled figures.
-	Tail   *Tail `json:"tail,omitempty"`
-	tested bool
+	Tail *Tail `json:"tail,omitempty"`
+	// Bracket is set for CapacityMetric (CapacityRule).
+	Bracket *Bracket `json:"bracket,omitempty"`
+	tested  bool
 	// perRun says why a tail metric was compared per run, or "".
 	perRun string
 }
@@ -252,6 +254,9 @@ func Check(bl *Baseline, runs []Run, cfg Config) *Report {
 			comparable[lk] = true
 		}
 		res, perRun, pooled := compareTail(bv, cv, cfg)
+		if s.Metric == CapacityMetric {
+			res, pooled = compareCapacity(bv, cv, cfg), true
+		}
 		if exact || !pooled {
 			res = compare(bv, cv.Values, exact, cfg)
 			if !exact && Metrics[s.Metric].Percentile > 0 {
@@ -286,7 +291,7 @@ func Check(bl *Baseline, runs []Run, cfg Config) *Report {
 	}
 	rep.InvalidLevels = invalidLevels(rep.Results)
 	counts := map[Verdict]int{}
-	tails, perRun := 0, map[string]int{}
+	tails, brackets, perRun := 0, 0, map[string]int{}
 	for i := range rep.Results {
 		r := &rep.Results[i]
 		r.Series.Samples = nil // the report shows the pooled figures (Tail), not every request
@@ -294,13 +299,16 @@ func Check(bl *Baseline, runs []Run, cfg Config) *Report {
 		if r.Tail != nil {
 			tails++
 		}
+		if r.Bracket != nil {
+			brackets++
+		}
 		if r.perRun != "" {
 			perRun[r.perRun]++
 		}
 	}
 	rep.Verdict = Pass
 	switch {
-	case len(levels) > 0 && len(comparable) == 0:
+	case len(levels) > 0 && len(comparable) == 0, len(rep.Results) > 0 && counts[Invalid] == len(rep.Results):
 		rep.Verdict = Unusable
 	case counts[Suspect] > 0:
 		rep.Verdict = Suspect
@@ -327,6 +335,9 @@ func Check(bl *Baseline, runs []Run, cfg Config) *Report {
 	}
 	if tails > 0 {
 		rep.Notes = append(rep.Notes, "tails: "+TailRule)
+	}
+	if brackets > 0 {
+		rep.Notes = append(rep.Notes, "capacity: "+CapacityRule)
 	}
 	for _, why := range sortedKeys(perRun) {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d tail metrics were compared per run, each run's p99 a maximum of its few requests: %s", perRun[why], why))
@@ -550,6 +561,10 @@ func decide(r *Result, cfg Config) {
 	}
 	if r.Tail != nil {
 		decideTail(r, cfg)
+		return
+	}
+	if r.Bracket != nil {
+		decideCapacity(r, cfg)
 		return
 	}
 	bar := math.Max(fail, r.NoiseFloor)

@@ -43,29 +43,8 @@ func readReplayRecord(b []byte) ([]Run, bool, error) {
 		// which the gate's series do not have yet.
 		return nil, true, fmt.Errorf("workload.load: %q (closed loop, clients %v): the gate compares open-loop records (levels by offered rate) only, so far; predict or replay with --qps to gate", rec.Workload.Load, rec.Workload.Concurrency)
 	}
-	scenario := "default"
-	for _, k := range []string{"scenario", "name"} {
-		if s, ok := rec.Config[k].(string); ok && s != "" {
-			scenario = s
-			break
-		}
-	}
-	fp := Fingerprint{
-		"kind":           rec.Kind,
-		"engine":         rec.Backend,
-		"model":          rec.Model.ID,
-		"revision":       rec.Model.Revision,
-		"precision":      rec.Model.Precision,
-		"gpu_count":      fmt.Sprint(rec.GPUs),
-		"gpu_model":      fmt.Sprint(rec.Hardware["gpu_model"]),
-		"workload":       workloadFingerprint(rec.Workload),
-		"slo":            fmt.Sprintf("ttft<=%gms tpot<=%gms", rec.SLO.TTFTMillis, rec.SLO.TPOTMillis),
-		"time_scale":     fmt.Sprint(rec.TimeScale),
-		"cache":          rec.Cache.Procedure,
-		"load":           rec.Workload.LoadMode(),
-		"hone_version":   rec.Hone.Version,
-		"engine_version": strings.TrimSpace(fmt.Sprint(rec.Engine.Version)),
-	}
+	scenario := scenarioOf(rec.Config)
+	fp := recordFingerprint(&rec)
 	bounds := Bounds{MeasuredPerLevel: max(rec.Workload.Requests-replay.Sessions, 0)}
 	if v, ok := rec.Config["tpot_floor_ms"]; ok {
 		f, isNum := v.(float64)
@@ -113,15 +92,54 @@ func readReplayRecord(b []byte) ([]Run, bool, error) {
 	return runs, true, nil
 }
 
+// recordFingerprint is what must match for a replay record's runs to be
+// compared (DefaultCompared picks from it), the cold-start procedure and
+// load mode included.
+func recordFingerprint(rec *replay.Record) Fingerprint {
+	return Fingerprint{
+		"kind":           rec.Kind,
+		"engine":         rec.Backend,
+		"model":          rec.Model.ID,
+		"revision":       rec.Model.Revision,
+		"precision":      rec.Model.Precision,
+		"gpu_count":      fmt.Sprint(rec.GPUs),
+		"gpu_model":      fmt.Sprint(rec.Hardware["gpu_model"]),
+		"workload":       workloadFingerprint(rec.Workload),
+		"slo":            fmt.Sprintf("ttft<=%gms tpot<=%gms", rec.SLO.TTFTMillis, rec.SLO.TPOTMillis),
+		"time_scale":     fmt.Sprint(rec.TimeScale),
+		"cache":          rec.Cache.Procedure,
+		"load":           rec.Workload.LoadMode(),
+		"hone_version":   rec.Hone.Version,
+		"engine_version": strings.TrimSpace(fmt.Sprint(rec.Engine.Version)),
+	}
+}
+
 // workloadFingerprint is the workload as the gate compares it; a length
 // ratio is named only when set, so records from before it compare as
 // before.
 func workloadFingerprint(w replay.WorkloadRecord) string {
-	s := fmt.Sprintf("seed=%d requests=%d input=%d uncached=%d output=%d qps=%v", w.Seed, w.Requests, w.InputTokens, w.UncachedTokens, w.OutputTokens, w.QPS)
+	return fmt.Sprintf("seed=%d requests=%d input=%d uncached=%d output=%d qps=%v", w.Seed, w.Requests, w.InputTokens, w.UncachedTokens, w.OutputTokens, w.QPS) +
+		lengthRatio(w)
+}
+
+// lengthRatio is " length_ratio=R" when the workload draws its lengths,
+// else "".
+func lengthRatio(w replay.WorkloadRecord) string {
 	if w.LengthRatio > 0 && w.LengthRatio < 1 {
-		s += fmt.Sprintf(" length_ratio=%g", w.LengthRatio)
+		return fmt.Sprintf(" length_ratio=%g", w.LengthRatio)
 	}
-	return s
+	return ""
+}
+
+// scenarioOf is a record config's "scenario" (hone replay --scenario),
+// else its "name", else "default".
+func scenarioOf(config map[string]any) string {
+	for _, k := range []string{"scenario", "name"} {
+		if s, ok := config[k].(string); ok && s != "" {
+			return s
+		}
+	}
+	return "default"
 }
 
 // levelSamples are the per-request values a level's p99 TTFT and p99 TPOT

@@ -21,6 +21,9 @@ type Run struct {
 	Levels    []LevelRun
 	// Bounds are what the run's figures can physically reach.
 	Bounds Bounds
+	// Capacity is set for a capacity result (no levels): its one series
+	// is CapacityMetric.
+	Capacity *CapacityRun
 }
 
 // LevelRun is one load level of one run.
@@ -72,6 +75,7 @@ var Metrics = map[string]Metric{
 	"failed_requests":         {Direction: LowerIsBetter, Hard: true},
 	"passed":                  {Direction: HigherIsBetter, Hard: true},
 	"objective_level_qps":     {Direction: HigherIsBetter, Hard: true},
+	CapacityMetric:            {Direction: HigherIsBetter, Fail: 0.05, Warn: 0.03},
 }
 
 // Series flattens a run into one-value series: scenario-wide metrics at
@@ -80,6 +84,9 @@ var Metrics = map[string]Metric{
 // invalid when any level is, since the objective then stands on part of
 // the scan only.
 func (r Run) Series() []Series {
+	if r.Capacity != nil {
+		return r.capacitySeries()
+	}
 	one := func(q float64, m string, v float64, invalid string) Series {
 		s := Series{Scenario: r.Scenario, OfferedQPS: q, Metric: m, Direction: direction(m), Values: []float64{v}}
 		if invalid != "" {
@@ -128,6 +135,9 @@ func (r Run) check() error {
 			}
 		}
 		if err := s.checkSamples(); err != nil {
+			return fmt.Errorf("%s: %w", s.Key(), err)
+		}
+		if err := s.checkUpper(); err != nil {
 			return fmt.Errorf("%s: %w", s.Key(), err)
 		}
 	}

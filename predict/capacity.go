@@ -21,6 +21,27 @@ func Capacity(ctx context.Context, spec *deploy.Spec, opts Options, copts capaci
 	return capacity.Search(ctx, probe, copts)
 }
 
+// CapacityRecord is Capacity's result as hone writes it: with the
+// predicted record's header (deployment, workload, SLO, procedure), so
+// that hone gate can compare it.
+func CapacityRecord(ctx context.Context, spec *deploy.Spec, opts Options, copts capacity.Options) (*capacity.Record, error) {
+	res, err := Capacity(ctx, spec, opts, copts)
+	if err != nil {
+		return nil, err
+	}
+	prof, err := profileFor(spec, opts)
+	if err != nil {
+		return nil, err
+	}
+	prompts, err := promptsFor(opts.Workload)
+	if err != nil {
+		return nil, err
+	}
+	o := opts
+	o.QPS, o.Concurrency = nil, nil
+	return &capacity.Record{Kind: Kind, Source: "profile " + prof.Name, Header: capacity.HeaderOf(header(spec, prof, o, prompts)), Capacity: res}, nil
+}
+
 // Prober is a capacity.Prober in virtual time for spec: one cold level per
 // probe, open loop at the planned rate or closed loop of the planned
 // clients (mode), with every request's record.

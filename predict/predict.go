@@ -109,6 +109,33 @@ func Run(spec *deploy.Spec, opts Options) (*replay.Record, error) {
 		return nil, err
 	}
 	gpus := spec.GPUsNeeded()
+	rec := header(spec, prof, opts, prompts)
+	rr := replay.RunRecord{Run: 0}
+	var bufs []promptBuf // each request's prompt and output tokens, reused level to level
+	for _, l := range levels {
+		lr, err := cl.level(prompts, l, opts, gpus, &bufs)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", replay.LevelOf(l).Name(), err)
+		}
+		for _, r := range lr.Requests {
+			rec.Outcomes[r.Outcome]++
+			rec.Validation.Valid++
+		}
+		if !opts.KeepRequests {
+			lr.Requests = nil
+		}
+		rr.Levels = append(rr.Levels, lr)
+	}
+	rec.Runs = []replay.RunRecord{rr}
+	rec.Judge()
+	return rec, nil
+}
+
+// header is a predicted record of spec without runs: what a prediction
+// states about itself, the deployment, the workload and the procedure.
+func header(spec *deploy.Spec, prof *emulator.Profile, opts Options, prompts *replay.Prompts) *replay.Record {
+	w := opts.Workload
+	gpus := spec.GPUsNeeded()
 	rec := &replay.Record{
 		SchemaVersion: replay.SchemaVersion, Kind: Kind, VerdictRule: replay.VerdictRule,
 		Backend: "predict: emulator engine in virtual time, profile " + prof.Name,
@@ -130,25 +157,7 @@ func Run(spec *deploy.Spec, opts Options) (*replay.Record, error) {
 	}
 	rec.Workload.Sessions = prompts.Prefixes
 	rec.Workload.SuffixVocab = prompts.VocabSize()
-	rr := replay.RunRecord{Run: 0}
-	var bufs []promptBuf // each request's prompt and output tokens, reused level to level
-	for _, l := range levels {
-		lr, err := cl.level(prompts, l, opts, gpus, &bufs)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", replay.LevelOf(l).Name(), err)
-		}
-		for _, r := range lr.Requests {
-			rec.Outcomes[r.Outcome]++
-			rec.Validation.Valid++
-		}
-		if !opts.KeepRequests {
-			lr.Requests = nil
-		}
-		rr.Levels = append(rr.Levels, lr)
-	}
-	rec.Runs = []replay.RunRecord{rr}
-	rec.Judge()
-	return rec, nil
+	return rec
 }
 
 // profileFor is opts.Profile, else the spec's emulator.profile, else

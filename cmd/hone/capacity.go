@@ -94,16 +94,9 @@ func loadName(mode string, x float64) string {
 	return fmt.Sprintf("%.4g req/s", x)
 }
 
-// capacityOutput is --capacity's -o json shape and --out file.
-type capacityOutput struct {
-	Kind     string           `json:"kind"`
-	Source   string           `json:"source"` // profile or endpoint
-	Capacity *capacity.Result `json:"capacity"`
-}
-
 // writeCapacity prints a search's result as a table or JSON, and writes
 // it to out when given.
-func writeCapacity(w io.Writer, format, out string, res capacityOutput) error {
+func writeCapacity(w io.Writer, format, out string, res *capacity.Record) error {
 	if out != "" {
 		b, err := json.MarshalIndent(res, "", "  ")
 		if err != nil {

@@ -40,7 +40,7 @@ func TestPredictCapacityJSON(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	var got capacityOutput
+	var got capacity.Record
 	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
 		t.Fatal(err)
 	}
@@ -73,13 +73,19 @@ func TestReplayCapacityOnEmulator(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "cap.json")
 	stdout, stderr, code := runHone(ctx, "replay", "--capacity", "--slo", "interactive", "--endpoint", e.URL(), "--model", "Qwen/Qwen2.5-Coder-0.5B-Instruct",
 		"--input-tokens", "512", "--output-tokens", "16", "--capacity-start", "16", "--capacity-max", "16", "--capacity-precision", "0.3", "-o", "json", "--out", out)
-	var got capacityOutput
+	var got capacity.Record
 	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
 		t.Fatalf("exit %d, stdout %q: %v\n%s", code, stdout, err, stderr)
 	}
 	c := got.Capacity
 	if got.Kind != replay.KindEmulated || c == nil || len(c.Probes) == 0 {
 		t.Fatalf("output: %s", stdout)
+	}
+	// What hone gate compares: the first probe's record without its runs
+	// or the probe's own load and request count.
+	if h := got.Header; h == nil || h.Workload.InputTokens != 512 || h.Workload.OutputTokens != 16 || h.Kind != replay.KindEmulated ||
+		h.Runs != nil || h.Workload.QPS != nil || h.Workload.Requests != 0 {
+		t.Errorf("record header: %+v", got.Header)
 	}
 	hostBound := code == exitFailed && strings.Contains(stderr, "invalid")
 	if code != 0 && !hostBound {
@@ -97,5 +103,36 @@ func TestReplayCapacityOnEmulator(t *testing.T) {
 	t.Logf("exit %d, %g %s, note %q", code, c.Value, c.Unit, c.Note)
 	if code == 0 && (c.Bounded || c.Value != 16 || len(c.Probes) != 1 || !c.Probes[0].Pass || !strings.Contains(c.Note, "lower bound")) {
 		t.Errorf("capacity %+v", c)
+	}
+}
+
+// TestGateCapacityCLI gates capacity results as a user would: two
+// predicted searches of one spec make a baseline, a third passes against
+// it, and the same spec with a tighter TPOT SLO is refused as another
+// measurement (exit 2, naming the slo).
+func TestGateCapacityCLI(t *testing.T) {
+	dir := t.TempDir()
+	spec := "../../examples/emulator-l4-colocated.yaml"
+	predictCap := func(name string, start string, extra ...string) string {
+		out := filepath.Join(dir, name)
+		args := append([]string{"predict", "--capacity", "--tpot-slo-ms", "12", "--requests", "48", "--capacity-start", start, "--out", out, spec}, extra...)
+		if _, stderr, code := runHone(context.Background(), args...); code != 0 {
+			t.Fatalf("predict %s: exit %d: %s", name, code, stderr)
+		}
+		return out
+	}
+	a, b, c := predictCap("a.json", "8"), predictCap("b.json", "20"), predictCap("c.json", "11")
+	bl := filepath.Join(dir, "bl.json")
+	if _, stderr, code := runHone(context.Background(), "gate", "baseline", "create", a, b, "--out", bl); code != 0 {
+		t.Fatalf("baseline create: exit %d: %s", code, stderr)
+	}
+	stdout, stderr, code := runHone(context.Background(), "gate", "check", "--baseline", bl, "--candidate", c)
+	if code != 0 || !strings.Contains(stdout, "capacity") || !strings.Contains(stdout, "brackets overlap") {
+		t.Fatalf("check: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	tight := predictCap("d.json", "8", "--ttft-slo-ms", "1000")
+	stdout, stderr, code = runHone(context.Background(), "gate", "check", "--baseline", bl, "--candidate", tight)
+	if code != 2 || !strings.Contains(stdout+stderr, "slo") {
+		t.Fatalf("another SLO: exit %d, want 2 naming the slo\n%s\n%s", code, stdout, stderr)
 	}
 }

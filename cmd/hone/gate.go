@@ -48,8 +48,9 @@ func newGateBaselineCmd() *cobra.Command {
 	var out, name string
 	create := &cobra.Command{
 		Use:     "create RECORD... --out baselines/NAME.json",
-		Short:   "Build a baseline from run records (hone replay or hone sim --output json)",
-		Example: `  hone gate baseline create run1.json run2.json run3.json --out baselines/disagg.json`,
+		Short:   "Build a baseline from run records (hone replay, hone sim --output json, or capacity results)",
+		Example: `  hone gate baseline create run1.json run2.json run3.json --out baselines/disagg.json
+  hone gate baseline create cap1.json cap2.json cap3.json --out baselines/capacity.json   # hone replay --capacity --out capN.json`,
 		Args:    cobra.ArbitraryArgs,
 		RunE: func(c *cobra.Command, args []string) error {
 			if out == "" {
@@ -148,6 +149,10 @@ fails only when worse by more than max(the fail threshold, %g%%) and never
 warns. A schema-2 baseline (no per-request values) has its tails compared
 per run; recreate it to pool them. The check's notes state the rule.
 
+Capacities (the --out files of hone replay --capacity and hone predict
+--capacity, one run each): %s. A capacity is never compared with a
+level scan (the fingerprint's load differs).
+
 Valid levels only: a replay record marks each level valid or invalid (warm
 start, client-bound, incomplete, ...; see the record's verdict_rule). A
 metric is compared on the runs whose level is valid in both the baseline and
@@ -180,7 +185,7 @@ fingerprint fields compared:
 
 Exit codes: 0 pass, warn or improved; 1 regression (fail) or suspect; 2 bad
 input, incomparable, or unusable (no level valid on both sides).`, gate.TailConfidence, gate.TailMinRequests, 100*gate.LooseTailChange,
-			gate.DefaultTPOTFloorMs, 100*gate.OfferedTolerance, gate.ObjectiveFactor, gate.ObjectiveFactor),
+			gate.CapacityRule, gate.DefaultTPOTFloorMs, 100*gate.OfferedTolerance, gate.ObjectiveFactor, gate.ObjectiveFactor),
 		Example: `  hone gate check --baseline baselines/disagg.json --candidate run.json -o md >> "$GITHUB_STEP_SUMMARY"
   hone gate check --baseline baselines/disagg.json --candidate a.json --candidate b.json -o github`,
 		Args: cobra.ArbitraryArgs,

@@ -168,7 +168,7 @@ the prediction cannot model).`,
 				return runPredictGrid(c, spec, ax, opts, top, out, output.value)
 			}
 			if capf.on {
-				res, err := predict.Capacity(c.Context(), spec, opts, capf.options(sc.SLO, opts.Workload.Requests-replay.Sessions, c.ErrOrStderr()))
+				res, err := predict.CapacityRecord(c.Context(), spec, opts, capf.options(sc.SLO, opts.Workload.Requests-replay.Sessions, c.ErrOrStderr()))
 				if err != nil {
 					var pe *replay.ParamError
 					if errors.As(err, &pe) {
@@ -176,7 +176,7 @@ the prediction cannot model).`,
 					}
 					return badInput("%s: cannot predict: %v", args[0], err)
 				}
-				return writeCapacity(c.OutOrStdout(), output.value, out, capacityOutput{Kind: string(predict.Kind), Source: "profile " + prof.Name, Capacity: res})
+				return writeCapacity(c.OutOrStdout(), output.value, out, res)
 			}
 			rec, err := predict.Run(spec, opts)
 			if err != nil {

@@ -309,9 +309,13 @@ past).`,
 // a one-run replay against the endpoint, as long as the window rule asks.
 func replayCapacity(ctx context.Context, c *cobra.Command, opts replay.Options, capf capacityFlags, format, out string, pp *replay.ProgressPrinter) error {
 	var kind string
+	var header *replay.Record
 	probe := capacity.ReplayProber(opts, capf.mode, func(rec *replay.Record) {
 		pp.Close()
 		kind = rec.Kind
+		if header == nil {
+			header = capacity.HeaderOf(rec)
+		}
 	})
 	res, err := capacity.Search(ctx, probe, capf.options(opts.SLO, opts.Workload.Requests-replay.Sessions, c.ErrOrStderr()))
 	var pe *replay.ParamError
@@ -328,7 +332,7 @@ func replayCapacity(ctx context.Context, c *cobra.Command, opts replay.Options, 
 	if kind == "" {
 		kind = replay.KindUnverified
 	}
-	if werr := writeCapacity(c.OutOrStdout(), format, out, capacityOutput{Kind: kind, Source: "endpoint " + opts.Endpoint, Capacity: res}); werr != nil {
+	if werr := writeCapacity(c.OutOrStdout(), format, out, &capacity.Record{Kind: kind, Source: "endpoint " + opts.Endpoint, Header: header, Capacity: res}); werr != nil {
 		return werr
 	}
 	switch {
