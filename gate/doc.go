@@ -93,4 +93,20 @@
 //     (ProcedureCompared), and a record of one kind is never compared
 //     with a baseline of another. Closed-loop records (levels by clients,
 //     not offered rates) are refused for now (exit 2, workload.load).
+//
+// Capacities. A capacity result (hone replay --capacity, hone predict
+// --capacity; capacity.Record) is one run with one metric, CapacityMetric:
+// the largest load that met the SLO at steady state and, beside it
+// (Series.Upper), the next load the search measured, which failed. Runs
+// of one deployment report different figures because each search's probes
+// sit on its own grid (anchored at its start), so the gate compares
+// brackets, not points (CapacityRule): the candidate is worse only when
+// every candidate run failed at a load every baseline run met, and then
+// fails beyond the fail threshold (5%) and warns beyond the warn one (3%);
+// overlapping brackets pass, the runs being unable to tell the capacities
+// apart at the search's precision. Like the tails' intervals, this needs
+// no p-value and no noise floor. A search that did not finish is invalid.
+// Its fingerprint is the first probe's record's with load "capacity/MODE"
+// and a workload without the probes' rates and request counts, so a
+// capacity is never compared with a level scan.
 package gate
