@@ -15,8 +15,8 @@ const (
 	Client   = "client"       // dispatch lag, client↔proxy↔engine hops and the proxy's hand-off, first-byte delivery: nothing an engine does
 	Queueing = "queueing"     // waiting in an engine's queue (prefill or colocated; decode side in DecodeQ), failed prefill legs
 	Prefill  = "prefill"      // computing the prompt (incl. the first token on a colocated engine)
-	Transfer = "transfer"     // the decode worker waiting for KV blocks (with vLLM's metrics: its queue_time_ms, any queue after the KV inside)
-	DecodeQ  = "decode_queue" // the decode worker's queue after the KV and its first step (with vLLM's metrics: the step, its time_to_first_token_ms)
+	Transfer = "transfer"     // the decode worker waiting for KV blocks: to the KV pull's end where its timing is known (SplitKVWait), else its whole queue_time_ms
+	DecodeQ  = "decode_queue" // the decode worker's queue after the KV and its first step
 	Decode   = "decode"       // first → last token (not part of TTFT)
 )
 
@@ -69,6 +69,20 @@ type Attribution struct {
 	EngineParts map[string]float64 `json:"engine_parts_ms,omitempty"`
 
 	kvLastNs int64 // the joined KV connection's last operation (the decode worker's ack: KV usable)
+	// kvSplit says the decode worker's wait was split at the KV pull's
+	// end (splitKVWait), and by which evidence.
+	kvSplit string
+	// tpot is the request's TPOT as the record has it (0: none), for the
+	// stall rule's p99 without the stalled requests.
+	tpot float64
+	// life is the request's sent .. last chunk and chunks its chunks'
+	// arrivals, model ms on its level's clock (run, level), for the stall
+	// rule's freeze.
+	life   [2]float64
+	chunks []float64
+	// seat is first token .. last token on the same clock: the request
+	// held one of the engine's max-num-seqs seats at least then.
+	seat [2]float64
 }
 
 // KernelParts is a request's split from kernel evidence alone, model ms
@@ -185,6 +199,11 @@ type engineMetrics struct {
 	GenerationTimeMs *float64 `json:"generation_time_ms"`
 	MeanITLMs        *float64 `json:"mean_itl_ms"`
 	E2ETimeMs        *float64 `json:"e2e_time_ms"`
+	// KVTransferMs is hone's emulator's kv_transfer_time_ms (decode
+	// worker: the KV pull, from its start when the request was taken in
+	// to the pulled KV usable). vLLM reports no such key; there the
+	// daemon's KV connection (joinKernel) says when the pull ended.
+	KVTransferMs *float64 `json:"kv_transfer_time_ms"`
 }
 
 // frontend is the API server's work before the engine core took the
@@ -378,6 +397,16 @@ func attributeRequest(rq replay.RequestRecord, p *proxy.Timeline, scale float64)
 	a := Attribution{ID: rq.ID, RequestID: rq.RequestID, TTFTMs: ttft(rq), E2EMs: *rq.FinishMs - rq.ScheduledMs,
 		Parts: map[string]float64{}, Sources: map[string]string{}}
 	firstMono := rq.Sent.MonoNs + int64((*rq.FirstMs-rq.SentMs)*scale*1e6)
+	if rq.TPOTMs != nil {
+		a.tpot = *rq.TPOTMs
+	}
+	a.life = [2]float64{rq.SentMs, *rq.FinishMs}
+	a.seat = [2]float64{*rq.FirstMs, *rq.FinishMs}
+	if rq.Sent.MonoNs != 0 {
+		for _, c := range rq.Chunks.MonoNs {
+			a.chunks = append(a.chunks, rq.SentMs+toMs(c-rq.Sent.MonoNs))
+		}
+	}
 	var em engineMetrics
 	if len(rq.EngineMetrics) > 0 {
 		_ = json.Unmarshal(rq.EngineMetrics, &em) // absent keys stay nil
@@ -468,8 +497,12 @@ func attributeDisaggregated(a *Attribution, p *proxy.Timeline, sp engineSpan, em
 		// stays in transfer.
 		a.Parts[Transfer] = sp.queue
 		a.Parts[DecodeQ] = sp.run
-		a.Sources[Transfer] = "decode engine's queue_time_ms (receipt → first scheduled: vLLM schedules it once the KV is there; any queue after the KV is inside)"
+		a.Sources[Transfer] = "decode engine's queue_time_ms (receipt → first scheduled: vLLM schedules it once the KV is there; " +
+			"with no timing of the KV pull, any queue after the KV stays inside)"
 		a.Sources[DecodeQ] = "decode engine's time_to_first_token_ms (first scheduled → first token: its first step)"
+		if em.KVTransferMs != nil {
+			splitKVWait(a, em.frontend()+*em.KVTransferMs, "decode engine's kv_transfer_time_ms (hone's emulator: its KV pull)")
+		}
 		return true
 	}
 	// No engine metrics: the decode engine's sent → first token is KV
@@ -486,6 +519,22 @@ func attributeDisaggregated(a *Attribution, p *proxy.Timeline, sp engineSpan, em
 	a.Sources[Transfer] = "proxy decode leg (sent → first token, less one step; no engine metrics)"
 	a.Sources[DecodeQ] = noMetrics
 	return true
+}
+
+// splitKVWait splits the decode worker's wait (a's transfer part as
+// attributeDisaggregated set it: the whole span that holds the KV wait)
+// at the KV pull's end, waitMs after the wait began (clamped to the
+// span): transfer up to there, the rest — the scheduler's queue after the
+// KV, for a seat (max-num-seqs) or a step — goes to decode_queue.
+// Transfer + decode_queue, and so the client residual, do not change.
+func splitKVWait(a *Attribution, waitMs float64, from string) {
+	total := a.Parts[Transfer]
+	w := math.Min(math.Max(waitMs, 0), total)
+	a.Parts[Transfer] = w
+	a.Parts[DecodeQ] += total - w
+	a.kvSplit = from
+	a.Sources[Transfer] = "the decode worker's receipt → its KV pull's end, by " + from
+	a.Sources[DecodeQ] = "the decode worker's queue after the KV pull's end (" + from + ") and its first step"
 }
 
 // decodeMs is the first → last token span: the engine that streamed the

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"sort"
 	"strings"
 
@@ -52,20 +51,41 @@ const (
 	// tail mean's interval exceeds this fraction of the TTFT SLO at every
 	// valid level.
 	SLOBudgetFraction = 0.5
+	// MaterialFraction: a move or a part is material against the SLO when
+	// it exceeds this fraction of the TTFT SLO. The growth rule's bar is
+	// at least this (a 2 ms move under a 2,000 ms SLO names nothing,
+	// however small the lowest level's tail), and a part that dominates by
+	// its share of TTFT is named only when its tail mean is this large at
+	// every valid level.
+	MaterialFraction = 0.05
+	// StallTPOTs: a freeze is a span of at least this many TPOT SLOs in
+	// which no request of a level (one run) received a chunk, while a
+	// request that had already streamed chunks was still streaming: the
+	// engine stopped, not its queue.
+	StallTPOTs = 10
 
 	bootstrapSeed = 0x686f6e65 // "hone"
 )
 
+// Stall is the verdict when a single freeze at one level explains what
+// the rule would otherwise name: the requests in flight across it are an
+// outlier set, one event, not a capacity bottleneck.
+const Stall = "stall"
+
 // BottleneckRule states the rule in words, for reports and records.
 var BottleneckRule = fmt.Sprintf("Only valid levels decide. client-bound when every level is invalid or the lowest or highest level is "+
-	"invalid for client_bound; decode when p99 TPOT misses its SLO at a valid level; when the tail's TTFT interval lies above the "+
+	"invalid for client_bound; stall when a freeze of %d TPOT SLOs or more (no stream received a chunk while one was mid-stream) "+
+	"explains the rest: its requests are left out, and when the rule on the others names nothing the verdict is stall; "+
+	"decode when p99 TPOT misses its SLO at a valid level; when the tail's TTFT interval lies above the "+
 	"TTFT SLO already at the lowest valid level, the part with the largest tail mean there; else the part whose tail-mean growth from "+
 	"the lowest to the highest valid level is largest among those whose %g%% bootstrap interval (%d resamples of requests within each "+
-	"level) lies above %g%% of the lowest level's tail TTFT; else a part whose mean share of TTFT exceeds %g%% at every valid level, or whose tail mean's interval "+
+	"level) lies above %g%% of the lowest level's tail TTFT and above %g%% of the TTFT SLO; else a part whose mean share of TTFT exceeds "+
+	"%g%% at every valid level with its tail mean above %g%% of the TTFT SLO, or whose tail mean's interval "+
 	"lies above %g%% of the TTFT SLO at every valid level; else none. The tail is the top %g%% of a level's requests by TTFT. When the "+
-	"runner-up's interval overlaps the named part's, the verdict is uncertain. A named client part is client-bound; a client part that "+
-	"grows while its tail stays within %g%% of the TTFT SLO (the client-bound bound) is the host's own cost: reported, not named.",
-	100*Confidence, Resamples, 100*GrowthFraction, 100*DominantShare, 100*SLOBudgetFraction, 100*TailFraction, 100*replay.ClientBoundSLOFraction)
+	"runner-up's interval overlaps the named part's, the verdict is uncertain. A named client part is client-bound. The confidence "+
+	"is the verdict's own: the share of bootstrap resamples in which the rule names the same part.",
+	StallTPOTs, 100*Confidence, Resamples, 100*GrowthFraction, 100*MaterialFraction, 100*DominantShare, 100*MaterialFraction,
+	100*SLOBudgetFraction, 100*TailFraction)
 
 // level holds one offered rate's attributions, all runs together.
 type level struct {
@@ -304,14 +324,25 @@ func decide(d *Diagnosis, lv []*level, target slo.SLO, tpotP99 map[float64]float
 		clientBound(d, "the load generator bounds the measurement at "+strings.Join(bound, " and ")+", where the verdict would be read")
 		return
 	}
+	if st := findStall(valid, target); st != nil {
+		decideStall(d, valid, st, target, tpotP99)
+		return
+	}
 	for _, l := range valid {
 		l.study()
 	}
+	decideValid(d, valid, target, tpotP99)
+}
+
+// decideValid applies the rule from the TPOT check on, to studied valid
+// levels.
+func decideValid(d *Diagnosis, valid []*level, target slo.SLO, tpotP99 map[float64]float64) {
 	lo, hi := valid[0], valid[len(valid)-1]
 	for _, l := range valid {
 		if v, ok := tpotP99[l.q]; ok && v > target.TPOTMillis {
 			d.Bottleneck = Decode
 			d.Summary = fmt.Sprintf("p99 TPOT %.1f ms at %g req/s exceeds its %g ms SLO: decode steps are too slow for the batch", v, l.q, target.TPOTMillis)
+			d.Confidence = tpotSupport(l, target)
 			return
 		}
 	}
@@ -329,22 +360,27 @@ func decide(d *Diagnosis, lv []*level, target slo.SLO, tpotP99 map[float64]float
 		overSLO(d, lo, loTTFT, target)
 		return
 	}
-	thr := math.Max(1, GrowthFraction*loTTFT[0])
-	// A client part that grows but whose tail stays within the
-	// client-bound bound is the host's own cost rising with load, inside
-	// what the validity verdict allows: it is reported, not named, and the
-	// engine-side parts are ranked without it.
-	clientLim := replay.ClientBoundSLOFraction * target.TTFTMillis
-	clientNote, skip := "", -1
-	if k := slices.Index(TTFTComponents, Client); len(valid) > 1 && ci[k][0] > thr && hi.tail[k] <= clientLim {
-		skip = k // not a runner-up either: it cannot be named
-		clientNote = fmt.Sprintf("; the client/proxy part grows too, by %.1f ms [%.1f, %.1f], within the %g ms client-bound bound: the host's own cost, not the deployment's",
-			point[k], ci[k][0], ci[k][1], clientLim)
+	// The bar a move must clear: its interval above GrowthFraction of the
+	// lowest level's tail, and material against the SLO.
+	floor := MaterialFraction * target.TTFTMillis
+	thr := math.Max(math.Max(1, GrowthFraction*loTTFT[0]), floor)
+	// The bar is at least MaterialFraction of the SLO, which is the
+	// client-bound bound (replay.ClientBoundSLOFraction): a client part
+	// that clears it is past that bound, and the verdict is client-bound;
+	// the host's own cost rising inside the bound never clears it.
+	grows := func(k int) bool { return len(valid) > 1 && ci[k][0] > thr }
+	// growsIn is the rule's pick in bootstrap resample b (-1: none grows).
+	growsIn := func(b int) int {
+		best := -1
+		for k := range TTFTComponents {
+			if g := hi.boot[b][k] - lo.boot[b][k]; g > thr && (best < 0 || g > hi.boot[b][best]-lo.boot[b][best]) {
+				best = k
+			}
+		}
+		return best
 	}
-	grows := func(k int) bool {
-		return len(valid) > 1 && ci[k][0] > thr && (TTFTComponents[k] != Client || hi.tail[k] > clientLim)
-	}
-	if p, ok := rank(point, ci, grows, skip); ok {
+	if p, ok := rank(point, ci, grows, -1); ok {
+		d.Confidence = support(func(b int) bool { return growsIn(b) == p.named })
 		if TTFTComponents[p.named] == Client {
 			clientBound(d, fmt.Sprintf("the client part's tail mean grows by %.1f ms [%.1f, %.1f] from %g to %g req/s",
 				point[p.named], ci[p.named][0], ci[p.named][1], lo.q, hi.q))
@@ -353,11 +389,10 @@ func decide(d *Diagnosis, lv []*level, target slo.SLO, tpotP99 map[float64]float
 		named(d, p)
 		d.Summary = fmt.Sprintf("%s grows most with load: its tail mean rises by %.1f ms [%.1f, %.1f] (%g%% interval) from %g to %g req/s "+
 			"(tail TTFT %.1f → %.1f ms; the tail is the slowest %g%% of requests)",
-			d.Label(), point[p.named], ci[p.named][0], ci[p.named][1], 100*Confidence, lo.q, hi.q, lo.tailTTFT, hi.tailTTFT, 100*TailFraction) + clientNote
+			d.Label(), point[p.named], ci[p.named][0], ci[p.named][1], 100*Confidence, lo.q, hi.q, lo.tailTTFT, hi.tailTTFT, 100*TailFraction)
 		return
 	}
 	if dominant(d, valid, target) {
-		d.Summary += clientNote
 		return
 	}
 	d.Bottleneck = "none"
@@ -367,8 +402,47 @@ func decide(d *Diagnosis, lv []*level, target slo.SLO, tpotP99 map[float64]float
 			largest = k
 		}
 	}
-	d.Summary = fmt.Sprintf("no part grows beyond its interval or dominates the TTFT budget (tail TTFT %.1f → %.1f ms from %g to %g req/s); largest part of the tail: %s",
-		lo.tailTTFT, hi.tailTTFT, lo.q, hi.q, TTFTComponents[largest]) + clientNote
+	d.Confidence = 1
+	if len(valid) > 1 {
+		d.Confidence = support(func(b int) bool { return growsIn(b) < 0 })
+	}
+	d.Summary = fmt.Sprintf("no part grows beyond its interval and %.0f ms (%g%% of the TTFT SLO) or dominates the TTFT budget (tail TTFT %.1f → %.1f ms from %g to %g req/s); largest part of the tail: %s",
+		floor, 100*MaterialFraction, lo.tailTTFT, hi.tailTTFT, lo.q, hi.q, TTFTComponents[largest])
+}
+
+// support is the share of the Resamples bootstrap resamples for which
+// same holds: in each, the rule is read on that resample's tail means.
+func support(same func(b int) bool) float64 {
+	n := 0
+	for b := range Resamples {
+		if same(b) {
+			n++
+		}
+	}
+	return float64(n) / Resamples
+}
+
+// tpotSupport is the share of bootstrap resamples of l's requests whose
+// p99 TPOT misses the SLO, where the requests carry their TPOT; 0 (not
+// resampled) where they do not.
+func tpotSupport(l *level, target slo.SLO) float64 {
+	var tp []float64
+	for _, a := range l.valid {
+		if a.tpot > 0 {
+			tp = append(tp, a.tpot)
+		}
+	}
+	if len(tp) == 0 {
+		return 0
+	}
+	rng := rand.New(rand.NewPCG(bootstrapSeed, math.Float64bits(l.q)^1))
+	draw := make([]float64, len(tp))
+	return support(func(int) bool {
+		for i := range draw {
+			draw[i] = tp[rng.IntN(len(tp))]
+		}
+		return slo.NearestRank(draw, 99) > target.TPOTMillis
+	})
 }
 
 // overSLO names the largest part of the tail at the lowest valid level,
@@ -379,6 +453,7 @@ func overSLO(d *Diagnosis, lo *level, tailTTFT [2]float64, target slo.SLO) {
 		ci[k] = lo.tailInterval(k)
 	}
 	p, _ := rank(lo.tail, ci, func(int) bool { return true }, -1)
+	d.Confidence = support(func(b int) bool { return argmax(lo.boot[b]) == p.named })
 	if TTFTComponents[p.named] == Client {
 		clientBound(d, fmt.Sprintf("the slowest requests' TTFT is over the %g ms SLO at %g req/s and the client part is the largest part of it", target.TTFTMillis, lo.q))
 		return
@@ -388,22 +463,34 @@ func overSLO(d *Diagnosis, lo *level, tailTTFT [2]float64, target slo.SLO) {
 		100*TailFraction, lo.tailTTFT, tailTTFT[0], tailTTFT[1], lo.q, target.TTFTMillis, d.Label(), lo.tail[p.named], ci[p.named][0], ci[p.named][1])
 }
 
+func argmax(v []float64) int {
+	best := 0
+	for k := range v {
+		if v[k] > v[best] {
+			best = k
+		}
+	}
+	return best
+}
+
 // dominant names a part that holds the TTFT budget at every valid level,
-// growing or not.
+// growing or not, when it is material against the SLO.
 func dominant(d *Diagnosis, valid []*level, target slo.SLO) bool {
+	floor := MaterialFraction * target.TTFTMillis
 	best, bestMin := -1, 0.0
 	for k := range TTFTComponents {
-		m := math.Inf(1)
+		m, tail := math.Inf(1), math.Inf(1)
 		for _, l := range valid {
-			m = math.Min(m, l.share[k])
+			m, tail = math.Min(m, l.share[k]), math.Min(tail, l.tail[k])
 		}
-		if m > DominantShare && (best < 0 || m > bestMin) {
+		if m > DominantShare && tail > floor && (best < 0 || m > bestMin) {
 			best, bestMin = k, m
 		}
 	}
 	why := ""
 	if best >= 0 {
-		why = fmt.Sprintf("its mean share of TTFT is at least %.0f%% at every valid level", 100*bestMin)
+		why = fmt.Sprintf("its mean share of TTFT is at least %.0f%% at every valid level (its tail mean over %.0f ms, %g%% of the TTFT SLO)",
+			100*bestMin, floor, 100*MaterialFraction)
 	} else if target.TTFTMillis > 0 {
 		lim := SLOBudgetFraction * target.TTFTMillis
 		for k := range TTFTComponents {
@@ -423,6 +510,16 @@ func dominant(d *Diagnosis, valid []*level, target slo.SLO) bool {
 	if best < 0 {
 		return false
 	}
+	// Support: the resamples in which the part has the largest tail mean
+	// at every valid level.
+	d.Confidence = support(func(b int) bool {
+		for _, l := range valid {
+			if argmax(l.boot[b]) != best {
+				return false
+			}
+		}
+		return true
+	})
 	if TTFTComponents[best] == Client {
 		clientBound(d, "the client part dominates the TTFT budget: "+why)
 		return true

@@ -32,13 +32,18 @@
 // a request's parts add up to the TTFT the record's percentiles and
 // verdicts read, and the client's lateness is part of it. The parts are
 // queueing (engine queues, failed prefill legs), prefill, transfer (the
-// decode worker waiting for KV: its queue_time_ms, as vLLM schedules the
-// request only once the KV is there, so a queue after the KV is counted
-// here too), decode_queue (the decode worker's first step, its
-// time_to_first_token_ms; without engine metrics one mean ITL) and
-// client: the residual, which
+// decode worker waiting for KV), decode_queue (the decode worker's queue
+// after the KV and its first step) and client: the residual, which
 // therefore holds only what happened outside the engines — dispatch lag,
 // the hops through the proxy and its hand-off, first-byte delivery.
+//
+// vLLM's decode worker schedules a request only once its KV is there, so
+// its queue_time_ms holds the KV wait and any queue after it (for a seat:
+// max-num-seqs). The two are split at the KV pull's end where its timing
+// is known — hone's emulator's kv_transfer_time_ms (the decode worker's
+// own pull; vLLM has no such key) or the daemon's KV connection (its last
+// operation) — and the rest of the wait is decode_queue; with neither,
+// the whole queue_time_ms stays transfer and its source says so.
 //
 // Only valid levels decide. Attribute copies each level's
 // replay.Verdict onto its requests; MarkClientBound adds replay's
@@ -53,6 +58,12 @@
 //     client part: the measurement, not the deployment, is what was
 //     measured, and the proposals fix the measurement (fewer streams per
 //     client, a larger --time-scale, the load generator on another host);
+//   - stall when one freeze explains the rest: a span of StallTPOTs (10)
+//     TPOT SLOs or more in which no request of a level (one run) got a
+//     chunk while one was mid-stream. The requests in flight across it
+//     are an outlier set, one event; the rule is read without them (the
+//     level's p99 TPOT recomputed), and when it then names nothing the
+//     verdict is stall, else the other verdict with the freeze noted;
 //   - decode when p99 TPOT misses its SLO at a valid level;
 //   - otherwise each part is read on the level's tail: the requests whose
 //     TTFT is in the top TailFraction (10%). The tail mean of a part is
@@ -67,16 +78,24 @@
 //     lowest valid level, the part with the largest tail mean there;
 //   - else the part whose tail-mean growth from the lowest to the highest
 //     valid level is largest among those whose growth interval lies above
-//     GrowthFraction (10%) of the lowest level's tail TTFT;
+//     GrowthFraction (10%) of the lowest level's tail TTFT and above
+//     MaterialFraction (5%) of the TTFT SLO: a move that is immaterial
+//     against the SLO names nothing, however quiet the lowest level;
 //   - else a part that dominates the TTFT budget: a mean per-request share
 //     of TTFT over DominantShare (50%) at every valid level (one request
-//     moves it by at most 1/n), or a tail-mean interval above
+//     moves it by at most 1/n) with a tail mean over MaterialFraction of
+//     the TTFT SLO, or a tail-mean interval above
 //     SLOBudgetFraction (50%) of the TTFT SLO at every valid level;
 //   - else none.
 //
 // When the runner-up's interval overlaps the named part's, the diagnosis
 // says so (Uncertain; Label reads "X (uncertain: Y within the interval)");
 // Bottleneck stays the bare part name, which the optimizer matches.
+// Diagnosis.Confidence is the verdict's own: the share of the bootstrap
+// resamples in which the rule names the same part (IntervalLevel is the
+// intervals' 90%). The proposals follow the configuration where it is
+// known (SummarizeKnobs): a queue on an engine that streamed max-num-seqs
+// requests at once proposes raising it.
 //
 // The emulator's ground-truth trace is never an input to attribution; it is
 // what attribution is tested against (Compare).

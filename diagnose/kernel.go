@@ -119,7 +119,9 @@ func ParseKVConns(b []byte) ([]KVConn, error) {
 // joinKernel gives each disaggregated request the KV connection whose bytes
 // started flowing after its decode leg was sent and before its first token:
 // the earliest such connection not yet joined, requests taken in the order
-// their decode legs were sent. It fills KernelKVBytes and KernelTransferMs.
+// their decode legs were sent. It fills KernelKVBytes and KernelTransferMs
+// and, unless the decode worker stated its pull (kv_transfer_time_ms),
+// splits its wait at the pull's end (splitKVWait).
 func joinKernel(atts []Attribution, windows map[string][2]int64, conns []KVConn, scale float64) {
 	used := make([]bool, len(conns))
 	for _, i := range bySentTime(atts, windows) {
@@ -136,6 +138,11 @@ func joinKernel(atts []Attribution, windows map[string][2]int64, conns []KVConn,
 			a.KernelTransferMs = float64(c.LastNs-c.FirstNs) / 1e6 / scale
 			a.kvLastNs = c.LastNs
 			a.Sources["transfer_kernel"] = "daemon: KV connection bytes received (sock_recv_length) and their first/last CLOCK_MONOTONIC times"
+			if a.kvSplit == "" {
+				// From the decode leg's send (the hop to the worker inside) to
+				// the pull's last operation.
+				splitKVWait(a, float64(c.LastNs-w[0])/1e6/scale, "the daemon's KV connection (its last operation: the pull acknowledged)")
+			}
 			break
 		}
 	}

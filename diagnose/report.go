@@ -88,12 +88,25 @@ type Diagnosis struct {
 	Uncertain  string `json:"uncertain,omitempty"`
 	// Growth is each part's tail mean at the highest valid level − at the
 	// lowest; GrowthCI its bootstrap interval at Confidence.
-	Growth     map[string]float64    `json:"growth_ms"`
-	GrowthCI   map[string][2]float64 `json:"growth_ci_ms"`
-	Confidence float64               `json:"confidence"`
-	Rule       string                `json:"rule"`
-	Summary    string                `json:"summary"`
-	Proposals  []string              `json:"proposals"`
+	Growth   map[string]float64    `json:"growth_ms"`
+	GrowthCI map[string][2]float64 `json:"growth_ci_ms"`
+	// IntervalLevel is the bootstrap intervals' level (Confidence).
+	// Confidence is the verdict's own: the share of the Resamples
+	// bootstrap resamples in which the rule names the same part (for
+	// "none": names nothing; for decode: p99 TPOT misses its SLO); for
+	// a stall, the share of its level's requests the freeze reached. 0:
+	// not resampled (client-bound, or no per-request TPOT).
+	IntervalLevel float64 `json:"interval_level"`
+	Confidence    float64 `json:"confidence"`
+	// PeakInFlight is the most requests that streamed at once (first →
+	// last token) at a valid level, one run; MaxNumSeqs the engines'
+	// max-num-seqs where known (SummarizeKnobs). The proposals follow
+	// them: a queue with PeakInFlight at MaxNumSeqs proposes raising it.
+	PeakInFlight int      `json:"peak_in_flight,omitempty"`
+	MaxNumSeqs   int      `json:"max_num_seqs,omitempty"`
+	Rule         string   `json:"rule"`
+	Summary      string   `json:"summary"`
+	Proposals    []string `json:"proposals"`
 }
 
 // Label is the bottleneck as people read it: "X (uncertain: Y within the
@@ -113,7 +126,14 @@ func (d Diagnosis) Label() string {
 // TTFT budget. tpotP99 is p99 TPOT by offered rate (decode when it misses
 // its SLO at a valid level).
 func Summarize(kind string, atts []Attribution, target slo.SLO, tpotP99 map[float64]float64) Diagnosis {
-	d := Diagnosis{Kind: kind, Growth: map[string]float64{}, GrowthCI: map[string][2]float64{}, Confidence: Confidence, Rule: BottleneckRule}
+	return SummarizeKnobs(kind, atts, target, tpotP99, Knobs{})
+}
+
+// SummarizeKnobs is Summarize for a configuration whose knobs are known
+// (RecordKnobs): the proposals follow them.
+func SummarizeKnobs(kind string, atts []Attribution, target slo.SLO, tpotP99 map[float64]float64, knobs Knobs) Diagnosis {
+	d := Diagnosis{Kind: kind, Growth: map[string]float64{}, GrowthCI: map[string][2]float64{}, IntervalLevel: Confidence, Rule: BottleneckRule,
+		MaxNumSeqs: knobs.MaxNumSeqs}
 	lv := groupLevels(atts)
 	for _, l := range lv {
 		d.Levels = append(d.Levels, l.breakdown())
@@ -123,7 +143,8 @@ func Summarize(kind string, atts []Attribution, target slo.SLO, tpotP99 map[floa
 		return d
 	}
 	decide(&d, lv, target, tpotP99)
-	d.Proposals = proposals(d.Bottleneck, lv)
+	d.PeakInFlight = peakInFlight(lv)
+	d.Proposals = proposals(d, lv)
 	return d
 }
 
@@ -243,15 +264,36 @@ func (l *level) breakdown() LevelBreakdown {
 // promising first. A client-bound verdict gets changes to the
 // measurement, never to the deployment: for client_bound levels (or none
 // flagged) the load generator's, and one per other invalid reason.
-func proposals(b string, lv []*level) []string {
-	switch b {
+func proposals(d Diagnosis, lv []*level) []string {
+	// A queue whose engine ran max-num-seqs requests at once waited for a
+	// seat: raising the limit is the first thing to try, and lowering it
+	// (shorter steps) would lengthen the queue.
+	atLimit := d.MaxNumSeqs > 0 && d.PeakInFlight >= d.MaxNumSeqs
+	raise := fmt.Sprintf("raise max-num-seqs (now %d; up to %d requests streamed at once: the queue waits for a seat)", d.MaxNumSeqs, d.PeakInFlight)
+	switch b := d.Bottleneck; b {
 	case Queueing:
-		return []string{"disaggregate prefill from decode (separate queues)", "add a prefill worker / replica", "lower max-num-batched-tokens to shorten steps that block new prefills"}
+		out := []string{"disaggregate prefill from decode (separate queues)", "add a prefill worker / replica", "lower max-num-batched-tokens to shorten steps that block new prefills"}
+		if atLimit {
+			out = append([]string{raise}, out...)
+		}
+		return out
+	case DecodeQ:
+		if atLimit {
+			return []string{raise, "add decode capacity (another decode worker)"}
+		}
+		out := []string{"add decode capacity (another decode worker)", "enable CUDA graphs (drop --enforce-eager)"}
+		if d.MaxNumSeqs == 0 {
+			out = append(out, fmt.Sprintf("raise max-num-seqs if the decode worker runs at its limit (up to %d requests streamed at once here)", d.PeakInFlight))
+		}
+		return out
+	case Stall:
+		return []string{"find what froze the engine at that instant (its log; the host: memory pressure, another process, a paused VM) and measure the level again",
+			"no capacity change removes a one-off freeze: keep the configuration"}
 	case Prefill:
 		return []string{"raise the prefix-cache hit rate (session affinity routing, larger KV cache)", "add prefill capacity (more prefill workers or TP)"}
 	case Transfer:
 		return []string{"enable decode-side prefix caching so only uncached blocks move", "use a faster KV connector or link (NVLink/RDMA over TCP)", "colocate when transfer exceeds the queueing it saves"}
-	case DecodeQ, Decode:
+	case Decode:
 		return []string{"add decode capacity (another decode worker)", "enable CUDA graphs (drop --enforce-eager)", "lower max-num-seqs to cut per-step time"}
 	case ClientBound:
 		codes := map[string]bool{}
@@ -339,7 +381,10 @@ func (d Diagnosis) WriteTable(w io.Writer, md bool) error {
 			ci := d.GrowthCI[k]
 			g = append(g, fmt.Sprintf("%s %+.1f [%.1f, %.1f]", k, d.Growth[k], ci[0], ci[1]))
 		}
-		line(fmt.Sprintf("tail-mean growth, lowest → highest valid level, ms (%g%% bootstrap interval): %s", 100*d.Confidence, strings.Join(g, "; ")))
+		line(fmt.Sprintf("tail-mean growth, lowest → highest valid level, ms (%g%% bootstrap interval): %s", 100*d.IntervalLevel, strings.Join(g, "; ")))
+	}
+	if d.Confidence > 0 {
+		line(fmt.Sprintf("confidence in the verdict: %.0f%% (%s)", 100*d.Confidence, confidenceBasis(d.Bottleneck)))
 	}
 	for _, l := range d.Levels {
 		if l.Requests > 0 && l.Sources[SourceEngineMetrics] < l.Requests {
