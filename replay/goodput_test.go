@@ -1,0 +1,69 @@
+package replay
+
+import (
+	"strings"
+	"testing"
+)
+
+func f64(v float64) *float64 { return &v }
+
+// TestGoodputByHand counts a fixture's requests against per-request
+// limits, computed by hand below.
+func TestGoodputByHand(t *testing.T) {
+	req := func(id int, outcome string, ttft, tpot, finish float64, out int) RequestRecord {
+		q := RequestRecord{ID: id, Outcome: outcome, ScheduledMs: 100, OutputTokens: out}
+		if outcome == OutcomeOK {
+			q.TTFTMs, q.TPOTMs, q.FinishMs = f64(ttft), f64(tpot), f64(finish)
+		}
+		return q
+	}
+	reqs := []RequestRecord{
+		req(0, OutcomeOK, 9000, 900, 99999, 16), // a warm-up: never counted
+		req(8, OutcomeOK, 400, 40, 1100, 16),    // e2e 1000: meets all three
+		req(9, OutcomeOK, 600, 40, 1300, 16),    // TTFT 600 > 500
+		req(10, OutcomeOK, 300, 60, 1400, 16),   // TPOT 60 > 50
+		req(11, OutcomeOK, 300, 45, 3200, 16),   // e2e 3100 > 3000
+		req(12, OutcomeOK, 300, 999, 500, 1),    // one token: TPOT does not apply; meets
+		req(13, OutcomeTimeout, 0, 0, 0, 0),     // failed: not met
+		req(14, OutcomeOK, 500, 50, 3100, 16),   // exactly at every limit: meets
+	}
+	g, err := ParseGoodput("ttft:500,tpot:50,e2el:3000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := GoodputOf(reqs, Sessions, g, 2.5)
+	// Good: 8, 12, 14 of 7 measured; 3 / 2.5 s = 1.2 req/s.
+	if got == nil || got.Good != 3 || got.Measured != 7 || got.Fraction != 3.0/7 || got.QPS != 1.2 || got.SLO != g {
+		t.Fatalf("goodput %+v, want 3 of 7 good, 1.2 req/s", got)
+	}
+	// TTFT only: 8, 10, 11, 12, 14 (5 of 7).
+	if got := GoodputOf(reqs, Sessions, GoodputSLO{TTFTMs: 500}, 2.5); got.Good != 5 || got.QPS != 2 {
+		t.Fatalf("TTFT only: %+v, want 5 good, 2 req/s", got)
+	}
+	if GoodputOf(reqs, Sessions, GoodputSLO{}, 2.5) != nil || GoodputOf(reqs[:1], Sessions, g, 2.5) != nil {
+		t.Error("no limits, or no measured request, must give no goodput")
+	}
+	if s := g.String(); s != "ttft:500,tpot:50,e2el:3000" {
+		t.Errorf("String %q", s)
+	}
+}
+
+func TestParseGoodputBadInput(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                  "want KEY:MS",
+		"ttft=500":          "want KEY:MS",
+		"ttft:-1":           "positive number",
+		"ttft:abc":          "positive number",
+		"ttft:5,ttft:6":     "given twice",
+		"itl:5":             "unknown key",
+		"tpot:NaN":          "positive number",
+		"e2e:100 ttft:+Inf": "positive number",
+	} {
+		if _, err := ParseGoodput(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", in, err, want)
+		}
+	}
+	if g, err := ParseGoodput("TTFT:250 e2e:4000"); err != nil || g != (GoodputSLO{TTFTMs: 250, E2EMs: 4000}) {
+		t.Errorf("space separated, e2e alias: %+v %v", g, err)
+	}
+}
