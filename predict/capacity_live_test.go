@@ -2,6 +2,7 @@ package predict
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -25,7 +26,7 @@ func TestCapacityLive(t *testing.T) {
 	target := slo.SLO{TTFTMillis: 2000, TPOTMillis: 12}
 	c := liveCase{name: "capacity", topology: "{kind: colocated, replicas: 1, tp: 1}", routing: deploy.SessionAffinity}
 	s := liveSpec(t, c, "qwen2.5-coder-0.5b-l4", 0.5, honetest.FreePorts(t, 10))
-	s.GPUs.Budget = 1
+	s.GPUs.Budget, s.GPUs.IDs = 1, s.GPUs.IDs[:1]
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	d, err := deploy.Up(ctx, s, deploy.UpOptions{StateDir: t.TempDir(), Hone: honetest.Binary(t), Owned: true,
@@ -44,6 +45,11 @@ func TestCapacityLive(t *testing.T) {
 			capacity.Options{SLO: target, Start: 12, MinRequests: n - replay.Sessions, Progress: func(p capacity.Probe) {
 				t.Logf("%d requests: %.3f req/s pass %t (p99 TTFT %.1f, TPOT %.2f ms, %s, departures %.2f) %s", n, p.Load, p.Pass, p.P99TTFTMs, p.P99TPOTMs, p.Tail, p.DepartureQPS, p.Note)
 			}})
+		if errors.Is(err, capacity.ErrInvalid) {
+			// What the host decides is not this test's question: a probe
+			// it distorted ends the search, and the comparison is moot.
+			t.Skipf("inconclusive: the host distorted a probe (%v); run make test-consistency on a quiet host", err)
+		}
 		if err != nil {
 			t.Fatalf("%d requests: %v", n, err)
 		}
