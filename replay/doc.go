@@ -33,6 +33,19 @@
 // Kinds: a record is "emulated" or "device" from the moment it is made and
 // is never relabelled; the caller says which, nothing is inferred.
 //
+// Traces: RunTrace replays a request trace instead of the brief's
+// workload (OpenTrace: Mooncake's JSON lines, or a hone record's requests,
+// RecordTrace), streamed as it is sent, one open-loop level at the
+// trace's timestamps / speed, on a cold engine. Prompts are token-exact
+// (TraceTokens): requests whose hash lists agree on their first k full
+// blocks share exactly k blocks of tokens and nothing more, each block's
+// first token unique among the blocks that follow the same chain. The
+// record's workload (kind "trace", TraceInfo) keeps the trace's sha256,
+// the hit rate its structure implies (ImpliedHitRule: an unbounded cache,
+// the first occurrence of a block a miss, whole engine blocks) and the
+// measured one. A trace has no warm-ups: every request is measured
+// (Record.Warmups). A bad line is a TraceError naming it.
+//
 // Shards: a rate one client host cannot hold is sent by several processes,
 // each with Options.Shard (hone replay --shard i/N), which never talk to
 // each other and agree through their options alone. Shard 0 sends the eight

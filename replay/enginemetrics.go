@@ -17,11 +17,12 @@ import "encoding/json"
 // engineMetricsKeys counts, per key of the engine's per-request "metrics"
 // object, the measured requests that completed with it (a null value does
 // not count): which engine figures attribution can use at this level.
-// nil when no measured request carried metrics.
-func engineMetricsKeys(reqs []RequestRecord) map[string]int {
+// nil when no measured request carried metrics. The first warmups ids
+// are warm-ups (Sessions; a trace has none).
+func engineMetricsKeys(reqs []RequestRecord, warmups int) map[string]int {
 	var out map[string]int
 	for _, q := range reqs {
-		if q.ID < Sessions || q.Outcome != OutcomeOK || len(q.EngineMetrics) == 0 {
+		if q.ID < warmups || q.Outcome != OutcomeOK || len(q.EngineMetrics) == 0 {
 			continue
 		}
 		var m map[string]json.RawMessage

@@ -16,11 +16,11 @@ func TestEngineMetricsKeys(t *testing.T) {
 		{ID: 10, Outcome: OutcomeOK},
 		{ID: 11, Outcome: OutcomeStreamCut, EngineMetrics: m(`{"queue_time_ms":1}`)},
 	}
-	got := engineMetricsKeys(reqs)
+	got := engineMetricsKeys(reqs, Sessions)
 	if want := map[string]int{"queue_time_ms": 2, "time_to_first_token_ms": 2, "mean_itl_ms": 1}; !maps.Equal(got, want) {
 		t.Errorf("keys %v, want %v", got, want)
 	}
-	if got := engineMetricsKeys(reqs[3:4]); got != nil {
+	if got := engineMetricsKeys(reqs[3:4], Sessions); got != nil {
 		t.Errorf("no metrics: %v, want nil", got)
 	}
 }

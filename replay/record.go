@@ -71,7 +71,11 @@ type Model struct {
 // regenerate every prompt and to prove two records used identical inputs.
 type WorkloadRecord struct {
 	Workload
-	QPS []float64 `json:"qps"`
+	// Kind is WorkloadTrace for a trace replay (hone replay --trace),
+	// whose requests Trace describes; "" for the brief's workload.
+	Kind  string     `json:"kind,omitempty"`
+	Trace *TraceInfo `json:"trace,omitempty"`
+	QPS   []float64  `json:"qps"`
 	// Load is how requests after the warm-ups are sent: LoadOpen (at the
 	// schedule's arrival times, one level per rate in QPS; "" in records
 	// from before closed loops) or LoadClosed (Concurrency clients, each
@@ -86,6 +90,20 @@ type WorkloadRecord struct {
 	SuffixRecipe  string          `json:"suffix_recipe"`
 	PrewarmPolicy string          `json:"prewarm"`
 }
+
+// Warmups is how many of every level's first requests (by id) are
+// warm-ups, which no figure counts: Sessions for the brief's workload, 0
+// for a trace (every request is measured).
+func (r *Record) Warmups() int {
+	if r.Workload.Kind == WorkloadTrace {
+		return 0
+	}
+	return Sessions
+}
+
+// WorkloadTrace is the kind of a trace replay's workload
+// (WorkloadRecord.Kind).
+const WorkloadTrace = "trace"
 
 // Load modes of a record's workload (WorkloadRecord.Load).
 const (

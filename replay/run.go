@@ -650,13 +650,15 @@ func (lr *LevelRecord) summarize(reqs []Request, target slo.SLO, gpus int) {
 	if len(reqs) > Sessions {
 		windowFromMs = reqs[Sessions].ArrivalMs
 	}
-	lr.summarizeOver(measuredPlanned, windowFromMs, target, gpus)
+	lr.summarizeOver(Sessions, measuredPlanned, windowFromMs, target, gpus)
 }
 
-// summarizeOver is summarize for a level that planned measuredPlanned
-// measured requests and whose window opens at windowFromMs (request 8's
-// arrival): a shard plans only some of the level's requests.
-func (lr *LevelRecord) summarizeOver(measuredPlanned int, windowFromMs float64, target slo.SLO, gpus int) {
+// summarizeOver is summarize for a level whose first warmups requests
+// (ids) are warm-ups (Sessions; a trace has none), that planned
+// measuredPlanned measured requests and whose window opens at
+// windowFromMs (the first measured request's arrival): a shard plans only
+// some of the level's requests.
+func (lr *LevelRecord) summarizeOver(warmups, measuredPlanned int, windowFromMs float64, target slo.SLO, gpus int) {
 	var ttft, tpot, lag []float64
 	var cached, prompt float64
 	haveCached := false
@@ -668,7 +670,7 @@ func (lr *LevelRecord) summarizeOver(measuredPlanned int, windowFromMs float64, 
 		if !q.Valid {
 			lr.Invalid++
 		}
-		if q.ID < Sessions {
+		if q.ID < warmups {
 			continue
 		}
 		if q.Outcome != OutcomeOK || q.TTFTMs == nil {
@@ -692,7 +694,7 @@ func (lr *LevelRecord) summarizeOver(measuredPlanned int, windowFromMs float64, 
 	}
 	measuredInvalid := 0
 	for _, q := range lr.Requests {
-		if q.ID >= Sessions && !q.Valid {
+		if q.ID >= warmups && !q.Valid {
 			measuredInvalid++
 		}
 	}
@@ -726,13 +728,16 @@ func (lr *LevelRecord) summarizeOver(measuredPlanned int, windowFromMs float64, 
 		h := cached / prompt
 		lr.HitRateCachedTokens = &h
 	}
-	lr.WarmupHitRate = warmupHitRate(lr)
-	lr.EngineMetricsKeys = engineMetricsKeys(lr.Requests)
+	lr.WarmupHitRate = nil
+	if warmups > 0 {
+		lr.WarmupHitRate = warmupHitRate(lr)
+	}
+	lr.EngineMetricsKeys = engineMetricsKeys(lr.Requests, warmups)
 	rate := lr.HitRateMetricsMeasure
 	if rate == nil {
 		rate = lr.HitRateCachedTokens
 	}
-	if rate != nil {
+	if rate != nil && warmups > 0 { // the brief's promise; a trace makes its own (TraceInfo)
 		met := *rate > 0.9
 		lr.CachePromiseMet = &met
 	}

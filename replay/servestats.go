@@ -79,11 +79,12 @@ func LevelServeStats(rec *Record, i int) ServeStats {
 	s := ServeStats{Runs: len(levels), Valid: len(valid) > 0 && len(valid) == len(levels)}
 	var ttft, tpot, itl, e2e []float64
 	var outTok, inTok int
+	warmups := rec.Warmups()
 	for _, l := range levels {
 		s.OfferedQPS, s.Concurrency = l.OfferedQPS, l.Concurrency
 		s.DurationS += l.WindowSeconds
 		for _, q := range l.Requests {
-			if q.ID < Sessions {
+			if q.ID < warmups {
 				continue
 			}
 			if q.Outcome != OutcomeOK || q.FirstMs == nil || q.FinishMs == nil || q.TTFTMs == nil {

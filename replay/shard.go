@@ -172,7 +172,7 @@ func (p *shardPlan) settle(lr *LevelRecord, all, mine []Request, late, overrun t
 			measured++
 		}
 	}
-	lr.summarizeOver(measured, all[Sessions].ArrivalMs, o.SLO, o.GPUs)
+	lr.summarizeOver(Sessions, measured, all[Sessions].ArrivalMs, o.SLO, o.GPUs)
 	if late > 0 {
 		lr.Invalidate(ReasonClientBound, "shard %d/%d was ready for this level %v after its start instant (its previous level drained, or its setup ended, too late): "+
 			"its sends ran late; leave more time between levels (--level-gap) or start later (--start-at)", p.Index, p.Count, late.Round(time.Microsecond))

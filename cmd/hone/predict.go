@@ -47,6 +47,7 @@ func newPredictCmd() *cobra.Command {
 		axes         predict.AxisFlags
 		concurrency  string
 		capf         capacityFlags
+		trace        traceFlags
 	)
 	c := &cobra.Command{
 		Use:   "predict SPEC",
@@ -100,6 +101,10 @@ floor on each probe's measured requests. -o json prints {"kind",
 "source", "capacity": {"mode", "value", "unit", "precision", "upper",
 "slo", "probes": [...]}}.
 
+` + traceHelp + ` With hone predict the trace runs through
+the simulation as hone replay --trace sends it to the emulator (the same
+prompts, token for token), and the measured hit rate is the predicted one.
+
 --out writes the result: the prediction as a run record (per-request records
 included), or with --grid every point, ranked, with its spec and its
 levels.
@@ -111,10 +116,14 @@ the prediction cannot model).`,
   hone predict --profile qwen2.5-coder-0.5b-h200 --qps 4,16,64 -o json examples/emulator-disagg-nixl-1p1d.yaml
   hone predict --grid --top 10 examples/emulator-l4-colocated.yaml
   hone predict --capacity --slo interactive examples/emulator-l4-colocated.yaml
-  hone predict --grid --grid-max-num-seqs 64,256,1024 --grid-enforce-eager false --out grid.json spec.yaml`,
+  hone predict --grid --grid-max-num-seqs 64,256,1024 --grid-enforce-eager false --out grid.json spec.yaml
+  hone predict --trace conversation_trace.jsonl --trace-speed 2 examples/emulator-l4-colocated.yaml`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			if err := output.check(); err != nil {
+				return err
+			}
+			if err := trace.check(c, workloadFlagNames...); err != nil {
 				return err
 			}
 			if !grid {
@@ -178,7 +187,16 @@ the prediction cannot model).`,
 				}
 				return writeCapacity(c.OutOrStdout(), output.value, out, res)
 			}
-			rec, err := predict.Run(spec, opts)
+			var rec *replay.Record
+			if trace.path != "" {
+				tf, terr := trace.open()
+				if terr != nil {
+					return terr
+				}
+				rec, err = predict.RunTrace(spec, opts, tf, trace.speed)
+			} else {
+				rec, err = predict.Run(spec, opts)
+			}
 			if err != nil {
 				var pe *replay.ParamError
 				if errors.As(err, &pe) {
@@ -196,6 +214,7 @@ the prediction cannot model).`,
 				return writeJSON(w, withoutRequests(rec))
 			}
 			writePredictTable(w, spec, prof.Name, rec)
+			writeTraceHitRates(w, rec)
 			if out != "" {
 				fmt.Fprintf(w, "record (%s, profile %s) written to %s\n", rec.Kind, prof.Name, out)
 			}
@@ -212,6 +231,7 @@ the prediction cannot model).`,
 	f.IntVar(&top, "top", 20, "with --grid: how many of the ranked specs to print")
 	registerGridAxes(f, &axes, predict.DefaultAxes())
 	capf.register(c)
+	trace.register(c)
 	return c
 }
 

@@ -44,6 +44,7 @@ func newReplayCmd() *cobra.Command {
 		levelGap              time.Duration
 		maxConcurrency        string
 		capf                  capacityFlags
+		trace                 traceFlags
 	)
 	c := &cobra.Command{
 		Use:   "replay",
@@ -105,6 +106,8 @@ start marks it client_bound: levels never shift. With --shard, --cache must
 be reset or fresh-prefixes (shards cannot agree on what auto would find),
 and hosts' clocks must agree (NTP) to well within the SLOs.
 
+` + traceHelp + `
+
 --capacity finds the endpoint's capacity instead of scanning --qps: the
 largest load that meets the SLO at steady state (--slo interactive: p99
 TTFT 500 ms, p99 TPOT 50 ms), each probe one level of a one-run replay
@@ -126,6 +129,7 @@ checked writable before the first request) (a flag, a --model the endpoint does 
 a --kind or --time-scale the endpoint contradicts, a --start-at in the
 past).`,
 		Example: `  hone replay --endpoint http://127.0.0.1:8000 --model Qwen/Qwen3-8B --qps 1,2,4,8,16,32 --runs 3 --out run.json
+  hone replay --endpoint http://127.0.0.1:8000 --model Qwen/Qwen3-8B --trace conversation_trace.jsonl --trace-speed 2 --out trace.json.gz
   hone replay --endpoint http://127.0.0.1:9000 --model emu --kind emulated --gpus 2 --out emu.json
 
   # the same load from three processes, merged into one record
@@ -138,6 +142,9 @@ past).`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if err := output.check(); err != nil {
+				return err
+			}
+			if err := trace.check(c, workloadFlagNames...); err != nil {
 				return err
 			}
 			qps, err := parseQPS(wf.qps)
@@ -240,7 +247,16 @@ past).`,
 			if capf.on {
 				return replayCapacity(ctx, c, opts, capf, output.value, out, pp)
 			}
-			rec, err := replay.Run(ctx, opts)
+			var rec *replay.Record
+			if trace.path != "" {
+				tf, terr := trace.open()
+				if terr != nil {
+					return terr
+				}
+				rec, err = replay.RunTrace(ctx, opts, tf, trace.speed)
+			} else {
+				rec, err = replay.Run(ctx, opts)
+			}
 			pp.Close()
 			var pe *replay.ParamError
 			if errors.As(err, &pe) {
@@ -270,6 +286,9 @@ past).`,
 			if err := writeReplayOutput(w, output.value, rec, out, bad); err != nil {
 				return err
 			}
+			if output.value != "json" {
+				writeTraceHitRates(w, rec)
+			}
 			if sh != nil {
 				fmt.Fprintf(c.ErrOrStderr(), "shard %d/%d: merge every shard's record with 'hone replay merge'\n", sh.Index, sh.Count)
 			}
@@ -279,6 +298,7 @@ past).`,
 	c.AddCommand(newReplayMergeCmd())
 	wf.register(c, true)
 	capf.register(c)
+	trace.register(c)
 	f := c.Flags()
 	f.StringVar(&endpoint, "endpoint", "", "base URL of the OpenAI-compatible server (required)")
 	f.StringVar(&tokEndpoint, "tokenize-endpoint", "", "base URL serving POST /tokenize, when not --endpoint")
@@ -602,6 +622,10 @@ func replaySummary(rec *replay.Record, out string) map[string]any {
 	for _, r := range rec.Runs {
 		runs = append(runs, map[string]any{"run": r.Run, "objective": r.Objective, "gpu_seconds_per_request": r.GPUSecondsPerRequest})
 	}
-	return map[string]any{"record": out, "kind": rec.Kind, "time_scale": rec.TimeScale, "cache": rec.Cache.Procedure,
+	m := map[string]any{"record": out, "kind": rec.Kind, "time_scale": rec.TimeScale, "cache": rec.Cache.Procedure,
 		"outcomes": rec.Outcomes, "invalid_levels": rec.InvalidLevels(), "failed_levels": rec.FailedLevels(), "runs": runs, "levels": replay.ServeStatsByLevel(rec)}
+	if rec.Workload.Trace != nil {
+		m["trace"] = rec.Workload.Trace
+	}
+	return m
 }

@@ -1,0 +1,122 @@
+package predict
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/sim/emulator"
+)
+
+// RunTrace predicts spec under the trace tf at speed (0: 1), as hone
+// replay --trace replays it against the emulator: every request at
+// (timestamp - first) / speed model ms on engines that start cold, its
+// prompt the token ids replay.TraceTokens draws from the emulator
+// tokenizer's ids of the same text (so the prompts, and the prompts'
+// hashes, are the ones a replay against the emulator sends), exactly
+// output_length tokens out. The record is of kind "predicted", one run of
+// one level with every request (opts.KeepRequests), its workload the
+// trace with the implied and the predicted hit rates. The simulation
+// holds every request's prompt at once (emulator.SimulateLoad), unlike
+// the replay, which builds each as it is sent. opts.QPS, Concurrency and
+// Capacity are not read; of opts.Workload only the seed.
+func RunTrace(spec *deploy.Spec, opts Options, tf *replay.TraceFile, speed float64) (*replay.Record, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if speed == 0 {
+		speed = 1
+	}
+	if !(speed > 0) {
+		return nil, &replay.ParamError{Field: "trace-speed", Value: speed, Want: "a positive factor"}
+	}
+	prof, err := profileFor(spec, opts)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := clusterOf(spec, prof)
+	if err != nil {
+		return nil, err
+	}
+	seed := opts.Workload.Seed
+	if seed == 0 {
+		seed = replay.DefaultSeed
+	}
+	tok := emulator.NewTokenizer()
+	vocab, err := replay.TraceVocab(context.Background(), seed, func(_ context.Context, text string) ([]int, error) {
+		ids, _ := tok.Tokenize(text)
+		return ids, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	rec := replay.NewTraceRecord(tf, speed, seed, len(vocab))
+	rec.Kind, rec.Backend = Kind, "predict: emulator engine in virtual time, profile "+prof.Name
+	rec.Engine, rec.Model, rec.Config = replay.EngineInfo{Endpoint: "virtual"}, replay.Model{ID: spec.ServedName()}, specConfig(spec)
+	rec.Hardware = map[string]any{"profile": prof.Name, "profile_source": prof.SourceKind(), "gpu": prof.GPU.Name}
+	rec.GPUs, rec.TimeScale, rec.SLO = spec.GPUsNeeded(), 1, opts.SLO
+	rec.Cache = replay.CacheState{Procedure: replay.CacheReset,
+		Detail: "virtual engines start the trace empty: the prefix cache holds nothing, as after POST /reset_prefix_cache"}
+	rec.RequestTimeoutMs, rec.CachedTokensRule = float64(replay.DefaultRequestTimeout)/1e6, replay.CachedTokensAsReported
+	rec.StartedAt, rec.FinishedAt = time.Unix(0, 0).UTC(), time.Unix(0, 0).UTC()
+
+	src, err := tf.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	tokens := replay.NewTraceTokens(vocab, tf.Info.BlockSize, seed)
+	router := newRouter(cl)
+	vr := make([]emulator.VirtualRequest, 0, tf.Info.Requests)
+	reqs := make([]replay.Request, 0, tf.Info.Requests)
+	all := sha256.New()
+	var hashes []string
+	for q, ok := src.Next(); ok; q, ok = src.Next() {
+		// The simulation writes each request's output after its prompt.
+		ids := tokens.Append(make([]int, 0, q.InputLength+q.OutputLength), q)
+		i := len(vr)
+		at := (q.TimestampMs - tf.Info.FirstMs) / speed
+		reqs = append(reqs, replay.Request{ID: i, ArrivalMs: at, InputTokens: q.InputLength, OutputTokens: q.OutputLength})
+		vr = append(vr, emulator.VirtualRequest{ID: fmt.Sprintf("predict-trace-%d", i), Prompt: ids, MaxTokens: q.OutputLength, ArrivalMs: at, Decode: -1})
+		router.route(&vr[i])
+		h := replay.HashTokens(ids)
+		all.Write([]byte(h))
+		hashes = append(hashes, h)
+	}
+	if err := src.Err(); err != nil {
+		return nil, err
+	}
+	rec.Workload.Trace.FirstTokenReuses = tokens.Reuses()
+	outs, err := emulator.SimulateLoad(cl.workers, vr, emulator.ClosedLoop{From: len(vr)})
+	if err != nil {
+		return nil, err
+	}
+	lr := replay.LevelRecord{Level: replay.LevelOf(rec.Workload.QPS[0]), Planned: len(reqs), Sent: len(reqs), Complete: true,
+		Outcomes: map[string]int{}, Failures: map[string]int{}, PrefixSeed: seed,
+		Verdict: replay.Verdict{Valid: true, Reasons: []replay.Reason{}}, PromptsSHA256: hex.EncodeToString(all.Sum(nil))}
+	lr.Requests = make([]replay.RequestRecord, len(reqs))
+	for i, q := range reqs {
+		lr.Requests[i] = requestRecord(q, vr[i], &outs[i], opts.KeepRequests)
+		lr.Requests[i].PromptSHA256 = hashes[i]
+	}
+	lr.SummarizeTrace(opts.SLO, rec.GPUs)
+	for _, r := range lr.Requests {
+		rec.Outcomes[r.Outcome]++
+		if r.Valid {
+			rec.Validation.Valid++
+		} else {
+			rec.Validation.Invalid++
+		}
+	}
+	rec.Runs = []replay.RunRecord{{Run: 0, Levels: []replay.LevelRecord{lr}}}
+	rec.SetTraceMeasured()
+	if !opts.KeepRequests {
+		rec.Runs[0].Levels[0].Requests = nil
+	}
+	rec.Judge()
+	return rec, nil
+}

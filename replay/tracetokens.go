@@ -1,0 +1,290 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+)
+
+// TraceInfo is what a record keeps of the trace it replayed: its
+// fingerprint, its shape, and the prefix-cache hit rate its structure
+// implies beside the one measured.
+type TraceInfo struct {
+	Format string `json:"format"` // TraceMooncake or TraceRecord
+	SHA256 string `json:"sha256"` // of the file as given (compressed or not)
+	// Requests, InputTokens, OutputTokens: the trace's totals.
+	Requests     int   `json:"requests"`
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+	// FirstMs and LastMs are the first and last timestamps, trace time.
+	FirstMs float64 `json:"first_ms"`
+	LastMs  float64 `json:"last_ms"`
+	// Speed divides the trace's time: request i is sent at
+	// (timestamp_i - first) / speed model ms after the start.
+	Speed float64 `json:"speed"`
+	// BlockSize is the trace's: one hash id per BlockSize prompt tokens.
+	BlockSize int `json:"block_size"`
+	// EngineBlockSize is the serving engine's KV block size, which the
+	// implied hit rate is computed with.
+	EngineBlockSize int `json:"engine_block_size"`
+	// ImpliedHitRate is ImpliedHitRule applied to the trace: implied
+	// cached tokens / input tokens.
+	ImpliedHitRate      float64 `json:"implied_hit_rate"`
+	ImpliedCachedTokens int64   `json:"implied_cached_tokens"`
+	ImpliedHitRule      string  `json:"implied_hit_rule"`
+	// MeasuredHitRate is what the engine reported over every request:
+	// summed cached_tokens / prompt_tokens where every request answered
+	// with them, else the /metrics counters' delta over the replay;
+	// MeasuredFrom says which. nil when the engine reported neither.
+	MeasuredHitRate *float64 `json:"measured_hit_rate"`
+	MeasuredFrom    string   `json:"measured_from,omitempty"`
+	// Vocab is how many distinct token ids prompts are drawn from
+	// (TraceTokens); FirstTokenReuses counts blocks whose first token an
+	// earlier sibling already began with (a block with more distinct
+	// successors than Vocab), each sharing one token more than its hash
+	// ids say. 0 on every trace whose blocks have fewer successors.
+	Vocab            int    `json:"vocab_size"`
+	FirstTokenReuses int    `json:"first_token_reuses"`
+	TokenRecipe      string `json:"token_recipe"`
+}
+
+// ImpliedHitRule states how TraceInfo.ImpliedHitRate is computed.
+const ImpliedHitRule = "unbounded prefix cache, requests in trace order, each finishing its prefill before the next arrives: " +
+	"a request's cached tokens are its first k full trace blocks whose hash-id chain an earlier request already sent " +
+	"(the first occurrence of a block is a miss), cut to whole engine blocks and to input_length - 1 (the engine computes at least the last token: " +
+	"floor(min(k × block_size, input_length - 1) / engine_block_size) × engine_block_size); a partial last block and the tail are the request's own"
+
+// TraceTokenRecipe states how TraceTokens builds prompts.
+const TraceTokenRecipe = "each full trace block: a first token vocab[i mod vocab_size], i the block's rank among the distinct blocks that followed the same hash-id chain (tails included), " +
+	"then block_size - 1 ids drawn uniformly from vocab by PCG(seed, hash_id); the tokens after the last full block with a hash id: " +
+	"first token by the same rank, the rest by PCG(seed ^ tail, request index); vocab: the distinct ids of hone's generated code text tokenized by the engine"
+
+// ImpliedHits computes the hit rate a trace's structure implies
+// (ImpliedHitRule), a request at a time.
+type ImpliedHits struct {
+	block, engine int
+	seen          map[uint64]struct{}
+	Input, Cached int64
+}
+
+// NewImpliedHits is an empty cache for a trace of block-token blocks on
+// an engine of engineBlock-token blocks.
+func NewImpliedHits(block, engineBlock int) *ImpliedHits {
+	return &ImpliedHits{block: block, engine: engineBlock, seen: map[uint64]struct{}{}}
+}
+
+// chainKey extends the key of a chain of hash ids by h (the root's is 0):
+// a block is the same block only after the same blocks.
+func chainKey(parent uint64, h int64) uint64 {
+	z := parent*0x9E3779B97F4A7C15 ^ uint64(h) + 0x632BE59BD9B4E019
+	z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
+	z = (z ^ z>>27) * 0x94D049BB133111EB
+	return z ^ z>>31
+}
+
+// fullBlocks is how many of q's blocks have a hash id and are whole.
+func fullBlocks(q *TraceRequest, block int) int {
+	return min(len(q.HashIDs), q.InputLength/block)
+}
+
+// Add counts q's cached tokens and caches its full blocks.
+func (m *ImpliedHits) Add(q *TraceRequest) int {
+	n := fullBlocks(q, m.block)
+	k, key, hit := 0, uint64(0), true
+	for i := range n {
+		key = chainKey(key, q.HashIDs[i])
+		if _, ok := m.seen[key]; ok && hit {
+			k++
+		} else {
+			hit = false
+			m.seen[key] = struct{}{}
+		}
+	}
+	cached := min(k*m.block, q.InputLength-1) / m.engine * m.engine
+	m.Input += int64(q.InputLength)
+	m.Cached += int64(cached)
+	return cached
+}
+
+// Rate is cached / input tokens so far.
+func (m *ImpliedHits) Rate() float64 {
+	if m.Input == 0 {
+		return 0
+	}
+	return float64(m.Cached) / float64(m.Input)
+}
+
+// TraceTokens builds a trace's prompts as token ids (TraceTokenRecipe):
+// two requests whose hash lists agree on their first k full blocks share
+// exactly their first k × block tokens, and nothing more — every block and
+// tail begins with a token none of its siblings (the other blocks after
+// the same chain) begins with, as long as no chain has more than Vocab
+// successors (FirstTokenReuses counts those that had). Requests must come
+// in trace order: a block's first token is its rank among its siblings.
+type TraceTokens struct {
+	block int
+	seed  uint64
+	vocab []int
+	// rank of every block seen (by chain key), and the number of
+	// successors given a rank so far, by parent chain key.
+	rank     map[uint64]int
+	children map[uint64]int
+	reuses   int
+	n        uint64
+}
+
+// NewTraceTokens draws prompts of block-token blocks from vocab (distinct
+// valid ids, e.g. TraceVocab's), seeded by seed.
+func NewTraceTokens(vocab []int, block int, seed uint64) *TraceTokens {
+	return &TraceTokens{block: block, seed: seed, vocab: vocab, rank: map[uint64]int{}, children: map[uint64]int{}}
+}
+
+// Reuses is how many blocks so far began with a sibling's first token.
+func (t *TraceTokens) Reuses() int { return t.reuses }
+
+func (t *TraceTokens) nextRank(parent uint64) int {
+	r := t.children[parent]
+	t.children[parent] = r + 1
+	if r >= len(t.vocab) {
+		t.reuses++
+	}
+	return r
+}
+
+// Append appends q's prompt (q.InputLength ids) to dst.
+func (t *TraceTokens) Append(dst []int, q *TraceRequest) []int {
+	dst = slices.Grow(dst, q.InputLength)
+	n := fullBlocks(q, t.block)
+	key := uint64(0)
+	for i := range n {
+		h := q.HashIDs[i]
+		child := chainKey(key, h)
+		r, ok := t.rank[child]
+		if !ok {
+			r = t.nextRank(key)
+			t.rank[child] = r
+		}
+		key = child
+		dst = append(dst, t.vocab[r%len(t.vocab)])
+		rng := rand.New(rand.NewPCG(t.seed, uint64(h)))
+		for range t.block - 1 {
+			dst = append(dst, t.vocab[rng.IntN(len(t.vocab))])
+		}
+	}
+	t.n++
+	if tail := q.InputLength - n*t.block; tail > 0 {
+		dst = append(dst, t.vocab[t.nextRank(key)%len(t.vocab)])
+		rng := rand.New(rand.NewPCG(t.seed^0x7461696c, t.n))
+		for range tail - 1 {
+			dst = append(dst, t.vocab[rng.IntN(len(t.vocab))])
+		}
+	}
+	return dst
+}
+
+// TraceVocabBytes is how much generated code text TraceVocab tokenizes.
+const TraceVocabBytes = 1 << 20
+
+// TraceVocab is the distinct ids, sorted, that the engine's tokenizer
+// gives hone's generated code text (PrefixText of seed's eight sessions,
+// TraceVocabBytes in all): valid ids of the served model without knowing
+// its vocabulary size.
+func TraceVocab(ctx context.Context, seed uint64, tokenize TokenizeFunc) ([]int, error) {
+	seen := map[int]bool{}
+	for s := range Sessions {
+		ids, err := tokenize(ctx, PrefixText(seed, s, TraceVocabBytes/Sessions))
+		if err != nil {
+			return nil, fmt.Errorf("tokenize the vocabulary text: %w", err)
+		}
+		for _, id := range ids {
+			if id < 0 {
+				return nil, fmt.Errorf("tokenize the vocabulary text: negative token id %d", id)
+			}
+			seen[id] = true
+		}
+	}
+	if len(seen) < 2 {
+		return nil, fmt.Errorf("tokenize the vocabulary text: %d distinct ids, want at least 2", len(seen))
+	}
+	out := make([]int, 0, len(seen))
+	for id := range seen {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// RecordTrace turns a hone run record's requests into a trace: every
+// level of every run in order, each level after the previous one's last
+// arrival plus LevelGapMs, at the requests' scheduled times (model time).
+// The brief's workload is what makes its structure: a session's prefix
+// is the same blocks in every request of the session within one level,
+// and nothing else is shared (levels started cold; the rest of every
+// prompt is the request's own). The block size returned is the largest
+// power of two up to MooncakeBlockSize that divides the prefix, so the
+// trace shares exactly the prefix tokens.
+func RecordTrace(rec *Record) ([]TraceRequest, int, error) {
+	if rec.Workload.Kind == WorkloadTrace {
+		return nil, 0, fmt.Errorf("a record of a trace replay (trace sha256 %s): replay that trace itself", rec.Workload.Trace.SHA256)
+	}
+	prefix := rec.Workload.CachedTokens()
+	block := MooncakeBlockSize
+	for block > 1 && (prefix <= 0 || prefix%block != 0) {
+		block /= 2
+	}
+	var out []TraceRequest
+	offset, next := 0.0, int64(1)<<40
+	level := int64(0)
+	for _, r := range rec.Runs {
+		for _, l := range r.Levels {
+			last := 0.0
+			for _, q := range l.Requests {
+				if q.InputTokens < 1 {
+					continue
+				}
+				tq := TraceRequest{TimestampMs: offset + q.ScheduledMs, InputLength: q.InputTokens, OutputLength: requestedOutput(rec, q)}
+				shared := min(prefix, q.InputTokens) / block
+				for j := range shared {
+					tq.HashIDs = append(tq.HashIDs, (level*Sessions+int64(q.Session))<<20|int64(j))
+				}
+				for range (q.InputTokens+block-1)/block - shared {
+					tq.HashIDs = append(tq.HashIDs, next)
+					next++
+				}
+				out = append(out, tq)
+				last = max(last, q.ScheduledMs)
+			}
+			level++
+			offset += last + LevelGapMs
+		}
+	}
+	if len(out) == 0 {
+		return nil, 0, fmt.Errorf("the record holds no request to replay")
+	}
+	slices.SortStableFunc(out, func(a, b TraceRequest) int {
+		switch {
+		case a.TimestampMs < b.TimestampMs:
+			return -1
+		case a.TimestampMs > b.TimestampMs:
+			return 1
+		}
+		return 0
+	})
+	return out, block, nil
+}
+
+// LevelGapMs separates a converted record's levels (RecordTrace), model
+// time: long enough for a level's last requests to finish.
+const LevelGapMs = 10000
+
+// requestedOutput is what the record's workload asked of q: its requests
+// ran with ignore_eos to exactly this many tokens (a failed request may
+// record fewer).
+func requestedOutput(rec *Record, q RequestRecord) int {
+	w := rec.Workload
+	if w.LengthRatio > 0 && w.LengthRatio < 1 && q.ID >= Sessions && q.Outcome == OutcomeOK && q.OutputTokens > 0 {
+		return q.OutputTokens
+	}
+	return max(w.OutputTokens, 1)
+}
