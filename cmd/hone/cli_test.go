@@ -237,6 +237,7 @@ func TestOptimizeAndReportBadInput(t *testing.T) {
 		{[]string{"diagnose", "report", "--record", "r.json", "--evidence", "nvml"}, "--evidence: want auto, engine or kernel"},
 		{[]string{"diagnose", "report", "--record", "r.json", "--evidence", "kernel"}, "--evidence kernel: needs --daemon"},
 		{[]string{"diagnose", "report", "--record", "r.json", "--max-num-batched-tokens", "-1"}, "--max-num-batched-tokens"},
+		{[]string{"diagnose", "report", "--record", "r.json", "--max-num-seqs", "-1"}, "--max-num-seqs: want >= 0"},
 		{[]string{"diagnose", "report", "--record", "r.json", "--step-pid", "7=9"}, "--step-pid: needs --daemon"},
 		{[]string{"sim", "serve", "--port", "0", "--cuda-worker"}, "--cuda-worker: needs --cuda-lib"},
 		{[]string{"sim", "cuda-worker"}, "--cuda-lib: required"},

@@ -20,7 +20,7 @@ func init() { subcommands = append(subcommands, newDiagnoseCmd) }
 func newDiagnoseCmd() *cobra.Command {
 	c := &cobra.Command{Use: "diagnose", Short: "Attribute each request's latency and name the bottleneck"}
 	var record, timelines, proxyURL, truth, pprofOut, snapshot, head, evidence string
-	var tokenBudget int
+	var tokenBudget, maxNumSeqs int
 	var stepPIDs []string
 	var format outputFormat
 	report := &cobra.Command{
@@ -37,9 +37,12 @@ measured request's TTFT into:
                 scheduled) and failed prefill legs
   prefill       the engine's first scheduling → first token (vLLM
                 time_to_first_token_ms)
-  transfer      on a decode worker: its queue_time_ms (vLLM counts the wait
-                for KV blocks there, before it schedules the request)
-  decode_queue  the decode worker's first step (its time_to_first_token_ms)
+  transfer      on a decode worker: the wait for KV blocks, to the KV pull's
+                end (hone's emulator's kv_transfer_time_ms, or the daemon's
+                KV connection); with neither, its whole queue_time_ms
+                (vLLM counts the KV wait and any queue after it there)
+  decode_queue  the decode worker's queue after the KV and its first step
+                (its time_to_first_token_ms)
 
 and reports decode (first → last token) beside them. TTFT runs from the
 scheduled send, as in the record. Figures are model time. vLLM must run with
@@ -51,14 +54,20 @@ bounds (p99 > %g%% of the TTFT SLO, or median > %g%% of the median TTFT) is
 marked invalid. Invalid levels are shown with their reason codes but never
 decide the bottleneck, which is, in this order: client-bound when every level
 is invalid or the lowest or highest is client_bound (the proposals then fix
-the measurement, not the deployment); decode when TPOT misses its SLO; the
-largest part of the tail when the tail's TTFT is over the SLO already at the
-lowest valid level; the part whose tail mean (over the slowest %g%% of
-requests by TTFT) grows most from the lowest to the highest valid level, with
-a %g%% bootstrap interval above %g%% of the lowest level's tail TTFT; a part
-that dominates the TTFT budget at every valid level (mean share over %g%%);
-else none. When the runner-up's interval overlaps, the verdict says
-"uncertain".
+the measurement, not the deployment); stall when one freeze (no stream got a
+chunk for %g TPOT SLOs while one was mid-stream) explains the rest: its
+requests are an outlier set, and the rule on the others names nothing;
+decode when TPOT misses its SLO; the largest part of the tail when the tail's
+TTFT is over the SLO already at the lowest valid level; the part whose tail
+mean (over the slowest %g%% of requests by TTFT) grows most from the lowest to
+the highest valid level, with a %g%% bootstrap interval above %g%% of the
+lowest level's tail TTFT and above %g%% of the TTFT SLO; a part that dominates
+the TTFT budget at every valid level (mean share over %g%%, tail mean over
+%g%% of the SLO); else none. When the runner-up's interval overlaps, the
+verdict says "uncertain". The confidence is the verdict's own: the share of
+bootstrap resamples that name the same part. The proposals follow the
+engines' max-num-seqs (--max-num-seqs, else the record's config): a queue on
+an engine that streamed that many requests at once proposes raising it.
 
 Two sources of evidence split the engine's span. The engine's own: vLLM's
 per-request metrics (queue_time_ms, time_to_first_token_ms), which need a vLLM
@@ -120,7 +129,8 @@ engine's host and replay or the proxy on the same host.
 prints the error per part. --pprof writes a profile for go tool pprof.
 
 Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*replay.ClientBoundTTFTFraction,
-			100*diagnose.TailFraction, 100*diagnose.Confidence, 100*diagnose.GrowthFraction, 100*diagnose.DominantShare),
+			float64(diagnose.StallTPOTs), 100*diagnose.TailFraction, 100*diagnose.Confidence, 100*diagnose.GrowthFraction,
+			100*diagnose.MaterialFraction, 100*diagnose.DominantShare, 100*diagnose.MaterialFraction),
 		Example: `  hone diagnose report --record run.json --proxy http://127.0.0.1:8000
   hone diagnose report --record run.json --timelines tl.json -o md --pprof ttft.pb.gz
   go tool pprof -top ttft.pb.gz`,
@@ -140,6 +150,9 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 				}
 			default:
 				return badInput("--evidence: want auto, engine or kernel, got %q", evidence)
+			}
+			if maxNumSeqs < 0 {
+				return badInput("--max-num-seqs: want >= 0 (0: the record's config, else unknown), got %d", maxNumSeqs)
 			}
 			if tokenBudget < 0 {
 				return badInput("--max-num-batched-tokens: want >= 0 (0: the record's config, else unknown), got %d", tokenBudget)
@@ -223,7 +236,11 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 					}
 				}
 			}
-			d := diagnose.Summarize(rec.Kind, atts, rec.SLO, tpot)
+			knobs := diagnose.RecordKnobs(rec)
+			if maxNumSeqs > 0 {
+				knobs.MaxNumSeqs = maxNumSeqs
+			}
+			d := diagnose.SummarizeKnobs(rec.Kind, atts, rec.SLO, tpot, knobs)
 			out := c.OutOrStdout()
 			var errs []diagnose.PartError
 			if truth != "" {
@@ -297,6 +314,7 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 	f.StringVar(&snapshot, "daemon", "", "hone daemon snapshot: join each request to its HTTP exchange and the engine's steps, and each disaggregated request to its KV pull, as the kernel saw them")
 	f.StringVar(&evidence, "evidence", "auto", "what splits each request: auto (the engines' per-request metrics where they reported them, else the kernel split where the request has one, else client timing) | engine (never the kernel split; shown beside) | kernel (the kernel split alone; needs --daemon; requests without one are left out)")
 	f.IntVar(&tokenBudget, "max-num-batched-tokens", 0, "the engines' token budget per step (vLLM's --max-num-batched-tokens): the kernel split infers each prefill's steps by the scheduler's rules; 0: the record's config (knobs.max_num_batched_tokens) when it states one, else each prefill is taken as one step")
+	f.IntVar(&maxNumSeqs, "max-num-seqs", 0, "the engines' max-num-seqs (vLLM's --max-num-seqs), which the proposals follow; 0: the record's config (knobs.max_num_seqs) when it states one, else unknown")
 	f.StringArrayVar(&stepPIDs, "step-pid", nil, "API_PID=STEP_PID: split the exchanges of API server process API_PID by the CUDA steps of process STEP_PID (default: the nearest stepping process in the traced tree); repeatable")
 	f.StringVar(&head, "http-head", "auto", "which send of a streamed response carries the first token: separate (vLLM: the head is sent first) | with-first-token (hone sim serve) | auto (by the record's kind)")
 	c.AddCommand(report)
