@@ -155,8 +155,8 @@ func TestTraceTokensShareExactly(t *testing.T) {
 			t.Errorf("%s: %d sharing pairs, %d first-token reuses", path, pairs, tt.Reuses())
 		}
 	}
-	// Two ids for the many first blocks: the third sibling reuses one.
-	tt := NewTraceTokens([]int{5, 9}, 4, 1)
+	// First tokens 0 and 1 for three first blocks: the third reuses one.
+	tt := NewTraceTokens([]int{0, 1}, 4, 1)
 	for i := range 3 {
 		tt.Append(nil, &TraceRequest{InputLength: 4, HashIDs: []int64{int64(i)}})
 	}

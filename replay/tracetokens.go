@@ -41,9 +41,10 @@ type TraceInfo struct {
 	MeasuredFrom    string   `json:"measured_from,omitempty"`
 	// Vocab is how many distinct token ids prompts are drawn from
 	// (TraceTokens); FirstTokenReuses counts blocks whose first token an
-	// earlier sibling already began with (a block with more distinct
-	// successors than Vocab), each sharing one token more than its hash
-	// ids say. 0 on every trace whose blocks have fewer successors.
+	// earlier sibling already began with (a chain with more distinct
+	// successors than the first-token ids, 0 to the vocabulary's largest
+	// id), each sharing one token more than its hash ids say. 0 on every
+	// trace whose chains have fewer successors.
 	Vocab            int    `json:"vocab_size"`
 	FirstTokenReuses int    `json:"first_token_reuses"`
 	TokenRecipe      string `json:"token_recipe"`
@@ -56,7 +57,7 @@ const ImpliedHitRule = "unbounded prefix cache, requests in trace order, each fi
 	"floor(min(k × block_size, input_length - 1) / engine_block_size) × engine_block_size); a partial last block and the tail are the request's own"
 
 // TraceTokenRecipe states how TraceTokens builds prompts.
-const TraceTokenRecipe = "each full trace block: a first token vocab[i mod vocab_size], i the block's rank among the distinct blocks that followed the same hash-id chain (tails included), " +
+const TraceTokenRecipe = "each full trace block: a first token i mod (max(vocab) + 1), i the block's rank among the distinct blocks that followed the same hash-id chain (tails included), " +
 	"then block_size - 1 ids drawn uniformly from vocab by PCG(seed, hash_id); the tokens after the last full block with a hash id: " +
 	"first token by the same rank, the rest by PCG(seed ^ tail, request index); vocab: the distinct ids of hone's generated code text tokenized by the engine"
 
@@ -122,10 +123,15 @@ func (m *ImpliedHits) Rate() float64 {
 // the same chain) begins with, as long as no chain has more than Vocab
 // successors (FirstTokenReuses counts those that had). Requests must come
 // in trace order: a block's first token is its rank among its siblings.
+// First tokens are the ids 0 to the vocabulary's largest: a Hugging Face
+// vocabulary's regular ids are contiguous from 0, its special ones after
+// them, so every id below one its tokenizer gave for plain text is a
+// regular id; the rest of a block is drawn from the vocabulary itself.
 type TraceTokens struct {
 	block int
 	seed  uint64
 	vocab []int
+	first int // first-token ids: 0 to first-1
 	// rank of every block seen (by chain key), and the number of
 	// successors given a rank so far, by parent chain key.
 	rank     map[uint64]int
@@ -135,9 +141,9 @@ type TraceTokens struct {
 }
 
 // NewTraceTokens draws prompts of block-token blocks from vocab (distinct
-// valid ids, e.g. TraceVocab's), seeded by seed.
+// valid ids, sorted, non-empty: TraceVocab's), seeded by seed.
 func NewTraceTokens(vocab []int, block int, seed uint64) *TraceTokens {
-	return &TraceTokens{block: block, seed: seed, vocab: vocab, rank: map[uint64]int{}, children: map[uint64]int{}}
+	return &TraceTokens{block: block, seed: seed, vocab: vocab, first: slices.Max(vocab) + 1, rank: map[uint64]int{}, children: map[uint64]int{}}
 }
 
 // Reuses is how many blocks so far began with a sibling's first token.
@@ -146,7 +152,7 @@ func (t *TraceTokens) Reuses() int { return t.reuses }
 func (t *TraceTokens) nextRank(parent uint64) int {
 	r := t.children[parent]
 	t.children[parent] = r + 1
-	if r >= len(t.vocab) {
+	if r >= t.first {
 		t.reuses++
 	}
 	return r
@@ -166,7 +172,7 @@ func (t *TraceTokens) Append(dst []int, q *TraceRequest) []int {
 			t.rank[child] = r
 		}
 		key = child
-		dst = append(dst, t.vocab[r%len(t.vocab)])
+		dst = append(dst, r%t.first)
 		rng := rand.New(rand.NewPCG(t.seed, uint64(h)))
 		for range t.block - 1 {
 			dst = append(dst, t.vocab[rng.IntN(len(t.vocab))])
@@ -174,7 +180,7 @@ func (t *TraceTokens) Append(dst []int, q *TraceRequest) []int {
 	}
 	t.n++
 	if tail := q.InputLength - n*t.block; tail > 0 {
-		dst = append(dst, t.vocab[t.nextRank(key)%len(t.vocab)])
+		dst = append(dst, t.nextRank(key)%t.first)
 		rng := rand.New(rand.NewPCG(t.seed^0x7461696c, t.n))
 		for range tail - 1 {
 			dst = append(dst, t.vocab[rng.IntN(len(t.vocab))])

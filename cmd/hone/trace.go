@@ -106,7 +106,7 @@ func writeTraceHitRates(w io.Writer, rec *replay.Record) {
 		fmt.Fprintln(w, "measured: not reported by the engine")
 	}
 	if t.FirstTokenReuses > 0 {
-		fmt.Fprintf(w, "trace: %d blocks had more siblings than the %d-id vocabulary: each shares one token more than its hash ids say\n", t.FirstTokenReuses, t.Vocab)
+		fmt.Fprintf(w, "trace: %d blocks followed a chain with more successors than the vocabulary has first-token ids: each shares one token more than its hash ids say\n", t.FirstTokenReuses)
 	}
 }
 
