@@ -1,6 +1,7 @@
 package optimizer
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -44,6 +45,9 @@ type DeployEvaluator struct {
 	// latency at one load (CapacityRule).
 	Capacity     *capacity.Options
 	ReferenceQPS float64
+	// ProgressEvery is how often a trial says where it is on Log
+	// (0: ProgressEvery).
+	ProgressEvery time.Duration
 }
 
 // CapacityRule states how a trial is measured by capacity, for the log and
@@ -62,6 +66,12 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 	// version answer, else unverified.
 	t = Trial{Started: start.UTC(), Kind: replay.KindUnverified}
 	defer func() { t.Seconds = time.Since(start).Seconds() }()
+	var m *meter // nil: no progress lines
+	if e.Log != nil {
+		m = startMeter(e.Log, cmp.Or(e.ProgressEvery, ProgressEvery), tag, expectedFrom(ctx), nil)
+		defer m.Stop()
+		m.setPhase("deploying")
+	}
 	s := CloneSpec(spec)
 	s.Name = "hone-" + tag
 	if len(s.Name) > 63 {
@@ -99,17 +109,22 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 	scale := 0.0                    // vLLM: real time; the emulator states its own, which must match the spec's
 	if s.Engine == deploy.EngineEmulator && s.Emulator.TimeScale > 0 {
 		scale = s.Emulator.TimeScale
+		t.TimeScale = scale
 	}
 	ropts := replay.Options{Endpoint: dep.ProxyURL(), Model: s.ServedName(), Kind: kind, Backend: backend,
 		Workload: e.Workload, QPS: e.QPS, Runs: e.Runs, SLO: e.SLO, TimeScale: scale, GPUs: s.GPUsNeeded(), Config: cfg,
 		Hardware:  preflight.Hardware(e.Hone.Version, e.Hone.Commit),
 		ModelInfo: replay.Model{Revision: s.Model.Revision, Precision: s.Precision.DType}, Hone: e.Hone}
+	if m != nil {
+		ropts.Progress = m.update
+		m.setPhase("replaying")
+	}
 	var (
 		rec  *replay.Record
 		caps []capacity.Result
 	)
 	if e.Capacity != nil {
-		rec, caps, err = e.searchRuns(ctx, ropts)
+		rec, caps, err = e.searchRuns(ctx, ropts, m)
 	} else {
 		rec, err = replay.Run(ctx, ropts)
 	}
@@ -118,6 +133,7 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 		return t
 	}
 	t.Kind = rec.Kind
+	m.setPhase("diagnosing and writing the record")
 	if err != nil {
 		t.Error = "replay: " + err.Error()
 	}
@@ -148,7 +164,7 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 // returns them with one record holding every probe (run i's levels are its
 // search's probes in order, then the reference load). An invalid probe
 // ends its run's search, not the trial: the run is invalid by its record.
-func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options) (*replay.Record, []capacity.Result, error) {
+func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options, m *meter) (*replay.Record, []capacity.Result, error) {
 	var rec *replay.Record
 	var results []capacity.Result
 	keep := func(run int, r *replay.Record) {
@@ -203,7 +219,13 @@ func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options) (*re
 					map[bool]string{true: "passes", false: "fails"}[p.Pass], p.P99TTFTMs, p.P99TPOTMs, p.Tail, noteOf(p.Note))
 			}
 		}
-		probe := capacity.ReplayProber(o, capacity.Open, func(r *replay.Record) { keep(run, r) })
+		replayProbe := capacity.ReplayProber(o, capacity.Open, func(r *replay.Record) { keep(run, r) })
+		probes := 0
+		probe := func(ctx context.Context, p capacity.Plan) (*replay.LevelRecord, error) {
+			probes++
+			m.setProbe(run+1, max(e.Runs, 1), probes)
+			return replayProbe(ctx, p)
+		}
 		res, err := capacity.Search(ctx, probe, co)
 		if res != nil {
 			results = append(results, *res)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,17 +40,27 @@ emulator: {profile: exercise, time_scale: 0.25}
 		t.Fatal(err)
 	}
 	out := t.TempDir()
+	var progress syncBuffer
 	ev := &DeployEvaluator{Up: deploy.UpOptions{Hone: hone, StateDir: filepath.Join(out, "state")},
 		// The exercise profile prefills 4096 tokens/s: 512 uncached tokens
 		// are 125 model ms, so the host's few ms of overhead stay small
 		// beside the engine and the levels are valid.
 		Workload: replay.Workload{Seed: 3, Requests: 16, InputTokens: 1024, UncachedTokens: 512, OutputTokens: 8},
-		QPS:      []float64{2, 4}, Runs: 1, SLO: slo.Default, OutDir: out, Hone: replay.Build{Version: "test", Commit: "t"}}
+		QPS:      []float64{2, 4}, Runs: 1, SLO: slo.Default, OutDir: out, Hone: replay.Build{Version: "test", Commit: "t"},
+		// Progress lines every 200 ms (10 s in hone optimize): the trial
+		// takes seconds.
+		Log: &progress, ProgressEvery: 200 * time.Millisecond}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tr := ev.Evaluate(ctx, s, "01-eval")
+	tr := ev.Evaluate(withExpected(ctx, time.Minute), s, "01-eval")
 	if tr.Error != "" {
 		t.Fatalf("trial error: %s", tr.Error)
+	}
+	if lines := progress.String(); !strings.Contains(lines, "optimize:   trial 01-eval: ") || !strings.Contains(lines, " elapsed of ~1m0s expected") {
+		t.Errorf("progress lines:\n%s", lines)
+	}
+	if tr.TimeScale != 0.25 {
+		t.Errorf("trial time scale %g, want the spec's 0.25", tr.TimeScale)
 	}
 	rec, err := replay.ReadRecord(tr.Record)
 	if err != nil {
@@ -105,6 +116,48 @@ emulator: {profile: exercise, time_scale: 0.25}
 	}
 	if len(proxyOutcome) != 32 {
 		t.Errorf("proxy timelines for %d requests, want 32", len(proxyOutcome))
+	}
+}
+
+// TestProbeFloor: the floor's re-measurement between trials deploys the
+// zero-cost engine and replays FloorProbeRequests at the highest level,
+// and returns its p99 in real ms. It is cheap: seconds (bounded loosely
+// here, for a busy host; the 2-core host took 5 to 7 s).
+func TestProbeFloor(t *testing.T) {
+	hone := honetest.Binary(t)
+	base := honetest.FreePorts(t, 2)
+	s, err := deploy.ParseSpec(fmt.Appendf(nil, `
+name: floor
+engine: emulator
+model: {id: Qwen/Qwen2.5-Coder-0.5B-Instruct}
+gpus: {budget: 1}
+topology: {kind: colocated, replicas: 1, tp: 1}
+network: {proxy_port: %d, worker_port: %d}
+emulator: {profile: exercise, time_scale: 0.25}
+`, base, base+1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := &DeployEvaluator{Up: deploy.UpOptions{Hone: hone, StateDir: t.TempDir()},
+		Workload: replay.Workload{Seed: 3, Requests: 500, InputTokens: 1024, UncachedTokens: 128, OutputTokens: 8},
+		QPS:      []float64{2, 32}, Runs: 3, SLO: slo.Default}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	began := time.Now()
+	p99, err := ev.ProbeFloor(ctx, s)
+	took := time.Since(began)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("floor probe: p99 %.2f ms real in %s", p99, took)
+	if !(p99 > 0) {
+		t.Errorf("p99 %g ms, want > 0", p99)
+	}
+	if took > time.Minute {
+		t.Errorf("the probe took %s: it must stay seconds", took)
+	}
+	if s.Emulator.Profile != "exercise" || s.Emulator.TimeScale != 0.25 {
+		t.Errorf("the probe changed the caller's spec: %+v", s.Emulator)
 	}
 }
 

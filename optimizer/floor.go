@@ -51,7 +51,9 @@ type HostFloor struct {
 	// level, model ms (0 when it could not be read).
 	EngineP50TTFTMs float64 `json:"engine_p50_ttft_model_ms"`
 	// SpecTimeScale is the base spec's scale; ChosenTimeScale the one
-	// every trial runs at (ChooseTimeScale).
+	// this floor allows (ChooseTimeScale). With --time-scale auto each
+	// trial probes the floor again and runs at the scale it allows then
+	// (FloorScaler; Trial.Floor): this one is the first trial's guide.
 	SpecTimeScale   float64 `json:"spec_time_scale"`
 	ChosenTimeScale float64 `json:"chosen_time_scale"`
 	FloorModelMs    float64 `json:"p99_floor_model_ms"` // P99RealMs / ChosenTimeScale
@@ -116,18 +118,7 @@ func (e *DeployEvaluator) MeasureFloor(ctx context.Context, base *deploy.Spec) (
 	if err != nil {
 		return nil, fmt.Errorf("the zero-cost engine: %w", err)
 	}
-	var ttft []float64
-	lag := 0.0
-	for _, r := range rec.Runs {
-		for _, l := range r.Levels {
-			lag = max(lag, l.DispatchLagP99Ms)
-			for _, q := range l.Requests {
-				if q.ID >= replay.Sessions && q.TTFTMs != nil {
-					ttft = append(ttft, *q.TTFTMs)
-				}
-			}
-		}
-	}
+	ttft, lag := floorTTFTs(rec)
 	if len(ttft) == 0 {
 		return nil, fmt.Errorf("no measured request completed against the zero-cost engine")
 	}
@@ -141,6 +132,22 @@ func (e *DeployEvaluator) MeasureFloor(ctx context.Context, base *deploy.Spec) (
 	f.ChosenTimeScale = ChooseTimeScale(f.P99RealMs, scale, e.SLO.TTFTMillis)
 	f.Settle()
 	return f, nil
+}
+
+// floorTTFTs are the measured requests' TTFTs in rec (model ms) and the
+// largest p99 dispatch lag of its levels.
+func floorTTFTs(rec *replay.Record) (ttft []float64, lag float64) {
+	for _, r := range rec.Runs {
+		for _, l := range r.Levels {
+			lag = max(lag, l.DispatchLagP99Ms)
+			for _, q := range l.Requests {
+				if q.ID >= replay.Sessions && q.TTFTMs != nil {
+					ttft = append(ttft, *q.TTFTMs)
+				}
+			}
+		}
+	}
+	return ttft, lag
 }
 
 // Settle sets the floor in model time at ChosenTimeScale and the note

@@ -76,6 +76,11 @@ type Trial struct {
 	// whether (Measured) and at which time scale it was measured again
 	// (Rescaler); nil when the host decided nothing.
 	Rescaled *Rescale `json:"rescaled,omitempty"`
+	// TimeScale is the time scale the reported measurement ran at
+	// (emulated trials; 0 otherwise), and Floor the host floor the trial
+	// began under, which chose it (FloorScaler; nil: not probed).
+	TimeScale float64       `json:"time_scale,omitempty"`
+	Floor     *FloorReading `json:"floor,omitempty"`
 }
 
 // LevelSummary is one load level over a trial's runs: medians, and every
@@ -135,6 +140,11 @@ type Log struct {
 	CapacityRule string       `json:"capacity_rule,omitempty"`
 	ReferenceQPS float64      `json:"reference_qps,omitempty"`
 	Goal         predict.Goal `json:"goal"`
+	// TimeBudgetSeconds is --time-budget (0: none), and NotMeasured what
+	// the loop would have measured next but the time budget had no room
+	// for (TimeBudgetRule).
+	TimeBudgetSeconds float64  `json:"time_budget_seconds,omitempty"`
+	NotMeasured       []string `json:"not_measured,omitempty"`
 }
 
 // Interaction is a 2×2 reading: topology × prefix caching.
@@ -205,7 +215,21 @@ type LiveOptions struct {
 	// Goal is what the selection optimises (spec.objective); zero: the
 	// most capacity (objective) within the budget.
 	Goal predict.Goal
+	// Deadline, when set, bounds the loop in time (TimeBudgetRule): no
+	// trial starts that is not expected to end by it, every trial's
+	// context ends at it, and TimeBudget (for the log) is what it was set
+	// from. Now is the clock; nil: time.Now.
+	Deadline   time.Time
+	TimeBudget time.Duration
+	Now        func() time.Time
 }
+
+// TimeBudgetRule states how the loop plans trials to fit its time budget.
+const TimeBudgetRule = "With a time budget (--time-budget), the loop plans trials to fit: after each trial it expects the next to take as long as " +
+	"the slowest so far per unit of time scale, at the last trial's scale, and the trials left are the fewer of the --budget's and those that " +
+	"fit the time left; exploration keeps the same reserve (ablations, the interaction, the re-run) out of that plan, so the re-run comes " +
+	"first when time is short. Every trial's deployment is stopped at the deadline. What was not measured for want of time is listed " +
+	"in the log (not_measured) and its decisions."
 
 // Live runs the optimization loop: the baseline; proposals driven by each
 // trial's diagnosis; ablations of the selection and a topology × prefix
@@ -231,6 +255,12 @@ func Live(ctx context.Context, o LiveOptions) (*Log, error) {
 		lg.SelectionRule = strings.ReplaceAll(strings.Replace(strings.Replace(lg.SelectionRule, "Only runs whose every level has a valid measurement",
 			"Only runs whose capacity rests on valid measurements (the search ended on a valid probe, and the passing and failing loads that bracket it have", 1), levelsObjective, "the run's capacity: the largest load meeting the SLO at steady state", 1),
 			"passed the SLOs at one or more load levels", "found a capacity above 0") + " " + GoalRule(lg.Goal)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if !o.Deadline.IsZero() {
+		lg.TimeBudgetSeconds = o.TimeBudget.Seconds()
 	}
 	l := &loop{ctx: ctx, o: o, lg: lg, tried: map[string]int{}}
 	if o.Predictor != nil {
@@ -280,7 +310,8 @@ type loop struct {
 	lg    *Log
 	tried map[string]int // spec key → the first trial N that measured it; re-runs are not counted
 	base  *Trial
-	pred  *predictor // predict-then-measure state; nil for the diagnosis-driven loop
+	pred  *predictor      // predict-then-measure state; nil for the diagnosis-driven loop
+	took  []time.Duration // each trial's time on the loop's clock, in trial order
 }
 
 // say adds a line to the log's decision and the progress output.
@@ -309,7 +340,17 @@ func (l *loop) run(role, why string, s *deploy.Spec) (*Trial, error) {
 			ctx = capacity.WithStart(ctx, predicted.Objective) // the search starts at the prediction
 		}
 	}
+	if !o.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, o.Deadline)
+		defer cancel()
+	}
+	if e := l.expected(); e > 0 {
+		ctx = withExpected(ctx, e)
+	}
+	began := o.Now()
 	t := o.Evaluator.Evaluate(ctx, s, fmt.Sprintf("%02d-%s", n, SpecKey(s)))
+	l.took = append(l.took, o.Now().Sub(began))
 	t.N, t.Role, t.Why, t.Key, t.Spec = n, role, why, SpecKey(s), s
 	judge(&t, o.SLO)
 	if l.pred != nil {
@@ -338,8 +379,67 @@ func (l *loop) run(role, why string, s *deploy.Spec) (*Trial, error) {
 	return &lg.Trials[len(lg.Trials)-1], nil
 }
 
-// left is the number of trials the budget still allows.
-func (l *loop) left() int { return l.o.Budget - len(l.lg.Trials) }
+// left is the number of trials the budget still allows: the --budget's,
+// and no more than fit the time budget (TimeBudgetRule).
+func (l *loop) left() int {
+	n := l.o.Budget - len(l.lg.Trials)
+	if fit, ok := l.fit(); ok {
+		n = min(n, fit)
+	}
+	return max(n, 0)
+}
+
+// fit is how many trials of the expected length fit the time left; ok is
+// false without a time budget or an expectation (before the first trial).
+func (l *loop) fit() (int, bool) {
+	if l.o.Deadline.IsZero() {
+		return 0, false
+	}
+	rem := l.o.Deadline.Sub(l.o.Now())
+	if rem <= 0 {
+		return 0, true
+	}
+	e := l.expected()
+	if e <= 0 {
+		return 0, false
+	}
+	return int(rem / e), true
+}
+
+// reserve is how many of the trials left exploration keeps for the
+// ablations, the interaction and the re-run: 4, fewer when the plan
+// (the --budget, or what fits the time budget) is short.
+func (l *loop) reserve() int { return max(1, min(4, len(l.lg.Trials)+l.left()-2)) }
+
+// expected is how long the next trial is expected to take: the slowest
+// trial so far per unit of time scale, at the last trial's scale; 0 before
+// any trial.
+func (l *loop) expected() time.Duration {
+	per, last := 0.0, 1.0
+	for i, d := range l.took {
+		last = 1
+		if k := l.lg.Trials[i].TimeScale; k > 0 {
+			last = k
+		}
+		per = max(per, d.Seconds()/last)
+	}
+	return time.Duration(per * last * float64(time.Second))
+}
+
+// timeShort reports whether the time budget, not the --budget, limits the
+// trials left.
+func (l *loop) timeShort() bool {
+	fit, ok := l.fit()
+	return ok && fit < l.o.Budget-len(l.lg.Trials)
+}
+
+// unmeasured records what the time budget left no room for.
+func (l *loop) unmeasured(what string) {
+	rem := max(l.o.Deadline.Sub(l.o.Now()), 0).Round(time.Second)
+	line := fmt.Sprintf("%s (the time budget leaves %s; a trial takes about %s)", what, rem, l.expected().Round(time.Second))
+	l.lg.NotMeasured = append(l.lg.NotMeasured, line)
+	l.say("not measured: %s", line)
+}
 
 // baseline measures the base spec as given.
 func (l *loop) baseline() error {
@@ -356,9 +456,8 @@ func (l *loop) baseline() error {
 // until only the reserve is left or nothing untried is proposed.
 func (l *loop) proposals() error {
 	// Reserve: one re-run, two ablations, one interaction cell.
-	reserve := min(4, l.o.Budget-2)
 	cur := l.base
-	for l.left() > reserve {
+	for l.left() > l.reserve() {
 		var next *Candidate
 		for _, c := range Propose(cur.Spec, cur.Bottleneck) {
 			if _, seen := l.tried[SpecKey(c.Spec)]; !seen {
@@ -380,6 +479,7 @@ func (l *loop) proposals() error {
 			cur = t // follow the diagnosis from the newest trial
 		}
 	}
+	l.explorationShort()
 	return nil
 }
 
@@ -389,6 +489,10 @@ func (l *loop) proposals() error {
 func (l *loop) ablations(best *Trial) error {
 	for _, c := range Ablations(best.Spec) {
 		if l.left() <= 1+interactionNeeded(l.lg, best) {
+			if _, seen := l.tried[SpecKey(c.Spec)]; !seen && l.timeShort() {
+				l.unmeasured(fmt.Sprintf("ablation %s: %s", SpecKey(c.Spec), c.Why))
+				continue
+			}
 			break
 		}
 		if n, seen := l.tried[SpecKey(c.Spec)]; seen {
@@ -410,6 +514,11 @@ func (l *loop) interaction(best *Trial) error {
 	cells := interactionCells(best.Spec, l.base.Spec, l.tried)
 	for i, cell := range cells {
 		if l.left() <= 1 || (len(cells) == 2 && i == 0 && l.left() <= 2) {
+			if l.timeShort() {
+				for _, c := range cells[i:] {
+					l.unmeasured("interaction cell " + SpecKey(c))
+				}
+			}
 			break // the re-run comes first; half an interaction reads nothing
 		}
 		why := "topology × prefix caching: the other topology, the cache " + map[bool]string{true: "on", false: "off"}[cachingOn(cell)]
@@ -446,7 +555,8 @@ func (l *loop) selection(best *Trial) []*Trial {
 func (l *loop) verification(order []*Trial) error {
 	lg := l.lg
 	lg.Selected = order[0].N
-	for i := 0; i < len(order) && l.left() > 0; i++ {
+	i := 0
+	for ; i < len(order) && l.left() > 0; i++ {
 		cand := order[i]
 		v, err := l.run("verify", fmt.Sprintf("re-run of trial %d", cand.N), CloneSpec(cand.Spec))
 		if err != nil {
@@ -461,10 +571,28 @@ func (l *loop) verification(order []*Trial) error {
 		l.say("trial %d confirmed by its re-run (trial %d: median objective %.3f req/s)", cand.N, v.N, v.Objective)
 		break
 	}
+	if !lg.Verified && i < len(order) && l.timeShort() {
+		l.unmeasured(fmt.Sprintf("the re-run of trial %d (%s)", order[i].N, order[i].Key))
+		if i == 0 {
+			lg.Selected = 0
+			l.say("trial %d is not verified: the time budget left no room for its re-run; nothing is selected", order[0].N)
+			return nil
+		}
+	}
 	if lg.Selected == 0 {
 		l.say("no selection survived its re-run: keeping the baseline (trial %d)", l.base.N)
 	}
 	return nil
+}
+
+// explorationShort notes the exploration trials the time budget left no
+// room for.
+func (l *loop) explorationShort() {
+	if l.timeShort() {
+		if n := l.o.Budget - len(l.lg.Trials) - l.reserve(); n > 0 {
+			l.unmeasured(fmt.Sprintf("%d exploration trial(s) the --budget allowed", n))
+		}
+	}
 }
 
 // done marks the log complete and writes it.

@@ -229,9 +229,8 @@ func scorePrediction(t *Trial) {
 
 // predictThenMeasure is the exploration of PredictRule.
 func (l *loop) predictThenMeasure() error {
-	reserve := min(4, l.o.Budget-2)
 	bound := l.pred.cfg.ErrorBound
-	for l.left() > reserve {
+	for l.left() > l.reserve() {
 		if err := l.ctx.Err(); err != nil {
 			return err
 		}
@@ -239,7 +238,7 @@ func (l *loop) predictThenMeasure() error {
 		// The most capacity within the budget rarely needs the smaller
 		// configs: they are measured for it only while the budget leaves
 		// room beside the exploration (with capacity measurement).
-		roomy := l.o.Goal.Goal == deploy.GoalCheapest || l.o.Goal.Goal == deploy.GoalPerGPU || l.left() > reserve+2
+		roomy := l.o.Goal.Goal == deploy.GoalCheapest || l.o.Goal.Goal == deploy.GoalPerGPU || l.left() > l.reserve()+2
 		if f := l.smallerOnFront(); f != nil && l.o.Capacity != nil && roomy {
 			why := fmt.Sprintf("on the predicted Pareto front with %d GPU(s), fewer than any measured config: %.3f req/s at %.4f GPU-s/request (%s)",
 				f.GPUs, f.Objective, *f.CostGPUSecPerReq, l.pred.profile.Name)
@@ -286,6 +285,10 @@ func (l *loop) predictThenMeasure() error {
 		}
 	}
 	l.lg.Predict.StopReason = "the exploration budget is spent (the rest is reserved for ablations, the interaction and the re-run)"
+	if l.timeShort() {
+		l.lg.Predict.StopReason = "the time budget is spent for exploration (the rest is reserved for ablations, the interaction and the re-run)"
+	}
+	l.explorationShort()
 	return nil
 }
 

@@ -7,30 +7,28 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/replay"
 )
 
-// RescaleMargin is how much more than its estimate (replay.Reason.Scale)
-// a re-measurement's time scale grows: the estimate is a median's share,
-// and the host's time varies from run to run.
-const RescaleMargin = 1.25
-
 // RescaleRule states Rescaler in words, for help and reports.
 var RescaleRule = fmt.Sprintf("an emulated trial whose runs decided nothing only because of the measuring host (every invalid level client_bound "+
-	"or emulator_bound; no failed request or output) is measured once more, at its scale times the largest factor those verdicts estimate would clear them "+
-	"(twice its scale where one has no estimate), times %g, rounded up to a step of %v (doubling beyond), when that is at most the largest time scale allowed "+
-	"(else without the margin, when that is); "+
-	"it then reports that measurement and keeps the first record, and its config's next trial starts at that scale. Figures are model time, so it compares "+
-	"with trials at other scales; a valid level's host share is within the verdicts' bounds at any scale", RescaleMargin, scaleSteps)
+	"or emulator_bound; no failed request or output) is measured once more, one step up the ladder %v (doubling beyond) from its scale, "+
+	"when that is at most the largest time scale allowed, the scale the verdicts estimate would clear them (rounded up to a step) is too, "+
+	"and the time budget leaves room for it; it then reports that measurement and keeps the first record, and its config's next trial starts "+
+	"that many steps above the scale it begins at (and may step again). emulator_bound is the emulated engine's own clock: the step sets the "+
+	"deployment's emulator.time_scale, which the engine runs at. Figures are model time, so it compares with trials at other scales; a valid "+
+	"level's host share is within the verdicts' bounds at any scale", scaleSteps)
 
 // Rescale says that a trial's first measurement, at FromScale, decided
 // nothing only because of the measuring host (client_bound,
 // emulator_bound). Measured: it was measured again at ToScale, which is
 // what the trial reports (its Spec stays the loop's, at FromScale). Else
-// it keeps its first measurement, because ToScale is above MaxScale or
-// the second measurement failed (Error). Record is the first
+// it keeps its first measurement, because the scale it needs is above
+// MaxScale (ToScale is then that scale), the time budget had no room
+// (NoTime), or the second measurement failed (Error). Record is the first
 // measurement's record, empty when that was an earlier trial's (a config's
 // next trial starts at the scale it needed).
 type Rescale struct {
@@ -39,19 +37,19 @@ type Rescale struct {
 	MaxScale  float64 `json:"max_scale"`
 	Measured  bool    `json:"measured"`
 	// Estimate is the largest factor the first measurement's host
-	// reasons asked for (replay.Reason.Scale), 0 when one had none;
-	// ToScale is FromScale × Estimate (2 when 0) × RescaleMargin, rounded
-	// up to a step of the floor's ladder (without the margin where only
-	// that keeps it within MaxScale).
+	// reasons asked for (replay.Reason.Scale), 0 when one had none. It
+	// refuses a step that could not reach it (FromScale × Estimate, on the
+	// ladder, above MaxScale); ToScale is one step above FromScale.
 	Estimate float64 `json:"estimate"`
 	Record   string  `json:"record,omitempty"`
 	Reason   string  `json:"reason"`
 	Error    string  `json:"error,omitempty"`
+	NoTime   string  `json:"no_time,omitempty"`
 }
 
 // String says what happened, for the trial's reason.
 func (r *Rescale) String() string {
-	est := "no estimate: twice the scale"
+	est := "no estimate"
 	if r.Estimate > 0 {
 		est = fmt.Sprintf("estimate ×%.3g", r.Estimate)
 	}
@@ -60,22 +58,28 @@ func (r *Rescale) String() string {
 		return fmt.Sprintf("measured at time scale %g: at %g, %s", r.ToScale, r.FromScale, r.Reason)
 	case r.Error != "":
 		return fmt.Sprintf("at time scale %g the host decided it (%s; %s); measuring it again at %g failed: %s", r.FromScale, r.Reason, est, r.ToScale, r.Error)
+	case r.NoTime != "":
+		return fmt.Sprintf("at time scale %g the host decided it (%s; %s); not measured again at %g: %s", r.FromScale, r.Reason, est, r.ToScale, r.NoTime)
 	}
 	return fmt.Sprintf("at time scale %g the host decided it (%s; %s): it needs time scale %g, above the largest allowed %g (--max-time-scale)",
 		r.FromScale, r.Reason, est, r.ToScale, r.MaxScale)
 }
 
-// Rescaler measures an emulated trial again at a larger time scale when
-// its first measurement decided nothing for reasons the measuring host
-// caused alone (RescaleRule). A trial with any other invalid reason, a
-// vLLM trial, or one whose estimate needs more than MaxScale keeps its
-// first measurement, and its Rescaled says what scale it would need.
+// Rescaler measures an emulated trial again one step up the time-scale
+// ladder when its first measurement decided nothing for reasons the
+// measuring host caused alone (RescaleRule). A trial with any other
+// invalid reason, a vLLM trial, or one whose estimate needs more than
+// MaxScale keeps its first measurement, and its Rescaled says what scale
+// it would need.
 type Rescaler struct {
 	Inner    Evaluator
 	MaxScale float64   // the largest time scale a re-measurement may use
 	Log      io.Writer // progress lines; nil: none
+	// Now is the clock the time budget (the context's deadline) is read
+	// with; nil: time.Now.
+	Now func() time.Time
 
-	scales map[string]float64 // spec key → the scale it last needed
+	steps map[string]int // spec key → how many steps above its start it last needed
 }
 
 // Evaluate implements Evaluator.
@@ -83,13 +87,21 @@ func (r *Rescaler) Evaluate(ctx context.Context, spec *deploy.Spec, tag string) 
 	if spec.Engine != deploy.EngineEmulator || !(spec.Emulator.TimeScale > 0) {
 		return r.Inner.Evaluate(ctx, spec, tag)
 	}
+	now := r.Now
+	if now == nil {
+		now = time.Now
+	}
 	key := SpecKey(spec)
 	from := spec.Emulator.TimeScale
 	var t Trial
-	if k := r.scales[key]; k > from {
-		// An earlier trial of this config needed k: start there.
+	if n := r.steps[key]; n > 0 && stepsUp(from, n) <= r.MaxScale {
+		// An earlier trial of this config needed n steps above where it
+		// began: start as far above where this one begins (a host that went
+		// quiet begins lower, and so does this).
+		k := stepsUp(from, n)
 		t = r.Inner.Evaluate(ctx, withScale(spec, k), tag)
-		t.Rescaled = &Rescale{FromScale: from, ToScale: k, MaxScale: r.MaxScale, Measured: true, Reason: "an earlier trial of this config needed it"}
+		t.Rescaled = &Rescale{FromScale: from, ToScale: k, MaxScale: r.MaxScale, Measured: true,
+			Reason: fmt.Sprintf("an earlier trial of this config needed %d step(s) more", n)}
 		from = k
 	} else {
 		t = r.Inner.Evaluate(ctx, spec, tag)
@@ -98,24 +110,34 @@ func (r *Rescaler) Evaluate(ctx context.Context, spec *deploy.Spec, tag string) 
 	if !ok || ctx.Err() != nil {
 		return t
 	}
-	k := est
-	if k == 0 {
-		k = 2
-	}
-	to := rescaleStep(from * k * RescaleMargin)
-	if bare := rescaleStep(from * k); to > r.MaxScale && bare <= r.MaxScale {
-		to = bare // the margin is a preference, the limit is the user's: the estimate fits
+	to := nextStep(from)
+	need := to
+	if est > 0 {
+		need = max(to, rescaleStep(from*est))
 	}
 	rs := &Rescale{FromScale: from, ToScale: to, MaxScale: r.MaxScale, Estimate: est, Record: t.Record, Reason: why}
-	if to > r.MaxScale || to <= from {
+	if need > r.MaxScale || to <= from {
+		rs.ToScale = need
 		t.Rescaled = rs
 		if r.Log != nil {
 			fmt.Fprintf(r.Log, "optimize: %s: %s\n", key, rs)
 		}
 		return t
 	}
+	// A measurement takes about its scale's share of the first one's time.
+	if dl, ok := ctx.Deadline(); ok && t.Seconds > 0 {
+		want := time.Duration(t.Seconds * to / from * float64(time.Second))
+		if left := dl.Sub(now()); left < want {
+			rs.NoTime = fmt.Sprintf("the time budget leaves %s, about %s needed", left.Round(time.Second), want.Round(time.Second))
+			t.Rescaled = rs
+			if r.Log != nil {
+				fmt.Fprintf(r.Log, "optimize: %s: %s\n", key, rs)
+			}
+			return t
+		}
+	}
 	if r.Log != nil {
-		fmt.Fprintf(r.Log, "optimize: %s: at time scale %g every invalid level was the host's (%s): measuring again at time scale %g\n", key, from, why, to)
+		fmt.Fprintf(r.Log, "optimize: %s: at time scale %g every invalid level was the host's (%s): measuring again one step up, at time scale %g\n", key, from, why, to)
 	}
 	t2 := r.Inner.Evaluate(ctx, withScale(spec, to), fmt.Sprintf("%s-ts%g", tag, to))
 	if t2.Error != "" {
@@ -123,10 +145,10 @@ func (r *Rescaler) Evaluate(ctx context.Context, spec *deploy.Spec, tag string) 
 		t.Rescaled = rs
 		return t
 	}
-	if r.scales == nil {
-		r.scales = map[string]float64{}
+	if r.steps == nil {
+		r.steps = map[string]int{}
 	}
-	r.scales[key] = to
+	r.steps[key] = stepsBetween(spec.Emulator.TimeScale, to)
 	t2.Seconds += t.Seconds
 	t2.Started = t.Started
 	rs.Measured = true
@@ -152,6 +174,26 @@ func rescaleStep(k float64) float64 {
 		s *= 2
 	}
 	return min(s, deploy.MaxTimeScale)
+}
+
+// nextStep is the ladder's step above k (rescaleStep of a hair more).
+func nextStep(k float64) float64 { return rescaleStep(k * (1 + 1e-9)) }
+
+// stepsUp is n ladder steps above k.
+func stepsUp(k float64, n int) float64 {
+	for range n {
+		k = nextStep(k)
+	}
+	return k
+}
+
+// stepsBetween is how many ladder steps lead from a up to b.
+func stepsBetween(a, b float64) int {
+	n := 0
+	for k := a; k < b && n < 64; k = nextStep(k) {
+		n++
+	}
+	return n
 }
 
 // hostOnly reports whether t had too few valid runs to decide anything

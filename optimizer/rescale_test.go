@@ -32,6 +32,7 @@ type hostBoundEvaluator struct {
 	noEstimate bool
 	failAfter  int
 	failed     int
+	seconds    float64 // every trial's Seconds
 }
 
 func (e *hostBoundEvaluator) Evaluate(_ context.Context, spec *deploy.Spec, tag string) (t Trial) {
@@ -72,7 +73,7 @@ func (e *hostBoundEvaluator) Evaluate(_ context.Context, spec *deploy.Spec, tag 
 		e.t.Fatal(err)
 	}
 	summarizeRecord(&t, rec)
-	t.Failed = e.failed
+	t.Failed, t.Seconds = e.failed, e.seconds
 	judge(&t, rescaleSLO)
 	return t
 }
@@ -102,14 +103,13 @@ emulator: {profile: qwen2.5-coder-0.5b-l4, time_scale: ` + fmt.Sprint(scale) + `
 }
 
 // TestRescaler: a trial whose runs the host made invalid, and nothing
-// else, is measured again at the estimate's scale (with the margin, up to
-// the ladder's step) and reports that measurement, keeping the first
-// record; its config's next trial starts at the larger scale. A trial
-// invalid for a reason that is not the host's, or with failed requests,
-// is measured once; one whose estimate needs more than the largest scale
-// allowed (the margin yields where the estimate alone fits), or whose
-// second measurement fails, keeps its first and says why. A reason
-// without an estimate doubles the scale.
+// else, is measured again one step up the ladder (never a jump: 0.5 goes
+// to 1 even where the estimate asks for more) and reports that
+// measurement, keeping the first record; its config's next trial starts
+// as many steps up. A trial invalid for a reason that is not the host's,
+// or with failed requests, is measured once; one whose estimate needs more
+// than the largest scale allowed, or whose second measurement fails, keeps
+// its first and says why. A reason without an estimate steps too.
 func TestRescaler(t *testing.T) {
 	ctx := context.Background()
 	type tc struct {
@@ -125,26 +125,25 @@ func TestRescaler(t *testing.T) {
 		reason           string
 	}
 	for name, c := range map[string]tc{
-		// At 0.5 the estimate is 0.9/0.5 = 1.8; × 1.25 × 0.5 = 1.125, so
-		// the ladder's 2.
-		"emulator-bound, cleared": {need: 0.9, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, scales: []float64{0.5, 2}, to: 2, eligible: true,
-			reason: "measured at time scale 2: at 0.5, 3 of 3 runs invalid: emulator_bound"},
-		"client-bound, cleared": {need: 0.9, start: 0.5, max: 4, code: replay.ReasonClientBound, scales: []float64{0.5, 2}, to: 2, eligible: true},
-		// No estimate: 2 × 1.25 × 0.5 = 1.25, so 2.
-		"no estimate, doubled": {need: 0.9, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, noEstimate: true, scales: []float64{0.5, 2}, to: 2, eligible: true},
-		"valid at once":        {need: 0.5, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, scales: []float64{0.5}, eligible: true},
-		"not the host's":       {need: 0.9, start: 0.5, max: 4, code: replay.ReasonWarmStart, scales: []float64{0.5}, reason: "warm_start"},
-		"failed requests":      {need: 0.9, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, failed: 2, scales: []float64{0.5}},
-		// 0.5·3 = 1.5 is above the limit 1 with or without the margin.
+		"emulator-bound, cleared": {need: 0.9, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, scales: []float64{0.5, 1}, to: 1, eligible: true,
+			reason: "measured at time scale 1: at 0.5, 3 of 3 runs invalid: emulator_bound"},
+		"client-bound, cleared": {need: 0.9, start: 0.5, max: 4, code: replay.ReasonClientBound, scales: []float64{0.5, 1}, to: 1, eligible: true},
+		"no estimate, one step": {need: 0.9, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, noEstimate: true, scales: []float64{0.5, 1}, to: 1, eligible: true},
+		"valid at once":         {need: 0.5, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, scales: []float64{0.5}, eligible: true},
+		"not the host's":        {need: 0.9, start: 0.5, max: 4, code: replay.ReasonWarmStart, scales: []float64{0.5}, reason: "warm_start"},
+		"failed requests":       {need: 0.9, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, failed: 2, scales: []float64{0.5}},
+		// 0.5·3 = 1.5 is above the limit 1: the ladder's 2.
 		"above the largest": {need: 1.5, start: 0.5, max: 1, code: replay.ReasonEmulatorBound, scales: []float64{0.5}, refused: 2,
 			reason: "at time scale 0.5 the host decided it (3 of 3 runs invalid: emulator_bound; estimate ×3): it needs time scale 2, above the largest allowed 1"},
-		// 0.5·1.8·1.25 = 1.125 would be 2, above the limit; the estimate
-		// alone, 0.9, fits the limit's step 1.
-		"the margin yields to the limit": {need: 0.9, start: 0.5, max: 1, code: replay.ReasonEmulatorBound, scales: []float64{0.5, 1}, to: 1, eligible: true},
-		"second measurement fails": {need: 0.9, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, failAfter: 1, scales: []float64{0.5, 2}, refused: 2,
-			reason: "measuring it again at 2 failed: deploy: planted failure"},
-		// Beyond the ladder the steps double: 0.5·40·1.25 = 25 → 32.
-		"beyond the ladder": {need: 20, start: 0.5, max: 100, code: replay.ReasonEmulatorBound, scales: []float64{0.5, 32}, to: 32, eligible: true},
+		"the limit's step": {need: 0.9, start: 0.5, max: 1, code: replay.ReasonEmulatorBound, scales: []float64{0.5, 1}, to: 1, eligible: true},
+		"second measurement fails": {need: 0.9, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, failAfter: 1, scales: []float64{0.5, 1}, refused: 1,
+			reason: "measuring it again at 1 failed: deploy: planted failure"},
+		// The issue's case: 0.25 whose estimate asks for 2 goes to 0.5,
+		// not 2; still invalid there, it reports the second measurement.
+		"one step, not a jump": {need: 2, start: 0.25, max: 4, code: replay.ReasonEmulatorBound, scales: []float64{0.25, 0.5}, to: 0.5,
+			reason: "measured at time scale 0.5: at 0.25"},
+		// Beyond the ladder the steps double: 4 → 8.
+		"beyond the ladder": {need: 5, start: 4, max: 100, code: replay.ReasonEmulatorBound, scales: []float64{4, 8}, to: 8, eligible: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -189,6 +188,9 @@ func TestRescaler(t *testing.T) {
 			}
 			if tr.Record != filepath.Join(dir, fmt.Sprintf("01-ts%g.json", c.to)) {
 				t.Errorf("record %s", tr.Record)
+			}
+			if !c.eligible {
+				return
 			}
 			// The config's next trial (the verification re-run) starts
 			// where this one ended.

@@ -48,6 +48,7 @@ func newOptimizeCmd() *cobra.Command {
 		measure      string
 		precision    float64
 		referenceQPS float64
+		timeBudget   time.Duration
 	)
 	c := &cobra.Command{
 		Use:   "optimize --spec base.yaml --out DIR",
@@ -79,9 +80,14 @@ Before the first trial of an emulator spec, hone measures the host's own
 floor: a replay of the highest level through hone's proxy against a
 zero-cost engine (emulator profile "null"), and the baseline engine's own
 median TTFT at the lowest level. With --time-scale auto (the default) ` + optimizer.FloorRule + `,
-so that the host does not decide what is measured. "spec" keeps the spec's
-scale (the floor is still measured and logged); a number sets the scale.
-Then ` + optimizer.RescaleRule + ` (--max-time-scale; 0: never).
+so that the host does not decide what is measured; then ` + optimizer.FloorScalerRule + `.
+"spec" keeps the spec's scale (the floor is still measured and logged); a
+number sets the scale. Then ` + optimizer.RescaleRule + ` (--max-time-scale; 0: never).
+
+Time (--time-budget, e.g. 30m; 0: none) bounds the whole run, the floor
+included. ` + optimizer.TimeBudgetRule + ` Inside a trial a line every
+10 s says where it is (run, level or probe, requests done, elapsed against
+expected).
 
 Exploration (--explore predict, the default for --backend live): ` + optimizer.PredictRule + `
 The grid spans the --grid-* axes (as hone predict --grid does); the starting
@@ -127,6 +133,10 @@ so far, marked unfinished.`,
 			}
 			if budget < 4 {
 				return badInput("--budget: %d: want at least 4 trials", budget)
+			}
+			started := time.Now()
+			if timeBudget < 0 {
+				return badInput("--time-budget: %s: want 0 (none) or a duration, e.g. 30m", timeBudget)
 			}
 			if !(maxScale >= 0) || maxScale > deploy.MaxTimeScale {
 				return badInput("--max-time-scale: want 0 (never measure again) or a factor up to %d, got %v", deploy.MaxTimeScale, maxScale)
@@ -214,7 +224,7 @@ so far, marked unfinished.`,
 			w := wf.workload(seed)
 			slo := slo.SLO{TTFTMillis: sc.TTFTMillis, TPOTMillis: sc.TPOTMillis}
 			dev := &optimizer.DeployEvaluator{Up: deploy.UpOptions{Hone: hone, VLLM: vllm, StateDir: filepath.Join(out, "state"), Owned: true},
-				Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo, OutDir: out, Hone: replay.Build{Version: v, Commit: commit}}
+				Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo, OutDir: out, Hone: replay.Build{Version: v, Commit: commit}, Log: c.ErrOrStderr()}
 			var ev optimizer.Evaluator = dev
 			if base.Engine == deploy.EngineEmulator && maxScale > 0 {
 				ev = &optimizer.Rescaler{Inner: dev, MaxScale: maxScale, Log: c.ErrOrStderr()}
@@ -227,18 +237,30 @@ so far, marked unfinished.`,
 			// deployment is torn down and the log keeps every trial so far.
 			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			var deadline time.Time
+			if timeBudget > 0 {
+				deadline = started.Add(timeBudget)
+			}
+			floorCtx := ctx // the floor counts against --time-budget
+			if !deadline.IsZero() {
+				var cancel context.CancelFunc
+				floorCtx, cancel = context.WithDeadline(ctx, deadline)
+				defer cancel()
+			}
 			var floor *optimizer.HostFloor
 			if base.Engine == deploy.EngineEmulator && backend == "live" {
 				fmt.Fprintf(c.ErrOrStderr(), "optimize: measuring the host's floor (zero-cost engine, %g req/s, %d runs)\n", slices.Max(sc.QPS), optimizer.FloorRuns)
-				floor, err = dev.MeasureFloor(ctx, base)
+				floor, err = dev.MeasureFloor(floorCtx, base)
 				if err != nil {
 					return stopped(ctx, fmt.Errorf("optimize: host floor: %w", err))
 				}
 				fmt.Fprintf(c.ErrOrStderr(), "optimize: host floor p50 %.2f / p99 %.2f ms real (dispatch lag p99 %.2f ms), baseline engine median TTFT %.2f model ms; ",
 					floor.P50RealMs, floor.P99RealMs, floor.DispatchP99RealMs, floor.EngineP50TTFTMs)
 				if timeScale == "auto" {
-					base.Emulator.TimeScale = floor.ChosenTimeScale
-					fmt.Fprintf(c.ErrOrStderr(), "trials run at time scale %g (spec: %g): floor %.1f model ms\n",
+					// Each trial probes the floor again and runs at the
+					// scale it allows then: the specs keep the spec's.
+					ev = &optimizer.FloorScaler{Inner: ev, Probe: dev.ProbeFloor, TTFTSLOMs: slo.TTFTMillis, Log: c.ErrOrStderr()}
+					fmt.Fprintf(c.ErrOrStderr(), "time scale %g now (spec: %g): floor %.1f model ms; each trial probes the floor again and runs at the scale it allows then\n",
 						floor.ChosenTimeScale, floor.SpecTimeScale, floor.FloorModelMs)
 				} else {
 					floor.ChosenTimeScale = max(base.Emulator.TimeScale, 0)
@@ -263,7 +285,7 @@ so far, marked unfinished.`,
 			}
 			lo := optimizer.LiveOptions{Base: base, Evaluator: ev, Budget: budget, HostFloor: floor,
 				Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo, LogPath: logPath, Progress: c.ErrOrStderr(), Predictor: pred,
-				Goal: predict.Goal(base.Objective)}
+				Goal: predict.Goal(base.Objective), Deadline: deadline, TimeBudget: timeBudget}
 			if measure == "capacity" {
 				co := capacity.Options{Mode: capacity.Open, SLO: slo, Precision: precision, MinRequests: w.Requests - replay.Sessions}
 				ref := referenceQPS
@@ -290,6 +312,9 @@ so far, marked unfinished.`,
 				return stopped(ctx, fmt.Errorf("optimize: %w (the log so far is in %s)", err, logPath))
 			}
 			fmt.Fprintf(c.OutOrStdout(), "experiment log: %s (%d trials, %s)\n", logPath, len(lg.Trials), lg.Kind)
+			for _, n := range lg.NotMeasured {
+				fmt.Fprintf(c.OutOrStdout(), "not measured (--time-budget %s): %s\n", timeBudget, n)
+			}
 			if lg.Selected == 0 || !lg.Verified {
 				return checkFailed{"no eligible config survived verification"}
 			}
@@ -307,6 +332,7 @@ so far, marked unfinished.`,
 	f.Uint64Var(&seed, "seed", replay.DefaultSeed, "workload seed")
 	f.StringVar(&backend, "backend", "live", "live (deploy the spec and replay: emulated or device) | model (the exact queueing model: simulation_only)")
 	f.StringVar(&timeScale, "time-scale", "auto", "emulated trials' time scale: auto (from the host's measured floor) | spec | a factor")
+	f.DurationVar(&timeBudget, "time-budget", 0, "bound the whole run in time, e.g. 30m: trials are planned to fit, and what could not be measured is reported (0: no bound)")
 	f.Float64Var(&maxScale, "max-time-scale", 4, "the largest time scale an emulated trial is measured again at when the host made its runs invalid (0: never)")
 	f.BoolVar(&force, "force", false, "start over in an --out that holds an earlier run (which is kept as NAME.<time>.bak)")
 	f.StringVar(&explore, "explore", "", "predict (default with --backend live: rank a predicted grid, measure the most promising, calibrate) | diagnose (propose from each trial's bottleneck)")

@@ -236,3 +236,24 @@ func TestOptimizeInterruptedExits130(t *testing.T) {
 		t.Error("the report of an unfinished log reads as a final selection")
 	}
 }
+
+// --time-budget bounds the whole run: a negative one is bad input naming
+// the flag; a generous one changes nothing the exact model decides, and
+// the log states it.
+func TestOptimizeTimeBudget(t *testing.T) {
+	if _, errs, code := optimizeIn(t, t.TempDir(), "--time-budget", "-1m"); code != exitBadInput || !strings.Contains(errs, "--time-budget") {
+		t.Errorf("--time-budget -1m: exit %d, stderr %q; want 2 naming --time-budget", code, errs)
+	}
+	out := t.TempDir()
+	stdout, errs, code := optimizeIn(t, out, "--time-budget", "1h")
+	if code != exitOK || strings.Contains(stdout, "not measured") {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, errs)
+	}
+	lg, err := optimizer.ReadLog(filepath.Join(out, "log.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lg.TimeBudgetSeconds != 3600 || len(lg.NotMeasured) != 0 {
+		t.Errorf("log: time budget %g s, not measured %q", lg.TimeBudgetSeconds, lg.NotMeasured)
+	}
+}

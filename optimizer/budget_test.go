@@ -1,0 +1,290 @@
+package optimizer
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/slo"
+)
+
+// fakeClock is a clock that moves only when a trial says it took time.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) Now() time.Time { return c.t }
+
+// clockedEvaluator is simEvaluator on a fake clock: every trial takes
+// per × its time scale (1 when it has none), and it keeps the time scale
+// and the deadline every trial was given.
+type clockedEvaluator struct {
+	simEvaluator
+	clock     *fakeClock
+	per       time.Duration
+	scales    []float64
+	deadlines []time.Time
+}
+
+func (e *clockedEvaluator) Evaluate(ctx context.Context, s *deploy.Spec, tag string) Trial {
+	k := s.Emulator.TimeScale
+	e.scales = append(e.scales, k)
+	dl, _ := ctx.Deadline()
+	e.deadlines = append(e.deadlines, dl)
+	if k <= 0 {
+		k = 1
+	}
+	e.clock.t = e.clock.t.Add(time.Duration(k * float64(e.per)))
+	return e.simEvaluator.Evaluate(ctx, s, tag)
+}
+
+// TestFloorScalerReturnsToSpecScale is the check of issue 43, item 4: an
+// optimize begun under a CPU hog and continued after the hog stops runs
+// its first trials at the scale the loaded floor needs and returns to the
+// spec's scale at the first trial that begins after the hog ended. The
+// floor is a script on a fake clock: 100 ms real p99 while the hog runs
+// (its first 150 s), 4 ms after; every trial takes 100 s × its scale.
+func TestFloorScalerReturnsToSpecScale(t *testing.T) {
+	clock := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	hogEnds := clock.t.Add(150 * time.Second)
+	var probes []time.Time
+	probe := func(_ context.Context, s *deploy.Spec) (float64, error) {
+		probes = append(probes, clock.t)
+		if s.Emulator.TimeScale != 0.25 {
+			t.Errorf("the probe got time scale %g, want the spec's 0.25", s.Emulator.TimeScale)
+		}
+		if clock.t.Before(hogEnds) {
+			return 100, nil // 100 ms / 2 = 50 model ms = 2.5% of the 2000 ms SLO: scale 2
+		}
+		return 4, nil // 4 / 0.25 = 16 model ms: the spec's 0.25 suffices
+	}
+	inner := &clockedEvaluator{clock: clock, per: 100 * time.Second}
+	var log bytes.Buffer
+	ev := &FloorScaler{Inner: inner, Probe: probe, TTFTSLOMs: slo.Default.TTFTMillis, Log: &log}
+	base := baseSpec()
+	base.Emulator.TimeScale = 0.25
+	lg, err := Live(context.Background(), LiveOptions{Base: base, Evaluator: ev, Budget: 6, Runs: 3, SLO: slo.Default,
+		LogPath: filepath.Join(t.TempDir(), "log.json"), Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Trial 1 begins at 0 s (hog): 2, 200 s; trial 2 at 200 s: the hog
+	// has stopped, 0.25 from then on.
+	want := []float64{2, 0.25, 0.25, 0.25, 0.25, 0.25}[:len(lg.Trials)]
+	var got []float64
+	for _, tr := range lg.Trials {
+		got = append(got, tr.TimeScale)
+		if tr.Spec.Emulator.TimeScale != 0.25 {
+			t.Errorf("trial %d's spec is at time scale %g: the loop's specs keep the spec's", tr.N, tr.Spec.Emulator.TimeScale)
+		}
+		if tr.Floor == nil || tr.Floor.TimeScale != tr.TimeScale || tr.Floor.SpecTimeScale != 0.25 {
+			t.Errorf("trial %d's floor reading %+v", tr.N, tr.Floor)
+		}
+	}
+	if len(lg.Trials) < 4 || fmt.Sprint(got) != fmt.Sprint(want) || fmt.Sprint(inner.scales) != fmt.Sprint(want) {
+		t.Errorf("trials at time scales %v (measured at %v), want %v", got, inner.scales, want)
+	}
+	if len(probes) != len(lg.Trials) {
+		t.Errorf("%d floor probes for %d trials: want one before each", len(probes), len(lg.Trials))
+	}
+	if f := lg.Trials[0].Floor; f.P99RealMs != 100 || f.FloorModelMs != 50 {
+		t.Errorf("trial 1's floor %+v, want p99 100 ms real, 50 model ms", f)
+	}
+	if !strings.Contains(log.String(), "host floor now p99 4.00 ms real: trial at time scale 0.25 (spec 0.25)") {
+		t.Errorf("log:\n%s", log.String())
+	}
+}
+
+// A failed probe keeps the scale the last good one chose.
+func TestFloorScalerProbeFails(t *testing.T) {
+	clock := &fakeClock{}
+	inner := &clockedEvaluator{clock: clock, per: time.Second}
+	readings := []error{nil, fmt.Errorf("deploy: planted")}
+	ev := &FloorScaler{Inner: inner, TTFTSLOMs: 2000, Probe: func(context.Context, *deploy.Spec) (float64, error) {
+		err := readings[0]
+		readings = readings[1:]
+		return 100, err
+	}}
+	s := baseSpec()
+	s.Emulator.TimeScale = 0.25
+	a := ev.Evaluate(context.Background(), s, "1")
+	b := ev.Evaluate(context.Background(), s, "2")
+	if a.TimeScale != 2 || b.TimeScale != 2 || b.Floor.Error != "deploy: planted" {
+		t.Errorf("scales %g, %g (floor %+v), want 2 and 2 with the probe's error", a.TimeScale, b.TimeScale, b.Floor)
+	}
+}
+
+// TestTimeBudget: with a time budget the loop plans its trials to fit:
+// here 450 s where a trial takes 100 s leaves room for 4 of the --budget's
+// 8: the baseline, one proposal, the interaction's missing cell (before
+// the ablations, which it lists as not measured) and the re-run; it
+// states what it could not measure, and ends every trial's context at the
+// deadline.
+func TestTimeBudget(t *testing.T) {
+	clock := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	deadline := clock.t.Add(450 * time.Second)
+	ev := &clockedEvaluator{clock: clock, per: 100 * time.Second}
+	var progress bytes.Buffer
+	lg, err := Live(context.Background(), LiveOptions{Base: baseSpec(), Evaluator: ev, Budget: 8, Runs: 3, SLO: slo.Default,
+		LogPath: filepath.Join(t.TempDir(), "log.json"), Progress: &progress,
+		Deadline: deadline, TimeBudget: 450 * time.Second, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var roles []string
+	for _, tr := range lg.Trials {
+		roles = append(roles, tr.Role)
+	}
+	if fmt.Sprint(roles) != "[baseline proposal interaction verify]" || !lg.Verified || lg.Selected != 2 {
+		t.Errorf("roles %v, selected %d verified %v; want baseline, proposal, interaction, verify, trial 2 verified\n%s", roles, lg.Selected, lg.Verified, progress.String())
+	}
+	if clock.t.After(deadline) {
+		t.Errorf("the loop ended at %s, after its deadline %s", clock.t, deadline)
+	}
+	for i, dl := range ev.deadlines {
+		if !dl.Equal(deadline) {
+			t.Errorf("trial %d's context ends at %v, want the deadline %v", i+1, dl, deadline)
+		}
+	}
+	text := strings.Join(lg.NotMeasured, "\n")
+	for _, w := range []string{
+		"4 exploration trial(s) the --budget allowed (the time budget leaves 4m10s; a trial takes about 1m40s)",
+		"ablation disagg-1p1d-nocache-sessionaffinity: ablation: prefix caching off (the time budget leaves 4m10s; a trial takes about 1m40s)",
+		"ablation disagg-1p1d-cache-sessionaffinity-eager",
+	} {
+		if !strings.Contains(text, w) {
+			t.Errorf("not measured:\n%s\nwant a line with %q", text, w)
+		}
+	}
+	if lg.TimeBudgetSeconds != 450 || !strings.Contains(progress.String(), "optimize: not measured: ") {
+		t.Errorf("time budget %g s in the log; progress:\n%s", lg.TimeBudgetSeconds, progress.String())
+	}
+}
+
+// With a time budget that leaves no room for the re-run, the selection is
+// not verified, and the log says the re-run was not measured.
+func TestTimeBudgetNoReRun(t *testing.T) {
+	clock := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	ev := &clockedEvaluator{clock: clock, per: 100 * time.Second}
+	lg, err := Live(context.Background(), LiveOptions{Base: baseSpec(), Evaluator: ev, Budget: 8, Runs: 3, SLO: slo.Default,
+		Deadline: clock.t.Add(150 * time.Second), TimeBudget: 150 * time.Second, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lg.Trials) != 1 || lg.Verified || lg.Selected != 0 {
+		t.Errorf("%d trials, selected %d, verified %v: want the baseline alone, unverified", len(lg.Trials), lg.Selected, lg.Verified)
+	}
+	if n := len(lg.NotMeasured); n == 0 || !strings.Contains(lg.NotMeasured[n-1], "the re-run of trial 1 (coloc-r2-tp1-cache-sessionaffinity)") {
+		t.Errorf("not measured: %q", lg.NotMeasured)
+	}
+	if d := strings.Join(lg.Decision, "\n"); !strings.Contains(d, "trial 1 is not verified: the time budget left no room for its re-run") {
+		t.Errorf("decisions:\n%s", d)
+	}
+}
+
+// The Rescaler measures again only when the time budget leaves room for a
+// measurement at the next step (its scale's share of the first's time).
+func TestRescalerNoTime(t *testing.T) {
+	clock := &fakeClock{t: time.Now()} // the context's deadline is real
+	ev := &hostBoundEvaluator{t: t, dir: t.TempDir(), need: 0.9, code: replay.ReasonEmulatorBound, seconds: 60}
+	r := &Rescaler{Inner: ev, MaxScale: 4, Now: clock.Now}
+	ctx, cancel := context.WithDeadline(context.Background(), clock.t.Add(100*time.Second))
+	defer cancel()
+	tr := r.Evaluate(ctx, rescaleSpec(t, 0.5), "01")
+	if fmt.Sprint(ev.scales) != "[0.5]" || tr.Rescaled == nil || tr.Rescaled.Measured ||
+		tr.Rescaled.NoTime != "the time budget leaves 1m40s, about 2m0s needed" {
+		t.Fatalf("measured at %v, rescaled %+v", ev.scales, tr.Rescaled)
+	}
+	if s := tr.Rescaled.String(); !strings.Contains(s, "not measured again at 1: the time budget leaves 1m40s") {
+		t.Errorf("reason %q", s)
+	}
+}
+
+// A config's next trial starts as many ladder steps above where it begins
+// as its last needed, not at that scale: a trial that begins lower (the
+// host went quiet) starts lower too.
+func TestRescalerStepsFollowTheFloor(t *testing.T) {
+	ev := &hostBoundEvaluator{t: t, dir: t.TempDir(), need: 0.9, code: replay.ReasonEmulatorBound}
+	r := &Rescaler{Inner: ev, MaxScale: 4}
+	r.Evaluate(context.Background(), rescaleSpec(t, 0.5), "01") // 0.5, then 1: one step
+	ev.scales = nil
+	ev.need = 0.5
+	tr := r.Evaluate(context.Background(), rescaleSpec(t, 0.25), "02")
+	if fmt.Sprint(ev.scales) != "[0.5]" || tr.Rescaled == nil || !tr.Rescaled.Measured || tr.Rescaled.ToScale != 0.5 {
+		t.Errorf("measured at %v, rescaled %+v; want 0.5, one step above 0.25", ev.scales, tr.Rescaled)
+	}
+}
+
+// syncBuffer is a bytes.Buffer for one writer goroutine and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// The meter's line says the phase, the run and probe or level, the
+// requests done and the time against the time expected.
+func TestMeterLine(t *testing.T) {
+	clock := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	m := &meter{tag: "03-coloc", now: clock.Now, start: clock.t, expected: 5 * time.Minute, phase: "deploying"}
+	clock.t = clock.t.Add(4 * time.Second)
+	for _, c := range []struct {
+		do   func()
+		want string
+	}{
+		{func() {}, "optimize:   trial 03-coloc: deploying; 4s elapsed of ~5m0s expected"},
+		{func() { m.setProbe(2, 3, 4) }, "optimize:   trial 03-coloc: run 2/3, probe 4: replaying; 4s elapsed of ~5m0s expected"},
+		{func() {
+			m.update(replay.Progress{Runs: 1, Levels: 1, QPS: 12.5, Done: 120, Planned: 208, Failed: 1, ETA: 6 * time.Second})
+			clock.t = clock.t.Add(91 * time.Second)
+		}, "optimize:   trial 03-coloc: run 2/3, probe 4 at 12.5 req/s: 120/208 requests done, 1 failed, level ETA 6s; 1m35s elapsed of ~5m0s expected"},
+		{func() {
+			m.probe, m.expected = 0, 0
+			m.update(replay.Progress{Run: 1, Runs: 3, Level: 2, Levels: 6, QPS: 16, Done: 10, Planned: 120})
+		}, "optimize:   trial 03-coloc: run 2/3, level 3/6 at 16 req/s: 10/120 requests done; 1m35s elapsed of nothing expected yet"},
+	} {
+		c.do()
+		if got := m.line(); got != c.want {
+			t.Errorf("line\n %q, want\n %q", got, c.want)
+		}
+	}
+}
+
+// A started meter writes a line every interval and nothing after Stop.
+func TestMeterTicks(t *testing.T) {
+	var out syncBuffer
+	m := startMeter(&out, 5*time.Millisecond, "01", time.Minute, nil)
+	m.setPhase("deploying")
+	deadline := time.Now().Add(30 * time.Second) // loose: a busy host may not run the ticker for a while
+	for strings.Count(out.String(), "\n") < 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	m.Stop()
+	got := out.String()
+	if strings.Count(got, "\n") < 2 || !strings.HasPrefix(got, "optimize:   trial 01: deploying; ") {
+		t.Fatalf("lines:\n%s", got)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if out.String() != got {
+		t.Errorf("the meter wrote after Stop")
+	}
+	var nilMeter *meter
+	nilMeter.setPhase("x") // no progress output: every method is a no-op
+	nilMeter.Stop()
+}

@@ -1,0 +1,127 @@
+package optimizer
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+
+	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/slo"
+)
+
+// FloorProbeRequests is the most measured requests a floor probe sends,
+// and FloorProbeMin the fewest: its p99 is then the 3rd largest of 200,
+// at least the 2nd largest of 50, not one request's stall. Between them
+// it sends what the highest level offers in FloorProbeSeconds of real
+// time, so that a probe takes seconds (with the deployment's start and
+// stop, about 5 to 7 on a 2-core host).
+const (
+	FloorProbeRequests = 200
+	FloorProbeMin      = 50
+	FloorProbeSeconds  = 3
+)
+
+// ProbeFloor is the host floor's cheap re-measurement between trials: one
+// pass at the highest level against the zero-cost engine, at base's own
+// time scale (FloorProbeRequests). It returns the p99 TTFT in real ms,
+// what ChooseTimeScale reads.
+func (e *DeployEvaluator) ProbeFloor(ctx context.Context, base *deploy.Spec) (p99RealMs float64, err error) {
+	if base.Engine != deploy.EngineEmulator {
+		return 0, fmt.Errorf("the host floor needs the emulator (engine %q)", base.Engine)
+	}
+	scale := base.Emulator.TimeScale
+	if scale <= 0 {
+		scale = 1
+	}
+	null := CloneSpec(base)
+	null.Emulator.Profile = "null"
+	top := slices.Max(e.QPS)
+	pe := *e
+	pe.Workload.Requests = replay.Sessions + int(math.Round(min(max(top*FloorProbeSeconds/scale, FloorProbeMin), FloorProbeRequests)))
+	rec, err := pe.replayOnce(ctx, null, "hone-floor-probe", top, 1, scale)
+	if err != nil {
+		return 0, fmt.Errorf("floor probe: %w", err)
+	}
+	ttft, _ := floorTTFTs(rec)
+	if len(ttft) == 0 {
+		return 0, fmt.Errorf("floor probe: no measured request completed against the zero-cost engine")
+	}
+	return slo.NearestRank(ttft, 99) * scale, nil
+}
+
+// FloorReading is the host floor a trial began under (FloorScaler): the
+// probe's p99 in real ms, and the time scale it chose for the trial.
+type FloorReading struct {
+	P99RealMs     float64 `json:"p99_real_ms"`
+	SpecTimeScale float64 `json:"spec_time_scale"`
+	TimeScale     float64 `json:"time_scale"`
+	FloorModelMs  float64 `json:"p99_floor_model_ms"` // P99RealMs / TimeScale
+	// Error: the probe failed, and the trial ran at the scale the last
+	// reading chose (the spec's when there was none).
+	Error string `json:"error,omitempty"`
+}
+
+// FloorScalerRule states FloorScaler in words.
+var FloorScalerRule = fmt.Sprintf("before every emulated trial a probe against the zero-cost engine (the highest level's rate for %d s "+
+	"of real time, %d to %d requests; seconds in all) re-measures the host's p99 floor, and the trial runs at the time scale it allows "+
+	"by the floor's rule: a host that was busy and went quiet goes back to the spec's scale at the next trial", FloorProbeSeconds, FloorProbeMin, FloorProbeRequests)
+
+// FloorScaler runs every emulated trial at the time scale the host's floor
+// allows now (ChooseTimeScale, never below the spec's), from a probe taken
+// just before it, so that no trial runs at a scale chosen under a load
+// that has passed. Probe is the measurement (DeployEvaluator.ProbeFloor in
+// hone optimize; a script in tests).
+type FloorScaler struct {
+	Inner     Evaluator
+	Probe     func(ctx context.Context, spec *deploy.Spec) (p99RealMs float64, err error)
+	TTFTSLOMs float64
+	Log       io.Writer // one line per trial; nil: none
+
+	last float64 // the scale the last good reading chose
+}
+
+// Evaluate implements Evaluator.
+func (f *FloorScaler) Evaluate(ctx context.Context, spec *deploy.Spec, tag string) Trial {
+	if spec.Engine != deploy.EngineEmulator || f.Probe == nil {
+		return f.Inner.Evaluate(ctx, spec, tag)
+	}
+	specScale := spec.Emulator.TimeScale
+	if !(specScale > 0) {
+		specScale = 1
+	}
+	r := &FloorReading{SpecTimeScale: specScale}
+	p99, err := f.Probe(ctx, spec)
+	switch {
+	case err != nil:
+		r.Error = err.Error()
+		r.TimeScale = max(f.last, specScale)
+	default:
+		r.P99RealMs = p99
+		r.TimeScale = ChooseTimeScale(p99, specScale, f.TTFTSLOMs)
+		r.FloorModelMs = p99 / r.TimeScale
+		f.last = r.TimeScale
+	}
+	if f.Log != nil {
+		if r.Error != "" {
+			fmt.Fprintf(f.Log, "optimize: host floor probe failed (%s): trial at time scale %g (spec %g)\n", r.Error, r.TimeScale, specScale)
+		} else {
+			fmt.Fprintf(f.Log, "optimize: host floor now p99 %.2f ms real: trial at time scale %g (spec %g), floor %.1f model ms\n",
+				r.P99RealMs, r.TimeScale, specScale, r.FloorModelMs)
+		}
+	}
+	if ctx.Err() != nil {
+		return Trial{Error: "floor probe: " + ctx.Err().Error(), Floor: r}
+	}
+	t := f.Inner.Evaluate(ctx, withScale(spec, r.TimeScale), tag)
+	t.Floor = r
+	if t.TimeScale == 0 {
+		t.TimeScale = r.TimeScale
+		if t.Rescaled != nil && t.Rescaled.Measured {
+			t.TimeScale = t.Rescaled.ToScale
+		}
+	}
+	return t
+}
