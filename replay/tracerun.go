@@ -162,7 +162,9 @@ func RunTrace(ctx context.Context, opts Options, tf *TraceFile, speed float64) (
 		tokens: NewTraceTokens(vocab, tf.Info.BlockSize, seed^rec.Cache.Nonce), idNonce: rec.RequestIDNonce,
 		cl: &client{http: hc, url: opts.Endpoint + "/v1/completions", scale: rec.TimeScale,
 			timeout: time.Duration(float64(opts.RequestTimeout) * rec.TimeScale), tb: tb}}
+	stop := tr.startProgress(rec.Workload.QPS[0])
 	lr, err := tr.level(ctx, rec.Workload.QPS[0])
+	stop(&lr)
 	rec.Runs = []RunRecord{{Run: 0, Levels: []LevelRecord{lr}}}
 	if tr.detailsSeen || opts.CachedTokensReported {
 		rec.CachedTokensRule = CachedTokensZeroWhenAbsent
@@ -191,6 +193,46 @@ type traceRunner struct {
 	idNonce     string
 	detailsSeen bool
 	done        atomic.Int64
+	failed      atomic.Int64
+}
+
+// startProgress calls opts.Progress every 250 ms from one goroutine, as
+// Run does: the trace is one level; its ETA is what is left of the
+// trace's span. stop reports the finished level.
+func (r *traceRunner) startProgress(qps float64) (stop func(*LevelRecord)) {
+	if r.opts.Progress == nil {
+		return func(*LevelRecord) {}
+	}
+	n := r.tf.Info.Requests
+	span := time.Duration((r.tf.Info.LastMs - r.tf.Info.FirstMs) / r.speed * r.scale * 1e6)
+	began := time.Now()
+	snap := func() Progress {
+		done := int(r.done.Load())
+		el := time.Since(began)
+		return Progress{Runs: 1, Levels: 1, QPS: qps, Done: done, Failed: int(r.failed.Load()), Planned: n, TotalDone: done,
+			TotalPlanned: n, Elapsed: el, ETA: max(span-el, 0)}
+	}
+	quit, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				r.opts.Progress(snap())
+			}
+		}
+	}()
+	return func(lr *LevelRecord) {
+		close(quit)
+		<-finished
+		p := snap()
+		p.LevelDone = lr
+		r.opts.Progress(p)
+	}
 }
 
 // level sends the trace as one level: cold engine, counters around it,
@@ -244,6 +286,9 @@ func (r *traceRunner) level(ctx context.Context, qps float64) (LevelRecord, erro
 			r.cl.do(ctx, body, rr, start, due, out, sse)
 			sse.reset(nil)
 			pool.Put(sse)
+			if rr.Outcome != OutcomeOK {
+				r.failed.Add(1)
+			}
 			r.done.Add(1)
 		}(q.OutputLength)
 	}
