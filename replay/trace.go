@@ -331,9 +331,11 @@ func looksLikeRecord(path string) (bool, error) {
 	}
 	// A record opens with its schema_version (WriteRecord's field
 	// order); look at the first bytes only, not a 256 MiB line.
-	head := make([]byte, 64)
+	// (Indented or not.)
+	head := make([]byte, 256)
 	n, _ := io.ReadFull(r, head)
-	return bytes.HasPrefix(bytes.TrimLeft(head[:n], " \t\r\n"), []byte(`{"schema_version"`)), nil
+	compact := bytes.Join(bytes.Fields(head[:n]), nil)
+	return bytes.HasPrefix(compact, []byte(`{"schema_version"`)), nil
 }
 
 func hashFile(path string, sum io.Writer) error {

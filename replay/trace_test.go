@@ -3,6 +3,7 @@ package replay
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -252,6 +253,18 @@ func TestRecordAsTrace(t *testing.T) {
 	if tf.Info.ImpliedCachedTokens != want {
 		t.Errorf("implied cached %d, want %d", tf.Info.ImpliedCachedTokens, want)
 	}
+	// Indented, as jq writes it: still a record.
+	var out bytes.Buffer
+	if err := json.Indent(&out, mustJSON(t, rec), "", "  "); err != nil {
+		t.Fatal(err)
+	}
+	ipath := filepath.Join(t.TempDir(), "run.json")
+	if err := os.WriteFile(ipath, out.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if itf, err := OpenTrace(ipath, 0, 16); err != nil || itf.Info.Format != TraceRecord || itf.Info.Requests != tf.Info.Requests {
+		t.Errorf("indented record: %v %+v", err, itf)
+	}
 	src, _ := tf.Open()
 	q, _ := src.Next()
 	if q.InputLength != w.InputTokens || q.OutputLength != w.OutputTokens || len(q.HashIDs) != (w.InputTokens+127)/128 {
@@ -293,4 +306,13 @@ func FuzzParseTraceLine(f *testing.F) {
 			}
 		}
 	})
+}
+
+func mustJSON(t *testing.T, rec *Record) []byte {
+	t.Helper()
+	b, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
