@@ -120,7 +120,7 @@ func (m *meter) line() string {
 	where := m.phase
 	if m.seen {
 		p := m.p
-		load := fmt.Sprintf("%g req/s", p.QPS)
+		load := fmt.Sprintf("%.4g req/s", p.QPS)
 		if n := replay.ClosedClients(p.QPS); n > 0 {
 			load = fmt.Sprintf("%d clients", n)
 		}

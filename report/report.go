@@ -45,6 +45,7 @@ func Write(w io.Writer, lg *optimizer.Log, o Options) error {
 	d.predicted()
 	d.hostFloor()
 	d.rescaled()
+	d.notMeasured()
 	d.invalidLevels()
 	d.ablations()
 	d.interaction()

@@ -89,6 +89,13 @@ func testLog(kind string, measured int) *optimizer.Log {
 		for i := range lg.Trials {
 			lg.Trials[i].Rescaled = nil
 		}
+	} else {
+		// Each trial probed the floor before it began (FloorScaler); a time
+		// budget left one ablation unmeasured.
+		lg.Trials[0].Floor, lg.Trials[0].TimeScale = &optimizer.FloorReading{P99RealMs: 30.5, SpecTimeScale: 0.1, TimeScale: 1, FloorModelMs: 30.5}, 1
+		lg.Trials[1].Floor, lg.Trials[1].TimeScale = &optimizer.FloorReading{P99RealMs: 4.1, SpecTimeScale: 0.1, TimeScale: 0.25, FloorModelMs: 16.4}, 0.5
+		lg.TimeBudgetSeconds = 1800
+		lg.NotMeasured = []string{"ablation disagg-1p1d-cache-eager: ablation: CUDA graphs off (eager) (the time budget leaves 4m10s; a trial takes about 5m0s)"}
 	}
 	return lg
 }
@@ -133,7 +140,10 @@ func TestWrite(t *testing.T) {
 			"| 32 | 120 | 138.0 | 1100.0 | 89% |",
 			"(n in the requests column); p99 of 120 requests is their second largest.", "| [emulated] | cache on | cache off |",
 			"## Measurement floor (emulated)", "the host itself adds 2.27 ms (median) / 4.76 ms (p99) of real time",
-			"Trials ran at time scale 0.25 (the spec said 0.1), where that floor is 9.1 ms (median) / 19.0 ms (p99) of model time",
+			"It chose time scale 0.25 (the spec said 0.1), where that floor is 9.1 ms (median) / 19.0 ms (p99) of model time",
+			"Trials ran at: trial 1 at 1 (p99 30.50 ms real); trial 2 at 0.5 (p99 4.10 ms real).",
+			"## Not measured for want of time (emulated)", "The run's time budget was 30m0s. With a time budget (--time-budget)",
+			"\n\n- ablation disagg-1p1d-cache-eager: ablation: CUDA graphs off (eager) (the time budget leaves 4m10s; a trial takes about 5m0s)\n\n",
 			"## Trials at another time scale (emulated)", "Some trials ran at a larger time scale: see [Trials at another time scale](#trials-at-another-time-scale-emulated).", "Rule: an emulated trial whose runs decided nothing only because",
 			"- trial 2 `disagg-1p1d-cache` (proposal): measured at time scale 0.5: at 0.25, 3 of 3 runs invalid: emulator_bound\n" +
 				"- trial 3 `disagg-1p1d-nocache` (ablation): at time scale 0.25 the host decided it (2 of 3 runs invalid: emulator_bound; estimate ×5.2): " +

@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/hone-llm/hone/optimizer"
 	"github.com/hone-llm/hone/replay"
@@ -46,7 +47,7 @@ func (d *doc) hostFloor() {
 	d.p("Before the first trial, hone replayed %g req/s through its proxy against a zero-cost engine (%d measured requests): "+
 		"the host itself adds %.2f ms (median) / %.2f ms (p99) of real time to a TTFT (dispatch lag p99 %.2f ms). "+
 		"The baseline engine's own median TTFT at the lowest level is %.2f ms (model time). "+
-		"Trials ran at time scale %g (the spec said %g), where that floor is %.1f ms (median) / %.1f ms (p99) of model time. Rule: %s.\n\n",
+		"It chose time scale %g (the spec said %g), where that floor is %.1f ms (median) / %.1f ms (p99) of model time. Rule: %s.\n\n",
 		f.OfferedQPS, f.Requests, f.P50RealMs, f.P99RealMs, f.DispatchP99RealMs, f.EngineP50TTFTMs,
 		f.ChosenTimeScale, f.SpecTimeScale, f.MedianModelMs, f.FloorModelMs, f.Rule)
 	for i := range d.lg.Trials {
@@ -58,6 +59,30 @@ func (d *doc) hostFloor() {
 	if f.Note != "" {
 		d.p("**Note:** %s\n\n", f.Note)
 	}
+	var probed []string
+	for i := range d.lg.Trials {
+		t := &d.lg.Trials[i]
+		if r := t.Floor; r != nil {
+			floor := fmt.Sprintf("p99 %.2f ms real", r.P99RealMs)
+			if r.Error != "" {
+				floor = "probe failed: " + r.Error
+			}
+			probed = append(probed, fmt.Sprintf("trial %d at %g (%s)", t.N, t.TimeScale, floor))
+		}
+	}
+	if len(probed) > 0 {
+		d.p("Then %s. Trials ran at: %s.\n\n", optimizer.FloorScalerRule, strings.Join(probed, "; "))
+	}
+}
+
+// notMeasured lists what the time budget left no room for.
+func (d *doc) notMeasured() {
+	if len(d.lg.NotMeasured) == 0 {
+		return
+	}
+	d.p("## Not measured for want of time (%s)\n\n", d.prov.tag())
+	d.p("The run's time budget was %s. %s\n\n- %s\n\n", time.Duration(d.lg.TimeBudgetSeconds*float64(time.Second)).Round(time.Second),
+		optimizer.TimeBudgetRule, strings.Join(d.lg.NotMeasured, "\n- "))
 }
 
 // rescaled lists the trials measured, or that would have had to be
