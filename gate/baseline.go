@@ -348,7 +348,7 @@ func checkPhysical(metric string, v float64, valid bool) error {
 			why = "no request produced two tokens, so TPOT was not measured (a deployment that returns one token per request has no TPOT to gate)"
 		}
 		return fmt.Errorf("0 at a valid level: %s; want > 0 ms", why)
-	case metric == "cache_hit_rate" && (v < 0 || v > 1):
+	case (metric == "cache_hit_rate" || metric == "goodput_fraction") && (v < 0 || v > 1):
 		return fmt.Errorf("%v: want a fraction in [0, 1]", v)
 	case v < 0:
 		return fmt.Errorf("%v: a rate, cost or count cannot be negative", v)

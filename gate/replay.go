@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/slo"
 )
 
 func init() { RegisterReader(readReplayRecord) }
@@ -65,6 +66,9 @@ func readReplayRecord(b []byte) ([]Run, bool, error) {
 			if l.GPUSecondsPerRequest != nil {
 				m["gpu_seconds_per_request"] = *l.GPUSecondsPerRequest
 			}
+			if g := l.Goodput; g != nil {
+				m["goodput_fraction"], m["goodput_qps"] = g.Fraction, g.QPS
+			}
 			if h := l.HitRateMetricsMeasure; h != nil {
 				m["cache_hit_rate"] = *h
 			} else if h := l.HitRateCachedTokens; h != nil {
@@ -105,13 +109,23 @@ func recordFingerprint(rec *replay.Record) Fingerprint {
 		"gpu_count":      fmt.Sprint(rec.GPUs),
 		"gpu_model":      fmt.Sprint(rec.Hardware["gpu_model"]),
 		"workload":       workloadFingerprint(rec.Workload),
-		"slo":            fmt.Sprintf("ttft<=%gms tpot<=%gms", rec.SLO.TTFTMillis, rec.SLO.TPOTMillis),
+		"slo":            sloFingerprint(rec.SLO),
 		"time_scale":     fmt.Sprint(rec.TimeScale),
 		"cache":          rec.Cache.Procedure,
 		"load":           rec.Workload.LoadMode(),
 		"hone_version":   rec.Hone.Version,
 		"engine_version": strings.TrimSpace(fmt.Sprint(rec.Engine.Version)),
 	}
+}
+
+// sloFingerprint is the SLO as the gate compares it; goodput limits are
+// named only when set, so records from before them compare as before.
+func sloFingerprint(s slo.SLO) string {
+	out := fmt.Sprintf("ttft<=%gms tpot<=%gms", s.TTFTMillis, s.TPOTMillis)
+	if s.Goodput.Set() {
+		out += " goodput=" + s.Goodput.String()
+	}
+	return out
 }
 
 // workloadFingerprint is the workload as the gate compares it; a length

@@ -76,6 +76,8 @@ var Metrics = map[string]Metric{
 	"passed":                  {Direction: HigherIsBetter, Hard: true},
 	"objective_level_qps":     {Direction: HigherIsBetter, Hard: true},
 	CapacityMetric:            {Direction: HigherIsBetter, Fail: 0.05, Warn: 0.03},
+	"goodput_fraction":        {Direction: HigherIsBetter, Fail: 0.05, Warn: 0.03},
+	"goodput_qps":             {Direction: HigherIsBetter, Fail: 0.05, Warn: 0.03},
 }
 
 // Series flattens a run into one-value series: scenario-wide metrics at

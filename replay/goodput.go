@@ -1,135 +1,33 @@
 package replay
 
-import (
-	"fmt"
-	"math"
-	"strconv"
-	"strings"
+import "github.com/hone-llm/hone/slo"
 
-	"github.com/hone-llm/hone/slo"
-)
-
-// GoodputSLO holds per-request limits, model milliseconds; 0 leaves that
-// limit unset. They are the three vLLM's `bench serve --goodput` takes
-// (ttft, tpot, e2el), with its meanings: TTFT and TPOT as the record
-// defines them (TTFT from the scheduled send; TPOT over the output tokens
-// after the first), E2E from the scheduled send to the last token.
-type GoodputSLO struct {
-	TTFTMs float64 `json:"ttft_ms,omitempty"`
-	TPOTMs float64 `json:"tpot_ms,omitempty"`
-	E2EMs  float64 `json:"e2e_ms,omitempty"`
-}
-
-// GoodputFromSLO is the default per-request limits: the run SLO's TTFT and
-// TPOT limits applied to each request (the SLO bounds their p99).
-func GoodputFromSLO(target slo.SLO) GoodputSLO {
-	return GoodputSLO{TTFTMs: target.TTFTMillis, TPOTMs: target.TPOTMillis}
-}
-
-// ParseGoodput reads limits as vLLM's --goodput writes them, comma or
-// space separated: "ttft:500,tpot:50,e2el:3000" (e2e is accepted for
-// e2el). Each is optional; at least one is required.
-func ParseGoodput(s string) (GoodputSLO, error) {
-	var g GoodputSLO
-	seen := map[string]bool{}
-	fields := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })
-	if len(fields) == 0 {
-		return g, fmt.Errorf("want KEY:MS pairs, e.g. ttft:500,tpot:50,e2el:3000")
-	}
-	for _, f := range fields {
-		k, v, ok := strings.Cut(f, ":")
-		if !ok {
-			return g, fmt.Errorf("%q: want KEY:MS (keys ttft, tpot, e2el)", f)
-		}
-		k = strings.ToLower(strings.TrimSpace(k))
-		if k == "e2e" {
-			k = "e2el"
-		}
-		ms, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-		if err != nil || !(ms > 0) || math.IsInf(ms, 0) {
-			return g, fmt.Errorf("%s: %q: want a positive number of milliseconds", k, v)
-		}
-		if seen[k] {
-			return g, fmt.Errorf("%s: given twice", k)
-		}
-		seen[k] = true
-		switch k {
-		case "ttft":
-			g.TTFTMs = ms
-		case "tpot":
-			g.TPOTMs = ms
-		case "e2el":
-			g.E2EMs = ms
-		default:
-			return g, fmt.Errorf("%q: unknown key (want ttft, tpot or e2el)", k)
-		}
-	}
-	return g, nil
-}
-
-// String is the limits as ParseGoodput reads them.
-func (g GoodputSLO) String() string {
-	var parts []string
-	for _, p := range []struct {
-		k string
-		v float64
-	}{{"ttft", g.TTFTMs}, {"tpot", g.TPOTMs}, {"e2el", g.E2EMs}} {
-		if p.v > 0 {
-			parts = append(parts, p.k+":"+strconv.FormatFloat(p.v, 'g', -1, 64))
-		}
-	}
-	return strings.Join(parts, ",")
-}
-
-// Set reports whether any limit is set.
-func (g GoodputSLO) Set() bool { return g.TTFTMs > 0 || g.TPOTMs > 0 || g.E2EMs > 0 }
-
-// Met reports whether a request completed within every set limit. A
-// request that did not complete never meets them; one of a single output
-// token has no TPOT, and that limit does not apply to it (vLLM counts its
-// TPOT as 0).
-func (g GoodputSLO) Met(q RequestRecord) bool {
-	if q.Outcome != OutcomeOK || q.TTFTMs == nil {
-		return false
-	}
-	if g.TTFTMs > 0 && *q.TTFTMs > g.TTFTMs {
-		return false
-	}
-	if g.TPOTMs > 0 && q.TPOTMs != nil && q.OutputTokens > 1 && *q.TPOTMs > g.TPOTMs {
-		return false
-	}
-	if g.E2EMs > 0 && (q.FinishMs == nil || *q.FinishMs-q.ScheduledMs > g.E2EMs) {
-		return false
-	}
-	return true
-}
-
-// Goodput is a level's requests that met every per-request limit: the
-// fraction of its measured requests (failed ones count, as not met) and
-// the rate, good requests over the level's window (the effective rate's
-// denominator, so QPS = effective rate x the fraction of completed
-// requests that were good).
+// Goodput is a level's requests that met every per-request limit
+// (slo.PerRequest): the fraction of its measured requests (failed ones
+// count, as not met) and the rate, good requests over the level's window
+// (the effective rate's denominator). TTFT runs from the scheduled send,
+// as the record's; E2E from the scheduled send to the last token.
 type Goodput struct {
-	SLO      GoodputSLO `json:"slo"`
-	Good     int        `json:"good"`
-	Measured int        `json:"measured"`
-	Fraction float64    `json:"fraction"`
-	QPS      float64    `json:"qps"`
+	Limits   slo.PerRequest `json:"limits"`
+	Good     int            `json:"good"`
+	Measured int            `json:"measured"`
+	Fraction float64        `json:"fraction"`
+	QPS      float64        `json:"qps"`
 }
 
-// GoodputOf counts reqs' measured requests (ids >= warmups) against g;
-// nil when g sets nothing or no request was measured.
-func GoodputOf(reqs []RequestRecord, warmups int, g GoodputSLO, windowSeconds float64) *Goodput {
-	if !g.Set() {
+// GoodputOf counts reqs' measured requests (ids >= warmups) against
+// limits; nil when limits set nothing or no request was measured.
+func GoodputOf(reqs []RequestRecord, warmups int, limits slo.PerRequest, windowSeconds float64) *Goodput {
+	if !limits.Set() {
 		return nil
 	}
-	out := &Goodput{SLO: g}
+	out := &Goodput{Limits: limits}
 	for _, q := range reqs {
 		if q.ID < warmups {
 			continue
 		}
 		out.Measured++
-		if g.Met(q) {
+		if goodRequest(limits, q) {
 			out.Good++
 		}
 	}
@@ -139,6 +37,54 @@ func GoodputOf(reqs []RequestRecord, warmups int, g GoodputSLO, windowSeconds fl
 	out.Fraction = float64(out.Good) / float64(out.Measured)
 	if windowSeconds > 0 {
 		out.QPS = float64(out.Good) / windowSeconds
+	}
+	return out
+}
+
+// goodRequest: a request that did not complete never meets the limits.
+func goodRequest(limits slo.PerRequest, q RequestRecord) bool {
+	if q.Outcome != OutcomeOK || q.TTFTMs == nil || q.FinishMs == nil {
+		return false
+	}
+	tpot := q.TPOTMs
+	if q.OutputTokens < 2 {
+		tpot = nil
+	}
+	return limits.Met(*q.TTFTMs, tpot, *q.FinishMs-q.ScheduledMs)
+}
+
+// LevelGoodput pools level i's goodput over rec's runs, as LevelServeStats
+// pools the rest: the runs valid at the level when there are any, else
+// all of them. The rate is the pooled good requests over the runs'
+// summed windows; nil when no run has a goodput.
+func LevelGoodput(rec *Record, i int) *Goodput {
+	var valid, all []*LevelRecord
+	for r := range rec.Runs {
+		if i < len(rec.Runs[r].Levels) && rec.Runs[r].Levels[i].Goodput != nil {
+			l := &rec.Runs[r].Levels[i]
+			all = append(all, l)
+			if l.Verdict.Valid {
+				valid = append(valid, l)
+			}
+		}
+	}
+	levels := all
+	if len(valid) > 0 {
+		levels = valid
+	}
+	if len(levels) == 0 {
+		return nil
+	}
+	out := &Goodput{Limits: levels[0].Goodput.Limits}
+	window := 0.0
+	for _, l := range levels {
+		out.Good += l.Goodput.Good
+		out.Measured += l.Goodput.Measured
+		window += l.WindowSeconds
+	}
+	out.Fraction = float64(out.Good) / float64(out.Measured)
+	if window > 0 {
+		out.QPS = float64(out.Good) / window
 	}
 	return out
 }

@@ -1,8 +1,9 @@
 package replay
 
 import (
-	"strings"
 	"testing"
+
+	"github.com/hone-llm/hone/slo"
 )
 
 func f64(v float64) *float64 { return &v }
@@ -27,43 +28,24 @@ func TestGoodputByHand(t *testing.T) {
 		req(13, OutcomeTimeout, 0, 0, 0, 0),     // failed: not met
 		req(14, OutcomeOK, 500, 50, 3100, 16),   // exactly at every limit: meets
 	}
-	g, err := ParseGoodput("ttft:500,tpot:50,e2el:3000")
+	g, err := slo.ParsePerRequest("ttft:500,tpot:50,e2el:3000")
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := GoodputOf(reqs, Sessions, g, 2.5)
 	// Good: 8, 12, 14 of 7 measured; 3 / 2.5 s = 1.2 req/s.
-	if got == nil || got.Good != 3 || got.Measured != 7 || got.Fraction != 3.0/7 || got.QPS != 1.2 || got.SLO != g {
+	if got == nil || got.Good != 3 || got.Measured != 7 || got.Fraction != 3.0/7 || got.QPS != 1.2 || got.Limits != g {
 		t.Fatalf("goodput %+v, want 3 of 7 good, 1.2 req/s", got)
 	}
 	// TTFT only: 8, 10, 11, 12, 14 (5 of 7).
-	if got := GoodputOf(reqs, Sessions, GoodputSLO{TTFTMs: 500}, 2.5); got.Good != 5 || got.QPS != 2 {
+	if got := GoodputOf(reqs, Sessions, slo.PerRequest{TTFTMs: 500}, 2.5); got.Good != 5 || got.QPS != 2 {
 		t.Fatalf("TTFT only: %+v, want 5 good, 2 req/s", got)
 	}
-	if GoodputOf(reqs, Sessions, GoodputSLO{}, 2.5) != nil || GoodputOf(reqs[:1], Sessions, g, 2.5) != nil {
+	if GoodputOf(reqs, Sessions, slo.PerRequest{}, 2.5) != nil || GoodputOf(reqs[:1], Sessions, g, 2.5) != nil {
 		t.Error("no limits, or no measured request, must give no goodput")
 	}
-	if s := g.String(); s != "ttft:500,tpot:50,e2el:3000" {
-		t.Errorf("String %q", s)
-	}
-}
-
-func TestParseGoodputBadInput(t *testing.T) {
-	for in, want := range map[string]string{
-		"":                  "want KEY:MS",
-		"ttft=500":          "want KEY:MS",
-		"ttft:-1":           "positive number",
-		"ttft:abc":          "positive number",
-		"ttft:5,ttft:6":     "given twice",
-		"itl:5":             "unknown key",
-		"tpot:NaN":          "positive number",
-		"e2e:100 ttft:+Inf": "positive number",
-	} {
-		if _, err := ParseGoodput(in); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%q: %v, want %q", in, err, want)
-		}
-	}
-	if g, err := ParseGoodput("TTFT:250 e2e:4000"); err != nil || g != (GoodputSLO{TTFTMs: 250, E2EMs: 4000}) {
-		t.Errorf("space separated, e2e alias: %+v %v", g, err)
+	// The default limits are the SLO's, per request.
+	if l := (slo.SLO{TTFTMillis: 500, TPOTMillis: 50}).Limits(); l != (slo.PerRequest{TTFTMs: 500, TPOTMs: 50}) {
+		t.Errorf("default limits %+v", l)
 	}
 }

@@ -265,6 +265,10 @@ type LevelRecord struct {
 	// so its effective rate is a burst figure, not a saturation point (hone
 	// replay --capacity measures at steady state).
 	NotSteady bool `json:"not_steady,omitempty"`
+	// Goodput counts the measured requests that met the per-request limits
+	// (the SLO's goodput limits, else its TTFT and TPOT limits per
+	// request); nil when no request was measured.
+	Goodput *Goodput `json:"goodput,omitempty"`
 
 	Complete  bool           `json:"complete"`
 	Planned   int            `json:"requests_planned"`

@@ -717,6 +717,7 @@ func (lr *LevelRecord) summarizeOver(warmups, measuredPlanned int, windowFromMs 
 			}
 		}
 		lr.SLOMet = target.Met(lr.P99TTFTMs, lr.P99TPOTMs)
+		lr.Goodput = GoodputOf(lr.Requests, warmups, target.Limits(), lr.WindowSeconds)
 		lr.NotSteady = lr.SLOMet && lr.OfferedQPS > 0 && lr.EffectiveQPS < (1-SteadyTolerance)*lr.OfferedQPS
 	}
 	lr.Passed = lr.SLOMet && lr.Complete && lr.Measured == measuredPlanned && measuredInvalid == 0

@@ -7,6 +7,10 @@ import "strconv"
 type SLO struct {
 	TTFTMillis float64 `json:"ttft_slo_ms"`
 	TPOTMillis float64 `json:"tpot_slo_ms"`
+	// Goodput, when set, holds the per-request limits goodput counts
+	// against (hone --goodput); unset, Limits applies the two above to
+	// each request.
+	Goodput PerRequest `json:"goodput,omitzero"`
 }
 
 // Default is the brief's default experiment SLO.

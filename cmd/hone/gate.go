@@ -47,11 +47,11 @@ func newGateBaselineCmd() *cobra.Command {
 	c := &cobra.Command{Use: "baseline", Short: "Create or update a baseline from run records"}
 	var out, name string
 	create := &cobra.Command{
-		Use:     "create RECORD... --out baselines/NAME.json",
-		Short:   "Build a baseline from run records (hone replay, hone sim --output json, or capacity results)",
+		Use:   "create RECORD... --out baselines/NAME.json",
+		Short: "Build a baseline from run records (hone replay, hone sim --output json, or capacity results)",
 		Example: `  hone gate baseline create run1.json run2.json run3.json --out baselines/disagg.json
   hone gate baseline create cap1.json cap2.json cap3.json --out baselines/capacity.json   # hone replay --capacity --out capN.json`,
-		Args:    cobra.ArbitraryArgs,
+		Args: cobra.ArbitraryArgs,
 		RunE: func(c *cobra.Command, args []string) error {
 			if out == "" {
 				return badInput("--out: required (where to write the baseline)")

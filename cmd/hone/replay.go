@@ -21,7 +21,6 @@ import (
 	"github.com/hone-llm/hone/internal/atomicfile"
 	"github.com/hone-llm/hone/preflight"
 	"github.com/hone-llm/hone/replay"
-	"github.com/hone-llm/hone/slo"
 )
 
 func init() { subcommands = append(subcommands, newReplayCmd) }
@@ -236,7 +235,7 @@ past).`,
 			opts := replay.Options{
 				Endpoint: endpoint, TokenizeEndpoint: tokEndpoint, Model: model, Kind: kind, Backend: backend, Cache: cache,
 				Workload: wf.workload(seed),
-				QPS:      qps, Concurrency: clients, Runs: runs, SLO: slo.SLO{TTFTMillis: wf.ttftSLO, TPOTMillis: wf.tpotSLO},
+				QPS:      qps, Concurrency: clients, Runs: runs, SLO: wf.target(),
 				TimeScale: timeScale, RequestTimeout: timeout, GPUs: gpus, Config: cfg, Hardware: hostHardware(),
 				ModelInfo: replay.Model{Revision: revision, Precision: precision},
 				Hone:      replay.Build{Version: ver, Commit: rev}, Progress: pp.Update, CachedTokensReported: cachedReported,
@@ -527,7 +526,7 @@ func writeReplayTable(w io.Writer, rec *replay.Record, out string, bad []string)
 		}
 		fmt.Fprintln(w)
 	}
-	for _, s := range replay.ServeStatsByLevel(rec) {
+	for i, s := range replay.ServeStatsByLevel(rec) {
 		valid := "valid"
 		if !s.Valid {
 			valid = "INVALID: does not count"
@@ -542,6 +541,9 @@ func writeReplayTable(w io.Writer, rec *replay.Record, out string, bad []string)
 		fmt.Fprintf(tw, "request throughput\t%.2f\treq/s\t\n", s.RequestThroughput)
 		fmt.Fprintf(tw, "output token throughput\t%.1f\ttok/s\t\n", s.OutputTokenThroughput)
 		fmt.Fprintf(tw, "total token throughput\t%.1f\ttok/s\t\n", s.TotalTokenThroughput)
+		if g := replay.LevelGoodput(rec, i); g != nil {
+			fmt.Fprintf(tw, "goodput (%s)\t%.2f\treq/s\t%.1f%% of %d measured requests\n", g.Limits, g.QPS, 100*g.Fraction, g.Measured)
+		}
 		tw.Flush()
 		if short := notSteadyRuns(rec, s.OfferedQPS); len(short) > 0 && s.Concurrency == 0 {
 			fmt.Fprintf(w, "not at steady state (run %s): the effective rate fell more than %.0f%% short of the offered %g req/s while the SLO was met: "+

@@ -36,6 +36,7 @@ type workloadFlags struct {
 	ttftSLO        float64
 	tpotSLO        float64
 	sloPreset      string
+	goodput        string // hone sim has no flag: the exact model has no per-request records
 	flags          *pflag.FlagSet
 }
 
@@ -51,6 +52,8 @@ func (w *workloadFlags) register(c *cobra.Command, uncached bool) {
 			"input tokens of a measured request beyond its session's prefix, which the warm-ups cached (the brief's workload: 128)")
 		f.Float64Var(&w.lengthRatio, "length-ratio", 0,
 			"draw each measured request's input and output lengths uniformly from [ratio × L, L] (vllm bench serve --random-range-ratio; the input never shorter than its cached prefix + 1); 0: fixed lengths")
+		f.StringVar(&w.goodput, "goodput", "",
+			"per-request limits that goodput counts requests against, as vllm bench serve --goodput takes them, model ms: e.g. ttft:500,tpot:50,e2el:3000 (each optional; default: the --ttft-slo-ms and --tpot-slo-ms limits, per request). Every level reports the fraction and rate of measured requests within them")
 	} else {
 		f.IntVar(&w.inputTokens, "input-tokens", 4096, "input tokens per request (128 of them uncached in the measurement phase)")
 		w.uncachedTokens = replay.DefaultUncachedTokens
@@ -103,7 +106,17 @@ func (w *workloadFlags) scan(cfg sim.Config) (sim.ScanConfig, error) {
 		return sim.ScanConfig{}, err
 	}
 	return sim.ScanConfig{Config: cfg, Requests: w.requests, InputTokens: w.inputTokens, OutputTokens: w.outputTokens,
-		QPS: qps, SLO: slo.SLO{TTFTMillis: w.ttftSLO, TPOTMillis: w.tpotSLO}}, nil
+		QPS: qps, SLO: w.target()}, nil
+}
+
+// target is the SLO the flags state, with --goodput's limits (checkSLO
+// has validated them).
+func (w *workloadFlags) target() slo.SLO {
+	t := slo.SLO{TTFTMillis: w.ttftSLO, TPOTMillis: w.tpotSLO}
+	if w.goodput != "" {
+		t.Goodput, _ = slo.ParsePerRequest(w.goodput)
+	}
+	return t
 }
 
 // check validates the workload flags at every level and the SLO flags,
@@ -143,6 +156,11 @@ func (w *workloadFlags) checkSLO() error {
 	}{{"--ttft-slo-ms", w.ttftSLO}, {"--tpot-slo-ms", w.tpotSLO}} {
 		if !(f.v > 0) || f.v > 1e300 {
 			return badInput("%s: want a positive finite number of milliseconds, got %v", f.name, f.v)
+		}
+	}
+	if w.goodput != "" {
+		if _, err := slo.ParsePerRequest(w.goodput); err != nil {
+			return badInput("--goodput: %v", err)
 		}
 	}
 	return nil

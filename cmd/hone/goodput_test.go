@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/sim/emulator"
+)
+
+// TestReplayGoodput replays against a live emulator with --goodput: each
+// level's goodput in the record is its measured requests counted against
+// the limits, recounted here from the record's own requests, and the
+// table prints it.
+func TestReplayGoodput(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e, err := emulator.Start(ctx, emulator.Config{Profile: "qwen2.5-coder-0.5b-l4", TimeScale: 0.25, EnablePromptTokensDetails: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	out := filepath.Join(t.TempDir(), "rec.json")
+	stdout, stderr, code := runHone(ctx, "replay", "--endpoint", e.URL(), "--model", "Qwen/Qwen2.5-Coder-0.5B-Instruct", "--qps", "4,32",
+		"--requests", "24", "--input-tokens", "512", "--output-tokens", "16", "--goodput", "ttft:40,e2el:400", "--out", out)
+	if code != 0 && code != exitFailed { // 1: the host may make a level invalid; goodput is counted all the same
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	b, err := replay.ReadRecordFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec replay.Record
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.SLO.Goodput; got.TTFTMs != 40 || got.E2EMs != 400 || got.TPOTMs != 0 {
+		t.Fatalf("record slo.goodput %+v", got)
+	}
+	for _, l := range rec.Runs[0].Levels {
+		g := l.Goodput
+		if g == nil || g.Limits != rec.SLO.Goodput || g.Measured != 16 {
+			t.Fatalf("%g req/s: goodput %+v, want 16 measured against the limits", l.OfferedQPS, g)
+		}
+		good := 0
+		for _, q := range l.Requests {
+			if q.ID >= replay.Sessions && q.Outcome == replay.OutcomeOK && *q.TTFTMs <= 40 && *q.FinishMs-q.ScheduledMs <= 400 {
+				good++
+			}
+		}
+		if g.Good != good || g.Fraction != float64(good)/16 || g.QPS != float64(good)/l.WindowSeconds {
+			t.Errorf("%g req/s: goodput %+v, recounted %d good over %.3f s", l.OfferedQPS, g, good, l.WindowSeconds)
+		}
+		t.Logf("%g req/s: %d of 16 good, %.2f req/s", l.OfferedQPS, g.Good, g.QPS)
+	}
+	if !strings.Contains(stdout, "goodput (ttft:40,e2el:400)") {
+		t.Errorf("the table does not show goodput:\n%s", stdout)
+	}
+	if _, stderr, code := runHone(ctx, "replay", "--endpoint", e.URL(), "--model", "m", "--goodput", "itl:5"); code != exitBadInput || !strings.Contains(stderr, "--goodput") {
+		t.Errorf("--goodput itl:5: exit %d, %q; want 2 naming --goodput", code, stderr)
+	}
+}
