@@ -46,7 +46,7 @@ func readReplayRecord(b []byte) ([]Run, bool, error) {
 	}
 	scenario := scenarioOf(rec.Config)
 	fp := recordFingerprint(&rec)
-	bounds := Bounds{MeasuredPerLevel: max(rec.Workload.Requests-replay.Sessions, 0)}
+	bounds := Bounds{MeasuredPerLevel: max(rec.Workload.Requests-rec.Warmups(), 0)}
 	if v, ok := rec.Config["tpot_floor_ms"]; ok {
 		f, isNum := v.(float64)
 		if !isNum || !(f > 0) || math.IsInf(f, 0) {
@@ -88,7 +88,7 @@ func readReplayRecord(b []byte) ([]Run, bool, error) {
 				}
 			}
 			run.Levels = append(run.Levels, LevelRun{OfferedQPS: l.OfferedQPS, Passed: l.Passed, Failed: failed, Metrics: m, Invalid: invalid,
-				Samples: levelSamples(l.Requests)})
+				Samples: levelSamples(l.Requests, rec.Warmups())})
 		}
 		sort.Slice(run.Levels, func(i, j int) bool { return run.Levels[i].OfferedQPS < run.Levels[j].OfferedQPS })
 		runs = append(runs, run)
@@ -132,6 +132,11 @@ func sloFingerprint(s slo.SLO) string {
 // ratio is named only when set, so records from before it compare as
 // before.
 func workloadFingerprint(w replay.WorkloadRecord) string {
+	if t := w.Trace; w.Kind == replay.WorkloadTrace && t != nil {
+		// The trace is the workload: its bytes, its speed and how its
+		// blocks became tokens.
+		return fmt.Sprintf("trace=%s speed=%g block=%d", t.SHA256, t.Speed, t.BlockSize)
+	}
 	return fmt.Sprintf("seed=%d requests=%d input=%d uncached=%d output=%d qps=%v", w.Seed, w.Requests, w.InputTokens, w.UncachedTokens, w.OutputTokens, w.QPS) +
 		lengthRatio(w)
 }
@@ -158,12 +163,12 @@ func scenarioOf(config map[string]any) string {
 
 // levelSamples are the per-request values a level's p99 TTFT and p99 TPOT
 // are percentiles of, chosen as replay summarizes a level: measured
-// requests (ids >= replay.Sessions) that completed with a TTFT; TPOT over
+// requests (ids >= warmups: 8, none in a trace) that completed with a TTFT; TPOT over
 // those of two or more output tokens.
-func levelSamples(reqs []replay.RequestRecord) map[string][]float64 {
+func levelSamples(reqs []replay.RequestRecord, warmups int) map[string][]float64 {
 	ttft, tpot := []float64{}, []float64{}
 	for _, q := range reqs {
-		if q.ID < replay.Sessions || q.Outcome != replay.OutcomeOK || q.TTFTMs == nil {
+		if q.ID < warmups || q.Outcome != replay.OutcomeOK || q.TTFTMs == nil {
 			continue
 		}
 		ttft = append(ttft, *q.TTFTMs)
