@@ -542,7 +542,7 @@ func writeReplayTable(w io.Writer, rec *replay.Record, out string, bad []string)
 		fmt.Fprintf(tw, "output token throughput\t%.1f\ttok/s\t\n", s.OutputTokenThroughput)
 		fmt.Fprintf(tw, "total token throughput\t%.1f\ttok/s\t\n", s.TotalTokenThroughput)
 		if g := replay.LevelGoodput(rec, i); g != nil {
-			fmt.Fprintf(tw, "goodput (%s)\t%.2f\treq/s\t%.1f%% of %d measured requests\n", g.Limits, g.QPS, 100*g.Fraction, g.Measured)
+			fmt.Fprintf(tw, "goodput (%s)\t%.2f\treq/s\t%.1f%% of %d measured requests\t\n", g.Limits, g.QPS, 100*g.Fraction, g.Measured)
 		}
 		tw.Flush()
 		if short := notSteadyRuns(rec, s.OfferedQPS); len(short) > 0 && s.Concurrency == 0 {
