@@ -15,6 +15,20 @@ import (
 	"github.com/hone-llm/hone/sim/emulator"
 )
 
+// startEmulator starts an in-process emulator (profile
+// qwen2.5-coder-0.5b-l4, time scale 0.25, cached tokens reported, logs
+// discarded) on loopback, stopped when the test ends, and returns its URL.
+func startEmulator(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	e, err := emulator.Start(ctx, emulator.Config{Profile: "qwen2.5-coder-0.5b-l4", TimeScale: 0.25, EnablePromptTokensDetails: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e.URL()
+}
+
 func TestCapacityBadFlags(t *testing.T) {
 	spec := "../../examples/emulator-l4-colocated.yaml"
 	for flag, args := range map[string][]string{
@@ -64,14 +78,9 @@ func TestPredictCapacityJSON(t *testing.T) {
 func TestReplayCapacityOnEmulator(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	e, err := emulator.Start(ctx, emulator.Config{Profile: "qwen2.5-coder-0.5b-l4", TimeScale: 0.25, EnablePromptTokensDetails: true,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
+	url := startEmulator(t, ctx)
 	out := filepath.Join(t.TempDir(), "cap.json")
-	stdout, stderr, code := runHone(ctx, "replay", "--capacity", "--slo", "interactive", "--endpoint", e.URL(), "--model", "Qwen/Qwen2.5-Coder-0.5B-Instruct",
+	stdout, stderr, code := runHone(ctx, "replay", "--capacity", "--slo", "interactive", "--endpoint", url, "--model", "Qwen/Qwen2.5-Coder-0.5B-Instruct",
 		"--input-tokens", "512", "--output-tokens", "16", "--capacity-start", "16", "--capacity-max", "16", "--capacity-precision", "0.3", "-o", "json", "--out", out)
 	var got capacity.Record
 	if err := json.Unmarshal([]byte(stdout), &got); err != nil {

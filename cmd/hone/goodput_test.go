@@ -3,14 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/hone-llm/hone/replay"
-	"github.com/hone-llm/hone/sim/emulator"
 )
 
 // TestReplayGoodput replays against a live emulator with --goodput: each
@@ -20,14 +17,9 @@ import (
 func TestReplayGoodput(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	e, err := emulator.Start(ctx, emulator.Config{Profile: "qwen2.5-coder-0.5b-l4", TimeScale: 0.25, EnablePromptTokensDetails: true,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
+	url := startEmulator(t, ctx)
 	out := filepath.Join(t.TempDir(), "rec.json")
-	stdout, stderr, code := runHone(ctx, "replay", "--endpoint", e.URL(), "--model", "Qwen/Qwen2.5-Coder-0.5B-Instruct", "--qps", "4,32",
+	stdout, stderr, code := runHone(ctx, "replay", "--endpoint", url, "--model", "Qwen/Qwen2.5-Coder-0.5B-Instruct", "--qps", "4,32",
 		"--requests", "24", "--input-tokens", "512", "--output-tokens", "16", "--goodput", "ttft:40,e2el:400", "--out", out)
 	if code != 0 && code != exitFailed { // 1: the host may make a level invalid; goodput is counted all the same
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -62,7 +54,7 @@ func TestReplayGoodput(t *testing.T) {
 	if !strings.Contains(stdout, "goodput (ttft:40,e2el:400)") {
 		t.Errorf("the table does not show goodput:\n%s", stdout)
 	}
-	if _, stderr, code := runHone(ctx, "replay", "--endpoint", e.URL(), "--model", "m", "--goodput", "itl:5"); code != exitBadInput || !strings.Contains(stderr, "--goodput") {
+	if _, stderr, code := runHone(ctx, "replay", "--endpoint", url, "--model", "m", "--goodput", "itl:5"); code != exitBadInput || !strings.Contains(stderr, "--goodput") {
 		t.Errorf("--goodput itl:5: exit %d, %q; want 2 naming --goodput", code, stderr)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	"github.com/hone-llm/hone/replay"
-	"github.com/hone-llm/hone/sim/emulator"
 )
 
 // sharedTrace's hash lists imply 5616 of its 9884 input tokens cached on
@@ -111,13 +109,8 @@ func sharedBlocks(a, b replay.TraceRequest) int {
 func TestReplayTraceOnEmulator(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	e, err := emulator.Start(ctx, emulator.Config{Profile: "qwen2.5-coder-0.5b-l4", TimeScale: 0.25, EnablePromptTokensDetails: true,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	tap, endpoint := startWireTap(t, e.URL())
+	url := startEmulator(t, ctx)
+	tap, endpoint := startWireTap(t, url)
 	out := filepath.Join(t.TempDir(), "trace.json")
 	began := time.Now()
 	// Requests 500 trace ms apart at speed 1 and time scale 0.25: 125 ms
