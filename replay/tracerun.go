@@ -95,16 +95,8 @@ func RunTrace(ctx context.Context, opts Options, tf *TraceFile, speed float64) (
 		hc = &http.Client{Transport: newTransport()}
 	}
 	tb := newTimebase()
-	model := opts.ModelInfo
-	model.ID = opts.Model
-	rec := &Record{
-		SchemaVersion: SchemaVersion, Kind: KindUnverified, VerdictRule: VerdictRule, Backend: opts.Backend, Hone: opts.Hone,
-		Engine: EngineInfo{Endpoint: opts.Endpoint}, Model: model, Config: opts.Config, Hardware: opts.Hardware,
-		GPUs: opts.GPUs, TimeScale: cmp.Or(opts.TimeScale, 1), RequestTimeoutMs: float64(opts.RequestTimeout) / 1e6, SLO: opts.SLO,
-		Workload: newTraceWorkload(tf, speed, seed, 0),
-		Clock:    tb.Stamp(tb.T0), StartedAt: tb.T0.UTC(), Outcomes: map[string]int{}, Validation: Validation{Reasons: map[string]int{}},
-		CachedTokensRule: CachedTokensAsReported,
-	}
+	rec := newRecord(opts, tb, newTraceWorkload(tf, speed, seed, 0))
+	rec.CachedTokensRule = CachedTokensAsReported
 	if rec.Config == nil {
 		rec.Config = map[string]any{}
 	}
