@@ -74,8 +74,9 @@ const Stall = "stall"
 
 // BottleneckRule states the rule in words, for reports and records.
 var BottleneckRule = fmt.Sprintf("Only valid levels decide. client-bound when every level is invalid or the lowest or highest level is "+
-	"invalid for client_bound; stall when a freeze of %d TPOT SLOs or more (no stream received a chunk while one was mid-stream) "+
-	"explains the rest: its requests are left out, and when the rule on the others names nothing the verdict is stall; "+
+	"invalid for client_bound; when a freeze of %d TPOT SLOs or more (no stream received a chunk while one was mid-stream) "+
+	"is found, the rule is read again without the requests in flight across it: when it then names nothing the verdict is stall, "+
+	"else that verdict (a verdict of none stands); "+
 	"decode when p99 TPOT misses its SLO at a valid level; when the tail's TTFT interval lies above the "+
 	"TTFT SLO already at the lowest valid level, the part with the largest tail mean there; else the part whose tail-mean growth from "+
 	"the lowest to the highest valid level is largest among those whose %g%% bootstrap interval (%d resamples of requests within each "+
@@ -324,14 +325,13 @@ func decide(d *Diagnosis, lv []*level, target slo.SLO, tpotP99 map[float64]float
 		clientBound(d, "the load generator bounds the measurement at "+strings.Join(bound, " and ")+", where the verdict would be read")
 		return
 	}
-	if st := findStall(valid, target); st != nil {
-		decideStall(d, valid, st, target, tpotP99)
-		return
-	}
 	for _, l := range valid {
 		l.study()
 	}
 	decideValid(d, valid, target, tpotP99)
+	if st := findStall(valid, target); st != nil {
+		decideStall(d, valid, st, target, tpotP99)
+	}
 }
 
 // decideValid applies the rule from the TPOT check on, to studied valid

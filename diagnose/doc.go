@@ -58,12 +58,6 @@
 //     client part: the measurement, not the deployment, is what was
 //     measured, and the proposals fix the measurement (fewer streams per
 //     client, a larger --time-scale, the load generator on another host);
-//   - stall when one freeze explains the rest: a span of StallTPOTs (10)
-//     TPOT SLOs or more in which no request of a level (one run) got a
-//     chunk while one was mid-stream. The requests in flight across it
-//     are an outlier set, one event; the rule is read without them (the
-//     level's p99 TPOT recomputed), and when it then names nothing the
-//     verdict is stall, else the other verdict with the freeze noted;
 //   - decode when p99 TPOT misses its SLO at a valid level;
 //   - otherwise each part is read on the level's tail: the requests whose
 //     TTFT is in the top TailFraction (10%). The tail mean of a part is
@@ -87,6 +81,13 @@
 //     the TTFT SLO, or a tail-mean interval above
 //     SLOBudgetFraction (50%) of the TTFT SLO at every valid level;
 //   - else none.
+//
+// A freeze — a span of StallTPOTs (10) TPOT SLOs or more in which no
+// request of a level (one run) got a chunk while one was mid-stream — is
+// one event, and the requests in flight across it an outlier set. When
+// there is one and the rule named a part, the rule is read again without
+// them (the level's p99 TPOT recomputed): when it then names nothing the
+// verdict is stall, else that verdict, the freeze noted.
 //
 // When the runner-up's interval overlaps the named part's, the diagnosis
 // says so (Uncertain; Label reads "X (uncertain: Y within the interval)");

@@ -77,15 +77,22 @@ func midStream(l *level, idx []int, from, to float64) bool {
 	return false
 }
 
-// decideStall decides without the stall's outlier set: the rule on the
-// other requests (the stalled level's p99 TPOT recomputed from theirs).
-// When that names nothing, the verdict is Stall; otherwise it is that
-// verdict, and the summary says a stall was left out.
+// decideStall re-reads d, the verdict on every request, without the
+// stall's outlier set: the rule on the other requests (the stalled
+// level's p99 TPOT recomputed from theirs). A verdict the freeze did not
+// make stands, noted; one that names nothing without the freeze's
+// requests becomes Stall; else the verdict without them, noted.
 func decideStall(d *Diagnosis, valid []*level, st *stall, target slo.SLO, tpotP99 map[float64]float64) {
+	what := fmt.Sprintf("a single %.0f ms freeze at %g req/s (run %d, %.0f–%.0f ms into the level): no stream received a chunk while %d requests were in flight across it",
+		st.to-st.from, st.l.q, st.run+1, st.from, st.to, len(st.hit))
+	if d.Bottleneck == "none" {
+		d.Summary += "; " + what + ", which moves no verdict"
+		return
+	}
 	var rest []*level
-	tp := map[float64]float64{}
-	for q, v := range tpotP99 {
-		tp[q] = v
+	tp := maps.Clone(tpotP99)
+	if tp == nil {
+		tp = map[float64]float64{}
 	}
 	for _, l := range valid {
 		if l != st.l {
@@ -107,11 +114,19 @@ func decideStall(d *Diagnosis, valid []*level, st *stall, target slo.SLO, tpotP9
 			tp[l.q] = slo.NearestRank(tpot, 99)
 		}
 		if kept.decides() {
+			kept.study()
 			rest = append(rest, kept)
 		}
 	}
-	what := fmt.Sprintf("a single %.0f ms freeze at %g req/s (run %d, %.0f–%.0f ms into the level): no stream received a chunk while %d requests were in flight across it",
-		st.to-st.from, st.l.q, st.run+1, st.from, st.to, len(st.hit))
+	without := Diagnosis{Growth: map[string]float64{}, GrowthCI: map[string][2]float64{}}
+	if len(rest) > 0 {
+		decideValid(&without, rest, target, tp)
+	}
+	if len(rest) > 0 && without.Bottleneck != "none" {
+		d.Bottleneck, d.Uncertain, d.Confidence, d.Growth, d.GrowthCI = without.Bottleneck, without.Uncertain, without.Confidence, without.Growth, without.GrowthCI
+		d.Summary = without.Summary + "; left out: " + what + " (an outlier set, one event)"
+		return
+	}
 	// Support: the share of the level's requests, in that run, the
 	// freeze reached — how much of the level one event accounts for.
 	n := 0
@@ -120,17 +135,8 @@ func decideStall(d *Diagnosis, valid []*level, st *stall, target slo.SLO, tpotP9
 			n++
 		}
 	}
-	conf := float64(len(st.hit)) / math.Max(1, float64(n))
-	if len(rest) > 0 {
-		for _, l := range rest {
-			l.study()
-		}
-		decideValid(d, rest, target, tp)
-		if d.Bottleneck != "none" {
-			d.Summary += "; left out: " + what + " (an outlier set, one event)"
-			return
-		}
-	}
-	d.Bottleneck, d.Uncertain, d.Confidence = Stall, "", conf
-	d.Summary = "stall: " + what + "; an outlier set, one event, not a capacity bottleneck: without those requests no part is named"
+	was := d.Label()
+	d.Bottleneck, d.Uncertain, d.Confidence = Stall, "", float64(len(st.hit))/math.Max(1, float64(n))
+	d.Summary = "stall: " + what + "; an outlier set, one event, not a capacity bottleneck: with them the rule names " + was +
+		", without them nothing"
 }
