@@ -64,3 +64,21 @@ func confidenceBasis(b string) string {
 	}
 	return "bootstrap resamples of requests that name the same part"
 }
+
+// unsplitKVWaits counts the valid levels' disaggregated requests whose
+// decode-worker wait was not split at the KV pull's end (splitKVWait),
+// of all their disaggregated requests.
+func unsplitKVWaits(lv []*level) (n, of int) {
+	for _, l := range lv {
+		for _, a := range l.valid {
+			if _, disagg := a.Parts[Transfer]; !disagg || a.Fallback {
+				continue
+			}
+			of++
+			if a.kvSplit == "" {
+				n++
+			}
+		}
+	}
+	return n, of
+}

@@ -145,6 +145,12 @@ func SummarizeKnobs(kind string, atts []Attribution, target slo.SLO, tpotP99 map
 	decide(&d, lv, target, tpotP99)
 	d.PeakInFlight = peakInFlight(lv)
 	d.Proposals = proposals(d, lv)
+	if d.Bottleneck == Transfer {
+		if n, of := unsplitKVWaits(lv); n > 0 {
+			d.Summary += fmt.Sprintf("; for %d of %d disaggregated requests nothing timed the KV pull, so the decode worker's queue after the KV is inside transfer", n, of)
+			d.Proposals = append([]string{"time the KV pulls (hone diagnose report --daemon with a daemon snapshot of the run) to tell the KV wait from the decode worker's queue, then diagnose again"}, d.Proposals...)
+		}
+	}
 	return d
 }
 

@@ -25,14 +25,19 @@ type planted struct {
 // say of them), so the verdict is read from the evidence as
 // `hone diagnose report` reads it.
 type plantedScenario struct {
-	name    string
-	disagg  bool
-	parts   func(q float64, i int) planted
-	freeze  [2]float64 // at 16 req/s: the engine stops from freeze[0] for freeze[1] ms (0: never)
-	knobs   Knobs
-	want    string
-	wantNot string // a proposal the verdict must not make
-	propose string // the first proposal's start, when it matters
+	name   string
+	disagg bool
+	parts  func(q float64, i int) planted
+	freeze [2]float64 // at 16 req/s: the engine stops from freeze[0] for freeze[1] ms (0: never)
+	knobs  Knobs
+	// kvTiming: what times a disaggregated request's KV pull — "" the
+	// decode worker's kv_transfer_time_ms (hone's emulator), "daemon" the
+	// daemon's KV connections (vLLM with a snapshot), "none" nothing
+	// (vLLM alone).
+	kvTiming string
+	want     string
+	wantNot  string // a proposal the verdict must not make
+	propose  string // the first proposal's start, when it matters
 }
 
 const (
@@ -42,15 +47,17 @@ const (
 
 var plantedLevels = []float64{1, 4, 16}
 
-// build makes the scenario's record and proxy timelines: requests
-// scheduled every 1000/q ms, sent 1 ms late; hops of 0.5 ms.
-func (sc plantedScenario) build() (*replay.Record, []proxy.Timeline) {
+// build makes the scenario's record, proxy timelines and daemon KV
+// connections: requests scheduled every 1000/q ms, sent 1 ms late; hops
+// of 0.5 ms. Each level's clock starts 100 s after the previous one's.
+func (sc plantedScenario) build() (*replay.Record, []proxy.Timeline, []KVConn) {
 	rec := &replay.Record{Kind: "emulated", TimeScale: 1, SLO: slo.Default}
 	run := replay.RunRecord{}
 	var tls []proxy.Timeline
-	ns := func(ms float64) int64 { return 1_000_000_000 + int64(ms*1e6) }
-	st := func(ms float64) proxy.Stamp { return proxy.Stamp{MonoNs: ns(ms)} }
-	for _, q := range plantedLevels {
+	var kv []KVConn
+	for li, q := range plantedLevels {
+		ns := func(ms float64) int64 { return int64(li+1)*100_000_000_000 + int64(ms*1e6) }
+		st := func(ms float64) proxy.Stamp { return proxy.Stamp{MonoNs: ns(ms)} }
 		lvl := replay.LevelRecord{Level: slo.Level{OfferedQPS: q}, Verdict: validVerdict()}
 		for i := range plantedRequests {
 			p := sc.parts(q, i)
@@ -91,7 +98,11 @@ func (sc plantedScenario) build() (*replay.Record, []proxy.Timeline) {
 			firstAt, lastAt := chunks[0], chunks[len(chunks)-1]
 			gen := lastAt - firstAt
 			m := map[string]float64{"queue_time_ms": wait, "time_to_first_token_ms": run1, "generation_time_ms": gen}
-			if sc.disagg {
+			switch {
+			case !sc.disagg || sc.kvTiming == "none":
+			case sc.kvTiming == "daemon":
+				kv = append(kv, KVConn{RXBytes: 1 << 20, FirstNs: ns(engineIn + 0.1), LastNs: ns(engineIn + p.pull)})
+			default:
 				m["kv_transfer_time_ms"] = p.pull
 			}
 			mj, _ := json.Marshal(m)
@@ -114,14 +125,14 @@ func (sc plantedScenario) build() (*replay.Record, []proxy.Timeline) {
 		run.Levels = append(run.Levels, lvl)
 	}
 	rec.Runs = []replay.RunRecord{run}
-	return rec, tls
+	return rec, tls, kv
 }
 
 // diagnose reads the scenario as `hone diagnose report` does.
 func (sc plantedScenario) diagnose(t *testing.T) Diagnosis {
 	t.Helper()
-	rec, tls := sc.build()
-	atts, err := Attribute(rec, Evidence{Timelines: tls})
+	rec, tls, kv := sc.build()
+	atts, err := Attribute(rec, Evidence{Timelines: tls, KV: kv})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,6 +166,14 @@ var plantedScenarios = []plantedScenario{{
 	// Issue 43: the decode worker (max-num-seqs 2) queues after a 1.65 ms
 	// pull. Named transfer, with "faster KV connector" proposed, before.
 	name: "decode-worker queue", disagg: true, knobs: Knobs{MaxNumSeqs: 2}, want: DecodeQ,
+	wantNot: "KV connector", propose: "raise max-num-seqs (now 2",
+	parts: func(q float64, i int) planted {
+		return planted{queue: 1, prefill: 20, pull: 1.65, decodeQueue: map[float64]float64{1: 0, 4: 5, 16: 40}[q] * float64(i), step: 4, itl: 20}
+	},
+}, {
+	// The same queue behind vLLM, which does not state its pull: the
+	// daemon's KV connections time it.
+	name: "decode-worker queue, daemon", disagg: true, kvTiming: "daemon", knobs: Knobs{MaxNumSeqs: 2}, want: DecodeQ,
 	wantNot: "KV connector", propose: "raise max-num-seqs (now 2",
 	parts: func(q float64, i int) planted {
 		return planted{queue: 1, prefill: 20, pull: 1.65, decodeQueue: map[float64]float64{1: 0, 4: 5, 16: 40}[q] * float64(i), step: 4, itl: 20}

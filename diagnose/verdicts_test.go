@@ -186,3 +186,16 @@ func TestConfidenceIsPerVerdict(t *testing.T) {
 		t.Errorf("table does not state the verdict's confidence:\n%s", b.String())
 	}
 }
+
+// Behind vLLM with nothing timing the KV pulls, the decode worker's queue
+// cannot be told from the KV wait: the verdict is transfer, and says so,
+// and the first proposal is to time the pulls — not a faster connector.
+func TestUntimedKVWaitSaysSo(t *testing.T) {
+	sc := scenario(t, "decode-worker queue")
+	sc.kvTiming = "none"
+	d := sc.diagnose(t)
+	if d.Bottleneck != Transfer || !strings.Contains(d.Summary, "for 120 of 120 disaggregated requests nothing timed the KV pull") ||
+		len(d.Proposals) == 0 || !strings.HasPrefix(d.Proposals[0], "time the KV pulls") {
+		t.Errorf("bottleneck %q proposals %q: %s", d.Bottleneck, d.Proposals, d.Summary)
+	}
+}
