@@ -26,6 +26,13 @@
 // workload), and readers recognize gzip by its content whatever the name
 // (ReadRecordFile).
 //
+// vllm bench serve's results: VLLMBenchResults turns every level of a
+// record into the JSON `vllm bench serve --save-result --save-detailed`
+// writes (VLLMBenchSource names the vLLM commit its keys were read from):
+// vllm's keys and units, the figures ServeStats and LevelGoodput compute,
+// hone's own under "hone" (VLLMBenchRule says what differs from vllm's
+// measurement).
+//
 // Time: with a time scale S (an engine emulator running S times faster),
 // sends happen at arrival x S and every _ms figure in a record is real time
 // / S, so records are always in model time. Clock stamps are never scaled.

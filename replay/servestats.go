@@ -1,11 +1,14 @@
 package replay
 
 import (
+	"math"
+
 	"github.com/hone-llm/hone/slo"
 )
 
 // Dist summarizes one latency metric over a level's requests the way
-// `vllm bench serve` prints it: mean, median, p90 and p99, in model
+// `vllm bench serve` prints it: mean, median, p90 and p99, and the
+// population standard deviation (numpy's np.std) it saves, in model
 // milliseconds. Percentiles (the median too) are nearest rank, as in every
 // hone record (vllm bench serve interpolates; with hundreds of requests the
 // two differ by less than one request's spacing).
@@ -15,6 +18,7 @@ type Dist struct {
 	Median float64 `json:"median_ms"`
 	P90    float64 `json:"p90_ms"`
 	P99    float64 `json:"p99_ms"`
+	Std    float64 `json:"std_ms"`
 }
 
 func dist(v []float64) Dist {
@@ -27,6 +31,11 @@ func dist(v []float64) Dist {
 		sum += x
 	}
 	d.Mean = sum / float64(d.N)
+	ss := 0.0
+	for _, x := range v {
+		ss += (x - d.Mean) * (x - d.Mean)
+	}
+	d.Std = math.Sqrt(ss / float64(d.N))
 	d.Median, d.P90, d.P99 = slo.NearestRank(v, 50), slo.NearestRank(v, 90), slo.NearestRank(v, 99)
 	return d
 }
@@ -58,25 +67,15 @@ type ServeStats struct {
 // LevelServeStats pools level i of every run in rec: of the runs where that
 // level is valid when there are any (Valid true), else of all of them.
 func LevelServeStats(rec *Record, i int) ServeStats {
-	var valid, all []*LevelRecord
-	for r := range rec.Runs {
-		if i < len(rec.Runs[r].Levels) {
-			l := &rec.Runs[r].Levels[i]
-			all = append(all, l)
-			if l.Verdict.Valid {
-				valid = append(valid, l)
-			}
-		}
-	}
-	levels := all
-	if len(valid) > 0 {
-		levels = valid
-	}
+	levels := pooledLevels(rec, i)
 	scale := rec.TimeScale
 	if !(scale > 0) {
 		scale = 1
 	}
-	s := ServeStats{Runs: len(levels), Valid: len(valid) > 0 && len(valid) == len(levels)}
+	s := ServeStats{Runs: len(levels), Valid: len(levels) > 0}
+	for _, l := range levels {
+		s.Valid = s.Valid && l.Verdict.Valid
+	}
 	var ttft, tpot, itl, e2e []float64
 	var outTok, inTok int
 	warmups := rec.Warmups()
@@ -87,7 +86,7 @@ func LevelServeStats(rec *Record, i int) ServeStats {
 			if q.ID < warmups {
 				continue
 			}
-			if q.Outcome != OutcomeOK || q.FirstMs == nil || q.FinishMs == nil || q.TTFTMs == nil {
+			if !q.completed() {
 				s.Failed++
 				continue
 			}
@@ -115,6 +114,31 @@ func LevelServeStats(rec *Record, i int) ServeStats {
 	}
 	s.TTFT, s.TPOT, s.ITL, s.E2E = dist(ttft), dist(tpot), dist(itl), dist(e2e)
 	return s
+}
+
+// pooledLevels is level i of every run in rec that has one: the runs where
+// it is valid when there are any, else all of them.
+func pooledLevels(rec *Record, i int) []*LevelRecord {
+	var valid, all []*LevelRecord
+	for r := range rec.Runs {
+		if i < len(rec.Runs[r].Levels) {
+			l := &rec.Runs[r].Levels[i]
+			all = append(all, l)
+			if l.Verdict.Valid {
+				valid = append(valid, l)
+			}
+		}
+	}
+	if len(valid) > 0 {
+		return valid
+	}
+	return all
+}
+
+// completed: the request ended in [DONE] with output, the requests
+// ServeStats measures.
+func (q *RequestRecord) completed() bool {
+	return q.Outcome == OutcomeOK && q.FirstMs != nil && q.FinishMs != nil && q.TTFTMs != nil
 }
 
 // ServeStatsByLevel is LevelServeStats for every level of the record's

@@ -64,7 +64,11 @@ cost in GPU-seconds per request.
 It then prints, per level (pooled over the runs valid at that level), what a
 vllm bench serve user reads: request, output-token and total-token
 throughput, and the mean, median, p90 and p99 of TTFT, TPOT, ITL and E2E
-latency, in model time (-o json for the same as JSON).
+latency, in model time (-o json for the same as JSON). -o vllm-bench-json
+prints each level as the JSON vllm bench serve --save-result --save-detailed
+writes (the same keys and units; hone's own figures under "hone"), one
+compact object per line, levels in order: the layout of vllm's
+--append-result file, so a one-level replay's output is a --save-result file.
 
 The kind labels the numbers for good and is discovered, not trusted: GET
 /version naming hone's emulator makes them "emulated", vLLM's own version
@@ -155,6 +159,9 @@ past).`,
 			}
 			if capf.on && !c.Flags().Changed("out") {
 				out = "capacity.json"
+			}
+			if capf.on && output.value == formatVLLMBench {
+				return badInput("-o %s: with --capacity the result is a capacity search, not vllm bench serve results: want table or json", formatVLLMBench)
 			}
 			if capf.on && strings.HasSuffix(out, ".gz") {
 				return badInput("--out %s: with --capacity the result is a small JSON file, written plain: give a name without .gz", out)
@@ -285,7 +292,7 @@ past).`,
 			if err := writeReplayOutput(w, output.value, rec, out, bad); err != nil {
 				return err
 			}
-			if output.value != "json" {
+			if output.value == "table" {
 				writeTraceHitRates(w, rec)
 			}
 			if sh != nil {
@@ -311,7 +318,7 @@ past).`,
 	f.StringVar(&configPath, "config", "", "JSON file with the deployment config to store in the record")
 	f.StringVar(&scenario, "scenario", "", "name the gate compares records under (config.scenario; default: the config's name)")
 	f.StringVar(&out, "out", "run.json.gz", "where to write the run record (a name ending in .gz is written gzip-compressed: about 7 bytes per output token, against 18 plain)")
-	output.register(f, "table", "", "table", "json")
+	output.register(f, "table", "", "table", "json", formatVLLMBench)
 	f.Uint64Var(&seed, "seed", replay.DefaultSeed, "workload seed (prefix text and suffix token ids)")
 	f.StringVar(&maxConcurrency, "max-concurrency", "", "closed-loop levels instead of --qps: clients in flight, comma-separated (e.g. 4,16)")
 	f.IntVar(&runs, "runs", 1, "repeat the whole scan this many times (the gate wants 3 or more)")
@@ -467,7 +474,7 @@ a level lost requests (as for hone replay);
 	}
 	f := c.Flags()
 	f.StringVar(&out, "out", "", "where to write the merged record (required; a name ending in .gz is written gzip-compressed)")
-	output.register(f, "table", "", "table", "json")
+	output.register(f, "table", "", "table", "json", formatVLLMBench)
 	return c
 }
 
@@ -511,8 +518,11 @@ func sentAny(rec *replay.Record) bool {
 // statistics (vllm bench serve's figures, model time) and the verdict.
 // writeReplayOutput prints a record's summary as the -o format asks.
 func writeReplayOutput(w io.Writer, format string, rec *replay.Record, out string, bad []string) error {
-	if format == "json" {
+	switch format {
+	case "json":
 		return writeJSON(w, replaySummary(rec, out))
+	case formatVLLMBench:
+		return replay.WriteVLLMBench(w, rec)
 	}
 	writeReplayTable(w, rec, out, bad)
 	return nil
@@ -616,6 +626,10 @@ func replayVerdict(rec *replay.Record, bad []string) error {
 	}
 	return nil
 }
+
+// formatVLLMBench is -o vllm-bench-json: every level as vllm bench serve
+// --save-result writes a result (replay.WriteVLLMBench).
+const formatVLLMBench = "vllm-bench-json"
 
 // replaySummary is -o json: the record's path, kind and verdict, each run's
 // objective and every level's serving statistics.
