@@ -3,13 +3,16 @@ package optimizer
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hone-llm/hone/capacity"
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/slo"
@@ -287,4 +290,68 @@ func TestMeterTicks(t *testing.T) {
 	var nilMeter *meter
 	nilMeter.setPhase("x") // no progress output: every method is a no-op
 	nilMeter.Stop()
+}
+
+// queueProber is a capacity probe of a FIFO server (serviceMs per request,
+// one at a time), written as the replay would write it; from probe block
+// on, it waits for its context to end and returns why, as a replay that
+// the deadline interrupted.
+type queueProber struct {
+	serviceMs float64
+	block     int // 1-based; 0: never
+	calls     int
+}
+
+func (q *queueProber) new(_ replay.Options, kept func(*replay.Record)) capacity.Prober {
+	return func(ctx context.Context, p capacity.Plan) (*replay.LevelRecord, error) {
+		q.calls++
+		if q.block > 0 && q.calls >= q.block {
+			<-ctx.Done()
+			return nil, fmt.Errorf("interrupted during run 0: %w", context.Cause(ctx))
+		}
+		lr := replay.LevelRecord{Level: slo.Level{OfferedQPS: p.Load}, Complete: true, Verdict: replay.Verdict{Valid: true}, Planned: p.Requests}
+		free := 0.0
+		for id := 0; id < p.Requests; id++ {
+			at := float64(id) * 2000
+			if id >= replay.Sessions {
+				at = replay.MeasureStartMillis + float64(id-replay.Sessions)/p.Load*1000
+			}
+			first := math.Max(at, free) + q.serviceMs
+			free = first
+			finish, ttft, tpot := first+70, first-at, 10.0
+			lr.Requests = append(lr.Requests, replay.RequestRecord{ID: id, ScheduledMs: at, Outcome: replay.OutcomeOK, Valid: true,
+				FirstMs: &first, FinishMs: &finish, TTFTMs: &ttft, TPOTMs: &tpot, OutputTokens: 8})
+		}
+		kept(&replay.Record{Kind: replay.KindEmulated, Runs: []replay.RunRecord{{Levels: []replay.LevelRecord{lr}}}})
+		return &lr, nil
+	}
+}
+
+// A capacity trial that the time budget ends during its third run keeps
+// its two whole runs, and says so: its figures are theirs, not a failure.
+func TestBudgetCutKeepsWholeRuns(t *testing.T) {
+	co := capacity.Options{Mode: capacity.Open, SLO: slo.SLO{TTFTMillis: 500, TPOTMillis: 50}, Precision: 0.1, Start: 4}
+	whole := &queueProber{serviceMs: 50}
+	e := &DeployEvaluator{Runs: 3, SLO: co.SLO, Capacity: &co, prober: whole.new}
+	_, caps, err := e.searchRuns(context.Background(), replay.Options{}, nil)
+	if err != nil || len(caps) != 3 {
+		t.Fatalf("uninterrupted: %d runs, %v", len(caps), err)
+	}
+	cut := &queueProber{serviceMs: 50, block: len(caps[0].Probes) + len(caps[1].Probes) + 1} // run 3's first probe
+	e.prober = cut.new
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	rec, got, err := e.searchRuns(ctx, replay.Options{}, nil)
+	var bc *budgetCut
+	if !errors.As(err, &bc) || bc.runs != 2 || len(got) != 2 || len(rec.Runs) != 2 || rec.Incomplete {
+		t.Fatalf("cut: err %v, %d results, %d record runs (incomplete %v); want a cut after 2 whole runs", err, len(got), len(rec.Runs), rec.Incomplete)
+	}
+	tr := Trial{Cut: bc.Error()}
+	summarizeRecord(&tr, rec)
+	applyCapacity(&tr, rec, got, 1, 0)
+	judge(&tr, co.SLO)
+	if !tr.Eligible || len(tr.Objectives) != 2 || tr.Objective != caps[0].Value ||
+		!strings.Contains(tr.Reason, "the time budget ended during run 3 of 3: the 2 run(s) before it are kept") {
+		t.Errorf("trial: eligible %v, objectives %v (uninterrupted %g), reason %q", tr.Eligible, tr.Objectives, caps[0].Value, tr.Reason)
+	}
 }

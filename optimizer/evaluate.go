@@ -48,6 +48,8 @@ type DeployEvaluator struct {
 	// ProgressEvery is how often a trial says where it is on Log
 	// (0: ProgressEvery).
 	ProgressEvery time.Duration
+
+	prober func(replay.Options, func(*replay.Record)) capacity.Prober // nil: capacity.ReplayProber (tests plant one)
 }
 
 // CapacityRule states how a trial is measured by capacity, for the log and
@@ -68,7 +70,11 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 	defer func() { t.Seconds = time.Since(start).Seconds() }()
 	var m *meter // nil: no progress lines
 	if e.Log != nil {
-		m = startMeter(e.Log, cmp.Or(e.ProgressEvery, ProgressEvery), tag, expectedFrom(ctx), nil)
+		k := 1.0
+		if spec.Engine == deploy.EngineEmulator && spec.Emulator.TimeScale > 0 {
+			k = spec.Emulator.TimeScale
+		}
+		m = startMeter(e.Log, cmp.Or(e.ProgressEvery, ProgressEvery), tag, time.Duration(float64(expectedFrom(ctx))*k), nil)
 		defer m.Stop()
 		m.setPhase("deploying")
 	}
@@ -134,10 +140,21 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 	}
 	t.Kind = rec.Kind
 	m.setPhase("diagnosing and writing the record")
-	if err != nil {
+	var cut *budgetCut
+	switch {
+	case errors.As(err, &cut):
+		t.Cut = cut.Error()
+	case err != nil:
 		t.Error = "replay: " + err.Error()
 	}
-	tls, terr := diagnose.FetchTimelines(ctx, dep.ProxyURL())
+	post := ctx
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// What was measured before the deadline is still read and kept.
+		var cancel context.CancelFunc
+		post, cancel = context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+	}
+	tls, terr := diagnose.FetchTimelines(post, dep.ProxyURL())
 	if atts, aerr := diagnose.Attribute(rec, diagnose.Evidence{Timelines: tls}); aerr == nil {
 		// The client/proxy residual can make a level client-bound; that
 		// re-judges the record and marks the attributions in place.
@@ -204,6 +221,7 @@ func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options, m *m
 		start, step = e.Capacity.Start, e.Capacity.Step
 	}
 	var runErr error
+	done := 0 // whole runs: the search and its reference probe
 	for run := 0; run < max(e.Runs, 1); run++ {
 		co := *e.Capacity
 		co.SLO, co.Mode, co.Start, co.Step = e.SLO, capacity.Open, start, step
@@ -219,7 +237,13 @@ func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options, m *m
 					map[bool]string{true: "passes", false: "fails"}[p.Pass], p.P99TTFTMs, p.P99TPOTMs, p.Tail, noteOf(p.Note))
 			}
 		}
-		replayProbe := capacity.ReplayProber(o, capacity.Open, func(r *replay.Record) { keep(run, r) })
+		newProber := e.prober
+		if newProber == nil {
+			newProber = func(o replay.Options, kept func(*replay.Record)) capacity.Prober {
+				return capacity.ReplayProber(o, capacity.Open, kept)
+			}
+		}
+		replayProbe := newProber(o, func(r *replay.Record) { keep(run, r) })
 		probes := 0
 		probe := func(ctx context.Context, p capacity.Plan) (*replay.LevelRecord, error) {
 			probes++
@@ -244,12 +268,41 @@ func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options, m *m
 				break
 			}
 		}
+		done++
+	}
+	if done > 0 && errors.Is(runErr, context.DeadlineExceeded) {
+		// The time budget ended during a run: the runs before it are whole
+		// measurements, and are kept; the cut one is not a measurement.
+		results = results[:done]
+		rec.Runs = rec.Runs[:min(done, len(rec.Runs))]
+		rec.Incomplete, rec.Error = false, ""
+		for _, r := range rec.Runs {
+			for _, l := range r.Levels {
+				if !l.Complete {
+					rec.Incomplete, rec.Error = true, fmt.Sprintf("a probe at %g req/s did not complete", l.OfferedQPS)
+				}
+			}
+		}
+		runErr = &budgetCut{runs: done, of: max(e.Runs, 1), err: runErr}
 	}
 	if rec != nil {
 		rec.Judge()
 	}
 	return rec, results, runErr
 }
+
+// budgetCut is a capacity measurement the time budget (the context's
+// deadline) ended after runs whole runs of of: those are kept.
+type budgetCut struct {
+	runs, of int
+	err      error
+}
+
+func (c *budgetCut) Error() string {
+	return fmt.Sprintf("the time budget ended during run %d of %d: the %d run(s) before it are kept (%v)", c.runs+1, c.of, c.runs, c.err)
+}
+
+func (c *budgetCut) Unwrap() error { return c.err }
 
 // PredictedStep is the first bracketing step of a search that starts at
 // a predicted capacity.

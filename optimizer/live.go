@@ -81,6 +81,9 @@ type Trial struct {
 	// began under, which chose it (FloorScaler; nil: not probed).
 	TimeScale float64       `json:"time_scale,omitempty"`
 	Floor     *FloorReading `json:"floor,omitempty"`
+	// Cut: the time budget ended during one of its runs, and the whole
+	// runs before it are the trial's measurement (capacity trials).
+	Cut string `json:"cut,omitempty"`
 }
 
 // LevelSummary is one load level over a trial's runs: medians, and every
@@ -345,8 +348,8 @@ func (l *loop) run(role, why string, s *deploy.Spec) (*Trial, error) {
 		ctx, cancel = context.WithDeadline(ctx, o.Deadline)
 		defer cancel()
 	}
-	if e := l.expected(); e > 0 {
-		ctx = withExpected(ctx, e)
+	if per, _ := l.perScale(); per > 0 {
+		ctx = withExpected(ctx, per) // the evaluator knows the scale it runs at
 	}
 	began := o.Now()
 	t := o.Evaluator.Evaluate(ctx, s, fmt.Sprintf("%02d-%s", n, SpecKey(s)))
@@ -415,15 +418,22 @@ func (l *loop) reserve() int { return max(1, min(4, len(l.lg.Trials)+l.left()-2)
 // trial so far per unit of time scale, at the last trial's scale; 0 before
 // any trial.
 func (l *loop) expected() time.Duration {
-	per, last := 0.0, 1.0
+	per, last := l.perScale()
+	return time.Duration(float64(per) * last)
+}
+
+// perScale is the slowest trial so far per unit of time scale (a trial
+// without one counts as scale 1), and the last trial's scale.
+func (l *loop) perScale() (per time.Duration, last float64) {
+	last = 1
 	for i, d := range l.took {
 		last = 1
 		if k := l.lg.Trials[i].TimeScale; k > 0 {
 			last = k
 		}
-		per = max(per, d.Seconds()/last)
+		per = max(per, time.Duration(float64(d)/last))
 	}
-	return time.Duration(per * last * float64(time.Second))
+	return per, last
 }
 
 // timeShort reports whether the time budget, not the --budget, limits the
@@ -643,6 +653,9 @@ func judge(t *Trial, target slo.SLO) {
 	}
 	if t.Rescaled != nil {
 		t.Reason += "; " + t.Rescaled.String()
+	}
+	if t.Cut != "" {
+		t.Reason += "; " + t.Cut
 	}
 }
 

@@ -17,8 +17,9 @@ const ProgressEvery = 10 * time.Second
 
 type expectedKey struct{}
 
-// withExpected carries how long the loop expects a trial to take to the
-// evaluator's progress lines.
+// withExpected carries how long the loop expects a trial to take per unit
+// of time scale to the evaluator's progress lines (the evaluator knows the
+// scale it runs at; 1 for vLLM).
 func withExpected(ctx context.Context, d time.Duration) context.Context {
 	return context.WithValue(ctx, expectedKey{}, d)
 }
