@@ -231,7 +231,8 @@ type LiveOptions struct {
 const TimeBudgetRule = "With a time budget (--time-budget), the loop plans trials to fit: after each trial it expects the next to take as long as " +
 	"the slowest so far per unit of time scale, at the last trial's scale, and the trials left are the fewer of the --budget's and those that " +
 	"fit the time left; exploration keeps the same reserve (ablations, the interaction, the re-run) out of that plan, so the re-run comes " +
-	"first when time is short. Every trial's deployment is stopped at the deadline. What was not measured for want of time is listed " +
+	"first when time is short. Every trial's deployment is stopped at the deadline; a capacity trial keeps the whole runs it measured " +
+	"before it (cut). What was not measured for want of time is listed " +
 	"in the log (not_measured) and its decisions."
 
 // Live runs the optimization loop: the baseline; proposals driven by each
