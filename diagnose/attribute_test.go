@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -41,16 +42,29 @@ const (
 // attribution must call decode_queue, not transfer.
 const decodeSeqs = 2
 
+// colocatedStall is the colocated engine's fault in deployment: a 3 s
+// freeze in the step that schedules the 60th request to arrive, 12
+// requests into the 24 req/s level's measurement (40 a level, 8 of them
+// warm-ups). Attribution must still match the truth, and the verdict
+// must be a stall, not a capacity bottleneck (issue 43).
+const colocatedStall = "stall=3s@60"
+
 // deployment stands up emulator workers behind hone's proxy, in process.
 func deployment(t *testing.T, ctx context.Context, mode string, trace io.Writer) (proxyURL, engineURL string, p *proxy.Proxy) {
 	t.Helper()
 	start := func(role emulator.Role) *emulator.Server {
 		seqs := 0 // the profile's
-		if role == emulator.RoleDecode {
+		var faults emulator.Faults
+		switch role {
+		case emulator.RoleDecode:
 			seqs = decodeSeqs
+		case emulator.RoleColocated:
+			if err := faults.ParseFault(colocatedStall); err != nil {
+				t.Fatal(err)
+			}
 		}
 		s, err := emulator.Start(ctx, emulator.Config{Role: role, Profile: testProfile, TimeScale: timeScale, EnablePromptTokensDetails: true,
-			EnablePerRequestMetrics: true, MaxNumSeqs: seqs, Trace: trace, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			EnablePerRequestMetrics: true, MaxNumSeqs: seqs, Faults: faults, Trace: trace, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -197,15 +211,30 @@ func TestAttributionMatchesGroundTruth(t *testing.T) {
 			var b strings.Builder
 			d.WriteTable(&b, false)
 			t.Log("\n" + b.String())
+			// Replay may judge a level client_bound on a busy host (host
+			// time, doubled in model time at time scale 0.5): that verdict
+			// is replay's, tested there; here the levels are read as valid.
+			for i := range atts {
+				atts[i].Invalid = nil
+			}
+			if mode == proxy.ModeColocated {
+				// The freeze is found (3 s, as the client saw it: ±0.5 s of host
+				// jitter allowed) whatever the host does; the verdict
+				// is stall unless the host's own lag (the client part)
+				// grows past its bound without the freeze's requests.
+				tpot := map[float64]float64{}
+				for _, l := range rec.Runs[0].Levels {
+					tpot[l.OfferedQPS] = l.P99TPOTMs
+				}
+				d := Summarize(rec.Kind, atts, rec.SLO, tpot)
+				if found := regexp.MustCompile(`a single (2[5-9]|3[0-4])\d\d ms freeze at 24 req/s`).MatchString(d.Summary); !found ||
+					d.Bottleneck != Stall && d.Bottleneck != ClientBound {
+					t.Errorf("a 3 s freeze: bottleneck %s: %s", d.Label(), d.Summary)
+				}
+			}
 			if mode == proxy.ModeDisaggregated {
 				// The queued decode worker is the bottleneck, and its
-				// max-num-seqs the first thing to raise. Replay may judge a
-				// level client_bound on a busy host (host time, doubled in
-				// model time at time scale 0.5): that verdict is replay's,
-				// tested there; here the levels are read as valid.
-				for i := range atts {
-					atts[i].Invalid = nil
-				}
+				// max-num-seqs the first thing to raise.
 				d := SummarizeKnobs(rec.Kind, atts, rec.SLO, nil, Knobs{MaxNumSeqs: decodeSeqs})
 				if d.Bottleneck != DecodeQ || len(d.Proposals) == 0 || !strings.HasPrefix(d.Proposals[0], "raise max-num-seqs (now 2;") {
 					t.Errorf("bottleneck %s, proposals %q: %s", d.Label(), d.Proposals, d.Summary)
