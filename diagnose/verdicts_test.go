@@ -199,3 +199,13 @@ func TestUntimedKVWaitSaysSo(t *testing.T) {
 		t.Errorf("bottleneck %q proposals %q: %s", d.Bottleneck, d.Proposals, d.Summary)
 	}
 }
+
+// The growth bar's SLO floor covers the client-bound bound, so a client
+// part that clears the bar is past that bound (client-bound), and the
+// host's cost rising inside the bound never clears it (decideValid
+// relies on it).
+func TestMaterialBarCoversTheClientBound(t *testing.T) {
+	if MaterialFraction < replay.ClientBoundSLOFraction {
+		t.Errorf("MaterialFraction %g < replay.ClientBoundSLOFraction %g", MaterialFraction, replay.ClientBoundSLOFraction)
+	}
+}
