@@ -1,12 +1,19 @@
 package replay
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -131,5 +138,180 @@ func BenchmarkMaxRate(b *testing.B) {
 			best = qps
 		}
 		b.ReportMetric(best, "req/s")
+	}
+}
+
+// leanVLLM speaks vLLM's wire format for the routes a trace replay uses
+// and keeps nothing per request, so that what a benchmark's process holds
+// is the client's: every completion streams its max_tokens one-token
+// chunks at once, then a usage chunk with vLLM's per-request metrics.
+func leanVLLM(tb testing.TB) *httptest.Server {
+	metrics := `{"time_to_first_token_ms":12.5,"generation_time_ms":830.25,"queue_time_ms":0.5,"mean_itl_ms":6.5,"tokens_per_second":153.8}`
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/version":
+			io.WriteString(w, `{"version":"0.11.0-bench"}`)
+		case "/v1/models":
+			io.WriteString(w, `{"object":"list","data":[{"id":"m","object":"model","root":"/m","max_model_len":32768}]}`)
+		case "/metrics":
+			io.WriteString(w, "vllm:prefix_cache_queries_total{engine=\"0\",model_name=\"m\"} 0.0\nvllm:prefix_cache_hits_total{engine=\"0\",model_name=\"m\"} 0.0\n")
+		case "/reset_prefix_cache":
+		case "/tokenize":
+			var body struct{ Prompt string }
+			json.NewDecoder(r.Body).Decode(&body)
+			ids := wordTokens(body.Prompt)
+			json.NewEncoder(w).Encode(map[string]any{"count": len(ids), "max_model_len": 32768, "tokens": ids})
+		case "/v1/completions":
+			var req struct {
+				Prompt    []int `json:"prompt"`
+				MaxTokens int   `json:"max_tokens"`
+			}
+			json.NewDecoder(r.Body).Decode(&req)
+			w.Header().Set("Content-Type", "text/event-stream")
+			bw := bufio.NewWriterSize(w, 32<<10)
+			for i := range req.MaxTokens {
+				fr := "null"
+				if i == req.MaxTokens-1 {
+					fr = `"length"`
+				}
+				fmt.Fprintf(bw, `data: {"id":"cmpl-b","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":" tok","logprobs":null,"finish_reason":%s,"stop_reason":null,"token_ids":[%d]}],"usage":null}`+"\n\n", fr, 1000+(i*7919+len(req.Prompt))%50000)
+			}
+			fmt.Fprintf(bw, `data: {"id":"cmpl-b","object":"text_completion","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d},"metrics":%s}`+"\n\ndata: [DONE]\n\n",
+				len(req.Prompt), len(req.Prompt)+req.MaxTokens, req.MaxTokens, metrics)
+			bw.Flush()
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// writeBenchTrace writes a Mooncake trace of n requests, one every
+// spacingMs, of input and output tokens each (a 512-token block per
+// hash id; request i shares its first block with every 16th).
+func writeBenchTrace(tb testing.TB, n int, spacingMs float64, input, output int) string {
+	path := filepath.Join(tb.TempDir(), "trace.jsonl")
+	f, err := os.Create(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	bw := bufio.NewWriter(f)
+	for i := range n {
+		fmt.Fprintf(bw, `{"timestamp": %d, "input_length": %d, "output_length": %d, "hash_ids": [%d, %d]}`+"\n",
+			int(float64(i)*spacingMs), input, output, i%16, 1000+i)
+	}
+	if err := bw.Flush(); err != nil {
+		tb.Fatal(err)
+	}
+	f.Close()
+	return path
+}
+
+// maxRSS is the process's peak resident set so far (Linux: ru_maxrss in KiB).
+func maxRSS() int64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Maxrss << 10
+}
+
+// benchKeep holds the last benchmark's record, so that a heap profile
+// (-memprofile, inuse_space) taken after it shows what the record holds.
+var benchKeep *Record
+
+// BenchmarkTraceMemory replays a trace of n requests (b.N times; 1,200
+// input and 256 output tokens each, 1,000 req/s) against a server that
+// keeps nothing per request, and reports what the replay holds:
+// retained-B/req is the live heap after the replay and the record's
+// writing, the record alive, per request (what grows with a trace's
+// length); peak-heap-MB the most heap in use at any time during both,
+// sampled every 5 ms; record-B/tok the
+// gzipped record's bytes per output token. maxrss-MB is the process's
+// peak resident set, the server and earlier sub-benchmarks included.
+// HONE_TRACE_MEMORY_REQUESTS=100000 sets the sizes (comma-separated): a
+// 100,000-request trace takes 100 s.
+func BenchmarkTraceMemory(b *testing.B) {
+	srv := leanVLLM(b)
+	sizes := []int{1000, 4000}
+	if v := os.Getenv("HONE_TRACE_MEMORY_REQUESTS"); v != "" {
+		sizes = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 1 {
+				b.Fatalf("HONE_TRACE_MEMORY_REQUESTS=%q: want request counts, comma-separated", v)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("requests=%d", n), func(b *testing.B) {
+			const input, output = 1200, 256
+			tf, err := OpenTrace(writeBenchTrace(b, n, 1, input, output), 0, 16)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for range b.N {
+				benchKeep = nil
+				goroutines := runtime.NumGoroutine()
+				runtime.GC()
+				var before runtime.MemStats
+				runtime.ReadMemStats(&before)
+				var peak atomic.Uint64
+				stop := make(chan struct{})
+				sampled := make(chan struct{})
+				go func() {
+					defer close(sampled)
+					t := time.NewTicker(5 * time.Millisecond)
+					defer t.Stop()
+					var m runtime.MemStats
+					for {
+						select {
+						case <-stop:
+							return
+						case <-t.C:
+							runtime.ReadMemStats(&m)
+							if m.HeapInuse > peak.Load() {
+								peak.Store(m.HeapInuse)
+							}
+						}
+					}
+				}()
+				tr := newTransport()
+				rec, err := RunTrace(context.Background(), Options{Endpoint: srv.URL, Model: "m", Cache: CacheReset,
+					HTTPClient: &http.Client{Transport: tr}}, tf, 1)
+				// Idle connections (64 KiB of buffers each) outlive the
+				// replay by the transport's idle timeout: what they hold is
+				// the load's concurrency, not the trace's length.
+				tr.CloseIdleConnections()
+				srv.CloseClientConnections()
+				if err != nil {
+					b.Fatal(err)
+				}
+				l := rec.Runs[0].Levels[0]
+				if l.Sent != n || rec.Validation.Valid != n {
+					b.Fatalf("sent %d, %d valid of %d: %v", l.Sent, rec.Validation.Valid, n, rec.Outcomes)
+				}
+				path := filepath.Join(b.TempDir(), "rec.json.gz")
+				if err := WriteRecord(path, rec); err != nil {
+					b.Fatal(err)
+				}
+				close(stop)
+				<-sampled
+				// Both sides of the closed connections end in their own
+				// goroutines, each holding its buffers until it does.
+				for wait := time.Now(); runtime.NumGoroutine() > goroutines+1 && time.Since(wait) < 5*time.Second; {
+					time.Sleep(10 * time.Millisecond)
+				}
+				runtime.GC()
+				var after runtime.MemStats
+				runtime.ReadMemStats(&after)
+				benchKeep = rec
+				st, _ := os.Stat(path)
+				b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n), "retained-B/req")
+				b.ReportMetric(float64(peak.Load()-before.HeapInuse)/(1<<20), "peak-heap-MB")
+				b.ReportMetric(float64(st.Size())/float64(n*output), "record-B/tok")
+				b.ReportMetric(float64(maxRSS())/(1<<20), "maxrss-MB")
+			}
+		})
 	}
 }

@@ -62,16 +62,16 @@ const minChunkBytes = 3
 // when c has no columns at all. Columns of different lengths are an error:
 // chunk k is MonoNs[k], UnixNs[k] and TokenIDs[k] together.
 func (c Chunks) MarshalJSON() ([]byte, error) {
-	if c.MonoNs == nil && c.UnixNs == nil && c.TokenIDs == nil {
+	if c.absent() {
 		return []byte("null"), nil
 	}
-	data, err := c.pack()
+	data, err := c.Encode()
 	if err != nil {
 		return nil, err
 	}
 	out := make([]byte, 0, 48+base64.StdEncoding.EncodedLen(len(data)))
 	out = append(out, `{"encoding":"`+ChunksEncoding+`","count":`...)
-	out = strconv.AppendInt(out, int64(len(c.MonoNs)), 10)
+	out = strconv.AppendInt(out, int64(c.Len()), 10)
 	out = append(out, `,"data":"`...)
 	out = base64.StdEncoding.AppendEncode(out, data)
 	out = append(out, `"}`...)
@@ -101,7 +101,7 @@ func (c *Chunks) UnmarshalJSON(b []byte) error {
 		if err := json.Unmarshal(b, &cols); err != nil {
 			return fmt.Errorf("chunks: %w", err)
 		}
-		v := Chunks(cols)
+		v := Chunks{MonoNs: cols.MonoNs, UnixNs: cols.UnixNs, TokenIDs: cols.TokenIDs}
 		if err := v.checkColumns(); err != nil {
 			return err
 		}
@@ -183,7 +183,63 @@ func (c Chunks) pack() ([]byte, error) {
 
 // EncodeChunks returns c's chunks in the packed layout of ChunksEncoding
 // (the bytes that "data" holds in base64).
-func EncodeChunks(c Chunks) ([]byte, error) { return c.pack() }
+func EncodeChunks(c Chunks) ([]byte, error) { return c.Encode() }
+
+// absent: no stream was read (no columns, not packed), written as null.
+func (c Chunks) absent() bool {
+	return c.MonoNs == nil && c.UnixNs == nil && c.TokenIDs == nil && c.packed == nil
+}
+
+// Encode returns the chunks in the packed layout of ChunksEncoding, from
+// the columns or as Pack kept them (not a copy: do not modify it).
+func (c Chunks) Encode() ([]byte, error) {
+	if c.packed != nil {
+		return c.packed, nil
+	}
+	return c.pack()
+}
+
+// Len is the number of chunks, packed or in columns.
+func (c Chunks) Len() int {
+	if c.packed != nil {
+		return c.count
+	}
+	return len(c.MonoNs)
+}
+
+// Packed reports whether the chunks are held packed (Pack), their
+// columns nil.
+func (c Chunks) Packed() bool { return c.packed != nil }
+
+// Pack replaces the columns with their packed form (ChunksEncoding),
+// which Len, Columns and MarshalJSON read: 3 to 9 bytes a one-token chunk
+// where the columns take 48. Chunks without a stream stay absent; packed
+// chunks stay as they are.
+func (c *Chunks) Pack() error {
+	if c.packed != nil || c.absent() {
+		return nil
+	}
+	data, err := c.pack()
+	if err != nil {
+		return err
+	}
+	// An exact copy: pack's buffer grows by doubling past its estimate.
+	*c = Chunks{packed: append(make([]byte, 0, len(data)), data...), count: len(c.MonoNs)}
+	return nil
+}
+
+// Columns returns the chunks in columns: c itself when it holds them,
+// else decoded from the packed form (a fresh copy each call).
+func (c Chunks) Columns() Chunks {
+	if c.packed == nil {
+		return c
+	}
+	v, err := DecodeChunks(c.packed, int64(c.count))
+	if err != nil {
+		panic(fmt.Sprintf("replay: chunks packed by Pack do not decode: %v", err)) // Pack's own output always decodes
+	}
+	return v
+}
 
 // DecodeChunks decodes count chunks packed as ChunksEncoding describes.
 // Malformed data (a truncated or overlong varint, fewer or more chunks than

@@ -327,7 +327,8 @@ func recordV2JSON(t *testing.T, rec *Record) []byte {
 	for _, r := range rec.Runs {
 		for _, l := range r.Levels {
 			for _, q := range l.Requests {
-				all = append(all, chunkArrays(q.Chunks))
+				c := q.Chunks.Columns()
+				all = append(all, chunkArrays{c.MonoNs, c.UnixNs, c.TokenIDs})
 			}
 		}
 	}

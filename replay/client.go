@@ -66,10 +66,21 @@ func encodeCompletion(model string, prompt []int, outputTokens int) ([]byte, err
 // carrying TokenIDs[k] (empty when the engine does not return token ids).
 // Records hold it packed (ChunksEncoding; version 2's records as these
 // three arrays): see MarshalJSON and UnmarshalJSON in chunks.go.
+//
+// In memory the chunks may be packed too (Pack): the columns are then nil
+// and Len and Columns read them. A trace replay (RunTrace) packs every
+// request's chunks as it ends, since the columns take 48 bytes an output
+// token where the packed form takes 3 to 9; ReadRecord, Run and MergeShards
+// give columns.
 type Chunks struct {
 	MonoNs   []int64 `json:"mono_ns"`
 	UnixNs   []int64 `json:"unix_ns"`
 	TokenIDs [][]int `json:"token_ids"`
+
+	// packed holds count chunks in ChunksEncoding when non-nil (the
+	// columns are then nil).
+	packed []byte
+	count  int
 }
 
 // RequestRecord is everything measured about one request. Durations (_ms)
@@ -117,6 +128,8 @@ type client struct {
 	scale   float64
 	timeout time.Duration // real time
 	tb      timebase
+	// pack: every request's chunks are packed when it ends (Chunks.Pack).
+	pack bool
 }
 
 // newTransport is tuned for an open loop: enough idle connections that a
@@ -240,6 +253,11 @@ func (c *client) stream(ctx context.Context, body io.Reader, rr *RequestRecord, 
 	}
 	rr.finish(start, first, last, flat, c.ms)
 	rr.validate(outputTokens)
+	if c.pack {
+		if err := rr.Chunks.Pack(); err != nil {
+			panic(err) // the columns were built together above
+		}
+	}
 }
 
 // finish derives the output count, hash and timings from the chunks.

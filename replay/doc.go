@@ -53,6 +53,13 @@
 // measured one. A trace has no warm-ups: every request is measured
 // (Record.Warmups). A bad line is a TraceError naming it.
 //
+// Memory: a trace may hold 10^5 requests, so RunTrace packs every
+// request's chunks in memory as the request ends (Chunks.Pack: the
+// record's own encoding, ~6 bytes an output token where the columns took
+// 48; Len and Columns read them), and WriteRecord encodes a request at a
+// time (EncodeRecord) instead of the whole record at once.
+// BenchmarkTraceMemory measures what a replay holds per request.
+//
 // Shards: a rate one client host cannot hold is sent by several processes,
 // each with Options.Shard (hone replay --shard i/N), which never talk to
 // each other and agree through their options alone. Shard 0 sends the eight

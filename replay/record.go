@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	_ "embed"
@@ -366,36 +367,114 @@ func ValidateRecord(data []byte) error {
 // SchemaVersion whatever rec.SchemaVersion says (the in-memory form is the
 // same for every readable version). A path ending in ".gz" is written
 // gzipped; ReadRecord recognizes gzip by its content, whatever the name.
+// The JSON is json.Marshal's, byte for byte, but encoded a request at a
+// time (EncodeRecord), never whole in memory.
 func WriteRecord(path string, rec *Record) error {
 	// Compact: a full scan holds ~2,300 requests, and indenting would put
 	// each number on its own line. Read it with jq (zcat first if .gz).
-	cp := *rec
-	cp.SchemaVersion = SchemaVersion
-	data, err := json.Marshal(&cp)
-	if err != nil {
-		return fmt.Errorf("encode record: %w", err)
-	}
-	data = append(data, '\n')
-	if !strings.HasSuffix(strings.ToLower(path), ".gz") {
-		if err := atomicfile.Write(path, data); err != nil {
-			return fmt.Errorf("write record: %w", err)
+	gz := strings.HasSuffix(strings.ToLower(path), ".gz")
+	err := atomicfile.WriteFunc(path, 0o644, func(w io.Writer) error {
+		var zw *gzip.Writer
+		if gz {
+			var err error
+			if zw, err = gzip.NewWriterLevel(w, gzip.BestCompression); err != nil {
+				return err
+			}
+			w = zw
+		}
+		bw := bufio.NewWriterSize(w, 64<<10)
+		if err := EncodeRecord(bw, rec); err != nil {
+			return err
+		}
+		if err := bw.WriteByte('\n'); err != nil {
+			return err
+		}
+		if err := bw.Flush(); err != nil {
+			return err
+		}
+		if zw != nil {
+			return zw.Close()
 		}
 		return nil
-	}
-	err = atomicfile.WriteFunc(path, 0o644, func(w io.Writer) error {
-		zw, err := gzip.NewWriterLevel(w, gzip.BestCompression)
-		if err != nil {
-			return err
-		}
-		if _, err := zw.Write(data); err != nil {
-			return err
-		}
-		return zw.Close()
 	})
 	if err != nil {
 		return fmt.Errorf("write record: %w", err)
 	}
 	return nil
+}
+
+// EncodeRecord writes rec's JSON, at the current SchemaVersion, to w: the
+// bytes json.Marshal would give, encoded a request at a time, so that a
+// 100,000-request trace's record never sits in memory as JSON whole (it
+// would take several hundred MB, and as much again while its buffer
+// grows).
+func EncodeRecord(w io.Writer, rec *Record) error {
+	cp := *rec
+	cp.SchemaVersion = SchemaVersion
+	return encodeAround(w, &cp.Runs, &cp, func(run *RunRecord) error {
+		r := *run
+		return encodeAround(w, &r.Levels, &r, func(level *LevelRecord) error {
+			l := *level
+			return encodeAround(w, &l.Requests, &l, func(q *RequestRecord) error {
+				b, err := json.Marshal(q)
+				if err != nil {
+					return err
+				}
+				_, err = w.Write(b)
+				return err
+			})
+		})
+	})
+}
+
+// encodeAround writes v's JSON to w with the value of its slice field
+// *field encoded element by element by each. The JSON around the field's
+// value is found by encoding v with the field empty ([]) and nil (null):
+// the two differ exactly there. The field is left as it was.
+func encodeAround[T any](w io.Writer, field *[]T, v any, each func(*T) error) (err error) {
+	elems := *field
+	defer func() { *field = elems }()
+	*field = []T{}
+	a, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode record: %w", err)
+	}
+	*field = nil
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode record: %w", err)
+	}
+	i := 0
+	for i < len(a) && i < len(b) && a[i] == b[i] {
+		i++
+	}
+	if !bytes.HasPrefix(a[i:], []byte("[]")) || !bytes.HasPrefix(b[i:], []byte("null")) || !bytes.Equal(a[i+2:], b[i+4:]) {
+		return fmt.Errorf("encode record: cannot find a slice field's value in %.80s", a)
+	}
+	if _, err := w.Write(a[:i]); err != nil {
+		return err
+	}
+	if elems == nil {
+		_, err = w.Write([]byte("null"))
+	} else {
+		_, err = w.Write([]byte("["))
+		for k := range elems {
+			if err == nil && k > 0 {
+				_, err = w.Write([]byte(","))
+			}
+			if err == nil {
+				err = each(&elems[k])
+			}
+		}
+		if err == nil {
+			_, err = w.Write([]byte("]"))
+		}
+	}
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(a[i+2:])
+	return err
 }
 
 // ReadRecordFile returns the JSON of the record file at path, decompressed

@@ -153,7 +153,7 @@ func RunTrace(ctx context.Context, opts Options, tf *TraceFile, speed float64) (
 	tr := &traceRunner{opts: opts, tf: tf, speed: speed, tb: tb, eng: eng, scale: rec.TimeScale,
 		tokens: NewTraceTokens(vocab, tf.Info.BlockSize, seed^rec.Cache.Nonce), idNonce: rec.RequestIDNonce,
 		cl: &client{http: hc, url: opts.Endpoint + "/v1/completions", scale: rec.TimeScale,
-			timeout: time.Duration(float64(opts.RequestTimeout) * rec.TimeScale), tb: tb}}
+			timeout: time.Duration(float64(opts.RequestTimeout) * rec.TimeScale), tb: tb, pack: true}}
 	stop := tr.startProgress(rec.Workload.QPS[0])
 	lr, err := tr.level(ctx, rec.Workload.QPS[0])
 	stop(&lr)

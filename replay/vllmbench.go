@@ -223,9 +223,10 @@ func vllmBenchLevel(rec *Record, i int) VLLMBenchResult {
 			r.OutputLens = append(r.OutputLens, q.OutputTokens)
 			r.TTFTs = append(r.TTFTs, *q.TTFTMs/1000)
 			r.Latencies = append(r.Latencies, (*q.FinishMs-q.ScheduledMs)/1000)
-			itl := make([]float64, 0, max(len(q.Chunks.MonoNs)-1, 0))
-			for k := 1; k < len(q.Chunks.MonoNs); k++ {
-				itl = append(itl, float64(q.Chunks.MonoNs[k]-q.Chunks.MonoNs[k-1])/1e9/scale)
+			mono := q.Chunks.Columns().MonoNs
+			itl := make([]float64, 0, max(len(mono)-1, 0))
+			for k := 1; k < len(mono); k++ {
+				itl = append(itl, float64(mono[k]-mono[k-1])/1e9/scale)
 			}
 			r.ITLs = append(r.ITLs, itl)
 		}
@@ -259,11 +260,12 @@ func vllmPeaks(l *LevelRecord, warmups int, scale float64) (tokensPerS float64, 
 		first, last = math.Min(first, start), math.Max(last, end)
 		events = append(events, event{start, 1}, event{end, -1})
 		f := *q.FirstMs / 1000
-		if len(q.Chunks.MonoNs) == 0 {
+		mono := q.Chunks.Columns().MonoNs
+		if len(mono) == 0 {
 			times = append(times, f)
 		}
-		for _, m := range q.Chunks.MonoNs {
-			times = append(times, f+float64(m-q.Chunks.MonoNs[0])/1e9/scale)
+		for _, m := range mono {
+			times = append(times, f+float64(m-mono[0])/1e9/scale)
 		}
 	}
 	if len(events) == 0 {
