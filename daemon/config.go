@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"math"
 	"regexp"
 	"sort"
 	"strconv"
@@ -15,6 +16,26 @@ import (
 // and hone's engine emulator when no --pid, --cgroup or --match-cmdline is
 // given.
 const DefaultMatch = `vllm serve|vllm\.entrypoints|VLLM::|EngineCore|VllmWorker|hone sim serve`
+
+// CUDALaunchesAlways, as Config.CUDALaunches, probes kernel launches for
+// as long as the daemon runs.
+const CUDALaunchesAlways = time.Duration(math.MaxInt64)
+
+// ParseCUDALaunches reads --cuda-launches: "always", "off" (or 0), or how
+// long after start to probe kernel launches (a Go duration, e.g. 30s).
+func ParseCUDALaunches(s string) (time.Duration, error) {
+	switch s {
+	case "always":
+		return CUDALaunchesAlways, nil
+	case "off", "0":
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("--cuda-launches: want always, off or a duration such as 30s, got %q", s)
+	}
+	return d, nil
+}
 
 // DefaultKVPorts are the ports whose connections count as KV transfers:
 // vLLM's NIXL side channel (5600 plus one per rank), vLLM's P2pNccl default,
@@ -45,8 +66,12 @@ type Config struct {
 	HTTPPorts []uint16
 
 	// CUDALaunches probes every kernel launch for this long after start
-	// (0: never). Each uprobe hit costs microseconds in the traced thread;
+	// (0: never; CUDALaunchesAlways: while the daemon runs, hone daemon's
+	// default). Each uprobe hit costs microseconds in the traced thread;
 	// graph launches, synchronizes and async copies are always probed.
+	// Without kernel launches a step that launches no graph (an eager
+	// step: vLLM's prefill chunks above its CUDA graph sizes) is not seen,
+	// and the requests it prefilled cannot be split from kernel evidence.
 	CUDALaunches time.Duration
 
 	// SyscallSample times one syscall in this many of each target thread

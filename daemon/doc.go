@@ -216,7 +216,7 @@
 // bursts may still grow.
 //
 // CUDA calls: launch (cuLaunchKernel*, probed only inside the
-// --cuda-launches window), graph_launch, stream_synchronize,
+// --cuda-launches window: by default while the daemon runs), graph_launch, stream_synchronize,
 // ctx_synchronize, event_synchronize (cuEventSynchronize), memcpy_async
 // (cuMemcpy*Async*) and memcpy_sync (the synchronous cuMemcpy*:
 // cuMemcpyHtoD_v2, cuMemcpyDtoH_v2, ...). The calls the host waits in (the
@@ -228,8 +228,12 @@
 // of those waits returns, the host then holding the step's results; a wait
 // with no launch since the last step closes nothing. Kernel launches are
 // seen only inside the --cuda-launches window, graph launches always, so
-// outside the window a step is seen when it launches a graph (vLLM's CUDA
-// graphs, full or piecewise). The latest 65,536 steps of all processes are
+// outside the window a step is seen only when it launches a graph (vLLM's
+// CUDA graphs, full or piecewise): an eager step — vLLM's prefill chunks
+// above its largest graph size, every step of hone sim serve --cuda-lib
+// that computes prompt tokens — is then missed, and the requests it
+// prefilled cannot be split from kernel evidence. That is why the window
+// is, by default, the daemon's whole run. The latest 65,536 steps of all processes are
 // kept (step_table counts the evicted). These are the step boundaries the
 // per-request attribution from kernel evidence reads; hone sim serve
 // --cuda-lib gives the emulator the same probe points.

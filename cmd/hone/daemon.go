@@ -26,6 +26,7 @@ func newDaemonCmd() *cobra.Command {
 		cfg                    daemon.Config
 		opts                   daemon.RunOptions
 		match, kvPorts         string
+		cudaLaunches           string
 		httpPorts              string
 		noSched, noDropCaps    bool
 		nvmlPeriod, scanPeriod time.Duration
@@ -85,7 +86,7 @@ failed); 2 bad input (flags).`,
 		Example: `  # 10 s of measurements of a vLLM deployment, as JSON
   sudo hone daemon --once --duration 10s --out snapshot.json
 
-  # Trace one process tree, probing every CUDA kernel launch for 30 s
+  # Trace one process tree, probing CUDA kernel launches for its first 30 s only
   sudo hone daemon --pid 4242 --cuda-launches 30s --bpf-stats
   curl -s 127.0.0.1:9464/v1/connections?kv=true
   go tool pprof -top http://127.0.0.1:9464/v1/profile?view=sched`,
@@ -124,7 +125,12 @@ failed); 2 bad input (flags).`,
 			if _, _, err := daemon.ParseUser(opts.User); err != nil {
 				return badInput("--user: %v", err)
 			}
-			if cfg.CUDALaunches < 0 || cfg.BurstGap < 0 || nvmlPeriod < 0 || scanPeriod < 0 {
+			launches, err := daemon.ParseCUDALaunches(cudaLaunches)
+			if err != nil {
+				return badInput("%v", err)
+			}
+			cfg.CUDALaunches = launches
+			if cfg.BurstGap < 0 || nvmlPeriod < 0 || scanPeriod < 0 {
 				return badInput("durations must not be negative")
 			}
 			if err := bpf.CheckSyscallSample(cfg.SyscallSample); err != nil || cfg.SyscallSample == 0 {
@@ -169,7 +175,7 @@ failed); 2 bad input (flags).`,
 	f.StringVar(&kvPorts, "kv-ports", daemon.DefaultKVPorts, "ports whose connections are KV transfers (list and ranges)")
 	f.StringVar(&httpPorts, "http-ports", daemon.DefaultHTTPPorts, "serving API ports: on the server's end of their connections each HTTP request/response exchange is recorded (receipt, first, second and last send; \"\": none)")
 	f.DurationVar(&cfg.BurstGap, "burst-gap", 100*time.Millisecond, "silence that ends a burst on a KV-transfer connection")
-	f.DurationVar(&cfg.CUDALaunches, "cuda-launches", 0, "probe every CUDA kernel launch for this long after start (each costs microseconds in the launching thread; 0: off)")
+	f.StringVar(&cudaLaunches, "cuda-launches", "always", "probe every CUDA kernel launch: always, off, or for this long after start (e.g. 30s); each costs microseconds in the launching thread, and without them a step that launches no CUDA graph (an eager step: vLLM's prefill chunks above its graph sizes) is not seen, nor split by diagnose")
 	f.Uint32Var(&cfg.SyscallSample, "syscall-sample", bpf.DefaultSyscallSample, "time one syscall in this many of each traced thread and only count the others (a power of two; 1: time every call): counts stay exact; the mean latency (total_ns / timed) is an unbiased estimate, the maximum and histogram are a sample's; on a VM whose clock is kvm-clock each timed call was measured at ~140 ns more than a counted one (make bench)")
 	f.DurationVar(&cfg.SyscallTimingWindow, "syscall-timing-window", time.Second, "with --syscall-timing-period: how long each syscall timing window lasts")
 	f.DurationVar(&cfg.SyscallTimingPeriod, "syscall-timing-period", 8*time.Second, "time syscalls only in one --syscall-timing-window in each period this long (the first at start), counting them always: outside a window the sys_exit program is detached, so every process on the host pays one program's target check per syscall instead of two (make bench: BenchmarkSyscallFloor); 0: always time")
