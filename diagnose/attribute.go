@@ -59,10 +59,15 @@ type Attribution struct {
 	// disaggregated), when a snapshot with them was given and the request
 	// joined its exchanges.
 	Kernel *KernelParts `json:"kernel_split,omitempty"`
+	// KernelUnjoined says why a request has no kernel split when kernel
+	// evidence was given (one of the Unjoined* reasons).
+	KernelUnjoined string `json:"kernel_unjoined,omitempty"`
 	// SplitBy says which evidence Parts came from: "engine" (the engines'
 	// per-request metrics, with the proxy's timeline), "kernel" (Kernel:
-	// Evidence.Source chose it, or the engine reported no metrics) or
-	// "client" (neither: the engine's span is client- or proxy-timed).
+	// Evidence.Source chose it, or the engine reported no metrics),
+	// "client" (neither: the engine's span is client- or proxy-timed) or
+	// SplitUnjoined (neither, and kernel evidence was given but did not
+	// join: KernelUnjoined says why).
 	SplitBy string `json:"split_by"`
 	// EngineParts keeps the engine-metrics split when the kernel split
 	// took its place in Parts, so the two can still be compared.
@@ -166,8 +171,16 @@ type Evidence struct {
 	// TokenBudget is the engines' max_num_batched_tokens (vLLM's
 	// --max-num-batched-tokens): with it the kernel split infers how many
 	// steps each prefill took by the scheduler's rules (inferChunks); 0
-	// (unknown): each prefill is taken as one step.
+	// (unknown): inferred from the evidence (inferChunks).
 	TokenBudget int
+	// Daemon says a daemon snapshot was given: without the engines'
+	// metrics a request it could not split is named (KernelUnjoined), not
+	// split by client timing, even when the snapshot has no exchanges.
+	Daemon bool
+	// MaxNumSeqs is the engines' max_num_seqs (vLLM's --max-num-seqs),
+	// which delays admission when the seats are full; 0 (unknown):
+	// inferred from the evidence.
+	MaxNumSeqs int
 }
 
 // engineMetrics are the keys attribution reads of vLLM's per-request
@@ -282,6 +295,10 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 		if err := joinExchanges(out, joins, ev, scale); err != nil {
 			return nil, err
 		}
+	} else if ev.Daemon {
+		for i := range out {
+			out[i].KernelUnjoined = UnjoinedNoExchange
+		}
 	}
 	for i := range out {
 		chooseSplit(&out[i], ev.Source)
@@ -301,13 +318,22 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 // chooseSplit sets a's SplitBy and, where source says the kernel split
 // decides, puts it in Parts (the engine's split kept in EngineParts when
 // there was one). Auto takes the kernel split where the engines reported
-// no metrics for the span it splits (disaggregated: either worker).
+// no metrics for the span it splits (disaggregated: either worker); a
+// request with neither, whose kernel evidence did not join, is
+// SplitUnjoined: its engine span is not split (Joined leaves it out).
 func chooseSplit(a *Attribution, source string) {
 	_, disagg := a.Parts[Transfer] // a prefill worker's KV was used
 	engine := a.EngineMetrics && (!disagg || a.PrefillEngineMetrics)
 	a.SplitBy = "client"
 	if engine {
 		a.SplitBy = "engine"
+	}
+	if a.Kernel == nil && !engine && a.KernelUnjoined != "" && source != EvidenceEngine {
+		a.SplitBy = SplitUnjoined
+		for _, k := range []string{Queueing, Prefill} {
+			a.Sources[k] = "not split: no engine metrics, and its kernel evidence did not join (" + a.KernelUnjoined + ")"
+		}
+		return
 	}
 	if a.Kernel == nil || source == EvidenceEngine || source != EvidenceKernel && engine {
 		return

@@ -3,6 +3,7 @@ package diagnose
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"sort"
 )
@@ -231,56 +232,79 @@ func joinExchanges(atts []Attribution, joins []exchangeJoin, ev Evidence, scale 
 		// or not (a disaggregated one needs its decode exchange too).
 		if s := split[i]; s >= 0 {
 			x := xs[s]
-			works[i] = &prefillWork{received: x.ReceivedNs, firstToken: x.FirstTokenNs(ev.Head), uncached: j.uncached, output: out}
+			works[i] = &prefillWork{received: x.ReceivedNs, firstToken: x.FirstTokenNs(ev.Head), lastSend: x.LastSendNs, uncached: j.uncached, output: out}
 			work[x.PID] = append(work[x.PID], works[i])
 		}
 	}
-	chunksFrom := "one step per prefill assumed (the token budget unknown: --max-num-batched-tokens)"
-	if ev.TokenBudget > 0 {
-		chunksFrom = fmt.Sprintf("steps per prefill inferred by the scheduler's rules (token budget %d; running requests first, FCFS)", ev.TokenBudget)
-		for pid, w := range work {
-			inferChunks(stepsOf(pid), w, ev.TokenBudget)
+	chunksFrom := map[int]string{} // by engine process
+	for pid, w := range work {
+		b, n := inferChunks(stepsOf(pid), w, ev.TokenBudget, ev.MaxNumSeqs)
+		budget, seats := fmt.Sprintf("token budget %d", b), fmt.Sprintf("max-num-seqs %d", n)
+		switch {
+		case b == math.MaxInt32:
+			budget = "no chunking"
+		case ev.TokenBudget <= 0:
+			budget = fmt.Sprintf("token budget %d, inferred (--max-num-batched-tokens)", b)
 		}
+		switch {
+		case n == 0:
+			seats = "no seat limit"
+		case ev.MaxNumSeqs <= 0:
+			seats = fmt.Sprintf("max-num-seqs %d, inferred (--max-num-seqs)", n)
+		}
+		chunksFrom[pid] = fmt.Sprintf("steps per prefill inferred by the scheduler's rules (%s, %s; running requests first, FCFS)", budget, seats)
 	}
 	ms := func(ns int64) float64 { return float64(ns) / 1e6 / scale }
+	for i := range atts {
+		atts[i].KernelUnjoined = UnjoinedNoWindow // until a join below says otherwise
+	}
 	for i, j := range joins {
-		if j.att < 0 || split[i] < 0 {
+		if j.att < 0 {
 			continue
 		}
 		a := &atts[j.att]
+		if split[i] < 0 {
+			a.KernelUnjoined = UnjoinedNoExchange
+			if j.disagg {
+				a.KernelUnjoined = UnjoinedNoPrefillExchange
+			}
+			continue
+		}
 		px := xs[split[i]]
 		var ps KernelSplit
 		var err error
-		if w := works[i]; ev.TokenBudget > 0 && w.placed {
+		if w := works[i]; w.placed {
 			ps = w.split(px, ev.Head, scale)
 		} else if ps, err = SplitExchange(px, stepsOf(px.PID), ev.Head, 1, scale); err != nil {
-			continue // no step fits: the engine's libcuda was not probed
+			a.KernelUnjoined = UnjoinedNoStep
+			continue
 		}
 		amb := ms(works[i].ambiguousNs)
-		if ev.TokenBudget <= 0 {
-			amb = ps.QueueMs // one step assumed: the prefill may have begun as early as the receipt
-		}
 		unc := map[string]float64{Queueing: amb, Prefill: amb + ps.OutputLagMs, Decode: 0}
 		if !j.disagg {
 			a.Kernel = &KernelParts{Engine: px.Local, QueueMs: ps.QueueMs, PrefillMs: ps.PrefillMs, DecodeMs: ps.DecodeMs,
-				QueueSlackMs: ps.QueueSlackMs, UncertaintyMs: unc, Steps: ps.Steps, ChunksFrom: chunksFrom}
+				QueueSlackMs: ps.QueueSlackMs, UncertaintyMs: unc, Steps: ps.Steps, ChunksFrom: chunksFrom[px.PID]}
 			a.Sources["kernel_split"] = "daemon: the HTTP exchange on the engine's API socket (sock_recv_length/sock_send_length) " +
 				"and its CUDA steps (launch/graph-launch to synchronize uprobes; " + owners[px.PID].String() + "), CLOCK_MONOTONIC"
+			a.KernelUnjoined = ""
 			continue
 		}
 		// The decode worker's span: receipt → KV usable → first token.
 		if dec[i] < 0 {
-			continue // no decode worker's exchange
+			a.KernelUnjoined = UnjoinedNoExchange
+			continue
 		}
 		x := xs[dec[i]]
 		ft := x.FirstTokenNs(ev.Head)
 		if a.kvLastNs == 0 || a.kvLastNs < x.ReceivedNs || a.kvLastNs > ft || x.LastSendNs < ft {
-			continue // no KV connection joined inside the decode worker's span
+			a.KernelUnjoined = UnjoinedNoKV
+			continue
 		}
+		a.KernelUnjoined = ""
 		unc[Transfer], unc[DecodeQ] = 0, 0
 		a.Kernel = &KernelParts{Engine: x.Local, PrefillEngine: px.Local, QueueMs: ps.QueueMs, PrefillMs: ps.PrefillMs,
 			TransferMs: ms(a.kvLastNs - x.ReceivedNs), DecodeQueueMs: ms(ft - a.kvLastNs), DecodeMs: ms(x.LastSendNs - ft),
-			QueueSlackMs: ps.QueueSlackMs, UncertaintyMs: unc, Steps: ps.Steps, ChunksFrom: chunksFrom}
+			QueueSlackMs: ps.QueueSlackMs, UncertaintyMs: unc, Steps: ps.Steps, ChunksFrom: chunksFrom[px.PID]}
 		a.Sources["kernel_split"] = "daemon: the HTTP exchanges on the prefill and decode workers' API sockets " +
 			"(sock_recv_length/sock_send_length), the prefill worker's CUDA steps (launch/graph-launch to synchronize uprobes; " +
 			owners[px.PID].String() + ") and the decode worker's KV connection, CLOCK_MONOTONIC"

@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 )
@@ -88,6 +89,7 @@ func SplitBySteps(steps []EngineStep, receivedNs, firstTokenNs int64, chunks int
 // engine computed and the tokens it generated. The rest is the result.
 type prefillWork struct {
 	received, firstToken int64
+	lastSend             int64 // the response's last send
 	uncached, output     int
 	// placed: inferChunks put the prefill on the step grid, from the
 	// start of step first to the end of step tok (chunks steps).
@@ -104,14 +106,16 @@ type prefillWork struct {
 // inferChunks places each request's prefill on one engine's step grid
 // (steps: its CUDA steps; work: every request it served that the
 // exchanges joined) by vLLM's scheduler rules under token budget B
-// (max_num_batched_tokens): each step serves the running requests first,
-// in the order they were admitted, a decoding one a token, a prefilling
-// one as much of its prompt as the budget left allows; then it admits
-// waiting requests in arrival order (FCFS) while budget is left. A
-// prefill therefore takes everything left to it in each step until it
-// finishes, and a request is admitted in the first step, no earlier than
-// its elder's, that starts after the API server's front end handed it over
-// and has budget left.
+// (max_num_batched_tokens) and seats N (max_num_seqs): each step serves
+// the running requests first, in the order they were admitted, a decoding
+// one a token, a prefilling one as much of its prompt as the budget left
+// allows; then it admits waiting requests in arrival order (FCFS) while
+// budget and a seat are left. A prefill therefore takes everything left to
+// it in each step until it finishes, and a request is admitted in the
+// first step, no earlier than its elder's, that starts after the API
+// server's front end handed it over and has budget and a seat left (a
+// request holds its seat from its first step to the step of its last
+// token).
 //
 // Requests are taken in receipt order, each adding its chunks and its
 // output − 1 decode tokens (one a step, in the steps its elders left
@@ -126,22 +130,33 @@ type prefillWork struct {
 // rules, so a first token sent late (the API server's output processing
 // lagging the step) does not move its prefill; where the rules place the
 // prefill's end after its first token was sent, or the grid ends first,
-// the send decides as in the first pass. Preemption, max_num_seqs and
-// requests the exchanges missed are not modelled.
-func inferChunks(steps []EngineStep, work []*prefillWork, budget int) {
+// the send decides as in the first pass.
+//
+// B or N unknown (0) is learnt the same way: of the budgets vLLM's users
+// set (powers of two from 16 to 65,536, or none) and the seats the
+// exchanges suggest (the most requests ever between their first and last
+// sends, one fewer, one or two more, or none), the pair under which the rules end
+// the most prefills where their sends point (ties: the smaller budget,
+// then the seats in that order); where pairs that fit as well place a
+// prefill's first step elsewhere, its ambiguity spans them. It returns
+// the pair used (N 0: no limit).
+// Preemption and requests the exchanges missed are not modelled.
+func inferChunks(steps []EngineStep, work []*prefillWork, budget, seats int) (int, int) {
 	s := steps
 	if !sort.SliceIsSorted(s, func(i, j int) bool { return s[i].EndNs < s[j].EndNs }) {
 		s = append([]EngineStep(nil), steps...)
 		sort.Slice(s, func(i, j int) bool { return s[i].EndNs < s[j].EndNs })
 	}
 	sort.SliceStable(work, func(i, j int) bool { return work[i].received < work[j].received })
-	// pass places every request; byRules admits by the rules (second
-	// pass), else by the first-token send. It returns the receipt →
-	// first-step gaps of the requests with one consistent first step, the
-	// first after their receipt.
-	pass := func(frontNs int64, byRules bool) (gaps, uniq []int64, matched int) {
+	// pass places every request under budget b and seats n (0: none);
+	// byRules admits by the rules (second pass), else by the first-token
+	// send. It returns the receipt → first-step gaps of the requests with
+	// one consistent first step, the first after their receipt.
+	pass := func(b, n int, frontNs int64, byRules bool) (gaps, uniq []int64, matched int) {
 		used := make([]int, len(s))
-		left := func(k int) int { return max(budget-used[k], 0) }
+		held := make([]int, len(s)) // seats held in each step
+		left := func(k int) int { return max(b-used[k], 0) }
+		free := func(k int) bool { return n <= 0 || held[k] < n }
 		elder := 0 // FCFS: no request is admitted before its elder
 		for _, w := range work {
 			w.placed, w.chunks, w.ambiguousNs = false, 1, 0
@@ -187,9 +202,10 @@ func inferChunks(steps []EngineStep, work []*prefillWork, budget int) {
 			}
 			if byRules {
 				// Admitted in the first step after the front end, not before
-				// its elder, with budget left; done where the budget adds up.
+				// its elder, with budget and a seat left; done where the
+				// budget adds up.
 				f := sort.Search(len(s), func(i int) bool { return s[i].StartNs >= w.received+frontNs })
-				for f = max(f, elder); f < len(s) && left(f) == 0; f++ {
+				for f = max(f, elder); f < len(s) && (left(f) == 0 || !free(f)); f++ {
 				}
 				t, got := f, 0
 				for ; t < len(s); t++ {
@@ -223,47 +239,133 @@ func inferChunks(steps []EngineStep, work []*prefillWork, budget int) {
 			}
 			used[tok] += max(rest, 0)
 			// Its decodes: a token in each later step that has budget left
-			// after its elders (a younger request's prefill never comes first).
-			for k, n := tok+1, w.output-1; k < len(s) && n > 0; k++ {
+			// after its elders (a younger request's prefill never comes
+			// first). It holds its seat to the step of its last token.
+			end := tok
+			for k, d := tok+1, w.output-1; k < len(s) && d > 0; k++ {
 				if left(k) > 0 {
 					used[k]++
-					n--
+					d--
+					end = k
 				}
+			}
+			if w.output > 1 && end == tok {
+				end = len(s) - 1 // the grid ends before its decode does
+			}
+			for k := first; k <= end; k++ {
+				held[k]++
 			}
 		}
 		return gaps, uniq, matched
 	}
-	// The front end's floor: of the receipt → first-step gaps the sends
-	// suggest (at most 64 of them, spread over their range), the shortest
-	// under which the rules end the most prefills in the step their first
-	// token's send points at. Shorter admits ready-looking requests a step
-	// early, longer a step late; a late send misleads one request only.
-	gaps, uniq, _ := pass(0, false)
-	slices.Sort(gaps)
-	gaps = slices.Compact(gaps)
-	if n := len(gaps); n > 64 {
-		q := make([]int64, 64)
-		for i := range q {
-			q[i] = gaps[i*(n-1)/63]
+	// The front end's floor under (b, n): of the receipt → first-step gaps
+	// the sends suggest (at most max of them, spread over their range), the
+	// shortest under which the rules end the most prefills in the step
+	// their first token's send points at. Shorter admits ready-looking
+	// requests a step early, longer a step late; a late send misleads one
+	// request only.
+	frontFor := func(b, n, most int) (int64, int) {
+		gaps, uniq, _ := pass(b, n, 0, false)
+		slices.Sort(gaps)
+		gaps = slices.Compact(gaps)
+		if k := len(gaps); k > most {
+			q := make([]int64, most)
+			for i := range q {
+				q[i] = gaps[i*(k-1)/(most-1)]
+			}
+			gaps = q
 		}
-		gaps = q
+		// Ties (no request tells two floors apart) go to the one nearest the
+		// shortest gap of a request with one consistent first step, the first
+		// after its receipt: with its send on time, an upper bound that the
+		// front end reaches within the step grid's phase.
+		hint := int64(0)
+		if len(uniq) > 0 {
+			hint = slices.Min(uniq)
+		}
+		front, best := int64(0), -1
+		for _, g := range append([]int64{0}, gaps...) {
+			_, _, m := pass(b, n, g, true)
+			if m > best || m == best && abs64(g-hint) < abs64(front-hint) {
+				front, best = g, m
+			}
+		}
+		return front, best
 	}
-	// Ties (no request tells two floors apart) go to the one nearest the
-	// shortest gap of a request with one consistent first step, the first
-	// after its receipt: with its send on time, an upper bound that the
-	// front end reaches within the step grid's phase.
-	hint := int64(0)
-	if len(uniq) > 0 {
-		hint = slices.Min(uniq)
+	budgets, seatings := []int{budget}, []int{max(seats, 0)}
+	if budget <= 0 {
+		budgets = budgets[:0]
+		for b := 16; b <= 65536; b *= 2 {
+			budgets = append(budgets, b)
+		}
+		budgets = append(budgets, math.MaxInt32) // no chunking
 	}
-	front, best := int64(0), -1
-	for _, g := range append([]int64{0}, gaps...) {
-		_, _, m := pass(g, true)
-		if m > best || m == best && abs64(g-hint) < abs64(front-hint) {
-			front, best = g, m
+	if seats <= 0 {
+		l := concurrentSends(work)
+		seatings = []int{l, max(l-1, 1), l + 1, l + 2, 0}
+	}
+	b, n := budgets[0], seatings[0]
+	// Where other pairs fit as well and place a prefill elsewhere, its
+	// first step is as open as they leave it: lo..hi, its starts.
+	lo, hi := make([]int64, len(work)), make([]int64, len(work))
+	if len(budgets)*len(seatings) > 1 {
+		type pair struct{ b, n int }
+		var tied []pair
+		best := -1
+		for _, bb := range budgets {
+			for _, nn := range seatings {
+				_, m := frontFor(bb, nn, 16)
+				if m > best {
+					tied, best = tied[:0], m
+				}
+				if m == best {
+					tied = append(tied, pair{bb, nn})
+				}
+			}
+		}
+		b, n = tied[0].b, tied[0].n
+		for k, p := range tied {
+			front, _ := frontFor(p.b, p.n, 16)
+			pass(p.b, p.n, front, true)
+			for i, w := range work {
+				if !w.placed {
+					continue
+				}
+				if k == 0 || lo[i] == 0 || w.first.StartNs < lo[i] {
+					lo[i] = w.first.StartNs
+				}
+				hi[i] = max(hi[i], w.first.StartNs)
+			}
 		}
 	}
-	pass(front, true)
+	front, _ := frontFor(b, n, 64)
+	pass(b, n, front, true)
+	for i, w := range work {
+		if w.placed && hi[i] > lo[i] && lo[i] != 0 {
+			w.ambiguousNs = max(w.ambiguousNs, hi[i]-lo[i])
+		}
+	}
+	return b, n
+}
+
+// concurrentSends is the most requests of work ever between their
+// first-token and last sends at once: the seats an engine used at least.
+func concurrentSends(work []*prefillWork) int {
+	type edge struct {
+		at    int64
+		delta int
+	}
+	var es []edge
+	for _, w := range work {
+		es = append(es, edge{w.firstToken, 1}, edge{max(w.lastSend, w.firstToken), -1})
+	}
+	sort.Slice(es, func(i, j int) bool { return es[i].at < es[j].at || es[i].at == es[j].at && es[i].delta < es[j].delta })
+	most, now := 0, 0
+	for _, e := range es {
+		now += e.delta
+		most = max(most, now)
+	}
+	return max(most, 1)
 }
 
 func abs64(x int64) int64 {

@@ -178,7 +178,7 @@ func TestInferChunks(t *testing.T) {
 		for i, r := range reqs {
 			work[i] = &r.work
 		}
-		inferChunks(steps, work, budget)
+		inferChunks(steps, work, budget, 0)
 		for _, w := range work {
 			if w.ambiguousNs > 0 {
 				ambiguous++
@@ -233,6 +233,104 @@ func TestRecordTokenBudget(t *testing.T) {
 		}
 		if got := RecordTokenBudget(&rec); got != tc.want {
 			t.Errorf("config %s: budget %d, want %d", tc.config, got, tc.want)
+		}
+	}
+}
+
+// TestInferChunksUnknownBudgetAndSeats: the scheduler of TestInferChunks
+// with seats (max_num_seqs) that bind under load, and inferChunks told
+// neither the budget nor the seats. It must find both (the budget is one
+// of its candidates) and place every prefill exactly, sends on time: a
+// request waiting for a seat is admitted when one frees, not when the
+// budget alone would admit it.
+func TestInferChunksUnknownBudgetAndSeats(t *testing.T) {
+	const budget, front = 512, int64(2_000_000)
+	for _, seats := range []int{2, 4, 8} {
+		for seed := uint64(1); seed <= 6; seed++ {
+			rng := rand.New(rand.NewPCG(seed, uint64(seats)))
+			type req struct {
+				work                       prefillWork
+				ready                      int64
+				left, decodes, first, done int
+			}
+			var reqs []*req
+			at := int64(0)
+			for range 40 {
+				at += rng.Int64N(int64(seed%3+1) * 3_000_000) // from overloaded to light
+				reqs = append(reqs, &req{work: prefillWork{received: at, uncached: 1 + rng.IntN(1500), output: 2 + rng.IntN(30)},
+					ready: at + front, first: -1})
+			}
+			for _, r := range reqs {
+				r.left, r.decodes = r.work.uncached, r.work.output-1
+			}
+			var steps []EngineStep
+			var running []*req
+			next, clock := 0, int64(0)
+			for len(running) > 0 || next < len(reqs) {
+				if len(running) == 0 {
+					clock = max(clock, reqs[next].ready)
+				}
+				k, left := len(steps), budget
+				var finished []*req
+				for _, r := range running {
+					if left == 0 {
+						break
+					}
+					if r.left > 0 {
+						n := min(r.left, left)
+						r.left, left = r.left-n, left-n
+						if r.left == 0 {
+							finished = append(finished, r)
+						}
+					} else {
+						r.decodes--
+						left--
+					}
+				}
+				for next < len(reqs) && left > 0 && len(running) < seats && reqs[next].ready <= clock {
+					r := reqs[next]
+					next++
+					r.first = k
+					n := min(r.left, left)
+					r.left, left = r.left-n, left-n
+					if r.left == 0 {
+						finished = append(finished, r)
+					}
+					running = append(running, r)
+				}
+				dur := int64(1_000_000 + 10_000*(budget-left)) // 1 ms + 10 µs a token
+				steps = append(steps, EngineStep{StartNs: clock, EndNs: clock + dur})
+				clock += dur + 50_000
+				kept := running[:0]
+				for _, r := range running {
+					if r.left > 0 || r.decodes > 0 {
+						kept = append(kept, r)
+					} else {
+						r.work.lastSend = steps[k].EndNs + 100_000
+					}
+				}
+				running = kept
+				for _, r := range finished {
+					r.done = k
+					r.work.firstToken = steps[k].EndNs + 100_000
+				}
+			}
+			work := make([]*prefillWork, len(reqs))
+			for i, r := range reqs {
+				work[i] = &r.work
+			}
+			b, n := inferChunks(steps, work, 0, 0)
+			if b != budget || n != seats {
+				t.Errorf("seats %d seed %d: inferred budget %d, seats %d; want %d, %d", seats, seed, b, n, budget, seats)
+			}
+			for i, r := range reqs {
+				if r.work.placed && r.work.first == steps[r.first] && r.work.tok == steps[r.done] {
+					continue
+				}
+				t.Errorf("seats %d seed %d request %d (%d uncached tokens, received %.2f ms): placed %v, %d steps from %v to %v; want %d steps from %v to %v",
+					seats, seed, i, r.work.uncached, float64(r.work.received)/1e6, r.work.placed, r.work.chunks, r.work.first, r.work.tok,
+					r.done-r.first+1, steps[r.first], steps[r.done])
+			}
 		}
 	}
 }

@@ -265,9 +265,8 @@ func TestParseTimelinesFormats(t *testing.T) {
 // TestKernelSplitChoosesAndStatesUncertainty: one request, its exchange on
 // the engine's API socket and the engine's steps, no engine metrics. With
 // the token budget the rules put its 100 uncached tokens in three steps
-// (48, 48, 4) from the first step after its receipt; without, one step is
-// assumed and the uncertainty says the prefill may have begun at the
-// receipt. Auto takes the kernel split, engine evidence never does, and
+// (48, 48, 4) from the first step after its receipt; without, the budget
+// is inferred and the uncertainty spans the budgets that fit as well. Auto takes the kernel split, engine evidence never does, and
 // kernel evidence takes it over the engine's metrics, keeping them beside.
 func TestKernelSplitChoosesAndStatesUncertainty(t *testing.T) {
 	ms := func(m float64) int64 { return 1_000_000_000 + int64((m-101)*1e6) } // record()'s clock: 101 ms is mono 1e9
@@ -315,10 +314,18 @@ func TestKernelSplitChoosesAndStatesUncertainty(t *testing.T) {
 		t.Errorf("report lacks %q:\n%s", want, b.String())
 	}
 
+	// Unknown, the budget is inferred: of the candidates (powers of two,
+	// or none) 16 and 32 cannot finish it by its send, 64 finishes it in
+	// two steps (120 → 140), 128 and up in one (130 → 140), each as well
+	// as the other: the smallest is taken, the other's first step its
+	// uncertainty.
 	ev.TokenBudget = 0
 	atts, _ = Attribute(withTokens(record("")), ev)
-	check("budget unknown", atts[0], "kernel", map[string]float64{Queueing: 26, Prefill: 10, Client: 14},
-		map[string]float64{Queueing: 26, Prefill: 30})
+	check("budget unknown", atts[0], "kernel", map[string]float64{Queueing: 16, Prefill: 20, Client: 14},
+		map[string]float64{Queueing: 10, Prefill: 14})
+	if cf := atts[0].Kernel.ChunksFrom; !strings.Contains(cf, "token budget 64, inferred") {
+		t.Errorf("budget unknown: chunks from %q, want the inferred budget stated", cf)
+	}
 
 	ev.TokenBudget, ev.Source = 48, EvidenceEngine
 	atts, _ = Attribute(withTokens(record("")), ev)

@@ -86,14 +86,15 @@ that returns them. The kernel's: --daemon joins a hone daemon snapshot (--once
       queueing      receipt on the (prefill) engine's API socket, its front
                     end inside, → the start of its first scheduled step
       prefill       → the end of the step that produced its first token.
-                    Given the token budget (--max-num-batched-tokens),
                     vLLM's scheduler rules place it over every request the
                     engine served: running requests first, then FCFS
                     admission in the first step after the API front end
-                    with budget left, a prefill chunked over what the
-                    budget leaves; the first-token send only bounds it.
-                    Unknown budget: one step, the last to end before the
-                    first-token send
+                    with budget and a seat left, a prefill chunked over
+                    what the budget leaves; the first-token send only
+                    bounds it. The token budget (--max-num-batched-tokens)
+                    and seats (--max-num-seqs), when not given, are those
+                    under which the rules best fit the steps (stated in
+                    each split's chunks_from)
       transfer      the decode worker's receipt → the last operation on its
                     KV connection (the pull acknowledged: KV usable)
       decode_queue  → the decode worker's first-token send (its queue after
@@ -115,10 +116,12 @@ that returns them. The kernel's: --daemon joins a hone daemon snapshot (--once
     picks by the record's kind.
 --evidence chooses per request: auto takes the engines' metrics where they
 reported them and the kernel split where they did not; kernel takes the
-kernel split alone (requests without one are left out, and counted); engine
-never uses it. Each kernel split states its uncertainty per part (±, in the
+kernel split alone; engine never uses it. A request left without a split
+(auto: no metrics, and its kernel evidence did not join; kernel: no kernel
+split) is left out of the diagnosis, never given client timing: the table
+counts them per level with their reasons, the JSON lists them ("unjoined"). Each kernel split states its uncertainty per part (±, in the
 report's level means): the span of first steps the evidence leaves open for
-queueing and prefill (the whole queue when the budget is unknown), and the
+queueing and prefill, and the
 lag from the token step to the first-token send for prefill. Where both
 splits exist the report gives their mean difference per part (transfer and
 decode_queue as one span: vLLM does not split them).
@@ -192,7 +195,7 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 				if err != nil {
 					return usageError{fmt.Errorf("--daemon: %w", err)}
 				}
-				ev.Exchanges, ev.Steps, ev.Processes, ev.StepPIDs = k.Exchanges, k.Steps, k.Processes, override
+				ev.Exchanges, ev.Steps, ev.Processes, ev.StepPIDs, ev.Daemon = k.Exchanges, k.Steps, k.Processes, override, true
 				owners, err := diagnose.StepOwners(k.Exchanges, k.Steps, k.Processes, override)
 				if err != nil {
 					return badInput("%v", err)
@@ -207,6 +210,11 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 			if ev.TokenBudget = tokenBudget; tokenBudget == 0 {
 				ev.TokenBudget = diagnose.RecordTokenBudget(rec)
 			}
+			knobs := diagnose.RecordKnobs(rec)
+			if maxNumSeqs > 0 {
+				knobs.MaxNumSeqs = maxNumSeqs
+			}
+			ev.MaxNumSeqs = knobs.MaxNumSeqs
 			ev.Head = diagnose.HeadSeparate // vLLM
 			if head == "with-first-token" || head == "auto" && rec.Kind == replay.KindEmulated {
 				ev.Head = diagnose.HeadWithFirstToken
@@ -215,17 +223,12 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 			if err != nil {
 				return usageError{fmt.Errorf("record %s: %w", record, err)}
 			}
-			if evidence == diagnose.EvidenceKernel {
-				all := len(atts)
-				var left int
-				if atts, left = diagnose.KernelOnly(atts); len(atts) == 0 {
-					return usageError{fmt.Errorf("--evidence kernel: none of the %d measured requests joined its kernel evidence "+
-						"(the snapshot's exchanges, steps and, disaggregated, KV connections; was the daemon tracing the engines "+
-						"with their API ports in --http-ports and libcuda probed, on this host, during the run?)", all)}
-				}
-				if left > 0 {
-					fmt.Fprintf(c.ErrOrStderr(), "--evidence kernel: %d of %d measured requests had no kernel split and are left out\n", left, all)
-				}
+			all := len(atts)
+			var unjoined []diagnose.UnjoinedLevel
+			if atts, unjoined = diagnose.Joined(atts, evidence == diagnose.EvidenceKernel); len(atts) == 0 {
+				return usageError{fmt.Errorf("--evidence %s: none of the %d measured requests joined its kernel evidence "+
+					"(the snapshot's exchanges, steps and, disaggregated, KV connections; was the daemon tracing the engines "+
+					"with their API ports in --http-ports and libcuda probed, on this host, during the run?)", evidence, all)}
 			}
 			marked := diagnose.MarkClientBound(rec, atts)
 			tpot := map[float64]float64{} // p99 TPOT of the valid levels: an invalid one decides nothing
@@ -235,10 +238,6 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 						tpot[l.OfferedQPS] = max(tpot[l.OfferedQPS], l.P99TPOTMs)
 					}
 				}
-			}
-			knobs := diagnose.RecordKnobs(rec)
-			if maxNumSeqs > 0 {
-				knobs.MaxNumSeqs = maxNumSeqs
 			}
 			d := diagnose.SummarizeKnobs(rec.Kind, atts, rec.SLO, tpot, knobs)
 			out := c.OutOrStdout()
@@ -262,12 +261,19 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
 				if err := enc.Encode(map[string]any{"diagnosis": d, "client_bound": marked, "invalid_levels": rec.InvalidLevels(),
-					"truth_error": errs, "requests": atts}); err != nil {
+					"truth_error": errs, "requests": atts, "unjoined": unjoined}); err != nil {
 					return err
 				}
 			default:
 				for _, m := range marked {
 					fmt.Fprintln(out, "client/proxy residual check:", m)
+				}
+				for _, l := range unjoined {
+					fmt.Fprintf(out, "kernel evidence: run %d, %g req/s: %d of %d measured requests not split, left out:", l.Run, l.OfferedQPS, l.Unjoined, l.Requests)
+					for _, r := range l.ReasonsByCount() {
+						fmt.Fprintf(out, " %d %s;", l.Reasons[r], r)
+					}
+					fmt.Fprintln(out)
 				}
 				if err := d.WriteTable(out, format.value == "md"); err != nil {
 					return err
@@ -313,8 +319,8 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 	f.StringVar(&pprofOut, "pprof", "", "write a pprof profile of attributed time here")
 	f.StringVar(&snapshot, "daemon", "", "hone daemon snapshot: join each request to its HTTP exchange and the engine's steps, and each disaggregated request to its KV pull, as the kernel saw them")
 	f.StringVar(&evidence, "evidence", "auto", "what splits each request: auto (the engines' per-request metrics where they reported them, else the kernel split where the request has one, else client timing) | engine (never the kernel split; shown beside) | kernel (the kernel split alone; needs --daemon; requests without one are left out)")
-	f.IntVar(&tokenBudget, "max-num-batched-tokens", 0, "the engines' token budget per step (vLLM's --max-num-batched-tokens): the kernel split infers each prefill's steps by the scheduler's rules; 0: the record's config (knobs.max_num_batched_tokens) when it states one, else each prefill is taken as one step")
-	f.IntVar(&maxNumSeqs, "max-num-seqs", 0, "the engines' max-num-seqs (vLLM's --max-num-seqs), which the proposals follow; 0: the record's config (knobs.max_num_seqs) when it states one, else unknown")
+	f.IntVar(&tokenBudget, "max-num-batched-tokens", 0, "the engines' token budget per step (vLLM's --max-num-batched-tokens): the kernel split infers each prefill's steps by the scheduler's rules; 0: the record's config (knobs.max_num_batched_tokens) when it states one, else inferred from the kernel evidence (the budget, of powers of two from 16 to 65536 or none, under which the scheduler's rules best fit the steps)")
+	f.IntVar(&maxNumSeqs, "max-num-seqs", 0, "the engines' max-num-seqs (vLLM's --max-num-seqs), which the proposals follow and the kernel split's scheduler rules admit by; 0: the record's config (knobs.max_num_seqs) when it states one, else unknown to the proposals and inferred by the kernel split")
 	f.StringArrayVar(&stepPIDs, "step-pid", nil, "API_PID=STEP_PID: split the exchanges of API server process API_PID by the CUDA steps of process STEP_PID (default: the nearest stepping process in the traced tree); repeatable")
 	f.StringVar(&head, "http-head", "auto", "which send of a streamed response carries the first token: separate (vLLM: the head is sent first) | with-first-token (hone sim serve) | auto (by the record's kind)")
 	c.AddCommand(report)
