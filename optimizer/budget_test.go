@@ -245,7 +245,7 @@ func (s *syncBuffer) String() string {
 // requests done and the time against the time expected.
 func TestMeterLine(t *testing.T) {
 	clock := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	m := &meter{tag: "03-coloc", now: clock.Now, start: clock.t, expected: 5 * time.Minute, phase: "deploying"}
+	m := &meter{what: "trial 03-coloc", now: clock.Now, start: clock.t, expected: 5 * time.Minute, phase: "deploying"}
 	clock.t = clock.t.Add(4 * time.Second)
 	for _, c := range []struct {
 		do   func()
@@ -272,7 +272,7 @@ func TestMeterLine(t *testing.T) {
 // A started meter writes a line every interval and nothing after Stop.
 func TestMeterTicks(t *testing.T) {
 	var out syncBuffer
-	m := startMeter(&out, 5*time.Millisecond, "01", time.Minute, nil)
+	m := startMeter(&out, 5*time.Millisecond, "trial 01", time.Minute, nil)
 	m.setPhase("deploying")
 	deadline := time.Now().Add(30 * time.Second) // loose: a busy host may not run the ticker for a while
 	for strings.Count(out.String(), "\n") < 2 && time.Now().Before(deadline) {

@@ -74,7 +74,7 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 		if spec.Engine == deploy.EngineEmulator && spec.Emulator.TimeScale > 0 {
 			k = spec.Emulator.TimeScale
 		}
-		m = startMeter(e.Log, cmp.Or(e.ProgressEvery, ProgressEvery), tag, time.Duration(float64(expectedFrom(ctx))*k), nil)
+		m = startMeter(e.Log, cmp.Or(e.ProgressEvery, ProgressEvery), "trial "+tag, time.Duration(float64(expectedFrom(ctx))*k), nil)
 		defer m.Stop()
 		m.setPhase("deploying")
 	}

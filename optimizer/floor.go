@@ -114,7 +114,13 @@ func (e *DeployEvaluator) MeasureFloor(ctx context.Context, base *deploy.Spec) (
 	null := CloneSpec(base)
 	null.Emulator.Profile = "null"
 	top := slices.Max(e.QPS)
-	rec, err := e.replayOnce(ctx, null, "hone-floor", top, FloorRuns, scale)
+	var m *meter // the floor takes minutes on a loaded host: say where it is
+	if e.Log != nil {
+		m = startMeter(e.Log, cmp.Or(e.ProgressEvery, ProgressEvery), "the host floor", 0, nil)
+		defer m.Stop()
+	}
+	m.setPhase("deploying the zero-cost engine")
+	rec, err := e.replayOnce(ctx, null, "hone-floor", top, FloorRuns, scale, m)
 	if err != nil {
 		return nil, fmt.Errorf("the zero-cost engine: %w", err)
 	}
@@ -126,7 +132,8 @@ func (e *DeployEvaluator) MeasureFloor(ctx context.Context, base *deploy.Spec) (
 		P50RealMs: slo.NearestRank(ttft, 50) * scale, P99RealMs: slo.NearestRank(ttft, 99) * scale,
 		DispatchP99RealMs: lag * scale, SpecTimeScale: scale, Rule: FloorRule}
 	low := slices.Min(e.QPS)
-	if rec, err := e.replayOnce(ctx, CloneSpec(base), "hone-calibrate", low, 1, scale); err == nil {
+	m.setPhase("deploying the baseline for its own TTFT")
+	if rec, err := e.replayOnce(ctx, CloneSpec(base), "hone-calibrate", low, 1, scale, m); err == nil {
 		f.EngineP50TTFTMs = engineMedianTTFT(rec)
 	}
 	f.ChosenTimeScale = ChooseTimeScale(f.P99RealMs, scale, e.SLO.TTFTMillis)
@@ -170,7 +177,7 @@ func (f *HostFloor) Settle() {
 }
 
 // replayOnce deploys s behind hone's proxy and replays one level.
-func (e *DeployEvaluator) replayOnce(ctx context.Context, s *deploy.Spec, name string, qps float64, runs int, scale float64) (*replay.Record, error) {
+func (e *DeployEvaluator) replayOnce(ctx context.Context, s *deploy.Spec, name string, qps float64, runs int, scale float64, m *meter) (*replay.Record, error) {
 	s.Name = name
 	s.Emulator.TimeScale = scale
 	s.Emulator.TraceDir = ""
@@ -185,8 +192,12 @@ func (e *DeployEvaluator) replayOnce(ctx context.Context, s *deploy.Spec, name s
 		return nil, fmt.Errorf("deploy: %w", err)
 	}
 	defer dep.Down(10 * time.Second)
-	rec, err := replay.Run(ctx, replay.Options{Endpoint: dep.ProxyURL(), Model: s.ServedName(), Kind: replay.KindEmulated,
-		Backend: "emulator", Workload: e.Workload, QPS: []float64{qps}, Runs: runs, SLO: e.SLO, TimeScale: scale, Hone: e.Hone})
+	o := replay.Options{Endpoint: dep.ProxyURL(), Model: s.ServedName(), Kind: replay.KindEmulated,
+		Backend: "emulator", Workload: e.Workload, QPS: []float64{qps}, Runs: runs, SLO: e.SLO, TimeScale: scale, Hone: e.Hone}
+	if m != nil {
+		o.Progress = m.update
+	}
+	rec, err := replay.Run(ctx, o)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}

@@ -41,7 +41,7 @@ func (e *DeployEvaluator) ProbeFloor(ctx context.Context, base *deploy.Spec) (p9
 	top := slices.Max(e.QPS)
 	pe := *e
 	pe.Workload.Requests = replay.Sessions + int(math.Round(min(max(top*FloorProbeSeconds/scale, FloorProbeMin), FloorProbeRequests)))
-	rec, err := pe.replayOnce(ctx, null, "hone-floor-probe", top, 1, scale)
+	rec, err := pe.replayOnce(ctx, null, "hone-floor-probe", top, 1, scale, nil)
 	if err != nil {
 		return 0, fmt.Errorf("floor probe: %w", err)
 	}

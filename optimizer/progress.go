@@ -36,7 +36,7 @@ func expectedFrom(ctx context.Context) time.Duration {
 // that it reads the same in a terminal, a pipe and CI.
 type meter struct {
 	w        io.Writer
-	tag      string
+	what     string
 	now      func() time.Time
 	start    time.Time
 	expected time.Duration
@@ -50,13 +50,13 @@ type meter struct {
 	stop, done chan struct{}
 }
 
-// startMeter starts a meter writing to w every interval (nil now:
-// time.Now).
-func startMeter(w io.Writer, every time.Duration, tag string, expected time.Duration, now func() time.Time) *meter {
+// startMeter starts a meter writing to w every interval about what ("trial
+// 03-coloc...", "the host floor"; nil now: time.Now).
+func startMeter(w io.Writer, every time.Duration, what string, expected time.Duration, now func() time.Time) *meter {
 	if now == nil {
 		now = time.Now
 	}
-	m := &meter{w: w, tag: tag, now: now, start: now(), expected: expected, phase: "starting",
+	m := &meter{w: w, what: what, now: now, start: now(), expected: expected, phase: "starting",
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(m.done)
@@ -145,5 +145,5 @@ func (m *meter) line() string {
 	if m.expected > 0 {
 		of = fmt.Sprintf("~%s expected", m.expected.Round(time.Second))
 	}
-	return fmt.Sprintf("optimize:   trial %s: %s; %s elapsed of %s", m.tag, where, elapsed, of)
+	return fmt.Sprintf("optimize:   %s: %s; %s elapsed of %s", m.what, where, elapsed, of)
 }
