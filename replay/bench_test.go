@@ -224,9 +224,9 @@ var benchKeep *Record
 // keeps nothing per request, and reports what the replay holds:
 // retained-B/req is the live heap after the replay and the record's
 // writing, the record alive, per request (what grows with a trace's
-// length); peak-heap-MB the most heap in use at any time during both,
-// sampled every 5 ms; record-B/tok the
-// gzipped record's bytes per output token. maxrss-MB is the process's
+// length); peak-heap-MB the most heap in use at any time during both and
+// the serving statistics hone replay prints, sampled every 5 ms;
+// record-B/tok the gzipped record's bytes per output token. maxrss-MB is the process's
 // peak resident set, the server and earlier sub-benchmarks included.
 // HONE_TRACE_MEMORY_REQUESTS=100000 sets the sizes (comma-separated): a
 // 100,000-request trace takes 100 s.
@@ -294,6 +294,10 @@ func BenchmarkTraceMemory(b *testing.B) {
 				path := filepath.Join(b.TempDir(), "rec.json.gz")
 				if err := WriteRecord(path, rec); err != nil {
 					b.Fatal(err)
+				}
+				// What hone replay prints after writing the record.
+				if s := ServeStatsByLevel(rec)[0]; s.ITL.N != n*(output-1) {
+					b.Fatalf("%d ITLs, want %d", s.ITL.N, n*(output-1))
 				}
 				close(stop)
 				<-sampled

@@ -228,6 +228,31 @@ func (c *Chunks) Pack() error {
 	return nil
 }
 
+// eachInterval calls f with the interval before every chunk after the
+// first (MonoNs[k] - MonoNs[k-1]), read straight from the packed form's
+// mono_ns column when packed, which holds them.
+func (c Chunks) eachInterval(f func(int64)) {
+	if c.packed == nil {
+		for k := 1; k < len(c.MonoNs); k++ {
+			f(c.MonoNs[k] - c.MonoNs[k-1])
+		}
+		return
+	}
+	data := c.packed
+	var interval int64
+	for k := range c.count {
+		v, w := binary.Varint(data)
+		if w <= 0 {
+			panic("replay: chunks packed by Pack do not decode") // Pack's own output always does
+		}
+		data = data[w:]
+		if k > 0 {
+			interval += v
+			f(interval)
+		}
+	}
+}
+
 // Columns returns the chunks in columns: c itself when it holds them,
 // else decoded from the packed form (a fresh copy each call).
 func (c Chunks) Columns() Chunks {

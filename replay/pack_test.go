@@ -3,6 +3,7 @@ package replay
 import (
 	"bytes"
 	"encoding/json"
+	"math/rand/v2"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -75,5 +76,52 @@ func TestEncodeRecord(t *testing.T) {
 		if !bytes.Equal(got.Bytes(), want) {
 			t.Errorf("%s: EncodeRecord differs from json.Marshal:\n%.300s\n%.300s", name, got.Bytes(), want)
 		}
+	}
+}
+
+// intervalDist gives dist's figures, bit for bit, over intervals read from
+// packed and unpacked chunks alike: ties, a negative interval (a clock
+// that stepped back), one of more than 2^32 ns.
+func TestIntervalDist(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var reqs []Chunks
+	for r := range 300 {
+		var c Chunks
+		mono := int64(1e12)
+		for k := range 1 + rng.IntN(40) {
+			switch {
+			case r == 7 && k == 3:
+				mono -= 5
+			case r == 9 && k == 1:
+				mono += 5 << 32
+			default:
+				mono += 6_500_000 + int64(rng.IntN(8))*1000
+			}
+			c.MonoNs, c.UnixNs, c.TokenIDs = append(c.MonoNs, mono), append(c.UnixNs, mono+7), append(c.TokenIDs, []int{k})
+		}
+		if r%2 == 0 {
+			c.Pack()
+		}
+		reqs = append(reqs, c)
+	}
+	ms := func(ns int64) float64 { return float64(ns) / 1e6 / 0.25 }
+	var all []float64
+	for _, c := range reqs {
+		mono := c.Columns().MonoNs
+		for k := 1; k < len(mono); k++ {
+			all = append(all, ms(mono[k]-mono[k-1]))
+		}
+	}
+	want := dist(all)
+	got := intervalDist(func(f func(int64)) {
+		for _, c := range reqs {
+			c.eachInterval(f)
+		}
+	}, ms)
+	if got != want || got.N < 1000 {
+		t.Errorf("intervalDist %+v, dist %+v", got, want)
+	}
+	if d := intervalDist(func(func(int64)) {}, ms); d != (Dist{}) {
+		t.Errorf("no intervals: %+v", d)
 	}
 }
