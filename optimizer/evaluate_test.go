@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -171,4 +173,73 @@ func onlyClientBound(v replay.Verdict) bool {
 		}
 	}
 	return true
+}
+
+var floorHog = flag.Bool("floor-hog", false, "run TestFloorScalerUnderARealHog: CPU hogs on this host for about a minute (not under make test-loaded: its quiet half needs a quiet host)")
+
+// TestFloorScalerUnderARealHog is TestFloorScalerReturnsToSpecScale on
+// the host itself (-floor-hog): trials begun while six busy loops hog the
+// CPUs run above the spec's time scale 1; after the hogs stop, the next
+// trial runs at 1 again. Only the trials are stand-ins (they record their
+// scale); the floor probes are real. On the 2-core host the hogged probes
+// read 185–401 ms real (scale 4), the quiet ones 5–12 ms (the spec's
+// scale needs under 50 ms).
+func TestFloorScalerUnderARealHog(t *testing.T) {
+	if !*floorHog {
+		t.Skip("run with -floor-hog: it hogs the host's CPUs")
+	}
+	hone := honetest.Binary(t)
+	ports := honetest.FreePorts(t, 2)
+	s, err := deploy.ParseSpec(fmt.Appendf(nil, `
+name: hog
+engine: emulator
+model: {id: Qwen/Qwen2.5-Coder-0.5B-Instruct}
+gpus: {budget: 1}
+topology: {kind: colocated, replicas: 1, tp: 1}
+network: {proxy_port: %d, worker_port: %d}
+emulator: {profile: exercise, time_scale: 1}
+`, ports, ports+1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := &DeployEvaluator{Up: deploy.UpOptions{Hone: hone, StateDir: t.TempDir()},
+		Workload: replay.Workload{Seed: 3, Requests: 208, InputTokens: 4096, UncachedTokens: 128, OutputTokens: 128},
+		QPS:      []float64{2, 24}, Runs: 3, SLO: slo.Default}
+	var scales []float64
+	inner := evaluatorFunc(func(_ context.Context, spec *deploy.Spec, _ string) Trial {
+		scales = append(scales, spec.Emulator.TimeScale)
+		return Trial{}
+	})
+	fs := &FloorScaler{Inner: inner, Probe: dev.ProbeFloor, TTFTSLOMs: slo.Default.TTFTMillis, Log: os.Stderr}
+	var hogs []*exec.Cmd
+	stop := func() {
+		for _, c := range hogs {
+			c.Process.Kill()
+			c.Wait()
+		}
+		hogs = nil
+	}
+	defer stop()
+	for range 6 {
+		c := exec.Command("sh", "-c", "while :; do :; done")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		hogs = append(hogs, c)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	fs.Evaluate(ctx, s, "01")
+	stop()
+	fs.Evaluate(ctx, s, "02")
+	if len(scales) != 2 || !(scales[0] > 1) || scales[1] != 1 {
+		t.Errorf("trials at time scales %v: want above 1 under the hogs, then the spec's 1", scales)
+	}
+}
+
+// evaluatorFunc is an Evaluator of a function.
+type evaluatorFunc func(context.Context, *deploy.Spec, string) Trial
+
+func (f evaluatorFunc) Evaluate(ctx context.Context, s *deploy.Spec, tag string) Trial {
+	return f(ctx, s, tag)
 }
