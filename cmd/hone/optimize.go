@@ -252,6 +252,9 @@ so far, marked unfinished.`,
 				fmt.Fprintf(c.ErrOrStderr(), "optimize: measuring the host's floor (zero-cost engine, %g req/s, %d runs)\n", slices.Max(sc.QPS), optimizer.FloorRuns)
 				floor, err = dev.MeasureFloor(floorCtx, base)
 				if err != nil {
+					if ctx.Err() == nil && floorCtx.Err() != nil {
+						return fmt.Errorf("optimize: --time-budget %s ended while measuring the host's floor, before any trial: %w", timeBudget, err)
+					}
 					return stopped(ctx, fmt.Errorf("optimize: host floor: %w", err))
 				}
 				fmt.Fprintf(c.ErrOrStderr(), "optimize: host floor p50 %.2f / p99 %.2f ms real (dispatch lag p99 %.2f ms), baseline engine median TTFT %.2f model ms; ",
