@@ -215,6 +215,11 @@ func maxRSS() int64 {
 	return ru.Maxrss << 10
 }
 
+// countWriter counts what is written to it.
+type countWriter int64
+
+func (c *countWriter) Write(p []byte) (int, error) { *c += countWriter(len(p)); return len(p), nil }
+
 // benchKeep holds the last benchmark's record, so that a heap profile
 // (-memprofile, inuse_space) taken after it shows what the record holds.
 var benchKeep *Record
@@ -226,7 +231,8 @@ var benchKeep *Record
 // writing, the record alive, per request (what grows with a trace's
 // length); peak-heap-MB the most heap in use at any time during both and
 // the serving statistics hone replay prints, sampled every 5 ms;
-// record-B/tok the gzipped record's bytes per output token. maxrss-MB is the process's
+// record-B/tok the gzipped record's bytes per output token, json-B/tok
+// the plain record's. maxrss-MB is the process's
 // peak resident set, the server and earlier sub-benchmarks included.
 // HONE_TRACE_MEMORY_REQUESTS=100000 sets the sizes (comma-separated): a
 // 100,000-request trace takes 100 s.
@@ -311,6 +317,11 @@ func BenchmarkTraceMemory(b *testing.B) {
 				runtime.ReadMemStats(&after)
 				benchKeep = rec
 				st, _ := os.Stat(path)
+				var plain countWriter
+				if err := EncodeRecord(&plain, rec); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(plain)/float64(n*output), "json-B/tok")
 				b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n), "retained-B/req")
 				b.ReportMetric(float64(peak.Load()-before.HeapInuse)/(1<<20), "peak-heap-MB")
 				b.ReportMetric(float64(st.Size())/float64(n*output), "record-B/tok")
