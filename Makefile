@@ -49,7 +49,7 @@ deps-test:
 # tests a two-core host runs too many of them late to judge.
 test: deps-test build
 	HONE_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m ./...
-	HONE_BIN=$(CURDIR)/$(BIN) HONE_TEST_ALONE=1 $(GO) test -count=1 -timeout 10m -run '^TestKernelEvidenceScenarios$$' ./diagnose
+	HONE_BIN=$(CURDIR)/$(BIN) HONE_TEST_ALONE=1 $(GO) test -count=1 -timeout 10m -run '^(TestKernelEvidenceScenarios|TestKernelEvidenceHeldBack|TestKernelEvidenceCLIScenarios)$$' ./diagnose
 
 # validate recomputes every accuracy figure of hone's measured profiles from
 # testdata/ (measurements of real vLLM on real GPUs that hone did not make):
