@@ -21,8 +21,9 @@ import (
 // output_length tokens out. The record is of kind "predicted", one run of
 // one level with every request (opts.KeepRequests), its workload the
 // trace with the implied and the predicted hit rates. The simulation
-// holds every request's prompt at once (emulator.SimulateLoad), unlike
-// the replay, which builds each as it is sent. opts.QPS, Concurrency and
+// makes each request's prompt at its arrival and drops it when it ends
+// (emulator.VirtualRequest.Render), as the replay builds each as it is
+// sent. opts.QPS, Concurrency and
 // Capacity are not read; of opts.Workload only the seed.
 func RunTrace(spec *deploy.Spec, opts Options, tf *replay.TraceFile, speed float64) (*replay.Record, error) {
 	if err := spec.Validate(); err != nil {
@@ -75,14 +76,23 @@ func RunTrace(spec *deploy.Spec, opts Options, tf *replay.TraceFile, speed float
 	reqs := make([]replay.Request, 0, tf.Info.Requests)
 	all := sha256.New()
 	var hashes []string
+	var ids []int
 	for q, ok := src.Next(); ok; q, ok = src.Next() {
-		// The simulation writes each request's output after its prompt.
-		ids := tokens.Append(make([]int, 0, q.InputLength+q.OutputLength), q)
+		// Every prompt is made here, in trace order, for its hash and its
+		// route, and again by the simulation at its arrival (Render), which
+		// drops it when it ends: what a long trace holds is its plans, a
+		// few bytes a block, not 8 bytes a token.
+		plan := tokens.Plan(q)
+		ids = tokens.Render(ids[:0], &plan)
 		i := len(vr)
 		at := (q.TimestampMs - tf.Info.FirstMs) / speed
-		reqs = append(reqs, replay.Request{ID: i, ArrivalMs: at, InputTokens: q.InputLength, OutputTokens: q.OutputLength})
-		vr = append(vr, emulator.VirtualRequest{ID: fmt.Sprintf("predict-trace-%d", i), Prompt: ids, MaxTokens: q.OutputLength, ArrivalMs: at, Decode: -1})
+		out := q.OutputLength
+		reqs = append(reqs, replay.Request{ID: i, ArrivalMs: at, InputTokens: q.InputLength, OutputTokens: out})
+		vr = append(vr, emulator.VirtualRequest{ID: fmt.Sprintf("predict-trace-%d", i), Prompt: ids, MaxTokens: out, ArrivalMs: at, Decode: -1})
 		router.route(&vr[i])
+		// The simulation writes each request's output after its prompt.
+		vr[i].Prompt, vr[i].PromptLen = nil, len(ids)
+		vr[i].Render = func() []int { return tokens.Render(make([]int, 0, plan.Len()+out), &plan) }
 		h := replay.HashTokens(ids)
 		all.Write([]byte(h))
 		hashes = append(hashes, h)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -315,4 +316,30 @@ func mustJSON(t *testing.T, rec *Record) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// Prompts planned in trace order and rendered later, in reverse, are the
+// ones Append makes in order (a trace source reuses its requests' hash
+// lists: a plan keeps its own).
+func TestTracePlanRender(t *testing.T) {
+	vocab := []int{3, 5, 8, 13, 21, 34}
+	appended, planned := NewTraceTokens(vocab, 512, 9), NewTraceTokens(vocab, 512, 9)
+	var want [][]int
+	var plans []TracePrompt
+	src := openSource(t, mooncakeTrace)
+	for q, ok := src.Next(); ok; q, ok = src.Next() {
+		want = append(want, appended.Append(nil, q))
+		plans = append(plans, planned.Plan(q))
+		if plans[len(plans)-1].Len() != q.InputLength {
+			t.Fatalf("line %d: plan of %d tokens, want %d", q.Line, plans[len(plans)-1].Len(), q.InputLength)
+		}
+	}
+	for i := len(plans) - 1; i >= 0; i-- {
+		if got := planned.Render(nil, &plans[i]); !slices.Equal(got, want[i]) {
+			t.Errorf("request %d: rendered prompt differs from Append's (%d tokens, %d common)", i, len(got), commonPrefix(got, want[i]))
+		}
+	}
+	if len(want) < 10 || planned.Reuses() != appended.Reuses() {
+		t.Errorf("%d requests, reuses %d and %d", len(want), planned.Reuses(), appended.Reuses())
+	}
 }

@@ -158,31 +158,68 @@ func (t *TraceTokens) nextRank(parent uint64) int {
 	return r
 }
 
-// Append appends q's prompt (q.InputLength ids) to dst.
+// Append appends q's prompt (q.InputLength ids) to dst: Render of Plan.
 func (t *TraceTokens) Append(dst []int, q *TraceRequest) []int {
-	dst = slices.Grow(dst, q.InputLength)
+	p := t.Plan(q)
+	return t.Render(dst, &p)
+}
+
+// TracePrompt is one request's prompt as TraceTokens planned it: what
+// Render needs to write its ids, at any time and in any order, in a few
+// bytes a block where the ids take 8 a token.
+type TracePrompt struct {
+	hashIDs  []int64 // the full blocks', in order
+	ranks    []int32 // each full block's first token
+	tail     int     // tokens after the full blocks
+	tailRank int     // the tail's first token
+	n        uint64  // the request's number, from 1: the tail's stream
+	length   int
+}
+
+// Len is the prompt's length in tokens.
+func (p *TracePrompt) Len() int { return p.length }
+
+// Plan takes q's place in the trace (requests in trace order: a block's
+// first token is its rank among its siblings) and returns its prompt,
+// which Render writes.
+func (t *TraceTokens) Plan(q *TraceRequest) TracePrompt {
 	n := fullBlocks(q, t.block)
+	// A copy: a trace source reuses q.HashIDs for its next request.
+	p := TracePrompt{hashIDs: slices.Clone(q.HashIDs[:n]), ranks: make([]int32, n), length: q.InputLength}
 	key := uint64(0)
 	for i := range n {
-		h := q.HashIDs[i]
-		child := chainKey(key, h)
+		child := chainKey(key, q.HashIDs[i])
 		r, ok := t.rank[child]
 		if !ok {
 			r = t.nextRank(key)
 			t.rank[child] = r
 		}
 		key = child
-		dst = append(dst, r%t.first)
+		p.ranks[i] = int32(r % t.first)
+	}
+	t.n++
+	p.n = t.n
+	if p.tail = q.InputLength - n*t.block; p.tail > 0 {
+		p.tailRank = t.nextRank(key) % t.first
+	}
+	return p
+}
+
+// Render appends p's ids to dst. It reads nothing Plan changes: prompts
+// may be rendered in any order, from any goroutine.
+func (t *TraceTokens) Render(dst []int, p *TracePrompt) []int {
+	dst = slices.Grow(dst, len(p.hashIDs)*t.block+p.tail)
+	for i, h := range p.hashIDs {
+		dst = append(dst, int(p.ranks[i]))
 		rng := rand.New(rand.NewPCG(t.seed, uint64(h)))
 		for range t.block - 1 {
 			dst = append(dst, t.vocab[rng.IntN(len(t.vocab))])
 		}
 	}
-	t.n++
-	if tail := q.InputLength - n*t.block; tail > 0 {
-		dst = append(dst, t.nextRank(key)%t.first)
-		rng := rand.New(rand.NewPCG(t.seed^0x7461696c, t.n))
-		for range tail - 1 {
+	if p.tail > 0 {
+		dst = append(dst, p.tailRank)
+		rng := rand.New(rand.NewPCG(t.seed^0x7461696c, p.n))
+		for range p.tail - 1 {
 			dst = append(dst, t.vocab[rng.IntN(len(t.vocab))])
 		}
 	}

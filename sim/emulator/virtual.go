@@ -33,7 +33,13 @@ type VirtualRequest struct {
 	// Prompt is given up to Simulate: a request's output tokens are
 	// written after it, in its capacity beyond its length when there is
 	// room for MaxTokens (a copy is made otherwise).
-	Prompt    []int
+	Prompt []int
+	// Render, when Prompt is nil, makes the prompt (PromptLen tokens) at
+	// the request's arrival, and the simulation drops it when the request
+	// has ended: a trace of 10^5 requests then holds the prompts of the
+	// requests in flight, not all of them.
+	Render    func() []int
+	PromptLen int
 	MaxTokens int
 	ArrivalMs float64
 	Worker    int
@@ -270,6 +276,14 @@ func newVWorker(c *vcluster, i int, cfg Config) (*vworker, error) {
 	return w, nil
 }
 
+// promptLen is the prompt's length, given or to be rendered.
+func (q *VirtualRequest) promptLen() int {
+	if q.Prompt == nil && q.Render != nil {
+		return q.PromptLen
+	}
+	return len(q.Prompt)
+}
+
 func (c *vcluster) check(i int, q VirtualRequest) error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("virtual request %d (%q): %s", i, q.ID, fmt.Sprintf(format, a...))
@@ -277,14 +291,14 @@ func (c *vcluster) check(i int, q VirtualRequest) error {
 	switch {
 	case q.Worker < 0 || q.Worker >= len(c.workers):
 		return bad("worker %d: want 0..%d", q.Worker, len(c.workers)-1)
-	case len(q.Prompt) == 0 || q.MaxTokens < 1:
+	case q.promptLen() == 0 || q.MaxTokens < 1:
 		return bad("want a prompt and max tokens >= 1")
 	case math.IsNaN(q.ArrivalMs) || math.IsInf(q.ArrivalMs, 0) || q.ArrivalMs < 0:
 		return bad("arrival %v ms: want a finite time >= 0", q.ArrivalMs)
 	}
 	first := c.workers[q.Worker].e.cfg
-	if len(q.Prompt)+q.MaxTokens > first.MaxModelLen {
-		return bad("%d prompt + %d output tokens exceed max-model-len %d", len(q.Prompt), q.MaxTokens, first.MaxModelLen)
+	if q.promptLen()+q.MaxTokens > first.MaxModelLen {
+		return bad("%d prompt + %d output tokens exceed max-model-len %d", q.promptLen(), q.MaxTokens, first.MaxModelLen)
 	}
 	if q.Decode < 0 {
 		if first.Role != RoleColocated {
@@ -401,6 +415,13 @@ func (c *vcluster) intake(w *vworker, r *request) {
 
 func (c *vcluster) newRequest(e *engine, i int, maxTokens int) *request {
 	q := &c.reqs[i]
+	if q.Prompt == nil && q.Render != nil {
+		// Rendered once: a disaggregated request's decode leg reuses its
+		// prefill leg's.
+		if q.Prompt = q.Render(); len(q.Prompt) != q.PromptLen {
+			panic(fmt.Sprintf("virtual request %q: Render made %d tokens, PromptLen says %d", q.ID, len(q.Prompt), q.PromptLen))
+		}
+	}
 	r := &request{id: q.ID, prompt: q.Prompt, maxTokens: maxTokens, ignoreEOS: true, arrivalMs: c.now,
 		arrival: time.Unix(0, int64(c.now*1e6)), seq: e.arrivals.Add(1)}
 	// The output goes after the prompt, in place when the caller left room
@@ -513,6 +534,9 @@ func (w *vworker) finished(r *request, res *Result) {
 	}
 	o.Result = *res
 	o.FirstMs, o.FinishMs = r.firstMs, r.lastMs
+	if c.reqs[i].Render != nil {
+		c.reqs[i].Prompt = nil // rendered: nothing reads it again
+	}
 	c.release(i)
 }
 
