@@ -92,8 +92,10 @@ func TestFloorScalerReturnsToSpecScale(t *testing.T) {
 	if len(lg.Trials) < 4 || fmt.Sprint(got) != fmt.Sprint(want) || fmt.Sprint(inner.scales) != fmt.Sprint(want) {
 		t.Errorf("trials at time scales %v (measured at %v), want %v", got, inner.scales, want)
 	}
-	if len(probes) != len(lg.Trials) {
-		t.Errorf("%d floor probes for %d trials: want one before each", len(probes), len(lg.Trials))
+	// Under the hog the first probe asks for more than the spec's scale,
+	// and a second confirms it; after, one probe.
+	if len(probes) != len(lg.Trials)+1 || lg.Trials[0].Floor.Probes != 2 || lg.Trials[1].Floor.Probes != 0 {
+		t.Errorf("%d floor probes for %d trials (trial 1: %d): want two before the first, one before each other", len(probes), len(lg.Trials), lg.Trials[0].Floor.Probes)
 	}
 	if f := lg.Trials[0].Floor; f.P99RealMs != 100 || f.FloorModelMs != 50 {
 		t.Errorf("trial 1's floor %+v, want p99 100 ms real, 50 model ms", f)
@@ -107,7 +109,7 @@ func TestFloorScalerReturnsToSpecScale(t *testing.T) {
 func TestFloorScalerProbeFails(t *testing.T) {
 	clock := &fakeClock{}
 	inner := &clockedEvaluator{clock: clock, per: time.Second}
-	readings := []error{nil, fmt.Errorf("deploy: planted")}
+	readings := []error{nil, nil, fmt.Errorf("deploy: planted")} // the first trial probes twice (100 ms asks for more)
 	ev := &FloorScaler{Inner: inner, TTFTSLOMs: 2000, Probe: func(context.Context, *deploy.Spec) (float64, error) {
 		err := readings[0]
 		readings = readings[1:]
@@ -119,6 +121,28 @@ func TestFloorScalerProbeFails(t *testing.T) {
 	b := ev.Evaluate(context.Background(), s, "2")
 	if a.TimeScale != 2 || b.TimeScale != 2 || b.Floor.Error != "deploy: planted" {
 		t.Errorf("scales %g, %g (floor %+v), want 2 and 2 with the probe's error", a.TimeScale, b.TimeScale, b.Floor)
+	}
+}
+
+// One stall in a probe does not lengthen a trial: a first probe that asks
+// for more than the spec's scale is taken again, and the lower decides.
+func TestFloorScalerSecondProbe(t *testing.T) {
+	readings := []float64{73.7, 9.2} // a busy moment, then the host's usual
+	var scales []float64
+	inner := evaluatorFunc(func(_ context.Context, s *deploy.Spec, _ string) Trial {
+		scales = append(scales, s.Emulator.TimeScale)
+		return Trial{}
+	})
+	ev := &FloorScaler{Inner: inner, TTFTSLOMs: 2000, Probe: func(context.Context, *deploy.Spec) (float64, error) {
+		p := readings[0]
+		readings = readings[1:]
+		return p, nil
+	}}
+	s := baseSpec()
+	s.Emulator.TimeScale = 0.25
+	tr := ev.Evaluate(context.Background(), s, "1")
+	if fmt.Sprint(scales) != "[0.25]" || tr.Floor.P99RealMs != 9.2 || tr.Floor.Probes != 2 || len(readings) != 0 {
+		t.Errorf("measured at %v, floor %+v: want 0.25 from the lower of two probes", scales, tr.Floor)
 	}
 }
 
