@@ -169,9 +169,10 @@ probe: build
 # daemon's default --syscall-sample 16 (every call counted, one in 16
 # timed) beside the same floors, the other
 # programs' ns per event, and the daemon's cost to a served emulator; a
-# trace replay's memory (retained bytes per request, peak heap, record
-# bytes per output token; target: 10^5 requests in <= 1 GiB, <= 8 B a
-# token; HONE_TRACE_MEMORY_REQUESTS=100000 for the full size). The
+# trace replay's and a trace prediction's memory (retained bytes per
+# request, peak heap, record bytes per output token; target: 10^5 requests
+# in <= 1 GiB, <= 8 B a token; HONE_TRACE_MEMORY_REQUESTS=100000 for the
+# replay's full size). The
 # eBPF benchmarks need root (HONE_REQUIRE_BPF=1 makes a skip a failure).
 # Not part of `make test`.
 BENCH_COUNT ?= 6
@@ -183,8 +184,8 @@ bench:
 	$(GO) test -run '^$$' -bench '^BenchmarkGrid1000$$' -benchtime 1x -count 3 -timeout 30m ./predict | tee $(BENCH_OUT)/predict-grid.txt
 	$(GO) test -run '^$$' -bench '^Benchmark(SyscallFloor|ProgramCost)$$' -benchtime 8x -count $(BENCH_COUNT) ./bpf | tee $(BENCH_OUT)/bpf.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkEmulatorOverhead$$' -benchtime 1x -count 3 ./daemon | tee $(BENCH_OUT)/daemon.txt
-	$(GO) test -run '^$$' -bench '^BenchmarkTraceMemory$$' -benchtime 1x -count 5 ./replay | tee $(BENCH_OUT)/replay-memory.txt
-	$(GO) run golang.org/x/perf/cmd/benchstat $(BENCH_OUT)/predict-scan.txt $(BENCH_OUT)/predict-grid.txt $(BENCH_OUT)/bpf.txt $(BENCH_OUT)/daemon.txt $(BENCH_OUT)/replay-memory.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkTraceMemory$$' -benchtime 1x -count 5 ./replay ./predict | tee $(BENCH_OUT)/trace-memory.txt
+	$(GO) run golang.org/x/perf/cmd/benchstat $(BENCH_OUT)/predict-scan.txt $(BENCH_OUT)/predict-grid.txt $(BENCH_OUT)/bpf.txt $(BENCH_OUT)/daemon.txt $(BENCH_OUT)/trace-memory.txt
 
 # fuzz runs every fuzz target for FUZZTIME each (their seed corpora already
 # run under `make test`). Long: not part of the test suite.

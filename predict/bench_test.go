@@ -2,8 +2,15 @@ package predict
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/replay"
@@ -91,4 +98,65 @@ func cpuSeconds() float64 {
 		return 0
 	}
 	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+// BenchmarkTraceMemory predicts a trace of n requests (1,200 input and
+// 256 output tokens each, 10 req/s) and reports what the prediction
+// holds: retained-B/req is the live heap after it, the record alive
+// (every request kept), per request; peak-heap-MB the most heap in use
+// while it ran, sampled every 5 ms.
+func BenchmarkTraceMemory(b *testing.B) {
+	spec := testSpec(b, deploy.Colocated, "qwen2.5-coder-0.5b-l4")
+	for _, n := range []int{2000, 20000} {
+		b.Run(fmt.Sprintf("requests=%d", n), func(b *testing.B) {
+			path := filepath.Join(b.TempDir(), "trace.jsonl")
+			var sb strings.Builder
+			for i := range n {
+				fmt.Fprintf(&sb, `{"timestamp": %d, "input_length": 1200, "output_length": 256, "hash_ids": [%d, %d]}`+"\n", i*100, i%16, 1000+i)
+			}
+			if err := os.WriteFile(path, []byte(sb.String()), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			tf, err := replay.OpenTrace(path, 0, 16)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for range b.N {
+				runtime.GC()
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
+				var peak atomic.Uint64
+				stop, sampled := make(chan struct{}), make(chan struct{})
+				go func() {
+					defer close(sampled)
+					t := time.NewTicker(5 * time.Millisecond)
+					defer t.Stop()
+					var m runtime.MemStats
+					for {
+						select {
+						case <-stop:
+							return
+						case <-t.C:
+							runtime.ReadMemStats(&m)
+							peak.Store(max(peak.Load(), m.HeapInuse))
+						}
+					}
+				}()
+				rec, err := RunTrace(spec, Options{SLO: slo.Default, KeepRequests: true}, tf, 1)
+				close(stop)
+				<-sampled
+				if err != nil {
+					b.Fatal(err)
+				}
+				if got := len(rec.Runs[0].Levels[0].Requests); got != n {
+					b.Fatalf("%d requests, want %d", got, n)
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				runtime.KeepAlive(rec)
+				b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n), "retained-B/req")
+				b.ReportMetric(float64(peak.Load()-before.HeapInuse)/(1<<20), "peak-heap-MB")
+			}
+		})
+	}
 }
