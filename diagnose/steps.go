@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -309,20 +310,30 @@ func inferChunks(steps []EngineStep, work []*prefillWork, budget, seats int) (in
 	// first step is as open as they leave it: lo..hi, its starts.
 	lo, hi := make([]int64, len(work)), make([]int64, len(work))
 	if len(budgets)*len(seatings) > 1 {
+		// The budget under the first seats (the sends' suggestion), then
+		// the seats under the best budgets: a linear search, not the
+		// product, on evidence of thousands of requests.
 		type pair struct{ b, n int }
 		var tied []pair
 		best := -1
-		for _, bb := range budgets {
-			for _, nn := range seatings {
-				_, m := frontFor(bb, nn, 16)
-				if m > best {
-					tied, best = tied[:0], m
-				}
-				if m == best {
-					tied = append(tied, pair{bb, nn})
-				}
+		try := func(p pair) {
+			if _, m := frontFor(p.b, p.n, 16); m > best {
+				tied, best = []pair{p}, m
+			} else if m == best && !slices.Contains(tied, p) {
+				tied = append(tied, p)
 			}
 		}
+		for _, bb := range budgets {
+			try(pair{bb, seatings[0]})
+		}
+		for _, p := range slices.Clone(tied) {
+			for _, nn := range seatings[1:] {
+				try(pair{p.b, nn})
+			}
+		}
+		slices.SortStableFunc(tied, func(x, y pair) int {
+			return cmp.Or(cmp.Compare(x.b, y.b), cmp.Compare(slices.Index(seatings, x.n), slices.Index(seatings, y.n)))
+		})
 		b, n = tied[0].b, tied[0].n
 		for k, p := range tied {
 			front, _ := frontFor(p.b, p.n, 16)
