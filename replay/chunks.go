@@ -65,7 +65,7 @@ func (c Chunks) MarshalJSON() ([]byte, error) {
 	if c.absent() {
 		return []byte("null"), nil
 	}
-	data, err := c.Encode()
+	data, err := c.encoded()
 	if err != nil {
 		return nil, err
 	}
@@ -183,16 +183,19 @@ func (c Chunks) pack() ([]byte, error) {
 
 // EncodeChunks returns c's chunks in the packed layout of ChunksEncoding
 // (the bytes that "data" holds in base64).
-func EncodeChunks(c Chunks) ([]byte, error) { return c.Encode() }
+func EncodeChunks(c Chunks) ([]byte, error) {
+	b, err := c.encoded()
+	return bytes.Clone(b), err
+}
 
 // absent: no stream was read (no columns, not packed), written as null.
 func (c Chunks) absent() bool {
 	return c.MonoNs == nil && c.UnixNs == nil && c.TokenIDs == nil && c.packed == nil
 }
 
-// Encode returns the chunks in the packed layout of ChunksEncoding, from
-// the columns or as Pack kept them (not a copy: do not modify it).
-func (c Chunks) Encode() ([]byte, error) {
+// encoded is the chunks in the packed layout of ChunksEncoding, from the
+// columns or as Pack kept them (not a copy).
+func (c Chunks) encoded() ([]byte, error) {
 	if c.packed != nil {
 		return c.packed, nil
 	}
@@ -206,10 +209,6 @@ func (c Chunks) Len() int {
 	}
 	return len(c.MonoNs)
 }
-
-// Packed reports whether the chunks are held packed (Pack), their
-// columns nil.
-func (c Chunks) Packed() bool { return c.packed != nil }
 
 // Pack replaces the columns with their packed form (ChunksEncoding),
 // which Len, Columns and MarshalJSON read: 3 to 9 bytes a one-token chunk

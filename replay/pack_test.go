@@ -31,8 +31,8 @@ func TestChunksPack(t *testing.T) {
 		if !bytes.Equal(before, after) {
 			t.Fatalf("request %d: packed JSON %.80s, columns %.80s", i, after, before)
 		}
-		if c.Len() != len(cols.MonoNs) || c.MonoNs != nil || c.Packed() == (i == 1) {
-			t.Errorf("request %d: Len %d (want %d), columns kept %t, packed %t", i, c.Len(), len(cols.MonoNs), c.MonoNs != nil, c.Packed())
+		if c.Len() != len(cols.MonoNs) || c.MonoNs != nil || (c.packed == nil) != (i == 1) {
+			t.Errorf("request %d: Len %d (want %d), columns kept %t, packed %t", i, c.Len(), len(cols.MonoNs), c.MonoNs != nil, c.packed != nil)
 		}
 		if got := c.Columns(); !reflect.DeepEqual(got, cols) {
 			t.Errorf("request %d: columns after packing differ: %d chunks, want %d", i, len(got.MonoNs), len(cols.MonoNs))
