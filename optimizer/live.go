@@ -231,7 +231,7 @@ type LiveOptions struct {
 const TimeBudgetRule = "With a time budget (--time-budget), the loop plans trials to fit: after each trial it expects the next to take as long as " +
 	"the slowest so far per unit of time scale, at the last trial's scale, and the trials left are the fewer of the --budget's and those that " +
 	"fit the time left; exploration keeps the same reserve (ablations, the interaction, the re-run) out of that plan, so the re-run comes " +
-	"first when time is short. Every trial's deployment is stopped at the deadline; a capacity trial keeps the whole runs it measured " +
+	"first when time is short. Every trial's measurement is stopped 20 s before the deadline (its record is written and its deployment stopped in them); a capacity trial keeps the whole runs it measured " +
 	"before it (cut). What was not measured for want of time is listed " +
 	"in the log (not_measured) and its decisions."
 
@@ -346,7 +346,7 @@ func (l *loop) run(role, why string, s *deploy.Spec) (*Trial, error) {
 	}
 	if !o.Deadline.IsZero() {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, o.Deadline)
+		ctx, cancel = context.WithDeadline(ctx, l.trialsEnd())
 		defer cancel()
 	}
 	if per, _ := l.perScale(); per > 0 {
@@ -399,7 +399,7 @@ func (l *loop) fit() (int, bool) {
 	if l.o.Deadline.IsZero() {
 		return 0, false
 	}
-	rem := l.o.Deadline.Sub(l.o.Now())
+	rem := l.trialsEnd().Sub(l.o.Now())
 	if rem <= 0 {
 		return 0, true
 	}
@@ -409,6 +409,16 @@ func (l *loop) fit() (int, bool) {
 	}
 	return int(rem / e), true
 }
+
+// TeardownMargin is how long before the time budget's deadline trials
+// end: a trial cut at its deadline still reads its timelines, writes its
+// record and stops its deployment (about 20 s on a 2-core host), within
+// the budget.
+const TeardownMargin = 20 * time.Second
+
+// trialsEnd is when trials must have ended: the deadline less
+// TeardownMargin.
+func (l *loop) trialsEnd() time.Time { return l.o.Deadline.Add(-TeardownMargin) }
 
 // reserve is how many of the trials left exploration keeps for the
 // ablations, the interaction and the re-run: 4, fewer when the plan
@@ -446,7 +456,7 @@ func (l *loop) timeShort() bool {
 
 // unmeasured records what the time budget left no room for.
 func (l *loop) unmeasured(what string) {
-	rem := max(l.o.Deadline.Sub(l.o.Now()), 0).Round(time.Second)
+	rem := max(l.trialsEnd().Sub(l.o.Now()), 0).Round(time.Second)
 	line := fmt.Sprintf("%s (the time budget leaves %s; a trial takes about %s)", what, rem, l.expected().Round(time.Second))
 	l.lg.NotMeasured = append(l.lg.NotMeasured, line)
 	l.say("not measured: %s", line)
