@@ -120,8 +120,12 @@ func (f *FloorScaler) Evaluate(ctx context.Context, spec *deploy.Spec, tag strin
 		if r.Error != "" {
 			fmt.Fprintf(f.Log, "optimize: host floor probe failed (%s): trial at time scale %g (spec %g)\n", r.Error, r.TimeScale, specScale)
 		} else {
-			fmt.Fprintf(f.Log, "optimize: host floor now p99 %.2f ms real: trial at time scale %g (spec %g), floor %.1f model ms\n",
-				r.P99RealMs, r.TimeScale, specScale, r.FloorModelMs)
+			two := ""
+			if r.Probes == 2 {
+				two = " (the lower of 2 probes)"
+			}
+			fmt.Fprintf(f.Log, "optimize: host floor now p99 %.2f ms real%s: trial at time scale %g (spec %g), floor %.1f model ms\n",
+				r.P99RealMs, two, r.TimeScale, specScale, r.FloorModelMs)
 		}
 	}
 	if ctx.Err() != nil {
