@@ -411,7 +411,7 @@ func WriteRecord(path string, rec *Record) error {
 func EncodeRecord(w io.Writer, rec *Record) error {
 	cp := *rec
 	cp.SchemaVersion = SchemaVersion
-	return encodeAround(w, &cp.Runs, &cp, func(run *RunRecord) error {
+	err := encodeAround(w, &cp.Runs, &cp, func(run *RunRecord) error {
 		r := *run
 		return encodeAround(w, &r.Levels, &r, func(level *LevelRecord) error {
 			l := *level
@@ -425,6 +425,10 @@ func EncodeRecord(w io.Writer, rec *Record) error {
 			})
 		})
 	})
+	if err != nil {
+		return fmt.Errorf("encode record: %w", err)
+	}
+	return nil
 }
 
 // encodeAround writes v's JSON to w with the value of its slice field
@@ -437,19 +441,19 @@ func encodeAround[T any](w io.Writer, field *[]T, v any, each func(*T) error) (e
 	*field = []T{}
 	a, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("encode record: %w", err)
+		return err
 	}
 	*field = nil
 	b, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("encode record: %w", err)
+		return err
 	}
 	i := 0
 	for i < len(a) && i < len(b) && a[i] == b[i] {
 		i++
 	}
 	if !bytes.HasPrefix(a[i:], []byte("[]")) || !bytes.HasPrefix(b[i:], []byte("null")) || !bytes.Equal(a[i+2:], b[i+4:]) {
-		return fmt.Errorf("encode record: cannot find a slice field's value in %.80s", a)
+		return fmt.Errorf("encode %T: cannot find a slice field's value in %.80s", v, a)
 	}
 	if _, err := w.Write(a[:i]); err != nil {
 		return err

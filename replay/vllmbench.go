@@ -130,13 +130,22 @@ func VLLMBenchResults(rec *Record) []VLLMBenchResult {
 // --append-result writes its file: one compact JSON object per line, a
 // level a line. A one-level record's output is exactly a --save-result
 // file.
+//
+// The itls lists, most of a trace's result (tens of millions of numbers),
+// are encoded a request at a time, never as one JSON text.
 func WriteVLLMBench(w io.Writer, rec *Record) error {
 	for _, r := range VLLMBenchResults(rec) {
-		b, err := json.Marshal(r)
+		err := encodeAround(w, &r.ITLs, &r, func(itl *[]float64) error {
+			b, err := json.Marshal(*itl)
+			if err == nil {
+				_, err = w.Write(b)
+			}
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("encode vllm bench result: %w", err)
 		}
-		if _, err := w.Write(append(b, '\n')); err != nil {
+		if _, err := w.Write([]byte{'\n'}); err != nil {
 			return err
 		}
 	}

@@ -95,6 +95,9 @@ func TestVLLMBenchResults(t *testing.T) {
 
 	// Only the valid run is pooled; the warm-ups are left out.
 	r := VLLMBenchResults(rec)[0]
+	if whole, _ := json.Marshal(r); string(whole) != lines[0] {
+		t.Errorf("WriteVLLMBench's line differs from json.Marshal's:\n%s\n%s", lines[0], whole)
+	}
 	std := math.Sqrt(800.0 / 3)
 	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 	checks := []struct {
