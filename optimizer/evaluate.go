@@ -417,6 +417,7 @@ func diagnoseTrial(t *Trial, rec *replay.Record, atts []diagnose.Attribution) di
 func summarizeRecord(t *Trial, rec *replay.Record) {
 	type acc struct {
 		ttft, tpot, eff  []float64
+		goodput          []float64
 		p50ttft, p50tpot []float64
 		valid            []bool
 		invalid          []string
@@ -449,6 +450,9 @@ func summarizeRecord(t *Trial, rec *replay.Record) {
 			a.p50tpot = append(a.p50tpot, l.P50TPOTMs)
 			a.tpot = append(a.tpot, l.P99TPOTMs)
 			a.eff = append(a.eff, l.EffectiveQPS)
+			if l.Goodput != nil {
+				a.goodput = append(a.goodput, l.Goodput.Fraction)
+			}
 			a.valid = append(a.valid, l.Verdict.Valid)
 			for _, r := range l.Verdict.Reasons {
 				a.invalid = append(a.invalid, fmt.Sprintf("run %d: %s", run.Run+1, r))
@@ -477,6 +481,9 @@ func summarizeRecord(t *Trial, rec *replay.Record) {
 			EffectiveQPS: slo.Median(a.eff), PassedRuns: a.passed, Runs: len(a.ttft),
 			P50TTFTMs: slo.Median(a.p50ttft), P50TPOTMs: slo.Median(a.p50tpot),
 			RunP99TTFTMs: a.ttft, RunP99TPOTMs: a.tpot, RunEffectiveQPS: a.eff, RunValid: a.valid, Invalid: a.invalid, Measured: a.measured})
+		if len(a.goodput) == len(a.ttft) { // every run counted it: runs stay aligned with RunValid
+			t.Levels[len(t.Levels)-1].RunGoodput = a.goodput
+		}
 	}
 	if len(t.Objectives) > 0 {
 		t.Objective = slo.Median(t.Objectives)

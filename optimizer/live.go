@@ -101,6 +101,10 @@ type LevelSummary struct {
 	RunP99TTFTMs    []float64 `json:"run_p99_ttft_ms"`
 	RunP99TPOTMs    []float64 `json:"run_p99_tpot_ms"`
 	RunEffectiveQPS []float64 `json:"run_effective_qps"`
+	// RunGoodput is each run's goodput fraction at this level (the share
+	// of its measured requests within the SLO's per-request limits,
+	// replay.Goodput); empty in logs from before goodput was counted.
+	RunGoodput []float64 `json:"run_goodput_fraction,omitempty"`
 	// RunValid is each run's verdict on this level; Invalid lists the
 	// reasons of the invalid ones ("run 2: client_bound: ..."). Medians
 	// above are over every run; nothing decides on an invalid run's level.

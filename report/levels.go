@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -30,6 +31,17 @@ var (
 	effective = metric{name: "effective load", unit: "req/s", file: "effective_qps.png",
 		runs:   func(l *optimizer.LevelSummary) []float64 { return l.RunEffectiveQPS },
 		median: func(l *optimizer.LevelSummary) float64 { return l.EffectiveQPS }}
+	// goodput is a share, in percent; a log without it has no median to
+	// fall back on (levelTable leaves the column out).
+	goodput = metric{name: "goodput", unit: "%",
+		runs: func(l *optimizer.LevelSummary) []float64 {
+			out := make([]float64, len(l.RunGoodput))
+			for i, f := range l.RunGoodput {
+				out[i] = 100 * f
+			}
+			return out
+		},
+		median: func(l *optimizer.LevelSummary) float64 { return math.NaN() }}
 )
 
 // A run is one run's value of a metric at one level, and its verdict.

@@ -1,11 +1,14 @@
 package report
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/hone-llm/hone/optimizer"
+	"github.com/hone-llm/hone/slo"
 )
 
 func TestP99Note(t *testing.T) {
@@ -105,5 +108,39 @@ func TestLogTicks(t *testing.T) {
 	}
 	if want := []string{"90", "100", "200", "300", "400"}; !slices.Equal(labels, want) {
 		t.Errorf("labels over 84–478 %v, want %v", labels, want)
+	}
+}
+
+// TestLevelTableGoodput: a log whose levels carry every run's goodput
+// gains a goodput column (percent, median over valid runs with the range)
+// and a sentence naming the limits; one without it has neither.
+func TestLevelTableGoodput(t *testing.T) {
+	lg := testLog("emulated", 40)
+	lg.SLO.Goodput = slo.PerRequest{TTFTMs: 500, E2EMs: 3000}
+	tr := &lg.Trials[0]
+	for i := range tr.Levels {
+		l := &tr.Levels[i]
+		l.RunGoodput = make([]float64, len(l.RunP99TTFTMs))
+		for j := range l.RunGoodput {
+			l.RunGoodput[j] = 1 - 0.1*float64(j)
+		}
+	}
+	var b bytes.Buffer
+	d, err := newDoc(&b, lg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.levelTable(tr)
+	out := b.String()
+	for _, want := range []string{"goodput (ttft:500,e2el:3000), %", "| 90.0 (80.0–100.0) |", "within the per-request limits ttft:500,e2el:3000"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("level table lacks %q:\n%s", want, out)
+		}
+	}
+	tr.Levels[0].RunGoodput = nil // one level without it: no column
+	b.Reset()
+	d.levelTable(tr)
+	if strings.Contains(b.String(), "goodput") {
+		t.Errorf("a column for a log where a level has no goodput:\n%s", b.String())
 	}
 }

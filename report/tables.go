@@ -78,12 +78,27 @@ func (d *doc) levelTable(t *optimizer.Trial) {
 		d.p("No level was measured.\n\n")
 		return
 	}
-	d.p("| [%s] offered, req/s | %s, %s | %s, %s | %s, %s | passed runs | validity |\n|---:|---:|---:|---:|---:|---|\n",
-		d.prov.tag(), ttft.name, d.prov.unit(ttft), tpot.name, d.prov.unit(tpot), effective.name, d.prov.unit(effective))
+	withGoodput := true
+	for _, l := range t.Levels {
+		withGoodput = withGoodput && len(l.RunGoodput) > 0
+	}
+	goodputHead, goodputRule := "", ""
+	if withGoodput {
+		goodputHead, goodputRule = fmt.Sprintf(" goodput (%s), %% |", d.lg.SLO.Limits()), "---:|"
+	}
+	d.p("| [%s] offered, req/s | %s, %s | %s, %s | %s, %s |%s passed runs | validity |\n|---:|---:|---:|---:|%s---:|---|\n",
+		d.prov.tag(), ttft.name, d.prov.unit(ttft), tpot.name, d.prov.unit(tpot), effective.name, d.prov.unit(effective), goodputHead, goodputRule)
 	for i := range t.Levels {
 		l := &t.Levels[i]
-		d.p("| %s | %s | %s | %s | %d/%d | %s |\n", d.load(l.OfferedQPS), spreadCell(l, ttft, "%.1f"), spreadCell(l, tpot, "%.2f"),
-			spreadCell(l, effective, "%.3f"), l.PassedRuns, l.Runs, verdictCell(l))
+		cell := ""
+		if withGoodput {
+			cell = " " + spreadCell(l, goodput, "%.1f") + " |"
+		}
+		d.p("| %s | %s | %s | %s |%s %d/%d | %s |\n", d.load(l.OfferedQPS), spreadCell(l, ttft, "%.1f"), spreadCell(l, tpot, "%.2f"),
+			spreadCell(l, effective, "%.3f"), cell, l.PassedRuns, l.Runs, verdictCell(l))
+	}
+	if withGoodput {
+		d.p("\nGoodput: the share of a run's measured requests within the per-request limits %s (replay's goodput; failed requests count as not met).\n", d.lg.SLO.Limits())
 	}
 	d.p("\n")
 }
