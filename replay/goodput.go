@@ -54,23 +54,15 @@ func goodRequest(limits slo.PerRequest, q RequestRecord) bool {
 }
 
 // LevelGoodput pools level i's goodput over rec's runs, as LevelServeStats
-// pools the rest: the runs valid at the level when there are any, else
-// all of them. The rate is the pooled good requests over the runs'
+// pools the rest (pooledLevels: the runs valid at the level when there are
+// any, else all of them). The rate is the pooled good requests over the runs'
 // summed windows; nil when no run has a goodput.
 func LevelGoodput(rec *Record, i int) *Goodput {
-	var valid, all []*LevelRecord
-	for r := range rec.Runs {
-		if i < len(rec.Runs[r].Levels) && rec.Runs[r].Levels[i].Goodput != nil {
-			l := &rec.Runs[r].Levels[i]
-			all = append(all, l)
-			if l.Verdict.Valid {
-				valid = append(valid, l)
-			}
+	var levels []*LevelRecord
+	for _, l := range pooledLevels(rec, i) {
+		if l.Goodput != nil {
+			levels = append(levels, l)
 		}
-	}
-	levels := all
-	if len(valid) > 0 {
-		levels = valid
 	}
 	if len(levels) == 0 {
 		return nil

@@ -49,3 +49,25 @@ func TestGoodputByHand(t *testing.T) {
 		t.Errorf("default limits %+v", l)
 	}
 }
+
+// TestLevelGoodputPools: a level's goodput over runs counts the runs valid
+// there (an invalid run's requests are left out while a valid one
+// exists), its rate the pooled good requests over the summed windows.
+func TestLevelGoodputPools(t *testing.T) {
+	lvl := func(valid bool, good, measured int, window float64) LevelRecord {
+		return LevelRecord{Verdict: Verdict{Valid: valid}, WindowSeconds: window,
+			Goodput: &Goodput{Limits: slo.PerRequest{TTFTMs: 100}, Good: good, Measured: measured}}
+	}
+	rec := &Record{Runs: []RunRecord{
+		{Levels: []LevelRecord{lvl(true, 9, 10, 2)}},
+		{Levels: []LevelRecord{lvl(false, 0, 10, 9)}},
+		{Levels: []LevelRecord{lvl(true, 6, 10, 3)}},
+	}}
+	g := LevelGoodput(rec, 0)
+	if g == nil || g.Good != 15 || g.Measured != 20 || g.Fraction != 0.75 || g.QPS != 3 || g.Limits.TTFTMs != 100 {
+		t.Fatalf("pooled goodput %+v, want 15 of 20 over 5 s", g)
+	}
+	if LevelGoodput(rec, 1) != nil {
+		t.Error("a level no run has: want nil")
+	}
+}
