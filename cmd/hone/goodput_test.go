@@ -58,3 +58,23 @@ func TestReplayGoodput(t *testing.T) {
 		t.Errorf("--goodput itl:5: exit %d, %q; want 2 naming --goodput", code, stderr)
 	}
 }
+
+// TestPredictGoodputTable: hone predict --goodput adds goodput columns,
+// which in virtual time are exact: at 30 req/s, 2 of the 56 measured
+// requests stay within TTFT 40 ms and TPOT 8 ms.
+func TestPredictGoodputTable(t *testing.T) {
+	stdout, stderr, code := runHone(context.Background(), "predict", "--qps", "4,30", "--requests", "64", "--goodput", "tpot:8,ttft:40",
+		"../../examples/emulator-l4-colocated.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"goodput  goodput_qps  passed", "100.0%", "  3.6%", "goodput: the share (and rate) of measured requests within ttft:40,tpot:8"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("predict table lacks %q:\n%s", want, stdout)
+		}
+	}
+	stdout, _, _ = runHone(context.Background(), "predict", "--qps", "4", "--requests", "16", "../../examples/emulator-l4-colocated.yaml")
+	if strings.Contains(stdout, "goodput") {
+		t.Errorf("a goodput column without --goodput:\n%s", stdout)
+	}
+}

@@ -329,13 +329,31 @@ func writePredictTable(w io.Writer, spec *deploy.Spec, profile string, rec *repl
 	if rec.Workload.LoadMode() == replay.LoadClosed {
 		first = "clients"
 	}
-	fmt.Fprintln(tw, first+"\tp50_ttft_ms\tp90_ttft_ms\tp99_ttft_ms\tp50_tpot_ms\tp90_tpot_ms\tp99_tpot_ms\teffective_qps\tgpu_s_per_req\thit_rate\tpassed\t")
+	// Goodput gets a column when --goodput set its limits (by default they
+	// are the SLO's own, per request: the record still has it).
+	goodput := rec.SLO.Goodput.Set()
+	head := first + "\tp50_ttft_ms\tp90_ttft_ms\tp99_ttft_ms\tp50_tpot_ms\tp90_tpot_ms\tp99_tpot_ms\teffective_qps\tgpu_s_per_req\thit_rate\t"
+	if goodput {
+		head += "goodput\tgoodput_qps\t"
+	}
+	fmt.Fprintln(tw, head+"passed\t")
 	for _, l := range run.Levels {
-		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.4f\t%s\t%s\t%t\t\n", levelNumber(l.Level),
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.4f\t%s\t%s\t", levelNumber(l.Level),
 			l.P50TTFTMs, l.P90TTFTMs, l.P99TTFTMs, l.P50TPOTMs, l.P90TPOTMs, l.P99TPOTMs, l.EffectiveQPS,
-			optFloat(l.GPUSecondsPerRequest, "%.4g"), optPercent(l.HitRateCachedTokens), l.Passed)
+			optFloat(l.GPUSecondsPerRequest, "%.4g"), optPercent(l.HitRateCachedTokens))
+		if goodput {
+			if g := l.Goodput; g != nil {
+				fmt.Fprintf(tw, "%.1f%%\t%.4f\t", 100*g.Fraction, g.QPS)
+			} else {
+				fmt.Fprint(tw, "-\t-\t")
+			}
+		}
+		fmt.Fprintf(tw, "%t\t\n", l.Passed)
 	}
 	tw.Flush()
+	if goodput {
+		fmt.Fprintf(w, "goodput: the share (and rate) of measured requests within %s\n", rec.SLO.Goodput)
+	}
 	fmt.Fprintf(w, "objective: %s req/s (largest effective QPS among passing levels)",
 		strconv.FormatFloat(run.Objective, 'g', -1, 64))
 	if run.GPUSecondsPerRequest != nil {
