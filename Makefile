@@ -190,7 +190,7 @@ bench:
 # fuzz runs every fuzz target for FUZZTIME each (their seed corpora already
 # run under `make test`). Long: not part of the test suite.
 FUZZTIME ?= 60s
-FUZZ_TARGETS = ./gate:FuzzParseBaseline ./gate:FuzzReadConfig ./replay:FuzzGunzipRecord ./replay:FuzzSSE ./replay:FuzzParseChunk ./replay:FuzzParseCounters ./replay:FuzzDecodeChunks ./sim/emulator:FuzzParseCompletion ./sim/emulator:FuzzParseChat ./sim/emulator:FuzzPullRequestLine ./sim/emulator:FuzzPullReply ./sim/emulator:FuzzParseProfile ./deploy:FuzzParseSpec ./deploy/kubernetes:FuzzNodeUprobeMulti ./internal/runbook:FuzzParseBlocks ./deploy/proxy:FuzzSplitObject ./deploy/proxy:FuzzEventWatch ./deploy/proxy:FuzzFetchTimelines ./diagnose:FuzzParseTimelines ./diagnose:FuzzReadTrace ./diagnose:FuzzParseKernelEvidence ./calibrate:FuzzReadStepDir ./calibrate:FuzzReadSilicon
+FUZZ_TARGETS = ./gate:FuzzParseBaseline ./gate:FuzzReadConfig ./replay:FuzzGunzipRecord ./replay:FuzzSSE ./replay:FuzzParseChunk ./replay:FuzzParseCounters ./replay:FuzzDecodeChunks ./sim/emulator:FuzzParseCompletion ./sim/emulator:FuzzParseChat ./sim/emulator:FuzzPullRequestLine ./sim/emulator:FuzzPullReply ./sim/emulator:FuzzParseProfile ./deploy:FuzzParseSpec ./deploy/kubernetes:FuzzNodeUprobeMulti ./internal/runbook:FuzzParseBlocks ./deploy/proxy:FuzzSplitObject ./deploy/proxy:FuzzEventWatch ./deploy/proxy:FuzzFetchTimelines ./diagnose:FuzzParseTimelines ./diagnose:FuzzReadTrace ./diagnose:FuzzParseKernelEvidence ./calibrate:FuzzReadStepDir ./calibrate:FuzzReadSilicon ./replay:FuzzParseTraceLine ./slo:FuzzParsePerRequest
 .PHONY: fuzz
 # A fuzz run that ends with Go's own "context deadline exceeded" and saved
 # no input (testdata/fuzz unchanged) found nothing: its coordinator timed out

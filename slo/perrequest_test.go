@@ -28,3 +28,24 @@ func TestParsePerRequestBadInput(t *testing.T) {
 		t.Errorf("space separated, e2e alias: %+v %v", g, err)
 	}
 }
+
+// FuzzParsePerRequest: any --goodput text either parses to limits that
+// print back to themselves, or is refused; it never panics.
+func FuzzParsePerRequest(f *testing.F) {
+	for _, s := range []string{"ttft:500,tpot:50,e2el:3000", "TTFT:250 e2e:4000", "", "ttft:", ":5", "ttft:1e308", "tpot:0x10"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		g, err := ParsePerRequest(s)
+		if err != nil {
+			return
+		}
+		if !g.Set() {
+			t.Fatalf("%q parsed to no limit", s)
+		}
+		back, err := ParsePerRequest(g.String())
+		if err != nil || back != g {
+			t.Fatalf("%q: %+v prints as %q, which parses to %+v (%v)", s, g, g.String(), back, err)
+		}
+	})
+}
