@@ -80,6 +80,15 @@ func (cf *capacityFlags) options(target slo.SLO, minMeasured int, progress io.Wr
 	return o
 }
 
+// lastProbeNote is the last probe's load and note, or "none".
+func lastProbeNote(r *capacity.Result) string {
+	if len(r.Probes) == 0 {
+		return "none"
+	}
+	p := r.Probes[len(r.Probes)-1]
+	return loadName(r.Mode, p.Load) + noteSuffix(p.Note)
+}
+
 func noteSuffix(n string) string {
 	if n == "" {
 		return ""
@@ -123,6 +132,9 @@ func writeCapacity(w io.Writer, format, out string, res *capacity.Record) error 
 	}
 	tw.Flush()
 	switch {
+	case !r.Finished():
+		fmt.Fprintf(w, "capacity: not found: the search ended before its rule did (%d probes; the last: %s); the result decides nothing\n",
+			len(r.Probes), lastProbeNote(r))
 	case r.Bounded:
 		fmt.Fprintf(w, "capacity: %s (%s fails; precision %g%%): the largest load measured to meet the SLO at steady state\n",
 			loadName(r.Mode, r.Value), loadName(r.Mode, r.Upper), 100*r.Precision)

@@ -145,3 +145,17 @@ func TestGateCapacityCLI(t *testing.T) {
 		t.Fatalf("another SLO: exit %d, want 2 naming the slo\n%s\n%s", code, stdout, stderr)
 	}
 }
+
+// TestWriteCapacityUnfinished: a search the host cut short says so, not
+// "capacity: 0 req/s".
+func TestWriteCapacityUnfinished(t *testing.T) {
+	var b strings.Builder
+	res := &capacity.Result{Mode: capacity.Open, Unit: capacity.UnitRate, Outcome: capacity.OutcomeUnfinished,
+		Probes: []capacity.Probe{{Load: 1, Note: "invalid: [client_bound: late]"}}}
+	if err := writeCapacity(&b, "table", "", &capacity.Record{Kind: replay.KindEmulated, Capacity: res}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "capacity: not found: the search ended before its rule did (1 probes; the last: 1 req/s: invalid: [client_bound: late])"; !strings.Contains(b.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, b.String())
+	}
+}
