@@ -32,6 +32,7 @@ import (
 	"github.com/hone-llm/hone/internal/honetest"
 	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/sim/emulator"
+	"github.com/hone-llm/hone/slo"
 )
 
 // TestKernelEvidenceColocatedQueueing: an emulated engine with a batch of
@@ -458,8 +459,13 @@ func kernelEvidenceScenario(t *testing.T, sc evidenceScenario) {
 	}
 	w := replay.DefaultWorkload()
 	w.Requests, w.InputTokens, w.OutputTokens = cmp.Or(sc.requests, 40), 1024, sc.output
+	// The SLO makes the planted part material: a bottleneck is named only
+	// for a part above 5% of the TTFT SLO (MaterialFraction), so the SLO is
+	// 20 times the planted floor (the brief's 2000 ms would call a 20 ms
+	// transfer immaterial, as it is to a user with that SLO).
 	opts := replay.Options{Model: "Qwen/Qwen2.5-Coder-0.5B-Instruct", Kind: replay.KindEmulated, Backend: "emulator",
-		Workload: w, QPS: []float64{sc.qps}, TimeScale: scale, GPUs: 1}
+		Workload: w, QPS: []float64{sc.qps}, TimeScale: scale, GPUs: 1,
+		SLO: slo.SLO{TTFTMillis: 20 * sc.plantedFloorMs, TPOTMillis: slo.Default.TPOTMillis}}
 	var pids []int
 	var traces []string
 	var d *daemon.Daemon
