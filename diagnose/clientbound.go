@@ -95,6 +95,32 @@ func MarkClientBound(rec *replay.Record, atts []Attribution) []string {
 	return out
 }
 
+// RecordEvidence is the evidence a record carries on its own, as `hone
+// diagnose report` reads it when given nothing more: no proxy timelines
+// and no kernel evidence; the token budget and max-num-seqs from its
+// config; the first token's head counted with prefill for the emulator
+// (HeadWithFirstToken), apart for vLLM (HeadSeparate).
+func RecordEvidence(rec *replay.Record) Evidence {
+	ev := Evidence{Source: EvidenceAuto, TokenBudget: RecordTokenBudget(rec), MaxNumSeqs: RecordKnobs(rec).MaxNumSeqs, Head: HeadSeparate}
+	if rec.Kind == replay.KindEmulated {
+		ev.Head = HeadWithFirstToken
+	}
+	return ev
+}
+
+// JudgeRecord attributes rec from its own evidence (RecordEvidence) and
+// marks its client-bound levels (MarkClientBound), so that hone replay
+// stores, and prints, the verdict hone diagnose report reaches on the same
+// record: a level's verdict is judged once. It returns MarkClientBound's
+// lines.
+func JudgeRecord(rec *replay.Record) ([]string, error) {
+	atts, err := Attribute(rec, RecordEvidence(rec))
+	if err != nil {
+		return nil, err
+	}
+	return MarkClientBound(rec, atts), nil
+}
+
 // disaggregated reads the record's config for a disaggregated topology
 // (hone optimize records its deployment spec there).
 func disaggregated(rec *replay.Record) bool {

@@ -206,18 +206,22 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 					}
 				}
 			}
-			ev.Source = evidence
-			if ev.TokenBudget = tokenBudget; tokenBudget == 0 {
-				ev.TokenBudget = diagnose.RecordTokenBudget(rec)
+			// What the record says of itself (as hone replay judged it),
+			// then what the flags add.
+			own := diagnose.RecordEvidence(rec)
+			ev.Source, ev.TokenBudget, ev.MaxNumSeqs, ev.Head = evidence, own.TokenBudget, own.MaxNumSeqs, own.Head
+			if tokenBudget > 0 {
+				ev.TokenBudget = tokenBudget
 			}
 			knobs := diagnose.RecordKnobs(rec)
 			if maxNumSeqs > 0 {
-				knobs.MaxNumSeqs = maxNumSeqs
+				knobs.MaxNumSeqs, ev.MaxNumSeqs = maxNumSeqs, maxNumSeqs
 			}
-			ev.MaxNumSeqs = knobs.MaxNumSeqs
-			ev.Head = diagnose.HeadSeparate // vLLM
-			if head == "with-first-token" || head == "auto" && rec.Kind == replay.KindEmulated {
+			switch head {
+			case "with-first-token":
 				ev.Head = diagnose.HeadWithFirstToken
+			case "separate":
+				ev.Head = diagnose.HeadSeparate
 			}
 			atts, err := diagnose.Attribute(rec, ev)
 			if err != nil {

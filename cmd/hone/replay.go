@@ -18,6 +18,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/hone-llm/hone/capacity"
+	"github.com/hone-llm/hone/diagnose"
 	"github.com/hone-llm/hone/internal/atomicfile"
 	"github.com/hone-llm/hone/preflight"
 	"github.com/hone-llm/hone/replay"
@@ -268,6 +269,7 @@ past).`,
 			if errors.As(err, &pe) {
 				return paramErr(pe)
 			}
+			judgeRecord(c.ErrOrStderr(), rec, trace.path != "")
 			// A record is written when a request was sent: one that never
 			// reached the endpoint (unreachable, wrong model, no /tokenize)
 			// holds nothing to keep, and must not leave a run.json behind.
@@ -457,6 +459,7 @@ a level lost requests (as for hone replay);
 			if err != nil {
 				return usageError{err}
 			}
+			judgeRecord(c.ErrOrStderr(), rec, rec.Workload.Kind == replay.WorkloadTrace)
 			if err := replay.WriteRecord(out, rec); err != nil {
 				return err
 			}
@@ -526,6 +529,24 @@ func writeReplayOutput(w io.Writer, format string, rec *replay.Record, out strin
 	}
 	writeReplayTable(w, rec, out, bad)
 	return nil
+}
+
+// judgeRecord applies diagnose's client-bound rule to rec before it is
+// printed or written, so that hone diagnose report finds the verdicts it
+// would reach itself (one verdict per level, judged once). A trace's
+// record is left as replay judged it: attributing 10^5 requests would
+// hold them all again.
+func judgeRecord(stderr io.Writer, rec *replay.Record, trace bool) {
+	if rec == nil || trace {
+		return
+	}
+	marked, err := diagnose.JudgeRecord(rec)
+	if err != nil {
+		return // nothing attributable: replay's own verdicts stand
+	}
+	for _, m := range marked {
+		fmt.Fprintf(stderr, "client-bound (diagnose's rule): %s\n", m)
+	}
 }
 
 func writeReplayTable(w io.Writer, rec *replay.Record, out string, bad []string) {
