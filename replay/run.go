@@ -190,12 +190,19 @@ func (o *Options) defaults() error {
 func newRecord(opts Options, tb timebase, w WorkloadRecord) *Record {
 	model := opts.ModelInfo
 	model.ID = opts.Model
-	return &Record{
+	rec := &Record{
 		SchemaVersion: SchemaVersion, Kind: KindUnverified, VerdictRule: VerdictRule, Backend: opts.Backend, Hone: opts.Hone,
 		Engine: EngineInfo{Endpoint: opts.Endpoint}, Model: model, Config: opts.Config, Hardware: opts.Hardware,
 		GPUs: opts.GPUs, TimeScale: cmp.Or(opts.TimeScale, 1), RequestTimeoutMs: float64(opts.RequestTimeout) / 1e6, SLO: opts.SLO,
 		Workload: w, Clock: tb.Stamp(tb.T0), StartedAt: tb.T0.UTC(), Outcomes: map[string]int{}, Validation: Validation{Reasons: map[string]int{}},
 	}
+	if rec.Config == nil {
+		rec.Config = map[string]any{}
+	}
+	if rec.Hardware == nil {
+		rec.Hardware = map[string]any{}
+	}
+	return rec
 }
 
 // Run replays the workload against the endpoint: for each run, each level
@@ -216,12 +223,6 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 	rec := newRecord(opts, tb, WorkloadRecord{Workload: opts.Workload, QPS: opts.QPS, Runs: opts.Runs, Generator: PrefixGenerator,
 		SuffixRecipe:  "uniform over the prefixes' distinct token ids, PCG(seed ^ (run+1)*0x9E3779B97F4A7C15, float64bits(qps) ^ id<<1)",
 		PrewarmPolicy: "every level starts cold (see cache), then the schedule's 8 warm-up requests (ids 0-7), one per session, open it"})
-	if rec.Config == nil {
-		rec.Config = map[string]any{}
-	}
-	if rec.Hardware == nil {
-		rec.Hardware = map[string]any{}
-	}
 	if opts.Shard != nil {
 		rec.Shard = opts.Shard.info()
 	}

@@ -97,12 +97,6 @@ func RunTrace(ctx context.Context, opts Options, tf *TraceFile, speed float64) (
 	tb := newTimebase()
 	rec := newRecord(opts, tb, newTraceWorkload(tf, speed, seed, 0))
 	rec.CachedTokensRule = CachedTokensAsReported
-	if rec.Config == nil {
-		rec.Config = map[string]any{}
-	}
-	if rec.Hardware == nil {
-		rec.Hardware = map[string]any{}
-	}
 	fail := func(err error) (*Record, error) {
 		rec.Incomplete, rec.Error = true, err.Error()
 		rec.finish()
