@@ -285,7 +285,7 @@ func TestMeterLine(t *testing.T) {
 		{func() {
 			m.probe, m.expected = 0, 0
 			m.update(replay.Progress{Run: 1, Runs: 3, Level: 2, Levels: 6, QPS: 16, Done: 10, Planned: 120})
-		}, "optimize:   trial 03-coloc: run 2/3, level 3/6 at 16 req/s: 10/120 requests done; 1m35s elapsed of nothing expected yet"},
+		}, "optimize:   trial 03-coloc: run 2/3, level 3/6 at 16 req/s: 10/120 requests done; 1m35s elapsed (no estimate before a trial has finished)"},
 	} {
 		c.do()
 		if got := m.line(); got != c.want {

@@ -141,9 +141,9 @@ func (m *meter) line() string {
 		where = fmt.Sprintf("run %d/%d, probe %d: %s", m.run, m.runs, m.probe, m.phase)
 	}
 	elapsed := m.now().Sub(m.start).Round(time.Second)
-	of := "nothing expected yet"
 	if m.expected > 0 {
-		of = fmt.Sprintf("~%s expected", m.expected.Round(time.Second))
+		return fmt.Sprintf("optimize:   %s: %s; %s elapsed of ~%s expected", m.what, where, elapsed, m.expected.Round(time.Second))
 	}
-	return fmt.Sprintf("optimize:   %s: %s; %s elapsed of %s", m.what, where, elapsed, of)
+	// The first trial has no trial before it to estimate from.
+	return fmt.Sprintf("optimize:   %s: %s; %s elapsed (no estimate before a trial has finished)", m.what, where, elapsed)
 }
