@@ -414,11 +414,12 @@ type evidenceScenario struct {
 // split agree on every part (disaggregated: transfer + decode queue as one
 // span, as vLLM's decode worker counts its queue after the KV in
 // queue_time_ms). TestKernelEvidenceColocatedQueueing covers a burst on
-// one engine. It runs only with HONE_TEST_ALONE=1: make test runs it after
-// every other test, with the host to itself.
+// one engine. It runs only with HONE_TEST_ALONE=1: make
+// test-kernel-scenarios (CI, after make test) runs it with the host to
+// itself.
 func TestKernelEvidenceScenarios(t *testing.T) {
 	if os.Getenv("HONE_TEST_ALONE") != "1" {
-		t.Skip("runs with the host to itself: make test's second pass sets HONE_TEST_ALONE=1 " +
+		t.Skip("runs with the host to itself: make test-kernel-scenarios (CI) sets HONE_TEST_ALONE=1 " +
 			"(beside other packages' tests a two-core host runs too many requests late to judge)")
 	}
 	for _, sc := range []evidenceScenario{

@@ -92,7 +92,8 @@ func TestKernelEvidenceHoldout(t *testing.T) {
 }
 
 // requireAlone skips unless the host is this test's alone, as
-// TestKernelEvidenceScenarios does: make test's second pass.
+// TestKernelEvidenceScenarios does (make test-kernel-scenarios; the held-back
+// scenario also in make test's second pass).
 func requireAlone(t *testing.T) {
 	t.Helper()
 	bpftest.Require(t)
@@ -100,7 +101,7 @@ func requireAlone(t *testing.T) {
 		t.Skip("starts an engine, the daemon and a replay")
 	}
 	if os.Getenv("HONE_TEST_ALONE") != "1" {
-		t.Skip("runs with the host to itself: make test's second pass sets HONE_TEST_ALONE=1")
+		t.Skip("runs with the host to itself: make test's second pass and make test-kernel-scenarios set HONE_TEST_ALONE=1")
 	}
 }
 
