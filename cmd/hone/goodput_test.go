@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,12 +23,8 @@ func TestReplayGoodput(t *testing.T) {
 	if code != 0 && code != exitFailed { // 1: the host may make a level invalid; goodput is counted all the same
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	b, err := replay.ReadRecordFile(out)
+	rec, err := replay.ReadRecord(out)
 	if err != nil {
-		t.Fatal(err)
-	}
-	var rec replay.Record
-	if err := json.Unmarshal(b, &rec); err != nil {
 		t.Fatal(err)
 	}
 	if got := rec.SLO.Goodput; got.TTFTMs != 40 || got.E2EMs != 400 || got.TPOTMs != 0 {

@@ -28,12 +28,8 @@ func TestReplayAndDiagnoseAgree(t *testing.T) {
 	if code != 0 && code != exitFailed {
 		t.Fatalf("replay: exit %d: %s", code, stderr)
 	}
-	b, err := replay.ReadRecordFile(out)
+	rec, err := replay.ReadRecord(out)
 	if err != nil {
-		t.Fatal(err)
-	}
-	var rec replay.Record
-	if err := json.Unmarshal(b, &rec); err != nil {
 		t.Fatal(err)
 	}
 	stdout, stderr2, code := runHone(ctx, "diagnose", "report", "--record", out, "-o", "json")
