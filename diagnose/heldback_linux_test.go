@@ -316,10 +316,35 @@ func runCLIScenario(t *testing.T, sc cliScenario) {
 		return
 	}
 	for _, k := range parts {
-		if ok[k]*10 < 9*judged {
-			t.Errorf("%s within tolerance for %d of %d judged requests; want at least 90%%", k, ok[k], judged)
+		if ok[k]*10 >= 9*judged {
+			continue
 		}
+		// Under 90%. With many judged requests that is the verdict; with
+		// few, misses a split right for 90% of requests would often show
+		// (2 of 11: p = 0.30) do not decide it: it fails only when a 90%
+		// split would show as many misses less than 1% of the time.
+		misses := judged - ok[k]
+		if p := binomialTail(judged, misses, 0.1); judged < minJudged && p >= 0.01 {
+			t.Logf("%s within tolerance for %d of %d judged requests: under 90%%, but %d misses of %d happen with probability %.2f to a split right for 90%% of requests; too few to decide (fewer than %d judged)",
+				k, ok[k], judged, misses, judged, p, minJudged)
+			continue
+		}
+		t.Errorf("%s within tolerance for %d of %d judged requests; want at least 90%%", k, ok[k], judged)
 	}
+}
+
+// minJudged is how many requests the host did not distort the 90% bar
+// needs before a point share under it fails a scenario by itself.
+const minJudged = 30
+
+// binomialTail is P(X >= k) for X ~ Binomial(n, p).
+func binomialTail(n, k int, p float64) float64 {
+	sum := 0.0
+	for i := k; i <= n; i++ {
+		lg := func(x int) float64 { v, _ := math.Lgamma(float64(x) + 1); return v }
+		sum += math.Exp(lg(n) - lg(i) - lg(n-i) + float64(i)*math.Log(p) + float64(n-i)*math.Log1p(-p))
+	}
+	return sum
 }
 
 // hostLate is, per request (the engine's id, "cmpl-" + the record's), how
@@ -356,4 +381,22 @@ func hostLate(t *testing.T, xs []KernelExchange, trace string, scale float64) ma
 		}
 	}
 	return out
+}
+
+// TestBinomialTail checks the held-back scenarios' small-sample rule
+// against figures computed by hand.
+func TestBinomialTail(t *testing.T) {
+	for _, c := range []struct {
+		n, k int
+		want float64
+	}{
+		{11, 0, 1},
+		{11, 2, 1 - math.Pow(0.9, 11) - 11*0.1*math.Pow(0.9, 10)}, // 0.3026
+		{11, 11, math.Pow(0.1, 11)},
+		{20, 21, 0},
+	} {
+		if got := binomialTail(c.n, c.k, 0.1); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("binomialTail(%d, %d, 0.1) = %.15f, want %.15f", c.n, c.k, got, c.want)
+		}
+	}
 }
