@@ -16,7 +16,9 @@ import (
 // RescaleRule states Rescaler in words, for help and reports.
 var RescaleRule = fmt.Sprintf("an emulated trial whose runs decided nothing only because of the measuring host (every invalid level client_bound "+
 	"or emulator_bound; no failed request or output) is measured once more, one step up the ladder %v (doubling beyond) from its scale, "+
-	"when that is at most the largest time scale allowed, the scale the verdicts estimate would clear them (rounded up to a step) is too, "+
+	"when that is at most the largest time scale allowed, the scale the emulator_bound verdicts estimate would clear them (rounded up to a step) is too "+
+	"(client_bound's estimate is not read: it takes the load generator's lag for fixed wall time, while a generator that fell behind lags by a queue, "+
+	"which a slower real-time send shrinks faster than that, so it can ask for more than the one step that clears it), "+
 	"and the time budget leaves room for it; it then reports that measurement and keeps the first record, and its config's next trial starts "+
 	"that many steps above the scale it begins at (and may step again). emulator_bound is the emulated engine's own clock: the step sets the "+
 	"deployment's emulator.time_scale, which the engine runs at. Figures are model time, so it compares with trials at other scales; a valid "+
@@ -36,10 +38,12 @@ type Rescale struct {
 	ToScale   float64 `json:"to_scale"`
 	MaxScale  float64 `json:"max_scale"`
 	Measured  bool    `json:"measured"`
-	// Estimate is the largest factor the first measurement's host
-	// reasons asked for (replay.Reason.Scale), 0 when one had none. It
-	// refuses a step that could not reach it (FromScale × Estimate, on the
-	// ladder, above MaxScale); ToScale is one step above FromScale.
+	// Estimate is the largest factor the first measurement's
+	// emulator_bound reasons asked for (replay.Reason.Scale), 0 when one
+	// had none or there were none. It refuses a step that could not reach
+	// it (FromScale × Estimate, on the ladder, above MaxScale); ToScale is
+	// one step above FromScale. client_bound's estimates are not read
+	// (trustedEstimate).
 	Estimate float64 `json:"estimate"`
 	Record   string  `json:"record,omitempty"`
 	Reason   string  `json:"reason"`
@@ -199,8 +203,9 @@ func stepsBetween(a, b float64) int {
 // hostOnly reports whether t had too few valid runs to decide anything
 // only because of the measuring host: no error, no failed request or
 // output, and every invalid level invalid for host reasons alone. est is
-// the largest of their Scale estimates, 0 when one had none; why says so
-// in short.
+// the largest of their Scale estimates that may refuse a step
+// (trustedEstimate), 0 when one of those had none or there were none; why
+// says so in short.
 func hostOnly(t Trial) (est float64, why string, ok bool) {
 	if t.Error != "" || t.Record == "" || t.Failed > 0 || t.Invalid > 0 {
 		return 0, "", false
@@ -220,10 +225,12 @@ func hostOnly(t Trial) (est float64, why string, ok bool) {
 				if !replay.HostReason(rs.Code) {
 					return 0, "", false
 				}
-				if !(rs.Scale > 0) || math.IsInf(rs.Scale, 0) {
-					unknown = true
+				if trustedEstimate(rs.Code) {
+					if !(rs.Scale > 0) || math.IsInf(rs.Scale, 0) {
+						unknown = true
+					}
+					est = max(est, rs.Scale)
 				}
-				est = max(est, rs.Scale)
 				if !slices.Contains(codes, rs.Code) {
 					codes = append(codes, rs.Code)
 				}
@@ -243,3 +250,15 @@ func hostOnly(t Trial) (est float64, why string, ok bool) {
 	slices.Sort(codes)
 	return est, fmt.Sprintf("%d of %d runs invalid: %s", runs-valid, runs, strings.Join(codes, ", ")), true
 }
+
+// trustedEstimate reports whether a host reason's Scale estimate may
+// refuse the one-step re-measurement. client_bound's may not: it takes the
+// load generator's dispatch lag (and diagnose's client residual) for wall
+// time that stays fixed as the scale grows, but a generator that fell
+// behind lags by a queue of sends, and a larger scale slows the real-time
+// send rate by the same factor, which shrinks that queue faster than
+// 1/scale (it empties below the generator's rate): the estimate is an
+// upper bound that can lie above --max-time-scale while one step up
+// clears the level. emulator_bound's counts the late KV pulls' own
+// modelled time (replay's lateScale) and is kept.
+func trustedEstimate(code string) bool { return code != replay.ReasonClientBound }

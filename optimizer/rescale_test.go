@@ -1,6 +1,7 @@
 package optimizer
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -30,9 +31,12 @@ type hostBoundEvaluator struct {
 	// noEstimate plants the reason without a Scale; failAfter fails every
 	// call after that many; failed counts failed requests in every trial.
 	noEstimate bool
-	failAfter  int
-	failed     int
-	seconds    float64 // every trial's Seconds
+	// over multiplies the planted estimate (0: 1): above 1 it asks for
+	// more than clears the level, as client_bound's can.
+	over      float64
+	failAfter int
+	failed    int
+	seconds   float64 // every trial's Seconds
 }
 
 func (e *hostBoundEvaluator) Evaluate(_ context.Context, spec *deploy.Spec, tag string) (t Trial) {
@@ -59,7 +63,7 @@ func (e *hostBoundEvaluator) Evaluate(_ context.Context, spec *deploy.Spec, tag 
 		r.Levels = append([]replay.LevelRecord(nil), r0.Levels...)
 		if s < e.need {
 			l := &r.Levels[len(r.Levels)-1]
-			k := e.need / s
+			k := e.need / s * cmp.Or(e.over, 1)
 			if e.noEstimate {
 				k = 0
 			}
@@ -116,6 +120,7 @@ func TestRescaler(t *testing.T) {
 		need, start, max float64
 		code             string
 		noEstimate       bool
+		over             float64
 		failAfter        int
 		failed           int
 		scales           []float64 // the time scales measured at
@@ -128,6 +133,14 @@ func TestRescaler(t *testing.T) {
 		"emulator-bound, cleared": {need: 0.9, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, scales: []float64{0.5, 1}, to: 1, eligible: true,
 			reason: "measured at time scale 1: at 0.5, 3 of 3 runs invalid: emulator_bound"},
 		"client-bound, cleared": {need: 0.9, start: 0.5, max: 4, code: replay.ReasonClientBound, scales: []float64{0.5, 1}, to: 1, eligible: true},
+		// client_bound's estimate is an upper bound (a generator that fell
+		// behind lags by a queue, which a slower send shrinks faster than
+		// the estimate assumes): ×7.2 asks for 4, above the largest 1, but
+		// one step, to 1, clears it. The step is taken.
+		"client-bound, estimate above the largest": {need: 0.9, start: 0.5, max: 1, over: 4, code: replay.ReasonClientBound, scales: []float64{0.5, 1}, to: 1, eligible: true},
+		// Above the largest by its one step, client_bound is refused still.
+		"client-bound, the step above the largest": {need: 0.9, start: 0.5, max: 0.5, code: replay.ReasonClientBound, scales: []float64{0.5}, refused: 1,
+			reason: "at time scale 0.5 the host decided it (3 of 3 runs invalid: client_bound; no estimate): it needs time scale 1, above the largest allowed 0.5"},
 		"no estimate, one step": {need: 0.9, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, noEstimate: true, scales: []float64{0.5, 1}, to: 1, eligible: true},
 		"valid at once":         {need: 0.5, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, scales: []float64{0.5}, eligible: true},
 		"not the host's":        {need: 0.9, start: 0.5, max: 4, code: replay.ReasonWarmStart, scales: []float64{0.5}, reason: "warm_start"},
@@ -147,7 +160,7 @@ func TestRescaler(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			ev := &hostBoundEvaluator{t: t, dir: dir, need: c.need, code: c.code, noEstimate: c.noEstimate, failAfter: c.failAfter, failed: c.failed}
+			ev := &hostBoundEvaluator{t: t, dir: dir, need: c.need, code: c.code, noEstimate: c.noEstimate, over: c.over, failAfter: c.failAfter, failed: c.failed}
 			r := &Rescaler{Inner: ev, MaxScale: c.max}
 			spec := rescaleSpec(t, c.start)
 			tr := r.Evaluate(ctx, spec, "01")
@@ -176,7 +189,7 @@ func TestRescaler(t *testing.T) {
 				return
 			}
 			want := c.need / c.start
-			if c.noEstimate {
+			if c.noEstimate || c.code == replay.ReasonClientBound { // client_bound's is not read
 				want = 0
 			}
 			if rs == nil || !rs.Measured || rs.FromScale != c.start || rs.ToScale != c.to || rs.Record != first ||
