@@ -124,6 +124,55 @@ func TestFloorScalerProbeFails(t *testing.T) {
 	}
 }
 
+// --max-time-scale caps the scale a busy floor chooses: a probe that asks
+// for 2 (100 ms real against a 2000 ms SLO) runs the trial at the cap, 1,
+// and the log line and the trial's floor reading say that the cap bound
+// and that the floor is then over the rule's bound (100 model ms against
+// 2.5% of 2000). A floor within the cap is not marked.
+func TestFloorScalerCappedByMaxScale(t *testing.T) {
+	p99 := 100.0
+	var scales []float64
+	inner := evaluatorFunc(func(_ context.Context, s *deploy.Spec, _ string) Trial {
+		scales = append(scales, s.Emulator.TimeScale)
+		return Trial{}
+	})
+	var log bytes.Buffer
+	ev := &FloorScaler{Inner: inner, TTFTSLOMs: 2000, MaxScale: 1, Log: &log,
+		Probe: func(context.Context, *deploy.Spec) (float64, error) { return p99, nil }}
+	s := baseSpec()
+	s.Emulator.TimeScale = 0.25
+	tr := ev.Evaluate(context.Background(), s, "1")
+	f := tr.Floor
+	if fmt.Sprint(scales) != "[1]" || tr.TimeScale != 1 || f.TimeScale != 1 || f.CappedFrom != 2 || f.FloorModelMs != 100 {
+		t.Fatalf("measured at %v, trial at %g, floor %+v: want 1, capped from 2, 100 model ms", scales, tr.TimeScale, f)
+	}
+	want := "the floor asks for time scale 2, above --max-time-scale 1: the trial runs at 1, where the p99 floor of 100.0 model ms is over the rule's 50.0 ms " +
+		"(2.5% of the TTFT SLO); its levels get their verdicts as usual"
+	if f.Note != want || !strings.Contains(log.String(), "trial at time scale 1 (spec 0.25), floor 100.0 model ms: "+want) {
+		t.Errorf("note %q\nlog:\n%s\nwant %q", f.Note, log.String(), want)
+	}
+	p99, scales = 20, nil // 20 ms / 0.5 = 40 model ms: 0.5, within the cap
+	tr = ev.Evaluate(context.Background(), s, "2")
+	if fmt.Sprint(scales) != "[0.5]" || tr.Floor.CappedFrom != 0 || tr.Floor.Note != "" {
+		t.Errorf("measured at %v, floor %+v: want 0.5, not capped", scales, tr.Floor)
+	}
+	// The floor measured before the first trial is capped alike.
+	hf := &HostFloor{P99RealMs: 100, SpecTimeScale: 0.25, sloMs: 2000, ChosenTimeScale: ChooseTimeScale(100, 0.25, 2000)}
+	hf.CapScale(1)
+	if hf.ChosenTimeScale != 1 || hf.FloorModelMs != 100 ||
+		!strings.HasSuffix(hf.Note, "; the floor asks for time scale 2, above --max-time-scale 1: trials run at 1 at most") {
+		t.Errorf("host floor %+v: want 1, capped from 2", hf)
+	}
+	// A spec above the cap keeps its own scale: the cap never lowers it.
+	p99, scales = 100, nil
+	s.Emulator.TimeScale = 2
+	ev.MaxScale = 1
+	tr = ev.Evaluate(context.Background(), s, "3")
+	if fmt.Sprint(scales) != "[2]" || tr.Floor.CappedFrom != 0 {
+		t.Errorf("measured at %v, floor %+v: want the spec's 2", scales, tr.Floor)
+	}
+}
+
 // One stall in a probe does not lengthen a trial: a first probe that asks
 // for more than the spec's scale is taken again, and the lower decides.
 func TestFloorScalerSecondProbe(t *testing.T) {

@@ -176,6 +176,19 @@ func (f *HostFloor) Settle() {
 	}
 }
 
+// CapScale caps ChosenTimeScale at maxScale (--max-time-scale; never
+// below the spec's scale; 0: no cap), as FloorScaler caps each trial's,
+// and says so in Note when the cap binds.
+func (f *HostFloor) CapScale(maxScale float64) {
+	want := f.ChosenTimeScale
+	f.ChosenTimeScale = capScale(want, f.SpecTimeScale, maxScale)
+	f.Settle()
+	if f.ChosenTimeScale < want {
+		f.Note = strings.TrimPrefix(f.Note+"; ", "; ") + fmt.Sprintf("the floor asks for time scale %g, above --max-time-scale %g: trials run at %g at most",
+			want, maxScale, f.ChosenTimeScale)
+	}
+}
+
 // replayOnce deploys s behind hone's proxy and replays one level.
 func (e *DeployEvaluator) replayOnce(ctx context.Context, s *deploy.Spec, name string, qps float64, runs int, scale float64, m *meter) (*replay.Record, error) {
 	s.Name = name

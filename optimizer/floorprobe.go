@@ -65,13 +65,20 @@ type FloorReading struct {
 	// Probes is 2 when the first probe asked for more than the spec's
 	// scale and a second was taken: P99RealMs is then the lower of the two.
 	Probes int `json:"probes,omitempty"`
+	// CappedFrom is the scale the floor asked for when it was above the
+	// largest allowed (FloorScaler.MaxScale, --max-time-scale), which the
+	// trial ran at instead; 0 when the cap did not bind. Note says so.
+	CappedFrom float64 `json:"capped_from,omitempty"`
+	Note       string  `json:"note,omitempty"`
 }
 
 // FloorScalerRule states FloorScaler in words.
 var FloorScalerRule = fmt.Sprintf("before every emulated trial a probe against the zero-cost engine (the highest level's rate for %d s "+
 	"of real time, %d to %d requests; seconds in all) re-measures the host's p99 floor (the lower of two probes when the first asks for more "+
 	"than the spec's scale, so that one stall does not lengthen a trial), and the trial runs at the time scale it allows "+
-	"by the floor's rule: a host that was busy and went quiet goes back to the spec's scale at the next trial", FloorProbeSeconds, FloorProbeMin, FloorProbeRequests)
+	"by the floor's rule, at most --max-time-scale (or the spec's scale, if larger): a host that was busy and went quiet goes back to the spec's scale "+
+	"at the next trial; where the cap binds, the trial runs at the cap and says so, its floor is then over the rule's bound, and its levels get their "+
+	"verdicts as usual", FloorProbeSeconds, FloorProbeMin, FloorProbeRequests)
 
 // FloorScaler runs every emulated trial at the time scale the host's floor
 // allows now (ChooseTimeScale, never below the spec's), from a probe taken
@@ -82,7 +89,10 @@ type FloorScaler struct {
 	Inner     Evaluator
 	Probe     func(ctx context.Context, spec *deploy.Spec) (p99RealMs float64, err error)
 	TTFTSLOMs float64
-	Log       io.Writer // one line per trial; nil: none
+	// MaxScale is the largest scale a trial runs at (--max-time-scale;
+	// never below the spec's own; 0: no cap).
+	MaxScale float64
+	Log      io.Writer // one line per trial; nil: none
 
 	last float64 // the scale the last good reading chose
 }
@@ -98,7 +108,7 @@ func (f *FloorScaler) Evaluate(ctx context.Context, spec *deploy.Spec, tag strin
 	}
 	r := &FloorReading{SpecTimeScale: specScale}
 	p99, err := f.Probe(ctx, spec)
-	if err == nil && ChooseTimeScale(p99, specScale, f.TTFTSLOMs) > specScale && ctx.Err() == nil {
+	if err == nil && capScale(ChooseTimeScale(p99, specScale, f.TTFTSLOMs), specScale, f.MaxScale) > specScale && ctx.Err() == nil {
 		// A larger scale makes the trial that much longer: one stall in
 		// the probe must not decide it. A busy host reads high twice.
 		r.Probes = 2
@@ -112,8 +122,15 @@ func (f *FloorScaler) Evaluate(ctx context.Context, spec *deploy.Spec, tag strin
 		r.TimeScale = max(f.last, specScale)
 	default:
 		r.P99RealMs = p99
-		r.TimeScale = ChooseTimeScale(p99, specScale, f.TTFTSLOMs)
+		want := ChooseTimeScale(p99, specScale, f.TTFTSLOMs)
+		r.TimeScale = capScale(want, specScale, f.MaxScale)
 		r.FloorModelMs = p99 / r.TimeScale
+		if r.TimeScale < want {
+			r.CappedFrom = want
+			r.Note = fmt.Sprintf("the floor asks for time scale %g, above --max-time-scale %g: the trial runs at %g, where the p99 floor of %.1f model ms "+
+				"is over the rule's %.1f ms (%g%% of the TTFT SLO); its levels get their verdicts as usual",
+				want, f.MaxScale, r.TimeScale, r.FloorModelMs, FloorFraction*f.TTFTSLOMs, 100*FloorFraction)
+		}
 		f.last = r.TimeScale
 	}
 	if f.Log != nil {
@@ -124,8 +141,8 @@ func (f *FloorScaler) Evaluate(ctx context.Context, spec *deploy.Spec, tag strin
 			if r.Probes == 2 {
 				two = " (the lower of 2 probes)"
 			}
-			fmt.Fprintf(f.Log, "optimize: host floor now p99 %.2f ms real%s: trial at time scale %g (spec %g), floor %.1f model ms\n",
-				r.P99RealMs, two, r.TimeScale, specScale, r.FloorModelMs)
+			fmt.Fprintf(f.Log, "optimize: host floor now p99 %.2f ms real%s: trial at time scale %g (spec %g), floor %.1f model ms%s\n",
+				r.P99RealMs, two, r.TimeScale, specScale, r.FloorModelMs, noteOf(r.Note))
 		}
 	}
 	if ctx.Err() != nil {
@@ -140,4 +157,13 @@ func (f *FloorScaler) Evaluate(ctx context.Context, spec *deploy.Spec, tag strin
 		}
 	}
 	return t
+}
+
+// capScale is the scale want capped by the largest allowed, max (0: no
+// cap), which never lowers the spec's own scale.
+func capScale(want, spec, max float64) float64 {
+	if max > 0 {
+		return min(want, math.Max(max, spec))
+	}
+	return want
 }

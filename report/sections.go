@@ -67,6 +67,9 @@ func (d *doc) hostFloor() {
 			if r.Error != "" {
 				floor = "probe failed: " + r.Error
 			}
+			if r.CappedFrom > 0 {
+				floor += fmt.Sprintf("; it asked for %g, above --max-time-scale", r.CappedFrom)
+			}
 			probed = append(probed, fmt.Sprintf("trial %d at %g (%s)", t.N, t.TimeScale, floor))
 		}
 	}

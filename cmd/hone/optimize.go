@@ -82,7 +82,7 @@ zero-cost engine (emulator profile "null"), and the baseline engine's own
 median TTFT at the lowest level. With --time-scale auto (the default) ` + optimizer.FloorRule + `,
 so that the host does not decide what is measured; then ` + optimizer.FloorScalerRule + `.
 "spec" keeps the spec's scale (the floor is still measured and logged); a
-number sets the scale. Then ` + optimizer.RescaleRule + ` (--max-time-scale; 0: never).
+number sets the scale. Then ` + optimizer.RescaleRule + ` (--max-time-scale; 0: never, and the floor's choice is not capped).
 
 Time (--time-budget, e.g. 30m; 0: none) bounds the whole run, the floor
 included. ` + optimizer.TimeBudgetRule + ` Inside a trial a line every
@@ -262,7 +262,8 @@ so far, marked unfinished.`,
 				if timeScale == "auto" {
 					// Each trial probes the floor again and runs at the
 					// scale it allows then: the specs keep the spec's.
-					ev = &optimizer.FloorScaler{Inner: ev, Probe: dev.ProbeFloor, TTFTSLOMs: slo.TTFTMillis, Log: c.ErrOrStderr()}
+					ev = &optimizer.FloorScaler{Inner: ev, Probe: dev.ProbeFloor, TTFTSLOMs: slo.TTFTMillis, MaxScale: maxScale, Log: c.ErrOrStderr()}
+					floor.CapScale(maxScale)
 					fmt.Fprintf(c.ErrOrStderr(), "time scale %g now (spec: %g): floor %.1f model ms; each trial probes the floor again and runs at the scale it allows then\n",
 						floor.ChosenTimeScale, floor.SpecTimeScale, floor.FloorModelMs)
 				} else {
@@ -336,7 +337,7 @@ so far, marked unfinished.`,
 	f.StringVar(&backend, "backend", "live", "live (deploy the spec and replay: emulated or device) | model (the exact queueing model: simulation_only)")
 	f.StringVar(&timeScale, "time-scale", "auto", "emulated trials' time scale: auto (from the host's measured floor) | spec | a factor")
 	f.DurationVar(&timeBudget, "time-budget", 0, "bound the whole run in time, e.g. 30m: trials are planned to fit, and what could not be measured is reported (0: no bound)")
-	f.Float64Var(&maxScale, "max-time-scale", 4, "the largest time scale an emulated trial is measured again at when the host made its runs invalid (0: never)")
+	f.Float64Var(&maxScale, "max-time-scale", 4, "the largest time scale an emulated trial runs at: the floor's choice (--time-scale auto) is capped by it, and a trial the host made invalid is measured again up to it (0: never measured again, the floor's choice not capped)")
 	f.BoolVar(&force, "force", false, "start over in an --out that holds an earlier run (which is kept as NAME.<time>.bak)")
 	f.StringVar(&explore, "explore", "", "predict (default with --backend live: rank a predicted grid, measure the most promising, calibrate) | diagnose (propose from each trial's bottleneck)")
 	f.StringVar(&vllm, "vllm", "", "the vllm executable of a vLLM spec's trials, e.g. .venv/bin/vllm (default: vllm on PATH), as hone deploy up --vllm")
