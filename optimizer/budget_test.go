@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +15,9 @@ import (
 
 	"github.com/hone-llm/hone/capacity"
 	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/sim/emulator"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -427,5 +430,79 @@ func TestBudgetCutKeepsWholeRuns(t *testing.T) {
 	if !tr.Eligible || len(tr.Objectives) != 2 || tr.Objective != caps[0].Value ||
 		!strings.Contains(tr.Reason, "the time budget ended during run 3 of 3: the 2 run(s) before it are kept") {
 		t.Errorf("trial: eligible %v, objectives %v (uninterrupted %g), reason %q", tr.Eligible, tr.Objectives, caps[0].Value, tr.Reason)
+	}
+}
+
+// A levels trial (--measure levels) that the time budget ends during its
+// third run keeps its two whole runs, as a capacity trial does: its
+// figures are theirs (exact: the prediction's), not a failure, and the
+// loop lists the cut among what it could not measure.
+func TestBudgetCutKeepsWholeRunsLevels(t *testing.T) {
+	prof, err := emulator.LookupProfile("qwen2.5-coder-0.5b-l4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := rescaleSpec(t, 1)
+	one, err := predict.Run(spec, predict.Options{Profile: prof, Workload: rescaleWorkload, QPS: rescaleQPS, SLO: rescaleSLO, KeepRequests: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As replay.Run leaves it at the deadline: run 3's first level whole,
+	// its second cut, the record incomplete.
+	replayer := func(_ context.Context, o replay.Options) (*replay.Record, error) {
+		rec := *one
+		rec.Runs = nil
+		for i := range 3 {
+			r := one.Runs[0]
+			r.Run, r.Levels = i, slices.Clone(r.Levels)
+			if i == 2 {
+				r.Levels[1].Complete = false
+			}
+			rec.Runs = append(rec.Runs, r)
+		}
+		err := fmt.Errorf("interrupted during run 2: %w", context.DeadlineExceeded)
+		rec.Incomplete, rec.Error = true, err.Error()
+		rec.Judge()
+		return &rec, err
+	}
+	e := &DeployEvaluator{Runs: 3, SLO: rescaleSLO, replayer: replayer}
+	rec, err := e.scanRuns(context.Background(), replay.Options{})
+	var bc *budgetCut
+	if !errors.As(err, &bc) || bc.runs != 2 || len(rec.Runs) != 2 || rec.Incomplete || !rec.Verdict.Valid {
+		t.Fatalf("cut: err %v, %d record runs (incomplete %v, verdict %v); want a cut after 2 whole runs", err, len(rec.Runs), rec.Incomplete, rec.Verdict)
+	}
+	tr := Trial{Cut: bc.Error()}
+	summarizeRecord(&tr, rec)
+	judge(&tr, rescaleSLO)
+	want := one.Runs[0].Objective
+	if tr.Error != "" || !tr.Eligible || fmt.Sprint(tr.Objectives) != fmt.Sprint([]float64{want, want}) || tr.Requests != 2*2*16 ||
+		!strings.Contains(tr.Reason, "the time budget ended during run 3 of 3: the 2 run(s) before it are kept") {
+		t.Errorf("trial: error %q, eligible %v, objectives %v (want two of %g), %d requests, reason %q", tr.Error, tr.Eligible, tr.Objectives, want, tr.Requests, tr.Reason)
+	}
+	// Cut during its first run, a trial has nothing to keep: it fails.
+	e.replayer = func(ctx context.Context, o replay.Options) (*replay.Record, error) {
+		rec, err := replayer(ctx, o)
+		rec.Runs[0].Levels[1].Complete = false
+		return rec, err
+	}
+	if _, err := e.scanRuns(context.Background(), replay.Options{}); errors.As(err, &bc) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("cut in run 1: %v, want the deadline's error", err)
+	}
+	// The loop lists a cut trial among what it could not measure.
+	sim := &simEvaluator{}
+	cutFirst := evaluatorFunc(func(ctx context.Context, s *deploy.Spec, tag string) Trial {
+		t := sim.Evaluate(ctx, s, tag)
+		if len(sim.calls) == 1 {
+			t.Cut = bc.Error()
+		}
+		return t
+	})
+	lg, err := Live(context.Background(), LiveOptions{Base: baseSpec(), Evaluator: cutFirst, Budget: 4, Runs: 3, SLO: slo.Default,
+		LogPath: filepath.Join(t.TempDir(), "log.json")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := "trial 1 (" + lg.Trials[0].Key + "): the time budget ended during run 3 of 3"; len(lg.NotMeasured) != 1 || !strings.HasPrefix(lg.NotMeasured[0], w) {
+		t.Errorf("not measured %q, want one line starting %q", lg.NotMeasured, w)
 	}
 }

@@ -49,7 +49,8 @@ type DeployEvaluator struct {
 	// (0: ProgressEvery).
 	ProgressEvery time.Duration
 
-	prober func(replay.Options, func(*replay.Record)) capacity.Prober // nil: capacity.ReplayProber (tests plant one)
+	prober   func(replay.Options, func(*replay.Record)) capacity.Prober    // nil: capacity.ReplayProber (tests plant one)
+	replayer func(context.Context, replay.Options) (*replay.Record, error) // nil: replay.Run (tests plant one)
 }
 
 // CapacityRule states how a trial is measured by capacity, for the log and
@@ -132,7 +133,7 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 	if e.Capacity != nil {
 		rec, caps, err = e.searchRuns(ctx, ropts, m)
 	} else {
-		rec, err = replay.Run(ctx, ropts)
+		rec, err = e.scanRuns(ctx, ropts)
 	}
 	if rec == nil {
 		t.Error = fmt.Sprintf("replay: %v", err)
@@ -271,19 +272,8 @@ func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options, m *m
 		done++
 	}
 	if done > 0 && errors.Is(runErr, context.DeadlineExceeded) {
-		// The time budget ended during a run: the runs before it are whole
-		// measurements, and are kept; the cut one is not a measurement.
 		results = results[:done]
-		rec.Runs = rec.Runs[:min(done, len(rec.Runs))]
-		rec.Incomplete, rec.Error = false, ""
-		for _, r := range rec.Runs {
-			for _, l := range r.Levels {
-				if !l.Complete {
-					rec.Incomplete, rec.Error = true, fmt.Sprintf("a probe at %g req/s did not complete", l.OfferedQPS)
-				}
-			}
-		}
-		runErr = &budgetCut{runs: done, of: max(e.Runs, 1), err: runErr}
+		runErr = keepWholeRuns(rec, done, max(e.Runs, 1), runErr)
 	}
 	if rec != nil {
 		rec.Judge()
@@ -291,8 +281,58 @@ func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options, m *m
 	return rec, results, runErr
 }
 
-// budgetCut is a capacity measurement the time budget (the context's
-// deadline) ended after runs whole runs of of: those are kept.
+// scanRuns is a levels trial's measurement: e.Runs scans of o's levels
+// (replay.Run). When the time budget (the context's deadline) ends it
+// during a run, the runs before it are kept (keepWholeRuns) and the error
+// is a budgetCut; cut during the first, the trial has nothing to keep.
+func (e *DeployEvaluator) scanRuns(ctx context.Context, o replay.Options) (*replay.Record, error) {
+	run := e.replayer
+	if run == nil {
+		run = replay.Run
+	}
+	rec, err := run(ctx, o)
+	if rec == nil || !errors.Is(err, context.DeadlineExceeded) {
+		return rec, err
+	}
+	done := 0 // whole runs: every level measured to its end
+	for _, r := range rec.Runs {
+		whole := len(r.Levels) == len(rec.Workload.QPS)+len(rec.Workload.Concurrency)
+		for _, l := range r.Levels {
+			whole = whole && l.Complete
+		}
+		if !whole {
+			break
+		}
+		done++
+	}
+	if done == 0 {
+		return rec, err
+	}
+	err = keepWholeRuns(rec, done, max(e.Runs, 1), err)
+	rec.Judge()
+	return rec, err
+}
+
+// keepWholeRuns trims rec to its first done runs, which the time budget
+// ended after (err), and returns the budgetCut that says so: those runs
+// are whole measurements and are kept; the cut one is not a measurement.
+// rec stays incomplete only for a level of theirs that did not complete.
+// The caller judges rec again.
+func keepWholeRuns(rec *replay.Record, done, of int, err error) error {
+	rec.Runs = rec.Runs[:min(done, len(rec.Runs))]
+	rec.Incomplete, rec.Error = false, ""
+	for _, r := range rec.Runs {
+		for _, l := range r.Levels {
+			if !l.Complete {
+				rec.Incomplete, rec.Error = true, fmt.Sprintf("a level at %g req/s did not complete", l.OfferedQPS)
+			}
+		}
+	}
+	return &budgetCut{runs: done, of: of, err: err}
+}
+
+// budgetCut is a measurement the time budget (the context's deadline)
+// ended after runs whole runs of of: those are kept.
 type budgetCut struct {
 	runs, of int
 	err      error

@@ -82,7 +82,8 @@ type Trial struct {
 	TimeScale float64       `json:"time_scale,omitempty"`
 	Floor     *FloorReading `json:"floor,omitempty"`
 	// Cut: the time budget ended during one of its runs, and the whole
-	// runs before it are the trial's measurement (capacity trials).
+	// runs before it are the trial's measurement; the log's NotMeasured
+	// lists it too.
 	Cut string `json:"cut,omitempty"`
 }
 
@@ -235,8 +236,8 @@ type LiveOptions struct {
 const TimeBudgetRule = "With a time budget (--time-budget), the loop plans trials to fit: after each trial it expects the next to take as long as " +
 	"the slowest so far per unit of time scale, at the last trial's scale, and the trials left are the fewer of the --budget's and those that " +
 	"fit the time left; exploration keeps the same reserve (ablations, the interaction, the re-run) out of that plan, so the re-run comes " +
-	"first when time is short. Every trial's measurement is stopped 20 s before the deadline (its record is written and its deployment stopped in them); a capacity trial keeps the whole runs it measured " +
-	"before it (cut). What was not measured for want of time is listed " +
+	"first when time is short. Every trial's measurement is stopped 20 s before the deadline (its record is written and its deployment stopped in them); a trial keeps the whole runs it measured " +
+	"before it (cut: capacity searches or scans of the levels alike). What was not measured for want of time, a cut trial's runs included, is listed " +
 	"in the log (not_measured) and its decisions."
 
 // Live runs the optimization loop: the baseline; proposals driven by each
@@ -366,6 +367,11 @@ func (l *loop) run(role, why string, s *deploy.Spec) (*Trial, error) {
 		scorePrediction(&t)
 	}
 	lg.Trials = append(lg.Trials, t)
+	if t.Cut != "" {
+		line := fmt.Sprintf("trial %d (%s): %s", n, t.Key, t.Cut)
+		lg.NotMeasured = append(lg.NotMeasured, line)
+		l.say("not measured: %s", line)
+	}
 	if lg.Kind == "" {
 		lg.Kind = t.Kind
 	}
