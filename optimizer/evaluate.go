@@ -435,7 +435,8 @@ func errString(err error) string {
 }
 
 // diagnoseTrial names a trial's bottleneck from its record's attributions
-// (diagnose.Summarize, p99 TPOT from the valid levels) and fills the
+// (diagnose.SummarizeKnobs with the knobs its config states, so that the
+// proposals follow them; p99 TPOT from the valid levels) and fills the
 // trial's diagnosis, whichever backend measured it.
 func diagnoseTrial(t *Trial, rec *replay.Record, atts []diagnose.Attribution) diagnose.Diagnosis {
 	tpot := map[float64]float64{}
@@ -446,7 +447,7 @@ func diagnoseTrial(t *Trial, rec *replay.Record, atts []diagnose.Attribution) di
 			}
 		}
 	}
-	d := diagnose.Summarize(rec.Kind, atts, rec.SLO, tpot)
+	d := diagnose.SummarizeKnobs(rec.Kind, atts, rec.SLO, tpot, diagnose.RecordKnobs(rec))
 	t.Bottleneck, t.Diagnosis, t.Proposals, t.Breakdown = d.Bottleneck, d.Summary, d.Proposals, d.Levels
 	return d
 }

@@ -15,8 +15,11 @@ import (
 
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/deploy/proxy"
+	"github.com/hone-llm/hone/diagnose"
 	"github.com/hone-llm/hone/internal/honetest"
+	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/sim/emulator"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -242,4 +245,43 @@ type evaluatorFunc func(context.Context, *deploy.Spec, string) Trial
 
 func (f evaluatorFunc) Evaluate(ctx context.Context, s *deploy.Spec, tag string) Trial {
 	return f(ctx, s, tag)
+}
+
+// A trial whose bottleneck is queueing on an engine that streamed
+// max-num-seqs requests at once is told to raise max-num-seqs first: the
+// trial's diagnosis reads the knobs its record's config states
+// (diagnose.RecordKnobs). Exact: the prediction of a colocated engine with
+// 2 seats at 16 req/s, 64 output tokens each.
+func TestDiagnoseTrialProposesMaxNumSeqs(t *testing.T) {
+	prof, err := emulator.LookupProfile("qwen2.5-coder-0.5b-l4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := deploy.ParseSpec([]byte(`name: seats
+engine: emulator
+model: {id: Qwen/Qwen2.5-Coder-0.5B-Instruct, revision: emulated}
+gpus: {budget: 1}
+topology: {kind: colocated, replicas: 1, tp: 1}
+knobs: {prefix_caching: true, max_num_seqs: 2}
+network: {proxy_port: 18400, worker_port: 18401}
+emulator: {profile: qwen2.5-coder-0.5b-l4, time_scale: 1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := replay.Workload{Seed: 1, Requests: 48, InputTokens: 1024, UncachedTokens: 128, OutputTokens: 64}
+	rec, err := predict.Run(s, predict.Options{Profile: prof, Workload: w, QPS: []float64{1, 16}, SLO: slo.Default, KeepRequests: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	atts, err := diagnose.Attribute(rec, diagnose.Evidence{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr Trial
+	d := diagnoseTrial(&tr, rec, atts)
+	want := "raise max-num-seqs (now 2; up to 2 requests streamed at once: the queue waits for a seat)"
+	if tr.Bottleneck != diagnose.Queueing || d.MaxNumSeqs != 2 || len(tr.Proposals) == 0 || tr.Proposals[0] != want {
+		t.Errorf("bottleneck %q, max-num-seqs %d, proposals %q; want queueing and %q first", tr.Bottleneck, d.MaxNumSeqs, tr.Proposals, want)
+	}
 }
