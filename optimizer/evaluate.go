@@ -498,7 +498,7 @@ func summarizeRecord(t *Trial, rec *replay.Record) {
 			for _, r := range l.Verdict.Reasons {
 				a.invalid = append(a.invalid, fmt.Sprintf("run %d: %s", run.Run+1, r))
 			}
-			a.measured = max(a.measured, l.Planned-replay.Sessions)
+			a.measured = max(a.measured, l.Planned-rec.Warmups())
 			if l.Passed {
 				a.passed++
 			}

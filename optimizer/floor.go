@@ -148,7 +148,7 @@ func floorTTFTs(rec *replay.Record) (ttft []float64, lag float64) {
 		for _, l := range r.Levels {
 			lag = max(lag, l.DispatchLagP99Ms)
 			for _, q := range l.Requests {
-				if q.ID >= replay.Sessions && q.TTFTMs != nil {
+				if q.ID >= rec.Warmups() && q.TTFTMs != nil {
 					ttft = append(ttft, *q.TTFTMs)
 				}
 			}
@@ -231,7 +231,7 @@ func engineMedianTTFT(rec *replay.Record) float64 {
 					TTFT  *float64 `json:"time_to_first_token_ms"`
 					Queue *float64 `json:"queue_time_ms"`
 				}
-				if q.ID >= replay.Sessions && len(q.EngineMetrics) > 0 && json.Unmarshal(q.EngineMetrics, &m) == nil && m.TTFT != nil {
+				if q.ID >= rec.Warmups() && len(q.EngineMetrics) > 0 && json.Unmarshal(q.EngineMetrics, &m) == nil && m.TTFT != nil {
 					v = append(v, *m.TTFT+*cmp.Or(m.Queue, new(float64)))
 				}
 			}

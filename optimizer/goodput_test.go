@@ -29,3 +29,20 @@ func TestSummarizeGoodput(t *testing.T) {
 		t.Fatalf("levels %+v", tr.Levels)
 	}
 }
+
+// A level's measured requests are its planned ones less the warm-ups the
+// record's workload has (replay.Record.Warmups): the brief's 8, a
+// trace's none.
+func TestSummarizeMeasuredTrace(t *testing.T) {
+	for kind, want := range map[string]int{"": 32, replay.WorkloadTrace: 40} {
+		l := replay.LevelRecord{Verdict: replay.Verdict{Valid: true}, Planned: 40, Sent: 40, Complete: true}
+		l.OfferedQPS = 3
+		rec := &replay.Record{Workload: replay.WorkloadRecord{Kind: kind},
+			Runs: []replay.RunRecord{{Levels: []replay.LevelRecord{l}, Verdict: replay.Verdict{Valid: true}}}}
+		var tr Trial
+		summarizeRecord(&tr, rec)
+		if len(tr.Levels) != 1 || tr.Levels[0].Measured != want {
+			t.Errorf("workload kind %q: levels %+v, want %d measured", kind, tr.Levels, want)
+		}
+	}
+}
