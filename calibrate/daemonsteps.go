@@ -102,11 +102,12 @@ func StepsFromEvidence(ev diagnose.KernelEvidence, pid int, rec *replay.Record, 
 	for _, run := range rec.Runs {
 		for _, lvl := range run.Levels {
 			for _, rr := range lvl.Requests {
-				if rr.Outcome != replay.OutcomeOK || len(rr.Chunks.MonoNs) == 0 || rr.PromptTokens == nil {
+				chunks := rr.Chunks.Columns() // packed as ReadRecord returns them
+				if rr.Outcome != replay.OutcomeOK || len(chunks.MonoNs) == 0 || rr.PromptTokens == nil {
 					continue
 				}
 				prompt := *rr.PromptTokens
-				first := stepAt(rr.Chunks.MonoNs[0])
+				first := stepAt(chunks.MonoNs[0])
 				if first < 0 {
 					continue
 				}
@@ -136,10 +137,10 @@ func StepsFromEvidence(ev diagnose.KernelEvidence, pid int, rec *replay.Record, 
 					entries[i] = append(entries[i], emulator.StepEntry{Tokens: tok, Context: cached + c*budget, Samples: c == n-1})
 				}
 				// The decodes.
-				done := tokensIn(rr.Chunks, 0)
-				for k := 1; k < len(rr.Chunks.MonoNs); k++ {
-					m := tokensIn(rr.Chunks, k)
-					at := stepAt(rr.Chunks.MonoNs[k])
+				done := tokensIn(chunks, 0)
+				for k := 1; k < len(chunks.MonoNs); k++ {
+					m := tokensIn(chunks, k)
+					at := stepAt(chunks.MonoNs[k])
 					for j := 0; j < m; j++ {
 						i := at - (m - 1 - j)
 						if i >= 0 && i > first {

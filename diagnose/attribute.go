@@ -429,7 +429,7 @@ func attributeRequest(rq replay.RequestRecord, p *proxy.Timeline, scale float64)
 	a.life = [2]float64{rq.SentMs, *rq.FinishMs}
 	a.seat = [2]float64{*rq.FirstMs, *rq.FinishMs}
 	if rq.Sent.MonoNs != 0 {
-		for _, c := range rq.Chunks.MonoNs {
+		for _, c := range rq.Chunks.Columns().MonoNs { // packed as replay.ReadRecord returns them
 			a.chunks = append(a.chunks, rq.SentMs+toMs(c-rq.Sent.MonoNs))
 		}
 	}

@@ -619,9 +619,9 @@ func kernelEvidenceScenario(t *testing.T, sc evidenceScenario) {
 				if ok && !sc.disagg {
 					arrived(tr, rq.Sent.MonoNs)
 				}
-				if n := len(rq.Chunks.MonoNs); ok && n > 0 {
-					firstLag[tr.RequestID] = rq.Chunks.MonoNs[0] - tr.FirstTokenMono
-					lastLag[tr.RequestID] = rq.Chunks.MonoNs[n-1] - tr.FinishMono
+				if mono := rq.Chunks.Columns().MonoNs; ok && len(mono) > 0 {
+					firstLag[tr.RequestID] = mono[0] - tr.FirstTokenMono
+					lastLag[tr.RequestID] = mono[len(mono)-1] - tr.FinishMono
 				}
 			}
 		}

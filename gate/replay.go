@@ -35,22 +35,28 @@ func readReplayRecord(b []byte) ([]Run, bool, error) {
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return nil, true, err
 	}
+	runs, err := runsOfRecord(&rec)
+	return runs, true, err
+}
+
+// runsOfRecord is a replay record's runs (see readReplayRecord).
+func runsOfRecord(rec *replay.Record) ([]Run, error) {
 	if rec.Incomplete {
-		return nil, true, fmt.Errorf("the record is incomplete (%s): it cannot stand for a run", rec.Error)
+		return nil, fmt.Errorf("the record is incomplete (%s): it cannot stand for a run", rec.Error)
 	}
 	if rec.Workload.LoadMode() == replay.LoadClosed {
 		// Its levels are clients in flight, not offered rates: comparing
 		// it level by level with anything needs levels keyed by clients,
 		// which the gate's series do not have yet.
-		return nil, true, fmt.Errorf("workload.load: %q (closed loop, clients %v): the gate compares open-loop records (levels by offered rate) only, so far; predict or replay with --qps to gate", rec.Workload.Load, rec.Workload.Concurrency)
+		return nil, fmt.Errorf("workload.load: %q (closed loop, clients %v): the gate compares open-loop records (levels by offered rate) only, so far; predict or replay with --qps to gate", rec.Workload.Load, rec.Workload.Concurrency)
 	}
 	scenario := scenarioOf(rec.Config)
-	fp := recordFingerprint(&rec)
+	fp := recordFingerprint(rec)
 	bounds := Bounds{MeasuredPerLevel: max(rec.Workload.Requests-rec.Warmups(), 0)}
 	if v, ok := rec.Config["tpot_floor_ms"]; ok {
 		f, isNum := v.(float64)
 		if !isNum || !(f > 0) || math.IsInf(f, 0) {
-			return nil, true, fmt.Errorf("config.tpot_floor_ms: %v: want a positive number of milliseconds (model time)", v)
+			return nil, fmt.Errorf("config.tpot_floor_ms: %v: want a positive number of milliseconds (model time)", v)
 		}
 		bounds.TPOTFloorMs = f
 	}
@@ -93,7 +99,7 @@ func readReplayRecord(b []byte) ([]Run, bool, error) {
 		sort.Slice(run.Levels, func(i, j int) bool { return run.Levels[i].OfferedQPS < run.Levels[j].OfferedQPS })
 		runs = append(runs, run)
 	}
-	return runs, true, nil
+	return runs, nil
 }
 
 // recordFingerprint is what must match for a replay record's runs to be

@@ -3,6 +3,7 @@ package gate
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -163,12 +164,27 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// ReadRuns reads the runs in a record file. It understands hone's
+// ReadRuns reads the runs in a record file. A replay run record is read
+// streaming (replay.ReadRecord: a 100,000-request trace's record reads in
+// bounded memory); any other document whole, by ParseRuns: hone's
 // simulation records (`hone sim --output json`, kind simulation_only) and
-// any reader registered with RegisterReader (the replay run record).
+// the formats registered with RegisterReader (capacity results).
 func ReadRuns(path string) ([]Run, error) {
-	b, err := replay.ReadRecordFile(path) // plain or gzip-compressed
-
+	rec, err := replay.ReadRecord(path) // plain or gzip-compressed
+	if err == nil {
+		runs, err := runsOfRecord(rec)
+		if err == nil {
+			err = checkRuns(runs)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("record %s: %w", path, err)
+		}
+		return runs, nil
+	}
+	if !errors.Is(err, replay.ErrNotRecord) {
+		return nil, err
+	}
+	b, err := replay.ReadRecordFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read record: %w", err)
 	}
@@ -202,17 +218,23 @@ func ParseRuns(b []byte) ([]Run, error) {
 		if err != nil {
 			return nil, err
 		}
-		if len(runs) == 0 {
-			return nil, fmt.Errorf("no runs in the record")
-		}
-		for i, run := range runs {
-			if err := run.check(); err != nil {
-				return nil, fmt.Errorf("run %d: %w", i+1, err)
-			}
-		}
-		return runs, nil
+		return runs, checkRuns(runs)
 	}
 	return nil, fmt.Errorf("not a record hone knows: want `hone sim --output json` or `hone replay` output")
+}
+
+// checkRuns refuses a record without runs, or with a value no
+// measurement can produce.
+func checkRuns(runs []Run) error {
+	if len(runs) == 0 {
+		return fmt.Errorf("no runs in the record")
+	}
+	for i, run := range runs {
+		if err := run.check(); err != nil {
+			return fmt.Errorf("run %d: %w", i+1, err)
+		}
+	}
+	return nil
 }
 
 // simRecord is `hone sim --output json`.

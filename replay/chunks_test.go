@@ -142,7 +142,7 @@ func TestChunksMalformed(t *testing.T) {
 // built as a replay fills it, is at most 8 bytes per output token gzipped,
 // and reads back exactly from both the plain and the gzipped file.
 func TestRecordBytesPerOutputToken(t *testing.T) {
-	rec := briefRecord(t, 1)
+	rec := packed(t, briefRecord(t, 1)) // as ReadRecord returns it
 	tokens := 0
 	for _, q := range rec.Runs[0].Levels[0].Requests {
 		tokens += q.OutputTokens

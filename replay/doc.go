@@ -16,7 +16,9 @@
 // keeps every request's send and chunk times on the wall and
 // CLOCK_MONOTONIC clocks, its outcome and output hash, and per-level,
 // per-run summaries. Records are versioned JSON (schema/record.schema.json),
-// written atomically (WriteRecord) and validated on read (ReadRecord).
+// written atomically (WriteRecord) and validated on read (ReadRecord), both
+// streaming, a request at a time, so that a 100,000-request trace's record
+// is written and read in bounded memory (MaxRecordBytes).
 // Version 3 (SchemaVersion) packs each request's chunk times and token ids
 // into one base64 string (ChunksEncoding: delta-coded varints, exact to the
 // nanosecond: ~9 bytes a one-token chunk where version 2's arrays took
@@ -24,7 +26,7 @@
 // whose chunks are arrays, into the same Record. A record path ending in
 // .gz is written gzipped (about 7.4 bytes per output token on the brief's
 // workload), and readers recognize gzip by its content whatever the name
-// (ReadRecordFile).
+// (ReadRecord; ReadRecordFile for the small documents beside records).
 //
 // vllm bench serve's results: VLLMBenchResults turns every level of a
 // record into the JSON `vllm bench serve --save-result --save-detailed`

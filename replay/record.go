@@ -6,10 +6,8 @@ import (
 	"compress/gzip"
 	_ "embed"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -29,15 +27,6 @@ const SchemaVersion = 3
 
 // OldestSchemaVersion is the oldest record version ReadRecord reads.
 const OldestSchemaVersion = 2
-
-// MaxRecordBytes bounds a record's size, plain or decompressed (256 MiB,
-// about 100,000 requests at ~2.7 kB each; shard a longer run): reading a
-// record costs several times its size in memory (the JSON, its schema
-// check, the decoded Record), so a corrupt or hostile file — a 2 MB .gz
-// that inflates to 2 GiB, given to `hone gate check` by an untrusted pull
-// request — is an error after a bounded, streaming pass, not an exhausted
-// runner.
-const MaxRecordBytes = 256 << 20
 
 // Kinds of live records. A record's kind is set when it is made and never
 // changed: emulated and device numbers stay in separate columns everywhere.
@@ -336,24 +325,40 @@ var recordSchemaJSON []byte
 // RecordSchema returns the JSON Schema (draft 2020-12) of run records.
 func RecordSchema() []byte { return bytes.Clone(recordSchemaJSON) }
 
-var compiledSchema = sync.OnceValues(func() (*jsonschema.Schema, error) {
+// recordSchemas are the record schema compiled: the whole record's, and
+// one request's (ReadRecord checks each as it streams).
+type recordSchemas struct{ record, request *jsonschema.Schema }
+
+var compiledSchemas = sync.OnceValues(func() (recordSchemas, error) {
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(recordSchemaJSON))
 	if err != nil {
-		return nil, err
+		return recordSchemas{}, fmt.Errorf("compile record schema: %w", err)
 	}
 	c := jsonschema.NewCompiler()
 	if err := c.AddResource("record.schema.json", doc); err != nil {
-		return nil, err
+		return recordSchemas{}, fmt.Errorf("compile record schema: %w", err)
 	}
-	return c.Compile("record.schema.json")
+	var s recordSchemas
+	if s.record, err = c.Compile("record.schema.json"); err != nil {
+		return recordSchemas{}, fmt.Errorf("compile record schema: %w", err)
+	}
+	if s.request, err = c.Compile("record.schema.json#/$defs/request"); err != nil {
+		return recordSchemas{}, fmt.Errorf("compile record schema: %w", err)
+	}
+	return s, nil
 })
 
 // ValidateRecord checks a record's JSON against the schema.
 func ValidateRecord(data []byte) error {
-	sch, err := compiledSchema()
+	sch, err := compiledSchemas()
 	if err != nil {
-		return fmt.Errorf("compile record schema: %w", err)
+		return err
 	}
+	return validateJSON(sch.record, data)
+}
+
+// validateJSON checks data against sch.
+func validateJSON(sch *jsonschema.Schema, data []byte) error {
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
 	if err != nil {
 		return fmt.Errorf("not JSON: %w", err)
@@ -479,120 +484,6 @@ func encodeAround[T any](w io.Writer, field *[]T, v any, each func(*T) error) (e
 	}
 	_, err = w.Write(a[i+2:])
 	return err
-}
-
-// ReadRecordFile returns the JSON of the record file at path, decompressed
-// when the file is gzip (recognized by its magic bytes 1f 8b, whatever its
-// name), at most MaxRecordBytes of it. It does not validate: ReadRecord
-// does. Readers of record files other than ReadRecord use it, so that a
-// .gz record reads everywhere a plain one does.
-func ReadRecordFile(path string) ([]byte, error) {
-	data, err := readBounded(path, MaxRecordBytes)
-	if err != nil {
-		return nil, err
-	}
-	data, err = gunzipRecord(data, MaxRecordBytes)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return data, nil
-}
-
-// readBounded reads the file at path, refusing one of more than limit
-// bytes before reading it (a regular file, by its size) or as soon as it
-// passes limit (anything else: a pipe, a device).
-func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	tooBig := func(n string) error {
-		return fmt.Errorf("%s: %s bytes, more than the %d a record may hold (MaxRecordBytes): not a record hone reads", path, n, limit)
-	}
-	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && st.Size() > limit {
-		return nil, tooBig(fmt.Sprint(st.Size()))
-	}
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > limit {
-		return nil, tooBig("over " + fmt.Sprint(limit))
-	}
-	return data, nil
-}
-
-// gunzipRecord returns data decompressed if it is gzip (else data itself),
-// refusing more than limit decompressed bytes. It inflates twice: first
-// counting into nothing, so a bomb costs time bounded by limit and no
-// memory, then into a buffer of exactly the counted size.
-func gunzipRecord(data []byte, limit int64) ([]byte, error) {
-	if len(data) < 2 || data[0] != 0x1f || data[1] != 0x8b {
-		return data, nil
-	}
-	inflate := func(w io.Writer) (int64, error) {
-		zr, err := gzip.NewReader(bytes.NewReader(data))
-		if err != nil {
-			return 0, fmt.Errorf("gzip: %w", err)
-		}
-		n, err := io.Copy(w, io.LimitReader(zr, limit+1))
-		if err != nil {
-			if errors.Is(err, io.ErrUnexpectedEOF) {
-				err = errors.New("unexpected end of data (truncated?)")
-			}
-			return n, fmt.Errorf("gzip: %w", err)
-		}
-		return n, nil
-	}
-	n, err := inflate(io.Discard)
-	if err != nil {
-		return nil, err
-	}
-	if n > limit {
-		return nil, fmt.Errorf("gzip: decompresses to more than %d bytes (MaxRecordBytes): not a record hone reads", limit)
-	}
-	out := bytes.NewBuffer(make([]byte, 0, n))
-	if _, err := inflate(out); err != nil {
-		return nil, err
-	}
-	return out.Bytes(), nil
-}
-
-// ReadRecord reads and validates a record, plain or gzipped (see
-// ReadRecordFile), of version OldestSchemaVersion to SchemaVersion. A record of another
-// schema version, or one that does not match the schema, is an error
-// naming the file. The Record returned is in the current version
-// (SchemaVersion): the versions differ only in how chunks are written, not
-// in what they hold, so a version 2 record reads exactly as the version 3
-// record WriteRecord would make of it.
-func ReadRecord(path string) (*Record, error) {
-	data, err := ReadRecordFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read record: %w", err)
-	}
-	var head struct {
-		SchemaVersion *int `json:"schema_version"`
-	}
-	if err := json.Unmarshal(data, &head); err != nil {
-		return nil, fmt.Errorf("read record %s: not JSON: %w", path, err)
-	}
-	if v := head.SchemaVersion; v == nil || *v < OldestSchemaVersion || *v > SchemaVersion {
-		v := "none"
-		if head.SchemaVersion != nil {
-			v = fmt.Sprint(*head.SchemaVersion)
-		}
-		return nil, fmt.Errorf("read record %s: schema_version %s: want %d or %d", path, v, OldestSchemaVersion, SchemaVersion)
-	}
-	if err := ValidateRecord(data); err != nil {
-		return nil, fmt.Errorf("read record %s: %w", path, err)
-	}
-	var rec Record
-	if err := json.Unmarshal(data, &rec); err != nil {
-		return nil, fmt.Errorf("read record %s: %w", path, err)
-	}
-	rec.SchemaVersion = SchemaVersion
-	return &rec, nil
 }
 
 // Agreement compares the outputs of two records request by request: among

@@ -207,7 +207,7 @@ func TestWriteReadRecordGzip(t *testing.T) {
 	if _, err := ReadRecord(trunc); err == nil || !strings.Contains(err.Error(), trunc) || !strings.Contains(err.Error(), "gzip") {
 		t.Errorf("truncated gzip: %v", err)
 	}
-	// A gzip bomb stops at the bound (MaxRecordBytes; a small one here).
+	// A gzip bomb stops at the bound (MaxDocumentBytes; a small one here).
 	var bomb bytes.Buffer
 	zw, _ := gzip.NewWriterLevel(&bomb, gzip.BestCompression)
 	zw.Write(make([]byte, 1<<20))
@@ -221,20 +221,20 @@ func TestWriteReadRecordGzip(t *testing.T) {
 }
 
 // The probe's bomb (2 MB of gzip inflating to 2 GiB) stops after
-// MaxRecordBytes inflated into nothing: no buffer of its size is ever
+// MaxDocumentBytes inflated into nothing: no buffer of its size is ever
 // allocated. And a plain file over the bound is refused by its size,
 // unread.
-func TestRecordSizeIsBounded(t *testing.T) {
+func TestDocumentSizeIsBounded(t *testing.T) {
 	var bomb bytes.Buffer
 	zw, _ := gzip.NewWriterLevel(&bomb, gzip.BestCompression)
 	zeros := make([]byte, 1<<20)
-	for range (MaxRecordBytes >> 20) + 1 {
+	for range (MaxDocumentBytes >> 20) + 1 {
 		zw.Write(zeros)
 	}
 	zw.Close()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	_, err := gunzipRecord(bomb.Bytes(), MaxRecordBytes)
+	_, err := gunzipRecord(bomb.Bytes(), MaxDocumentBytes)
 	runtime.ReadMemStats(&after)
 	if err == nil || !strings.Contains(err.Error(), "decompresses to more than 268435456 bytes") {
 		t.Errorf("bomb: %v", err)
@@ -248,11 +248,27 @@ func TestRecordSizeIsBounded(t *testing.T) {
 	dir := t.TempDir()
 	big := filepath.Join(dir, "big.json")
 	f, _ := os.Create(big)
-	f.Truncate(MaxRecordBytes + 1) // sparse: no disk
+	f.Truncate(MaxDocumentBytes + 1) // sparse: no disk
 	f.Close()
-	if _, err := ReadRecordFile(big); err == nil || !strings.Contains(err.Error(), big+": 268435457 bytes, more than the 268435456 a record may hold") {
+	if _, err := ReadRecordFile(big); err == nil || !strings.Contains(err.Error(), big+": 268435457 bytes, more than the 268435456 a document may hold") {
 		t.Errorf("big plain file: %v", err)
 	}
+}
+
+// packed packs every request's chunks of rec in place, as ReadRecord
+// returns them, and returns rec.
+func packed(tb testing.TB, rec *Record) *Record {
+	tb.Helper()
+	for _, r := range rec.Runs {
+		for _, l := range r.Levels {
+			for i := range l.Requests {
+				if err := l.Requests[i].Chunks.Pack(); err != nil {
+					tb.Fatal(err)
+				}
+			}
+		}
+	}
+	return rec
 }
 
 // testdata/record.example.json stays a version 2 record (chunks as
@@ -280,8 +296,8 @@ func TestRecordVersions(t *testing.T) {
 	}
 	tokens := 0
 	for _, q := range v3.Runs[0].Levels[0].Requests {
-		if len(q.Chunks.MonoNs) != 4 || len(q.Chunks.UnixNs) != 4 || len(q.Chunks.TokenIDs) != 4 {
-			t.Errorf("request %d: %d chunks", q.ID, len(q.Chunks.MonoNs))
+		if c := q.Chunks.Columns(); len(c.MonoNs) != 4 || len(c.UnixNs) != 4 || len(c.TokenIDs) != 4 {
+			t.Errorf("request %d: %d chunks", q.ID, q.Chunks.Len())
 		}
 		tokens += q.OutputTokens
 	}
@@ -368,10 +384,10 @@ func TestDropChunks(t *testing.T) {
 	for ri, r := range got.Runs {
 		for li, l := range r.Levels {
 			for qi, q := range l.Requests {
-				if q.Chunks.MonoNs != nil || q.Chunks.UnixNs != nil || q.Chunks.TokenIDs != nil {
+				if !q.Chunks.absent() {
 					t.Errorf("request %d kept its chunks", q.ID)
 				}
-				if len(want.Runs[ri].Levels[li].Requests[qi].Chunks.MonoNs) > 0 {
+				if want.Runs[ri].Levels[li].Requests[qi].Chunks.Len() > 0 {
 					n++
 				}
 				want.Runs[ri].Levels[li].Requests[qi].Chunks = Chunks{}

@@ -129,7 +129,7 @@ func TestRunAllOK(t *testing.T) {
 			}
 			for i, q := range l.Requests {
 				if q.ID != i || q.InputTokens != 256 || q.OutputTokens != 8 || q.FinishReason != "length" || !q.Valid ||
-					*q.PromptTokens != 256 || len(q.Chunks.MonoNs) != 8 || q.Status != 200 || len(q.EngineMetrics) == 0 {
+					*q.PromptTokens != 256 || q.Chunks.Len() != 8 || q.Status != 200 || len(q.EngineMetrics) == 0 {
 					t.Fatalf("request %d: %+v", i, q)
 				}
 				wantCached := 240
@@ -243,8 +243,8 @@ func TestOutcomes(t *testing.T) {
 				return
 			}
 			if tc.outcome == OutcomeOK {
-				if !l.Passed || q.OutputSHA256 != refOut || len(q.Chunks.MonoNs) != 8 {
-					t.Errorf("passed=%t output %s (want %s), %d chunks", l.Passed, q.OutputSHA256, refOut, len(q.Chunks.MonoNs))
+				if !l.Passed || q.OutputSHA256 != refOut || q.Chunks.Len() != 8 {
+					t.Errorf("passed=%t output %s (want %s), %d chunks", l.Passed, q.OutputSHA256, refOut, q.Chunks.Len())
 				}
 				return
 			}
