@@ -801,7 +801,7 @@ func (c *calibration) observe() error {
 						if q.TPOTMs != nil && q.OutputTokens > 1 {
 							add(li, id, qTPOT, *q.TPOTMs, minScaleMs)
 						}
-						if q.ID >= replay.Sessions {
+						if q.ID >= rec.Warmups() {
 							ttftIDs = append(ttftIDs, q.ID)
 							ttftSum += *q.TTFTMs
 						} else {
@@ -829,7 +829,7 @@ func (c *calibration) observe() error {
 						if late {
 							latePulls++
 						}
-						if mm.Transfer != nil && !late && !(lateWarmups && q.ID < replay.Sessions) {
+						if mm.Transfer != nil && !late && !(lateWarmups && q.ID < rec.Warmups()) {
 							add(li, id, qTransfer, *mm.Transfer*unit, minScaleMs)
 						}
 						add(li, id, qPrefillLeg, *q.TTFTMs-(*mm.Queue+*mm.TTFT)*unit, minScaleMs)

@@ -454,7 +454,7 @@ emulator: {profile: %s, time_scale: 1}
 	var ttft, tpot float64
 	n := 0
 	for _, q := range rec.Runs[0].Levels[0].Requests {
-		if q.ID < replay.Sessions || q.TTFTMs == nil || q.TPOTMs == nil {
+		if q.ID < rec.Warmups() || q.TTFTMs == nil || q.TPOTMs == nil {
 			continue
 		}
 		ttft += *q.TTFTMs

@@ -232,7 +232,8 @@ func (em engineMetrics) frontend() float64 {
 // split says the engine reported both halves of its receipt → first token.
 func (em engineMetrics) split() bool { return em.QueueTimeMs != nil && em.TTFTMs != nil }
 
-// Attribute splits every measured, successful request of rec.
+// Attribute splits every measured, successful request of rec (every one
+// after the warm-ups, rec.Warmups(): all of a trace's).
 func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 	if rec == nil {
 		return nil, fmt.Errorf("no record")
@@ -271,7 +272,7 @@ func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
 				} else if rq.Sent.MonoNs != 0 {
 					j.window = [2]int64{rq.Sent.MonoNs, rq.Sent.MonoNs + int64((*rq.FirstMs-rq.SentMs)*scale*1e6)}
 				}
-				if rq.ID >= replay.Sessions {
+				if rq.ID >= rec.Warmups() {
 					a.Run, a.OfferedQPS, a.Invalid = run.Run, lvl.OfferedQPS, invalidCodes(lvl.Verdict)
 					if window[1] != 0 {
 						windows[a.RequestID] = window

@@ -28,6 +28,20 @@ func record(metrics string) *replay.Record {
 		Level: slo.Level{OfferedQPS: 4}, Verdict: validVerdict(), Requests: []replay.RequestRecord{warm, rq}}}}}}
 }
 
+// A trace record has no warm-ups (replay.Record.Warmups): its request 0
+// is attributed too.
+func TestAttributeTraceHasNoWarmups(t *testing.T) {
+	rec := record(`{"queue_time_ms":10,"time_to_first_token_ms":30,"generation_time_ms":100,"mean_itl_ms":0.8}`)
+	rec.Workload.Kind = replay.WorkloadTrace
+	atts, err := Attribute(rec, Evidence{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(atts) != 2 || atts[0].ID != 0 || atts[1].ID != 8 {
+		t.Errorf("%d attributions (%+v); want requests 0 and 8: a trace's every request is measured", len(atts), atts)
+	}
+}
+
 func validVerdict() replay.Verdict { return replay.Verdict{Valid: true, Reasons: []replay.Reason{}} }
 
 func stamp(ms float64) proxy.Stamp { return proxy.Stamp{MonoNs: 1_000_000_000 + int64((ms-101)*1e6)} }
