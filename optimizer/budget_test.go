@@ -479,6 +479,24 @@ func TestBudgetCutKeepsWholeRunsLevels(t *testing.T) {
 		!strings.Contains(tr.Reason, "the time budget ended during run 3 of 3: the 2 run(s) before it are kept") {
 		t.Errorf("trial: error %q, eligible %v, objectives %v (want two of %g), %d requests, reason %q", tr.Error, tr.Eligible, tr.Objectives, want, tr.Requests, tr.Reason)
 	}
+	// Cut during its second run, the one run kept is measured but decides
+	// nothing: fewer than MinValidRuns of the 3 planned.
+	e.replayer = func(ctx context.Context, o replay.Options) (*replay.Record, error) {
+		rec, err := replayer(ctx, o)
+		rec.Runs = rec.Runs[:2]
+		rec.Runs[1].Levels[1].Complete = false
+		return rec, err
+	}
+	rec, err = e.scanRuns(context.Background(), replay.Options{})
+	if !errors.As(err, &bc) || bc.runs != 1 || len(rec.Runs) != 1 {
+		t.Fatalf("cut in run 2: err %v, %d record runs", err, len(rec.Runs))
+	}
+	tr = Trial{Cut: bc.Error()}
+	summarizeRecord(&tr, rec)
+	judge(&tr, rescaleSLO)
+	if tr.Eligible || len(tr.Objectives) != 1 || !strings.HasPrefix(tr.Reason, "1 valid run(s) before the time budget's cut: fewer than 2 decide nothing; the time budget ended during run 2 of 3") {
+		t.Errorf("one run kept: eligible %v, objectives %v, reason %q", tr.Eligible, tr.Objectives, tr.Reason)
+	}
 	// Cut during its first run, a trial has nothing to keep: it fails.
 	e.replayer = func(ctx context.Context, o replay.Options) (*replay.Record, error) {
 		rec, err := replayer(ctx, o)
@@ -502,7 +520,7 @@ func TestBudgetCutKeepsWholeRunsLevels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := "trial 1 (" + lg.Trials[0].Key + "): the time budget ended during run 3 of 3"; len(lg.NotMeasured) != 1 || !strings.HasPrefix(lg.NotMeasured[0], w) {
+	if w := "trial 1 (" + lg.Trials[0].Key + "): the time budget ended during run 2 of 3"; len(lg.NotMeasured) != 1 || !strings.HasPrefix(lg.NotMeasured[0], w) {
 		t.Errorf("not measured %q, want one line starting %q", lg.NotMeasured, w)
 	}
 }

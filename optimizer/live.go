@@ -237,7 +237,7 @@ const TimeBudgetRule = "With a time budget (--time-budget), the loop plans trial
 	"the slowest so far per unit of time scale, at the last trial's scale, and the trials left are the fewer of the --budget's and those that " +
 	"fit the time left; exploration keeps the same reserve (ablations, the interaction, the re-run) out of that plan, so the re-run comes " +
 	"first when time is short. Every trial's measurement is stopped 20 s before the deadline (its record is written and its deployment stopped in them); a trial keeps the whole runs it measured " +
-	"before it (cut: capacity searches or scans of the levels alike). What was not measured for want of time, a cut trial's runs included, is listed " +
+	"before it (cut: capacity searches or scans of the levels alike; fewer than 2 kept decide nothing). What was not measured for want of time, a cut trial's runs included, is listed " +
 	"in the log (not_measured) and its decisions."
 
 // Live runs the optimization loop: the baseline; proposals driven by each
@@ -651,6 +651,10 @@ func judge(t *Trial, target slo.SLO) {
 	case len(t.InvalidLevels) > 0 && len(t.Objectives) < MinValidRuns:
 		t.Eligible, t.Reason = false, fmt.Sprintf("%d of %d runs have an invalid level, so its figures decide nothing: %s",
 			t.InvalidRuns, t.InvalidRuns+len(t.Objectives), t.InvalidLevels[0])
+	case t.Cut != "" && len(t.Objectives) < MinValidRuns:
+		// The runs the cut lost were planned: one kept run cannot show
+		// its noise (replay.EnoughValid of the planned runs).
+		t.Eligible, t.Reason = false, fmt.Sprintf("%d valid run(s) before the time budget's cut: fewer than %d decide nothing", len(t.Objectives), MinValidRuns)
 	case t.Failed > 0:
 		t.Eligible, t.Reason = false, fmt.Sprintf("%d measured requests failed or timed out", t.Failed)
 	case t.Invalid > 0:
