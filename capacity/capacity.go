@@ -122,7 +122,7 @@ type Options struct {
 	Precision float64 // relative, for rates; 0: DefaultPrecision
 	// Start is the first load probed (a prediction, say); 0: 1.
 	Start float64
-	// Step is the first bracketing factor (0: 2); 1+2p suits a start
+	// Step is the first bracketing factor (0: 2); 1+p suits a start
 	// that is a good estimate (an earlier run's capacity).
 	Step float64
 	// Max bounds the load searched (0: 4096 req/s or clients): a load

@@ -524,3 +524,27 @@ func TestBudgetCutKeepsWholeRunsLevels(t *testing.T) {
 		t.Errorf("not measured %q, want one line starting %q", lg.NotMeasured, w)
 	}
 }
+
+// A search that starts at the capacity (an exact prediction, an earlier
+// run's) brackets it in two probes: the start passes, the load p above it
+// fails. Each of three runs takes exactly two.
+func TestGoodStartBracketsInTwoProbes(t *testing.T) {
+	co := capacity.Options{Mode: capacity.Open, SLO: slo.SLO{TTFTMillis: 500, TPOTMillis: 50}, Precision: 0.1, Start: 4}
+	q := &queueProber{serviceMs: 50}
+	e := &DeployEvaluator{Runs: 1, SLO: co.SLO, Capacity: &co, prober: q.new}
+	_, first, err := e.searchRuns(context.Background(), replay.Options{}, nil)
+	if err != nil || len(first) != 1 || !first[0].Bounded {
+		t.Fatalf("uninformed search: %v, %v", first, err)
+	}
+	c := first[0].Value
+	e.Runs = 3
+	_, got, err := e.searchRuns(capacity.WithStart(context.Background(), c), replay.Options{}, nil)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("%d runs, %v", len(got), err)
+	}
+	for i, r := range got {
+		if len(r.Probes) != 2 || r.Value != c || r.Upper != c*1.1 || !r.Bounded {
+			t.Errorf("run %d: %d probes, capacity %g (upper %g, bounded %v); want 2 probes, %g, upper %g", i+1, len(r.Probes), r.Value, r.Upper, r.Bounded, c, c*1.1)
+		}
+	}
+}

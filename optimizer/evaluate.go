@@ -57,7 +57,7 @@ type DeployEvaluator struct {
 // the report.
 const CapacityRule = "Each run of a trial is a capacity search (" + capacity.Rule + ") against the trial's deployment; the trial's " +
 	"objective is the median of its valid runs' capacities (a run whose search a host-distorted probe ended is invalid), its cost GPUs / capacity " +
-	"(GPU-seconds per request served at capacity). The first run starts at the predicted capacity, the next at the run before's with a 1+2p step. " +
+	"(GPU-seconds per request served at capacity). The first run starts at the predicted capacity, the next at the run before's, each with a 1+p step (a start that passes and a load p above it that fails bracket the capacity in two probes). " +
 	"Every run whose capacity reaches the reference load (reference_qps, the same offered rate for every trial) also measures it there: " +
 	"latency is compared at that load, never at loads that differ, and not measured above a run's capacity."
 
@@ -217,7 +217,15 @@ func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options, m *m
 		}
 		rec.FinishedAt = r.FinishedAt
 	}
-	start, step := capacity.StartFrom(ctx), PredictedStep // a prediction: within a quarter, usually
+	// A good start (a prediction, an earlier run's capacity) steps by
+	// 1+p: when it passes and the load p above it fails, two probes
+	// bracket the capacity; a start off by more costs what a larger step
+	// would (the step squares while the probes keep passing or failing).
+	good := 1 + e.Capacity.Precision
+	if e.Capacity.Precision <= 0 {
+		good = 1 + capacity.DefaultPrecision
+	}
+	start, step := capacity.StartFrom(ctx), good
 	if start <= 0 {
 		start, step = e.Capacity.Start, e.Capacity.Step
 	}
@@ -227,10 +235,7 @@ func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options, m *m
 		co := *e.Capacity
 		co.SLO, co.Mode, co.Start, co.Step = e.SLO, capacity.Open, start, step
 		if n := len(results); n > 0 && results[n-1].Bounded {
-			co.Start, co.Step = results[n-1].Value, 1+2*co.Precision
-			if co.Precision <= 0 {
-				co.Step = 1 + 2*capacity.DefaultPrecision
-			}
+			co.Start, co.Step = results[n-1].Value, good
 		}
 		if e.Log != nil {
 			co.Progress = func(p capacity.Probe) {
@@ -343,10 +348,6 @@ func (c *budgetCut) Error() string {
 }
 
 func (c *budgetCut) Unwrap() error { return c.err }
-
-// PredictedStep is the first bracketing step of a search that starts at
-// a predicted capacity.
-const PredictedStep = 1.25
 
 func noteOf(n string) string {
 	if n == "" {
