@@ -170,7 +170,7 @@ func b2f(b bool) float64 {
 // simulation records (`hone sim --output json`, kind simulation_only) and
 // the formats registered with RegisterReader (capacity results).
 func ReadRuns(path string) ([]Run, error) {
-	rec, err := replay.ReadRecord(path) // plain or gzip-compressed
+	rec, err := replay.ReadRecordSummary(path) // plain or gzip-compressed; the gate reads no chunks
 	if err == nil {
 		runs, err := runsOfRecord(rec)
 		if err == nil {

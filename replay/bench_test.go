@@ -220,6 +220,37 @@ type countWriter int64
 
 func (c *countWriter) Write(p []byte) (int, error) { *c += countWriter(len(p)); return len(p), nil }
 
+// heapPeak runs f and returns the most heap in use at any time during it
+// (sampled every 5 ms) above what was in use before it, after a GC.
+func heapPeak(f func()) uint64 {
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var peak atomic.Uint64
+	stop, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		var m runtime.MemStats
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				runtime.ReadMemStats(&m)
+				if m.HeapInuse > peak.Load() {
+					peak.Store(m.HeapInuse)
+				}
+			}
+		}
+	}()
+	f()
+	close(stop)
+	<-sampled
+	return max(peak.Load(), before.HeapInuse) - before.HeapInuse
+}
+
 // benchKeep holds the last benchmark's record, so that a heap profile
 // (-memprofile, inuse_space) taken after it shows what the record holds.
 var benchKeep *Record
@@ -234,8 +265,12 @@ var benchKeep *Record
 // record-B/tok the gzipped record's bytes per output token, json-B/tok
 // the plain record's. maxrss-MB is the process's
 // peak resident set, the server and earlier sub-benchmarks included.
+// read-s and read-peak-heap-MB are ReadRecord's time and most heap in use
+// reading the record back (streaming; the replay's record still held).
 // HONE_TRACE_MEMORY_REQUESTS=100000 sets the sizes (comma-separated): a
-// 100,000-request trace takes 100 s.
+// 100,000-request trace takes 100 s. HONE_TRACE_MEMORY_RECORD=FILE keeps
+// the last record there (gzipped), to measure the commands that read it
+// (/usr/bin/time -v hone gate baseline create FILE --out ...).
 func BenchmarkTraceMemory(b *testing.B) {
 	srv := leanVLLM(b)
 	sizes := []int{1000, 4000}
@@ -262,51 +297,33 @@ func BenchmarkTraceMemory(b *testing.B) {
 				runtime.GC()
 				var before runtime.MemStats
 				runtime.ReadMemStats(&before)
-				var peak atomic.Uint64
-				stop := make(chan struct{})
-				sampled := make(chan struct{})
-				go func() {
-					defer close(sampled)
-					t := time.NewTicker(5 * time.Millisecond)
-					defer t.Stop()
-					var m runtime.MemStats
-					for {
-						select {
-						case <-stop:
-							return
-						case <-t.C:
-							runtime.ReadMemStats(&m)
-							if m.HeapInuse > peak.Load() {
-								peak.Store(m.HeapInuse)
-							}
-						}
-					}
-				}()
-				tr := newTransport()
-				rec, err := RunTrace(context.Background(), Options{Endpoint: srv.URL, Model: "m", Cache: CacheReset,
-					HTTPClient: &http.Client{Transport: tr}}, tf, 1)
-				// Idle connections (64 KiB of buffers each) outlive the
-				// replay by the transport's idle timeout: what they hold is
-				// the load's concurrency, not the trace's length.
-				tr.CloseIdleConnections()
-				srv.CloseClientConnections()
-				if err != nil {
-					b.Fatal(err)
-				}
-				l := rec.Runs[0].Levels[0]
-				if l.Sent != n || rec.Validation.Valid != n {
-					b.Fatalf("sent %d, %d valid of %d: %v", l.Sent, rec.Validation.Valid, n, rec.Outcomes)
-				}
+				var rec *Record
 				path := filepath.Join(b.TempDir(), "rec.json.gz")
-				if err := WriteRecord(path, rec); err != nil {
-					b.Fatal(err)
-				}
-				// What hone replay prints after writing the record.
-				if s := ServeStatsByLevel(rec)[0]; s.ITL.N != n*(output-1) {
-					b.Fatalf("%d ITLs, want %d", s.ITL.N, n*(output-1))
-				}
-				close(stop)
-				<-sampled
+				peak := heapPeak(func() {
+					tr := newTransport()
+					var err error
+					rec, err = RunTrace(context.Background(), Options{Endpoint: srv.URL, Model: "m", Cache: CacheReset,
+						HTTPClient: &http.Client{Transport: tr}}, tf, 1)
+					// Idle connections (64 KiB of buffers each) outlive the
+					// replay by the transport's idle timeout: what they hold is
+					// the load's concurrency, not the trace's length.
+					tr.CloseIdleConnections()
+					srv.CloseClientConnections()
+					if err != nil {
+						b.Fatal(err)
+					}
+					l := rec.Runs[0].Levels[0]
+					if l.Sent != n || rec.Validation.Valid != n {
+						b.Fatalf("sent %d, %d valid of %d: %v", l.Sent, rec.Validation.Valid, n, rec.Outcomes)
+					}
+					if err := WriteRecord(path, rec); err != nil {
+						b.Fatal(err)
+					}
+					// What hone replay prints after writing the record.
+					if s := ServeStatsByLevel(rec)[0]; s.ITL.N != n*(output-1) {
+						b.Fatalf("%d ITLs, want %d", s.ITL.N, n*(output-1))
+					}
+				})
 				// Both sides of the closed connections end in their own
 				// goroutines, each holding its buffers until it does.
 				for wait := time.Now(); runtime.NumGoroutine() > goroutines+1 && time.Since(wait) < 5*time.Second; {
@@ -321,9 +338,29 @@ func BenchmarkTraceMemory(b *testing.B) {
 				if err := EncodeRecord(&plain, rec); err != nil {
 					b.Fatal(err)
 				}
+				if keep := os.Getenv("HONE_TRACE_MEMORY_RECORD"); keep != "" {
+					if err := os.Rename(path, keep); err != nil {
+						b.Fatal(err)
+					}
+					path = keep
+				}
+				// Reading it back, as hone gate baseline create and
+				// diagnose do (the replay's record still held).
+				began := time.Now()
+				readPeak := heapPeak(func() {
+					back, err := ReadRecord(path)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if got := len(back.Runs[0].Levels[0].Requests); got != n {
+						b.Fatalf("read back %d requests, want %d", got, n)
+					}
+				})
+				b.ReportMetric(time.Since(began).Seconds(), "read-s")
+				b.ReportMetric(float64(readPeak)/(1<<20), "read-peak-heap-MB")
 				b.ReportMetric(float64(plain)/float64(n*output), "json-B/tok")
 				b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n), "retained-B/req")
-				b.ReportMetric(float64(peak.Load()-before.HeapInuse)/(1<<20), "peak-heap-MB")
+				b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
 				b.ReportMetric(float64(st.Size())/float64(n*output), "record-B/tok")
 				b.ReportMetric(float64(maxRSS())/(1<<20), "maxrss-MB")
 			}

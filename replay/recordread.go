@@ -149,9 +149,32 @@ func ReadRecord(path string) (*Record, error) {
 	return rec, nil
 }
 
+// ReadRecordSummary is ReadRecord with every request's chunks checked and
+// dropped as it is read, the record marked so (Record.DropChunks): every
+// figure but the token timings and ids, what the gate reads, in about a
+// third of the memory.
+func ReadRecordSummary(path string) (*Record, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read record: %w", err)
+	}
+	defer f.Close()
+	rec, err := decodeRecord(f, MaxRecordBytes, true)
+	if err != nil {
+		return nil, fmt.Errorf("read record %s: %w", path, err)
+	}
+	return rec, nil
+}
+
 // DecodeRecord is ReadRecord on a stream, plain or gzip, of at most limit
 // bytes of JSON (plain or decompressed).
 func DecodeRecord(r io.Reader, limit int64) (*Record, error) {
+	return decodeRecord(r, limit, false)
+}
+
+// decodeRecord is DecodeRecord, dropping every request's chunks when
+// dropChunks.
+func decodeRecord(r io.Reader, limit int64, dropChunks bool) (*Record, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var in io.Reader = br
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
@@ -162,7 +185,7 @@ func DecodeRecord(r io.Reader, limit int64) (*Record, error) {
 		in = zr
 	}
 	_, gz := in.(*gzip.Reader)
-	d := &recordDecoder{in: &boundedReader{r: in, gz: gz, left: limit, limit: limit}}
+	d := &recordDecoder{in: &boundedReader{r: in, gz: gz, left: limit, limit: limit}, dropChunks: dropChunks}
 	d.dec = json.NewDecoder(d.in)
 	rec, err := d.record()
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
@@ -226,12 +249,13 @@ func (b *boundedReader) Read(p []byte) (int, error) {
 // left out: small, whatever the trace's length), and each request is
 // checked against the schema, decoded and packed as it comes.
 type recordDecoder struct {
-	in      *boundedReader
-	dec     *json.Decoder
-	schemas recordSchemas
-	head    bytes.Buffer
-	version bool                // schema_version was read
-	reqs    [][][]RequestRecord // by run and level
+	in         *boundedReader
+	dec        *json.Decoder
+	schemas    recordSchemas
+	head       bytes.Buffer
+	version    bool                // schema_version was read
+	dropChunks bool                // drop every request's chunks once checked
+	reqs       [][][]RequestRecord // by run and level
 }
 
 func (d *recordDecoder) record() (*Record, error) {
@@ -278,6 +302,7 @@ func (d *recordDecoder) record() (*Record, error) {
 		}
 	}
 	rec.SchemaVersion = SchemaVersion
+	rec.ChunksDropped = rec.ChunksDropped || d.dropChunks
 	return &rec, nil
 }
 
@@ -345,6 +370,9 @@ func (d *recordDecoder) request() (RequestRecord, error) {
 	if err := json.Unmarshal(raw, &q); err != nil {
 		return RequestRecord{}, err
 	}
+	if d.dropChunks {
+		q.Chunks = Chunks{}
+	}
 	return q, q.Chunks.Pack()
 }
 
@@ -354,19 +382,9 @@ func (d *recordDecoder) request() (RequestRecord, error) {
 // object belongs is copied for the schema check to name; an array there is
 // an error naming where.
 func (d *recordDecoder) object(where string, value func(key string) (bool, error)) error {
-	tok, err := d.dec.Token()
-	if err != nil {
+	if open, err := d.open(where, '{', "an array where an object belongs"); !open || err != nil {
 		return err
 	}
-	if tok != json.Delim('{') {
-		if _, ok := tok.(json.Delim); ok {
-			return fmt.Errorf("%s: an array where an object belongs", where)
-		}
-		b, err := json.Marshal(tok)
-		d.head.Write(b)
-		return err
-	}
-	d.head.WriteByte('{')
 	for n := 0; d.dec.More(); n++ {
 		tok, err := d.dec.Token()
 		if err != nil {
@@ -404,19 +422,9 @@ func (d *recordDecoder) object(where string, value func(key string) (bool, error
 // own), else head gets an empty array. null or a scalar is copied for the
 // schema check; an object there is an error naming where.
 func (d *recordDecoder) array(where string, keep bool, each func(i int) error) error {
-	tok, err := d.dec.Token()
-	if err != nil {
+	if open, err := d.open(where, '[', "an object where an array belongs"); !open || err != nil {
 		return err
 	}
-	if tok != json.Delim('[') {
-		if _, ok := tok.(json.Delim); ok {
-			return fmt.Errorf("%s: an object where an array belongs", where)
-		}
-		b, err := json.Marshal(tok)
-		d.head.Write(b)
-		return err
-	}
-	d.head.WriteByte('[')
 	for i := 0; d.dec.More(); i++ {
 		if keep && i > 0 {
 			d.head.WriteByte(',')
@@ -430,4 +438,24 @@ func (d *recordDecoder) array(where string, keep bool, each func(i int) error) e
 	}
 	d.head.WriteByte(']')
 	return nil
+}
+
+// open reads the next token, expecting delim, and writes it into head:
+// open is true when it was delim. Any other scalar is copied for the
+// schema check to name; the other delimiter is the error wrong.
+func (d *recordDecoder) open(where string, delim json.Delim, wrong string) (open bool, err error) {
+	tok, err := d.dec.Token()
+	if err != nil {
+		return false, err
+	}
+	if tok == delim {
+		d.head.WriteRune(rune(delim))
+		return true, nil
+	}
+	if _, ok := tok.(json.Delim); ok {
+		return false, fmt.Errorf("%s: %s", where, wrong)
+	}
+	b, err := json.Marshal(tok)
+	d.head.Write(b)
+	return false, err
 }

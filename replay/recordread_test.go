@@ -107,3 +107,17 @@ func TestDecodeRecordIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// ReadRecordSummary is ReadRecord then DropChunks, exactly.
+func TestReadRecordSummary(t *testing.T) {
+	path := filepath.Join("testdata", "record.example.v3.json")
+	want, err := ReadRecord(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.DropChunks()
+	got, err := ReadRecordSummary(path)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("ReadRecordSummary: %v; equal to ReadRecord + DropChunks: %t", err, reflect.DeepEqual(got, want))
+	}
+}
