@@ -285,85 +285,95 @@ func BenchmarkTraceMemory(b *testing.B) {
 		}
 	}
 	for _, n := range sizes {
-		b.Run(fmt.Sprintf("requests=%d", n), func(b *testing.B) {
-			const input, output = 1200, 256
-			tf, err := OpenTrace(writeBenchTrace(b, n, 1, input, output), 0, 16)
+		for _, spill := range []bool{false, true} {
+			b.Run(fmt.Sprintf("requests=%d/spill=%t", n, spill), func(b *testing.B) { benchTraceMemory(b, srv, n, spill) })
+		}
+	}
+}
+
+// benchTraceMemory is BenchmarkTraceMemory's replay of n requests, the
+// chunks spilled beside the record (Options.SpillDir) when spill.
+func benchTraceMemory(b *testing.B, srv *httptest.Server, n int, spill bool) {
+	const input, output = 1200, 256
+	tf, err := OpenTrace(writeBenchTrace(b, n, 1, input, output), 0, 16)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for range b.N {
+		benchKeep = nil
+		goroutines := runtime.NumGoroutine()
+		runtime.GC()
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+		var rec *Record
+		path := filepath.Join(b.TempDir(), "rec.json.gz")
+		peak := heapPeak(func() {
+			tr := newTransport()
+			var err error
+			opts := Options{Endpoint: srv.URL, Model: "m", Cache: CacheReset, HTTPClient: &http.Client{Transport: tr}}
+			if spill {
+				opts.SpillDir = filepath.Dir(path)
+			}
+			rec, err = RunTrace(context.Background(), opts, tf, 1)
+			// Idle connections (64 KiB of buffers each) outlive the
+			// replay by the transport's idle timeout: what they hold is
+			// the load's concurrency, not the trace's length.
+			tr.CloseIdleConnections()
+			srv.CloseClientConnections()
 			if err != nil {
 				b.Fatal(err)
 			}
-			for range b.N {
-				benchKeep = nil
-				goroutines := runtime.NumGoroutine()
-				runtime.GC()
-				var before runtime.MemStats
-				runtime.ReadMemStats(&before)
-				var rec *Record
-				path := filepath.Join(b.TempDir(), "rec.json.gz")
-				peak := heapPeak(func() {
-					tr := newTransport()
-					var err error
-					rec, err = RunTrace(context.Background(), Options{Endpoint: srv.URL, Model: "m", Cache: CacheReset,
-						HTTPClient: &http.Client{Transport: tr}}, tf, 1)
-					// Idle connections (64 KiB of buffers each) outlive the
-					// replay by the transport's idle timeout: what they hold is
-					// the load's concurrency, not the trace's length.
-					tr.CloseIdleConnections()
-					srv.CloseClientConnections()
-					if err != nil {
-						b.Fatal(err)
-					}
-					l := rec.Runs[0].Levels[0]
-					if l.Sent != n || rec.Validation.Valid != n {
-						b.Fatalf("sent %d, %d valid of %d: %v", l.Sent, rec.Validation.Valid, n, rec.Outcomes)
-					}
-					if err := WriteRecord(path, rec); err != nil {
-						b.Fatal(err)
-					}
-					// What hone replay prints after writing the record.
-					if s := ServeStatsByLevel(rec)[0]; s.ITL.N != n*(output-1) {
-						b.Fatalf("%d ITLs, want %d", s.ITL.N, n*(output-1))
-					}
-				})
-				// Both sides of the closed connections end in their own
-				// goroutines, each holding its buffers until it does.
-				for wait := time.Now(); runtime.NumGoroutine() > goroutines+1 && time.Since(wait) < 5*time.Second; {
-					time.Sleep(10 * time.Millisecond)
-				}
-				runtime.GC()
-				var after runtime.MemStats
-				runtime.ReadMemStats(&after)
-				benchKeep = rec
-				st, _ := os.Stat(path)
-				var plain countWriter
-				if err := EncodeRecord(&plain, rec); err != nil {
-					b.Fatal(err)
-				}
-				if keep := os.Getenv("HONE_TRACE_MEMORY_RECORD"); keep != "" {
-					if err := os.Rename(path, keep); err != nil {
-						b.Fatal(err)
-					}
-					path = keep
-				}
-				// Reading it back, as hone gate baseline create and
-				// diagnose do (the replay's record still held).
-				began := time.Now()
-				readPeak := heapPeak(func() {
-					back, err := ReadRecord(path)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if got := len(back.Runs[0].Levels[0].Requests); got != n {
-						b.Fatalf("read back %d requests, want %d", got, n)
-					}
-				})
-				b.ReportMetric(time.Since(began).Seconds(), "read-s")
-				b.ReportMetric(float64(readPeak)/(1<<20), "read-peak-heap-MB")
-				b.ReportMetric(float64(plain)/float64(n*output), "json-B/tok")
-				b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n), "retained-B/req")
-				b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
-				b.ReportMetric(float64(st.Size())/float64(n*output), "record-B/tok")
-				b.ReportMetric(float64(maxRSS())/(1<<20), "maxrss-MB")
+			l := rec.Runs[0].Levels[0]
+			if l.Sent != n || rec.Validation.Valid != n {
+				b.Fatalf("sent %d, %d valid of %d: %v", l.Sent, rec.Validation.Valid, n, rec.Outcomes)
+			}
+			if err := WriteRecord(path, rec); err != nil {
+				b.Fatal(err)
+			}
+			// What hone replay prints after writing the record.
+			if s := ServeStatsByLevel(rec)[0]; s.ITL.N != n*(output-1) {
+				b.Fatalf("%d ITLs, want %d", s.ITL.N, n*(output-1))
 			}
 		})
+		// Both sides of the closed connections end in their own
+		// goroutines, each holding its buffers until it does.
+		for wait := time.Now(); runtime.NumGoroutine() > goroutines+1 && time.Since(wait) < 5*time.Second; {
+			time.Sleep(10 * time.Millisecond)
+		}
+		runtime.GC()
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		benchKeep = rec
+		rss := maxRSS()
+		st, _ := os.Stat(path)
+		var plain countWriter
+		if err := EncodeRecord(&plain, rec); err != nil {
+			b.Fatal(err)
+		}
+		if keep := os.Getenv("HONE_TRACE_MEMORY_RECORD"); keep != "" {
+			if err := os.Rename(path, keep); err != nil {
+				b.Fatal(err)
+			}
+			path = keep
+		}
+		// Reading it back, as hone gate baseline create and
+		// diagnose do (the replay's record still held).
+		began := time.Now()
+		readPeak := heapPeak(func() {
+			back, err := ReadRecord(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if got := len(back.Runs[0].Levels[0].Requests); got != n {
+				b.Fatalf("read back %d requests, want %d", got, n)
+			}
+		})
+		b.ReportMetric(time.Since(began).Seconds(), "read-s")
+		b.ReportMetric(float64(readPeak)/(1<<20), "read-peak-heap-MB")
+		b.ReportMetric(float64(plain)/float64(n*output), "json-B/tok")
+		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n), "retained-B/req")
+		b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
+		b.ReportMetric(float64(st.Size())/float64(n*output), "record-B/tok")
+		b.ReportMetric(float64(rss)/(1<<20), "maxrss-MB")
 	}
 }

@@ -190,21 +190,37 @@ func EncodeChunks(c Chunks) ([]byte, error) {
 
 // absent: no stream was read (no columns, not packed), written as null.
 func (c Chunks) absent() bool {
-	return c.MonoNs == nil && c.UnixNs == nil && c.TokenIDs == nil && c.packed == nil
+	return c.MonoNs == nil && c.UnixNs == nil && c.TokenIDs == nil && c.packed == nil && c.spilled == nil
 }
 
+// isPacked: the chunks are packed, in memory or in a spill file.
+func (c Chunks) isPacked() bool { return c.packed != nil || c.spilled != nil }
+
 // encoded is the chunks in the packed layout of ChunksEncoding, from the
-// columns or as Pack kept them (not a copy).
+// columns, as Pack kept them (not a copy) or read from the spill file.
 func (c Chunks) encoded() ([]byte, error) {
-	if c.packed != nil {
+	switch {
+	case c.packed != nil:
 		return c.packed, nil
+	case c.spilled != nil:
+		return c.spilled.get(c.spillOff, c.spillLen)
 	}
 	return c.pack()
 }
 
+// packedBytes is encoded for packed chunks, which Pack made: a spill
+// file that cannot be read back is a broken host, not bad input.
+func (c Chunks) packedBytes() []byte {
+	b, err := c.encoded()
+	if err != nil {
+		panic(fmt.Sprintf("replay: chunks spilled by this process do not read back: %v", err))
+	}
+	return b
+}
+
 // Len is the number of chunks, packed or in columns.
 func (c Chunks) Len() int {
-	if c.packed != nil {
+	if c.isPacked() {
 		return c.count
 	}
 	return len(c.MonoNs)
@@ -215,7 +231,7 @@ func (c Chunks) Len() int {
 // where the columns take 48. Chunks without a stream stay absent; packed
 // chunks stay as they are.
 func (c *Chunks) Pack() error {
-	if c.packed != nil || c.absent() {
+	if c.isPacked() || c.absent() {
 		return nil
 	}
 	data, err := c.pack()
@@ -231,13 +247,13 @@ func (c *Chunks) Pack() error {
 // first (MonoNs[k] - MonoNs[k-1]), read straight from the packed form's
 // mono_ns column when packed, which holds them.
 func (c Chunks) eachInterval(f func(int64)) {
-	if c.packed == nil {
+	if !c.isPacked() {
 		for k := 1; k < len(c.MonoNs); k++ {
 			f(c.MonoNs[k] - c.MonoNs[k-1])
 		}
 		return
 	}
-	data := c.packed
+	data := c.packedBytes()
 	var interval int64
 	for k := range c.count {
 		v, w := binary.Varint(data)
@@ -255,10 +271,10 @@ func (c Chunks) eachInterval(f func(int64)) {
 // Columns returns the chunks in columns: c itself when it holds them,
 // else decoded from the packed form (a fresh copy each call).
 func (c Chunks) Columns() Chunks {
-	if c.packed == nil {
+	if !c.isPacked() {
 		return c
 	}
-	v, err := DecodeChunks(c.packed, int64(c.count))
+	v, err := DecodeChunks(c.packedBytes(), int64(c.count))
 	if err != nil {
 		panic(fmt.Sprintf("replay: chunks packed by Pack do not decode: %v", err)) // Pack's own output always decodes
 	}

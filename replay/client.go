@@ -78,9 +78,13 @@ type Chunks struct {
 	TokenIDs [][]int `json:"token_ids"`
 
 	// packed holds count chunks in ChunksEncoding when non-nil (the
-	// columns are then nil).
-	packed []byte
-	count  int
+	// columns are then nil); spilled, when non-nil instead, holds them at
+	// spillOff (spillLen bytes).
+	packed   []byte
+	count    int
+	spilled  *spill
+	spillOff int64
+	spillLen int
 }
 
 // RequestRecord is everything measured about one request. Durations (_ms)
@@ -128,8 +132,10 @@ type client struct {
 	scale   float64
 	timeout time.Duration // real time
 	tb      timebase
-	// pack: every request's chunks are packed when it ends (Chunks.Pack).
-	pack bool
+	// pack: every request's chunks are packed when it ends (Chunks.Pack)
+	// and, with spill, moved there.
+	pack  bool
+	spill *spill
 }
 
 // newTransport is tuned for an open loop: enough idle connections that a
@@ -257,6 +263,12 @@ func (c *client) stream(ctx context.Context, body io.Reader, rr *RequestRecord, 
 		if err := rr.Chunks.Pack(); err != nil {
 			panic(err) // the columns were built together above
 		}
+	}
+	if c.spill != nil {
+		// On failure (the disk beside the record full or gone) the chunks
+		// stay in memory, as without a spill file; the spill keeps the
+		// first error.
+		_ = rr.Chunks.spillTo(c.spill)
 	}
 }
 

@@ -58,8 +58,11 @@
 // Memory: a trace may hold 10^5 requests, so RunTrace packs every
 // request's chunks in memory as the request ends (Chunks.Pack: the
 // record's own encoding, ~6 bytes an output token where the columns took
-// 48; Len and Columns read them), and WriteRecord encodes a request at a
-// time (EncodeRecord) instead of the whole record at once.
+// 48; Len and Columns read them), with Options.SpillDir (hone replay
+// --trace: the directory of --out) moves them to an unlinked spill file
+// there, so that a request costs a summary of ~0.8 kB in memory, and
+// WriteRecord encodes a request at a time (EncodeRecord), reading its
+// chunks back, instead of the whole record at once.
 // BenchmarkTraceMemory measures what a replay holds per request.
 //
 // Shards: a rate one client host cannot hold is sent by several processes,

@@ -89,6 +89,14 @@ type Options struct {
 	// several processes (see Shard); nil: one process sends everything.
 	Shard *Shard
 
+	// SpillDir, when set, is where a trace replay (RunTrace) moves every
+	// request's packed chunks as the request ends, to a file unlinked at
+	// once (see spill): the replay then holds a summary per request, not
+	// its chunks, and the record reads them back as it is written. hone
+	// replay --trace sets it to the directory of --out. "": the chunks
+	// stay in memory.
+	SpillDir string
+
 	// beforeSend runs in the dispatch loop before each send (tests plant
 	// a starved client with it).
 	beforeSend func(run int, qps float64, id int)

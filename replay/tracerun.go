@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -90,6 +91,13 @@ func RunTrace(ctx context.Context, opts Options, tf *TraceFile, speed float64) (
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
+	var sp *spill
+	if opts.SpillDir != "" {
+		var err error
+		if sp, err = newSpill(opts.SpillDir); err != nil {
+			return nil, &ParamError{"out", opts.SpillDir, fmt.Sprintf("a directory hone can write, for the record and its spill file (%v)", err)}
+		}
+	}
 	hc := opts.HTTPClient
 	if hc == nil {
 		hc = &http.Client{Transport: newTransport()}
@@ -147,10 +155,13 @@ func RunTrace(ctx context.Context, opts Options, tf *TraceFile, speed float64) (
 	tr := &traceRunner{opts: opts, tf: tf, speed: speed, tb: tb, eng: eng, scale: rec.TimeScale,
 		tokens: NewTraceTokens(vocab, tf.Info.BlockSize, seed^rec.Cache.Nonce), idNonce: rec.RequestIDNonce,
 		cl: &client{http: hc, url: opts.Endpoint + "/v1/completions", scale: rec.TimeScale,
-			timeout: time.Duration(float64(opts.RequestTimeout) * rec.TimeScale), tb: tb, pack: true}}
+			timeout: time.Duration(float64(opts.RequestTimeout) * rec.TimeScale), tb: tb, pack: true, spill: sp}}
 	stop := tr.startProgress(rec.Workload.QPS[0])
 	lr, err := tr.level(ctx, rec.Workload.QPS[0])
 	stop(&lr)
+	if sp != nil && sp.failed() != nil {
+		slog.Warn("replay: the spill file failed; the requests after it kept their chunks in memory", "dir", opts.SpillDir, "err", sp.failed())
+	}
 	rec.Runs = []RunRecord{{Run: 0, Levels: []LevelRecord{lr}}}
 	if tr.detailsSeen || opts.CachedTokensReported {
 		rec.CachedTokensRule = CachedTokensZeroWhenAbsent

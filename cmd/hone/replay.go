@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -260,6 +261,7 @@ past).`,
 				if terr != nil {
 					return terr
 				}
+				opts.SpillDir = filepath.Dir(out) // the chunks wait on the record's disk, not in memory
 				rec, err = replay.RunTrace(ctx, opts, tf, trace.speed)
 			} else {
 				rec, err = replay.Run(ctx, opts)
