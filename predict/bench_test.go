@@ -7,12 +7,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/internal/honetest"
 	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/sim"
 	"github.com/hone-llm/hone/slo"
@@ -125,26 +124,8 @@ func BenchmarkTraceMemory(b *testing.B) {
 				runtime.GC()
 				var before, after runtime.MemStats
 				runtime.ReadMemStats(&before)
-				var peak atomic.Uint64
-				stop, sampled := make(chan struct{}), make(chan struct{})
-				go func() {
-					defer close(sampled)
-					t := time.NewTicker(5 * time.Millisecond)
-					defer t.Stop()
-					var m runtime.MemStats
-					for {
-						select {
-						case <-stop:
-							return
-						case <-t.C:
-							runtime.ReadMemStats(&m)
-							peak.Store(max(peak.Load(), m.HeapInuse))
-						}
-					}
-				}()
-				rec, err := RunTrace(spec, Options{SLO: slo.Default, KeepRequests: true}, tf, 1)
-				close(stop)
-				<-sampled
+				var rec *replay.Record
+				peak := honetest.HeapPeak(func() { rec, err = RunTrace(spec, Options{SLO: slo.Default, KeepRequests: true}, tf, 1) })
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -155,7 +136,7 @@ func BenchmarkTraceMemory(b *testing.B) {
 				runtime.ReadMemStats(&after)
 				runtime.KeepAlive(rec)
 				b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n), "retained-B/req")
-				b.ReportMetric(float64(peak.Load()-before.HeapInuse)/(1<<20), "peak-heap-MB")
+				b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
 			}
 		})
 	}

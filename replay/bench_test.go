@@ -13,11 +13,11 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hone-llm/hone/internal/honetest"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -220,37 +220,6 @@ type countWriter int64
 
 func (c *countWriter) Write(p []byte) (int, error) { *c += countWriter(len(p)); return len(p), nil }
 
-// heapPeak runs f and returns the most heap in use at any time during it
-// (sampled every 5 ms) above what was in use before it, after a GC.
-func heapPeak(f func()) uint64 {
-	runtime.GC()
-	var before runtime.MemStats
-	runtime.ReadMemStats(&before)
-	var peak atomic.Uint64
-	stop, sampled := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(sampled)
-		t := time.NewTicker(5 * time.Millisecond)
-		defer t.Stop()
-		var m runtime.MemStats
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				runtime.ReadMemStats(&m)
-				if m.HeapInuse > peak.Load() {
-					peak.Store(m.HeapInuse)
-				}
-			}
-		}
-	}()
-	f()
-	close(stop)
-	<-sampled
-	return max(peak.Load(), before.HeapInuse) - before.HeapInuse
-}
-
 // benchKeep holds the last benchmark's record, so that a heap profile
 // (-memprofile, inuse_space) taken after it shows what the record holds.
 var benchKeep *Record
@@ -307,7 +276,7 @@ func benchTraceMemory(b *testing.B, srv *httptest.Server, n int, spill bool) {
 		runtime.ReadMemStats(&before)
 		var rec *Record
 		path := filepath.Join(b.TempDir(), "rec.json.gz")
-		peak := heapPeak(func() {
+		peak := honetest.HeapPeak(func() {
 			tr := newTransport()
 			var err error
 			opts := Options{Endpoint: srv.URL, Model: "m", Cache: CacheReset, HTTPClient: &http.Client{Transport: tr}}
@@ -359,7 +328,7 @@ func benchTraceMemory(b *testing.B, srv *httptest.Server, n int, spill bool) {
 		// Reading it back, as hone gate baseline create and
 		// diagnose do (the replay's record still held).
 		began := time.Now()
-		readPeak := heapPeak(func() {
+		readPeak := honetest.HeapPeak(func() {
 			back, err := ReadRecord(path)
 			if err != nil {
 				b.Fatal(err)

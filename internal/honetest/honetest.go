@@ -11,9 +11,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,4 +140,35 @@ func WaitHealthy(t testing.TB, url string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// HeapPeak runs f and returns the most heap in use at any time during it
+// (runtime.MemStats.HeapInuse, sampled every 5 ms) above what was in use
+// before it, after a GC: what f needed at once, its garbage not yet
+// collected included. Benchmarks report it beside their retained bytes.
+func HeapPeak(f func()) uint64 {
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var peak atomic.Uint64
+	stop, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		var m runtime.MemStats
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				runtime.ReadMemStats(&m)
+				peak.Store(max(peak.Load(), m.HeapInuse))
+			}
+		}
+	}()
+	f()
+	close(stop)
+	<-sampled
+	return max(peak.Load(), before.HeapInuse) - before.HeapInuse
 }
