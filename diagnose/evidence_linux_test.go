@@ -51,14 +51,30 @@ import (
 // half the tolerance late are counted as host-distorted and left out of
 // the accuracy fractions; at most half may be (a loose, one-sided bound).
 func TestKernelEvidenceColocatedQueueing(t *testing.T) {
-	t.Run("one process", func(t *testing.T) { colocatedBurst(t, false) })
+	t.Run("one process", func(t *testing.T) { judgeBurst(t, false) })
 	// As on vLLM: the exchanges are the API server's, the steps a child
 	// process's (hone sim serve --cuda-worker); StepOwners finds it in the
 	// snapshot's process tree.
-	t.Run("steps in a worker process", func(t *testing.T) { colocatedBurst(t, true) })
+	t.Run("steps in a worker process", func(t *testing.T) { judgeBurst(t, true) })
 }
 
-func colocatedBurst(t *testing.T, worker bool) {
+// judgeBurst runs colocatedBurst until a burst the host did not distort
+// too much to judge, three at most: a busy moment (a 2-core CI runner, 9
+// of 12 requests late) says nothing of the split.
+func judgeBurst(t *testing.T, worker bool) {
+	const attempts = 3
+	for i := 1; i <= attempts; i++ {
+		if colocatedBurst(t, worker) {
+			return
+		}
+		t.Logf("burst %d of %d: the host was too busy to judge; trying again", i, attempts)
+	}
+	t.Fatalf("the host was too busy to judge in %d bursts", attempts)
+}
+
+// colocatedBurst runs one burst and judges it; false when more than half
+// its requests were host-distorted (nothing judged).
+func colocatedBurst(t *testing.T, worker bool) bool {
 	const scale = 4.0 // model ms = wall ms / 4: host jitter counts a quarter
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -161,7 +177,8 @@ func colocatedBurst(t *testing.T, worker bool) {
 	m := n - distorted
 	t.Logf("within max(5%%, 1 ms): queue %d/%d, prefill %d/%d, decode %d/%d (%d host-distorted)", okQ, m, okP, m, okD, m, distorted)
 	if distorted > n/2 {
-		t.Fatalf("%d of %d requests host-distorted: the host is too busy to judge", distorted, n)
+		t.Logf("%d of %d requests host-distorted: the host is too busy to judge", distorted, n)
+		return false
 	}
 	need := (9*m + 9) / 10
 	if okQ < need || okP < need || okD < need {
@@ -170,6 +187,7 @@ func colocatedBurst(t *testing.T, worker bool) {
 	if sumQ <= sumP || sumQ <= sumD {
 		t.Errorf("the planted queueing is not the largest part: queue %.1f, prefill %.1f, decode %.1f ms in all", sumQ, sumP, sumD)
 	}
+	return true
 }
 
 // kernelEvidence polls the daemon's snapshot (the last reads of a burst
