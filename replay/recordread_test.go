@@ -97,7 +97,7 @@ func TestDecodeRecordIsBounded(t *testing.T) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		_, err := DecodeRecord(bytes.NewReader(tc.data), tc.limit)
+		_, err := decodeRecord(bytes.NewReader(tc.data), tc.limit, false)
 		runtime.ReadMemStats(&after)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
