@@ -94,14 +94,13 @@ lint:
 # hone's proxy (emulated), then a Markdown report with plots.
 DEMO_OUT ?= results/demo
 DEMO_SPEC ?= examples/emulator-l4-cheapest.yaml
-# --time-budget bounds the loop (the host floor, every trial, teardown) so
-# that make demo ends within about 10 minutes on a quiet 2-core host: the
-# loop plans trials to fit it, the re-run first, and the report lists what
-# it could not measure. All seven trials take about 15 minutes at time
-# scale 0.25 (each capacity probe carries the brief's 16 s of session
-# warm-ups; the reference load 200 requests at 4 req/s): DEMO_FLAGS='...'
-# without it measures them all.
-DEMO_FLAGS ?= --runs 3 --qps 2,24 --requests 48 --budget 7 --max-time-scale 1 --tpot-slo-ms 12 --capacity-precision 0.1 --reference-qps 4 --time-budget 8m30s
+# Six trials (baseline, proposal, an ablation, the interaction's two cells,
+# the re-run) of 3 capacity searches each, to 15% (two probes from a good
+# start), latency compared at the target rate, 12 req/s; each probe carries
+# the brief's 16 s of session warm-ups (model time). --time-budget bounds
+# the loop on a busy host, where trials run at larger time scales: it plans
+# the trials to fit and the report lists what it could not measure.
+DEMO_FLAGS ?= --runs 3 --qps 2,24 --requests 48 --budget 6 --max-time-scale 1 --tpot-slo-ms 12 --capacity-precision 0.15 --reference-qps 12 --time-budget 17m
 demo: deps-test build
 	@mkdir -p $(DEMO_OUT)
 	@echo "== 1/2 CPU exercise (simulation_only) =="
