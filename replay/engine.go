@@ -135,26 +135,70 @@ func (e *engine) info(ctx context.Context) (EngineInfo, error) {
 	if err != nil || !ok {
 		return info, err
 	}
+	models, ok := parseModels(b)
+	if !ok {
+		return info, nil
+	}
+	var names []string
+	for _, m := range models {
+		if m.id == e.model {
+			info.Model = m.raw
+			return info, nil
+		}
+		names = append(names, m.id)
+	}
+	return info, &ModelError{Model: e.model, Served: names}
+}
+
+// servedModel is one entry of GET /v1/models: its id and the entry as
+// the engine wrote it.
+type servedModel struct {
+	id  string
+	raw json.RawMessage
+}
+
+// parseModels reads a GET /v1/models body (OpenAI's list: {"data":
+// [{"id": ...}, ...]}); ok is false when it is not one.
+func parseModels(b []byte) (models []servedModel, ok bool) {
 	var list struct {
 		Data []json.RawMessage `json:"data"`
 	}
 	if json.Unmarshal(b, &list) != nil {
-		return info, nil
+		return nil, false
 	}
-	var names []string
 	for _, m := range list.Data {
 		var id struct {
 			ID string `json:"id"`
 		}
 		if json.Unmarshal(m, &id) == nil {
-			if id.ID == e.model {
-				info.Model = m
-				return info, nil
-			}
-			names = append(names, id.ID)
+			models = append(models, servedModel{id: id.ID, raw: m})
 		}
 	}
-	return info, &ModelError{Model: e.model, Served: names}
+	return models, true
+}
+
+// ServedModels is the ids of the models endpoint serves (GET /v1/models,
+// within 10 s), for a client that was not told which to ask for (vllm bench
+// serve takes the served model when --model is not given).
+func ServedModels(ctx context.Context, endpoint string) ([]string, error) {
+	base, err := normalEndpoint(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	e := &engine{http: &http.Client{}, base: base}
+	b, ok, err := e.get(ctx, "/v1/models")
+	if err != nil {
+		return nil, err
+	}
+	models, parsed := parseModels(b)
+	if !ok || !parsed {
+		return nil, fmt.Errorf("GET %s/v1/models: no model list (not an OpenAI-compatible server?)", e.base)
+	}
+	ids := make([]string, len(models))
+	for i, m := range models {
+		ids[i] = m.id
+	}
+	return ids, nil
 }
 
 // ModelError says the endpoint does not serve the requested model.

@@ -159,11 +159,11 @@ func (o *Options) defaults() error {
 		if *e == "" {
 			continue
 		}
-		u, err := url.Parse(*e)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return &ParamError{"endpoint", *e, "an http(s) URL with a host, e.g. http://127.0.0.1:8000"}
+		n, err := normalEndpoint(*e)
+		if err != nil {
+			return err
 		}
-		*e = strings.TrimSuffix(strings.TrimSuffix(u.String(), "/"), "/v1")
+		*e = n
 	}
 	if o.TokenizeEndpoint == "" {
 		o.TokenizeEndpoint = o.Endpoint
@@ -891,4 +891,14 @@ func fillCachedTokens(reqs []RequestRecord, reported bool, seen *bool) {
 			q.CachedTokens = &zero
 		}
 	}
+}
+
+// normalEndpoint is an endpoint URL as replay uses it: http(s) with a
+// host, without a trailing "/" or "/v1".
+func normalEndpoint(e string) (string, error) {
+	u, err := url.Parse(e)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", &ParamError{"endpoint", e, "an http(s) URL with a host, e.g. http://127.0.0.1:8000"}
+	}
+	return strings.TrimSuffix(strings.TrimSuffix(u.String(), "/"), "/v1"), nil
 }

@@ -216,7 +216,17 @@ past).`,
 				return badInput("--endpoint: required, e.g. http://127.0.0.1:8000")
 			}
 			if model == "" {
-				return badInput("--model: required: the served model name")
+				// As vllm bench serve: the served model, when the endpoint
+				// serves exactly one.
+				served, err := replay.ServedModels(c.Context(), endpoint)
+				switch {
+				case err != nil:
+					return badInput("--model: not given, and the endpoint's model list could not be read (%v): give the served model name", err)
+				case len(served) != 1:
+					return badInput("--model: not given, and the endpoint serves %d models (%s): name one", len(served), strings.Join(served, ", "))
+				}
+				model = served[0]
+				fmt.Fprintf(c.ErrOrStderr(), "replay: --model not given: %s, the one model the endpoint serves\n", model)
 			}
 			sh, err := parseShard(c, shard, startAt, levelGap, cache)
 			if err != nil {
@@ -312,7 +322,7 @@ past).`,
 	f := c.Flags()
 	f.StringVar(&endpoint, "endpoint", "", "base URL of the OpenAI-compatible server (required)")
 	f.StringVar(&tokEndpoint, "tokenize-endpoint", "", "base URL serving POST /tokenize, when not --endpoint")
-	f.StringVar(&model, "model", "", "served model name (required)")
+	f.StringVar(&model, "model", "", "served model name (default: the endpoint's, when GET /v1/models lists exactly one)")
 	f.StringVar(&kind, "kind", "", "assert what serves the endpoint: device (real vLLM) | emulated (hone sim serve) | unverified (default: discovered from GET /version)")
 	f.StringVar(&backend, "backend", "", "backend label (default: vllm, emulator or unknown, from the kind found)")
 	f.BoolVar(&cachedReported, "cached-tokens-reported", false, "the engine runs with --enable-prompt-tokens-details: a usage block without cached tokens means 0 (vLLM omits them at 0); without it, concluded once a request carries them")

@@ -455,3 +455,49 @@ func TestReplayOneTokenTPOTIsNA(t *testing.T) {
 		}
 	}
 }
+
+// Without --model, replay asks the endpoint (GET /v1/models) and uses the
+// one model it serves, as vllm bench serve does; two models, or no list,
+// is exit 2 naming --model (and the models), nothing sent.
+func TestReplayModelFromEndpoint(t *testing.T) {
+	models := func(ids ...string) func(*http.ServeMux) {
+		return func(mux *http.ServeMux) {
+			emulatorRoutes(0.01)(mux)
+			mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {
+				var data []map[string]any
+				for _, id := range ids {
+					data = append(data, map[string]any{"id": id, "object": "model", "max_model_len": 32768})
+				}
+				json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data})
+			})
+		}
+	}
+	args := func(url, out string) []string {
+		return []string{"replay", "--endpoint", url + "/v1", "--kind", "emulated", "--qps", "5", "--requests", "10", "--input-tokens", "256",
+			"--output-tokens", "4", "--ttft-slo-ms", "1e6", "--out", out}
+	}
+	dir := t.TempDir()
+	one := miniEngine(t, models("Qwen/Qwen2.5-Coder-0.5B-Instruct"))
+	out := filepath.Join(dir, "one.json")
+	stdout, stderr, code := runHone(context.Background(), args(one.URL, out)...)
+	if code != 0 && !(code == exitFailed && hostOnly(stdout)) {
+		t.Fatalf("one model: exit %d\n%s\n%s", code, stderr, stdout)
+	}
+	rec, err := replay.ReadRecord(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Model.ID != "Qwen/Qwen2.5-Coder-0.5B-Instruct" || !strings.Contains(stderr, "--model not given: Qwen/Qwen2.5-Coder-0.5B-Instruct, the one model the endpoint serves") {
+		t.Errorf("record's model %q; stderr %q", rec.Model.ID, stderr)
+	}
+	for name, srv := range map[string]*httptest.Server{"two models": miniEngine(t, models("a", "b")), "no list": miniVLLM(t)} {
+		out := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".json")
+		_, stderr, code := runHone(context.Background(), args(srv.URL, out)...)
+		if code != exitBadInput || !strings.Contains(stderr, "--model") || name == "two models" && !strings.Contains(stderr, "serves 2 models (a, b)") {
+			t.Errorf("%s: exit %d, stderr %q; want exit 2 naming --model", name, code, stderr)
+		}
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Errorf("%s: a record was written (%v)", name, err)
+		}
+	}
+}
