@@ -157,29 +157,9 @@ func SummarizeKnobs(kind string, atts []Attribution, target slo.SLO, tpotP99 map
 // breakdown is the level's row: its valid requests, or all of them when
 // none is valid.
 func (l *level) breakdown() LevelBreakdown {
-	as := l.valid
 	lb := LevelBreakdown{OfferedQPS: l.q, Valid: l.decides(), Mean: map[string]float64{}, AtP99: map[string]float64{},
 		Share: map[string]float64{}, Tail: map[string]float64{}, Sources: map[string]int{}}
-	if lb.Valid {
-		lb.Excluded = len(l.invalid)
-		for _, r := range l.runs {
-			if c, ok := l.codes[r]; ok {
-				lb.Invalid = append(lb.Invalid, fmt.Sprintf("run %d: %s", r+1, strings.Join(c, ",")))
-			}
-		}
-	} else {
-		as = l.invalid
-		seen := map[string]bool{}
-		for _, r := range l.runs {
-			for _, c := range l.codes[r] {
-				if !seen[c] {
-					seen[c] = true
-					lb.Invalid = append(lb.Invalid, c)
-				}
-			}
-		}
-		sort.Strings(lb.Invalid)
-	}
+	as := l.rowRequests(&lb)
 	lb.Requests = len(as)
 	p99 := as[slo.NearestRankIndex(len(as), 99)-1] // as is in TTFT order
 	lb.P99TTFTMs = p99.TTFTMs
@@ -193,48 +173,86 @@ func (l *level) breakdown() LevelBreakdown {
 				lb.Sources[k]++
 			}
 		}
-		if k := a.Kernel; k != nil {
-			if lb.KernelMean == nil {
-				lb.KernelMean = map[string]float64{}
-			}
-			lb.KernelSplit++
-			kp := k.parts()
-			if lb.KernelUncertainty == nil {
-				lb.KernelUncertainty = map[string]float64{}
-			}
-			for part, v := range kp {
-				lb.KernelMean[part] += v
-				lb.KernelUncertainty[part] += k.UncertaintyMs[part]
-			}
-			engine := a.EngineParts
-			if a.SplitBy == "engine" {
-				engine = a.Parts
-			}
-			if engine != nil {
-				if lb.KernelDiff == nil {
-					lb.KernelDiff = map[string]float64{}
-				}
-				lb.KernelCompared++
-				for _, part := range []string{Queueing, Prefill, Decode} {
-					lb.KernelDiff[part] += math.Abs(kp[part] - engine[part])
-				}
-				if k.PrefillEngine != "" {
-					// vLLM's decode worker counts its queue after the KV in
-					// queue_time_ms (transfer here); the kernel sees the KV's
-					// end apart. Their sum is one span in both.
-					lb.KernelDiff[Handoff] += math.Abs(kp[Transfer] + kp[DecodeQ] - engine[Transfer] - engine[DecodeQ])
-				}
-			}
-		}
-		if a.KernelKVBytes > 0 {
-			lb.KernelJoined++
-			lb.KernelKVBytes += float64(a.KernelKVBytes)
-			lb.KernelTransferMs += a.KernelTransferMs
-		}
+		addKernel(&lb, a)
 	}
 	for k, v := range p99.Parts {
 		lb.AtP99[k] = v
 	}
+	averageKernel(&lb)
+	addTail(&lb, as)
+	return lb
+}
+
+// rowRequests is the requests lb's row is over (the valid ones, or all
+// of them when none is valid), and sets lb's Excluded and Invalid.
+func (l *level) rowRequests(lb *LevelBreakdown) []Attribution {
+	if lb.Valid {
+		lb.Excluded = len(l.invalid)
+		for _, r := range l.runs {
+			if c, ok := l.codes[r]; ok {
+				lb.Invalid = append(lb.Invalid, fmt.Sprintf("run %d: %s", r+1, strings.Join(c, ",")))
+			}
+		}
+		return l.valid
+	}
+	seen := map[string]bool{}
+	for _, r := range l.runs {
+		for _, c := range l.codes[r] {
+			if !seen[c] {
+				seen[c] = true
+				lb.Invalid = append(lb.Invalid, c)
+			}
+		}
+	}
+	sort.Strings(lb.Invalid)
+	return l.invalid
+}
+
+// addKernel adds a's kernel-timed split and KV, where it has them, to
+// lb's sums (averaged by averageKernel).
+func addKernel(lb *LevelBreakdown, a Attribution) {
+	if k := a.Kernel; k != nil {
+		if lb.KernelMean == nil {
+			lb.KernelMean = map[string]float64{}
+		}
+		lb.KernelSplit++
+		kp := k.parts()
+		if lb.KernelUncertainty == nil {
+			lb.KernelUncertainty = map[string]float64{}
+		}
+		for part, v := range kp {
+			lb.KernelMean[part] += v
+			lb.KernelUncertainty[part] += k.UncertaintyMs[part]
+		}
+		engine := a.EngineParts
+		if a.SplitBy == "engine" {
+			engine = a.Parts
+		}
+		if engine != nil {
+			if lb.KernelDiff == nil {
+				lb.KernelDiff = map[string]float64{}
+			}
+			lb.KernelCompared++
+			for _, part := range []string{Queueing, Prefill, Decode} {
+				lb.KernelDiff[part] += math.Abs(kp[part] - engine[part])
+			}
+			if k.PrefillEngine != "" {
+				// vLLM's decode worker counts its queue after the KV in
+				// queue_time_ms (transfer here); the kernel sees the KV's
+				// end apart. Their sum is one span in both.
+				lb.KernelDiff[Handoff] += math.Abs(kp[Transfer] + kp[DecodeQ] - engine[Transfer] - engine[DecodeQ])
+			}
+		}
+	}
+	if a.KernelKVBytes > 0 {
+		lb.KernelJoined++
+		lb.KernelKVBytes += float64(a.KernelKVBytes)
+		lb.KernelTransferMs += a.KernelTransferMs
+	}
+}
+
+// averageKernel turns the sums addKernel made into means.
+func averageKernel(lb *LevelBreakdown) {
 	for k := range lb.KernelMean {
 		lb.KernelMean[k] /= float64(lb.KernelSplit)
 		lb.KernelUncertainty[k] /= float64(lb.KernelSplit)
@@ -246,6 +264,10 @@ func (l *level) breakdown() LevelBreakdown {
 		lb.KernelKVBytes /= float64(lb.KernelJoined)
 		lb.KernelTransferMs /= float64(lb.KernelJoined)
 	}
+}
+
+// addTail sets lb's tail means, mean shares and dominant part over as.
+func addTail(lb *LevelBreakdown, as []Attribution) {
 	parts := make([][]float64, len(as))
 	for i, a := range as {
 		parts[i] = make([]float64, len(TTFTComponents))
@@ -263,7 +285,6 @@ func (l *level) breakdown() LevelBreakdown {
 			best, lb.Dominant = lb.Mean[name], name
 		}
 	}
-	return lb
 }
 
 // proposals maps a bottleneck to the changes worth trying next, most

@@ -149,151 +149,39 @@ func inferChunks(steps []EngineStep, work []*prefillWork, budget, seats int) (in
 		sort.Slice(s, func(i, j int) bool { return s[i].EndNs < s[j].EndNs })
 	}
 	sort.SliceStable(work, func(i, j int) bool { return work[i].received < work[j].received })
-	// pass places every request under budget b and seats n (0: none);
-	// byRules admits by the rules (second pass), else by the first-token
-	// send. It returns the receipt → first-step gaps of the requests with
-	// one consistent first step, the first after their receipt.
-	pass := func(b, n int, frontNs int64, byRules bool) (gaps, uniq []int64, matched int) {
-		used := make([]int, len(s))
-		held := make([]int, len(s)) // seats held in each step
-		left := func(k int) int { return max(b-used[k], 0) }
-		free := func(k int) bool { return n <= 0 || held[k] < n }
-		elder := 0 // FCFS: no request is admitted before its elder
-		for _, w := range work {
-			w.placed, w.chunks, w.ambiguousNs = false, 1, 0
-			tok := sort.Search(len(s), func(i int) bool { return s[i].EndNs > w.firstToken }) - 1
-			if tok < 0 || s[tok].StartNs < w.received {
-				continue // no step fits: SplitBySteps will say so
-			}
-			need := max(w.uncached, 1) // a whole-prompt hit still computes its last token
-			lo := sort.Search(tok, func(i int) bool { return s[i].StartNs >= w.received })
-			// The first steps consistent with the token step.
-			// Walked back from the token step, got is what steps f..tok-1
-			// left: once it reaches need, no earlier step is consistent.
-			first, firstAfterFront, last, candidates := -1, -1, -1, 0
-			for f, got := tok, 0; f >= lo && got < need; f-- {
-				if f < tok {
-					got += left(f)
-				}
-				if left(f) == 0 || got >= need || got+left(tok) < need {
-					continue // no budget, done before the token step, or not by it
-				}
-				candidates++
-				first = f // the earliest so far
-				if last < 0 {
-					last = f
-				}
-				if s[f].StartNs-w.received >= frontNs {
-					firstAfterFront = f
-				}
-			}
-			lowest, highest := first, last
-			if firstAfterFront >= 0 {
-				first = firstAfterFront
-			}
-			if first < 0 { // none: the fewest steps back from the token step
-				first = tok
-				for got := left(tok); got < need && first > lo; got += left(first) {
-					first--
-				}
-			}
-			gaps = append(gaps, s[first].StartNs-w.received)
-			if candidates == 1 && first == lo {
-				uniq = append(uniq, s[first].StartNs-w.received)
-			}
-			if byRules {
-				// Admitted in the first step after the front end, not before
-				// its elder, with budget and a seat left; done where the
-				// budget adds up.
-				f := sort.Search(len(s), func(i int) bool { return s[i].StartNs >= w.received+frontNs })
-				for f = max(f, elder); f < len(s) && (left(f) == 0 || !free(f)); f++ {
-				}
-				t, got := f, 0
-				for ; t < len(s); t++ {
-					if got += left(t); got >= need {
-						break
-					}
-				}
-				if t < len(s) && s[t].EndNs <= w.firstToken {
-					if t == tok {
-						matched++
-					}
-					first, tok = f, t
-					if lowest < 0 || f < lowest {
-						lowest = f
-					}
-					highest = max(highest, f)
-				}
-			}
-			if lowest >= 0 && highest > lowest {
-				w.ambiguousNs = s[highest].StartNs - s[lowest].StartNs
-			}
-			elder = first
-			w.placed, w.first, w.tok, w.chunks = true, s[first], s[tok], tok-first+1
-			if first > 0 {
-				w.prevEndNs = s[first-1].EndNs
-			}
-			rest := need
-			for k := first; k < tok; k++ {
-				rest -= left(k)
-				used[k] += left(k)
-			}
-			used[tok] += max(rest, 0)
-			// Its decodes: a token in each later step that has budget left
-			// after its elders (a younger request's prefill never comes
-			// first). It holds its seat to the step of its last token.
-			end := tok
-			for k, d := tok+1, w.output-1; k < len(s) && d > 0; k++ {
-				if left(k) > 0 {
-					used[k]++
-					d--
-					end = k
-				}
-			}
-			if w.output > 1 && end == tok {
-				end = len(s) - 1 // the grid ends before its decode does
-			}
-			for k := first; k <= end; k++ {
-				held[k]++
-			}
-		}
-		return gaps, uniq, matched
+	g := &stepGrid{s: s, work: work}
+	budgets, seatings := candidateLimits(work, budget, seats)
+	b, n := budgets[0], seatings[0]
+	// Where other pairs fit as well and place a prefill elsewhere, its
+	// first step is as open as they leave it: lo..hi, its starts.
+	lo, hi := make([]int64, len(work)), make([]int64, len(work))
+	if len(budgets)*len(seatings) > 1 {
+		b, n = g.bestLimits(budgets, seatings, lo, hi)
 	}
-	// The front end's floor under (b, n): of the receipt → first-step gaps
-	// the sends suggest (at most max of them, spread over their range), the
-	// shortest under which the rules end the most prefills in the step
-	// their first token's send points at. Shorter admits ready-looking
-	// requests a step early, longer a step late; a late send misleads one
-	// request only.
-	frontFor := func(b, n, most int) (int64, int) {
-		gaps, uniq, _ := pass(b, n, 0, false)
-		slices.Sort(gaps)
-		gaps = slices.Compact(gaps)
-		if k := len(gaps); k > most {
-			q := make([]int64, most)
-			for i := range q {
-				q[i] = gaps[i*(k-1)/(most-1)]
-			}
-			gaps = q
+	front, _ := g.frontFor(b, n, 64)
+	g.pass(b, n, front, true)
+	for i, w := range work {
+		if w.placed && hi[i] > lo[i] && lo[i] != 0 {
+			w.ambiguousNs = max(w.ambiguousNs, hi[i]-lo[i])
 		}
-		// Ties (no request tells two floors apart) go to the one nearest the
-		// shortest gap of a request with one consistent first step, the first
-		// after its receipt: with its send on time, an upper bound that the
-		// front end reaches within the step grid's phase.
-		hint := int64(0)
-		if len(uniq) > 0 {
-			hint = slices.Min(uniq)
-		}
-		front, best := int64(0), -1
-		for _, g := range append([]int64{0}, gaps...) {
-			_, _, m := pass(b, n, g, true)
-			if m > best || m == best && abs64(g-hint) < abs64(front-hint) {
-				front, best = g, m
-			}
-		}
-		return front, best
 	}
-	budgets, seatings := []int{budget}, []int{max(seats, 0)}
+	return b, n
+}
+
+// stepGrid is what inferChunks places prefills on: one engine's steps,
+// sorted by end, and the requests it served, in receipt order.
+type stepGrid struct {
+	s    []EngineStep
+	work []*prefillWork
+}
+
+// candidateLimits are the budgets and seats inferChunks tries: the given
+// ones, or where one is unknown (0) the budgets vLLM's users set (powers
+// of two from 16 to 65,536, or none) and the seats the exchanges suggest
+// (the most requests ever between their first and last sends, one fewer,
+// one or two more, or none).
+func candidateLimits(work []*prefillWork, budget, seats int) (budgets, seatings []int) {
+	budgets, seatings = []int{budget}, []int{max(seats, 0)}
 	if budget <= 0 {
 		budgets = budgets[:0]
 		for b := 16; b <= 65536; b *= 2 {
@@ -305,58 +193,242 @@ func inferChunks(steps []EngineStep, work []*prefillWork, budget, seats int) (in
 		l := concurrentSends(work)
 		seatings = []int{l, max(l-1, 1), l + 1, l + 2, 0}
 	}
-	b, n := budgets[0], seatings[0]
-	// Where other pairs fit as well and place a prefill elsewhere, its
-	// first step is as open as they leave it: lo..hi, its starts.
-	lo, hi := make([]int64, len(work)), make([]int64, len(work))
-	if len(budgets)*len(seatings) > 1 {
-		// The budget under the first seats (the sends' suggestion), then
-		// the seats under the best budgets: a linear search, not the
-		// product, on evidence of thousands of requests.
-		type pair struct{ b, n int }
-		var tied []pair
-		best := -1
-		try := func(p pair) {
-			if _, m := frontFor(p.b, p.n, 16); m > best {
-				tied, best = []pair{p}, m
-			} else if m == best && !slices.Contains(tied, p) {
-				tied = append(tied, p)
-			}
-		}
-		for _, bb := range budgets {
-			try(pair{bb, seatings[0]})
-		}
-		for _, p := range slices.Clone(tied) {
-			for _, nn := range seatings[1:] {
-				try(pair{p.b, nn})
-			}
-		}
-		slices.SortStableFunc(tied, func(x, y pair) int {
-			return cmp.Or(cmp.Compare(x.b, y.b), cmp.Compare(slices.Index(seatings, x.n), slices.Index(seatings, y.n)))
-		})
-		b, n = tied[0].b, tied[0].n
-		for k, p := range tied {
-			front, _ := frontFor(p.b, p.n, 16)
-			pass(p.b, p.n, front, true)
-			for i, w := range work {
-				if !w.placed {
-					continue
-				}
-				if k == 0 || lo[i] == 0 || w.first.StartNs < lo[i] {
-					lo[i] = w.first.StartNs
-				}
-				hi[i] = max(hi[i], w.first.StartNs)
-			}
+	return budgets, seatings
+}
+
+// bestLimits is the pair of budgets and seatings under which the rules end
+// the most prefills where their sends point (ties: the smaller budget,
+// then the seats in seatings' order). Each placed request's first-step
+// starts under the pairs that fit as well widen lo[i]..hi[i].
+func (g *stepGrid) bestLimits(budgets, seatings []int, lo, hi []int64) (int, int) {
+	// The budget under the first seats (the sends' suggestion), then
+	// the seats under the best budgets: a linear search, not the
+	// product, on evidence of thousands of requests.
+	type pair struct{ b, n int }
+	var tied []pair
+	best := -1
+	try := func(p pair) {
+		if _, m := g.frontFor(p.b, p.n, 16); m > best {
+			tied, best = []pair{p}, m
+		} else if m == best && !slices.Contains(tied, p) {
+			tied = append(tied, p)
 		}
 	}
-	front, _ := frontFor(b, n, 64)
-	pass(b, n, front, true)
-	for i, w := range work {
-		if w.placed && hi[i] > lo[i] && lo[i] != 0 {
-			w.ambiguousNs = max(w.ambiguousNs, hi[i]-lo[i])
+	for _, bb := range budgets {
+		try(pair{bb, seatings[0]})
+	}
+	for _, p := range slices.Clone(tied) {
+		for _, nn := range seatings[1:] {
+			try(pair{p.b, nn})
 		}
 	}
-	return b, n
+	slices.SortStableFunc(tied, func(x, y pair) int {
+		return cmp.Or(cmp.Compare(x.b, y.b), cmp.Compare(slices.Index(seatings, x.n), slices.Index(seatings, y.n)))
+	})
+	for k, p := range tied {
+		front, _ := g.frontFor(p.b, p.n, 16)
+		g.pass(p.b, p.n, front, true)
+		for i, w := range g.work {
+			if !w.placed {
+				continue
+			}
+			if k == 0 || lo[i] == 0 || w.first.StartNs < lo[i] {
+				lo[i] = w.first.StartNs
+			}
+			hi[i] = max(hi[i], w.first.StartNs)
+		}
+	}
+	return tied[0].b, tied[0].n
+}
+
+// frontFor is the front end's floor under (b, n): of the receipt →
+// first-step gaps the sends suggest (at most max of them, spread over
+// their range), the shortest under which the rules end the most prefills
+// in the step their first token's send points at. Shorter admits
+// ready-looking requests a step early, longer a step late; a late send
+// misleads one request only. It returns the floor and the prefills it
+// matched.
+func (g *stepGrid) frontFor(b, n, most int) (int64, int) {
+	gaps, uniq, _ := g.pass(b, n, 0, false)
+	slices.Sort(gaps)
+	gaps = slices.Compact(gaps)
+	if k := len(gaps); k > most {
+		q := make([]int64, most)
+		for i := range q {
+			q[i] = gaps[i*(k-1)/(most-1)]
+		}
+		gaps = q
+	}
+	// Ties (no request tells two floors apart) go to the one nearest the
+	// shortest gap of a request with one consistent first step, the first
+	// after its receipt: with its send on time, an upper bound that the
+	// front end reaches within the step grid's phase.
+	hint := int64(0)
+	if len(uniq) > 0 {
+		hint = slices.Min(uniq)
+	}
+	front, best := int64(0), -1
+	for _, gap := range append([]int64{0}, gaps...) {
+		_, _, m := g.pass(b, n, gap, true)
+		if m > best || m == best && abs64(gap-hint) < abs64(front-hint) {
+			front, best = gap, m
+		}
+	}
+	return front, best
+}
+
+// pass places every request under budget b and seats n (0: none);
+// byRules admits by the rules (second pass), else by the first-token
+// send. It returns the receipt → first-step gaps of the requests with
+// one consistent first step, the first after their receipt.
+func (g *stepGrid) pass(b, n int, frontNs int64, byRules bool) (gaps, uniq []int64, matched int) {
+	s := g.s
+	l := &ledger{s: s, b: b, n: n, used: make([]int, len(s)), held: make([]int, len(s))}
+	elder := 0 // FCFS: no request is admitted before its elder
+	for _, w := range g.work {
+		w.placed, w.chunks, w.ambiguousNs = false, 1, 0
+		tok := sort.Search(len(s), func(i int) bool { return s[i].EndNs > w.firstToken }) - 1
+		if tok < 0 || s[tok].StartNs < w.received {
+			continue // no step fits: SplitBySteps will say so
+		}
+		need := max(w.uncached, 1) // a whole-prompt hit still computes its last token
+		lo := sort.Search(tok, func(i int) bool { return s[i].StartNs >= w.received })
+		fit := l.bySend(w, lo, tok, need, frontNs)
+		first := fit.first
+		gaps = append(gaps, s[first].StartNs-w.received)
+		if fit.candidates == 1 && first == lo {
+			uniq = append(uniq, s[first].StartNs-w.received)
+		}
+		if byRules {
+			if f, t, ok := l.byRules(w, elder, need, frontNs); ok {
+				if t == tok {
+					matched++
+				}
+				first, tok = f, t
+				if fit.lowest < 0 || f < fit.lowest {
+					fit.lowest = f
+				}
+				fit.highest = max(fit.highest, f)
+			}
+		}
+		if fit.lowest >= 0 && fit.highest > fit.lowest {
+			w.ambiguousNs = s[fit.highest].StartNs - s[fit.lowest].StartNs
+		}
+		elder = first
+		l.place(w, first, tok, need)
+	}
+	return gaps, uniq, matched
+}
+
+// ledger is one pass's account of the step grid under budget b and seats
+// n (0: none): the budget used and the seats held in each step.
+type ledger struct {
+	s    []EngineStep
+	b, n int
+	used []int
+	held []int // seats held in each step
+}
+
+// left is the budget step k has left.
+func (l *ledger) left(k int) int { return max(l.b-l.used[k], 0) }
+
+// free says whether step k has a seat left.
+func (l *ledger) free(k int) bool { return l.n <= 0 || l.held[k] < l.n }
+
+// sendFit is where a request's first-token send places its prefill's
+// first step: first, the earliest consistent one (after the front end
+// where one is); lowest..highest, the consistent ones (-1: none); and
+// how many there are.
+type sendFit struct{ first, lowest, highest, candidates int }
+
+// bySend places w's first step by its first-token send, in token step tok
+// (lo: the first step after its receipt; need: the tokens its prefill
+// computes).
+func (l *ledger) bySend(w *prefillWork, lo, tok, need int, frontNs int64) sendFit {
+	s := l.s
+	// The first steps consistent with the token step.
+	// Walked back from the token step, got is what steps f..tok-1
+	// left: once it reaches need, no earlier step is consistent.
+	first, firstAfterFront, last, candidates := -1, -1, -1, 0
+	for f, got := tok, 0; f >= lo && got < need; f-- {
+		if f < tok {
+			got += l.left(f)
+		}
+		if l.left(f) == 0 || got >= need || got+l.left(tok) < need {
+			continue // no budget, done before the token step, or not by it
+		}
+		candidates++
+		first = f // the earliest so far
+		if last < 0 {
+			last = f
+		}
+		if s[f].StartNs-w.received >= frontNs {
+			firstAfterFront = f
+		}
+	}
+	lowest, highest := first, last
+	if firstAfterFront >= 0 {
+		first = firstAfterFront
+	}
+	if first < 0 { // none: the fewest steps back from the token step
+		first = tok
+		for got := l.left(tok); got < need && first > lo; got += l.left(first) {
+			first--
+		}
+	}
+	return sendFit{first: first, lowest: lowest, highest: highest, candidates: candidates}
+}
+
+// byRules is where the rules place w's prefill: its first step f and its
+// last t, ok when it ends before its first token was sent.
+func (l *ledger) byRules(w *prefillWork, elder, need int, frontNs int64) (f, t int, ok bool) {
+	s := l.s
+	// Admitted in the first step after the front end, not before
+	// its elder, with budget and a seat left; done where the
+	// budget adds up.
+	f = sort.Search(len(s), func(i int) bool { return s[i].StartNs >= w.received+frontNs })
+	for f = max(f, elder); f < len(s) && (l.left(f) == 0 || !l.free(f)); f++ {
+	}
+	got := 0
+	for t = f; t < len(s); t++ {
+		if got += l.left(t); got >= need {
+			break
+		}
+	}
+	return f, t, t < len(s) && s[t].EndNs <= w.firstToken
+}
+
+// place records w's prefill in steps first..tok and charges the ledger
+// with its chunks, its decodes and its seat.
+func (l *ledger) place(w *prefillWork, first, tok, need int) {
+	s := l.s
+	w.placed, w.first, w.tok, w.chunks = true, s[first], s[tok], tok-first+1
+	if first > 0 {
+		w.prevEndNs = s[first-1].EndNs
+	}
+	rest := need
+	for k := first; k < tok; k++ {
+		rest -= l.left(k)
+		l.used[k] += l.left(k)
+	}
+	l.used[tok] += max(rest, 0)
+	// Its decodes: a token in each later step that has budget left
+	// after its elders (a younger request's prefill never comes
+	// first). It holds its seat to the step of its last token.
+	end := tok
+	for k, d := tok+1, w.output-1; k < len(s) && d > 0; k++ {
+		if l.left(k) > 0 {
+			l.used[k]++
+			d--
+			end = k
+		}
+	}
+	if w.output > 1 && end == tok {
+		end = len(s) - 1 // the grid ends before its decode does
+	}
+	for k := first; k <= end; k++ {
+		l.held[k]++
+	}
 }
 
 // concurrentSends is the most requests of work ever between their

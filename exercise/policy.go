@@ -84,29 +84,7 @@ func Optimize(ctx context.Context, baseline Config, eval Evaluator, budget int) 
 	}
 	// The log never outgrows budget, so pointers into it stay valid.
 	d := &Decision{Knobs: knobs, Selection: SelectionRule, Regression: RegressionRule, Log: make([]Evaluation, 0, budget)}
-	run := func(role string, cfg Config) *Evaluation {
-		e := Evaluation{Call: len(d.Log) + 1, Role: role, Config: cfg}
-		res, err := eval(ctx, clone(cfg))
-		switch {
-		case err != nil:
-			e.Error = err.Error()
-		case res == nil:
-			e.Error = "evaluate returned no result"
-		default:
-			e.Result = res
-			if v, err := ReadResult(res); err != nil {
-				e.Error = err.Error()
-			} else {
-				e.View = &v
-			}
-		}
-		if ctx.Err() != nil {
-			return nil // the evaluator can no longer answer; Optimize stops
-		}
-		d.Log = append(d.Log, e)
-		d.Diagnosis = append(d.Diagnosis, diagnoseResult(e, knobs))
-		return &d.Log[len(d.Log)-1]
-	}
+	o := &optimization{ctx: ctx, eval: eval, knobs: knobs, d: d}
 	left := func() int { return budget - len(d.Log) }
 	// Reserve the last call for verification when the budget allows it.
 	explore := budget
@@ -115,40 +93,9 @@ func Optimize(ctx context.Context, baseline Config, eval Evaluator, budget int) 
 	}
 
 	stopped := func() error { return context.Cause(ctx) }
-	base := run("baseline", clone(baseline))
-	if base == nil {
+	base, ok := o.explore(baseline, explore)
+	if !ok {
 		return nil, stopped()
-	}
-	mode, _ := optimizer.Get(baseline, knobs.Mode)
-	flipped := modeDisaggregated
-	if strings.EqualFold(mode.(string), modeDisaggregated) {
-		flipped = modeColocated
-	}
-	var alt *Evaluation
-	if len(d.Log) < explore {
-		if alt = run(flipped, With(baseline, knobs.Mode, flipped)); alt == nil {
-			return nil, stopped()
-		}
-	}
-	if len(d.Log) < explore {
-		better := base
-		if alt != nil && objective(alt) > objective(base) {
-			better = alt
-		}
-		cache, _ := optimizer.Get(better.Config, knobs.Cache)
-		on, _ := cache.(bool)
-		if run("ablation (prefix cache "+onOff(!on)+")", With(better.Config, knobs.Cache, !on)) == nil {
-			return nil, stopped()
-		}
-		if len(d.Log) < explore && alt != nil {
-			other := alt
-			if better == alt {
-				other = base
-			}
-			if run("ablation (prefix cache "+onOff(!on)+", completes mode × cache)", With(other.Config, knobs.Cache, !on)) == nil {
-				return nil, stopped()
-			}
-		}
 	}
 
 	d.Diagnosis = append(d.Diagnosis, effects(d.Log, knobs)...)
@@ -163,29 +110,121 @@ func Optimize(ctx context.Context, baseline Config, eval Evaluator, budget int) 
 	}
 	pick := order[0]
 	if left() > 0 && budget >= Budget {
-		v := run("verify", clone(pick.Config))
-		if v == nil {
+		if pick, ok = o.verify(order, base); !ok {
 			return nil, stopped()
-		}
-		if reason := rerunDiffers(pick, v); reason != "" {
-			d.Diagnosis = append(d.Diagnosis, fmt.Sprintf("decision: call %d (%s) rejected by the regression rule: %s",
-				pick.Call, describe(pick.Config, knobs), reason))
-			if len(order) > 1 {
-				pick = order[1]
-				d.Diagnosis = append(d.Diagnosis, fmt.Sprintf("decision: falling back to call %d (%s), the next eligible config; no budget is left to re-run it",
-					pick.Call, describe(pick.Config, knobs)))
-			} else {
-				pick = base
-				d.Diagnosis = append(d.Diagnosis, "decision: no other eligible config; falling back to the baseline")
-			}
-		} else {
-			d.Verified = true
 		}
 	}
 	d.Selected, d.SelectedCall = pick.Config, pick.Call
 	d.Diagnosis = append(d.Diagnosis, fmt.Sprintf("decision: select call %d (%s), objective %s req/s%s",
 		pick.Call, describe(pick.Config, knobs), fmtF(objective(pick)), map[bool]string{true: ", confirmed by its re-run", false: ""}[d.Verified]))
 	return d, nil
+}
+
+// optimization is one Optimize: the evaluator it calls and the decision
+// it logs each call in.
+type optimization struct {
+	ctx   context.Context
+	eval  Evaluator
+	knobs Knobs
+	d     *Decision
+}
+
+// run evaluates cfg as the next call, logs it under role with its
+// diagnosis, and returns its log entry; nil when ctx ended, with nothing
+// logged.
+func (o *optimization) run(role string, cfg Config) *Evaluation {
+	d := o.d
+	e := Evaluation{Call: len(d.Log) + 1, Role: role, Config: cfg}
+	res, err := o.eval(o.ctx, clone(cfg))
+	switch {
+	case err != nil:
+		e.Error = err.Error()
+	case res == nil:
+		e.Error = "evaluate returned no result"
+	default:
+		e.Result = res
+		if v, err := ReadResult(res); err != nil {
+			e.Error = err.Error()
+		} else {
+			e.View = &v
+		}
+	}
+	if o.ctx.Err() != nil {
+		return nil // the evaluator can no longer answer; Optimize stops
+	}
+	d.Log = append(d.Log, e)
+	d.Diagnosis = append(d.Diagnosis, diagnoseResult(e, o.knobs))
+	return &d.Log[len(d.Log)-1]
+}
+
+// explore makes Optimize's steps 1-4, within explore calls in all: the
+// baseline, the other mode, and the prefix-cache ablations. It returns
+// the baseline's evaluation; ok is false when ctx ended.
+func (o *optimization) explore(baseline Config, explore int) (base *Evaluation, ok bool) {
+	d, knobs := o.d, o.knobs
+	base = o.run("baseline", clone(baseline))
+	if base == nil {
+		return nil, false
+	}
+	mode, _ := optimizer.Get(baseline, knobs.Mode)
+	flipped := modeDisaggregated
+	if strings.EqualFold(mode.(string), modeDisaggregated) {
+		flipped = modeColocated
+	}
+	var alt *Evaluation
+	if len(d.Log) < explore {
+		if alt = o.run(flipped, With(baseline, knobs.Mode, flipped)); alt == nil {
+			return nil, false
+		}
+	}
+	if len(d.Log) < explore {
+		better := base
+		if alt != nil && objective(alt) > objective(base) {
+			better = alt
+		}
+		cache, _ := optimizer.Get(better.Config, knobs.Cache)
+		on, _ := cache.(bool)
+		if o.run("ablation (prefix cache "+onOff(!on)+")", With(better.Config, knobs.Cache, !on)) == nil {
+			return nil, false
+		}
+		if len(d.Log) < explore && alt != nil {
+			other := alt
+			if better == alt {
+				other = base
+			}
+			if o.run("ablation (prefix cache "+onOff(!on)+", completes mode × cache)", With(other.Config, knobs.Cache, !on)) == nil {
+				return nil, false
+			}
+		}
+	}
+	return base, true
+}
+
+// verify re-runs the first of order (step 5) and returns the pick: it,
+// or where the regression rule rejects it the next eligible config, else
+// the baseline base. ok is false when ctx ended.
+func (o *optimization) verify(order []*Evaluation, base *Evaluation) (*Evaluation, bool) {
+	d, knobs := o.d, o.knobs
+	pick := order[0]
+	v := o.run("verify", clone(pick.Config))
+	if v == nil {
+		return nil, false
+	}
+	if reason := rerunDiffers(pick, v); reason != "" {
+		d.Diagnosis = append(d.Diagnosis, fmt.Sprintf("decision: call %d (%s) rejected by the regression rule: %s",
+			pick.Call, describe(pick.Config, knobs), reason))
+		if len(order) > 1 {
+			pick = order[1]
+			d.Diagnosis = append(d.Diagnosis, fmt.Sprintf("decision: falling back to call %d (%s), the next eligible config; no budget is left to re-run it",
+				pick.Call, describe(pick.Config, knobs)))
+		} else {
+			pick = base
+			d.Diagnosis = append(d.Diagnosis, "decision: no other eligible config; falling back to the baseline")
+		}
+	} else {
+		d.Verified = true
+	}
+	return pick, true
 }
 
 func objective(e *Evaluation) float64 {

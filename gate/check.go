@@ -205,17 +205,69 @@ func Check(bl *Baseline, runs []Run, cfg Config) *Report {
 		rep.Verdict, rep.Incomparable = Incomparable, []string{"no candidate runs"}
 		return rep
 	}
-	for i, r := range runs {
-		if r.Kind != bl.Kind {
-			rep.Incomparable = append(rep.Incomparable, fmt.Sprintf("run %d: kind %q, baseline kind %q", i+1, r.Kind, bl.Kind))
-		}
-		for _, d := range DiffFingerprints(bl.Fingerprint, r.Fingerprint, cfg.compared()) {
-			rep.Incomparable = append(rep.Incomparable, fmt.Sprintf("run %d: %s", i+1, d))
+	rep.Incomparable = incomparableRuns(bl, runs, cfg)
+	cand, order, bounds := poolCandidate(runs)
+	for _, s := range bl.Series {
+		if _, ok := cand[s.Key()]; !ok {
+			rep.Incomparable = append(rep.Incomparable, "missing metric in the candidate: "+s.Key())
 		}
 	}
-	cand := map[string]*Series{}
-	var order []string
-	bounds := runs[0].Bounds
+	if len(rep.Incomparable) > 0 {
+		rep.Verdict = Incomparable
+		return rep
+	}
+	exact := bl.Kind == "simulation_only"
+	levels, comparable := rep.compareSeries(bl, cand, exact, cfg)
+	holm(rep.Results, cfg.alpha())
+	for i := range rep.Results {
+		if rep.Results[i].Verdict != Invalid {
+			decide(&rep.Results[i], cfg)
+		}
+	}
+	if !exact { // simulation_only records are the brief's model, not a measurement
+		flagImplausible(rep.Results, bl.Bounds, bounds)
+	}
+	for i := range rep.Results {
+		if r := &rep.Results[i]; r.Excluded != "" {
+			r.Reason += "; compared without " + r.Excluded
+		}
+	}
+	rep.InvalidLevels = invalidLevels(rep.Results)
+	t := tallyResults(rep.Results)
+	rep.Verdict = t.verdict(len(levels) > 0 && len(comparable) == 0, len(rep.Results))
+	rep.Notes = append(rep.Notes, t.notes(rep.Verdict, exact, rep.Results, cfg)...)
+	extra := 0
+	for _, k := range order {
+		if !bl.has(k) {
+			extra++
+		}
+	}
+	if extra > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d candidate metrics have no baseline and were not compared", extra))
+	}
+	return rep
+}
+
+// incomparableRuns is why runs cannot be compared with bl: a kind or a
+// compared fingerprint field that differs.
+func incomparableRuns(bl *Baseline, runs []Run, cfg Config) []string {
+	var why []string
+	for i, r := range runs {
+		if r.Kind != bl.Kind {
+			why = append(why, fmt.Sprintf("run %d: kind %q, baseline kind %q", i+1, r.Kind, bl.Kind))
+		}
+		for _, d := range DiffFingerprints(bl.Fingerprint, r.Fingerprint, cfg.compared()) {
+			why = append(why, fmt.Sprintf("run %d: %s", i+1, d))
+		}
+	}
+	return why
+}
+
+// poolCandidate merges the runs' series by key (order: first seen) and
+// their bounds.
+func poolCandidate(runs []Run) (cand map[string]*Series, order []string, bounds Bounds) {
+	cand = map[string]*Series{}
+	bounds = runs[0].Bounds
 	for _, r := range runs {
 		bounds = bounds.merge(r.Bounds)
 		for _, s := range r.Series() {
@@ -228,17 +280,14 @@ func Check(bl *Baseline, runs []Run, cfg Config) *Report {
 			order = append(order, s.Key())
 		}
 	}
-	for _, s := range bl.Series {
-		if _, ok := cand[s.Key()]; !ok {
-			rep.Incomparable = append(rep.Incomparable, "missing metric in the candidate: "+s.Key())
-		}
-	}
-	if len(rep.Incomparable) > 0 {
-		rep.Verdict = Incomparable
-		return rep
-	}
-	exact := bl.Kind == "simulation_only"
-	levels, comparable := map[string]bool{}, map[string]bool{}
+	return cand, order, bounds
+}
+
+// compareSeries adds a Result for each baseline series to rep: compared
+// on the valid runs of both sides, else skipped. It returns the levels
+// seen and those valid on both sides.
+func (rep *Report) compareSeries(bl *Baseline, cand map[string]*Series, exact bool, cfg Config) (levels, comparable map[string]bool) {
+	levels, comparable = map[string]bool{}, map[string]bool{}
 	for _, s := range bl.Series {
 		c := cand[s.Key()]
 		lk := levelKey(s)
@@ -266,106 +315,115 @@ func Check(bl *Baseline, runs []Run, cfg Config) *Report {
 		res.Excluded = excluded(s, *c)
 		rep.Results = append(rep.Results, res)
 	}
-	holm(rep.Results, cfg.alpha())
-	for i := range rep.Results {
-		if rep.Results[i].Verdict != Invalid {
-			decide(&rep.Results[i], cfg)
+	return levels, comparable
+}
+
+// flagImplausible makes Suspect each compared result whose figures the
+// baseline's or the candidate's bounds cannot reach.
+func flagImplausible(rs []Result, base, cand Bounds) {
+	for i := range rs {
+		r := &rs[i]
+		if r.Verdict == Invalid {
+			continue
+		}
+		if why := implausible(r, levelResult(rs, r), base, cand); why != "" {
+			r.Reason = fmt.Sprintf("%s (the comparison alone: %s, %s)", why, r.Verdict, r.Reason)
+			r.Verdict = Suspect
 		}
 	}
-	if !exact { // simulation_only records are the brief's model, not a measurement
-		for i := range rep.Results {
-			r := &rep.Results[i]
-			if r.Verdict == Invalid {
-				continue
-			}
-			if why := implausible(r, levelResult(rep.Results, r), bl.Bounds, bounds); why != "" {
-				r.Reason = fmt.Sprintf("%s (the comparison alone: %s, %s)", why, r.Verdict, r.Reason)
-				r.Verdict = Suspect
-			}
-		}
-	}
-	for i := range rep.Results {
-		if r := &rep.Results[i]; r.Excluded != "" {
-			r.Reason += "; compared without " + r.Excluded
-		}
-	}
-	rep.InvalidLevels = invalidLevels(rep.Results)
-	counts := map[Verdict]int{}
-	tails, brackets, perRun := 0, 0, map[string]int{}
-	for i := range rep.Results {
-		r := &rep.Results[i]
+}
+
+// tally counts a report's results: by verdict, with a pooled tail, with a
+// capacity bracket, and compared per run (by why).
+type tally struct {
+	counts          map[Verdict]int
+	tails, brackets int
+	perRun          map[string]int
+}
+
+// tallyResults counts rs, dropping each one's samples: the report shows
+// the pooled figures (Tail), not every request.
+func tallyResults(rs []Result) tally {
+	t := tally{counts: map[Verdict]int{}, perRun: map[string]int{}}
+	for i := range rs {
+		r := &rs[i]
 		r.Series.Samples = nil // the report shows the pooled figures (Tail), not every request
-		counts[r.Verdict]++
+		t.counts[r.Verdict]++
 		if r.Tail != nil {
-			tails++
+			t.tails++
 		}
 		if r.Bracket != nil {
-			brackets++
+			t.brackets++
 		}
 		if r.perRun != "" {
-			perRun[r.perRun]++
+			t.perRun[r.perRun]++
 		}
 	}
-	rep.Verdict = Pass
+	return t
+}
+
+// verdict is the report's verdict: Unusable when no level is valid on
+// both sides (noLevel) or every one of the n results is Invalid, else the
+// worst result's.
+func (t tally) verdict(noLevel bool, n int) Verdict {
 	switch {
-	case len(levels) > 0 && len(comparable) == 0, len(rep.Results) > 0 && counts[Invalid] == len(rep.Results):
-		rep.Verdict = Unusable
-	case counts[Suspect] > 0:
-		rep.Verdict = Suspect
-	case counts[Fail] > 0:
-		rep.Verdict = Fail
-	case counts[Warn] > 0:
-		rep.Verdict = Warn
-	case counts[Improved] > 0:
-		rep.Verdict = Improved
+	case noLevel, n > 0 && t.counts[Invalid] == n:
+		return Unusable
+	case t.counts[Suspect] > 0:
+		return Suspect
+	case t.counts[Fail] > 0:
+		return Fail
+	case t.counts[Warn] > 0:
+		return Warn
+	case t.counts[Improved] > 0:
+		return Improved
 	}
+	return Pass
+}
+
+// notes explain a report of verdict v over rs: how it compared, the
+// rules its tails and brackets followed, and what to do about invalid,
+// suspect, failed and improved metrics.
+func (t tally) notes(v Verdict, exact bool, rs []Result, cfg Config) []string {
+	var notes []string
 	tested := 0
-	for _, r := range rep.Results {
+	for _, r := range rs {
 		if r.tested {
 			tested++
 		}
 	}
-	if rep.Verdict == Unusable {
-		rep.Notes = append(rep.Notes, "no level is valid in both the baseline and the candidate: nothing could be compared (exit 2); "+
+	if v == Unusable {
+		notes = append(notes, "no level is valid in both the baseline and the candidate: nothing could be compared (exit 2); "+
 			"invalid levels never decide a verdict — see each level's reasons, and the record's verdict_rule")
 	} else if exact {
-		rep.Notes = append(rep.Notes, "simulation_only records are deterministic: every metric is compared exactly")
+		notes = append(notes, "simulation_only records are deterministic: every metric is compared exactly")
 	} else {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("significance: one-sided at α=%g, Holm-adjusted over %d tested metrics (family-wise false-alarm rate ≤ α)", cfg.alpha(), tested))
+		notes = append(notes, fmt.Sprintf("significance: one-sided at α=%g, Holm-adjusted over %d tested metrics (family-wise false-alarm rate ≤ α)", cfg.alpha(), tested))
 	}
-	if tails > 0 {
-		rep.Notes = append(rep.Notes, "tails: "+TailRule)
+	if t.tails > 0 {
+		notes = append(notes, "tails: "+TailRule)
 	}
-	if brackets > 0 {
-		rep.Notes = append(rep.Notes, "capacity: "+CapacityRule)
+	if t.brackets > 0 {
+		notes = append(notes, "capacity: "+CapacityRule)
 	}
-	for _, why := range sortedKeys(perRun) {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("%d tail metrics were compared per run, each run's p99 a maximum of its few requests: %s", perRun[why], why))
+	for _, why := range sortedKeys(t.perRun) {
+		notes = append(notes, fmt.Sprintf("%d tail metrics were compared per run, each run's p99 a maximum of its few requests: %s", t.perRun[why], why))
 	}
-	if n := counts[Invalid]; n > 0 && rep.Verdict != Unusable {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("%d metrics were not compared: their level is invalid on one side (or, for the objective, not every level is valid); invalid levels are never pass or fail", n))
+	if n := t.counts[Invalid]; n > 0 && v != Unusable {
+		notes = append(notes, fmt.Sprintf("%d metrics were not compared: their level is invalid on one side (or, for the objective, not every level is valid); invalid levels are never pass or fail", n))
 	}
-	if counts[Suspect] > 0 {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("%d metrics are suspect (%s): the figures are more likely a measurement artefact than the deployment's; "+
+	if t.counts[Suspect] > 0 {
+		notes = append(notes, fmt.Sprintf("%d metrics are suspect (%s): the figures are more likely a measurement artefact than the deployment's; "+
 			"the check fails (exit 1) until the measurement is explained — check the records' cache procedure and time scale, and rebuild the baseline if its values are the implausible ones",
-			counts[Suspect], PlausibilityRule))
-		if counts[Fail] > 0 {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("%d metrics also failed; with a suspect measurement, check it before reading them as regressions", counts[Fail]))
+			t.counts[Suspect], PlausibilityRule))
+		if t.counts[Fail] > 0 {
+			notes = append(notes, fmt.Sprintf("%d metrics also failed; with a suspect measurement, check it before reading them as regressions", t.counts[Fail]))
 		}
 	}
-	if counts[Improved] > 0 && rep.Verdict != Suspect {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("%d metrics improved beyond their thresholds: consider `hone gate baseline update`", counts[Improved]))
+	if t.counts[Improved] > 0 && v != Suspect {
+		notes = append(notes, fmt.Sprintf("%d metrics improved beyond their thresholds: consider `hone gate baseline update`", t.counts[Improved]))
 	}
-	extra := 0
-	for _, k := range order {
-		if !bl.has(k) {
-			extra++
-		}
-	}
-	if extra > 0 {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("%d candidate metrics have no baseline and were not compared", extra))
-	}
-	return rep
+	return notes
 }
 
 func sortedKeys(m map[string]int) []string {

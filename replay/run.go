@@ -129,6 +129,31 @@ func (o *Options) defaults() error {
 	if o.RequestTimeout == 0 {
 		o.RequestTimeout = DefaultRequestTimeout
 	}
+	if err := o.checkTarget(); err != nil {
+		return err
+	}
+	if err := o.checkLoad(); err != nil {
+		return err
+	}
+	for _, e := range []*string{&o.Endpoint, &o.TokenizeEndpoint} {
+		if *e == "" {
+			continue
+		}
+		n, err := normalEndpoint(*e)
+		if err != nil {
+			return err
+		}
+		*e = n
+	}
+	if o.TokenizeEndpoint == "" {
+		o.TokenizeEndpoint = o.Endpoint
+	}
+	return o.checkLevels()
+}
+
+// checkTarget checks what the options say about the server: its URL, its
+// model, its kind and the cache procedure.
+func (o *Options) checkTarget() error {
 	switch {
 	case o.Endpoint == "":
 		return &ParamError{"endpoint", `""`, "the server's base URL, e.g. http://127.0.0.1:8000"}
@@ -138,6 +163,14 @@ func (o *Options) defaults() error {
 		return &ParamError{"kind", fmt.Sprintf("%q", o.Kind), `"emulated" (hone sim serve), "device" (real vLLM), "unverified", or empty to discover`}
 	case o.Cache != "" && o.Cache != CacheReset && o.Cache != CacheFreshPrefixes:
 		return &ParamError{"cache", fmt.Sprintf("%q", o.Cache), `"reset_prefix_cache", "fresh_prefixes", or empty to choose`}
+	}
+	return nil
+}
+
+// checkLoad checks what the options say about the load: its levels, runs,
+// time scale, timeout, GPUs and objectives.
+func (o *Options) checkLoad() error {
+	switch {
 	case len(o.QPS) > 0 && len(o.Concurrency) > 0:
 		return &ParamError{"max-concurrency", o.Concurrency, "either offered rates (qps, open loop) or clients (max-concurrency, closed loop), not both"}
 	case len(o.QPS) == 0 && len(o.Concurrency) == 0:
@@ -155,19 +188,12 @@ func (o *Options) defaults() error {
 	case !(o.SLO.TTFTMillis > 0) || !(o.SLO.TPOTMillis > 0):
 		return &ParamError{"slo", o.SLO, "positive TTFT and TPOT objectives"}
 	}
-	for _, e := range []*string{&o.Endpoint, &o.TokenizeEndpoint} {
-		if *e == "" {
-			continue
-		}
-		n, err := normalEndpoint(*e)
-		if err != nil {
-			return err
-		}
-		*e = n
-	}
-	if o.TokenizeEndpoint == "" {
-		o.TokenizeEndpoint = o.Endpoint
-	}
+	return nil
+}
+
+// checkLevels checks the workload at every level and the shard, which it
+// copies.
+func (o *Options) checkLevels() error {
 	for _, q := range o.QPS {
 		if err := o.Workload.Params(q).Validate(); err != nil {
 			return err
@@ -270,23 +296,50 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 	}
 	rec.Workload.Sessions = prompts.Prefixes
 	rec.Workload.SuffixVocab = prompts.VocabSize()
-	if opts.Shard != nil && opts.Shard.Index != 0 && opts.Cache == CacheReset {
-		// Shard 0 resets for every shard; probing would reset too.
-		rec.Cache, err = CacheState{Procedure: CacheReset}, nil
-	} else {
-		rec.Cache, err = chooseCache(ctx, eng, opts.Cache)
-	}
-	if opts.Shard != nil && rec.Cache.Procedure == CacheReset {
-		rec.Cache.Detail = fmt.Sprintf("POST /reset_prefix_cache before every level, sent by shard 0 of %d for every shard", opts.Shard.Count)
-	}
-	if err != nil {
+	if rec.Cache, err = cacheFor(ctx, eng, opts); err != nil {
 		var pe *ParamError
 		if errors.As(err, &pe) {
 			return nil, err
 		}
 		return fail(err)
 	}
+	setNonces(rec, opts)
+	rec.CachedTokensRule = CachedTokensAsReported
+	if len(opts.Concurrency) > 0 {
+		rec.Workload.QPS, rec.Workload.Load, rec.Workload.Concurrency = []float64{}, LoadClosed, opts.Concurrency
+	}
+	r := &runner{opts: opts, eng: eng, tok: tok, prompts: prompts, cache: rec.Cache.Procedure, nonce: rec.Cache.Nonce, tb: tb, idNonce: rec.RequestIDNonce,
+		cl: &client{http: hc, url: opts.Endpoint + "/v1/completions", scale: opts.TimeScale,
+			timeout: time.Duration(float64(opts.RequestTimeout) * opts.TimeScale), tb: tb}}
+	r.plan()
+	stopProgress := r.startProgress()
+	defer stopProgress()
+	if err := r.runAll(ctx, rec); err != nil {
+		return fail(err)
+	}
+	rec.finish()
+	return rec, nil
+}
 
+// cacheFor is the cache procedure of a replay of opts: the reset shard 0
+// of a sharded replay sends for every shard, or the one chooseCache
+// finds the engine supports.
+func cacheFor(ctx context.Context, eng *engine, opts Options) (cache CacheState, err error) {
+	if opts.Shard != nil && opts.Shard.Index != 0 && opts.Cache == CacheReset {
+		// Shard 0 resets for every shard; probing would reset too.
+		cache, err = CacheState{Procedure: CacheReset}, nil
+	} else {
+		cache, err = chooseCache(ctx, eng, opts.Cache)
+	}
+	if opts.Shard != nil && cache.Procedure == CacheReset {
+		cache.Detail = fmt.Sprintf("POST /reset_prefix_cache before every level, sent by shard 0 of %d for every shard", opts.Shard.Count)
+	}
+	return cache, err
+}
+
+// setNonces draws the record's prefix nonce (fresh prefixes) and request
+// id nonce; a sharded replay's are its shards' common ones.
+func setNonces(rec *Record, opts Options) {
 	if rec.Cache.Procedure == CacheFreshPrefixes {
 		rec.Cache.Nonce = opts.PrefixNonce
 		if opts.Shard != nil && rec.Cache.Nonce == 0 {
@@ -300,13 +353,12 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 	if opts.Shard != nil {
 		rec.RequestIDNonce = fmt.Sprintf("%08x", uint32(opts.Shard.nonce(2)))
 	}
-	rec.CachedTokensRule = CachedTokensAsReported
-	if len(opts.Concurrency) > 0 {
-		rec.Workload.QPS, rec.Workload.Load, rec.Workload.Concurrency = []float64{}, LoadClosed, opts.Concurrency
-	}
-	r := &runner{opts: opts, eng: eng, tok: tok, prompts: prompts, cache: rec.Cache.Procedure, nonce: rec.Cache.Nonce, tb: tb, idNonce: rec.RequestIDNonce,
-		cl: &client{http: hc, url: opts.Endpoint + "/v1/completions", scale: opts.TimeScale,
-			timeout: time.Duration(float64(opts.RequestTimeout) * opts.TimeScale), tb: tb}}
+}
+
+// plan sets the shard's schedule, if any, and the requests and schedule
+// time the progress report starts from.
+func (r *runner) plan() {
+	opts := r.opts
 	if opts.Shard != nil {
 		r.shard = newShardPlan(*opts.Shard, opts, r.levelSpan)
 	}
@@ -319,15 +371,18 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 		r.totalPlanned += n * opts.Runs
 		r.remaining += r.levelSpan(q) * time.Duration(opts.Runs)
 	}
-	stopProgress := r.startProgress()
-	defer stopProgress()
-	for run := range opts.Runs {
+}
+
+// runAll runs every level of every run into rec; an error is a level's
+// setup failure or ctx's end, with rec holding the runs so far.
+func (r *runner) runAll(ctx context.Context, rec *Record) error {
+	for run := range r.opts.Runs {
 		rr := RunRecord{Run: run}
 		for li, q := range r.levelKeys() {
 			lr, err := r.level(ctx, run, li, q)
 			if err != nil {
 				rec.Runs = append(rec.Runs, rr)
-				return fail(err)
+				return err
 			}
 			rr.Levels = append(rr.Levels, lr)
 			if r.opts.CachedTokensReported || r.detailsSeen {
@@ -340,11 +395,10 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 		}
 		rec.Runs = append(rec.Runs, rr)
 		if ctx.Err() != nil {
-			return fail(fmt.Errorf("interrupted during run %d: %w", run, context.Cause(ctx)))
+			return fmt.Errorf("interrupted during run %d: %w", run, context.Cause(ctx))
 		}
 	}
-	rec.finish()
-	return rec, nil
+	return nil
 }
 
 // finish sums outcomes and validation over every request and judges the
@@ -457,6 +511,60 @@ func (r *runner) level(ctx context.Context, run, li int, qps float64) (LevelReco
 	}
 	lr := LevelRecord{Level: LevelOf(qps), Planned: len(reqs), Outcomes: map[string]int{}, Failures: map[string]int{},
 		PrefixSeed: w.Seed}
+	bg := context.WithoutCancel(ctx)
+	prompts, err := r.coldStart(ctx, &lr, run, qps)
+	if err != nil {
+		return lr, err
+	}
+	records, bodies := r.encodeLevel(&lr, prompts, run, qps, all, reqs)
+
+	if r.leads() {
+		lr.Counters.Before, _ = r.eng.scrape(bg)
+	}
+
+	r.beginLevel(run, li, qps, len(reqs))
+	start := time.Now()
+	var late time.Duration
+	g := run*len(r.opts.QPS) + li
+	if r.shard != nil {
+		// Every shard starts the level at the same instant, ready or not.
+		start = r.shard.starts[g]
+		late = time.Since(start)
+	}
+	lr.StartedAt = r.tb.Stamp(start)
+	sent := r.send(ctx, &lr, start, reqs, bodies, records, clients)
+	var overrun time.Duration
+	if r.shard != nil && ctx.Err() == nil {
+		drain := r.shard.drains[g]
+		overrun = time.Since(drain)
+		if r.leads() && overrun < 0 {
+			// The other shards' requests may still run: the counters
+			// after the level are read at its drain deadline.
+			finesleep.Until(ctx, drain)
+		}
+	}
+	if r.leads() {
+		lr.Counters.After, _ = r.eng.scrape(bg)
+	}
+	lr.Requests = records[:sent]
+	lr.Sent = sent
+	lr.Complete = sent == len(reqs) && ctx.Err() == nil
+	r.fillCachedTokens(lr.Requests)
+	if r.shard != nil {
+		r.shard.settle(&lr, all, reqs, late, overrun, r.opts)
+	} else {
+		lr.summarize(reqs, r.opts.SLO, r.opts.GPUs)
+		lr.judge(r.opts.SLO, r.opts.TimeScale)
+	}
+	r.endLevel(len(reqs))
+	return lr, nil
+}
+
+// coldStart brings the engine's cache to the level's cold state: a reset
+// (invalidating lr where it fails), or prompts on fresh prefixes, which it
+// returns (else the replay's). An error is a setup failure.
+func (r *runner) coldStart(ctx context.Context, lr *LevelRecord, run int, qps float64) (*Prompts, error) {
+	w := r.opts.Workload
 	prompts := r.prompts
 	bg := context.WithoutCancel(ctx)
 	switch r.cache {
@@ -472,10 +580,16 @@ func (r *runner) level(ctx context.Context, run, li int, qps float64) (LevelReco
 		lw.Seed = LevelPrefixSeed(w.Seed^r.nonce, run, qps)
 		p, err := BuildPrompts(ctx, lw, r.tok.tokenize)
 		if err != nil {
-			return lr, fmt.Errorf("build prompts for run %d, %g req/s (fresh prefixes, seed %d): %w", run+1, qps, lw.Seed, err)
+			return nil, fmt.Errorf("build prompts for run %d, %g req/s (fresh prefixes, seed %d): %w", run+1, qps, lw.Seed, err)
 		}
 		prompts, lr.PrefixSeed = p, lw.Seed
 	}
+	return prompts, nil
+}
+
+// encodeLevel is the records and request bodies of reqs (this process's
+// share of the level's requests all), and sets lr's hash of every prompt.
+func (r *runner) encodeLevel(lr *LevelRecord, prompts *Prompts, run int, qps float64, all, reqs []Request) ([]RequestRecord, [][]byte) {
 	records := make([]RequestRecord, len(reqs))
 	bodies := make([][]byte, len(reqs))
 	hashes := sha256.New()
@@ -498,21 +612,14 @@ func (r *runner) level(ctx context.Context, run, li int, qps float64) (LevelReco
 		i++
 	}
 	lr.PromptsSHA256 = hex.EncodeToString(hashes.Sum(nil))
+	return records, bodies
+}
 
-	if r.leads() {
-		lr.Counters.Before, _ = r.eng.scrape(bg)
-	}
-
-	r.beginLevel(run, li, qps, len(reqs))
-	start := time.Now()
-	var late time.Duration
-	g := run*len(r.opts.QPS) + li
-	if r.shard != nil {
-		// Every shard starts the level at the same instant, ready or not.
-		start = r.shard.starts[g]
-		late = time.Since(start)
-	}
-	lr.StartedAt = r.tb.Stamp(start)
+// send dispatches the level's requests from start and returns how many
+// were sent; once the warm-up requests have ended (and ctx has not), the
+// leading process reads lr's warm-up counters.
+func (r *runner) send(ctx context.Context, lr *LevelRecord, start time.Time, reqs []Request, bodies [][]byte, records []RequestRecord, clients int) int {
+	bg := context.WithoutCancel(ctx)
 	at := func(ms float64) time.Time { return start.Add(time.Duration(ms * r.opts.TimeScale * 1e6)) }
 
 	var warm sync.WaitGroup
@@ -542,31 +649,7 @@ func (r *runner) level(ctx context.Context, run, li int, qps float64) (LevelReco
 		warm.Done()
 	}
 	<-midDone
-	var overrun time.Duration
-	if r.shard != nil && ctx.Err() == nil {
-		drain := r.shard.drains[g]
-		overrun = time.Since(drain)
-		if r.leads() && overrun < 0 {
-			// The other shards' requests may still run: the counters
-			// after the level are read at its drain deadline.
-			finesleep.Until(ctx, drain)
-		}
-	}
-	if r.leads() {
-		lr.Counters.After, _ = r.eng.scrape(bg)
-	}
-	lr.Requests = records[:sent]
-	lr.Sent = sent
-	lr.Complete = sent == len(reqs) && ctx.Err() == nil
-	r.fillCachedTokens(lr.Requests)
-	if r.shard != nil {
-		r.shard.settle(&lr, all, reqs, late, overrun, r.opts)
-	} else {
-		lr.summarize(reqs, r.opts.SLO, r.opts.GPUs)
-		lr.judge(r.opts.SLO, r.opts.TimeScale)
-	}
-	r.endLevel(len(reqs))
-	return lr, nil
+	return sent
 }
 
 // leads reports whether this replay resets the engine's prefix cache and

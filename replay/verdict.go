@@ -233,6 +233,36 @@ func lateScale(late, b, lag, model, f float64) float64 {
 	return max(a*(1-f)-f*lag, 0) / (f*model + b*(1-f))
 }
 
+// judgeCounters adds counter_contamination to the level's verdict where
+// its hit rates are out of range or its prefix-cache queries do not
+// match the prompt tokens it sent.
+func judgeCounters(lr *LevelRecord) {
+	v := &lr.Verdict
+	for _, r := range []struct {
+		name string
+		h    *float64
+	}{{"hit_rate_metrics", lr.HitRateMetrics}, {"hit_rate_metrics_measure", lr.HitRateMetricsMeasure}, {"hit_rate_cached_tokens", lr.HitRateCachedTokens}} {
+		if r.h != nil && (*r.h < 0 || *r.h > 1 || math.IsNaN(*r.h)) {
+			v.add(ReasonCounterContamination, "%s %.4g is outside [0, 1]", r.name, *r.h)
+		}
+	}
+	if _, dq, ok := counterDelta(lr.Counters.Before, lr.Counters.After); ok && dq != 0 {
+		var reached, sent float64
+		for _, q := range lr.Requests {
+			sent += float64(q.InputTokens)
+			if q.FirstMs != nil {
+				reached += float64(q.InputTokens)
+			}
+		}
+		switch {
+		case dq < reached:
+			v.add(ReasonCounterContamination, "prefix-cache queries grew by %.0f tokens, fewer than the %.0f prompt tokens that reached the engine (counters reset or restarted)", dq, reached)
+		case dq > CounterQueryFactor*sent:
+			v.add(ReasonCounterContamination, "prefix-cache queries grew by %.0f tokens, more than %g× the %.0f prompt tokens sent (traffic that is not this level's)", dq, CounterQueryFactor, sent)
+		}
+	}
+}
+
 // judge sets the level's verdict from what the level measured. Reasons
 // added by Invalidate before are kept.
 func (lr *LevelRecord) judge(target slo.SLO, timeScale float64) {
@@ -285,29 +315,7 @@ func (lr *LevelRecord) judge(target slo.SLO, timeScale float64) {
 			break
 		}
 	}
-	for _, r := range []struct {
-		name string
-		h    *float64
-	}{{"hit_rate_metrics", lr.HitRateMetrics}, {"hit_rate_metrics_measure", lr.HitRateMetricsMeasure}, {"hit_rate_cached_tokens", lr.HitRateCachedTokens}} {
-		if r.h != nil && (*r.h < 0 || *r.h > 1 || math.IsNaN(*r.h)) {
-			v.add(ReasonCounterContamination, "%s %.4g is outside [0, 1]", r.name, *r.h)
-		}
-	}
-	if _, dq, ok := counterDelta(lr.Counters.Before, lr.Counters.After); ok && dq != 0 {
-		var reached, sent float64
-		for _, q := range lr.Requests {
-			sent += float64(q.InputTokens)
-			if q.FirstMs != nil {
-				reached += float64(q.InputTokens)
-			}
-		}
-		switch {
-		case dq < reached:
-			v.add(ReasonCounterContamination, "prefix-cache queries grew by %.0f tokens, fewer than the %.0f prompt tokens that reached the engine (counters reset or restarted)", dq, reached)
-		case dq > CounterQueryFactor*sent:
-			v.add(ReasonCounterContamination, "prefix-cache queries grew by %.0f tokens, more than %g× the %.0f prompt tokens sent (traffic that is not this level's)", dq, CounterQueryFactor, sent)
-		}
-	}
+	judgeCounters(lr)
 	if perReq > EmulatorBoundTTFTFraction*lr.P50TTFTMs {
 		v.addScaled(ReasonEmulatorBound, lateScale(perReq, modelReq, lr.DispatchLagP50Ms, model, EmulatorBoundTTFTFraction), "%.0f KV pulls ended after their modelled end because the bytes had not crossed this host's side channel: "+
 			"%.3g model ms added per measured request, > %g%% of the median TTFT %.3g ms (slow the engine, not the client: a larger emulator.time_scale in the deployment spec, or hone sim serve --time-scale, or hone optimize --time-scale; or a host that keeps the modelled link)",

@@ -40,50 +40,8 @@ func (d *doc) predictedFigure() *figure {
 	p.X.Label.Text = d.words("predicted objective (req/s)")
 	p.Y.Label.Text = fmt.Sprintf("%s %s (req/s)", d.prov.tag(), d.objectiveWord())
 
-	profiles := slices.Clone(pl.Profiles)
-	type group struct{ filled plotter.XYs }
-	groups := map[string]*group{}
-	var labels plotter.XYLabels
-	var unpredicted, failed, ineligible []string
-	var bars []plot.Plotter
-	lim := 0.0
-	for _, t := range d.all() {
-		pr := t.Predicted
-		switch {
-		case pr == nil || pr.Error != "":
-			unpredicted = append(unpredicted, fmt.Sprint(t.N))
-			continue
-		case t.Error != "":
-			failed = append(failed, fmt.Sprint(t.N))
-			continue
-		case !t.Eligible:
-			// Its objective decides nothing (0 where no run counted):
-			// drawn, it would read as a prediction that missed.
-			ineligible = append(ineligible, fmt.Sprint(t.N))
-			continue
-		}
-		i := slices.Index(profiles, pr.Profile)
-		if i < 0 {
-			profiles = append(profiles, pr.Profile)
-			i = len(profiles) - 1
-		}
-		g := groups[pr.Profile]
-		if g == nil {
-			g = &group{}
-			groups[pr.Profile] = g
-		}
-		xy := plotter.XY{X: pr.Objective, Y: t.Objective}
-		g.filled = append(g.filled, xy)
-		lim = max(lim, pr.Objective, t.Objective)
-		if lo, hi, ok := objectiveRange(t); ok {
-			rb := &rangeBars{style: draw.LineStyle{Color: profileLook(i).color, Width: vg.Points(1)}}
-			rb.add(pr.Objective, lo, hi)
-			bars = append(bars, rb)
-			lim = max(lim, hi)
-		}
-		labels.XYs = append(labels.XYs, xy)
-		labels.Labels = append(labels.Labels, fmt.Sprint(t.N))
-	}
+	pts := d.predictedPoints()
+	lim := pts.lim
 	if lim <= 0 {
 		lim = 1
 	}
@@ -102,24 +60,24 @@ func (d *doc) predictedFigure() *figure {
 	diag.Dashes = []vg.Length{vg.Points(5), vg.Points(4)}
 	// The band first, so that everything else is drawn over it.
 	p.Add(band, diag)
-	p.Add(bars...)
+	p.Add(pts.bars...)
 
-	for i, name := range profiles {
-		g := groups[name]
-		if g == nil {
+	for i, name := range pts.profiles {
+		filled, ok := pts.groups[name]
+		if !ok {
 			continue
 		}
 		lk := profileLook(i)
 		thumbs := []draw.GlyphStyle{lk.point()}
-		if len(g.filled) > 0 {
-			sc, _ := plotter.NewScatter(g.filled)
+		if len(filled) > 0 {
+			sc, _ := plotter.NewScatter(filled)
 			sc.GlyphStyle = lk.point()
 			p.Add(sc)
 		}
 		f.add(d.profileLegend(i, name), glyphRow(thumbs))
 	}
-	if len(labels.XYs) > 0 {
-		ls, _ := plotter.NewLabels(labels)
+	if len(pts.labels.XYs) > 0 {
+		ls, _ := plotter.NewLabels(pts.labels)
 		ls.Offset = vg.Point{X: vg.Points(5), Y: vg.Points(3)}
 		p.Add(ls)
 	}
@@ -133,8 +91,59 @@ func (d *doc) predictedFigure() *figure {
 		"the engine model predicted for it before it ran (req/s), labelled with the trial's number; colour and shape name the profile the "+
 		"prediction came from. The dashed line is measured = predicted; inside the grey band the objective error (measured − predicted) / "+
 		"measured is within the loop's bound, %s, and outside it the loop recalibrates the profile."), d.prov.tag(), pctBound(b))
-	f.caption += " " + d.words(leftOutSentence(len(d.lg.Trials), unpredicted, failed, ineligible))
+	f.caption += " " + d.words(leftOutSentence(len(d.lg.Trials), pts.unpredicted, pts.failed, pts.ineligible))
 	return f
+}
+
+// predictedPoints are predictedFigure's points: each profile's trials,
+// measured against predicted objective (profiles: the loop's, then those
+// only a prediction names), their labels and run ranges, the largest
+// value drawn, and the trials left out, by why.
+type predictedPoints struct {
+	profiles                        []string
+	groups                          map[string]plotter.XYs
+	labels                          plotter.XYLabels
+	bars                            []plot.Plotter
+	lim                             float64
+	unpredicted, failed, ineligible []string
+}
+
+// predictedPoints gathers predictedFigure's points from the trials.
+func (d *doc) predictedPoints() predictedPoints {
+	pts := predictedPoints{profiles: slices.Clone(d.lg.Predict.Profiles), groups: map[string]plotter.XYs{}}
+	for _, t := range d.all() {
+		pr := t.Predicted
+		switch {
+		case pr == nil || pr.Error != "":
+			pts.unpredicted = append(pts.unpredicted, fmt.Sprint(t.N))
+			continue
+		case t.Error != "":
+			pts.failed = append(pts.failed, fmt.Sprint(t.N))
+			continue
+		case !t.Eligible:
+			// Its objective decides nothing (0 where no run counted):
+			// drawn, it would read as a prediction that missed.
+			pts.ineligible = append(pts.ineligible, fmt.Sprint(t.N))
+			continue
+		}
+		i := slices.Index(pts.profiles, pr.Profile)
+		if i < 0 {
+			pts.profiles = append(pts.profiles, pr.Profile)
+			i = len(pts.profiles) - 1
+		}
+		xy := plotter.XY{X: pr.Objective, Y: t.Objective}
+		pts.groups[pr.Profile] = append(pts.groups[pr.Profile], xy)
+		pts.lim = max(pts.lim, pr.Objective, t.Objective)
+		if lo, hi, ok := objectiveRange(t); ok {
+			rb := &rangeBars{style: draw.LineStyle{Color: profileLook(i).color, Width: vg.Points(1)}}
+			rb.add(pr.Objective, lo, hi)
+			pts.bars = append(pts.bars, rb)
+			pts.lim = max(pts.lim, hi)
+		}
+		pts.labels.XYs = append(pts.labels.XYs, xy)
+		pts.labels.Labels = append(pts.labels.Labels, fmt.Sprint(t.N))
+	}
+	return pts
 }
 
 // profileLegend names profile i: the start, or the trial it was

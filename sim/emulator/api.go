@@ -173,6 +173,24 @@ func (raw *rawSampling) apply(req *CompletionRequest, lim Limits, maxTokens *int
 	if req.hasBadID {
 		return badRequest("Token id %d is out of vocabulary", req.badID)
 	}
+	if err := raw.applyFlags(req); err != nil {
+		return err
+	}
+	if err := raw.applyLengths(req, lim, maxTokens, chat); err != nil {
+		return err
+	}
+	if err := raw.applyKVTransfer(req); err != nil {
+		return err
+	}
+	if raw.RequestID != nil {
+		req.RequestID = *raw.RequestID
+	}
+	return nil
+}
+
+// applyFlags validates and fills req's choice count, temperature and
+// stream, EOS and token-id flags.
+func (raw *rawSampling) applyFlags(req *CompletionRequest) *APIError {
 	if raw.N != nil && *raw.N != 1 {
 		return badRequest("n must be 1: the emulator generates one choice per request, got %d.", *raw.N)
 	}
@@ -198,6 +216,12 @@ func (raw *rawSampling) apply(req *CompletionRequest, lim Limits, maxTokens *int
 	if raw.ReturnTokenIDs != nil {
 		req.ReturnTokenIDs = *raw.ReturnTokenIDs
 	}
+	return nil
+}
+
+// applyLengths checks the prompt against the context and fills req's
+// output bounds (apply's maxTokens and chat), checked against it.
+func (raw *rawSampling) applyLengths(req *CompletionRequest, lim Limits, maxTokens *int, chat bool) *APIError {
 	n := max(len(req.Prompt), req.promptLen)
 	if n >= lim.MaxModelLen {
 		return badRequest("This model's maximum context length is %d tokens. However, your request has %d input tokens. Please reduce the length of the input messages.", lim.MaxModelLen, n)
@@ -230,6 +254,11 @@ func (raw *rawSampling) apply(req *CompletionRequest, lim Limits, maxTokens *int
 			return badRequest("min_tokens must be less than or equal to max_tokens=%d, got %d.", req.MaxTokens, req.MinTokens)
 		}
 	}
+	return nil
+}
+
+// applyKVTransfer validates and fills req's kv_transfer_params.
+func (raw *rawSampling) applyKVTransfer(req *CompletionRequest) *APIError {
 	if p := raw.KVTransferParams; p != nil {
 		if p.DoRemoteDecode && p.DoRemotePrefill {
 			return badRequest("kv_transfer_params: do_remote_decode and do_remote_prefill cannot both be true")
@@ -243,9 +272,6 @@ func (raw *rawSampling) apply(req *CompletionRequest, lim Limits, maxTokens *int
 			}
 		}
 		req.KVTransferParams = p
-	}
-	if raw.RequestID != nil {
-		req.RequestID = *raw.RequestID
 	}
 	return nil
 }

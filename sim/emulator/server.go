@@ -149,6 +149,34 @@ type Server struct {
 }
 
 func (c *Config) resolve() (*Profile, error) {
+	p, err := c.resolveProfile()
+	if err != nil {
+		return nil, err
+	}
+	if c.Model == "" {
+		c.Model = p.Model.Name
+	}
+	c.resolveAddresses()
+	if err := c.resolveLimits(p); err != nil {
+		return nil, err
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Version == "" {
+		c.Version = "hone-emulator"
+	}
+	if err := c.Guard.Fill(); err != nil {
+		return nil, err
+	}
+	c.faults = c.Faults.state()
+	return p, nil
+}
+
+// resolveProfile checks c's role and resolves its profile: the given one
+// or the named one (DefaultProfile when none), at c's tensor parallelism
+// and KV cache dtype.
+func (c *Config) resolveProfile() (*Profile, error) {
 	if c.Role == "" {
 		c.Role = RoleColocated
 	}
@@ -191,9 +219,11 @@ func (c *Config) resolve() (*Profile, error) {
 	if err := p.WithKVCacheDType(c.KVCacheDType); err != nil {
 		return nil, fmt.Errorf("--kv-cache-dtype: %w", err)
 	}
-	if c.Model == "" {
-		c.Model = p.Model.Name
-	}
+	return p, nil
+}
+
+// resolveAddresses defaults c's listen and KV addresses and its engine id.
+func (c *Config) resolveAddresses() {
 	if c.Host == "" {
 		c.Host = "127.0.0.1"
 	}
@@ -211,17 +241,23 @@ func (c *Config) resolve() (*Profile, error) {
 		_, _ = rand.Read(b[:])
 		c.EngineID = "hone-emu-" + hex.EncodeToString(b[:])
 	}
+}
+
+// resolveLimits defaults and checks c's time scale, block size, scheduler
+// limits (the profile's where unset), memory utilisation and KV lease and
+// load-failure policy.
+func (c *Config) resolveLimits(p *Profile) error {
 	if c.TimeScale == 0 {
 		c.TimeScale = 1
 	}
 	if !(c.TimeScale > 0) || c.TimeScale > 1e6 {
-		return nil, fmt.Errorf("time scale %v: want a positive number", c.TimeScale)
+		return fmt.Errorf("time scale %v: want a positive number", c.TimeScale)
 	}
 	if c.BlockSize == 0 {
 		c.BlockSize = 16
 	}
 	if c.BlockSize < 1 || c.BlockSize > 1024 {
-		return nil, fmt.Errorf("block size %d: want 1..1024", c.BlockSize)
+		return fmt.Errorf("block size %d: want 1..1024", c.BlockSize)
 	}
 	if c.MaxNumSeqs == 0 {
 		c.MaxNumSeqs = p.MaxNumSeqs
@@ -233,14 +269,14 @@ func (c *Config) resolve() (*Profile, error) {
 		c.MaxModelLen = p.Model.MaxModelLen
 	}
 	if c.MaxNumSeqs < 1 || c.MaxNumBatchedTokens < 1 || c.MaxModelLen < 2 {
-		return nil, fmt.Errorf("max-num-seqs %d, max-num-batched-tokens %d, max-model-len %d: want >= 1, >= 1, >= 2",
+		return fmt.Errorf("max-num-seqs %d, max-num-batched-tokens %d, max-model-len %d: want >= 1, >= 1, >= 2",
 			c.MaxNumSeqs, c.MaxNumBatchedTokens, c.MaxModelLen)
 	}
 	if c.GPUMemoryUtilization == 0 {
 		c.GPUMemoryUtilization = 0.9
 	}
 	if !(c.GPUMemoryUtilization > 0 && c.GPUMemoryUtilization <= 1) {
-		return nil, fmt.Errorf("gpu memory utilization %v: want (0, 1]", c.GPUMemoryUtilization)
+		return fmt.Errorf("gpu memory utilization %v: want (0, 1]", c.GPUMemoryUtilization)
 	}
 	if c.KVLease == 0 {
 		c.KVLease = 480 * time.Second
@@ -250,19 +286,9 @@ func (c *Config) resolve() (*Profile, error) {
 		c.KVLoadFailurePolicy = "fail"
 	case "fail", "recompute":
 	default:
-		return nil, fmt.Errorf("kv load failure policy %q: want fail or recompute", c.KVLoadFailurePolicy)
+		return fmt.Errorf("kv load failure policy %q: want fail or recompute", c.KVLoadFailurePolicy)
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.Version == "" {
-		c.Version = "hone-emulator"
-	}
-	if err := c.Guard.Fill(); err != nil {
-		return nil, err
-	}
-	c.faults = c.Faults.state()
-	return p, nil
+	return nil
 }
 
 // resolveEngine resolves c (resolve) and sizes the KV cache: the
@@ -697,6 +723,12 @@ func (s *Server) generate(w http.ResponseWriter, hr *http.Request, copies int, p
 		s.stream(ctx, w, req, kind, r, abort)
 		return
 	}
+	s.answer(ctx, w, req, kind, r, abort)
+}
+
+// answer writes r's answer in one response once the engine has finished
+// it (a non-streaming request); abort ends r when the client goes first.
+func (s *Server) answer(ctx context.Context, w http.ResponseWriter, req *CompletionRequest, kind apiKind, r *request, abort func()) {
 	var res *Result
 	for res == nil {
 		select {
@@ -711,6 +743,7 @@ func (s *Server) generate(w http.ResponseWriter, hr *http.Request, copies int, p
 		writeError(w, &APIError{Object: "error", Message: res.Err.Error(), Type: "InternalServerError", Code: 500})
 		return
 	}
+	id, arrival := r.id, r.arrival
 	toks, _ := r.out.take(0)
 	text := make([]byte, 0, len(toks)*4)
 	for _, t := range toks {
@@ -754,11 +787,69 @@ func (s *Server) responded() {
 }
 
 func (s *Server) stream(ctx context.Context, w http.ResponseWriter, req *CompletionRequest, kind apiKind, r *request, abort func()) {
+	cw := s.newChunkWriter(w, req, kind, r)
+	for {
+		select {
+		case <-r.out.notify:
+		case <-ctx.Done():
+			abort()
+			return
+		}
+		toks, res := r.out.take(cw.sent)
+		if !cw.started {
+			if res != nil && res.Err != nil && len(toks) == 0 {
+				writeError(w, &APIError{Object: "error", Message: res.Err.Error(), Type: "InternalServerError", Code: 500})
+				return
+			}
+			if err := cw.start(); err != nil {
+				abort()
+				return
+			}
+		}
+		for i, t := range toks {
+			last := res != nil && i == len(toks)-1 && res.Err == nil && res.FinishReason != "abort"
+			if err := cw.token(t, last, res); err != nil {
+				abort()
+				return
+			}
+			if k := s.cfg.Faults.CutAfter; k > 0 && cw.sent == k && !last {
+				cw.flush()
+				s.eng.metrics.faultCuts.Inc()
+				abort()
+				panic(http.ErrAbortHandler) // closes the connection without a terminating chunk
+			}
+		}
+		if res != nil {
+			cw.end(res)
+			return
+		}
+		cw.flush()
+	}
+}
+
+// chunkWriter writes one streamed answer's server-sent events: its chunks
+// share a head rendered once, and one buffer.
+type chunkWriter struct {
+	s         *Server
+	w         http.ResponseWriter
+	fl        http.Flusher
+	req       *CompletionRequest
+	kind      apiKind
+	r         *request
+	buf       []byte
+	head      []byte // every chunk's start, to its "choices":[
+	prefix    []byte // a token chunk's start, to its text's value
+	textEnd   string // what closes a token chunk's text (a chat delta's brace)
+	promptIDs []byte // the first token chunk's ,"prompt_token_ids":[...], until sent
+	started   bool   // the head of the response was written
+	sent      int    // tokens sent
+}
+
+// newChunkWriter renders the head of r's chunks and, when req asks for
+// them, its prompt's ids.
+func (s *Server) newChunkWriter(w http.ResponseWriter, req *CompletionRequest, kind apiKind, r *request) *chunkWriter {
 	fl, _ := w.(http.Flusher)
-	created := r.arrival.Unix()
-	started := false
-	sent := 0
-	buf := make([]byte, 0, 512)
+	cw := &chunkWriter{s: s, w: w, fl: fl, req: req, kind: kind, r: r, buf: make([]byte, 0, 512)}
 	// Every chunk starts the same way; the rest is appended by hand, byte
 	// for byte what encoding/json writes for CompletionChunk (a chat token
 	// chunk carries its text as "delta":{"content":...} where a completion
@@ -767,125 +858,117 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, req *Complet
 	head = append(head, `,"object":`...)
 	head = append(head, mustJSON(kind.chunkObject)...)
 	head = append(head, `,"created":`...)
-	head = strconv.AppendInt(head, created, 10)
+	head = strconv.AppendInt(head, r.arrival.Unix(), 10)
 	head = append(head, `,"model":`...)
 	head = append(head, mustJSON(s.cfg.Model)...)
 	head = append(head, `,"choices":[`...)
-	prefix, textEnd := append(head[:len(head):len(head)], `{"index":0,"text":`...), ""
+	cw.head = head
+	cw.prefix, cw.textEnd = append(head[:len(head):len(head)], `{"index":0,"text":`...), ""
 	if kind.chat {
-		prefix, textEnd = append(head[:len(head):len(head)], `{"index":0,"delta":{"content":`...), "}"
+		cw.prefix, cw.textEnd = append(head[:len(head):len(head)], `{"index":0,"delta":{"content":`...), "}"
 	}
 	// The first chunk echoes the prompt's ids (tens of KiB of JSON for a
 	// coding prompt): render them now, while the engine prefills, rather
 	// than between the first token and its delivery.
-	var promptIDs []byte
 	if req.ReturnTokenIDs {
-		promptIDs = appendInts(append([]byte(nil), `,"prompt_token_ids":`...), req.Prompt)
+		cw.promptIDs = appendInts(append([]byte(nil), `,"prompt_token_ids":`...), req.Prompt)
 	}
-	writeEvent := func(v any) error {
-		b, err := json.Marshal(v)
-		if err != nil {
+	return cw
+}
+
+// start writes the response's head and, for chat, the role chunk.
+func (cw *chunkWriter) start() error {
+	w := cw.w
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	cw.started = true
+	if cw.kind.chat {
+		// vLLM's first chat chunk names the role, with the first
+		// output and on the same write; it carries prompt_token_ids.
+		cw.buf = appendRoleChunk(append(cw.buf[:0], cw.head...), cw.kind.role, cw.promptIDs)
+		cw.promptIDs = nil
+		if _, err := w.Write(cw.buf); err != nil {
 			return err
 		}
-		buf = append(buf[:0], "data: "...)
-		buf = append(buf, b...)
-		buf = append(buf, "\n\n"...)
-		_, err = w.Write(buf)
+	}
+	return nil
+}
+
+// token writes token t's chunk; the last one carries res's finish reason.
+func (cw *chunkWriter) token(t int, last bool, res *Result) error {
+	buf := append(cw.buf[:0], cw.prefix...)
+	buf = append(buf, cw.s.textJSON(t)...)
+	buf = append(buf, cw.textEnd...)
+	buf = append(buf, `,"logprobs":null,"finish_reason":`...)
+	if last {
+		buf = appendJSONString(buf, res.FinishReason)
+	} else {
+		buf = append(buf, "null"...)
+	}
+	if last || !cw.kind.chat { // vLLM's chat chunks name stop_reason only on the last one
+		buf = append(buf, `,"stop_reason":null`...)
+	}
+	if cw.req.ReturnTokenIDs {
+		buf = append(buf, `,"token_ids":[`...)
+		buf = strconv.AppendInt(buf, int64(t), 10)
+		buf = append(buf, ']')
+		if cw.sent == 0 {
+			buf = append(buf, cw.promptIDs...)
+			cw.promptIDs = nil
+		}
+	}
+	// No metrics here: vLLM puts them only on the usage chunk
+	// (stream_options.include_usage), never on a content chunk.
+	buf = append(buf, "}]"...)
+	buf = append(buf, "}\n\n"...)
+	cw.buf = buf
+	if _, err := cw.w.Write(buf); err != nil {
 		return err
 	}
-	for {
-		select {
-		case <-r.out.notify:
-		case <-ctx.Done():
-			abort()
-			return
+	cw.sent++
+	return nil
+}
+
+// end writes the stream's end after its last token: an in-stream error or
+// the usage chunk (when asked for), then [DONE].
+func (cw *chunkWriter) end(res *Result) {
+	s := cw.s
+	if res.Err != nil {
+		// In-stream errors use the newer vLLM shape {"error": {...}}.
+		_ = cw.event(map[string]any{"error": &APIError{Object: "error", Message: res.Err.Error(), Type: "InternalServerError", Code: 500}})
+	} else if cw.req.IncludeUsage {
+		chunk := CompletionChunk{ID: cw.r.id, Object: cw.kind.chunkObject, Created: cw.r.arrival.Unix(), Model: s.cfg.Model,
+			Choices: []CompletionChoice{}, Usage: s.usage(res)}
+		if s.cfg.EnablePerRequestMetrics {
+			chunk.Metrics = requestMetrics(res, s.cfg.TimeScale)
 		}
-		toks, res := r.out.take(sent)
-		if !started {
-			if res != nil && res.Err != nil && len(toks) == 0 {
-				writeError(w, &APIError{Object: "error", Message: res.Err.Error(), Type: "InternalServerError", Code: 500})
-				return
-			}
-			w.Header().Set("Content-Type", "text/event-stream")
-			w.Header().Set("Cache-Control", "no-cache")
-			w.WriteHeader(http.StatusOK)
-			started = true
-			if kind.chat {
-				// vLLM's first chat chunk names the role, with the first
-				// output and on the same write; it carries prompt_token_ids.
-				buf = appendRoleChunk(append(buf[:0], head...), kind.role, promptIDs)
-				promptIDs = nil
-				if _, err := w.Write(buf); err != nil {
-					abort()
-					return
-				}
-			}
-		}
-		for i, t := range toks {
-			last := res != nil && i == len(toks)-1 && res.Err == nil && res.FinishReason != "abort"
-			buf = append(buf[:0], prefix...)
-			buf = append(buf, s.textJSON(t)...)
-			buf = append(buf, textEnd...)
-			buf = append(buf, `,"logprobs":null,"finish_reason":`...)
-			if last {
-				buf = appendJSONString(buf, res.FinishReason)
-			} else {
-				buf = append(buf, "null"...)
-			}
-			if last || !kind.chat { // vLLM's chat chunks name stop_reason only on the last one
-				buf = append(buf, `,"stop_reason":null`...)
-			}
-			if req.ReturnTokenIDs {
-				buf = append(buf, `,"token_ids":[`...)
-				buf = strconv.AppendInt(buf, int64(t), 10)
-				buf = append(buf, ']')
-				if sent == 0 {
-					buf = append(buf, promptIDs...)
-					promptIDs = nil
-				}
-			}
-			// No metrics here: vLLM puts them only on the usage chunk
-			// (stream_options.include_usage), never on a content chunk.
-			buf = append(buf, "}]"...)
-			buf = append(buf, "}\n\n"...)
-			if _, err := w.Write(buf); err != nil {
-				abort()
-				return
-			}
-			sent++
-			if k := s.cfg.Faults.CutAfter; k > 0 && sent == k && !last {
-				if fl != nil {
-					fl.Flush()
-				}
-				s.eng.metrics.faultCuts.Inc()
-				abort()
-				panic(http.ErrAbortHandler) // closes the connection without a terminating chunk
-			}
-		}
-		if res != nil {
-			if res.Err != nil {
-				// In-stream errors use the newer vLLM shape {"error": {...}}.
-				_ = writeEvent(map[string]any{"error": &APIError{Object: "error", Message: res.Err.Error(), Type: "InternalServerError", Code: 500}})
-			} else if req.IncludeUsage {
-				chunk := CompletionChunk{ID: r.id, Object: kind.chunkObject, Created: created, Model: s.cfg.Model,
-					Choices: []CompletionChoice{}, Usage: s.usage(res)}
-				if s.cfg.EnablePerRequestMetrics {
-					chunk.Metrics = requestMetrics(res, s.cfg.TimeScale)
-				}
-				_ = writeEvent(chunk)
-			}
-			_, err := w.Write([]byte("data: [DONE]\n\n"))
-			if fl != nil {
-				fl.Flush()
-			}
-			if err == nil && res.Err == nil && res.FinishReason != "abort" {
-				s.responded()
-			}
-			return
-		}
-		if fl != nil {
-			fl.Flush()
-		}
+		_ = cw.event(chunk)
+	}
+	_, err := cw.w.Write([]byte("data: [DONE]\n\n"))
+	cw.flush()
+	if err == nil && res.Err == nil && res.FinishReason != "abort" {
+		s.responded()
+	}
+}
+
+// event writes v as one event, encoded by encoding/json.
+func (cw *chunkWriter) event(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	cw.buf = append(cw.buf[:0], "data: "...)
+	cw.buf = append(cw.buf, b...)
+	cw.buf = append(cw.buf, "\n\n"...)
+	_, err = cw.w.Write(cw.buf)
+	return err
+}
+
+// flush sends what was written, where the writer can.
+func (cw *chunkWriter) flush() {
+	if cw.fl != nil {
+		cw.fl.Flush()
 	}
 }
 
