@@ -1,11 +1,11 @@
 package diagnose
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"sort"
+
+	"github.com/hone-llm/hone/schema"
 )
 
 // KernelExchange is one HTTP request and its response as the daemon saw
@@ -49,30 +49,6 @@ func (x KernelExchange) FirstTokenNs(head HeadSend) int64 {
 	return x.SecondSendNs
 }
 
-// snapshotEvidence is the part of a daemon snapshot the kernel-evidence
-// split reads.
-type snapshotEvidence struct {
-	SchemaVersion int    `json:"schema_version"`
-	Clock         string `json:"clock"`
-	Exchanges     []struct {
-		PID        int    `json:"pid"`
-		Local      string `json:"local"`
-		Remote     string `json:"remote"`
-		Received   int64  `json:"request_start_monotonic_ns"`
-		FirstSend  int64  `json:"first_send_monotonic_ns"`
-		SecondSend int64  `json:"second_send_monotonic_ns"`
-		LastSend   int64  `json:"last_send_monotonic_ns"`
-		Sends      int    `json:"response_sends"`
-		Open       bool   `json:"open"`
-	} `json:"exchanges"`
-	Steps []struct {
-		PID   int   `json:"pid"`
-		Start int64 `json:"start_monotonic_ns"`
-		End   int64 `json:"end_monotonic_ns"`
-	} `json:"steps"`
-	Targets []KernelProcess `json:"targets"`
-}
-
 // KernelEvidence is what the kernel split reads of a daemon snapshot.
 type KernelEvidence struct {
 	Exchanges []KernelExchange     // oldest request first
@@ -82,40 +58,52 @@ type KernelEvidence struct {
 
 // ReadKernelEvidence reads a daemon snapshot file (ParseKernelEvidence).
 func ReadKernelEvidence(path string) (KernelEvidence, error) {
-	b, err := os.ReadFile(path)
+	s, err := readSnapshot(path)
 	if err != nil {
-		return KernelEvidence{}, fmt.Errorf("read daemon snapshot: %w", err)
+		return KernelEvidence{}, err
 	}
-	return ParseKernelEvidence(b)
+	return evidenceOf(s)
 }
 
 // ParseKernelEvidence decodes a daemon snapshot's HTTP exchanges, engine
 // steps and traced processes.
 func ParseKernelEvidence(b []byte) (KernelEvidence, error) {
-	var s snapshotEvidence
-	if err := json.Unmarshal(b, &s); err != nil {
-		return KernelEvidence{}, fmt.Errorf("daemon snapshot: %w", err)
+	s, err := parseSnapshot(b)
+	if err != nil {
+		return KernelEvidence{}, err
 	}
-	if s.SchemaVersion != 1 || s.Clock != "CLOCK_MONOTONIC" {
-		return KernelEvidence{}, fmt.Errorf("daemon snapshot: schema_version %d clock %q: want 1 and CLOCK_MONOTONIC", s.SchemaVersion, s.Clock)
-	}
+	return evidenceOf(s)
+}
+
+// evidenceOf is the HTTP exchanges, engine steps and traced processes
+// of snapshot s.
+func evidenceOf(s *schema.Snapshot) (KernelEvidence, error) {
 	xs := make([]KernelExchange, 0, len(s.Exchanges))
 	for _, e := range s.Exchanges {
-		xs = append(xs, KernelExchange{PID: e.PID, Local: e.Local, Remote: e.Remote, ReceivedNs: e.Received,
-			FirstSendNs: e.FirstSend, SecondSendNs: e.SecondSend, LastSendNs: e.LastSend, Sends: e.Sends, Open: e.Open})
+		xs = append(xs, KernelExchange{PID: e.PID, Local: e.Local, Remote: e.Remote, ReceivedNs: int64(e.RequestStartMonotonicNS),
+			FirstSendNs: int64(e.FirstSendMonotonicNS), SecondSendNs: int64(e.SecondSendMonotonicNS),
+			LastSendNs: int64(e.LastSendMonotonicNS), Sends: int(e.ResponseSends), Open: e.Open})
 	}
 	sort.SliceStable(xs, func(i, j int) bool { return xs[i].ReceivedNs < xs[j].ReceivedNs })
 	steps := map[int][]EngineStep{}
 	for _, st := range s.Steps {
-		if st.End < st.Start {
-			return KernelEvidence{}, fmt.Errorf("daemon snapshot: step of pid %d ends at %d before its start at %d", st.PID, st.End, st.Start)
+		start, end := int64(st.StartMonotonicNS), int64(st.EndMonotonicNS)
+		if end < start {
+			return KernelEvidence{}, fmt.Errorf("daemon snapshot: step of pid %d ends at %d before its start at %d", st.PID, end, start)
 		}
-		steps[st.PID] = append(steps[st.PID], EngineStep{StartNs: st.Start, EndNs: st.End})
+		steps[st.PID] = append(steps[st.PID], EngineStep{StartNs: start, EndNs: end})
 	}
 	for _, ss := range steps {
 		sort.Slice(ss, func(i, j int) bool { return ss[i].EndNs < ss[j].EndNs })
 	}
-	return KernelEvidence{Exchanges: xs, Steps: steps, Processes: s.Targets}, nil
+	var procs []KernelProcess
+	if s.Targets != nil {
+		procs = make([]KernelProcess, 0, len(s.Targets))
+	}
+	for _, t := range s.Targets {
+		procs = append(procs, KernelProcess{PID: t.PID, PPID: t.PPID, RootPID: t.RootPID, Comm: t.Comm})
+	}
+	return KernelEvidence{Exchanges: xs, Steps: steps, Processes: procs}, nil
 }
 
 // KernelSplit is one request's span on an engine split from kernel
