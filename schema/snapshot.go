@@ -81,7 +81,7 @@ type Target struct {
 	PPID    int    `json:"ppid,omitempty"`
 	RootPID int    `json:"root_pid"` // the selected target it descends from (itself if selected)
 	Comm    string `json:"comm"`
-	// Cmdline has likely secrets replaced by [REDACTED] (see redactArgs).
+	// Cmdline has likely secrets replaced by [REDACTED] (package daemon's redactArgs).
 	Cmdline          string `json:"cmdline,omitempty"`
 	How              string `json:"how"`           // pid | descendant | cgroup | pod | cmdline | fork
 	Pod              string `json:"pod,omitempty"` // namespace/name, when How is pod
