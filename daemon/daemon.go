@@ -40,8 +40,9 @@ type Daemon struct {
 	wg     sync.WaitGroup
 
 	// foldMu is held for writing while measurements move from the kernel
-	// maps into exited (retire), and for reading while a snapshot reads
-	// both, so that a snapshot counts each measurement exactly once.
+	// maps into the table's exited groups (retire), and for reading while
+	// a snapshot reads both, so that a snapshot counts each measurement
+	// exactly once.
 	foldMu sync.RWMutex
 	// scanMu keeps a scan (which may attach probes) and the privilege
 	// drop apart: an attach must not see the capability sets change.
@@ -50,9 +51,11 @@ type Daemon struct {
 	// the table holds too many of them.
 	foldNow chan struct{}
 
-	// The daemon's state, in parts that each hold their own lock (none
-	// is taken while another is held, but by retire's fold, which calls
-	// the kernel map's delete under the table's lock):
+	// The daemon's state, in parts that each own their lock and are
+	// reached only through their methods. No part's lock is taken while
+	// another's is held; scanMu, then foldMu, come before any of them.
+	// foldMu (above) keeps a snapshot from reading the parts halfway
+	// through a retire.
 	table  *targetTable  // the traced processes, their exits and folded groups
 	events *eventBuffers // what the ring buffer's reader appends
 	cuda   *cudaProber   // the libcuda files probed and the launch window
