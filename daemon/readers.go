@@ -197,8 +197,7 @@ func (d *Daemon) retire(force bool) {
 		suspects = d.lost.checkTargets(d.table, now)
 	}
 	x := d.table.takeExited(procCut)
-	sel := &foldSelect{exitedSet: x, checkLost: checkLost, self: d.self, lastLost: d.lost.lostSuspects,
-		gone: map[int]bool{}, lost: map[int]bool{}}
+	sel := &foldSelect{exitedSet: x, checkLost: checkLost, self: d.self, checks: &d.lost, gone: map[int]bool{}, lost: map[int]bool{}}
 	var thr map[threadID]*Thread
 	if len(x.fold) > 0 || checkLost {
 		thr = d.readThreads(sel.del)
@@ -253,7 +252,7 @@ type foldSelect struct {
 	exitedSet
 	checkLost bool
 	self      int
-	lastLost  map[int]bool // unknown pids found gone at the last check
+	checks    *lostExits   // its lostSuspects: unknown pids found gone at the last check (this one's, once retire sets them)
 	gone      map[int]bool // the answer for each unknown pid, once asked
 	lost      map[int]bool // unknown pids found gone now for the first time
 }
@@ -269,7 +268,7 @@ func (s *foldSelect) del(pid int) bool {
 	if !ok {
 		_, err := os.Stat("/proc/" + itoa(pid))
 		g = errors.Is(err, fs.ErrNotExist)
-		if g && !s.lastLost[pid] {
+		if g && !s.checks.lostSuspects[pid] {
 			s.lost[pid] = true // folded if still gone at the next check
 			g = false
 		}
