@@ -6,7 +6,7 @@ import "github.com/prometheus/client_golang/prometheus"
 func exitedRows(s *Snapshot) []Thread {
 	out := make([]Thread, 0, len(s.Exited))
 	for i := range s.Exited {
-		out = append(out, s.Exited[i].thread())
+		out = append(out, groupThread(&s.Exited[i]))
 	}
 	return out
 }

@@ -11,8 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -42,8 +40,9 @@ type Daemon struct {
 	wg     sync.WaitGroup
 
 	// foldMu is held for writing while measurements move from the kernel
-	// maps into exited (retire), and for reading while a snapshot reads
-	// both, so that a snapshot counts each measurement exactly once.
+	// maps into the table's exited groups (retire), and for reading while
+	// a snapshot reads both, so that a snapshot counts each measurement
+	// exactly once.
 	foldMu sync.RWMutex
 	// scanMu keeps a scan (which may attach probes) and the privilege
 	// drop apart: an attach must not see the capability sets change.
@@ -52,40 +51,36 @@ type Daemon struct {
 	// the table holds too many of them.
 	foldNow chan struct{}
 
-	mu            sync.Mutex
-	targets       map[int]*Target // live targets and those exited < retireAfter ago
-	exitedPending int             // entries of targets that have exited
-	orphanExits   map[int]orphanExit
-	pidsDone      map[int]bool // --pid targets that exited
-	exited        map[exitedKey]*ExitedGroup
-	table         TargetTable // Overflow and ExitedProcesses
-	maxTargets    int
-	logNew        []string // "pid (how)" of targets added since the last log line, the first few
-	logNewCount   int
-	logExited     int
-	logAddErrs    int
-	comms         map[int]string // tid -> comm, remembered for threads that exit
-	bursts        map[bpf.ConnKey][]Burst
-	steps         kept[Step]     // the latest maxSteps, oldest first
-	exchanges     kept[Exchange] // the latest maxExchanges closed, oldest first
-	cuda          map[[2]uint64]*cudaLib
-	cudaSkipped   map[[2]uint64]bool // libcuda files beyond maxCUDALibraries (up to 4096)
-	probes        []ProbeStatus      // per family (package probes), set by Start
-	launchUntil   uint64
-	eventsRead    uint64
-	retiredConns  []Connection
-	closedFolded  ConnectionTotals
-	retires       int
-	suspects      map[int]*Target // live entries found gone at the last check for lost exits
-	lostSuspects  map[int]bool    // unknown pids in the maps found gone at the last check
-	caps          string
+	// The daemon's state, in parts that each own their lock and are
+	// reached only through their methods. No part's lock is taken while
+	// another's is held; scanMu, then foldMu, come before any of them.
+	// foldMu (above) keeps a snapshot from reading the parts halfway
+	// through a retire.
+	table  *targetTable  // the traced processes, their exits and folded groups
+	events *eventBuffers // what the ring buffer's reader appends
+	cuda   *cudaProber   // the libcuda files probed and the launch window
+	lost   lostExits     // retire's check for exits never reported (under foldMu)
+	probes []ProbeStatus // per family (package probes), set by Start
+	caps   capsText      // the capabilities kept, set once privileges are dropped
 }
 
-// orphanExit is the exit of a traced process that is not in the table
-// (it overflowed, or its fork event was lost).
-type orphanExit struct {
-	ts   uint64
-	comm string
+// capsText is the daemon's capability text, set by Run and read by
+// snapshots.
+type capsText struct {
+	mu sync.Mutex
+	s  string
+}
+
+func (c *capsText) set(s string) {
+	c.mu.Lock()
+	c.s = s
+	c.mu.Unlock()
+}
+
+func (c *capsText) get() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.s
 }
 
 // defaultMaxTargets bounds the target table: the kernel's targets map
@@ -98,13 +93,6 @@ const maxExitedDetail = 1024
 
 // logNewMax is how many new targets a log line names.
 const logNewMax = 8
-
-type cudaLib struct {
-	info        CUDALibrary
-	path        string
-	links       bpf.Links
-	launchLinks bpf.Links
-}
 
 // checkTimingWindows checks --syscall-timing-window and
 // --syscall-timing-period: with a period, a window from 1 ms to less than
@@ -143,23 +131,10 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 	if err := checkTimingWindows(cfg.SyscallTimingWindow, cfg.SyscallTimingPeriod); err != nil {
 		return nil, err
 	}
-	return &Daemon{
-		cfg:         cfg,
-		log:         log,
-		self:        os.Getpid(),
-		foldNow:     make(chan struct{}, 1),
-		targets:     map[int]*Target{},
-		orphanExits: map[int]orphanExit{},
-		pidsDone:    map[int]bool{},
-		exited:      map[exitedKey]*ExitedGroup{},
-		maxTargets:  defaultMaxTargets,
-		comms:       map[int]string{},
-		bursts:      map[bpf.ConnKey][]Burst{},
-		steps:       kept[Step]{table: KeptTable{MaxKept: maxSteps}},
-		exchanges:   kept[Exchange]{table: KeptTable{MaxKept: maxExchanges}},
-		cuda:        map[[2]uint64]*cudaLib{},
-		cudaSkipped: map[[2]uint64]bool{},
-	}, nil
+	d := &Daemon{cfg: cfg, log: log, self: os.Getpid(), foldNow: make(chan struct{}, 1), events: newEventBuffers(),
+		cuda: newCUDAProber(log)}
+	d.table = newTargetTable(d.askFold)
+	return d, nil
 }
 
 // Start loads and attaches the programs, selects the first targets, probes
@@ -182,6 +157,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		EditSpec: d.cfg.editSpec}); err != nil {
 		return err
 	}
+	d.cuda.objs = d.objs
 	class := map[uint16]uint8{}
 	for _, p := range d.cfg.KVPorts {
 		class[p] |= bpf.PortKV
@@ -210,7 +186,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		}
 	}
 	if d.cfg.CUDALaunches > 0 {
-		d.launchUntil = d.startNS + uint64(d.cfg.CUDALaunches.Nanoseconds())
+		d.cuda.setLaunchWindow(d.startNS + uint64(d.cfg.CUDALaunches.Nanoseconds()))
 	}
 	ctx, d.cancel = context.WithCancel(ctx)
 	d.wg.Add(1)
@@ -238,11 +214,7 @@ func (d *Daemon) Close() error {
 		errs = append(errs, d.rd.Close())
 	}
 	d.wg.Wait()
-	d.mu.Lock()
-	for _, l := range d.cuda {
-		errs = append(errs, l.links.Close(), l.launchLinks.Close())
-	}
-	d.mu.Unlock()
+	errs = append(errs, d.cuda.close())
 	errs = append(errs, d.links.Close())
 	if d.objs != nil {
 		errs = append(errs, d.objs.Close())
@@ -310,19 +282,30 @@ func (d *Daemon) loop(ctx context.Context) {
 func (d *Daemon) scan(first bool) {
 	d.scanMu.Lock()
 	defer d.scanMu.Unlock()
-	type found struct {
-		pid      int
-		how, pod string
+	for _, p := range d.selectTargets(first) {
+		d.addTarget(p.pid, p.how, p.pod)
 	}
+	d.scanCUDA()
+	d.retire(false)
+	d.logTargets()
+}
+
+// found is a process a scan selected, and how.
+type found struct {
+	pid      int
+	how, pod string
+}
+
+// selectTargets lists the processes the configuration selects now: the
+// --pid targets not exited (their descendants on the first scan), the
+// processes of --cgroup and of the pods, and those whose command line
+// matches.
+func (d *Daemon) selectTargets(first bool) []found {
 	var pids []found
 	add := func(p int, how string) { pids = append(pids, found{pid: p, how: how}) }
-	d.mu.Lock()
-	for _, p := range d.cfg.PIDs {
-		if !d.pidsDone[p] { // an exited --pid is not traced again under a reused pid
-			add(p, "pid")
-		}
+	for _, p := range d.table.notDone(d.cfg.PIDs) {
+		add(p, "pid")
 	}
-	d.mu.Unlock()
 	if len(d.cfg.PIDs) > 0 && first {
 		for _, p := range descendants(d.cfg.PIDs) {
 			add(p, "descendant")
@@ -349,54 +332,32 @@ func (d *Daemon) scan(first bool) {
 					continue
 				}
 			}
-			if d.cfg.Match != nil {
-				if cl := procCmdline(p); cl != "" && d.cfg.Match.MatchString(cl) {
-					add(p, "cmdline")
-				}
+			if d.matchProcess(p) {
+				add(p, "cmdline")
 			}
 		}
 	}
-	for _, p := range pids {
-		d.addTarget(p.pid, p.how, p.pod)
-	}
-	d.scanCUDA()
-	d.retire(false)
-	d.logTargets()
+	return pids
 }
 
 // addTarget makes a process the daemon selected a target (a child found
 // as a descendant joins its parent's root).
 func (d *Daemon) addTarget(pid int, how, pod string) {
-	if pid == d.self {
+	if pid == d.self || d.table.tracing(pid) {
 		return
 	}
-	d.mu.Lock()
-	if t, ok := d.targets[pid]; ok && t.ExitMonotonicNS == 0 {
-		d.mu.Unlock()
-		return
-	}
-	d.mu.Unlock()
 	if !procAlive(pid) {
 		return // gone already, or a zombie: its exit has passed
 	}
 	ppid := procPPID(pid)
-	t := &Target{PID: pid, PPID: ppid, RootPID: pid, How: how, Pod: pod, AddedMonotonicNS: monotonicNow(),
+	t := Target{PID: pid, PPID: ppid, RootPID: pid, How: how, Pod: pod, AddedMonotonicNS: monotonicNow(),
 		Comm: procComm(pid, pid), Cmdline: procCmdlineRedacted(pid)}
 	if how == "pid" {
 		t.PPID = 0
 	}
-	d.mu.Lock()
-	if how == "descendant" {
-		if p := d.targets[ppid]; p != nil {
-			t.RootPID = p.RootPID
-		}
-	}
-	d.insertLocked(t)
-	d.mu.Unlock()
+	e := d.table.insert(t, how == "descendant")
 	if err := d.objs.AddTarget(uint32(pid)); err != nil {
-		d.mu.Lock()
-		d.logAddErrs++
-		d.mu.Unlock()
+		d.table.addFailed()
 		return
 	}
 	// A process that exited while it was being added left no exit event
@@ -404,35 +365,7 @@ func (d *Daemon) addTarget(pid int, how, pod string) {
 	// an unrelated process a target. Take it out again.
 	if !procAlive(pid) {
 		_ = d.objs.RemoveTarget(uint32(pid))
-		d.mu.Lock()
-		if t.ExitMonotonicNS == 0 && d.targets[pid] == t {
-			t.ExitMonotonicNS = monotonicNow()
-			t.exitUnreported = true
-			d.exitedPending++
-		}
-		d.mu.Unlock()
-	}
-}
-
-// insertLocked puts t in the table, or counts an overflow when the table
-// is full even after folding exited entries. The caller holds d.mu.
-func (d *Daemon) insertLocked(t *Target) {
-	if old, ok := d.targets[t.PID]; ok && old.ExitMonotonicNS != 0 {
-		// A reused pid before the old process was folded: the kernel
-		// keys measurements by pid and tid, so the old ones add up with
-		// the new process's and are folded with them; count the process.
-		d.exitedPending--
-		d.groupLocked(old.RootPID, old.Comm, "").Processes++
-		d.table.ExitedProcesses++
-	} else if !ok && len(d.targets) >= d.maxTargets {
-		d.table.Overflow++
-		d.askFold()
-		return
-	}
-	d.targets[t.PID] = t
-	d.logNewCount++
-	if len(d.logNew) < logNewMax {
-		d.logNew = append(d.logNew, fmt.Sprintf("%d (%s)", t.PID, t.How))
+		d.table.exitedUnseen(pid, e)
 	}
 }
 
@@ -447,30 +380,9 @@ func (d *Daemon) askFold() {
 // logTargets writes one line for the targets added and exited since the
 // last one, instead of a line per process.
 func (d *Daemon) logTargets() {
-	d.mu.Lock()
-	n, x, errs, names := d.logNewCount, d.logExited, d.logAddErrs, d.logNew
-	d.logNewCount, d.logExited, d.logAddErrs, d.logNew = 0, 0, 0, nil
-	live := len(d.targets) - d.exitedPending
-	overflow := d.table.Overflow
-	d.mu.Unlock()
-	if n == 0 && x == 0 && errs == 0 {
-		return
+	if msg, attrs := d.table.takeLog(); msg != "" {
+		d.log.Info(msg, attrs...)
 	}
-	attrs := []any{"live", live}
-	if len(names) > 0 {
-		more := ""
-		if n > len(names) {
-			more = fmt.Sprintf(" and %d more", n-len(names))
-		}
-		attrs = append(attrs, "new", strings.Join(names, ", ")+more)
-	}
-	if overflow > 0 {
-		attrs = append(attrs, "table_overflow_total", overflow)
-	}
-	if errs > 0 {
-		attrs = append(attrs, "kernel_map_full", errs)
-	}
-	d.log.Info(fmt.Sprintf("traced %d new processes (%d exited)", n, x), attrs...)
 }
 
 func (d *Daemon) readEvents() {
@@ -491,9 +403,7 @@ func (d *Daemon) handleEvent(raw []byte) {
 	if len(raw) < 4 {
 		return
 	}
-	d.mu.Lock()
-	d.eventsRead++
-	d.mu.Unlock()
+	d.events.read()
 	switch binary.LittleEndian.Uint32(raw) {
 	case bpf.EventFork, bpf.EventExec, bpf.EventExit:
 		var e bpf.ProcEvent
@@ -506,14 +416,8 @@ func (d *Daemon) handleEvent(raw []byte) {
 		if err := binary.Read(bytes.NewReader(raw), binary.LittleEndian, &e); err != nil {
 			return
 		}
-		d.mu.Lock()
-		bs := append(d.bursts[e.Conn], Burst{Direction: dirName(e.Dir), StartMonotonicNS: e.StartNs,
+		d.events.addBurst(e.Conn, Burst{Direction: dirName(e.Dir), StartMonotonicNS: e.StartNs,
 			EndMonotonicNS: e.EndNs, Bytes: e.Bytes, Ops: e.Ops})
-		if len(bs) > 1024 { // keep the latest per connection
-			bs = bs[len(bs)-1024:]
-		}
-		d.bursts[e.Conn] = bs
-		d.mu.Unlock()
 	case bpf.EventStep:
 		var e bpf.StepEvent
 		if err := binary.Read(bytes.NewReader(raw), binary.LittleEndian, &e); err != nil {
@@ -523,46 +427,15 @@ func (d *Daemon) handleEvent(raw []byte) {
 		if int(e.Call) < len(bpf.CUDACalls) {
 			call = bpf.CUDACalls[e.Call]
 		}
-		d.mu.Lock()
-		d.steps.add(Step{PID: int(e.Tgid), TID: int(e.Tid), Call: call, StartMonotonicNS: e.StartNs,
+		d.events.addStep(Step{PID: int(e.Tgid), TID: int(e.Tid), Call: call, StartMonotonicNS: e.StartNs,
 			SyncMonotonicNS: e.SyncNs, EndMonotonicNS: e.EndNs, GraphLaunches: e.Graphs, Launches: e.Launches})
-		d.mu.Unlock()
 	case bpf.EventExchange:
 		var e bpf.ExchangeEvent
 		if err := binary.Read(bytes.NewReader(raw), binary.LittleEndian, &e); err != nil {
 			return
 		}
-		x := exchangeOf(int(e.Tgid), e.Conn, e.Ex, false)
-		d.mu.Lock()
-		d.exchanges.add(x)
-		d.mu.Unlock()
+		d.events.addExchange(exchangeOf(int(e.Tgid), e.Conn, e.Ex, false))
 	}
-}
-
-// maxSteps bounds the steps listed (about 100 bytes each): at 100 steps a
-// second per GPU, minutes of an 8-GPU host.
-const maxSteps = 65536
-
-// maxExchanges bounds the HTTP exchanges listed (about 250 bytes each):
-// at 100 requests a second, ten minutes.
-const maxExchanges = 65536
-
-// kept holds the latest items of an unbounded stream, oldest first: when
-// full it drops the oldest quarter (amortized: no copy per item). The
-// caller holds d.mu.
-type kept[T any] struct {
-	items []T
-	table KeptTable
-}
-
-func (k *kept[T]) add(v T) {
-	if len(k.items) >= k.table.MaxKept {
-		n := max(1, len(k.items)/4)
-		k.items = append(k.items[:0], k.items[n:]...)
-		k.table.Evicted += uint64(n)
-	}
-	k.items = append(k.items, v)
-	k.table.Total++
 }
 
 // exchangeOf converts an exchange of the server's end of connection k
@@ -590,63 +463,25 @@ func (d *Daemon) procEvent(e *bpf.ProcEvent) {
 	pid := int(e.Tgid)
 	switch e.Kind {
 	case bpf.EventFork:
-		t := &Target{PID: pid, PPID: int(e.Ppid), RootPID: int(e.Ppid), How: "fork", AddedMonotonicNS: e.TsNs, Comm: cString(e.Comm)}
-		d.mu.Lock()
-		if p := d.targets[t.PPID]; p != nil {
-			t.RootPID = p.RootPID
-		}
-		d.insertLocked(t)
-		d.mu.Unlock()
+		d.table.insert(Target{PID: pid, PPID: int(e.Ppid), RootPID: int(e.Ppid), How: "fork", AddedMonotonicNS: e.TsNs,
+			Comm: cString(e.Comm)}, true)
 	case bpf.EventExec:
 		if e.Target != 0 {
-			cl := procCmdlineRedacted(pid)
-			d.mu.Lock()
-			if t := d.targets[pid]; t != nil {
-				t.Comm = cString(e.Comm)
-				t.Cmdline = cl
-			}
-			d.mu.Unlock()
+			d.table.execed(pid, cString(e.Comm), procCmdlineRedacted(pid))
 			return
 		}
-		if d.cfg.Match != nil {
-			if cl := procCmdline(pid); cl != "" && d.cfg.Match.MatchString(cl) {
-				d.addTarget(pid, "cmdline", "")
-			}
+		if d.matchProcess(pid) {
+			d.addTarget(pid, "cmdline", "")
 		}
 	case bpf.EventExit:
 		// The kernel took the process out of targets and cleared its bit
 		// in the prefilter (hone.h: target_bits) as it exited: nothing to
 		// undo here, and clearing it now could untarget a child that
 		// reused the pid since.
-		d.mu.Lock()
-		d.logExited++
-		if t := d.targets[pid]; t != nil {
-			if t.ExitMonotonicNS == 0 {
-				t.ExitMonotonicNS = e.TsNs
-				d.exitedPending++
-			}
-			if t.How == "pid" {
-				d.pidsDone[pid] = true
-			}
-		} else {
-			d.orphanExits[pid] = orphanExit{ts: e.TsNs, comm: cString(e.Comm)}
-		}
-		if d.exitedPending > maxExitedDetail || len(d.orphanExits) > maxExitedDetail {
-			d.askFold()
-		}
-		d.mu.Unlock()
+		d.table.exit(pid, e.TsNs, cString(e.Comm))
 	}
 }
 
 // Targets lists the traced processes: live ones and those that exited less
 // than retireAfter ago (older ones are folded into Snapshot.Exited).
-func (d *Daemon) Targets() []Target {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	out := make([]Target, 0, len(d.targets))
-	for _, t := range d.targets {
-		out = append(out, *t)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
-	return out
-}
+func (d *Daemon) Targets() []Target { return d.table.list() }

@@ -133,62 +133,11 @@
 //
 // # Snapshot JSON (schema_version 1)
 //
-// GET /v1/snapshot and `hone daemon --once --out FILE` write a Snapshot:
-//
-//	{
-//	  "schema_version": 1,
-//	  "clock": "CLOCK_MONOTONIC",
-//	  "taken_monotonic_ns": N, "taken_wall": RFC3339, "started_monotonic_ns": N,
-//	  "targets": [{"pid", "ppid", "root_pid", "comm", "cmdline" (redacted),
-//	               "how": "pid|descendant|cgroup|pod|cmdline|fork",
-//	               "pod" (namespace/name, how "pod"),
-//	               "added_monotonic_ns", "exit_monotonic_ns"}],
-//	  "target_table": {"entries", "max_entries", "overflow_total",
-//	                   "exited_processes_total"},
-//	  "exited": [{"root_pid", "comm", "processes", "threads",
-//	              "syscalls", "sched", "cuda" (as in threads, summed)}],
-//	  "threads": [{"pid", "tid", "comm",
-//	    "syscalls": {CLASS: {"count", "timed" (of count; bpf.syscall_sample), "total_ns", "max_ns",
-//	                         "first_monotonic_ns", "last_monotonic_ns",
-//	                         "latency_log2_ns_histogram": [...]}},
-//	    "sched": {"on_cpu_ns", "off_cpu_ns", "run_queue_ns", "switches", "preemptions"},
-//	    "cuda": {CALL: {"count", "first_monotonic_ns", "last_monotonic_ns",
-//	                    "gap_count", "gap_sum_ns", "gap_min_ns", "gap_max_ns",
-//	                    "gap_log2_ns_histogram",
-//	                    "wait_count", "wait_sum_ns", "wait_min_ns", "wait_max_ns",
-//	                    "wait_log2_ns_histogram"}}}],
-//	  "connections": [{"pid", "local": "ip:port", "remote": "ip:port",
-//	    "kv_transfer", "tx_bytes", "rx_bytes", "tx_ops", "rx_ops",
-//	    "first_monotonic_ns", "last_monotonic_ns",
-//	    "established_monotonic_ns", "closed_monotonic_ns",
-//	    "bursts": [{"direction": "tx|rx", "start_monotonic_ns",
-//	                "end_monotonic_ns", "bytes", "ops", "open"}]}],
-//	  "closed_connections_folded": {"connections", "tx_bytes", "rx_bytes",
-//	    "tx_ops", "rx_ops" ([non-KV, KV]), "bursts", "burst_ns" ([tx, rx])},
-//	  "cuda": {"libraries": [{"path", "dev", "inode", "symbols",
-//	                          "launch_symbols", "error"}],
-//	           "launch_probes_until_monotonic_ns", "skipped_libraries"},
-//	  "steps": [{"pid", "tid", "call", "start_monotonic_ns",
-//	             "sync_monotonic_ns", "end_monotonic_ns", "graph_launches",
-//	             "launches"}],
-//	  "step_table": {"total", "evicted", "max_kept"},
-//	  "nvml": {"status": "ok" | "unavailable (<reason>)", "driver_version",
-//	           "devices": [{"index", "uuid", "name", "memory_total_bytes"}],
-//	           "samples": [{"monotonic_ns", "gpu", "uuid", "utilization_ratio",
-//	                        "memory_utilization_ratio", "memory_used_bytes",
-//	                        "memory_total_bytes", "power_watts", "energy_joules",
-//	                        "sm_clock_hertz", "pcie_tx_bytes_per_second",
-//	                        "pcie_rx_bytes_per_second", "nvlink_tx_bytes",
-//	                        "nvlink_rx_bytes", "processes": [{"pid",
-//	                        "sm_utilization_ratio", "memory_utilization_ratio"}]}]},
-//	  "bpf": {"stats_enabled", "programs": [{"name", "runs", "run_time_ns"}],
-//	          "ringbuf_dropped_events", "map_full_updates", "events_read"},
-//	  "probes": [{"family": "procs|syscalls|sched|sockets|cuda",
-//	              "status": "attached|unavailable|off",
-//	              "error" (unavailable: why), "lost" (unavailable: what is missing)}],
-//	  "daemon": {"pid", "cpu_seconds", "max_rss_bytes", "uptime_seconds", "capabilities",
-//	             "uid", "no_new_privs", "seccomp_filter"}
-//	}
+// GET /v1/snapshot and `hone daemon --once --out FILE` write a Snapshot,
+// whose layout package schema states once, field by field
+// (schema/snapshot.go: schema.Snapshot, "schema_version" 1, "clock"
+// "CLOCK_MONOTONIC"); package diagnose reads the same types. What follows
+// says what the daemon puts in it.
 //
 // Syscall classes: futex, poll (poll, select, epoll), ioctl (the GPU
 // driver's path), socket (send/recv families), file (read/write families on

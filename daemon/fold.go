@@ -15,7 +15,7 @@ type exitedKey struct {
 const maxExitedGroups = 1024
 
 // addThread adds one exited thread's measurements to g.
-func (g *ExitedGroup) addThread(th *Thread) {
+func addThread(g *ExitedGroup, th *Thread) {
 	g.Threads++
 	for class, st := range th.Syscalls {
 		if g.Syscalls == nil {
@@ -69,8 +69,9 @@ func (g *ExitedGroup) addThread(th *Thread) {
 	}
 }
 
-// clone deep-copies g, so a snapshot does not share maps with later folds.
-func (g *ExitedGroup) clone() ExitedGroup {
+// cloneGroup deep-copies g, so a snapshot does not share maps with later
+// folds.
+func cloneGroup(g *ExitedGroup) ExitedGroup {
 	c := ExitedGroup{RootPID: g.RootPID, Comm: g.Comm, Processes: g.Processes, Threads: g.Threads}
 	if g.Syscalls != nil {
 		c.Syscalls = make(map[string]*SyscallStats, len(g.Syscalls))
@@ -96,13 +97,13 @@ func (g *ExitedGroup) clone() ExitedGroup {
 	return c
 }
 
-// thread presents g as a Thread (TID 0) for code that walks threads.
-func (g *ExitedGroup) thread() Thread {
+// groupThread presents g as a Thread (TID 0) for code that walks threads.
+func groupThread(g *ExitedGroup) Thread {
 	return Thread{PID: g.RootPID, Comm: g.Comm, Syscalls: g.Syscalls, Sched: g.Sched, CUDA: g.CUDA}
 }
 
-// add sums one connection into t.
-func (t *ConnectionTotals) add(c Connection) {
+// addConnection sums one connection into t.
+func addConnection(t *ConnectionTotals, c Connection) {
 	kv := 0
 	if c.KVTransfer {
 		kv = 1

@@ -5,51 +5,6 @@ import "sync"
 // maxNVMLSamples bounds the samples kept (per daemon, all GPUs).
 const maxNVMLSamples = 3600
 
-// NVMLReport is the GPU side of a snapshot. Status is "ok", or
-// "unavailable (<reason>)" where there is no GPU or driver, in which case the
-// daemon carries on without GPU data.
-type NVMLReport struct {
-	Status  string      `json:"status"`
-	Driver  string      `json:"driver_version,omitempty"`
-	Devices []GPUDevice `json:"devices,omitempty"`
-	Samples []GPUSample `json:"samples,omitempty"`
-}
-
-// GPUDevice identifies a GPU.
-type GPUDevice struct {
-	Index       int    `json:"index"`
-	UUID        string `json:"uuid"`
-	Name        string `json:"name"`
-	MemoryBytes uint64 `json:"memory_total_bytes,omitempty"`
-}
-
-// GPUSample is one reading of one GPU. A field the device does not support
-// is absent.
-type GPUSample struct {
-	MonotonicNS          uint64       `json:"monotonic_ns"`
-	Index                int          `json:"gpu"`
-	UUID                 string       `json:"uuid"`
-	UtilizationRatio     *float64     `json:"utilization_ratio,omitempty"` // time a kernel was running
-	MemoryUtilRatio      *float64     `json:"memory_utilization_ratio,omitempty"`
-	MemoryUsedBytes      *uint64      `json:"memory_used_bytes,omitempty"`
-	MemoryTotalBytes     *uint64      `json:"memory_total_bytes,omitempty"`
-	PowerWatts           *float64     `json:"power_watts,omitempty"`
-	EnergyJoules         *float64     `json:"energy_joules,omitempty"` // since the driver loaded
-	SMClockHertz         *float64     `json:"sm_clock_hertz,omitempty"`
-	PCIeTXBytesPerSecond *float64     `json:"pcie_tx_bytes_per_second,omitempty"`
-	PCIeRXBytesPerSecond *float64     `json:"pcie_rx_bytes_per_second,omitempty"`
-	NVLinkTXBytes        *uint64      `json:"nvlink_tx_bytes,omitempty"` // cumulative
-	NVLinkRXBytes        *uint64      `json:"nvlink_rx_bytes,omitempty"`
-	Processes            []GPUProcess `json:"processes,omitempty"`
-}
-
-// GPUProcess is one process's share of a GPU over the last sample period.
-type GPUProcess struct {
-	PID          int     `json:"pid"`
-	SMUtilRatio  float64 `json:"sm_utilization_ratio"`
-	MemUtilRatio float64 `json:"memory_utilization_ratio"`
-}
-
 // NVMLSampler samples every GPU through NVML (OpenNVML makes one; in a
 // build without cgo it is always unavailable).
 type NVMLSampler struct {

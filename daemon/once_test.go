@@ -57,7 +57,7 @@ func rootTotals(s *Snapshot, root int) (sys, cuda map[string]uint64) {
 	}
 	for _, g := range s.Exited {
 		if g.RootPID == root {
-			add(g.thread())
+			add(groupThread(&g))
 		}
 	}
 	return sys, cuda

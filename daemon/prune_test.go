@@ -85,7 +85,7 @@ func TestDaemonPrunesExitedChildren(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.maxTarget > 0 {
-				d.maxTargets = tc.maxTarget
+				d.table.maxTargets = tc.maxTarget
 			}
 			if err := d.Start(t.Context()); err != nil {
 				t.Fatal(err)
@@ -103,9 +103,9 @@ func TestDaemonPrunesExitedChildren(t *testing.T) {
 						return
 					case <-time.After(20 * time.Millisecond):
 					}
-					d.mu.Lock()
-					maxEntries = max(maxEntries, len(d.targets))
-					d.mu.Unlock()
+					d.table.mu.Lock()
+					maxEntries = max(maxEntries, len(d.table.targets))
+					d.table.mu.Unlock()
 				}
 			}()
 			parent.goAhead(t)
@@ -204,15 +204,15 @@ func TestTableOverflowWithoutKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.maxTargets = 10
-	d.targets[100] = &Target{PID: 100, RootPID: 100, How: "pid"}
+	d.table.maxTargets = 10
+	d.table.targets[100] = &tracked{Target: Target{PID: 100, RootPID: 100, How: "pid"}}
 	for i := 1; i <= 15; i++ {
 		d.procEvent(&bpf.ProcEvent{Kind: bpf.EventFork, Tgid: uint32(100 + i), Ppid: 100, TsNs: 1})
 	}
-	if len(d.targets) != 10 || d.table.Overflow != 6 {
-		t.Errorf("table %d entries, overflow %d; want 10 and 6", len(d.targets), d.table.Overflow)
+	if len(d.table.targets) != 10 || d.table.counts.Overflow != 6 {
+		t.Errorf("table %d entries, overflow %d; want 10 and 6", len(d.table.targets), d.table.counts.Overflow)
 	}
-	for pid, tg := range d.targets {
+	for pid, tg := range d.table.targets {
 		if tg.RootPID != 100 {
 			t.Errorf("child %d root %d, want 100", pid, tg.RootPID)
 		}
@@ -220,8 +220,8 @@ func TestTableOverflowWithoutKernel(t *testing.T) {
 	for i := 1; i <= 15; i++ {
 		d.procEvent(&bpf.ProcEvent{Kind: bpf.EventExit, Tgid: uint32(100 + i), TsNs: 2})
 	}
-	if d.exitedPending != 9 || len(d.orphanExits) != 6 {
-		t.Errorf("exited %d in the table and %d outside, want 9 and 6", d.exitedPending, len(d.orphanExits))
+	if d.table.exitedPending != 9 || len(d.table.orphanExits) != 6 {
+		t.Errorf("exited %d in the table and %d outside, want 9 and 6", d.table.exitedPending, len(d.table.orphanExits))
 	}
 	select {
 	case <-d.foldNow:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hone-llm/hone/bpf"
 	"github.com/hone-llm/hone/daemon/probes"
+	"github.com/hone-llm/hone/schema"
 )
 
 // retireAfter is how long after a process exits its measurements stay, one
@@ -115,67 +116,61 @@ func (d *Daemon) readThreads(del func(pid int) bool) map[threadID]*Thread {
 			_ = d.objs.CUDAStep().Delete(p)
 		}
 	}
-	d.mu.Lock()
-	for id, t := range out {
-		c, ok := d.comms[id.tid]
-		if !ok {
-			c = procComm(id.pid, id.tid)
-			if c != "" {
-				d.comms[id.tid] = c
-			}
-		}
-		t.Comm = c
-	}
-	d.mu.Unlock()
+	d.table.nameThreads(out)
 	return out
 }
 
-// readConns reads the connections that target processes used. With
-// closedBefore > 0, connections closed before it are deleted after reading
-// and returned in retired.
-func (d *Daemon) readConns(closedBefore uint64) (live, retired []Connection) {
+// readConns reads the connections that target processes used, and the
+// HTTP exchanges open on them. With closedBefore > 0, connections closed
+// before it are deleted after reading and returned in retired.
+func (d *Daemon) readConns(closedBefore uint64) (live []Connection, open []Exchange, retired []Connection) {
 	if !d.loaded(probes.Sockets) {
-		return nil, nil
+		return nil, nil, nil
 	}
-	var k bpf.ConnKey
-	var v bpf.ConnStats
 	var gone []bpf.ConnKey
-	it := d.objs.Conns().Iterate()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for it.Next(&k, &v) {
-		if v.Tgid == 0 {
-			continue // established on a KV port, never used by a target
-		}
-		c := Connection{PID: int(v.Tgid), Local: addrPort(k.Family, k.Laddr, k.Lport),
-			Remote: addrPort(k.Family, k.Raddr, k.Rport), KVTransfer: v.Kv != 0,
-			TXBytes: v.TxBytes, RXBytes: v.RxBytes, TXOps: v.TxOps, RXOps: v.RxOps,
-			FirstMonotonicNS: v.FirstNs, LastMonotonicNS: v.LastNs,
-			EstablishedMonotonic: v.EstablishedNs, ClosedMonotonicNS: v.ClosedNs}
-		c.Bursts = append(c.Bursts, d.bursts[k]...)
-		for dir, b := range []bpf.Burst{v.Tx, v.Rx} {
-			if b.Ops > 0 {
-				c.Bursts = append(c.Bursts, Burst{Direction: dirName(uint32(dir)), StartMonotonicNS: b.StartNs,
-					EndMonotonicNS: b.LastNs, Bytes: b.Bytes, Ops: b.Ops, Open: true})
+	d.events.burstsWhile(func(bursts func(bpf.ConnKey) []Burst, drop func(bpf.ConnKey)) {
+		var k bpf.ConnKey
+		var v bpf.ConnStats
+		for it := d.objs.Conns().Iterate(); it.Next(&k, &v); {
+			if v.Tgid == 0 {
+				continue // established on a KV port, never used by a target
+			}
+			c := connectionOf(k, &v, bursts(k))
+			if closedBefore > 0 && v.ClosedNs != 0 && v.ClosedNs < closedBefore {
+				gone = append(gone, k)
+				retired = append(retired, c)
+				drop(k)
+				continue
+			}
+			live = append(live, c)
+			if v.Http != 0 && v.Ex.RxOps > 0 {
+				open = append(open, exchangeOf(c.PID, k, v.Ex, true))
 			}
 		}
-		sort.SliceStable(c.Bursts, func(i, j int) bool { return c.Bursts[i].StartMonotonicNS < c.Bursts[j].StartMonotonicNS })
-		if v.Http != 0 && v.Ex.RxOps > 0 {
-			x := exchangeOf(c.PID, k, v.Ex, true)
-			c.openExchange = &x
+		for _, k := range gone {
+			_ = d.objs.Conns().Delete(k)
 		}
-		if closedBefore > 0 && v.ClosedNs != 0 && v.ClosedNs < closedBefore {
-			gone = append(gone, k)
-			retired = append(retired, c)
-			delete(d.bursts, k)
-			continue
+	})
+	return live, open, retired
+}
+
+// connectionOf is connection k's snapshot form: its statistics v, its
+// closed bursts and the open ones, by start.
+func connectionOf(k bpf.ConnKey, v *bpf.ConnStats, closed []Burst) Connection {
+	c := Connection{PID: int(v.Tgid), Local: addrPort(k.Family, k.Laddr, k.Lport),
+		Remote: addrPort(k.Family, k.Raddr, k.Rport), KVTransfer: v.Kv != 0,
+		TXBytes: v.TxBytes, RXBytes: v.RxBytes, TXOps: v.TxOps, RXOps: v.RxOps,
+		FirstMonotonicNS: v.FirstNs, LastMonotonicNS: v.LastNs,
+		EstablishedMonotonic: v.EstablishedNs, ClosedMonotonicNS: v.ClosedNs}
+	c.Bursts = append(c.Bursts, closed...)
+	for dir, b := range []bpf.Burst{v.Tx, v.Rx} {
+		if b.Ops > 0 {
+			c.Bursts = append(c.Bursts, Burst{Direction: dirName(uint32(dir)), StartMonotonicNS: b.StartNs,
+				EndMonotonicNS: b.LastNs, Bytes: b.Bytes, Ops: b.Ops, Open: true})
 		}
-		live = append(live, c)
 	}
-	for _, k := range gone {
-		_ = d.objs.Conns().Delete(k)
-	}
-	return live, retired
+	sort.SliceStable(c.Bursts, func(i, j int) bool { return c.Bursts[i].StartMonotonicNS < c.Bursts[j].StartMonotonicNS })
+	return c
 }
 
 // lostExitCheckEvery is how often (in scans) retire also looks for
@@ -196,212 +191,105 @@ func (d *Daemon) retire(force bool) {
 	if force {
 		procCut = now + 1
 	}
-	type origin struct {
-		root int
-		comm string
-	}
-	d.mu.Lock()
-	checkLost := false
-	if !force {
-		d.retires++
-		checkLost = d.retires%lostExitCheckEvery == 0
-	}
-	live := map[int]*Target{}
+	checkLost := !force && d.lost.due()
+	var suspects map[int]*tracked
 	if checkLost {
-		for pid, t := range d.targets {
-			if t.ExitMonotonicNS == 0 {
-				live[pid] = t
-			}
-		}
+		suspects = d.lost.checkTargets(d.table, now)
 	}
-	d.mu.Unlock()
-	// Targets whose exit was not seen (it raced their addition, or the
-	// event was lost): gone from /proc in two checks in a row (an exit
-	// event still on its way has arrived by the second), so exited.
-	suspects, lost := map[int]*Target{}, map[int]bool{}
-	for pid, t := range live {
+	x := d.table.takeExited(procCut)
+	sel := &foldSelect{exitedSet: x, checkLost: checkLost, self: d.self, checks: &d.lost, gone: map[int]bool{}, lost: map[int]bool{}}
+	var thr map[threadID]*Thread
+	if len(x.fold) > 0 || checkLost {
+		thr = d.readThreads(sel.del)
+	}
+	if checkLost {
+		d.lost.suspects, d.lost.lostSuspects = suspects, sel.lost
+	}
+	_, _, conns := d.readConns(cut)
+	d.table.fold(thr, sel.del, x, func(pid int) { _ = d.objs.RemoveTarget(uint32(pid)) })
+	d.events.retire(conns)
+}
+
+// lostExits is retire's state for finding exits never reported (they
+// raced the process's addition, or the event was lost in a full ring
+// buffer). retire, under foldMu, is its only user.
+type lostExits struct {
+	retires      int
+	suspects     map[int]*tracked // live entries found gone at the last check
+	lostSuspects map[int]bool     // unknown pids in the maps found gone at the last check
+}
+
+// due counts a retire and says whether this one checks for lost exits.
+func (l *lostExits) due() bool {
+	l.retires++
+	return l.retires%lostExitCheckEvery == 0
+}
+
+// checkTargets marks exited the live targets gone from /proc in two
+// checks in a row (an exit event still on its way has arrived by the
+// second), and returns those gone for the first time: the next check's
+// suspects.
+func (l *lostExits) checkTargets(tt *targetTable, now uint64) map[int]*tracked {
+	suspects := map[int]*tracked{}
+	for pid, t := range tt.live() {
 		if _, err := os.Stat("/proc/" + itoa(pid)); !errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
-		if d.suspects[pid] != t {
+		if l.suspects[pid] != t {
 			suspects[pid] = t
 			continue
 		}
-		d.mu.Lock()
-		if d.targets[pid] == t && t.ExitMonotonicNS == 0 {
-			t.ExitMonotonicNS = now
-			t.exitUnreported = true
-			d.exitedPending++
-			d.logExited++
-			if t.How == "pid" {
-				d.pidsDone[pid] = true
-			}
-		}
-		d.mu.Unlock()
+		tt.lostExit(pid, t, now)
 	}
-	fold := map[int]origin{}
-	known := map[int]bool{}
-	var unreported []int
-	d.mu.Lock()
-	for pid, t := range d.targets {
-		if t.ExitMonotonicNS != 0 && t.ExitMonotonicNS < procCut {
-			fold[pid] = origin{t.RootPID, t.Comm}
-			if t.exitUnreported {
-				unreported = append(unreported, pid)
-			}
-			delete(d.targets, pid)
-			d.exitedPending--
-		} else {
-			known[pid] = true
-		}
-	}
-	for pid, o := range d.orphanExits {
-		if o.ts < procCut {
-			fold[pid] = origin{0, o.comm}
-			delete(d.orphanExits, pid)
-		} else {
-			known[pid] = true
-		}
-	}
-	d.mu.Unlock()
-
-	// Processes in the maps that the table does not know and that are
-	// gone, in two checks in a row: their exit event was lost.
-	gone := map[int]bool{}
-	del := func(pid int) bool {
-		if _, ok := fold[pid]; ok {
-			return true
-		}
-		if !checkLost || known[pid] || pid == d.self {
-			return false
-		}
-		g, ok := gone[pid]
-		if !ok {
-			_, err := os.Stat("/proc/" + itoa(pid))
-			g = errors.Is(err, fs.ErrNotExist)
-			if g && !d.lostSuspects[pid] {
-				lost[pid] = true // folded if still gone at the next check
-				g = false
-			}
-			gone[pid] = g
-		}
-		return g
-	}
-	var thr map[threadID]*Thread
-	if len(fold) > 0 || checkLost {
-		thr = d.readThreads(del)
-	}
-	if checkLost {
-		d.suspects, d.lostSuspects = suspects, lost
-	}
-	_, conns := d.readConns(cut)
-
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	group := func(o origin, comm string) *ExitedGroup { return d.groupLocked(o.root, o.comm, comm) }
-	counted := map[int]bool{}
-	ids := make([]threadID, 0, len(thr))
-	for id := range thr {
-		if del(id.pid) {
-			ids = append(ids, id)
-		}
-	}
-	sort.Slice(ids, func(i, j int) bool {
-		return ids[i].pid < ids[j].pid || ids[i].pid == ids[j].pid && ids[i].tid < ids[j].tid
-	})
-	for _, id := range ids {
-		t := thr[id]
-		g := group(fold[id.pid], t.Comm)
-		g.addThread(t)
-		if !counted[id.pid] {
-			counted[id.pid] = true
-			g.Processes++
-		}
-		delete(d.comms, id.tid)
-	}
-	for pid, o := range fold {
-		if !counted[pid] { // exited without a measured thread
-			counted[pid] = true
-			group(o, "").Processes++
-		}
-	}
-	// An exit the kernel never reported (the process ended while the
-	// daemon added it) may have left its pid in the kernel's targets map.
-	for _, pid := range unreported {
-		if t := d.targets[pid]; t == nil || t.ExitMonotonicNS != 0 {
-			_ = d.objs.RemoveTarget(uint32(pid))
-		}
-	}
-	d.table.ExitedProcesses += uint64(len(counted))
-	d.retiredConns = append(d.retiredConns, conns...)
-	if n := len(d.retiredConns); n > maxRetired {
-		for _, c := range d.retiredConns[:n-maxRetired] {
-			d.closedFolded.add(c)
-		}
-		d.retiredConns = append([]Connection(nil), d.retiredConns[n-maxRetired:]...)
-	}
+	return suspects
 }
 
-// groupLocked returns the exited group of root and name (the target's
-// name, else the thread's, else "unknown"), created if need be. The caller
-// holds d.mu.
-func (d *Daemon) groupLocked(root int, name, threadName string) *ExitedGroup {
-	if name == "" {
-		name = threadName
+// foldSelect says which processes' measurements a retire takes out of the
+// kernel maps: those it folds, and with checkLost, processes in the maps
+// that the table does not know and that are gone, in two checks in a row
+// (their exit event was lost).
+type foldSelect struct {
+	exitedSet
+	checkLost bool
+	self      int
+	checks    *lostExits   // its lostSuspects: unknown pids found gone at the last check (this one's, once retire sets them)
+	gone      map[int]bool // the answer for each unknown pid, once asked
+	lost      map[int]bool // unknown pids found gone now for the first time
+}
+
+func (s *foldSelect) del(pid int) bool {
+	if _, ok := s.fold[pid]; ok {
+		return true
 	}
-	if name == "" {
-		name = "unknown"
+	if !s.checkLost || s.known[pid] || pid == s.self {
+		return false
 	}
-	k := exitedKey{root, name}
-	if g := d.exited[k]; g != nil {
-		return g
-	}
-	if len(d.exited) >= maxExitedGroups {
-		k = exitedKey{0, "other"}
-		if g := d.exited[k]; g != nil {
-			return g
+	g, ok := s.gone[pid]
+	if !ok {
+		_, err := os.Stat("/proc/" + itoa(pid))
+		g = errors.Is(err, fs.ErrNotExist)
+		if g && !s.checks.lostSuspects[pid] {
+			s.lost[pid] = true // folded if still gone at the next check
+			g = false
 		}
+		s.gone[pid] = g
 	}
-	g := &ExitedGroup{RootPID: k.root, Comm: k.comm}
-	d.exited[k] = g
 	return g
 }
 
 // Snapshot reads everything measured so far.
 func (d *Daemon) Snapshot() *Snapshot {
-	s := &Snapshot{SchemaVersion: SchemaVersion, Clock: "CLOCK_MONOTONIC",
+	s := &Snapshot{SchemaVersion: SchemaVersion, Clock: schema.SnapshotClock,
 		TakenMonotonicNS: monotonicNow(), TakenWall: time.Now().UTC(), StartedMonotonicNS: d.startNS,
 		Threads: []Thread{}, Exited: []ExitedGroup{}, Connections: []Connection{}, CUDA: CUDAReport{Libraries: []CUDALibrary{}}}
 	d.foldMu.RLock()
 	s.Targets = d.Targets()
 	thr := d.readThreads(nil)
-	live, _ := d.readConns(0)
-	d.mu.Lock()
-	for _, g := range d.exited {
-		s.Exited = append(s.Exited, g.clone())
-	}
-	s.TargetTable = d.table
-	s.TargetTable.Entries = len(d.targets)
-	s.TargetTable.MaxEntries = d.maxTargets
-	s.ClosedConnections = d.closedFolded
-	s.Connections = append(append(s.Connections, d.retiredConns...), live...)
-	for _, l := range d.cuda {
-		s.CUDA.Libraries = append(s.CUDA.Libraries, l.info)
-	}
-	s.Steps = append([]Step{}, d.steps.items...)
-	s.StepTable = d.steps.table
-	s.Exchanges = append([]Exchange{}, d.exchanges.items...)
-	for _, c := range live {
-		if c.openExchange != nil {
-			s.Exchanges = append(s.Exchanges, *c.openExchange)
-		}
-	}
-	s.ExchangeTable = d.exchanges.table
-	s.CUDA.LaunchProbesUntil = d.launchUntil
-	s.CUDA.Skipped = len(d.cudaSkipped)
-	s.BPF.EventsRead = d.eventsRead
-	caps := d.caps
-	d.mu.Unlock()
+	live, open, _ := d.readConns(0)
+	d.table.snapshot(s)
+	d.events.snapshot(s, live, open)
+	d.cuda.snapshot(s)
+	caps := d.caps.get()
 	d.foldMu.RUnlock()
 	for _, t := range thr {
 		s.Threads = append(s.Threads, *t)
@@ -415,7 +303,6 @@ func (d *Daemon) Snapshot() *Snapshot {
 		return a.RootPID < b.RootPID || a.RootPID == b.RootPID && a.Comm < b.Comm
 	})
 	sort.SliceStable(s.Connections, func(i, j int) bool { return s.Connections[i].FirstMonotonicNS < s.Connections[j].FirstMonotonicNS })
-	sort.Slice(s.CUDA.Libraries, func(i, j int) bool { return s.CUDA.Libraries[i].Path < s.CUDA.Libraries[j].Path })
 	s.NVML = d.nvml.Report()
 	s.BPF.StatsEnabled = d.cfg.BPFStats
 	s.BPF.SyscallSample = d.cfg.SyscallSample

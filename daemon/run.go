@@ -76,15 +76,11 @@ func Run(ctx context.Context, cfg Config, opts RunOptions, log *slog.Logger) err
 			files.remove()
 			return fmt.Errorf("drop privileges (pass --keep-capabilities to run without dropping them): %w", err)
 		}
-		d.mu.Lock()
-		d.caps = caps
-		d.mu.Unlock()
+		d.caps.set(caps)
 		log.Info("privileges dropped", "kept", capabilityNames(keep), "uid", os.Getuid(), "gid", os.Getgid(),
 			"no_new_privs", true, "seccomp", seccompAuditArch != 0)
 	} else {
-		d.mu.Lock()
-		d.caps = currentCapabilities()
-		d.mu.Unlock()
+		d.caps.set(currentCapabilities())
 	}
 	log.Info("attached", "targets", len(d.Targets()), "nvml", d.nvml.Status())
 	if opts.Ready != nil {

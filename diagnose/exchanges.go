@@ -1,16 +1,16 @@
 package diagnose
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"sort"
+
+	"github.com/hone-llm/hone/schema"
 )
 
 // KernelExchange is one HTTP request and its response as the daemon saw
 // them on the server's end of a connection to an engine's API port (its
-// snapshot's "exchanges", see daemon/doc.go), CLOCK_MONOTONIC nanoseconds.
+// snapshot's "exchanges", schema.Exchange), CLOCK_MONOTONIC nanoseconds.
 type KernelExchange struct {
 	PID          int
 	Local        string // the engine's API address
@@ -49,30 +49,6 @@ func (x KernelExchange) FirstTokenNs(head HeadSend) int64 {
 	return x.SecondSendNs
 }
 
-// snapshotEvidence is the part of a daemon snapshot the kernel-evidence
-// split reads.
-type snapshotEvidence struct {
-	SchemaVersion int    `json:"schema_version"`
-	Clock         string `json:"clock"`
-	Exchanges     []struct {
-		PID        int    `json:"pid"`
-		Local      string `json:"local"`
-		Remote     string `json:"remote"`
-		Received   int64  `json:"request_start_monotonic_ns"`
-		FirstSend  int64  `json:"first_send_monotonic_ns"`
-		SecondSend int64  `json:"second_send_monotonic_ns"`
-		LastSend   int64  `json:"last_send_monotonic_ns"`
-		Sends      int    `json:"response_sends"`
-		Open       bool   `json:"open"`
-	} `json:"exchanges"`
-	Steps []struct {
-		PID   int   `json:"pid"`
-		Start int64 `json:"start_monotonic_ns"`
-		End   int64 `json:"end_monotonic_ns"`
-	} `json:"steps"`
-	Targets []KernelProcess `json:"targets"`
-}
-
 // KernelEvidence is what the kernel split reads of a daemon snapshot.
 type KernelEvidence struct {
 	Exchanges []KernelExchange     // oldest request first
@@ -82,40 +58,52 @@ type KernelEvidence struct {
 
 // ReadKernelEvidence reads a daemon snapshot file (ParseKernelEvidence).
 func ReadKernelEvidence(path string) (KernelEvidence, error) {
-	b, err := os.ReadFile(path)
+	s, err := readSnapshot(path)
 	if err != nil {
-		return KernelEvidence{}, fmt.Errorf("read daemon snapshot: %w", err)
+		return KernelEvidence{}, err
 	}
-	return ParseKernelEvidence(b)
+	return evidenceOf(s)
 }
 
 // ParseKernelEvidence decodes a daemon snapshot's HTTP exchanges, engine
 // steps and traced processes.
 func ParseKernelEvidence(b []byte) (KernelEvidence, error) {
-	var s snapshotEvidence
-	if err := json.Unmarshal(b, &s); err != nil {
-		return KernelEvidence{}, fmt.Errorf("daemon snapshot: %w", err)
+	s, err := parseSnapshot(b)
+	if err != nil {
+		return KernelEvidence{}, err
 	}
-	if s.SchemaVersion != 1 || s.Clock != "CLOCK_MONOTONIC" {
-		return KernelEvidence{}, fmt.Errorf("daemon snapshot: schema_version %d clock %q: want 1 and CLOCK_MONOTONIC", s.SchemaVersion, s.Clock)
-	}
+	return evidenceOf(s)
+}
+
+// evidenceOf is the HTTP exchanges, engine steps and traced processes
+// of snapshot s.
+func evidenceOf(s *schema.Snapshot) (KernelEvidence, error) {
 	xs := make([]KernelExchange, 0, len(s.Exchanges))
 	for _, e := range s.Exchanges {
-		xs = append(xs, KernelExchange{PID: e.PID, Local: e.Local, Remote: e.Remote, ReceivedNs: e.Received,
-			FirstSendNs: e.FirstSend, SecondSendNs: e.SecondSend, LastSendNs: e.LastSend, Sends: e.Sends, Open: e.Open})
+		xs = append(xs, KernelExchange{PID: e.PID, Local: e.Local, Remote: e.Remote, ReceivedNs: int64(e.RequestStartMonotonicNS),
+			FirstSendNs: int64(e.FirstSendMonotonicNS), SecondSendNs: int64(e.SecondSendMonotonicNS),
+			LastSendNs: int64(e.LastSendMonotonicNS), Sends: int(e.ResponseSends), Open: e.Open})
 	}
 	sort.SliceStable(xs, func(i, j int) bool { return xs[i].ReceivedNs < xs[j].ReceivedNs })
 	steps := map[int][]EngineStep{}
 	for _, st := range s.Steps {
-		if st.End < st.Start {
-			return KernelEvidence{}, fmt.Errorf("daemon snapshot: step of pid %d ends at %d before its start at %d", st.PID, st.End, st.Start)
+		start, end := int64(st.StartMonotonicNS), int64(st.EndMonotonicNS)
+		if end < start {
+			return KernelEvidence{}, fmt.Errorf("daemon snapshot: step of pid %d ends at %d before its start at %d", st.PID, end, start)
 		}
-		steps[st.PID] = append(steps[st.PID], EngineStep{StartNs: st.Start, EndNs: st.End})
+		steps[st.PID] = append(steps[st.PID], EngineStep{StartNs: start, EndNs: end})
 	}
 	for _, ss := range steps {
 		sort.Slice(ss, func(i, j int) bool { return ss[i].EndNs < ss[j].EndNs })
 	}
-	return KernelEvidence{Exchanges: xs, Steps: steps, Processes: s.Targets}, nil
+	var procs []KernelProcess
+	if s.Targets != nil {
+		procs = make([]KernelProcess, 0, len(s.Targets))
+	}
+	for _, t := range s.Targets {
+		procs = append(procs, KernelProcess{PID: t.PID, PPID: t.PPID, RootPID: t.RootPID, Comm: t.Comm})
+	}
+	return KernelEvidence{Exchanges: xs, Steps: steps, Processes: procs}, nil
 }
 
 // KernelSplit is one request's span on an engine split from kernel
@@ -185,131 +173,183 @@ func joinExchanges(atts []Attribution, joins []exchangeJoin, ev Evidence, scale 
 	if err != nil {
 		return err
 	}
-	stepsOf := func(apiPID int) []EngineStep {
-		if o, ok := owners[apiPID]; ok {
-			return ev.Steps[o.StepPID]
-		}
-		return nil
-	}
-	xs := ev.Exchanges
-	if !sort.SliceIsSorted(xs, func(i, j int) bool { return xs[i].ReceivedNs < xs[j].ReceivedNs }) {
-		xs = append([]KernelExchange(nil), xs...)
-		sort.SliceStable(xs, func(i, j int) bool { return xs[i].ReceivedNs < xs[j].ReceivedNs })
+	k := kernelJoin{head: ev.Head, scale: scale, owners: owners, steps: ev.Steps}
+	k.xs = ev.Exchanges
+	if !sort.SliceIsSorted(k.xs, func(i, j int) bool { return k.xs[i].ReceivedNs < k.xs[j].ReceivedNs }) {
+		k.xs = append([]KernelExchange(nil), k.xs...)
+		sort.SliceStable(k.xs, func(i, j int) bool { return k.xs[i].ReceivedNs < k.xs[j].ReceivedNs })
 	}
 	order := make([]int, len(joins))
 	for i := range order {
 		order[i] = i
 	}
 	sort.SliceStable(order, func(x, y int) bool { return joins[order[x]].window[0] < joins[order[y]].window[0] })
-	// The exchanges each request got (-1: none): the one split by the
-	// engine's steps (split: the prefill worker's when disaggregated) and
-	// the decode worker's (dec). The prefill legs' first: a prefill
-	// exchange, answered whole inside its leg, fits few windows, while a
-	// decode window could take a prefill exchange received inside it.
-	used := make([]bool, len(xs))
+	split, dec := k.match(joins, order)
+	works, work := k.prefillWorks(joins, order, split, dec)
+	k.chunksFrom = k.chunkSources(work, ev.TokenBudget, ev.MaxNumSeqs)
+	for i := range atts {
+		atts[i].KernelUnjoined = UnjoinedNoWindow // until a join below says otherwise
+	}
+	for i, j := range joins {
+		if j.att >= 0 {
+			k.fill(&atts[j.att], j, split[i], dec[i], works[i])
+		}
+	}
+	return nil
+}
+
+// kernelJoin is what joinExchanges joins requests to: the exchanges in
+// receipt order, the engines' steps by process and each API server's step
+// owner, and each engine's note on its prefills' step counts.
+type kernelJoin struct {
+	xs         []KernelExchange
+	head       HeadSend
+	scale      float64
+	owners     map[int]StepOwner
+	steps      map[int][]EngineStep
+	chunksFrom map[int]string // by engine process
+}
+
+// stepsOf is the steps of the process that steps for API server apiPID.
+func (k *kernelJoin) stepsOf(apiPID int) []EngineStep {
+	if o, ok := k.owners[apiPID]; ok {
+		return k.steps[o.StepPID]
+	}
+	return nil
+}
+
+func (k *kernelJoin) ms(ns int64) float64 { return float64(ns) / 1e6 / k.scale }
+
+// match gives each request, taken in order, the exchanges it got (-1:
+// none): the one split by the engine's steps (split: the prefill worker's
+// when disaggregated) and the decode worker's (dec). The prefill legs'
+// first: a prefill exchange, answered whole inside its leg, fits few
+// windows, while a decode window could take a prefill exchange received
+// inside it.
+func (k *kernelJoin) match(joins []exchangeJoin, order []int) (split, dec []int) {
+	used := make([]bool, len(k.xs))
 	wins := make([]window, len(joins))
 	for i, j := range joins {
 		if j.disagg {
 			wins[i] = window{span: j.prefill, whole: true}
 		}
 	}
-	pre := matchWindows(xs, ev.Head, wins, order, used)
+	pre := matchWindows(k.xs, k.head, wins, order, used)
 	for i, j := range joins {
 		wins[i] = window{span: j.window}
 	}
-	dec := matchWindows(xs, ev.Head, wins, order, used)
-	split := make([]int, len(joins))
+	dec = matchWindows(k.xs, k.head, wins, order, used)
+	split = make([]int, len(joins))
+	for _, i := range order {
+		split[i], dec[i] = dec[i], -1
+		if joins[i].disagg {
+			split[i], dec[i] = pre[i], split[i]
+		}
+	}
+	return split, dec
+}
+
+// prefillWorks is each request's prefill work on the engine process whose
+// exchange is split (nil when none), and every engine's work by process:
+// every request an engine served is in its scheduler's work, split or not
+// (a disaggregated one needs its decode exchange too).
+func (k *kernelJoin) prefillWorks(joins []exchangeJoin, order, split, dec []int) ([]*prefillWork, map[int][]*prefillWork) {
 	work := map[int][]*prefillWork{} // by engine process
 	works := make([]*prefillWork, len(joins))
 	for _, i := range order {
 		j := joins[i]
 		out := j.output
-		split[i], dec[i] = dec[i], -1
 		if j.disagg {
-			split[i], dec[i], out = pre[i], split[i], 1 // a prefill leg generates its one token
+			out = 1 // a prefill leg generates its one token
 		}
-		// Every request an engine served is in its scheduler's work, split
-		// or not (a disaggregated one needs its decode exchange too).
 		if s := split[i]; s >= 0 {
-			x := xs[s]
-			works[i] = &prefillWork{received: x.ReceivedNs, firstToken: x.FirstTokenNs(ev.Head), lastSend: x.LastSendNs, uncached: j.uncached, output: out}
+			x := k.xs[s]
+			works[i] = &prefillWork{received: x.ReceivedNs, firstToken: x.FirstTokenNs(k.head), lastSend: x.LastSendNs, uncached: j.uncached, output: out}
 			work[x.PID] = append(work[x.PID], works[i])
 		}
 	}
+	return works, work
+}
+
+// chunkSources places each engine's prefills in its steps (inferChunks)
+// and says, by engine process, how their step counts were found.
+func (k *kernelJoin) chunkSources(work map[int][]*prefillWork, tokenBudget, maxNumSeqs int) map[int]string {
 	chunksFrom := map[int]string{} // by engine process
 	for pid, w := range work {
-		b, n := inferChunks(stepsOf(pid), w, ev.TokenBudget, ev.MaxNumSeqs)
+		b, n := inferChunks(k.stepsOf(pid), w, tokenBudget, maxNumSeqs)
 		budget, seats := fmt.Sprintf("token budget %d", b), fmt.Sprintf("max-num-seqs %d", n)
 		switch {
 		case b == math.MaxInt32:
 			budget = "no chunking"
-		case ev.TokenBudget <= 0:
+		case tokenBudget <= 0:
 			budget = fmt.Sprintf("token budget %d, inferred (--max-num-batched-tokens)", b)
 		}
 		switch {
 		case n == 0:
 			seats = "no seat limit"
-		case ev.MaxNumSeqs <= 0:
+		case maxNumSeqs <= 0:
 			seats = fmt.Sprintf("max-num-seqs %d, inferred (--max-num-seqs)", n)
 		}
 		chunksFrom[pid] = fmt.Sprintf("steps per prefill inferred by the scheduler's rules (%s, %s; running requests first, FCFS)", budget, seats)
 	}
-	ms := func(ns int64) float64 { return float64(ns) / 1e6 / scale }
-	for i := range atts {
-		atts[i].KernelUnjoined = UnjoinedNoWindow // until a join below says otherwise
+	return chunksFrom
+}
+
+// fill gives request a (join j) its kernel split from exchange split (its
+// prefill work w) and, when disaggregated, the decode exchange dec; or
+// says why it has none.
+func (k *kernelJoin) fill(a *Attribution, j exchangeJoin, split, dec int, w *prefillWork) {
+	if split < 0 {
+		a.KernelUnjoined = UnjoinedNoExchange
+		if j.disagg {
+			a.KernelUnjoined = UnjoinedNoPrefillExchange
+		}
+		return
 	}
-	for i, j := range joins {
-		if j.att < 0 {
-			continue
-		}
-		a := &atts[j.att]
-		if split[i] < 0 {
-			a.KernelUnjoined = UnjoinedNoExchange
-			if j.disagg {
-				a.KernelUnjoined = UnjoinedNoPrefillExchange
-			}
-			continue
-		}
-		px := xs[split[i]]
-		var ps KernelSplit
-		var err error
-		if w := works[i]; w.placed {
-			ps = w.split(px, ev.Head, scale)
-		} else if ps, err = SplitExchange(px, stepsOf(px.PID), ev.Head, 1, scale); err != nil {
-			a.KernelUnjoined = UnjoinedNoStep
-			continue
-		}
-		amb := ms(works[i].ambiguousNs)
-		unc := map[string]float64{Queueing: amb, Prefill: amb + ps.OutputLagMs, Decode: 0}
-		if !j.disagg {
-			a.Kernel = &KernelParts{Engine: px.Local, QueueMs: ps.QueueMs, PrefillMs: ps.PrefillMs, DecodeMs: ps.DecodeMs,
-				QueueSlackMs: ps.QueueSlackMs, UncertaintyMs: unc, Steps: ps.Steps, ChunksFrom: chunksFrom[px.PID]}
-			a.Sources["kernel_split"] = "daemon: the HTTP exchange on the engine's API socket (sock_recv_length/sock_send_length) " +
-				"and its CUDA steps (launch/graph-launch to synchronize uprobes; " + owners[px.PID].String() + "), CLOCK_MONOTONIC"
-			a.KernelUnjoined = ""
-			continue
-		}
-		// The decode worker's span: receipt → KV usable → first token.
-		if dec[i] < 0 {
-			a.KernelUnjoined = UnjoinedNoExchange
-			continue
-		}
-		x := xs[dec[i]]
-		ft := x.FirstTokenNs(ev.Head)
-		if a.kvLastNs == 0 || a.kvLastNs < x.ReceivedNs || a.kvLastNs > ft || x.LastSendNs < ft {
-			a.KernelUnjoined = UnjoinedNoKV
-			continue
-		}
+	px := k.xs[split]
+	var ps KernelSplit
+	var err error
+	if w.placed {
+		ps = w.split(px, k.head, k.scale)
+	} else if ps, err = SplitExchange(px, k.stepsOf(px.PID), k.head, 1, k.scale); err != nil {
+		a.KernelUnjoined = UnjoinedNoStep
+		return
+	}
+	amb := k.ms(w.ambiguousNs)
+	unc := map[string]float64{Queueing: amb, Prefill: amb + ps.OutputLagMs, Decode: 0}
+	if !j.disagg {
+		a.Kernel = &KernelParts{Engine: px.Local, QueueMs: ps.QueueMs, PrefillMs: ps.PrefillMs, DecodeMs: ps.DecodeMs,
+			QueueSlackMs: ps.QueueSlackMs, UncertaintyMs: unc, Steps: ps.Steps, ChunksFrom: k.chunksFrom[px.PID]}
+		a.Sources["kernel_split"] = "daemon: the HTTP exchange on the engine's API socket (sock_recv_length/sock_send_length) " +
+			"and its CUDA steps (launch/graph-launch to synchronize uprobes; " + k.owners[px.PID].String() + "), CLOCK_MONOTONIC"
 		a.KernelUnjoined = ""
-		unc[Transfer], unc[DecodeQ] = 0, 0
-		a.Kernel = &KernelParts{Engine: x.Local, PrefillEngine: px.Local, QueueMs: ps.QueueMs, PrefillMs: ps.PrefillMs,
-			TransferMs: ms(a.kvLastNs - x.ReceivedNs), DecodeQueueMs: ms(ft - a.kvLastNs), DecodeMs: ms(x.LastSendNs - ft),
-			QueueSlackMs: ps.QueueSlackMs, UncertaintyMs: unc, Steps: ps.Steps, ChunksFrom: chunksFrom[px.PID]}
-		a.Sources["kernel_split"] = "daemon: the HTTP exchanges on the prefill and decode workers' API sockets " +
-			"(sock_recv_length/sock_send_length), the prefill worker's CUDA steps (launch/graph-launch to synchronize uprobes; " +
-			owners[px.PID].String() + ") and the decode worker's KV connection, CLOCK_MONOTONIC"
+		return
 	}
-	return nil
+	k.fillDisaggregated(a, px, ps, dec, unc)
+}
+
+// fillDisaggregated adds to a disaggregated request's prefill split ps (of
+// exchange px) the decode worker's span: receipt → KV usable → first
+// token, from its exchange dec and its KV connection.
+func (k *kernelJoin) fillDisaggregated(a *Attribution, px KernelExchange, ps KernelSplit, dec int, unc map[string]float64) {
+	if dec < 0 {
+		a.KernelUnjoined = UnjoinedNoExchange
+		return
+	}
+	x := k.xs[dec]
+	ft := x.FirstTokenNs(k.head)
+	if a.kvLastNs == 0 || a.kvLastNs < x.ReceivedNs || a.kvLastNs > ft || x.LastSendNs < ft {
+		a.KernelUnjoined = UnjoinedNoKV
+		return
+	}
+	a.KernelUnjoined = ""
+	unc[Transfer], unc[DecodeQ] = 0, 0
+	a.Kernel = &KernelParts{Engine: x.Local, PrefillEngine: px.Local, QueueMs: ps.QueueMs, PrefillMs: ps.PrefillMs,
+		TransferMs: k.ms(a.kvLastNs - x.ReceivedNs), DecodeQueueMs: k.ms(ft - a.kvLastNs), DecodeMs: k.ms(x.LastSendNs - ft),
+		QueueSlackMs: ps.QueueSlackMs, UncertaintyMs: unc, Steps: ps.Steps, ChunksFrom: k.chunksFrom[px.PID]}
+	a.Sources["kernel_split"] = "daemon: the HTTP exchanges on the prefill and decode workers' API sockets " +
+		"(sock_recv_length/sock_send_length), the prefill worker's CUDA steps (launch/graph-launch to synchronize uprobes; " +
+		k.owners[px.PID].String() + ") and the decode worker's KV connection, CLOCK_MONOTONIC"
 }
 
 // window is a request's span to match to one exchange: received inside

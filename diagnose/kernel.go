@@ -1,11 +1,10 @@
 package diagnose
 
 import (
-	"encoding/json"
-	"fmt"
 	"net/netip"
-	"os"
 	"sort"
+
+	"github.com/hone-llm/hone/schema"
 )
 
 // KVConn is one KV-transfer connection as the daemon saw it from the side
@@ -21,43 +20,28 @@ type KVConn struct {
 	Attributed string // request id it was joined to
 }
 
-// snapshotConns is the part of a daemon snapshot diagnose reads (see
-// daemon/doc.go); decoding only these fields keeps diagnose free of the
-// daemon's eBPF dependencies.
-type snapshotConns struct {
-	SchemaVersion int    `json:"schema_version"`
-	Clock         string `json:"clock"`
-	Connections   []struct {
-		PID        int    `json:"pid"`
-		Local      string `json:"local"`
-		Remote     string `json:"remote"`
-		KVTransfer bool   `json:"kv_transfer"`
-		RXBytes    uint64 `json:"rx_bytes"`
-		First      uint64 `json:"first_monotonic_ns"`
-		Last       uint64 `json:"last_monotonic_ns"`
-	} `json:"connections"`
-}
-
 // ReadKVConns reads a daemon snapshot (hone daemon --once -o FILE, or GET
 // /v1/snapshot) and returns its KV-transfer connections on the receiving
 // side: those whose remote end is a KV port (the puller's socket).
 func ReadKVConns(path string) ([]KVConn, error) {
-	b, err := os.ReadFile(path)
+	s, err := readSnapshot(path)
 	if err != nil {
-		return nil, fmt.Errorf("read daemon snapshot: %w", err)
+		return nil, err
 	}
-	return ParseKVConns(b)
+	return kvConns(s), nil
 }
 
 // ParseKVConns decodes a daemon snapshot's KV-transfer connections.
 func ParseKVConns(b []byte) ([]KVConn, error) {
-	var s snapshotConns
-	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("daemon snapshot: %w", err)
+	s, err := parseSnapshot(b)
+	if err != nil {
+		return nil, err
 	}
-	if s.SchemaVersion != 1 || s.Clock != "CLOCK_MONOTONIC" {
-		return nil, fmt.Errorf("daemon snapshot: schema_version %d clock %q: want 1 and CLOCK_MONOTONIC", s.SchemaVersion, s.Clock)
-	}
+	return kvConns(s), nil
+}
+
+// kvConns is snapshot s's KV-transfer connections on the receiving side.
+func kvConns(s *schema.Snapshot) []KVConn {
 	// Both ends of a loopback connection are in a snapshot; the receiving
 	// (pulling) end is the one whose remote port is the listening KV port,
 	// i.e. whose local port is not a port any KV socket listens on. A
@@ -110,10 +94,11 @@ func ParseKVConns(b []byte) ([]KVConn, error) {
 		if listening[lp.Port()] && !listening[rp.Port()] {
 			continue // the sending side
 		}
-		out = append(out, KVConn{PID: c.PID, Local: c.Local, Remote: c.Remote, RXBytes: c.RXBytes, FirstNs: int64(c.First), LastNs: int64(c.Last)})
+		out = append(out, KVConn{PID: c.PID, Local: c.Local, Remote: c.Remote, RXBytes: c.RXBytes,
+			FirstNs: int64(c.FirstMonotonicNS), LastNs: int64(c.LastMonotonicNS)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].FirstNs < out[j].FirstNs })
-	return out, nil
+	return out
 }
 
 // joinKernel gives each disaggregated request the KV connection whose bytes

@@ -121,51 +121,54 @@ type DaemonOptions struct {
 // cgroups); a Service for its metrics port; and a ServiceMonitor scraping
 // it with the bearer token.
 func RenderDaemon(o DaemonOptions) ([]runtime.Object, error) {
-	if o.Namespace == "" {
-		o.Namespace = DefaultNamespace
+	nk, nv, err := o.fill()
+	if err != nil {
+		return nil, err
 	}
-	if o.Name == "" {
-		o.Name = DefaultDaemonName
-	}
-	if o.HoneImage == "" {
-		o.HoneImage = DefaultHoneImage
-	}
+	lbl := Labels(o.Name, PoolDaemon)
+	vols, mounts := daemonVolumes(o.TokenSecret)
+	ds := daemonSet(o, lbl, map[string]string{nk: nv}, daemonContainer(o, mounts), vols)
+	svc, sm := daemonScrape(o, lbl)
+	objs := readerIdentity(o.Name, o.Namespace, lbl, "", "pods")
+	return append(objs, ds, svc, sm), nil
+}
+
+// fill sets o's defaults and checks it; it returns the node selector's
+// key and value.
+func (o *DaemonOptions) fill() (key, value string, err error) {
+	setDefault(&o.Namespace, DefaultNamespace)
+	setDefault(&o.Name, DefaultDaemonName)
+	setDefault(&o.HoneImage, DefaultHoneImage)
 	if o.Port == 0 {
 		o.Port = DefaultDaemonPort
 	}
-	if o.RuntimeClass == "" {
-		o.RuntimeClass = DefaultRuntimeClass
-	}
-	if o.NodeSelector == "" {
-		o.NodeSelector = DefaultGPUNodeLabel
-	}
-	if o.TokenSecret == "" {
-		o.TokenSecret = o.Name + "-token"
-	}
-	if o.PodSelector == "" {
-		o.PodSelector = DefaultServingSelector
-	}
+	setDefault(&o.RuntimeClass, DefaultRuntimeClass)
+	setDefault(&o.NodeSelector, DefaultGPUNodeLabel)
+	setDefault(&o.TokenSecret, o.Name+"-token")
+	setDefault(&o.PodSelector, DefaultServingSelector)
 	if _, err := labels.Parse(o.PodSelector); err != nil {
-		return nil, fmt.Errorf("--pod-selector %q: %w", o.PodSelector, err)
+		return "", "", fmt.Errorf("--pod-selector %q: %w", o.PodSelector, err)
 	}
 	if len(o.Capabilities) == 0 {
-		return nil, fmt.Errorf("daemon capabilities: none given; take them from daemon.StartCapabilities")
+		return "", "", fmt.Errorf("daemon capabilities: none given; take them from daemon.StartCapabilities")
 	}
 	nk, nv, ok := strings.Cut(o.NodeSelector, "=")
 	if !ok || nk == "" {
-		return nil, fmt.Errorf("--node-selector %q: want key=value", o.NodeSelector)
+		return "", "", fmt.Errorf("--node-selector %q: want key=value", o.NodeSelector)
 	}
-	var caps []corev1.Capability
-	for _, c := range o.Capabilities {
-		caps = append(caps, corev1.Capability(strings.TrimPrefix(strings.ToUpper(c), "CAP_")))
+	return nk, nv, nil
+}
+
+// setDefault sets *v to def when it is empty.
+func setDefault(v *string, def string) {
+	if *v == "" {
+		*v = def
 	}
-	lbl := Labels(o.Name, PoolDaemon)
-	no := false
-	root := int64(0)
-	// The daemon drops to nobody after attaching (daemon/caps.go) and
-	// client-go re-reads the rotating ServiceAccount token: with fsGroup
-	// set the kubelet makes the token file 0640, group fsGroup.
-	nogroup := int64(65534)
+}
+
+// daemonVolumes are the daemon's read-only host paths and its token
+// Secret, and their mounts.
+func daemonVolumes(tokenSecret string) ([]corev1.Volume, []corev1.VolumeMount) {
 	secretMode := int32(0o400) // the daemon refuses a token file others can read
 	hostRO := func(name, path string) (corev1.Volume, corev1.VolumeMount) {
 		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}}},
@@ -185,16 +188,68 @@ func RenderDaemon(o DaemonOptions) ([]runtime.Object, error) {
 		vols, mounts = append(vols, v), append(mounts, m)
 	}
 	vols = append(vols, corev1.Volume{Name: "token", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-		SecretName: o.TokenSecret, DefaultMode: &secretMode, Items: []corev1.KeyToPath{{Key: daemonTokenKey, Path: daemonTokenKey}}}}})
+		SecretName: tokenSecret, DefaultMode: &secretMode, Items: []corev1.KeyToPath{{Key: daemonTokenKey, Path: daemonTokenKey}}}}})
 	mounts = append(mounts, corev1.VolumeMount{Name: "token", MountPath: daemonTokenDir, ReadOnly: true})
+	return vols, mounts
+}
+
+// daemonContainer is the daemon's container: not privileged, root with
+// exactly o.Capabilities added, tracing the pods o.PodSelector selects.
+func daemonContainer(o DaemonOptions, mounts []corev1.VolumeMount) corev1.Container {
+	var caps []corev1.Capability
+	for _, c := range o.Capabilities {
+		caps = append(caps, corev1.Capability(strings.TrimPrefix(strings.ToUpper(c), "CAP_")))
+	}
+	no := false
+	root := int64(0)
 	port := strconv.Itoa(o.Port)
+	return corev1.Container{
+		Name:    "daemon",
+		Image:   o.HoneImage,
+		Command: []string{"hone"},
+		Args: []string{"daemon", "--listen", "0.0.0.0:" + port, "--allow-remote",
+			"--token-file", daemonTokenDir + "/" + daemonTokenKey,
+			"--pod-selector", o.PodSelector, "--pod-namespace", o.Namespace},
+		Env: []corev1.EnvVar{
+			{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
+				FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"}}},
+			// NVML without requesting a GPU: the NVIDIA
+			// container runtime mounts the driver's
+			// libraries for these (as for dcgm-exporter);
+			// "utility" is NVML and nothing more.
+			{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"},
+			{Name: "NVIDIA_DRIVER_CAPABILITIES", Value: "utility"},
+		},
+		Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: int32(o.Port), Protocol: corev1.ProtocolTCP}},
+		// Root in the container so the added capabilities are
+		// effective (Kubernetes grants no ambient ones). The
+		// runtime's default set stays: dropping to nobody and
+		// CAP_PERFMON after attaching (daemon/caps.go) needs
+		// its CAP_SETPCAP, CAP_SETUID and CAP_SETGID.
+		SecurityContext: &corev1.SecurityContext{
+			Privileged:               &no,
+			AllowPrivilegeEscalation: &no,
+			RunAsUser:                &root,
+			Capabilities:             &corev1.Capabilities{Add: caps},
+		},
+		VolumeMounts: mounts,
+	}
+}
+
+// daemonSet runs c on the GPU nodes nodeSelector picks, in the host's PID
+// namespace.
+func daemonSet(o DaemonOptions, lbl, nodeSelector map[string]string, c corev1.Container, vols []corev1.Volume) *appsv1.DaemonSet {
+	// The daemon drops to nobody after attaching (daemon/caps.go) and
+	// client-go re-reads the rotating ServiceAccount token: with fsGroup
+	// set the kubelet makes the token file 0640, group fsGroup.
+	nogroup := int64(65534)
 	dsMeta := objectMeta(o.Name, o.Namespace, lbl)
 	kernel := o.NodeKernel
 	if kernel == "" {
 		kernel = ">= " + UprobeMultiKernel
 	}
 	dsMeta.Annotations = map[string]string{"hone.dev/node-kernel": kernel}
-	ds := &appsv1.DaemonSet{
+	return &appsv1.DaemonSet{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"},
 		ObjectMeta: dsMeta,
 		Spec: appsv1.DaemonSetSpec{
@@ -206,44 +261,19 @@ func RenderDaemon(o DaemonOptions) ([]runtime.Object, error) {
 					SecurityContext:    &corev1.PodSecurityContext{FSGroup: &nogroup},
 					HostPID:            true,
 					RuntimeClassName:   &o.RuntimeClass,
-					NodeSelector:       map[string]string{nk: nv},
+					NodeSelector:       nodeSelector,
 					Tolerations:        []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
-					Containers: []corev1.Container{{
-						Name:    "daemon",
-						Image:   o.HoneImage,
-						Command: []string{"hone"},
-						Args: []string{"daemon", "--listen", "0.0.0.0:" + port, "--allow-remote",
-							"--token-file", daemonTokenDir + "/" + daemonTokenKey,
-							"--pod-selector", o.PodSelector, "--pod-namespace", o.Namespace},
-						Env: []corev1.EnvVar{
-							{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
-								FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"}}},
-							// NVML without requesting a GPU: the NVIDIA
-							// container runtime mounts the driver's
-							// libraries for these (as for dcgm-exporter);
-							// "utility" is NVML and nothing more.
-							{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"},
-							{Name: "NVIDIA_DRIVER_CAPABILITIES", Value: "utility"},
-						},
-						Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: int32(o.Port), Protocol: corev1.ProtocolTCP}},
-						// Root in the container so the added capabilities are
-						// effective (Kubernetes grants no ambient ones). The
-						// runtime's default set stays: dropping to nobody and
-						// CAP_PERFMON after attaching (daemon/caps.go) needs
-						// its CAP_SETPCAP, CAP_SETUID and CAP_SETGID.
-						SecurityContext: &corev1.SecurityContext{
-							Privileged:               &no,
-							AllowPrivilegeEscalation: &no,
-							RunAsUser:                &root,
-							Capabilities:             &corev1.Capabilities{Add: caps},
-						},
-						VolumeMounts: mounts,
-					}},
-					Volumes: vols,
+					Containers:         []corev1.Container{c},
+					Volumes:            vols,
 				},
 			},
 		},
 	}
+}
+
+// daemonScrape is the daemon's metrics Service and the ServiceMonitor
+// scraping it with the bearer token.
+func daemonScrape(o DaemonOptions, lbl map[string]string) (*corev1.Service, *monitoringv1.ServiceMonitor) {
 	svc := &corev1.Service{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
 		ObjectMeta: objectMeta(o.Name, o.Namespace, lbl),
@@ -269,8 +299,7 @@ func RenderDaemon(o DaemonOptions) ([]runtime.Object, error) {
 		Type:        "Bearer",
 		Credentials: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: o.TokenSecret}, Key: daemonTokenKey},
 	}
-	objs := readerIdentity(o.Name, o.Namespace, lbl, "", "pods")
-	return append(objs, ds, svc, sm), nil
+	return svc, sm
 }
 
 // AddedCapabilities are the capabilities a rendered DaemonSet's daemon

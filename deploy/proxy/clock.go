@@ -1,10 +1,12 @@
 package proxy
 
-import "github.com/hone-llm/hone/internal/monoclock"
+import (
+	"github.com/hone-llm/hone/internal/monoclock"
+	"github.com/hone-llm/hone/schema"
+)
 
-// Stamp is one instant on two clocks: wall time for people, and
-// CLOCK_MONOTONIC nanoseconds for joins with kernel events (bpf_ktime_get_ns)
-// and the engines' ground truth.
-type Stamp = monoclock.Stamp
+// Stamp is one instant on two clocks (schema.Stamp, as a timeline carries
+// it).
+type Stamp = schema.Stamp
 
-func now() Stamp { return monoclock.Now() }
+func now() Stamp { return Stamp(monoclock.Now()) }

@@ -140,37 +140,9 @@ const (
 	DefaultSessionHeader  = "X-Session-Id"
 )
 
+// fill sets the defaults of what c leaves unset and checks it.
 func (c *Config) fill() error {
-	if c.Listen == "" {
-		c.Listen = "127.0.0.1:8000"
-	}
-	if c.Routing == "" {
-		c.Routing = SessionAffinity
-	}
-	if c.SessionHeader == "" {
-		c.SessionHeader = DefaultSessionHeader
-	}
-	if c.AffinityTokens <= 0 {
-		c.AffinityTokens = DefaultAffinityTokens
-	}
-	if c.PrefillTimeout <= 0 {
-		c.PrefillTimeout = DefaultPrefillTimeout
-	}
-	if c.DecodeTimeout <= 0 {
-		c.DecodeTimeout = DefaultDecodeTimeout
-	}
-	if c.StreamIdleTimeout <= 0 {
-		c.StreamIdleTimeout = DefaultStreamIdleTimeout
-	}
-	if c.HealthInterval <= 0 {
-		c.HealthInterval = DefaultHealthInterval
-	}
-	if c.TimelineCapacity <= 0 {
-		c.TimelineCapacity = DefaultTimelineCapacity
-	}
-	if c.TimelineBytes <= 0 {
-		c.TimelineBytes = DefaultTimelineBytes
-	}
+	c.defaults()
 	if err := c.Limits.Fill(); err != nil {
 		return err
 	}
@@ -182,34 +154,88 @@ func (c *Config) fill() error {
 	default:
 		return fmt.Errorf("routing: want %s or %s, got %q", SessionAffinity, RoundRobin, c.Routing)
 	}
+	n, err := c.workerRoles()
+	if err != nil {
+		return err
+	}
+	if c.Discovery != nil {
+		return c.checkDiscovered()
+	}
+	return c.checkWorkers(n)
+}
+
+// defaults sets what c leaves unset to its default.
+func (c *Config) defaults() {
+	orString(&c.Listen, "127.0.0.1:8000")
+	orString(&c.Routing, SessionAffinity)
+	orString(&c.SessionHeader, DefaultSessionHeader)
+	if c.AffinityTokens <= 0 {
+		c.AffinityTokens = DefaultAffinityTokens
+	}
+	orDuration(&c.PrefillTimeout, DefaultPrefillTimeout)
+	orDuration(&c.DecodeTimeout, DefaultDecodeTimeout)
+	orDuration(&c.StreamIdleTimeout, DefaultStreamIdleTimeout)
+	orDuration(&c.HealthInterval, DefaultHealthInterval)
+	if c.TimelineCapacity <= 0 {
+		c.TimelineCapacity = DefaultTimelineCapacity
+	}
+	if c.TimelineBytes <= 0 {
+		c.TimelineBytes = DefaultTimelineBytes
+	}
+}
+
+func orString(v *string, def string) {
+	if *v == "" {
+		*v = def
+	}
+}
+
+func orDuration(v *time.Duration, def time.Duration) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
+// workerRoles checks each worker's URL and name, and counts the workers
+// of each role.
+func (c *Config) workerRoles() (map[string]int, error) {
 	var n = map[string]int{}
 	for i, w := range c.Workers {
 		u, err := url.Parse(w.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("workers[%d].url: want http://host:port, got %q", i, w.URL)
+			return nil, fmt.Errorf("workers[%d].url: want http://host:port, got %q", i, w.URL)
 		}
 		if w.Name == "" {
-			return fmt.Errorf("workers[%d].name: empty", i)
+			return nil, fmt.Errorf("workers[%d].name: empty", i)
 		}
 		n[w.Role]++
 	}
-	if c.Discovery != nil {
-		if c.Mode != ModeColocated && c.Mode != ModeDisaggregated {
-			return fmt.Errorf("mode: want %s or %s, got %q", ModeColocated, ModeDisaggregated, c.Mode)
-		}
-		if err := c.Discovery.check(c.Mode); err != nil {
-			return err
-		}
-		for i, w := range c.Workers {
-			if err := checkWorker(*c, w); err != nil {
-				return fmt.Errorf("workers[%d]: %w", i, err)
-			}
-		}
-		if c.Mode == ModeDisaggregated && c.Connector != NixlConnector {
-			return fmt.Errorf("connector: discovery finds workers by address only; want %s, got %q", NixlConnector, c.Connector)
-		}
-		return nil
+	return n, nil
+}
+
+// checkDiscovered checks a configuration whose workers discovery finds:
+// the mode, the discovery, the workers given already and the connector.
+func (c *Config) checkDiscovered() error {
+	if c.Mode != ModeColocated && c.Mode != ModeDisaggregated {
+		return fmt.Errorf("mode: want %s or %s, got %q", ModeColocated, ModeDisaggregated, c.Mode)
 	}
+	if err := c.Discovery.check(c.Mode); err != nil {
+		return err
+	}
+	for i, w := range c.Workers {
+		if err := checkWorker(*c, w); err != nil {
+			return fmt.Errorf("workers[%d]: %w", i, err)
+		}
+	}
+	if c.Mode == ModeDisaggregated && c.Connector != NixlConnector {
+		return fmt.Errorf("connector: discovery finds workers by address only; want %s, got %q", NixlConnector, c.Connector)
+	}
+	return nil
+}
+
+// checkWorkers checks a static configuration's workers (n of each role)
+// against its mode, and a disaggregated one's connector.
+func (c *Config) checkWorkers(n map[string]int) error {
 	switch c.Mode {
 	case ModeColocated:
 		if n[RoleColocated] == 0 || len(c.Workers) != n[RoleColocated] {
@@ -219,20 +245,27 @@ func (c *Config) fill() error {
 		if n[RolePrefill] == 0 || n[RoleDecode] == 0 || len(c.Workers) != n[RolePrefill]+n[RoleDecode] {
 			return errors.New("workers: a disaggregated deployment wants prefill and decode workers, at least one of each")
 		}
-		switch c.Connector {
-		case NixlConnector, P2pNcclConnector:
-		default:
-			return fmt.Errorf("connector: want %s or %s, got %q", NixlConnector, P2pNcclConnector, c.Connector)
-		}
-		if c.Connector == P2pNcclConnector {
-			for i, w := range c.Workers {
-				if w.KVAddr == "" {
-					return fmt.Errorf("workers[%d].kv_addr: P2pNcclConnector needs each worker's kv_ip:kv_port", i)
-				}
-			}
-		}
+		return c.checkConnector()
 	default:
 		return fmt.Errorf("mode: want %s or %s, got %q", ModeColocated, ModeDisaggregated, c.Mode)
+	}
+	return nil
+}
+
+// checkConnector checks a disaggregated deployment's connector, and that
+// P2pNcclConnector's workers each give their KV address.
+func (c *Config) checkConnector() error {
+	switch c.Connector {
+	case NixlConnector, P2pNcclConnector:
+	default:
+		return fmt.Errorf("connector: want %s or %s, got %q", NixlConnector, P2pNcclConnector, c.Connector)
+	}
+	if c.Connector == P2pNcclConnector {
+		for i, w := range c.Workers {
+			if w.KVAddr == "" {
+				return fmt.Errorf("workers[%d].kv_addr: P2pNcclConnector needs each worker's kv_ip:kv_port", i)
+			}
+		}
 	}
 	return nil
 }

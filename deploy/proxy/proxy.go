@@ -528,10 +528,44 @@ func (p *Proxy) stream(w http.ResponseWriter, r *http.Request, rq *request, b *b
 	defer cancel(nil)
 	timer := time.AfterFunc(p.cfg.DecodeTimeout, func() { cancel(errLegTimeout) })
 	defer timer.Stop()
+	resp := p.sendStream(ctx, w, r, rq, b, leg, body, id)
+	if resp == nil {
+		return
+	}
+	defer resp.Body.Close()
+	a := now()
+	leg.Answered = &a
+	leg.Status = resp.StatusCode
+	timer.Stop()
+	x := &relay{p: p, w: w, r: r, ctx: ctx, resp: resp, b: b, tl: tl, leg: leg, idle: p.cfg.StreamIdleTimeout}
+	x.timer = time.AfterFunc(x.idle, func() { cancel(errStalled) })
+
+	h := w.Header()
+	for _, k := range []string{"Content-Type", "Cache-Control"} {
+		if v := resp.Header.Get(k); v != "" {
+			h.Set(k, v)
+		}
+	}
+	h.Set("X-Request-Id", tl.RequestID)
+	w.WriteHeader(resp.StatusCode)
+	tl.Status = resp.StatusCode
+	if isEventStream(resp.Header) {
+		x.ev = new(eventWatch)
+	}
+	if x.copy() {
+		p.streamOutcome(tl, resp, x.ev, b)
+	}
+}
+
+// sendStream sends the streaming leg to b and returns the response, or nil
+// when none came (the timeline and the client's answer then written).
+func (p *Proxy) sendStream(ctx context.Context, w http.ResponseWriter, r *http.Request, rq *request, b *backend, leg *Leg,
+	body []byte, id string) *http.Response {
+	tl := &rq.tl
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL+rq.path, bytes.NewReader(body))
 	if err != nil {
 		p.clientError(w, tl, http.StatusInternalServerError, OutcomeFailed, err.Error())
-		return
+		return nil
 	}
 	req.Header = rq.header.Clone()
 	req.Header.Set("Content-Type", "application/json")
@@ -548,103 +582,115 @@ func (p *Proxy) stream(w http.ResponseWriter, r *http.Request, rq *request, b *b
 		default:
 			p.clientError(w, tl, http.StatusBadGateway, OutcomeFailed, "worker "+b.Name+": "+leg.Error)
 		}
-		return
+		return nil
 	}
-	defer resp.Body.Close()
-	a := now()
-	leg.Answered = &a
-	leg.Status = resp.StatusCode
-	timer.Stop()
-	idle := p.cfg.StreamIdleTimeout
-	timer = time.AfterFunc(idle, func() { cancel(errStalled) })
+	return resp
+}
 
-	h := w.Header()
-	for _, k := range []string{"Content-Type", "Cache-Control"} {
-		if v := resp.Header.Get(k); v != "" {
-			h.Set(k, v)
-		}
+// relay passes a streaming leg's answer to the client.
+type relay struct {
+	p     *Proxy
+	w     http.ResponseWriter
+	r     *http.Request   // the client's
+	ctx   context.Context // the leg's
+	resp  *http.Response
+	b     *backend
+	tl    *Timeline
+	leg   *Leg
+	timer *time.Timer // the stream's idle timer
+	idle  time.Duration
+	ev    *eventWatch // an event stream's, nil for other bodies
+	sent  int64       // body bytes written to the client
+}
+
+// delivered says whether the client has been sent the whole answer: an
+// event stream's [DONE], or a body's Content-Length in bytes. From then on
+// the client may close whenever it likes, and whatever the worker does
+// after it (end, stall, break) changes nothing the client saw.
+func (x *relay) delivered() bool {
+	if x.ev != nil {
+		return x.ev.done
 	}
-	h.Set("X-Request-Id", tl.RequestID)
-	w.WriteHeader(resp.StatusCode)
-	tl.Status = resp.StatusCode
-	// delivered says whether the client has been sent the whole answer: an
-	// event stream's [DONE], or a body's Content-Length in bytes. From then
-	// on the client may close whenever it likes, and whatever the worker
-	// does after it (end, stall, break) changes nothing the client saw.
-	var (
-		ev   *eventWatch
-		sent int64
-	)
-	if isEventStream(resp.Header) {
-		ev = new(eventWatch)
-	}
-	delivered := func() bool {
-		if ev != nil {
-			return ev.done
-		}
-		return resp.ContentLength >= 0 && sent == resp.ContentLength
-	}
-	rc := http.NewResponseController(w)
+	return x.resp.ContentLength >= 0 && x.sent == x.resp.ContentLength
+}
+
+// copy passes the body through, flushing as bytes come. It returns false
+// when the request ended here (the client gone, or the stream broken
+// before the answer was whole), its timeline written.
+func (x *relay) copy() bool {
+	rc := http.NewResponseController(x.w)
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
 	first := true
 	for {
-		n, rerr := resp.Body.Read(buf)
+		n, rerr := x.resp.Body.Read(buf)
 		if n > 0 {
-			timer.Reset(idle)
-			_, werr := w.Write(buf[:n])
+			x.timer.Reset(x.idle)
+			_, werr := x.w.Write(buf[:n])
 			if werr == nil {
 				if ferr := rc.Flush(); ferr != nil && !errors.Is(ferr, http.ErrNotSupported) {
 					werr = ferr
 				}
 			}
 			if werr != nil {
-				if delivered() {
-					break // the client left after its answer; only trailing bytes are lost
+				if x.delivered() {
+					return true // the client left after its answer; only trailing bytes are lost
 				}
-				p.clientGone(tl)
-				return
+				x.p.clientGone(x.tl)
+				return false
 			}
-			sent += int64(n)
-			if ev != nil {
-				ev.write(buf[:n])
+			x.sent += int64(n)
+			if x.ev != nil {
+				x.ev.write(buf[:n])
 			}
 			s := now()
 			if first {
 				first = false
 				fb := s
-				tl.FirstByte = &fb
+				x.tl.FirstByte = &fb
 			}
-			tl.LastByte = &s
+			x.tl.LastByte = &s
 		}
 		if rerr == io.EOF {
-			break
+			return true
 		}
 		if rerr != nil {
-			if delivered() {
-				// A client that closes after [DONE] cancels this leg: that is
-				// no fault of the worker's. Anything else is, but the answer
-				// was whole.
-				if r.Context().Err() == nil {
-					leg.Error = p.legError("decode", b, ctx, rerr) + " (after the answer was delivered)"
-				}
-				break
-			}
-			leg.Error = p.legError("decode", b, ctx, rerr)
-			switch {
-			case r.Context().Err() != nil:
-				p.clientGone(tl)
-			case errors.Is(context.Cause(ctx), errStalled):
-				tl.Outcome, tl.Error = OutcomeTimeout, "worker "+b.Name+" was silent for "+idle.String()
-				p.streamError(w, resp, tl.Error)
-			default:
-				tl.Outcome, tl.Error = OutcomeFailed, "worker "+b.Name+": "+leg.Error
-				p.streamError(w, resp, tl.Error)
-			}
-			return
+			return x.readFailed(rerr)
 		}
 	}
+}
+
+// readFailed handles a failed read of the worker's answer: it returns
+// true when the answer was whole all the same.
+func (x *relay) readFailed(rerr error) bool {
+	tl, leg, name := x.tl, x.leg, x.b.Name
+	if x.delivered() {
+		// A client that closes after [DONE] cancels this leg: that is
+		// no fault of the worker's. Anything else is, but the answer
+		// was whole.
+		if x.r.Context().Err() == nil {
+			leg.Error = x.p.legError("decode", x.b, x.ctx, rerr) + " (after the answer was delivered)"
+		}
+		return true
+	}
+	leg.Error = x.p.legError("decode", x.b, x.ctx, rerr)
+	switch {
+	case x.r.Context().Err() != nil:
+		x.p.clientGone(tl)
+	case errors.Is(context.Cause(x.ctx), errStalled):
+		tl.Outcome, tl.Error = OutcomeTimeout, "worker "+name+" was silent for "+x.idle.String()
+		x.p.streamError(x.w, x.resp, tl.Error)
+	default:
+		tl.Outcome, tl.Error = OutcomeFailed, "worker "+name+": "+leg.Error
+		x.p.streamError(x.w, x.resp, tl.Error)
+	}
+	return false
+}
+
+// streamOutcome judges a streaming leg passed through whole: a status other
+// than 200, or an error event, fails the request.
+func (p *Proxy) streamOutcome(tl *Timeline, resp *http.Response, ev *eventWatch, b *backend) {
 	if resp.StatusCode != http.StatusOK {
 		tl.Outcome = OutcomeFailed
 		if tl.Error == "" {

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/hone-llm/hone/internal/guard"
+	"github.com/hone-llm/hone/schema"
 )
 
 // serveHealth is 200 while every role has a worker in rotation.
@@ -171,15 +172,8 @@ func hasPrefixLine(lines []string, prefix string) bool {
 	return false
 }
 
-// TimelinePage is GET /hone/timeline's answer.
-type TimelinePage struct {
-	Timelines []Timeline `json:"timelines"`
-	// Next is the cursor for the next call (?since=Next).
-	Next uint64 `json:"next"`
-	// Dropped counts timelines that left the ring before they were read.
-	Dropped uint64            `json:"dropped"`
-	Counts  map[string]uint64 `json:"counts"`
-}
+// TimelinePage is GET /hone/timeline's answer (schema/timeline.go).
+type TimelinePage = schema.TimelinePage
 
 // MaxTimelinePage is the most timelines one GET /hone/timeline answers,
 // and the default page size: about 10 MB of JSON. A larger ?limit= is

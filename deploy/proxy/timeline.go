@@ -1,12 +1,13 @@
 package proxy
 
 import (
-	"encoding/json"
 	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/hone-llm/hone/schema"
 )
 
 // Outcomes: every request ends as exactly one.
@@ -20,35 +21,12 @@ const (
 // Outcomes lists every outcome, in a fixed order.
 var Outcomes = []string{OutcomeSuccess, OutcomeFallback, OutcomeFailed, OutcomeTimeout}
 
-// Leg is one upstream call.
-type Leg struct {
-	Worker   string `json:"worker"`
-	Sent     Stamp  `json:"sent"`
-	Answered *Stamp `json:"answered,omitempty"` // response headers (prefill: the whole reply)
-	Status   int    `json:"status,omitempty"`
-	Error    string `json:"error,omitempty"`
-	// EngineMetrics is the prefill reply's per-request "metrics" object
-	// (vLLM --enable-per-request-metrics), kept so diagnose can split the
-	// prefill leg into the engine's queue, its prefill and the hops.
-	EngineMetrics json.RawMessage `json:"engine_metrics,omitempty"`
-}
-
-// Timeline is one request's path through the proxy. Colocated requests have
-// no Prefill legs; their one streaming leg is Decode.
-type Timeline struct {
-	Seq       uint64 `json:"seq"` // order of completion, for ?since=
-	RequestID string `json:"request_id"`
-	Path      string `json:"path"`
-	Received  Stamp  `json:"received"`
-	Prefill   []Leg  `json:"prefill,omitempty"`
-	Decode    *Leg   `json:"decode,omitempty"`
-	FirstByte *Stamp `json:"first_byte,omitempty"` // first body byte written to the client
-	LastByte  *Stamp `json:"last_byte,omitempty"`
-	Outcome   string `json:"outcome"`
-	Retries   int    `json:"retries"`
-	Status    int    `json:"status"` // HTTP status sent to the client
-	Error     string `json:"error,omitempty"`
-}
+// Leg and Timeline are package schema's (schema/timeline.go): the proxy
+// writes them, diagnose reads them.
+type (
+	Leg      = schema.Leg
+	Timeline = schema.Timeline
+)
 
 // MaxTimelineValue bounds each string a stored timeline keeps: the
 // client's X-Request-Id, the path, error texts, worker names. A longer one

@@ -43,28 +43,12 @@ func Prove(ctx context.Context, o Options) (r *Result) {
 		return stop("workload did not start", err)
 	}
 	defer w.close()
-	if err := w.send(cfg); err != nil {
-		return stop("workload failed", err)
-	}
-	ready, err := w.next(ctx, "ready")
+	ready, status, err := w.ready(ctx, cfg, o, override, r)
 	if err != nil {
-		return stop("workload failed", err)
+		return stop(status, err)
 	}
-	r.LibCUDA.Loaded, r.LibCUDA.DriverVersion = ready.Library, ready.DriverVersion
-	switch ready.Status {
-	case "ok":
-	case "no_library", "no_device":
-		// An override that cannot be loaded is a mistake, not a host
-		// without a driver; one that loads and finds no GPU is the latter.
-		if ready.Status == "no_library" && override {
-			return stop("libcuda override unusable", fmt.Errorf("%s (%s=%s)", ready.Reason, LibCUDAEnv, o.LibCUDA))
-		}
-		r.Verdict, r.Status, r.Reason = Skipped, StatusNoDriver, ready.Reason
+	if status != "" { // no driver: skipped
 		return r
-	case "unsupported":
-		return stop("unsupported build", errors.New(ready.Reason))
-	default:
-		return stop("libcuda unusable", errors.New(ready.Reason))
 	}
 	r.Device, r.ProcAddress = ready.Device, ready.ProcAddress
 	r.Config = &Counted{Launches: cfg.Launches, Graphs: cfg.Graphs, Copies: cfg.Copies, Syncs: cfg.Syncs, BusySeconds: cfg.BusySeconds}
@@ -82,6 +66,61 @@ func Prove(ctx context.Context, o Options) (r *Result) {
 	}
 	defer d.Close()
 	snap := d.Snapshot()
+	if err := r.probedLibraries(snap, pid, ready.Library); err != nil {
+		return stop("daemon probed no libcuda", err)
+	}
+
+	nv := daemon.OpenNVML(o.NVML)
+	defer nv.Close()
+	busy := r.runPhases(ctx, w, d, nv, snap, pid, cfg)
+	if r.Status == "ok" {
+		if err := w.send("done"); err == nil {
+			if _, err := w.next(ctx, "done"); err != nil {
+				r.Notes = append(r.Notes, "the workload did not clean up: "+err.Error())
+			}
+		}
+	}
+	if busy != nil {
+		r.NVML = busy.result(nv, r.Device, !override)
+	}
+	r.evaluate()
+	return r
+}
+
+// ready sends the workload its configuration and waits until it has set
+// up device 0, noting in r the libcuda it loaded. It returns a failure's
+// status and error, or with no error StatusNoDriver when there is no
+// driver or GPU (r then says so, skipped).
+func (w *workload) ready(ctx context.Context, cfg workloadConfig, o Options, override bool, r *Result) (workloadEvent, string, error) {
+	if err := w.send(cfg); err != nil {
+		return workloadEvent{}, "workload failed", err
+	}
+	ready, err := w.next(ctx, "ready")
+	if err != nil {
+		return ready, "workload failed", err
+	}
+	r.LibCUDA.Loaded, r.LibCUDA.DriverVersion = ready.Library, ready.DriverVersion
+	switch ready.Status {
+	case "ok":
+	case "no_library", "no_device":
+		// An override that cannot be loaded is a mistake, not a host
+		// without a driver; one that loads and finds no GPU is the latter.
+		if ready.Status == "no_library" && override {
+			return ready, "libcuda override unusable", fmt.Errorf("%s (%s=%s)", ready.Reason, LibCUDAEnv, o.LibCUDA)
+		}
+		r.Verdict, r.Status, r.Reason = Skipped, StatusNoDriver, ready.Reason
+		return ready, StatusNoDriver, nil
+	case "unsupported":
+		return ready, "unsupported build", errors.New(ready.Reason)
+	default:
+		return ready, "libcuda unusable", errors.New(ready.Reason)
+	}
+	return ready, "", nil
+}
+
+// probedLibraries notes the libcuda files the daemon probed, and fails
+// when it probed none the workload (pid, which loaded loaded) maps.
+func (r *Result) probedLibraries(snap *daemon.Snapshot, pid int, loaded string) error {
 	r.Daemon = &Daemon{PID: pid}
 	probed := false
 	for _, l := range snap.CUDA.Libraries {
@@ -89,12 +128,19 @@ func Prove(ctx context.Context, o Options) (r *Result) {
 		probed = probed || (l.Error == "" && len(l.Symbols)+len(l.Launch) > 0)
 	}
 	if !probed {
-		return stop("daemon probed no libcuda", fmt.Errorf("the daemon found no probeable libcuda.so* mapped by the workload (pid %d, loaded %s): %+v",
-			pid, ready.Library, snap.CUDA.Libraries))
+		return fmt.Errorf("the daemon found no probeable libcuda.so* mapped by the workload (pid %d, loaded %s): %+v",
+			pid, loaded, snap.CUDA.Libraries)
 	}
+	return nil
+}
 
-	nv := daemon.OpenNVML(o.NVML)
-	defer nv.Close()
+// runPhases runs the workload's counted phases one at a time, noting each
+// phase's calls and the daemon's counts in r (and the calls counted
+// before, outside the phases); it samples NVML over the busy phase and
+// returns its window (nil if the phase was not reached). A failure ends
+// the phases, in r.Status.
+func (r *Result) runPhases(ctx context.Context, w *workload, d *daemon.Daemon, nv *daemon.NVMLSampler, snap *daemon.Snapshot,
+	pid int, cfg workloadConfig) *nvmlWindow {
 	var busy *nvmlWindow
 	prev := countsOf(snap, pid)
 	for c, n := range prev {
@@ -138,18 +184,7 @@ func Prove(ctx context.Context, o Options) (r *Result) {
 			break
 		}
 	}
-	if r.Status == "ok" {
-		if err := w.send("done"); err == nil {
-			if _, err := w.next(ctx, "done"); err != nil {
-				r.Notes = append(r.Notes, "the workload did not clean up: "+err.Error())
-			}
-		}
-	}
-	if busy != nil {
-		r.NVML = busy.result(nv, r.Device, !override)
-	}
-	r.evaluate()
-	return r
+	return busy
 }
 
 // countsOf sums the daemon's CUDA counts of a process, over its threads
