@@ -169,7 +169,7 @@ func LeastSquares(m Model, theta0 []float64, opt Options) (Fit, error) {
 	if tol == 0 {
 		tol = DefaultTol
 	}
-	s, err := start(pr, theta, notes, tol)
+	s, err := newLM(pr, theta, notes, tol)
 	if err != nil {
 		return Fit{}, err
 	}
@@ -202,9 +202,9 @@ type lm struct {
 	reason             string
 }
 
-// start evaluates the model at the starting point and checks that there
+// newLM evaluates the model at the starting point and checks that there
 // are at least as many residuals as parameters.
-func start(pr *problem, theta []float64, notes []string, tol float64) (*lm, error) {
+func newLM(pr *problem, theta []float64, notes []string, tol float64) (*lm, error) {
 	p := len(theta)
 	r, err := pr.eval(theta)
 	if err != nil {
