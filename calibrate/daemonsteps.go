@@ -73,17 +73,10 @@ func StepsFromEvidence(ev diagnose.KernelEvidence, pid int, rec *replay.Record, 
 		}
 	}
 	if pid == 0 {
-		var pids []int
-		for p, ss := range ev.Steps {
-			if len(ss) > 0 {
-				pids = append(pids, p)
-			}
+		var err error
+		if pid, err = onlyStepPID(ev); err != nil {
+			return nil, err
 		}
-		sort.Ints(pids)
-		if len(pids) != 1 {
-			return nil, fmt.Errorf("daemon snapshot: steps of %d processes %v: name the engine's with --pid", len(pids), pids)
-		}
-		pid = pids[0]
 	}
 	steps := ev.Steps[pid]
 	if len(steps) == 0 {
@@ -93,71 +86,11 @@ func StepsFromEvidence(ev diagnose.KernelEvidence, pid int, rec *replay.Record, 
 	if !(scale > 0) {
 		scale = 1
 	}
-	entries := make([][]emulator.StepEntry, len(steps))
-	unknown := make([]bool, len(steps)) // steps whose contents the record cannot tell
-	// stepAt is the latest step that ended at or before t, -1 when none.
-	stepAt := func(t int64) int {
-		return sort.Search(len(steps), func(i int) bool { return steps[i].EndNs > t }) - 1
-	}
-	for _, run := range rec.Runs {
-		for _, lvl := range run.Levels {
-			for _, rr := range lvl.Requests {
-				chunks := rr.Chunks.Columns() // packed as ReadRecord returns them
-				if rr.Outcome != replay.OutcomeOK || len(chunks.MonoNs) == 0 || rr.PromptTokens == nil {
-					continue
-				}
-				prompt := *rr.PromptTokens
-				first := stepAt(chunks.MonoNs[0])
-				if first < 0 {
-					continue
-				}
-				if rr.CachedTokens == nil {
-					// Without the engine's cached_tokens the prompt's chunks
-					// are unknown: the steps that may hold them are left out.
-					for i := max(first-(prompt+budget-1)/budget+1, 0); i <= first; i++ {
-						unknown[i] = true
-					}
-				}
-				cached := 0
-				if rr.CachedTokens != nil {
-					cached = *rr.CachedTokens
-				}
-				// The prompt's chunks, back from the first token's step.
-				uncached := max(prompt-cached, 1)
-				n := (uncached + budget - 1) / budget
-				for c := 0; c < n && rr.CachedTokens != nil; c++ {
-					i := first - (n - 1 - c)
-					if i < 0 || steps[i].StartNs < rr.Sent.MonoNs {
-						continue
-					}
-					tok := budget
-					if c == n-1 {
-						tok = uncached - budget*(n-1)
-					}
-					entries[i] = append(entries[i], emulator.StepEntry{Tokens: tok, Context: cached + c*budget, Samples: c == n-1})
-				}
-				// The decodes.
-				done := tokensIn(chunks, 0)
-				for k := 1; k < len(chunks.MonoNs); k++ {
-					m := tokensIn(chunks, k)
-					at := stepAt(chunks.MonoNs[k])
-					for j := 0; j < m; j++ {
-						i := at - (m - 1 - j)
-						if i >= 0 && i > first {
-							// Producing output token t (t = done+j+1 >= 2) attends
-							// to the prompt and the t−1 tokens before it, as vLLM's
-							// forward-pass metrics count decode KV tokens.
-							entries[i] = append(entries[i], emulator.StepEntry{Tokens: 1, Context: max(prompt+done+j-2, 0), Decode: true, Samples: true})
-						}
-					}
-					done += m
-				}
-			}
-		}
-	}
+	jn := &stepJoin{steps: steps, budget: budget, entries: make([][]emulator.StepEntry, len(steps)), unknown: make([]bool, len(steps))}
+	jn.join(rec)
 	d := &StepData{Dir: fmt.Sprintf("daemon steps of pid %d", pid), TP: tp, Model: rec.Model.ID, EngineVer: rec.Engine.Version, RecordKind: rec.Kind}
-	for i, en := range entries {
-		if len(en) == 0 || unknown[i] {
+	for i, en := range jn.entries {
+		if len(en) == 0 || jn.unknown[i] {
 			continue
 		}
 		s := emulator.Summarize(en)
@@ -172,6 +105,109 @@ func StepsFromEvidence(ev diagnose.KernelEvidence, pid int, rec *replay.Record, 
 		return nil, errors.New("no step of the engine holds a request of the record: are the snapshot and the record of the same run?")
 	}
 	return d, nil
+}
+
+// onlyStepPID is the one process of ev with steps.
+func onlyStepPID(ev diagnose.KernelEvidence) (int, error) {
+	var pids []int
+	for p, ss := range ev.Steps {
+		if len(ss) > 0 {
+			pids = append(pids, p)
+		}
+	}
+	sort.Ints(pids)
+	if len(pids) != 1 {
+		return 0, fmt.Errorf("daemon snapshot: steps of %d processes %v: name the engine's with --pid", len(pids), pids)
+	}
+	return pids[0], nil
+}
+
+// stepJoin attributes the requests of a record to an engine's steps, by the
+// rules above StepsFromEvidence.
+type stepJoin struct {
+	steps   []diagnose.EngineStep
+	budget  int                    // tokens per step
+	entries [][]emulator.StepEntry // what each step held
+	unknown []bool                 // steps whose contents the record cannot tell
+}
+
+// stepAt is the latest step that ended at or before t, -1 when none.
+func (jn *stepJoin) stepAt(t int64) int {
+	return sort.Search(len(jn.steps), func(i int) bool { return jn.steps[i].EndNs > t }) - 1
+}
+
+// join attributes every ok request of rec with chunks and a prompt size.
+func (jn *stepJoin) join(rec *replay.Record) {
+	for _, run := range rec.Runs {
+		for _, lvl := range run.Levels {
+			for _, rr := range lvl.Requests {
+				chunks := rr.Chunks.Columns() // packed as ReadRecord returns them
+				if rr.Outcome != replay.OutcomeOK || len(chunks.MonoNs) == 0 || rr.PromptTokens == nil {
+					continue
+				}
+				jn.request(chunks, *rr.PromptTokens, rr.CachedTokens, rr.Sent.MonoNs)
+			}
+		}
+	}
+}
+
+// request attributes one request: its prompt of prompt tokens (cached of
+// them from the prefix cache, nil when the engine did not say), sent at
+// sentNs, and its output chunks.
+func (jn *stepJoin) request(chunks replay.Chunks, prompt int, cached *int, sentNs int64) {
+	first := jn.stepAt(chunks.MonoNs[0])
+	if first < 0 {
+		return
+	}
+	if cached == nil {
+		// Without the engine's cached_tokens the prompt's chunks
+		// are unknown: the steps that may hold them are left out.
+		for i := max(first-(prompt+jn.budget-1)/jn.budget+1, 0); i <= first; i++ {
+			jn.unknown[i] = true
+		}
+	} else {
+		jn.prefill(first, prompt, *cached, sentNs)
+	}
+	jn.decodes(chunks, first, prompt)
+}
+
+// prefill books the prompt's chunks, back from the first token's step
+// first, never before the request was sent.
+func (jn *stepJoin) prefill(first, prompt, cached int, sentNs int64) {
+	budget := jn.budget
+	uncached := max(prompt-cached, 1)
+	n := (uncached + budget - 1) / budget
+	for c := 0; c < n; c++ {
+		i := first - (n - 1 - c)
+		if i < 0 || jn.steps[i].StartNs < sentNs {
+			continue
+		}
+		tok := budget
+		if c == n-1 {
+			tok = uncached - budget*(n-1)
+		}
+		jn.entries[i] = append(jn.entries[i], emulator.StepEntry{Tokens: tok, Context: cached + c*budget, Samples: c == n-1})
+	}
+}
+
+// decodes books every output token after the first to the step that
+// produced it: a chunk of m tokens to the m steps up to its arrival.
+func (jn *stepJoin) decodes(chunks replay.Chunks, first, prompt int) {
+	done := tokensIn(chunks, 0)
+	for k := 1; k < len(chunks.MonoNs); k++ {
+		m := tokensIn(chunks, k)
+		at := jn.stepAt(chunks.MonoNs[k])
+		for j := 0; j < m; j++ {
+			i := at - (m - 1 - j)
+			if i >= 0 && i > first {
+				// Producing output token t (t = done+j+1 >= 2) attends
+				// to the prompt and the t−1 tokens before it, as vLLM's
+				// forward-pass metrics count decode KV tokens.
+				jn.entries[i] = append(jn.entries[i], emulator.StepEntry{Tokens: 1, Context: max(prompt+done+j-2, 0), Decode: true, Samples: true})
+			}
+		}
+		done += m
+	}
 }
 
 // tokensIn is the tokens chunk k carried (1 when the engine returned no ids).

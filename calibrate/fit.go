@@ -161,7 +161,6 @@ func LeastSquares(m Model, theta0 []float64, opt Options) (Fit, error) {
 	if err != nil {
 		return Fit{}, err
 	}
-	p := len(theta)
 	maxIter := opt.MaxIter
 	if maxIter == 0 {
 		maxIter = DefaultMaxIter
@@ -170,206 +169,303 @@ func LeastSquares(m Model, theta0 []float64, opt Options) (Fit, error) {
 	if tol == 0 {
 		tol = DefaultTol
 	}
+	s, err := newLM(pr, theta, notes, tol)
+	if err != nil {
+		return Fit{}, err
+	}
+	J, iter, err := s.run(maxIter)
+	if err != nil {
+		return Fit{}, err
+	}
+	s.noteStop(maxIter)
+	ident, se, more := pr.uncertainty(J, s.theta, s.r, s.cost)
+	s.notes = append(s.notes, more...)
+	return s.fit(iter, ident, se), nil
+}
 
+// lm is the state of one Levenberg–Marquardt fit: the current point, its
+// residuals and cost, the damping, and why the fit stopped.
+type lm struct {
+	pr    *problem
+	tol   float64
+	theta []float64
+	r     []float64 // residuals at theta
+	cost  float64   // sumSq(r)
+
+	lambda      float64
+	diag        []float64 // Marquardt scaling, running max of scaled column norms
+	nanNoted    bool
+	lastRelDrop float64
+	notes       []string
+
+	converged, stopped bool
+	reason             string
+}
+
+// newLM evaluates the model at the starting point and checks that there
+// are at least as many residuals as parameters.
+func newLM(pr *problem, theta []float64, notes []string, tol float64) (*lm, error) {
+	p := len(theta)
 	r, err := pr.eval(theta)
 	if err != nil {
-		return Fit{}, fmt.Errorf("calibrate: at the starting point: %w", err)
+		return nil, fmt.Errorf("calibrate: at the starting point: %w", err)
 	}
 	n := len(r)
 	if n < p {
-		return Fit{}, fmt.Errorf("calibrate: %d observations (residuals) for %d parameters: need at least as many observations as parameters", n, p)
+		return nil, fmt.Errorf("calibrate: %d observations (residuals) for %d parameters: need at least as many observations as parameters", n, p)
 	}
 	pr.n = n
-	cost := sumSq(r)
+	return &lm{
+		pr: pr, tol: tol, theta: theta, r: r, cost: sumSq(r),
+		lambda: lambda0, diag: make([]float64, p), lastRelDrop: math.NaN(), notes: notes,
+	}, nil
+}
 
-	var (
-		lambda      = lambda0
-		diag        = make([]float64, p) // Marquardt scaling, running max of scaled column norms
-		J           *mat.Dense
-		jAt         []float64 // theta at which J was evaluated
-		iter        int
-		converged   bool
-		stopped     bool
-		reason      string
-		nanNoted    bool
-		lastRelDrop = math.NaN()
-	)
-
-outer:
+// run iterates until a stopping criterion or maxIter, and returns the
+// Jacobian at the final point and the iterations made.
+func (s *lm) run(maxIter int) (J *mat.Dense, iter int, err error) {
+	var jAt []float64 // theta at which J was evaluated
 	for iter < maxIter {
 		iter++
-		J, err = pr.jacobian(theta, r)
+		J, err = s.pr.jacobian(s.theta, s.r)
 		if err != nil {
-			return Fit{}, err
+			return nil, iter, err
 		}
-		jAt = clone(theta)
-		if cost == 0 {
-			converged, reason = true, "residuals are exactly zero"
+		jAt = clone(s.theta)
+		done, err := s.iterate(J)
+		if err != nil {
+			return nil, iter, err
+		}
+		if done {
 			break
-		}
-
-		// Work in scaled coordinates x = theta/scale: Js = J·diag(scale).
-		js := mat.NewDense(n, p, nil)
-		js.Apply(func(i, j int, v float64) float64 { return v * pr.scale[j] }, J)
-		g := make([]float64, p) // gradient of cost/2 in x: Jsᵀr
-		cn := make([]float64, p)
-		anyNonZero := false
-		for j := 0; j < p; j++ {
-			col := mat.Col(nil, j, js)
-			cn[j] = math.Sqrt(sumSq(col))
-			g[j] = dot(col, r)
-			if cn[j] > 0 {
-				anyNonZero = true
-			}
-		}
-		if !anyNonZero {
-			reason = fmt.Sprintf("the Jacobian is zero at the current point: no parameter changes the residuals within RelStep=%g (a piecewise model needs a step large enough to cross its steps)", pr.rel)
-			stopped = true
-			break
-		}
-
-		// Gradient test: every column (nearly) orthogonal to the residuals.
-		rn := math.Sqrt(cost)
-		gmax := 0.0
-		for j := 0; j < p; j++ {
-			if cn[j] > 0 {
-				gmax = math.Max(gmax, math.Abs(g[j])/(cn[j]*rn))
-			}
-		}
-		if gmax <= tol {
-			converged, reason = true, fmt.Sprintf("the residuals are orthogonal to the Jacobian (max cosine %.3g)", gmax)
-			break
-		}
-
-		// Free parameters: not pinned at a bound the gradient pushes against.
-		var free []int
-		for j := 0; j < p; j++ {
-			if pr.lo[j] == pr.hi[j] ||
-				(theta[j] <= pr.lo[j] && g[j] > 0) ||
-				(theta[j] >= pr.hi[j] && g[j] < 0) {
-				continue
-			}
-			free = append(free, j)
-			diag[j] = math.Max(diag[j], cn[j])
-			if diag[j] == 0 {
-				diag[j] = 1
-			}
-		}
-		if len(free) == 0 {
-			converged, reason = true, "every parameter is held at a bound by the gradient"
-			break
-		}
-
-		// Jd = Js[:, free]·diag(1/D); with y = D·x the damped step is
-		// y = −V·diag(σ/(σ²+λ))·Uᵀr.
-		q := len(free)
-		jd := mat.NewDense(n, q, nil)
-		for k, j := range free {
-			for i := 0; i < n; i++ {
-				jd.Set(i, k, js.At(i, j)/diag[j])
-			}
-		}
-		var svd mat.SVD
-		if !svd.Factorize(jd, mat.SVDThin) {
-			return Fit{}, fmt.Errorf("calibrate: SVD of the Jacobian failed at theta=%v", theta)
-		}
-		sv := svd.Values(nil)
-		var u, v mat.Dense
-		svd.UTo(&u)
-		svd.VTo(&v)
-		var utr mat.VecDense
-		utr.MulVec(u.T(), mat.NewVecDense(n, r))
-
-		for {
-			step := make([]float64, p) // in x
-			for k, j := range free {
-				s := 0.0
-				for i, sig := range sv {
-					if sig > 0 {
-						s += v.At(k, i) * sig / (sig*sig + lambda) * utr.AtVec(i)
-					}
-				}
-				step[j] = -s / diag[j]
-			}
-			trial := clone(theta)
-			for j := range trial {
-				trial[j] = clamp(theta[j]+step[j]*pr.scale[j], pr.lo[j], pr.hi[j])
-			}
-			if equal(trial, theta) {
-				converged, reason = true, "no step lowers the cost any more (the damped step fell below floating-point resolution)"
-				break outer
-			}
-			rt, err := pr.eval(trial)
-			switch {
-			case errors.Is(err, errNonFinite):
-				if !nanNoted {
-					nanNoted = true
-					notes = append(notes, fmt.Sprintf("the model gave a non-finite residual at a trial point (%v); such steps were rejected", err))
-				}
-			case err != nil:
-				return Fit{}, err
-			default:
-				ct := sumSq(rt)
-				if ct < cost {
-					drop := (cost - ct) / cost
-					lastRelDrop = drop
-					dx, xn := 0.0, 0.0
-					for j := range trial {
-						d := (trial[j] - theta[j]) / pr.scale[j]
-						dx += d * d
-						xn += (theta[j] / pr.scale[j]) * (theta[j] / pr.scale[j])
-					}
-					theta, r, cost = trial, rt, ct
-					lambda = math.Max(lambda/10, lambdaMin)
-					switch {
-					case cost == 0:
-						converged, reason = true, "residuals are exactly zero"
-						break outer
-					case drop <= tol:
-						converged, reason = true, fmt.Sprintf("relative change in cost %.3g ≤ Tol", drop)
-						break outer
-					case math.Sqrt(dx) <= tol*(math.Sqrt(xn)+tol):
-						converged, reason = true, "relative step ≤ Tol"
-						break outer
-					}
-					continue outer
-				}
-			}
-			lambda *= 10
-			if lambda > lambdaMax {
-				converged, reason = true, "no step lowers the cost any more (local minimum at the resolution of the model and of the finite differences)"
-				break outer
-			}
 		}
 	}
+	if jAt == nil || !equal(jAt, s.theta) {
+		if J, err = s.pr.jacobian(s.theta, s.r); err != nil {
+			return nil, iter, err
+		}
+	}
+	return J, iter, nil
+}
+
+// converge stops the fit as converged, for reason.
+func (s *lm) converge(reason string) (done bool) {
+	s.converged, s.reason = true, reason
+	return true
+}
+
+// iterate makes one iteration with the Jacobian J at the current point: it
+// tests for convergence, then damps the step until one lowers the cost. It
+// reports whether the fit is done.
+func (s *lm) iterate(J *mat.Dense) (done bool, err error) {
+	if s.cost == 0 {
+		return s.converge("residuals are exactly zero"), nil
+	}
+	js, g, cn, anyNonZero := s.scaled(J)
+	if !anyNonZero {
+		s.reason = fmt.Sprintf("the Jacobian is zero at the current point: no parameter changes the residuals within RelStep=%g (a piecewise model needs a step large enough to cross its steps)", s.pr.rel)
+		s.stopped = true
+		return true, nil
+	}
+	// Gradient test: every column (nearly) orthogonal to the residuals.
+	if gmax := maxCosine(g, cn, math.Sqrt(s.cost)); gmax <= s.tol {
+		return s.converge(fmt.Sprintf("the residuals are orthogonal to the Jacobian (max cosine %.3g)", gmax)), nil
+	}
+	free := s.free(g, cn)
+	if len(free) == 0 {
+		return s.converge("every parameter is held at a bound by the gradient"), nil
+	}
+	st, err := s.dampedStep(js, free)
+	if err != nil {
+		return true, err
+	}
+	return s.search(st)
+}
+
+// scaled works in scaled coordinates x = theta/scale: it returns
+// Js = J·diag(scale), the gradient of cost/2 in x (Jsᵀr), the column norms
+// of Js, and whether any column is non-zero.
+func (s *lm) scaled(J *mat.Dense) (js *mat.Dense, g, cn []float64, anyNonZero bool) {
+	n, p := len(s.r), len(s.theta)
+	js = mat.NewDense(n, p, nil)
+	js.Apply(func(i, j int, v float64) float64 { return v * s.pr.scale[j] }, J)
+	g = make([]float64, p)
+	cn = make([]float64, p)
+	for j := 0; j < p; j++ {
+		col := mat.Col(nil, j, js)
+		cn[j] = math.Sqrt(sumSq(col))
+		g[j] = dot(col, s.r)
+		if cn[j] > 0 {
+			anyNonZero = true
+		}
+	}
+	return js, g, cn, anyNonZero
+}
+
+// maxCosine is the largest cosine between a non-zero column (norm cn, dot
+// product with the residuals g) and the residuals (norm rn).
+func maxCosine(g, cn []float64, rn float64) float64 {
+	gmax := 0.0
+	for j := range g {
+		if cn[j] > 0 {
+			gmax = math.Max(gmax, math.Abs(g[j])/(cn[j]*rn))
+		}
+	}
+	return gmax
+}
+
+// free lists the free parameters: not pinned at a bound the gradient pushes
+// against. It updates their Marquardt scaling.
+func (s *lm) free(g, cn []float64) []int {
+	pr := s.pr
+	var free []int
+	for j := range s.theta {
+		if pr.lo[j] == pr.hi[j] ||
+			(s.theta[j] <= pr.lo[j] && g[j] > 0) ||
+			(s.theta[j] >= pr.hi[j] && g[j] < 0) {
+			continue
+		}
+		free = append(free, j)
+		s.diag[j] = math.Max(s.diag[j], cn[j])
+		if s.diag[j] == 0 {
+			s.diag[j] = 1
+		}
+	}
+	return free
+}
+
+// lmStep is the SVD from which the damped step is taken for any λ.
+type lmStep struct {
+	free []int
+	diag []float64
+	sv   []float64
+	v    mat.Dense
+	utr  mat.VecDense
+}
+
+// dampedStep factors Jd = Js[:, free]·diag(1/D); with y = D·x the damped
+// step is y = −V·diag(σ/(σ²+λ))·Uᵀr.
+func (s *lm) dampedStep(js *mat.Dense, free []int) (*lmStep, error) {
+	n, q := len(s.r), len(free)
+	jd := mat.NewDense(n, q, nil)
+	for k, j := range free {
+		for i := 0; i < n; i++ {
+			jd.Set(i, k, js.At(i, j)/s.diag[j])
+		}
+	}
+	var svd mat.SVD
+	if !svd.Factorize(jd, mat.SVDThin) {
+		return nil, fmt.Errorf("calibrate: SVD of the Jacobian failed at theta=%v", s.theta)
+	}
+	st := &lmStep{free: free, diag: s.diag, sv: svd.Values(nil)}
+	var u mat.Dense
+	svd.UTo(&u)
+	svd.VTo(&st.v)
+	st.utr.MulVec(u.T(), mat.NewVecDense(n, s.r))
+	return st, nil
+}
+
+// x is the damped step for λ, in x, over all p parameters.
+func (st *lmStep) x(lambda float64, p int) []float64 {
+	step := make([]float64, p)
+	for k, j := range st.free {
+		s := 0.0
+		for i, sig := range st.sv {
+			if sig > 0 {
+				s += st.v.At(k, i) * sig / (sig*sig + lambda) * st.utr.AtVec(i)
+			}
+		}
+		step[j] = -s / st.diag[j]
+	}
+	return step
+}
+
+// search raises the damping until a step lowers the cost, and takes it. It
+// reports whether the fit is done.
+func (s *lm) search(st *lmStep) (done bool, err error) {
+	pr := s.pr
+	for {
+		step := st.x(s.lambda, len(s.theta))
+		trial := clone(s.theta)
+		for j := range trial {
+			trial[j] = clamp(s.theta[j]+step[j]*pr.scale[j], pr.lo[j], pr.hi[j])
+		}
+		if equal(trial, s.theta) {
+			return s.converge("no step lowers the cost any more (the damped step fell below floating-point resolution)"), nil
+		}
+		rt, err := pr.eval(trial)
+		switch {
+		case errors.Is(err, errNonFinite):
+			if !s.nanNoted {
+				s.nanNoted = true
+				s.notes = append(s.notes, fmt.Sprintf("the model gave a non-finite residual at a trial point (%v); such steps were rejected", err))
+			}
+		case err != nil:
+			return true, err
+		default:
+			if ct := sumSq(rt); ct < s.cost {
+				return s.accept(trial, rt, ct), nil
+			}
+		}
+		s.lambda *= 10
+		if s.lambda > lambdaMax {
+			return s.converge("no step lowers the cost any more (local minimum at the resolution of the model and of the finite differences)"), nil
+		}
+	}
+}
+
+// accept moves to trial (residuals rt, cost ct), relaxes the damping, and
+// reports whether the fit has converged.
+func (s *lm) accept(trial, rt []float64, ct float64) (done bool) {
+	drop := (s.cost - ct) / s.cost
+	s.lastRelDrop = drop
+	dx, xn := 0.0, 0.0
+	for j := range trial {
+		d := (trial[j] - s.theta[j]) / s.pr.scale[j]
+		dx += d * d
+		xn += (s.theta[j] / s.pr.scale[j]) * (s.theta[j] / s.pr.scale[j])
+	}
+	s.theta, s.r, s.cost = trial, rt, ct
+	s.lambda = math.Max(s.lambda/10, lambdaMin)
 	switch {
-	case converged:
-		notes = append([]string{"converged: " + reason}, notes...)
-	case stopped:
-		notes = append([]string{"not converged: " + reason}, notes...)
+	case s.cost == 0:
+		return s.converge("residuals are exactly zero")
+	case drop <= s.tol:
+		return s.converge(fmt.Sprintf("relative change in cost %.3g ≤ Tol", drop))
+	case math.Sqrt(dx) <= s.tol*(math.Sqrt(xn)+s.tol):
+		return s.converge("relative step ≤ Tol")
+	}
+	return false
+}
+
+// noteStop puts why the fit stopped first in the notes.
+func (s *lm) noteStop(maxIter int) {
+	switch {
+	case s.converged:
+		s.notes = append([]string{"converged: " + s.reason}, s.notes...)
+	case s.stopped:
+		s.notes = append([]string{"not converged: " + s.reason}, s.notes...)
 	default:
-		notes = append([]string{fmt.Sprintf("not converged: MaxIter=%d reached (last relative change in cost %.3g)", maxIter, lastRelDrop)}, notes...)
+		s.notes = append([]string{fmt.Sprintf("not converged: MaxIter=%d reached (last relative change in cost %.3g)", maxIter, s.lastRelDrop)}, s.notes...)
 	}
+}
 
-	if jAt == nil || !equal(jAt, theta) {
-		if J, err = pr.jacobian(theta, r); err != nil {
-			return Fit{}, err
-		}
-	}
-	ident, se, more := pr.uncertainty(J, theta, r, cost)
-	notes = append(notes, more...)
-
+// fit is the result, with notes on parameters at a bound and poorly
+// determined ones.
+func (s *lm) fit(iter int, ident []bool, se []float64) Fit {
+	pr, theta := s.pr, s.theta
 	fit := Fit{
 		Theta:        theta,
 		StdErr:       se,
-		RelStdErr:    make([]float64, p),
-		Residuals:    r,
-		RSS:          cost,
+		RelStdErr:    make([]float64, len(theta)),
+		Residuals:    s.r,
+		RSS:          s.cost,
 		Iter:         iter,
-		Converged:    converged,
+		Converged:    s.converged,
 		Evals:        pr.evals,
 		Identifiable: ident,
 	}
+	notes := s.notes
 	var atBound, poor []string
 	for j := range theta {
 		fit.RelStdErr[j] = math.Abs(se[j] / theta[j])
@@ -387,7 +483,7 @@ outer:
 		notes = append(notes, "poorly determined: "+strings.Join(poor, ", "))
 	}
 	fit.Notes = notes
-	return fit, nil
+	return fit
 }
 
 // setup validates the inputs and fills in defaults.
@@ -541,84 +637,10 @@ func (pr *problem) uncertainty(J *mat.Dense, theta, res []float64, rss float64) 
 	for j := range se {
 		se[j] = math.NaN()
 	}
-	cn := make([]float64, p)  // column norms in units of theta
-	rcn := make([]float64, p) // column norms per relative change of theta
-	maxRcn := 0.0
-	for j := 0; j < p; j++ {
-		cn[j] = math.Sqrt(sumSq(mat.Col(nil, j, J)))
-		mag := math.Abs(theta[j])
-		if mag == 0 {
-			mag = pr.scale[j]
-		}
-		rcn[j] = cn[j] * mag
-		maxRcn = math.Max(maxRcn, rcn[j])
-	}
-	var active, zero []int
-	for j := 0; j < p; j++ {
-		if rcn[j] == 0 || rcn[j] <= zeroColTol*maxRcn {
-			zero = append(zero, j)
-		} else {
-			active = append(active, j)
-		}
-	}
-	if len(zero) > 0 {
-		verb := "does"
-		if len(zero) > 1 {
-			verb = "do"
-		}
-		notes = append(notes, fmt.Sprintf("not identifiable: %s %s not affect the residuals (zero Jacobian column at the fit); left where the fit stopped", pr.list(zero), verb))
-	}
-
-	// Drop (near-)collinear groups until the rest is well-conditioned.
-	var (
-		sv []float64
-		v  mat.Dense
-	)
-	for len(active) > 0 {
-		jn := mat.NewDense(n, len(active), nil)
-		for k, j := range active {
-			for i := 0; i < n; i++ {
-				jn.Set(i, k, J.At(i, j)/cn[j])
-			}
-		}
-		var svd mat.SVD
-		if !svd.Factorize(jn, mat.SVDThin) {
-			notes = append(notes, "SVD of the final Jacobian failed: no standard errors")
-			return ident, se, notes
-		}
-		sv = svd.Values(nil)
-		v.Reset()
-		svd.VTo(&v)
-		drop := make(map[int]bool)
-		for i, s := range sv {
-			if s > collinearTol*sv[0] {
-				continue
-			}
-			best, bestW := 0, -1.0
-			for k := range active {
-				w := math.Abs(v.At(k, i))
-				if w >= collinearMember {
-					drop[k] = true
-				}
-				if w > bestW {
-					best, bestW = k, w
-				}
-			}
-			drop[best] = true
-		}
-		if len(drop) == 0 {
-			break
-		}
-		var keep, group []int
-		for k, j := range active {
-			if drop[k] {
-				group = append(group, j)
-			} else {
-				keep = append(keep, j)
-			}
-		}
-		notes = append(notes, fmt.Sprintf("not identifiable: %s are (nearly) collinear, the data determine only a combination of them; the other standard errors are conditional on their values", pr.list(group)))
-		active = keep
+	cn, active, notes := pr.nonZeroColumns(J, theta)
+	active, sv, v, ok := pr.dropCollinear(J, cn, active, &notes)
+	if !ok {
+		return ident, se, notes
 	}
 	for _, j := range active {
 		ident[j] = true
@@ -633,7 +655,118 @@ func (pr *problem) uncertainty(J *mat.Dense, theta, res []float64, rss float64) 
 		return ident, se, notes
 	}
 	s2 := rss / float64(dof)
-	// cov of the normalised parameters: V·diag(1/σ²)·Vᵀ.
+	bread := normalCov(sv, v, q)
+	for k, j := range active {
+		se[j] = math.Sqrt(s2*bread.At(k, k)) / cn[j]
+	}
+	if pr.clusters == nil {
+		return ident, se, notes
+	}
+	notes = append(notes, pr.clusterRobust(J, cn, active, res, bread, dof, se))
+	return ident, se, notes
+}
+
+// nonZeroColumns returns the Jacobian's column norms (in units of theta)
+// and the parameters whose column is not (numerically) zero per relative
+// change of theta, with a note naming the others.
+func (pr *problem) nonZeroColumns(J *mat.Dense, theta []float64) (cn []float64, active []int, notes []string) {
+	_, p := J.Dims()
+	cn = make([]float64, p)   // column norms in units of theta
+	rcn := make([]float64, p) // column norms per relative change of theta
+	maxRcn := 0.0
+	for j := 0; j < p; j++ {
+		cn[j] = math.Sqrt(sumSq(mat.Col(nil, j, J)))
+		mag := math.Abs(theta[j])
+		if mag == 0 {
+			mag = pr.scale[j]
+		}
+		rcn[j] = cn[j] * mag
+		maxRcn = math.Max(maxRcn, rcn[j])
+	}
+	var zero []int
+	for j := 0; j < p; j++ {
+		if rcn[j] == 0 || rcn[j] <= zeroColTol*maxRcn {
+			zero = append(zero, j)
+		} else {
+			active = append(active, j)
+		}
+	}
+	if len(zero) > 0 {
+		verb := "does"
+		if len(zero) > 1 {
+			verb = "do"
+		}
+		notes = append(notes, fmt.Sprintf("not identifiable: %s %s not affect the residuals (zero Jacobian column at the fit); left where the fit stopped", pr.list(zero), verb))
+	}
+	return cn, active, notes
+}
+
+// dropCollinear drops (near-)collinear groups from active until the rest is
+// well-conditioned, noting each group. It returns the rest and the SVD of
+// its unit-norm columns; ok is false (with a note) when an SVD failed.
+func (pr *problem) dropCollinear(J *mat.Dense, cn []float64, active []int, notes *[]string) (rest []int, sv []float64, v *mat.Dense, ok bool) {
+	n, _ := J.Dims()
+	v = new(mat.Dense)
+	for len(active) > 0 {
+		jn := mat.NewDense(n, len(active), nil)
+		for k, j := range active {
+			for i := 0; i < n; i++ {
+				jn.Set(i, k, J.At(i, j)/cn[j])
+			}
+		}
+		var svd mat.SVD
+		if !svd.Factorize(jn, mat.SVDThin) {
+			*notes = append(*notes, "SVD of the final Jacobian failed: no standard errors")
+			return active, sv, v, false
+		}
+		sv = svd.Values(nil)
+		v.Reset()
+		svd.VTo(v)
+		drop := collinear(sv, v, len(active))
+		if len(drop) == 0 {
+			break
+		}
+		var keep, group []int
+		for k, j := range active {
+			if drop[k] {
+				group = append(group, j)
+			} else {
+				keep = append(keep, j)
+			}
+		}
+		*notes = append(*notes, fmt.Sprintf("not identifiable: %s are (nearly) collinear, the data determine only a combination of them; the other standard errors are conditional on their values", pr.list(group)))
+		active = keep
+	}
+	return active, sv, v, true
+}
+
+// collinear marks, for each singular value (sv, right singular vectors v
+// over m columns) negligible next to the largest, the columns that weigh in
+// its singular vector, and at least the heaviest one.
+func collinear(sv []float64, v *mat.Dense, m int) map[int]bool {
+	drop := make(map[int]bool)
+	for i, s := range sv {
+		if s > collinearTol*sv[0] {
+			continue
+		}
+		best, bestW := 0, -1.0
+		for k := 0; k < m; k++ {
+			w := math.Abs(v.At(k, i))
+			if w >= collinearMember {
+				drop[k] = true
+			}
+			if w > bestW {
+				best, bestW = k, w
+			}
+		}
+		drop[best] = true
+	}
+	return drop
+}
+
+// normalCov is the covariance of the normalised parameters, up to s²:
+// V·diag(1/σ²)·Vᵀ, q×q.
+func normalCov(sv []float64, v *mat.Dense, q int) *mat.Dense {
 	bread := mat.NewDense(q, q, nil)
 	for a := 0; a < q; a++ {
 		for b := 0; b < q; b++ {
@@ -644,13 +777,15 @@ func (pr *problem) uncertainty(J *mat.Dense, theta, res []float64, rss float64) 
 			bread.Set(a, b, c)
 		}
 	}
-	for k, j := range active {
-		se[j] = math.Sqrt(s2*bread.At(k, k)) / cn[j]
-	}
-	if pr.clusters == nil {
-		return ident, se, notes
-	}
-	// Cluster-robust: the scores Jnᵀr summed within each cluster.
+	return bread
+}
+
+// clusterRobust raises se to the cluster-robust standard error where that
+// is larger: the sandwich bread·meat·bread with the scores Jnᵀr summed
+// within each cluster, and the CR1 factor. It returns the note to add.
+func (pr *problem) clusterRobust(J *mat.Dense, cn []float64, active []int, res []float64, bread *mat.Dense, dof int, se []float64) string {
+	n, _ := J.Dims()
+	q := len(active)
 	scores := map[int][]float64{}
 	for i := 0; i < n; i++ {
 		g := pr.clusters[i]
@@ -665,8 +800,7 @@ func (pr *problem) uncertainty(J *mat.Dense, theta, res []float64, rss float64) 
 	}
 	groups := len(scores)
 	if groups < 2 {
-		notes = append(notes, "one cluster of residuals: standard errors assume independent residuals")
-		return ident, se, notes
+		return "one cluster of residuals: standard errors assume independent residuals"
 	}
 	meat := mat.NewDense(q, q, nil)
 	for _, sc := range scores {
@@ -691,8 +825,7 @@ func (pr *problem) uncertainty(J *mat.Dense, theta, res []float64, rss float64) 
 	if groups <= 2*q {
 		note += fmt.Sprintf("; with %d clusters for %d parameters they are themselves uncertain (give more runs or levels)", groups, q)
 	}
-	notes = append(notes, note)
-	return ident, se, notes
+	return note
 }
 
 func (pr *problem) list(idx []int) string {

@@ -71,18 +71,9 @@ func ReadSilicon(path string) ([]SiliconRow, error) {
 	defer f.Close()
 	r := csv.NewReader(io.LimitReader(f, 256<<20))
 	r.FieldsPerRecord = -1
-	head, err := r.Read()
+	head, col, err := siliconHeader(r, path)
 	if err != nil {
-		return nil, fmt.Errorf("%s: line 1 (header): %w", path, err)
-	}
-	col := map[string]int{}
-	for i, h := range head {
-		col[strings.TrimSpace(h)] = i
-	}
-	for _, c := range siliconColumns {
-		if _, ok := col[c]; !ok {
-			return nil, fmt.Errorf("%s: line 1 (header): missing column %q (want %s)", path, c, strings.Join(siliconColumns, ", "))
-		}
+		return nil, err
 	}
 	var rows []SiliconRow
 	for line := 2; ; line++ {
@@ -96,80 +87,9 @@ func ReadSilicon(path string) ([]SiliconRow, error) {
 		if len(rec) != len(head) {
 			return nil, fmt.Errorf("%s: line %d: %d fields, the header has %d", path, line, len(rec), len(head))
 		}
-		get := func(c string) string {
-			if i, ok := col[c]; ok {
-				return strings.TrimSpace(rec[i])
-			}
-			return ""
-		}
-		bad := func(c, want string) error {
-			return fmt.Errorf("%s: line %d: column %s: %q: want %s", path, line, c, get(c), want)
-		}
-		num := func(c string, optional bool) (int, error) {
-			s := get(c)
-			if s == "" && optional {
-				return 0, nil
-			}
-			n, err := strconv.Atoi(s)
-			if err != nil || n < 0 {
-				return 0, bad(c, "a whole number >= 0")
-			}
-			return n, nil
-		}
-		ms := func(c string) (float64, error) {
-			v, err := strconv.ParseFloat(get(c), 64)
-			if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v <= 0 {
-				return 0, bad(c, "a latency in ms > 0")
-			}
-			return v, nil
-		}
-		row := SiliconRow{Line: line, ID: get("id"), Backend: get("backend"), Version: get("backend_version"), Model: get("model_path"),
-			System: get("system"), Precision: get("precision"), Mode: get("mode"), Source: get("silicon_data_source")}
-		if row.ID == "" {
-			return nil, bad("id", "a row id")
-		}
-		var errs []error
-		var e error
-		row.ISL, e = num("isl", false)
-		errs = append(errs, e)
-		row.OSL, e = num("osl", false)
-		errs = append(errs, e)
-		batch, e := num("batch_size", true)
-		errs = append(errs, e)
-		row.TP, e = num("tp_size", true)
-		errs = append(errs, e)
-		row.PP, e = num("pp_size", true)
-		errs = append(errs, e)
-		for _, p := range []struct {
-			pool *SiliconPool
-			side string
-		}{{&row.Prefill, "prefill"}, {&row.Decode, "decode"}} {
-			p.pool.Workers, e = num(p.side+"_num_workers", true)
-			errs = append(errs, e)
-			p.pool.TP, e = num(p.side+"_tp_size", true)
-			errs = append(errs, e)
-			p.pool.Batch, e = num(p.side+"_batch_size", true)
-			errs = append(errs, e)
-		}
-		row.TTFTMs, e = ms("silicon_ttft_ms")
-		errs = append(errs, e)
-		row.TPOTMs, e = ms("silicon_tpot_ms")
-		errs = append(errs, e)
-		if err := errors.Join(errs...); err != nil {
+		row, err := siliconRecord{rec: rec, col: col, path: path, line: line}.row()
+		if err != nil {
 			return nil, err
-		}
-		row.Concurrency = batch
-		if row.Mode == "disagg" && batch == 0 {
-			// aiconfigurator's batch sizes are per worker: the decode
-			// pool holds the clients.
-			row.Concurrency = row.Decode.Batch * row.Decode.Workers
-		}
-		if m := concurrencyRe.FindStringSubmatch(row.Source); m != nil {
-			n, err := strconv.Atoi(m[1])
-			if err != nil || n > 1<<20 {
-				return nil, bad("silicon_data_source", "silicon_concurrency= a number of clients up to 1048576")
-			}
-			row.Concurrency = n
 		}
 		rows = append(rows, row)
 	}
@@ -177,6 +97,130 @@ func ReadSilicon(path string) ([]SiliconRow, error) {
 		return nil, fmt.Errorf("%s: no rows after the header", path)
 	}
 	return rows, nil
+}
+
+// siliconHeader reads a silicon file's header and returns it and each
+// column's index; every one of siliconColumns must be there.
+func siliconHeader(r *csv.Reader, path string) ([]string, map[string]int, error) {
+	head, err := r.Read()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: line 1 (header): %w", path, err)
+	}
+	col := map[string]int{}
+	for i, h := range head {
+		col[strings.TrimSpace(h)] = i
+	}
+	for _, c := range siliconColumns {
+		if _, ok := col[c]; !ok {
+			return nil, nil, fmt.Errorf("%s: line 1 (header): missing column %q (want %s)", path, c, strings.Join(siliconColumns, ", "))
+		}
+	}
+	return head, col, nil
+}
+
+// siliconRecord is one line of a silicon file, with its columns' indexes.
+type siliconRecord struct {
+	rec  []string
+	col  map[string]int
+	path string
+	line int
+}
+
+// get is column c's field, trimmed; "" where the file has no such column.
+func (s siliconRecord) get(c string) string {
+	if i, ok := s.col[c]; ok {
+		return strings.TrimSpace(s.rec[i])
+	}
+	return ""
+}
+
+// bad says column c is not what is wanted.
+func (s siliconRecord) bad(c, want string) error {
+	return fmt.Errorf("%s: line %d: column %s: %q: want %s", s.path, s.line, c, s.get(c), want)
+}
+
+// num is column c as a whole number >= 0; an optional column may be empty
+// (0).
+func (s siliconRecord) num(c string, optional bool) (int, error) {
+	v := s.get(c)
+	if v == "" && optional {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, s.bad(c, "a whole number >= 0")
+	}
+	return n, nil
+}
+
+// ms is column c as a latency in ms > 0.
+func (s siliconRecord) ms(c string) (float64, error) {
+	v, err := strconv.ParseFloat(s.get(c), 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v <= 0 {
+		return 0, s.bad(c, "a latency in ms > 0")
+	}
+	return v, nil
+}
+
+// row parses the record; every bad number is named, joined in one error.
+func (s siliconRecord) row() (SiliconRow, error) {
+	get := s.get
+	row := SiliconRow{Line: s.line, ID: get("id"), Backend: get("backend"), Version: get("backend_version"), Model: get("model_path"),
+		System: get("system"), Precision: get("precision"), Mode: get("mode"), Source: get("silicon_data_source")}
+	if row.ID == "" {
+		return row, s.bad("id", "a row id")
+	}
+	var errs []error
+	var e error
+	row.ISL, e = s.num("isl", false)
+	errs = append(errs, e)
+	row.OSL, e = s.num("osl", false)
+	errs = append(errs, e)
+	batch, e := s.num("batch_size", true)
+	errs = append(errs, e)
+	row.TP, e = s.num("tp_size", true)
+	errs = append(errs, e)
+	row.PP, e = s.num("pp_size", true)
+	errs = append(errs, e)
+	for _, p := range []struct {
+		pool *SiliconPool
+		side string
+	}{{&row.Prefill, "prefill"}, {&row.Decode, "decode"}} {
+		p.pool.Workers, e = s.num(p.side+"_num_workers", true)
+		errs = append(errs, e)
+		p.pool.TP, e = s.num(p.side+"_tp_size", true)
+		errs = append(errs, e)
+		p.pool.Batch, e = s.num(p.side+"_batch_size", true)
+		errs = append(errs, e)
+	}
+	row.TTFTMs, e = s.ms("silicon_ttft_ms")
+	errs = append(errs, e)
+	row.TPOTMs, e = s.ms("silicon_tpot_ms")
+	errs = append(errs, e)
+	if err := errors.Join(errs...); err != nil {
+		return row, err
+	}
+	return row, s.concurrency(&row, batch)
+}
+
+// concurrency sets row's clients in flight: batch_size, the decode pool's
+// sequences for a disaggregated row without one, or silicon_concurrency=
+// in the provenance where it is given.
+func (s siliconRecord) concurrency(row *SiliconRow, batch int) error {
+	row.Concurrency = batch
+	if row.Mode == "disagg" && batch == 0 {
+		// aiconfigurator's batch sizes are per worker: the decode
+		// pool holds the clients.
+		row.Concurrency = row.Decode.Batch * row.Decode.Workers
+	}
+	if m := concurrencyRe.FindStringSubmatch(row.Source); m != nil {
+		n, err := strconv.Atoi(m[1])
+		if err != nil || n > 1<<20 {
+			return s.bad("silicon_data_source", "silicon_concurrency= a number of clients up to 1048576")
+		}
+		row.Concurrency = n
+	}
+	return nil
 }
 
 // SiliconConfig is how PredictSilicon predicts rows.

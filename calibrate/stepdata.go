@@ -104,14 +104,53 @@ func ReadStepDir(dir string) (*StepData, error) {
 		d.Source = &ref
 	}
 
-	spath := filepath.Join(dir, StepsFile)
+	if err := d.readSteps(filepath.Join(dir, StepsFile)); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// readSteps reads the step file at spath into d.Steps and d.BatchedLimit.
+func (d *StepData) readSteps(spath string) error {
 	f, err := os.Open(spath)
 	if err != nil {
-		return nil, fmt.Errorf("step data %s: %w", dir, err)
+		return fmt.Errorf("step data %s: %w", d.Dir, err)
 	}
 	defer f.Close()
 	r := csv.NewReader(f)
 	r.ReuseRecord = true
+	col, err := stepHeader(r, spath)
+	if err != nil {
+		return err
+	}
+	seg, hasSeg := col["workload_segment"]
+	for line := 2; ; line++ {
+		rec, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", spath, err)
+		}
+		st, err := parseStep(rec, col, spath, line)
+		if err != nil {
+			return err
+		}
+		if hasSeg {
+			st.Segment = rec[seg]
+		}
+		d.BatchedLimit = max(d.BatchedLimit, st.Summary.PrefillTokens+st.Summary.DecodeRequests)
+		d.Steps = append(d.Steps, st)
+	}
+	if len(d.Steps) == 0 {
+		return fmt.Errorf("%s: no steps", spath)
+	}
+	return nil
+}
+
+// stepHeader reads the step file's header and returns each column's index;
+// every one of StepColumns must be there.
+func stepHeader(r *csv.Reader, spath string) (map[string]int, error) {
 	head, err := r.Read()
 	if err != nil {
 		return nil, fmt.Errorf("%s: header: %w", spath, err)
@@ -125,48 +164,37 @@ func ReadStepDir(dir string) (*StepData, error) {
 			return nil, fmt.Errorf("%s: line 1: missing column %q (want %v)", spath, c, StepColumns)
 		}
 	}
-	seg, hasSeg := col["workload_segment"]
-	for line := 2; ; line++ {
-		rec, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			break
+	return col, nil
+}
+
+// parseStep parses one row of the step file (line, 1-based): every count
+// and the latency finite and >= 0, the latency > 0, the step not empty.
+func parseStep(rec []string, col map[string]int, spath string, line int) (MeasuredStep, error) {
+	num := func(name string) (float64, error) {
+		s := rec[col[name]]
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return 0, fmt.Errorf("%s: line %d: %s: want a finite number >= 0, got %q", spath, line, name, s)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", spath, err)
-		}
-		num := func(name string) (float64, error) {
-			s := rec[col[name]]
-			v, err := strconv.ParseFloat(s, 64)
-			if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-				return 0, fmt.Errorf("%s: line %d: %s: want a finite number >= 0, got %q", spath, line, name, s)
-			}
-			return v, nil
-		}
-		var vals [8]float64
-		for i, name := range StepColumns[1:] {
-			if vals[i], err = num(name); err != nil {
-				return nil, err
-			}
-		}
-		st := MeasuredStep{Line: line, Counter: int64(vals[0]), Ms: vals[7], Summary: emulator.StepSummary{
-			PrefillTokens: int(vals[1]), PrefillRequests: int(vals[2]), PrefillKV: int(vals[3]), PrefillLenVar: vals[4],
-			DecodeRequests: int(vals[5]), DecodeKV: int(vals[6]),
-		}}
-		if st.Ms <= 0 {
-			return nil, fmt.Errorf("%s: line %d: latency_ms: want > 0, got %v", spath, line, st.Ms)
-		}
-		st.Phase = st.Summary.Phase()
-		if st.Phase == "" {
-			return nil, fmt.Errorf("%s: line %d: an empty step (no prefill and no decode requests)", spath, line)
-		}
-		if hasSeg {
-			st.Segment = rec[seg]
-		}
-		d.BatchedLimit = max(d.BatchedLimit, st.Summary.PrefillTokens+st.Summary.DecodeRequests)
-		d.Steps = append(d.Steps, st)
+		return v, nil
 	}
-	if len(d.Steps) == 0 {
-		return nil, fmt.Errorf("%s: no steps", spath)
+	var vals [8]float64
+	for i, name := range StepColumns[1:] {
+		var err error
+		if vals[i], err = num(name); err != nil {
+			return MeasuredStep{}, err
+		}
 	}
-	return d, nil
+	st := MeasuredStep{Line: line, Counter: int64(vals[0]), Ms: vals[7], Summary: emulator.StepSummary{
+		PrefillTokens: int(vals[1]), PrefillRequests: int(vals[2]), PrefillKV: int(vals[3]), PrefillLenVar: vals[4],
+		DecodeRequests: int(vals[5]), DecodeKV: int(vals[6]),
+	}}
+	if st.Ms <= 0 {
+		return MeasuredStep{}, fmt.Errorf("%s: line %d: latency_ms: want > 0, got %v", spath, line, st.Ms)
+	}
+	st.Phase = st.Summary.Phase()
+	if st.Phase == "" {
+		return MeasuredStep{}, fmt.Errorf("%s: line %d: an empty step (no prefill and no decode requests)", spath, line)
+	}
+	return st, nil
 }

@@ -112,13 +112,58 @@ func FitSteps(data []*StepData, cfg StepFitConfig) (*StepFit, error) {
 		cfg.BlockLen = DefaultBlockLen
 	}
 	costs := emulator.StepCosts{AllReduces: cfg.AllReduces, AllReduce: cfg.AllReduce}
+	hold, err := heldTerms(data, costs)
+	if err != nil {
+		return nil, err
+	}
+	res := &StepFit{}
+	for _, d := range data {
+		res.Steps += len(d.Steps)
+	}
+
+	costs.WeightsMs, costs.TokenMs = initialKnee, 1
+	kf, err := fitKnee(data, &costs, hold, cfg.Model.Hidden)
+	if err != nil {
+		return nil, err
+	}
+	res.MergedPairs = kf.merged
+	if !kf.converged {
+		res.Notes = append(res.Notes, fmt.Sprintf("the GEMM knee and the mis-booked pairs did not settle in %d rounds; the last fit is kept", maxKneeIter))
+	}
+	hold = kf.held
+	res.Costs = costs
+	res.Observations = len(kf.rows)
+	for _, wi := range kf.w {
+		if wi < 0.5 {
+			res.Downweighted++
+		}
+	}
+
+	se := bootstrapSE(kf.rows, hold, kf.beta, cfg)
+	for j, name := range emulator.StepCostTerms {
+		t := StepTerm{Name: name, Value: kf.beta[j], StdErr: se[j], Fitted: hold[j] == ""}
+		if !t.Fitted {
+			t.Why = hold[j]
+			t.StdErr = 0
+		}
+		res.Terms = append(res.Terms, t)
+	}
+	for _, d := range data {
+		sc := ScoreSteps(d, func(s emulator.StepSummary) float64 { return costs.SummaryMs(s, d.TP, cfg.Model.Hidden, false) })
+		res.Residuals = append(res.Residuals, sc.PhaseErrors(d.Dir)...)
+	}
+	return res, nil
+}
+
+// heldTerms says why each term of emulator.StepCostTerms is held at 0 (""
+// where it is fitted): the host part with one TP size, and terms no step
+// exercises. It refuses a TP size the costs have no all-reduce figures for.
+func heldTerms(data []*StepData, costs emulator.StepCosts) ([]string, error) {
 	nt := len(emulator.StepCostTerms)
 	hold := make([]string, nt) // why a term is held at 0; "" is fitted
 	tps := map[int]bool{}
-	res := &StepFit{}
 	for _, d := range data {
 		tps[d.TP] = true
-		res.Steps += len(d.Steps)
 		if d.TP > 1 && !costs.CanAllReduce(d.TP) {
 			return nil, fmt.Errorf("%s: TP %d: no all-reduce figures for TP %d (give an all-reduce table or the GPU's interconnect)", d.Dir, d.TP, d.TP)
 		}
@@ -143,66 +188,49 @@ func FitSteps(data []*StepData, cfg StepFitConfig) (*StepFit, error) {
 			hold[j] = "no step exercises it"
 		}
 	}
+	return hold, nil
+}
 
-	// Alternate: fit with the GEMM knee and the mis-booked pairs fixed,
-	// then move the knee to the fit's WeightsMs/TokenMs and find the pairs
-	// under the new prediction, until neither changes.
-	costs.WeightsMs, costs.TokenMs = initialKnee, 1
+// kneeFit is the last round of fitKnee.
+type kneeFit struct {
+	rows      []stepObs
+	beta, w   []float64
+	held      []string
+	merged    int // mis-booked pairs merged
+	converged bool
+}
+
+// fitKnee alternates: fit with the GEMM knee and the mis-booked pairs
+// fixed, then move the knee to the fit's WeightsMs/TokenMs and find the
+// pairs under the new prediction, until neither changes. costs holds the
+// last fit's coefficients on return.
+func fitKnee(data []*StepData, costs *emulator.StepCosts, hold []string, hidden int) (kneeFit, error) {
 	var (
-		rows  []stepObs
-		beta  []float64
-		w     []float64
-		held  []string
+		kf    kneeFit
 		pairs []map[int]bool
 	)
-	converged := false
 	for it := 0; it < maxKneeIter; it++ {
-		rows = buildObs(data, &costs, pairs, cfg.Model.Hidden)
+		kf.rows = buildObs(data, costs, pairs, hidden)
 		var err error
-		if beta, w, held, err = robustFit(rows, hold, nil); err != nil {
-			return nil, err
+		if kf.beta, kf.w, kf.held, err = robustFit(kf.rows, hold, nil); err != nil {
+			return kf, err
 		}
 		oldKnee := costs.Knee()
-		costs.SetCoefficients(beta)
+		costs.SetCoefficients(kf.beta)
 		np := make([]map[int]bool, len(data))
 		merged := 0
 		for i, d := range data {
-			np[i] = findMisbooked(d, func(s emulator.StepSummary) float64 { return costs.SummaryMs(s, d.TP, cfg.Model.Hidden, false) })
+			np[i] = findMisbooked(d, func(s emulator.StepSummary) float64 { return costs.SummaryMs(s, d.TP, hidden, false) })
 			merged += len(np[i])
 		}
 		same := sameRegime(data, oldKnee, costs.Knee()) && samePairs(pairs, np)
-		pairs, res.MergedPairs = np, merged
+		pairs, kf.merged = np, merged
 		if same {
-			converged = true
+			kf.converged = true
 			break
 		}
 	}
-	if !converged {
-		res.Notes = append(res.Notes, fmt.Sprintf("the GEMM knee and the mis-booked pairs did not settle in %d rounds; the last fit is kept", maxKneeIter))
-	}
-	hold = held
-	res.Costs = costs
-	res.Observations = len(rows)
-	for _, wi := range w {
-		if wi < 0.5 {
-			res.Downweighted++
-		}
-	}
-
-	se := bootstrapSE(rows, hold, beta, cfg)
-	for j, name := range emulator.StepCostTerms {
-		t := StepTerm{Name: name, Value: beta[j], StdErr: se[j], Fitted: hold[j] == ""}
-		if !t.Fitted {
-			t.Why = hold[j]
-			t.StdErr = 0
-		}
-		res.Terms = append(res.Terms, t)
-	}
-	for _, d := range data {
-		sc := ScoreSteps(d, func(s emulator.StepSummary) float64 { return costs.SummaryMs(s, d.TP, cfg.Model.Hidden, false) })
-		res.Residuals = append(res.Residuals, sc.PhaseErrors(d.Dir)...)
-	}
-	return res, nil
+	return kf, nil
 }
 
 // sameRegime says whether every step is on the same side of both knees.

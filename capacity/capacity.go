@@ -401,6 +401,33 @@ func join(a, b string) string {
 // Search finds the capacity by Options' mode. An invalid probe ends it
 // with ErrInvalid (the partial result comes back with it).
 func Search(ctx context.Context, probe Prober, o Options) (*Result, error) {
+	s, err := newSearch(ctx, probe, o)
+	if err != nil {
+		return nil, err
+	}
+	lo, hi, done, err := s.bracket()
+	if done || err != nil {
+		return s.res, err
+	}
+	return s.bisect(lo, hi)
+}
+
+// search is one capacity search: its settings, the result so far, and the
+// largest median E2E latency seen (which sizes the next probe's plan).
+type search struct {
+	ctx     context.Context
+	probe   Prober
+	o       Options
+	mode    string
+	prec    float64
+	maxLoad float64
+	limit   int // most probes
+	e2e     float64
+	res     *Result
+}
+
+// newSearch checks o and fills in its defaults.
+func newSearch(ctx context.Context, probe Prober, o Options) (*search, error) {
 	mode := o.Mode
 	if mode == "" {
 		mode = Open
@@ -424,104 +451,121 @@ func Search(ctx context.Context, probe Prober, o Options) (*Result, error) {
 	if mode == Closed {
 		res.Unit = UnitClients
 	}
-	norm := func(x float64) float64 {
-		x = math.Min(x, maxLoad)
-		if mode == Closed {
-			return math.Max(1, math.Round(x))
-		}
-		return x
+	return &search{ctx: ctx, probe: probe, o: o, mode: mode, prec: prec, maxLoad: maxLoad, limit: limit, e2e: o.E2EMs, res: res}, nil
+}
+
+// norm caps a load at the largest searched; closed loop, to a whole number
+// of clients, at least one.
+func (s *search) norm(x float64) float64 {
+	x = math.Min(x, s.maxLoad)
+	if s.mode == Closed {
+		return math.Max(1, math.Round(x))
 	}
-	e2e := o.E2EMs
-	measure := func(x float64) (Probe, error) {
-		if len(res.Probes) >= limit {
-			return Probe{}, fmt.Errorf("capacity search: %d probes without a bracket within the precision", limit)
-		}
-		p := PlanFor(mode, x, o, e2e)
-		lr, err := probe(ctx, p)
-		if err != nil {
+	return x
+}
+
+// measure probes load x and judges it. An open-loop probe that met the SLO
+// without keeping up is probed again over a window twice as long.
+func (s *search) measure(x float64) (Probe, error) {
+	o, mode, res := s.o, s.mode, s.res
+	if len(res.Probes) >= s.limit {
+		return Probe{}, fmt.Errorf("capacity search: %d probes without a bracket within the precision", s.limit)
+	}
+	p := PlanFor(mode, x, o, s.e2e)
+	lr, err := s.probe(s.ctx, p)
+	if err != nil {
+		return Probe{}, err
+	}
+	pr := Judge(mode, p, lr, o.SLO)
+	if mode == Open && pr.Valid && pr.SLOMet && !pr.Steady && pr.Failed == 0 {
+		s.record(pr)
+		p2 := planOpen(x, 2*p.WindowS, s.e2e)
+		if lr, err = s.probe(s.ctx, p2); err != nil {
 			return Probe{}, err
 		}
-		pr := Judge(mode, p, lr, o.SLO)
-		if mode == Open && pr.Valid && pr.SLOMet && !pr.Steady && pr.Failed == 0 {
-			if o.Progress != nil {
-				o.Progress(pr)
-			}
-			res.Probes = append(res.Probes, pr)
-			e2e = max(e2e, pr.E2EP50Ms)
-			p2 := planOpen(x, 2*p.WindowS, e2e)
-			if lr, err = probe(ctx, p2); err != nil {
-				return Probe{}, err
-			}
-			pr = Judge(mode, p2, lr, o.SLO)
-			pr.Retried = true
-		}
-		if o.Progress != nil {
-			o.Progress(pr)
-		}
-		res.Probes = append(res.Probes, pr)
-		e2e = max(e2e, pr.E2EP50Ms)
-		if !pr.Valid {
-			return pr, fmt.Errorf("%w: %s at %g %s: %s", ErrInvalid, mode, x, res.Unit, pr.Note)
-		}
-		return pr, nil
+		pr = Judge(mode, p2, lr, o.SLO)
+		pr.Retried = true
 	}
-	lo, hi := 0.0, 0.0 // highest passing, lowest failing (0: none yet)
-	x := norm(o.Start)
-	if o.Start <= 0 {
+	s.record(pr)
+	if !pr.Valid {
+		return pr, fmt.Errorf("%w: %s at %g %s: %s", ErrInvalid, mode, x, res.Unit, pr.Note)
+	}
+	return pr, nil
+}
+
+// record reports a probe, keeps it, and raises the E2E latency seen.
+func (s *search) record(pr Probe) {
+	if s.o.Progress != nil {
+		s.o.Progress(pr)
+	}
+	s.res.Probes = append(s.res.Probes, pr)
+	s.e2e = max(s.e2e, pr.E2EP50Ms)
+}
+
+// bracket finds lo, the highest passing load, and hi, the lowest failing:
+// it steps by the factor, which squares while the probes keep passing
+// (failing), so a good start brackets in two probes and a poor one in a
+// few more. done is true when the search ended without a bracket (the
+// largest load passed, or none does).
+func (s *search) bracket() (lo, hi float64, done bool, err error) {
+	res, mode := s.res, s.mode
+	x := s.norm(s.o.Start)
+	if s.o.Start <= 0 {
 		x = 1
 	}
-	// Bracket: step by the factor, which squares while the probes keep
-	// passing (failing), so a good start brackets in two probes and a poor
-	// one in a few more.
-	step := o.Step
+	step := s.o.Step
 	if !(step > 1) {
 		step = 2
 	}
 	for {
-		pr, err := measure(x)
+		pr, err := s.measure(x)
 		if err != nil {
-			return res, err
+			return lo, hi, true, err
 		}
 		if pr.Pass {
 			lo = x
-			if x >= maxLoad {
-				res.Value, res.Note, res.Outcome = x, fmt.Sprintf("the largest load searched (%g %s) passed: a lower bound", maxLoad, res.Unit), OutcomeAtMax
-				return res, nil
+			if x >= s.maxLoad {
+				res.Value, res.Note, res.Outcome = x, fmt.Sprintf("the largest load searched (%g %s) passed: a lower bound", s.maxLoad, res.Unit), OutcomeAtMax
+				return lo, hi, true, nil
 			}
 			if hi > 0 {
-				break
+				return lo, hi, false, nil
 			}
 			next := x * step
 			if mode == Closed {
 				next = math.Max(next, x+1)
 			}
-			x, step = norm(next), min(step*step, 16)
+			x, step = s.norm(next), min(step*step, 16)
 			continue
 		}
 		hi = x
 		if lo > 0 {
-			break
+			return lo, hi, false, nil
 		}
 		next := x / step
 		if mode == Closed {
 			if x <= 1 {
 				res.Upper, res.Note, res.Outcome = x, "no load meets the SLO: one client fails it", OutcomeNonePass
-				return res, nil
+				return lo, hi, true, nil
 			}
 			next = math.Min(math.Floor(next), x-1)
 		} else if next < MinRate {
 			res.Upper, res.Note, res.Outcome = x, fmt.Sprintf("no load meets the SLO down to %g req/s", x), OutcomeNonePass
-			return res, nil
+			return lo, hi, true, nil
 		}
-		x, step = norm(next), min(step*step, 16)
+		x, step = s.norm(next), min(step*step, 16)
 	}
-	// Bisect.
-	for !within(mode, lo, hi, prec) {
+}
+
+// bisect narrows the bracket [lo, hi] to the precision.
+func (s *search) bisect(lo, hi float64) (*Result, error) {
+	res, mode := s.res, s.mode
+	for !within(mode, lo, hi, s.prec) {
 		x := math.Sqrt(lo * hi)
 		if mode == Closed {
 			x = math.Floor((lo + hi) / 2)
 		}
-		pr, err := measure(x)
+		pr, err := s.measure(x)
 		if err != nil {
 			res.Value, res.Upper = lo, hi
 			return res, err

@@ -65,41 +65,12 @@ func RunTrace(spec *deploy.Spec, opts Options, tf *replay.TraceFile, speed float
 	rec.RequestTimeoutMs, rec.CachedTokensRule = float64(replay.DefaultRequestTimeout)/1e6, replay.CachedTokensAsReported
 	rec.StartedAt, rec.FinishedAt = time.Unix(0, 0).UTC(), time.Unix(0, 0).UTC()
 
-	src, err := tf.Open()
+	tokens := replay.NewTraceTokens(vocab, tf.Info.BlockSize, seed)
+	ld, err := loadTrace(tf, tokens, newRouter(cl), speed)
 	if err != nil {
 		return nil, err
 	}
-	defer src.Close()
-	tokens := replay.NewTraceTokens(vocab, tf.Info.BlockSize, seed)
-	router := newRouter(cl)
-	vr := make([]emulator.VirtualRequest, 0, tf.Info.Requests)
-	reqs := make([]replay.Request, 0, tf.Info.Requests)
-	all := sha256.New()
-	var hashes []string
-	var ids []int
-	for q, ok := src.Next(); ok; q, ok = src.Next() {
-		// Every prompt is made here, in trace order, for its hash and its
-		// route, and again by the simulation at its arrival (Render), which
-		// drops it when it ends: what a long trace holds is its plans, a
-		// few bytes a block, not 8 bytes a token.
-		plan := tokens.Plan(q)
-		ids = tokens.Render(ids[:0], &plan)
-		i := len(vr)
-		at := (q.TimestampMs - tf.Info.FirstMs) / speed
-		out := q.OutputLength
-		reqs = append(reqs, replay.Request{ID: i, ArrivalMs: at, InputTokens: q.InputLength, OutputTokens: out})
-		vr = append(vr, emulator.VirtualRequest{ID: fmt.Sprintf("predict-trace-%d", i), Prompt: ids, MaxTokens: out, ArrivalMs: at, Decode: -1})
-		router.route(&vr[i])
-		// The simulation writes each request's output after its prompt.
-		vr[i].Prompt, vr[i].PromptLen = nil, len(ids)
-		vr[i].Render = func() []int { return tokens.Render(make([]int, 0, plan.Len()+out), &plan) }
-		h := replay.HashTokens(ids)
-		all.Write([]byte(h))
-		hashes = append(hashes, h)
-	}
-	if err := src.Err(); err != nil {
-		return nil, err
-	}
+	reqs, vr := ld.reqs, ld.vr
 	rec.Workload.Trace.FirstTokenReuses = tokens.Reuses()
 	outs, err := emulator.SimulateLoad(cl.workers, vr, emulator.ClosedLoop{From: len(vr)})
 	if err != nil {
@@ -107,11 +78,11 @@ func RunTrace(spec *deploy.Spec, opts Options, tf *replay.TraceFile, speed float
 	}
 	lr := replay.LevelRecord{Level: replay.LevelOf(rec.Workload.QPS[0]), Planned: len(reqs), Sent: len(reqs), Complete: true,
 		Outcomes: map[string]int{}, Failures: map[string]int{}, PrefixSeed: seed,
-		Verdict: replay.Verdict{Valid: true, Reasons: []replay.Reason{}}, PromptsSHA256: hex.EncodeToString(all.Sum(nil))}
+		Verdict: replay.Verdict{Valid: true, Reasons: []replay.Reason{}}, PromptsSHA256: ld.promptsSHA256}
 	lr.Requests = make([]replay.RequestRecord, len(reqs))
 	for i, q := range reqs {
 		lr.Requests[i] = requestRecord(q, vr[i], &outs[i], opts.KeepRequests)
-		lr.Requests[i].PromptSHA256 = hashes[i]
+		lr.Requests[i].PromptSHA256 = ld.hashes[i]
 	}
 	lr.SummarizeTrace(opts.SLO, rec.GPUs)
 	for _, r := range lr.Requests {
@@ -129,4 +100,54 @@ func RunTrace(spec *deploy.Spec, opts Options, tf *replay.TraceFile, speed float
 	}
 	rec.Judge()
 	return rec, nil
+}
+
+// traceLoad is a trace's requests as a replay sends them and as the
+// simulation takes them, with their prompts' hashes.
+type traceLoad struct {
+	reqs          []replay.Request
+	vr            []emulator.VirtualRequest
+	hashes        []string // each prompt's
+	promptsSHA256 string   // of every prompt's hash, in trace order
+}
+
+// loadTrace reads tf's requests, arriving at (timestamp - first) / speed,
+// their prompts drawn by tokens and routed by router.
+func loadTrace(tf *replay.TraceFile, tokens *replay.TraceTokens, router *router, speed float64) (*traceLoad, error) {
+	src, err := tf.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	ld := &traceLoad{
+		vr:   make([]emulator.VirtualRequest, 0, tf.Info.Requests),
+		reqs: make([]replay.Request, 0, tf.Info.Requests),
+	}
+	all := sha256.New()
+	var ids []int
+	for q, ok := src.Next(); ok; q, ok = src.Next() {
+		// Every prompt is made here, in trace order, for its hash and its
+		// route, and again by the simulation at its arrival (Render), which
+		// drops it when it ends: what a long trace holds is its plans, a
+		// few bytes a block, not 8 bytes a token.
+		plan := tokens.Plan(q)
+		ids = tokens.Render(ids[:0], &plan)
+		i := len(ld.vr)
+		at := (q.TimestampMs - tf.Info.FirstMs) / speed
+		out := q.OutputLength
+		ld.reqs = append(ld.reqs, replay.Request{ID: i, ArrivalMs: at, InputTokens: q.InputLength, OutputTokens: out})
+		ld.vr = append(ld.vr, emulator.VirtualRequest{ID: fmt.Sprintf("predict-trace-%d", i), Prompt: ids, MaxTokens: out, ArrivalMs: at, Decode: -1})
+		router.route(&ld.vr[i])
+		// The simulation writes each request's output after its prompt.
+		ld.vr[i].Prompt, ld.vr[i].PromptLen = nil, len(ids)
+		ld.vr[i].Render = func() []int { return tokens.Render(make([]int, 0, plan.Len()+out), &plan) }
+		h := replay.HashTokens(ids)
+		all.Write([]byte(h))
+		ld.hashes = append(ld.hashes, h)
+	}
+	if err := src.Err(); err != nil {
+		return nil, err
+	}
+	ld.promptsSHA256 = hex.EncodeToString(all.Sum(nil))
+	return ld, nil
 }

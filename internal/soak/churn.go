@@ -172,117 +172,225 @@ func churn(honePath string, children, wave int, pause, sampleEvery time.Duration
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return nil, err
 	}
-	rep := &churnReport{Kind: "churn", Started: time.Now().UTC(),
-		Config: churnConfig{Children: children, Wave: wave, Pause: pause.String(), SampleEvery: sampleEvery.String(), RSSGrowth: fmt.Sprintf("%d MiB", growth>>20)},
-		Host:   hostInfo{CPUs: runtime.NumCPU(), Kernel: kernelRelease(), GoArch: runtime.GOARCH},
-	}
-	rep.Expected = syscallTotals{Processes: uint64(children), Syscalls: map[string]uint64{}}
-	for i := range children {
-		o, f := childSyscalls(i)
-		rep.Expected.Syscalls["other"] += o
-		rep.Expected.Syscalls["file"] += f
-	}
+	c := &churnRun{children: children, wave: wave, pause: pause, sampleEvery: sampleEvery, growth: growth}
+	c.rep = c.newReport()
 
-	// The parent: this binary, waiting for "go" on stdin.
-	pcmd := exec.Command(self, churnParentCmd, "--children", strconv.Itoa(children), "--wave", strconv.Itoa(wave), "--pause", pause.String())
-	pcmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	pcmd.Stderr = os.Stderr
-	stdin, err := pcmd.StdinPipe()
-	if err != nil {
+	if err := c.startParent(self); err != nil {
 		return nil, err
 	}
-	stdout, err := pcmd.StdoutPipe()
-	if err != nil {
+	defer c.stopParent()
+	if err := c.awaitParent(); err != nil {
 		return nil, err
 	}
-	if err := pcmd.Start(); err != nil {
-		return nil, err
-	}
-	ppid := pcmd.Process.Pid
-	defer func() {
-		stdin.Close()
-		done := make(chan struct{})
-		go func() { pcmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			pcmd.Process.Kill()
-			<-done
-		}
-	}()
-	lines := bufio.NewScanner(stdout)
-	if !lines.Scan() || lines.Text() != "ready" {
-		return nil, fail("churn parent did not start: %q %v", lines.Text(), lines.Err())
-	}
-	rep.Parent.PID = ppid
-	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", ppid))
-	rep.Parent.Comm = strings.TrimSpace(string(comm))
-
-	d, base, err := startDaemon(hone, logDir, []int{ppid})
+	d, base, err := startDaemon(hone, logDir, []int{c.rep.Parent.PID})
 	if err != nil {
 		return nil, setupError{err}
 	}
 	defer d.stop(10 * time.Second)
+	c.d, c.base = d, base
 	fmt.Printf("churn: hone daemon (pid %d) traces parent %d (%s); %d children in waves of %d, %s apart; %d CPUs\n",
-		d.pid(), ppid, rep.Parent.Comm, children, wave, pause, runtime.NumCPU())
+		d.pid(), c.rep.Parent.PID, c.rep.Parent.Comm, children, wave, pause, runtime.NumCPU())
 
-	t0 := time.Now()
-	var (
-		mu      sync.Mutex
-		phase   = "before"
-		samples []churnSample
-	)
-	takeSample := func(ctx context.Context) (churnSample, *churnSnapshot) {
-		s := churnSample{T: time.Since(t0).Seconds(), RSS: rssBytes(d.pid())}
-		b, err := getBody(ctx, base+"/v1/snapshot")
-		if err != nil {
-			return s, nil
-		}
-		s.SnapshotBytes = len(b)
-		var snap churnSnapshot
-		if json.Unmarshal(b, &snap) != nil {
-			return s, nil
-		}
-		s.TableEntries, s.Targets, s.Threads, s.Exited = snap.TargetTable.Entries, len(snap.Targets), len(snap.Threads), snap.TargetTable.Exited
-		return s, &snap
+	last, err := c.run()
+	if err != nil {
+		return nil, err
 	}
+	c.totals(last)
+	c.table(last)
+	c.memory(last)
+	c.lossCounters(last)
+	c.verdict()
+
+	rep := c.rep
+	printChurnReport(rep)
+	path := filepath.Join(out, "churn.json")
+	if err := writeJSON(path, rep); err != nil {
+		return rep, err
+	}
+	fmt.Printf("report: %s\n", path)
+	return rep, nil
+}
+
+// churnRun is one `hone-soak churn` run: the traced parent, the daemon, and
+// the samples taken while the parent forks.
+type churnRun struct {
+	children, wave     int
+	pause, sampleEvery time.Duration
+	growth             uint64 // the RSS bound above the pre-churn median
+	rep                *churnReport
+
+	parent *exec.Cmd
+	stdin  io.WriteCloser
+	lines  *bufio.Scanner // the parent's stdout
+	d      *proc          // the daemon
+	base   string         // the daemon's URL
+
+	t0, churnStart, churnEnd time.Time
+
+	mu      sync.Mutex
+	phase   string // before | churn | settling | after
+	samples []churnSample
+}
+
+// newReport is the report before the run: its configuration, host and the
+// syscalls the children will make.
+func (c *churnRun) newReport() *churnReport {
+	rep := &churnReport{Kind: "churn", Started: time.Now().UTC(),
+		Config: churnConfig{Children: c.children, Wave: c.wave, Pause: c.pause.String(), SampleEvery: c.sampleEvery.String(), RSSGrowth: fmt.Sprintf("%d MiB", c.growth>>20)},
+		Host:   hostInfo{CPUs: runtime.NumCPU(), Kernel: kernelRelease(), GoArch: runtime.GOARCH},
+	}
+	rep.Expected = syscallTotals{Processes: uint64(c.children), Syscalls: map[string]uint64{}}
+	for i := range c.children {
+		o, f := childSyscalls(i)
+		rep.Expected.Syscalls["other"] += o
+		rep.Expected.Syscalls["file"] += f
+	}
+	return rep
+}
+
+// startParent starts the parent: this binary, waiting for "go" on stdin.
+func (c *churnRun) startParent(self string) error {
+	pcmd := exec.Command(self, churnParentCmd, "--children", strconv.Itoa(c.children), "--wave", strconv.Itoa(c.wave), "--pause", c.pause.String())
+	pcmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	pcmd.Stderr = os.Stderr
+	stdin, err := pcmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := pcmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := pcmd.Start(); err != nil {
+		return err
+	}
+	c.parent, c.stdin, c.lines = pcmd, stdin, bufio.NewScanner(stdout)
+	return nil
+}
+
+// stopParent closes the parent's stdin, which ends it, and kills it if it
+// has not ended within 10 s.
+func (c *churnRun) stopParent() {
+	c.stdin.Close()
+	done := make(chan struct{})
+	go func() { c.parent.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		c.parent.Process.Kill()
+		<-done
+	}
+}
+
+// awaitParent waits for the parent's "ready" and notes its pid and comm.
+func (c *churnRun) awaitParent() error {
+	if !c.lines.Scan() || c.lines.Text() != "ready" {
+		return fail("churn parent did not start: %q %v", c.lines.Text(), c.lines.Err())
+	}
+	ppid := c.parent.Process.Pid
+	c.rep.Parent.PID = ppid
+	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", ppid))
+	c.rep.Parent.Comm = strings.TrimSpace(string(comm))
+	return nil
+}
+
+func (c *churnRun) setPhase(p string) {
+	c.mu.Lock()
+	c.phase = p
+	c.mu.Unlock()
+}
+
+// takeSample reads the daemon's RSS and snapshot; the snapshot is nil when
+// it could not be read.
+func (c *churnRun) takeSample(ctx context.Context) (churnSample, *churnSnapshot) {
+	s := churnSample{T: time.Since(c.t0).Seconds(), RSS: rssBytes(c.d.pid())}
+	b, err := getBody(ctx, c.base+"/v1/snapshot")
+	if err != nil {
+		return s, nil
+	}
+	s.SnapshotBytes = len(b)
+	var snap churnSnapshot
+	if json.Unmarshal(b, &snap) != nil {
+		return s, nil
+	}
+	s.TableEntries, s.Targets, s.Threads, s.Exited = snap.TargetTable.Entries, len(snap.Targets), len(snap.Threads), snap.TargetTable.Exited
+	return s, &snap
+}
+
+// sampleLoop samples every --sample until ctx ends, each sample tagged with
+// the phase it was taken in.
+func (c *churnRun) sampleLoop(ctx context.Context) {
+	tick := time.NewTicker(c.sampleEvery)
+	defer tick.Stop()
+	for {
+		s, _ := c.takeSample(ctx)
+		c.mu.Lock()
+		s.Phase = c.phase
+		if ctx.Err() == nil {
+			c.samples = append(c.samples, s)
+		}
+		c.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// run samples a baseline, lets the parent fork its waves, waits for the
+// daemon to settle, samples after it, and returns the last snapshot.
+func (c *churnRun) run() (*churnSnapshot, error) {
+	c.t0 = time.Now()
+	c.phase = "before"
 	bg, bgCancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		tick := time.NewTicker(sampleEvery)
-		defer tick.Stop()
-		for {
-			s, _ := takeSample(bg)
-			mu.Lock()
-			s.Phase = phase
-			if bg.Err() == nil {
-				samples = append(samples, s)
-			}
-			mu.Unlock()
-			select {
-			case <-bg.Done():
-				return
-			case <-tick.C:
-			}
-		}
+		c.sampleLoop(bg)
 	}()
 	defer func() { bgCancel(); wg.Wait() }()
 
 	time.Sleep(3 * time.Second) // baseline
-	mu.Lock()
-	phase = "churn"
-	mu.Unlock()
-	churnStart := time.Now()
-	if _, err := io.WriteString(stdin, "go\n"); err != nil {
+	c.setPhase("churn")
+	c.churnStart = time.Now()
+	if _, err := io.WriteString(c.stdin, "go\n"); err != nil {
 		return nil, err
 	}
-	var parentErr string
-	for lines.Scan() {
-		l := lines.Text()
+	parentErr := c.followParent()
+	c.churnEnd = time.Now()
+	c.rep.Parent.ChurnS = c.churnEnd.Sub(c.churnStart).Seconds()
+	c.rep.Parent.ForkRate = float64(c.children) / c.rep.Parent.ChurnS
+	c.setPhase("settling")
+	if parentErr != "" {
+		return nil, setupError{fmt.Errorf("churn parent: %s", parentErr)}
+	}
+
+	last := c.settle()
+	c.rep.Table.SettleS = time.Since(c.churnEnd).Seconds()
+	c.setPhase("after")
+	time.Sleep(5 * time.Second) // after-churn samples
+	if _, snap := c.takeSample(context.Background()); snap != nil {
+		last = snap
+	}
+	bgCancel()
+	wg.Wait()
+	if last == nil {
+		return nil, setupError{fmt.Errorf("daemon: no snapshot after the churn\n%s", c.d.tail())}
+	}
+	c.rep.Samples = c.samples
+	c.rep.Parent.Threads = threadCount(c.rep.Parent.PID)
+	return last, nil
+}
+
+// followParent prints the parent's waves until it is done, and returns its
+// error line's text, if any.
+func (c *churnRun) followParent() (parentErr string) {
+	for c.lines.Scan() {
+		l := c.lines.Text()
 		if strings.HasPrefix(l, "wave ") {
-			fmt.Printf("  %s (daemon RSS %.1f MiB)\n", l, mib(rssBytes(d.pid())))
+			fmt.Printf("  %s (daemon RSS %.1f MiB)\n", l, mib(rssBytes(c.d.pid())))
 			continue
 		}
 		if strings.HasPrefix(l, "error ") {
@@ -292,49 +400,33 @@ func churn(honePath string, children, wave int, pause, sampleEvery time.Duration
 			break
 		}
 	}
-	churnEnd := time.Now()
-	rep.Parent.ChurnS = churnEnd.Sub(churnStart).Seconds()
-	rep.Parent.ForkRate = float64(children) / rep.Parent.ChurnS
-	mu.Lock()
-	phase = "settling"
-	mu.Unlock()
-	if parentErr != "" {
-		return nil, setupError{fmt.Errorf("churn parent: %s", parentErr)}
-	}
+	return parentErr
+}
 
-	// Settle: every child folded, only the parent left in the table.
+// settle waits (up to 60 s) until every child is folded and only the
+// parent is left in the table, and returns the last snapshot read.
+func (c *churnRun) settle() *churnSnapshot {
 	var last *churnSnapshot
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		_, snap := takeSample(context.Background())
+		_, snap := c.takeSample(context.Background())
 		if snap != nil {
 			last = snap
-			if snap.TargetTable.Exited+snap.TargetTable.Overflow >= uint64(children) && len(snap.Targets) <= 1 {
-				break
+			if snap.TargetTable.Exited+snap.TargetTable.Overflow >= uint64(c.children) && len(snap.Targets) <= 1 {
+				return last
 			}
 		}
 		if time.Now().After(deadline) {
-			break
+			return last
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	rep.Table.SettleS = time.Since(churnEnd).Seconds()
-	mu.Lock()
-	phase = "after"
-	mu.Unlock()
-	time.Sleep(5 * time.Second) // after-churn samples
-	if _, snap := takeSample(context.Background()); snap != nil {
-		last = snap
-	}
-	bgCancel()
-	wg.Wait()
-	if last == nil {
-		return nil, setupError{fmt.Errorf("daemon: no snapshot after the churn\n%s", d.tail())}
-	}
-	rep.Samples = samples
-	rep.Parent.Threads = threadCount(ppid)
+}
 
-	// Totals.
+// totals sums the daemon's exited groups and compares them with what the
+// children did.
+func (c *churnRun) totals(last *churnSnapshot) {
+	rep := c.rep
 	rep.Daemon = syscallTotals{Syscalls: map[string]uint64{}}
 	for _, g := range last.Exited {
 		rep.Groups++
@@ -347,27 +439,35 @@ func churn(honePath string, children, wave int, pause, sampleEvery time.Duration
 	for class, n := range rep.Expected.Syscalls {
 		rep.Exact = rep.Exact && rep.Daemon.Syscalls[class] == n
 	}
+}
 
-	// Table.
-	rep.Table.MaxEntries = last.TargetTable.MaxEntries
-	rep.Table.AfterEntries, rep.Table.AfterTargetsListed, rep.Table.AfterThreadsListed = last.TargetTable.Entries, len(last.Targets), len(last.Threads)
-	rep.Table.LiveProcesses, rep.Table.LiveThreads = 1, rep.Parent.Threads
-	for _, s := range samples {
-		rep.Table.PeakEntries = max(rep.Table.PeakEntries, s.TableEntries)
-		rep.Table.PeakTargetsListed = max(rep.Table.PeakTargetsListed, s.Targets)
-		rep.Table.PeakThreadsListed = max(rep.Table.PeakThreadsListed, s.Threads)
+// table judges the target table: bounded during the churn, back to the
+// live processes after it.
+func (c *churnRun) table(last *churnSnapshot) {
+	t := &c.rep.Table
+	t.MaxEntries = last.TargetTable.MaxEntries
+	t.AfterEntries, t.AfterTargetsListed, t.AfterThreadsListed = last.TargetTable.Entries, len(last.Targets), len(last.Threads)
+	t.LiveProcesses, t.LiveThreads = 1, c.rep.Parent.Threads
+	for _, s := range c.samples {
+		t.PeakEntries = max(t.PeakEntries, s.TableEntries)
+		t.PeakTargetsListed = max(t.PeakTargetsListed, s.Targets)
+		t.PeakThreadsListed = max(t.PeakThreadsListed, s.Threads)
 	}
-	rep.Table.PeakBound = min(rep.Table.MaxEntries, 1+wave+1024)
-	rep.Table.Bounded = rep.Table.PeakEntries <= rep.Table.PeakBound &&
-		rep.Table.AfterEntries == rep.Table.LiveProcesses && rep.Table.AfterTargetsListed == rep.Table.LiveProcesses &&
-		rep.Table.AfterThreadsListed <= rep.Table.LiveThreads
+	t.PeakBound = min(t.MaxEntries, 1+c.wave+1024)
+	t.Bounded = t.PeakEntries <= t.PeakBound &&
+		t.AfterEntries == t.LiveProcesses && t.AfterTargetsListed == t.LiveProcesses &&
+		t.AfterThreadsListed <= t.LiveThreads
+}
 
-	// Memory and snapshot size.
+// memory judges the daemon's RSS against its bound and sums up the
+// snapshot sizes, by phase.
+func (c *churnRun) memory(last *churnSnapshot) {
+	rep := c.rep
 	var before, after []uint64
 	var churnSeries Series
-	churnSeries.Name, churnSeries.PID = "daemon", d.pid()
-	cs, ce := churnStart.Sub(t0).Seconds(), churnEnd.Sub(t0).Seconds()
-	for _, s := range samples {
+	churnSeries.Name, churnSeries.PID = "daemon", c.d.pid()
+	cs, ce := c.churnStart.Sub(c.t0).Seconds(), c.churnEnd.Sub(c.t0).Seconds()
+	for _, s := range c.samples {
 		switch s.Phase {
 		case "before":
 			before = append(before, s.RSS)
@@ -381,22 +481,31 @@ func churn(honePath string, children, wave int, pause, sampleEvery time.Duration
 		rep.Memory.PeakBytes = max(rep.Memory.PeakBytes, s.RSS)
 		rep.Snapshot.PeakBytes = max(rep.Snapshot.PeakBytes, s.SnapshotBytes)
 	}
-	rep.Memory.BeforeBytes, rep.Memory.AfterBytes = median(before), median(after)
-	rep.Memory.BoundBytes = rep.Memory.BeforeBytes + growth
-	rep.Memory.BoundRule = fmt.Sprintf("peak and after-churn RSS <= pre-churn median + %d MiB", growth>>20)
-	rep.Memory.Within = rep.Memory.PeakBytes <= rep.Memory.BoundBytes && rep.Memory.AfterBytes <= rep.Memory.BoundBytes
-	rep.Memory.MaxRSSByDaemon = last.Daemon.MaxRSS
-	rep.Memory.Flatness = summarize(churnSeries, cs+(ce-cs)/3, ce)
+	m := &rep.Memory
+	m.BeforeBytes, m.AfterBytes = median(before), median(after)
+	m.BoundBytes = m.BeforeBytes + c.growth
+	m.BoundRule = fmt.Sprintf("peak and after-churn RSS <= pre-churn median + %d MiB", c.growth>>20)
+	m.Within = m.PeakBytes <= m.BoundBytes && m.AfterBytes <= m.BoundBytes
+	m.MaxRSSByDaemon = last.Daemon.MaxRSS
+	m.Flatness = summarize(churnSeries, cs+(ce-cs)/3, ce)
+}
 
-	// Drops.
-	if dr, err := daemonDrops(base); err == nil {
+// lossCounters reads the daemon's drop counters from /metrics and its
+// snapshot's BPF and table counters.
+func (c *churnRun) lossCounters(last *churnSnapshot) {
+	rep := c.rep
+	if dr, err := daemonDrops(c.base); err == nil {
 		rep.Drops = dr
 	} else {
 		rep.Failures = append(rep.Failures, "daemon /metrics: "+err.Error())
 	}
 	rep.BPF = map[string]uint64{"ringbuf_dropped_events": last.BPF.RingbufDrops, "map_full_updates": last.BPF.MapFull,
 		"events_read": last.BPF.EventsRead, "target_table_overflow_total": last.TargetTable.Overflow, "exited_processes_total": last.TargetTable.Exited}
+}
 
+// verdict lists the run's failures and passes it when there are none.
+func (c *churnRun) verdict() {
+	rep := c.rep
 	if !rep.Exact {
 		rep.Failures = append(rep.Failures, fmt.Sprintf("syscall totals not exact: expected %d processes %v, daemon %d processes %v",
 			rep.Expected.Processes, rep.Expected.Syscalls, rep.Daemon.Processes, rep.Daemon.Syscalls))
@@ -409,17 +518,10 @@ func churn(honePath string, children, wave int, pause, sampleEvery time.Duration
 		rep.Failures = append(rep.Failures, fmt.Sprintf("daemon RSS out of bound (%s): before %.1f MiB, peak %.1f MiB, after %.1f MiB",
 			rep.Memory.BoundRule, mib(rep.Memory.BeforeBytes), mib(rep.Memory.PeakBytes), mib(rep.Memory.AfterBytes)))
 	}
-	if d.exited() {
-		rep.Failures = append(rep.Failures, fmt.Sprintf("daemon exited: %v", d.err))
+	if c.d.exited() {
+		rep.Failures = append(rep.Failures, fmt.Sprintf("daemon exited: %v", c.d.err))
 	}
 	rep.Pass = len(rep.Failures) == 0
-	printChurnReport(rep)
-	path := filepath.Join(out, "churn.json")
-	if err := writeJSON(path, rep); err != nil {
-		return rep, err
-	}
-	fmt.Printf("report: %s\n", path)
-	return rep, nil
 }
 
 func printChurnReport(r *churnReport) {

@@ -185,26 +185,59 @@ var soakPrompts = []string{
 }
 
 func serve(o serveOpts) (*serveReport, error) {
-	if o.mode != "colocated" && o.mode != "disaggregated" {
-		return nil, fail("--mode: want colocated or disaggregated, got %q", o.mode)
-	}
-	if o.workers < 1 || o.mode == "disaggregated" && o.workers < 2 {
-		return nil, fail("--workers: colocated wants >= 1, disaggregated >= 2")
-	}
-	if o.streams < 1 || o.duration <= 0 {
-		return nil, fail("--streams and --duration must be positive")
-	}
-	if o.daemon {
-		if err := requireRoot(); err != nil {
-			return nil, err
-		}
+	if err := o.check(); err != nil {
+		return nil, err
 	}
 	hone, err := honeBinary(o.hone)
 	if err != nil {
 		return nil, err
 	}
-	logDir := filepath.Join(o.out, "logs")
-	rep := &serveReport{
+	r := &serveRun{o: o, hone: hone, logDir: filepath.Join(o.out, "logs"), rep: newServeReport(o)}
+	defer r.stopAll()
+	if err := r.startProcesses(); err != nil {
+		return nil, err
+	}
+	r.prepareLoad()
+	loadEnd, drainEnd := r.runLoad()
+	kinds, started := r.finalPolls()
+
+	r.daemonFigures()
+	r.processFigures()
+	r.rep.Load = r.loadFigures(kinds, started, loadEnd, drainEnd)
+	r.rep.Outcomes = r.agreement(started)
+	r.memory(loadEnd)
+	r.verdict(kinds, started)
+
+	rep := r.rep
+	printServeReport(rep)
+	path := filepath.Join(o.out, "soak.json")
+	if err := writeJSON(path, rep); err != nil {
+		return rep, err
+	}
+	fmt.Printf("report: %s\n", path)
+	return rep, nil
+}
+
+// check refuses flags that cannot make a run (exit 2).
+func (o serveOpts) check() error {
+	if o.mode != "colocated" && o.mode != "disaggregated" {
+		return fail("--mode: want colocated or disaggregated, got %q", o.mode)
+	}
+	if o.workers < 1 || o.mode == "disaggregated" && o.workers < 2 {
+		return fail("--workers: colocated wants >= 1, disaggregated >= 2")
+	}
+	if o.streams < 1 || o.duration <= 0 {
+		return fail("--streams and --duration must be positive")
+	}
+	if o.daemon {
+		return requireRoot()
+	}
+	return nil
+}
+
+// newServeReport is the report before the run: its configuration and host.
+func newServeReport(o serveOpts) *serveReport {
+	return &serveReport{
 		Kind: "soak", Started: time.Now().UTC(), FlatRule: FlatRule, CPUSeconds: map[string]float64{}, HeapGoalMax: map[string]uint64{},
 		Config: serveConfig{
 			Duration: o.duration.String(), Streams: o.streams, Mode: o.mode, Workers: o.workers, Profile: o.profile,
@@ -213,304 +246,417 @@ func serve(o serveOpts) (*serveReport, error) {
 		},
 		Host: hostInfo{CPUs: runtime.NumCPU(), Kernel: kernelRelease(), GoArch: runtime.GOARCH},
 	}
+}
 
-	// Workers.
-	var procs []*proc
-	defer func() {
-		for i := len(procs) - 1; i >= 0; i-- {
-			procs[i].stop(10 * time.Second)
-		}
-	}()
-	type worker struct {
-		name, role, url string
-		p               *proc
+// serveRun is one `hone-soak serve` run: the processes it started, the load
+// client and timeline poller, and what the background loops gather while
+// the load runs.
+type serveRun struct {
+	o      serveOpts
+	hone   string // absolute path of the hone binary
+	logDir string
+	rep    *serveReport
+
+	procs      []*proc // every process started, stopped in reverse order
+	workers    []soakWorker
+	proxy      *proc
+	base       string // the proxy's URL
+	daemon     *proc  // nil without --daemon
+	daemonBase string // the daemon's URL, "" without --daemon
+
+	t0                      time.Time
+	smp                     *sampler
+	names                   []string // the sampled processes, for progress lines
+	rec                     *reconciler
+	lc                      *loadClient
+	tp                      *timelinePoller
+	ringCap                 int     // the proxy's timeline ring capacity in effect
+	steadyFrom, steadyUntil float64 // the steady window, s since t0
+
+	// Gathered by the background loops.
+	mu            sync.Mutex
+	inflight      []int64
+	proxyInflight []int64
+	snapSizes     []Sample
+	ringFullS     float64
+	pollErr       error
+	clientHeap    Series
+}
+
+// soakWorker is one `hone sim serve` behind the proxy.
+type soakWorker struct {
+	name, role, url string
+	p               *proc
+}
+
+func (r *serveRun) stopAll() {
+	for i := len(r.procs) - 1; i >= 0; i-- {
+		r.procs[i].stop(10 * time.Second)
 	}
-	var ws []worker
+}
+
+// startProcesses starts the workers, the proxy in front of them and, with
+// --daemon, the daemon attached to all of them; each is healthy on return.
+func (r *serveRun) startProcesses() error {
+	if err := r.startWorkers(); err != nil {
+		return err
+	}
+	if err := r.startProxy(); err != nil {
+		return err
+	}
+	if !r.o.daemon {
+		return nil
+	}
+	pids := []int{r.proxy.pid()}
+	for _, w := range r.workers {
+		pids = append(pids, w.p.pid())
+	}
+	d, base, err := startDaemon(r.hone, r.logDir, pids)
+	if err != nil {
+		return setupError{err}
+	}
+	r.daemon, r.daemonBase = d, base
+	r.procs = append(r.procs, d)
+	return nil
+}
+
+// workerRole is worker i's role: colocated, or in disaggregated mode the
+// first half prefill and the rest decode.
+func workerRole(mode string, i, workers int) string {
+	switch {
+	case mode != "disaggregated":
+		return "colocated"
+	case i >= workers/2:
+		return "decode"
+	default:
+		return "prefill"
+	}
+}
+
+// startWorkers starts --workers `hone sim serve` and waits for their health.
+func (r *serveRun) startWorkers() error {
+	o := r.o
 	for i := range o.workers {
-		role := "colocated"
-		if o.mode == "disaggregated" {
-			role = "prefill"
-			if i >= o.workers/2 {
-				role = "decode"
-			}
-		}
+		role := workerRole(o.mode, i, o.workers)
 		port, err := freePort()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		name := fmt.Sprintf("w%d-%s", i, role)
-		argv := []string{hone, "sim", "serve", "--role", role, "--profile", o.profile,
+		argv := []string{r.hone, "sim", "serve", "--role", role, "--profile", o.profile,
 			"--time-scale", strconv.FormatFloat(o.timeScale, 'g', -1, 64), "--port", strconv.Itoa(port),
 			"--max-num-seqs", strconv.Itoa(o.maxNumSeqs), "--engine-id", name, "--log-level", "warn"}
 		if role == "prefill" {
 			kv, err := freePort()
 			if err != nil {
-				return nil, err
+				return err
 			}
 			argv = append(argv, "--kv-port", strconv.Itoa(kv))
 		}
-		p, err := startEnv(name, logDir, gctraceEnv, argv...)
+		p, err := startEnv(name, r.logDir, gctraceEnv, argv...)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		procs = append(procs, p)
-		ws = append(ws, worker{name: name, role: role, url: fmt.Sprintf("http://127.0.0.1:%d", port), p: p})
+		r.procs = append(r.procs, p)
+		r.workers = append(r.workers, soakWorker{name: name, role: role, url: fmt.Sprintf("http://127.0.0.1:%d", port), p: p})
 	}
-	for _, w := range ws {
+	for _, w := range r.workers {
 		if err := waitHTTP(w.url+"/health", w.p, 60*time.Second); err != nil {
-			return nil, setupError{err}
+			return setupError{err}
 		}
 	}
+	return nil
+}
 
-	// Proxy, from a config file (round-robin; the timeline ring sized).
+// startProxy starts `hone proxy` from a config file (round-robin; the
+// timeline ring sized) and waits for its health.
+func (r *serveRun) startProxy() error {
 	pport, err := freePort()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	cfg := map[string]any{"listen": fmt.Sprintf("127.0.0.1:%d", pport), "mode": o.mode, "routing": "round_robin"}
+	cfg := map[string]any{"listen": fmt.Sprintf("127.0.0.1:%d", pport), "mode": r.o.mode, "routing": "round_robin"}
 	var cw []map[string]string
-	for _, w := range ws {
+	for _, w := range r.workers {
 		cw = append(cw, map[string]string{"name": w.name, "role": w.role, "url": w.url})
 	}
 	cfg["workers"] = cw
-	if o.ringCap > 0 {
-		cfg["timeline_capacity"] = o.ringCap
+	if r.o.ringCap > 0 {
+		cfg["timeline_capacity"] = r.o.ringCap
 	}
-	cfgPath := filepath.Join(logDir, "proxy-config.json")
+	cfgPath := filepath.Join(r.logDir, "proxy-config.json")
 	if err := writeJSON(cfgPath, cfg); err != nil {
-		return nil, err
+		return err
 	}
-	proxyP, err := startEnv("proxy", logDir, gctraceEnv, hone, "proxy", "--config", cfgPath)
+	p, err := startEnv("proxy", r.logDir, gctraceEnv, r.hone, "proxy", "--config", cfgPath)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	procs = append(procs, proxyP)
-	base := fmt.Sprintf("http://127.0.0.1:%d", pport)
-	if err := waitHTTP(base+"/health", proxyP, 60*time.Second); err != nil {
-		return nil, setupError{err}
+	r.procs = append(r.procs, p)
+	r.proxy, r.base = p, fmt.Sprintf("http://127.0.0.1:%d", pport)
+	if err := waitHTTP(r.base+"/health", p, 60*time.Second); err != nil {
+		return setupError{err}
 	}
+	return nil
+}
 
-	// Daemon on the proxy and the workers.
-	var daemonP *proc
-	var daemonBase string
-	if o.daemon {
-		pids := []int{proxyP.pid()}
-		for _, w := range ws {
-			pids = append(pids, w.p.pid())
-		}
-		daemonP, daemonBase, err = startDaemon(hone, logDir, pids)
-		if err != nil {
-			return nil, setupError{err}
-		}
-		procs = append(procs, daemonP)
+// prepareLoad sets up the sampler, the load client and the timeline poller,
+// and says what is about to run.
+func (r *serveRun) prepareLoad() {
+	o := r.o
+	r.t0 = time.Now()
+	r.smp = newSampler(r.t0)
+	r.smp.add("proxy", r.proxy.pid())
+	for _, w := range r.workers {
+		r.smp.add(w.name, w.p.pid())
 	}
+	if r.daemon != nil {
+		r.smp.add("daemon", r.daemon.pid())
+	}
+	r.smp.add("client", os.Getpid())
+	r.names = r.smp.names()
 
-	t0 := time.Now()
-	smp := newSampler(t0)
-	smp.add("proxy", proxyP.pid())
-	for _, w := range ws {
-		smp.add(w.name, w.p.pid())
-	}
-	if daemonP != nil {
-		smp.add("daemon", daemonP.pid())
-	}
-	smp.add("client", os.Getpid())
-	names := smp.names()
-
-	rec := newReconciler()
-	runID := fmt.Sprintf("soak-%d", t0.Unix())
-	lc := newLoadClient(loadConfig{
-		base: base, model: "Qwen/Qwen2.5-Coder-0.5B-Instruct", prompts: soakPrompts,
+	r.rec = newReconciler()
+	runID := fmt.Sprintf("soak-%d", r.t0.Unix())
+	r.lc = newLoadClient(loadConfig{
+		base: r.base, model: "Qwen/Qwen2.5-Coder-0.5B-Instruct", prompts: soakPrompts,
 		maxTokens: o.maxTokens, streams: o.streams, runID: runID, timeout: o.reqTimeout,
-	}, rec)
-	tp := &timelinePoller{base: base, rec: rec}
-	ringCap := o.ringCap
-	if ringCap <= 0 {
-		ringCap = 200_000 // proxy.DefaultTimelineCapacity
+	}, r.rec)
+	r.tp = &timelinePoller{base: r.base, rec: r.rec}
+	r.ringCap = o.ringCap
+	if r.ringCap <= 0 {
+		r.ringCap = 200_000 // proxy.DefaultTimelineCapacity
 	}
+	r.clientHeap = Series{Name: "client", PID: os.Getpid()}
+	r.steadyFrom, r.steadyUntil = o.ramp.Seconds()+1, o.duration.Seconds()
 
 	fmt.Printf("soak: %d streams for %s through hone proxy (%s, %d workers, profile %s, time scale %g, %d tokens), daemon %v; %d CPUs\n",
 		o.streams, o.duration, o.mode, o.workers, o.profile, o.timeScale, o.maxTokens, o.daemon, runtime.NumCPU())
-	fmt.Printf("soak: logs in %s; progress every 30s\n", logDir)
+	fmt.Printf("soak: logs in %s; progress every 30s\n", r.logDir)
+}
 
+// runLoad runs the load for --duration with the sampling and polling loops
+// beside it, lets the requests in flight finish (cancelling them after
+// --drain), and returns when the load ended and when the drain did, in s
+// since t0.
+func (r *serveRun) runLoad() (loadEnd, drainEnd float64) {
 	stop := make(chan struct{})
 	hard, hardCancel := context.WithCancel(context.Background())
 	defer hardCancel()
 	bg, bgCancel := context.WithCancel(context.Background())
 	var bgWG sync.WaitGroup
-
-	// Sampling, progress, daemon snapshot sizes.
-	var (
-		mu            sync.Mutex
-		inflight      []int64
-		proxyInflight []int64
-		snapSizes     []Sample
-		ringFullS     float64
-		pollErr       error
-		clientHeap    = Series{Name: "client", PID: os.Getpid()}
-		steadyFrom    = o.ramp.Seconds() + 1
-		steadyUntil   = o.duration.Seconds()
-	)
-	bgWG.Add(1)
+	bgWG.Add(2)
 	go func() {
 		defer bgWG.Done()
-		tick := time.NewTicker(o.sampleEvery)
-		defer tick.Stop()
-		lastPrint, lastDone := time.Now(), uint64(0)
-		smp.sample()
-		for {
-			select {
-			case <-bg.Done():
-				return
-			case <-tick.C:
-			}
-			rss := smp.sample()
-			kinds, _, fl := lc.snapshot()
-			el := time.Since(t0).Seconds()
-			pfl := int64(-1)
-			if b, err := getBody(bg, base+"/hone/metrics"); err == nil {
-				if v, ok := promValues(b, "hone_proxy_requests_in_flight")["hone_proxy_requests_in_flight"]; ok {
-					pfl = int64(v)
-				}
-			}
-			mu.Lock()
-			clientHeap.Samples = append(clientHeap.Samples, Sample{T: el, RSS: liveHeapNow()})
-			if el >= steadyFrom && el <= steadyUntil {
-				inflight = append(inflight, fl)
-				if pfl >= 0 {
-					proxyInflight = append(proxyInflight, pfl)
-				}
-			}
-			mu.Unlock()
-			if daemonBase != "" && (len(snapSizes) == 0 || time.Since(lastPrint) >= 25*time.Second) {
-				if b, err := getBody(bg, daemonBase+"/v1/snapshot"); err == nil {
-					mu.Lock()
-					snapSizes = append(snapSizes, Sample{T: el, RSS: uint64(len(b))})
-					mu.Unlock()
-				}
-			}
-			if time.Since(lastPrint) >= 30*time.Second {
-				done := sumCounts(kinds)
-				rate := float64(done-lastDone) / time.Since(lastPrint).Seconds()
-				co, po := rec.pending()
-				fmt.Printf("[%5.0fs] in flight %d, done %d (%.0f/s), errors %d, unmatched client %d proxy %d; %s\n",
-					el, fl, done, rate, done-kinds[kindOK], co, po, rssLine(names, rss))
-				lastPrint, lastDone = time.Now(), done
-			}
-		}
+		r.sampleLoop(bg)
 	}()
-	// Timeline polling.
-	bgWG.Add(1)
 	go func() {
 		defer bgWG.Done()
-		tick := time.NewTicker(o.pollEvery)
-		defer tick.Stop()
-		for {
-			select {
-			case <-bg.Done():
-				return
-			case <-tick.C:
-			}
-			if err := tp.poll(bg); err != nil && bg.Err() == nil {
-				mu.Lock()
-				pollErr = err
-				mu.Unlock()
-			}
-			mu.Lock()
-			if ringFullS == 0 && tp.seen >= uint64(ringCap) {
-				ringFullS = time.Since(t0).Seconds()
-			}
-			mu.Unlock()
-		}
+		r.pollLoop(bg)
 	}()
 
-	// The load.
 	loadDone := make(chan struct{})
 	go func() {
-		lc.run(stop, hard, o.ramp)
+		r.lc.run(stop, hard, r.o.ramp)
 		close(loadDone)
 	}()
 	select {
-	case <-time.After(o.duration):
+	case <-time.After(r.o.duration):
 	case <-loadDone:
 	}
 	close(stop)
-	loadEnd := time.Since(t0).Seconds()
+	loadEnd = time.Since(r.t0).Seconds()
 	select {
 	case <-loadDone:
-	case <-time.After(o.drain):
-		fmt.Printf("soak: requests still in flight %s after the end: cancelling them\n", o.drain)
+	case <-time.After(r.o.drain):
+		fmt.Printf("soak: requests still in flight %s after the end: cancelling them\n", r.o.drain)
 		hardCancel()
 		<-loadDone
 	}
-	drainEnd := time.Since(t0).Seconds()
-	smp.sample()
+	drainEnd = time.Since(r.t0).Seconds()
+	r.smp.sample()
 
-	// Final polls until every request is matched (or 60 s).
 	bgCancel()
 	bgWG.Wait()
-	kinds, started, _ := lc.snapshot()
+	return loadEnd, drainEnd
+}
+
+// progress is when the last progress line was printed and the requests
+// done then.
+type progress struct {
+	at   time.Time
+	done uint64
+}
+
+// sampleLoop samples RSS, the in-flight counts, the client's live heap and
+// the daemon's snapshot size every --sample, and prints progress every 30 s.
+func (r *serveRun) sampleLoop(ctx context.Context) {
+	tick := time.NewTicker(r.o.sampleEvery)
+	defer tick.Stop()
+	last := progress{at: time.Now()}
+	r.smp.sample()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		r.sampleOnce(ctx, &last)
+	}
+}
+
+func (r *serveRun) sampleOnce(ctx context.Context, last *progress) {
+	rss := r.smp.sample()
+	kinds, _, fl := r.lc.snapshot()
+	el := time.Since(r.t0).Seconds()
+	pfl := r.proxyInFlight(ctx)
+	r.mu.Lock()
+	r.clientHeap.Samples = append(r.clientHeap.Samples, Sample{T: el, RSS: liveHeapNow()})
+	if el >= r.steadyFrom && el <= r.steadyUntil {
+		r.inflight = append(r.inflight, fl)
+		if pfl >= 0 {
+			r.proxyInflight = append(r.proxyInflight, pfl)
+		}
+	}
+	r.mu.Unlock()
+	if r.daemonBase != "" && (len(r.snapSizes) == 0 || time.Since(last.at) >= 25*time.Second) {
+		if b, err := getBody(ctx, r.daemonBase+"/v1/snapshot"); err == nil {
+			r.mu.Lock()
+			r.snapSizes = append(r.snapSizes, Sample{T: el, RSS: uint64(len(b))})
+			r.mu.Unlock()
+		}
+	}
+	if time.Since(last.at) >= 30*time.Second {
+		done := sumCounts(kinds)
+		rate := float64(done-last.done) / time.Since(last.at).Seconds()
+		co, po := r.rec.pending()
+		fmt.Printf("[%5.0fs] in flight %d, done %d (%.0f/s), errors %d, unmatched client %d proxy %d; %s\n",
+			el, fl, done, rate, done-kinds[kindOK], co, po, rssLine(r.names, rss))
+		*last = progress{at: time.Now(), done: done}
+	}
+}
+
+// proxyInFlight is the proxy's hone_proxy_requests_in_flight gauge, -1 when
+// it could not be read.
+func (r *serveRun) proxyInFlight(ctx context.Context) int64 {
+	b, err := getBody(ctx, r.base+"/hone/metrics")
+	if err != nil {
+		return -1
+	}
+	if v, ok := promValues(b, "hone_proxy_requests_in_flight")["hone_proxy_requests_in_flight"]; ok {
+		return int64(v)
+	}
+	return -1
+}
+
+// pollLoop reads the proxy's timelines every --poll and notes when its ring
+// was first full.
+func (r *serveRun) pollLoop(ctx context.Context) {
+	tick := time.NewTicker(r.o.pollEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if err := r.tp.poll(ctx); err != nil && ctx.Err() == nil {
+			r.mu.Lock()
+			r.pollErr = err
+			r.mu.Unlock()
+		}
+		r.mu.Lock()
+		if r.ringFullS == 0 && r.tp.seen >= uint64(r.ringCap) {
+			r.ringFullS = time.Since(r.t0).Seconds()
+		}
+		r.mu.Unlock()
+	}
+}
+
+// finalPolls polls the timelines until every request is matched (or 60 s)
+// and returns the client's outcomes and the requests it started.
+func (r *serveRun) finalPolls() (kinds map[string]uint64, started uint64) {
+	kinds, started, _ = r.lc.snapshot()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if err := tp.poll(context.Background()); err != nil {
-			pollErr = err
+		if err := r.tp.poll(context.Background()); err != nil {
+			r.pollErr = err
 		}
-		co, po := rec.pending()
-		if (co == 0 && po == 0 && sumCounts(tp.counts) == started) || time.Now().After(deadline) {
+		co, po := r.rec.pending()
+		if (co == 0 && po == 0 && sumCounts(r.tp.counts) == started) || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	if pollErr != nil {
-		rep.Failures = append(rep.Failures, "timeline polling: "+pollErr.Error())
+	if r.pollErr != nil {
+		r.rep.Failures = append(r.rep.Failures, "timeline polling: "+r.pollErr.Error())
 	}
+	return kinds, started
+}
 
-	// Daemon figures, before anything stops.
-	if daemonBase != "" {
-		df := &daemonFigures{SnapshotBytes: snapSizes}
-		if d, err := daemonDrops(daemonBase); err == nil {
-			df.Drops = d
-		} else {
-			rep.Failures = append(rep.Failures, "daemon /metrics: "+err.Error())
-		}
-		if b, err := getBody(context.Background(), daemonBase+"/v1/snapshot"); err == nil {
-			df.SnapshotBytes = append(df.SnapshotBytes, Sample{T: time.Since(t0).Seconds(), RSS: uint64(len(b))})
-			var s struct {
-				TargetTable struct {
-					Entries int `json:"entries"`
-					Max     int `json:"max_entries"`
-				} `json:"target_table"`
-				Connections []json.RawMessage `json:"connections"`
-				Closed      struct {
-					Connections uint64 `json:"connections"`
-				} `json:"closed_connections_folded"`
-			}
-			if json.Unmarshal(b, &s) == nil {
-				df.TableEntries, df.TableMax = s.TargetTable.Entries, s.TargetTable.Max
-				df.Connections, df.ClosedFolded = len(s.Connections), s.Closed.Connections
-			}
-		} else {
-			rep.Failures = append(rep.Failures, "daemon /v1/snapshot: "+err.Error())
-		}
-		for i, x := range df.SnapshotBytes {
-			n := int(x.RSS)
-			if i == 0 {
-				df.SnapshotFirstBytes = n
-			}
-			df.SnapshotLastBytes = n
-			df.SnapshotMaxBytes = max(df.SnapshotMaxBytes, n)
-		}
-		rep.Daemon = df
+// daemonFigures reads the daemon's drops and last snapshot, before anything
+// stops.
+func (r *serveRun) daemonFigures() {
+	if r.daemonBase == "" {
+		return
 	}
-	for _, p := range procs {
+	df := &daemonFigures{SnapshotBytes: r.snapSizes}
+	if d, err := daemonDrops(r.daemonBase); err == nil {
+		df.Drops = d
+	} else {
+		r.rep.Failures = append(r.rep.Failures, "daemon /metrics: "+err.Error())
+	}
+	if b, err := getBody(context.Background(), r.daemonBase+"/v1/snapshot"); err == nil {
+		df.SnapshotBytes = append(df.SnapshotBytes, Sample{T: time.Since(r.t0).Seconds(), RSS: uint64(len(b))})
+		df.readSnapshot(b)
+	} else {
+		r.rep.Failures = append(r.rep.Failures, "daemon /v1/snapshot: "+err.Error())
+	}
+	for i, x := range df.SnapshotBytes {
+		n := int(x.RSS)
+		if i == 0 {
+			df.SnapshotFirstBytes = n
+		}
+		df.SnapshotLastBytes = n
+		df.SnapshotMaxBytes = max(df.SnapshotMaxBytes, n)
+	}
+	r.rep.Daemon = df
+}
+
+// readSnapshot takes the target table and connection counts from the
+// daemon's snapshot b (left zero if b does not decode).
+func (df *daemonFigures) readSnapshot(b []byte) {
+	var s struct {
+		TargetTable struct {
+			Entries int `json:"entries"`
+			Max     int `json:"max_entries"`
+		} `json:"target_table"`
+		Connections []json.RawMessage `json:"connections"`
+		Closed      struct {
+			Connections uint64 `json:"connections"`
+		} `json:"closed_connections_folded"`
+	}
+	if json.Unmarshal(b, &s) == nil {
+		df.TableEntries, df.TableMax = s.TargetTable.Entries, s.TargetTable.Max
+		df.Connections, df.ClosedFolded = len(s.Connections), s.Closed.Connections
+	}
+}
+
+// processFigures notes the processes that exited during the run and every
+// process's CPU seconds.
+func (r *serveRun) processFigures() {
+	for _, p := range r.procs {
 		if p.exited() {
-			rep.Crashed = append(rep.Crashed, fmt.Sprintf("%s exited during the run: %v", p.name, p.err))
+			r.rep.Crashed = append(r.rep.Crashed, fmt.Sprintf("%s exited during the run: %v", p.name, p.err))
 		}
-		rep.CPUSeconds[p.name] = cpuSeconds(p.pid())
+		r.rep.CPUSeconds[p.name] = cpuSeconds(p.pid())
 	}
-	rep.CPUSeconds["client"] = cpuSeconds(os.Getpid())
+	r.rep.CPUSeconds["client"] = cpuSeconds(os.Getpid())
+}
 
-	// Load figures.
+// loadFigures sums up the load: outcomes, rate, durations and the in-flight
+// counts over the steady window.
+func (r *serveRun) loadFigures(kinds map[string]uint64, started uint64, loadEnd, drainEnd float64) loadResult {
 	lr := loadResult{ByKind: kinds, Started: started, LoadSeconds: loadEnd, DrainSeconds: drainEnd - loadEnd}
 	for k, v := range kinds {
 		lr.Completed += v
@@ -518,20 +664,24 @@ func serve(o serveOpts) (*serveReport, error) {
 			lr.Errors += v
 		}
 	}
-	lc.mu.Lock()
-	lr.Tokens = lc.tokens
-	durs := append([]time.Duration(nil), lc.durs...)
-	lc.mu.Unlock()
+	r.lc.mu.Lock()
+	lr.Tokens = r.lc.tokens
+	durs := append([]time.Duration(nil), r.lc.durs...)
+	r.lc.mu.Unlock()
 	lr.RatePerSec = float64(lr.Completed) / drainEnd
 	lr.DurP50 = durPercentile(durs, 0.50).Seconds()
 	lr.DurP99 = durPercentile(durs, 0.99).Seconds()
 	lr.DurMax = durPercentile(durs, 1).Seconds()
-	lr.SteadyWindowS = [2]float64{steadyFrom, steadyUntil}
-	lr.InFlightMin, lr.InFlightMean, lr.InFlightMax = minMeanMax(inflight)
-	lr.ProxyInFlightMin, lr.ProxyInFlightMean, lr.ProxyInFlightMax = minMeanMax(proxyInflight)
-	rep.Load = lr
+	lr.SteadyWindowS = [2]float64{r.steadyFrom, r.steadyUntil}
+	lr.InFlightMin, lr.InFlightMean, lr.InFlightMax = minMeanMax(r.inflight)
+	lr.ProxyInFlightMin, lr.ProxyInFlightMean, lr.ProxyInFlightMax = minMeanMax(r.proxyInflight)
+	return lr
+}
 
-	// Outcome agreement.
+// agreement matches the client's outcomes with the proxy's timelines and
+// counters.
+func (r *serveRun) agreement(started uint64) agreement {
+	rec, tp := r.rec, r.tp
 	rec.mu.Lock()
 	ag := agreement{
 		ClientRequests: started, ProxyTimelines: tp.seen, TimelinePages: tp.pages, TimelineDropped: tp.dropped,
@@ -560,34 +710,41 @@ func serve(o serveOpts) (*serveReport, error) {
 	}
 	ag.OK = ag.Disagree == 0 && ag.ClientOnly == 0 && ag.ProxyOnly == 0 && ag.Duplicates == 0 &&
 		ag.TimelineDropped == 0 && ag.CountersMatch && ag.Agree == started
-	rep.Outcomes = ag
+	return ag
+}
 
-	// Memory.
-	warm := o.duration.Seconds() / 3
-	rep.RingFullS = ringFullS
-	if ringFullS > warm {
-		warm = ringFullS
+// memory judges RSS and the live heaps after warm-up: a third of the run,
+// or later when the proxy's timeline ring was still filling.
+func (r *serveRun) memory(loadEnd float64) {
+	rep := r.rep
+	warm := r.o.duration.Seconds() / 3
+	rep.RingFullS = r.ringFullS
+	if r.ringFullS > warm {
+		warm = r.ringFullS
 	}
 	rep.WarmUpS = warm
-	rep.FDs = smp.fdSummaries(warm)
-	rep.Series = smp.all()
+	rep.FDs = r.smp.fdSummaries(warm)
+	rep.Series = r.smp.all()
 	for _, s := range rep.Series {
 		rep.RSS = append(rep.RSS, summarize(s, warm, loadEnd))
 	}
 	// Live heap, a diagnosis for RSS: Go returns freed memory to the OS
 	// slowly, so RSS keeps a high-water mark that the live heap does not.
-	for _, p := range procs {
-		h, goal := liveHeapSeries(p.name, p.log, p.pid(), p.started, t0, warm)
+	for _, p := range r.procs {
+		h, goal := liveHeapSeries(p.name, p.log, p.pid(), p.started, r.t0, warm)
 		rep.HeapGoalMax[p.name] = goal
 		rep.HeapSeries = append(rep.HeapSeries, h)
 		rep.HeapLive = append(rep.HeapLive, summarize(h, warm, loadEnd))
 	}
-	mu.Lock()
-	rep.HeapSeries = append(rep.HeapSeries, clientHeap)
-	rep.HeapLive = append(rep.HeapLive, summarize(clientHeap, warm, loadEnd))
-	mu.Unlock()
+	r.mu.Lock()
+	rep.HeapSeries = append(rep.HeapSeries, r.clientHeap)
+	rep.HeapLive = append(rep.HeapLive, summarize(r.clientHeap, warm, loadEnd))
+	r.mu.Unlock()
+}
 
-	// Verdict.
+// verdict lists the run's failures and passes it when there are none.
+func (r *serveRun) verdict(kinds map[string]uint64, started uint64) {
+	rep, lr, ag := r.rep, r.rep.Load, r.rep.Outcomes
 	if len(rep.Crashed) > 0 {
 		rep.Failures = append(rep.Failures, rep.Crashed...)
 	}
@@ -597,36 +754,34 @@ func serve(o serveOpts) (*serveReport, error) {
 	// Kept in flight: each loop starts its next request as soon as one
 	// ends, so the client's count dips only while loops wait for a CPU;
 	// the mean over the steady window must be within 1% of --streams.
-	if lr.InFlightMean < float64(o.streams)*0.99 {
-		rep.Failures = append(rep.Failures, fmt.Sprintf("in flight averaged %.1f of %d in the steady window (min %d)", lr.InFlightMean, o.streams, lr.InFlightMin))
+	if lr.InFlightMean < float64(r.o.streams)*0.99 {
+		rep.Failures = append(rep.Failures, fmt.Sprintf("in flight averaged %.1f of %d in the steady window (min %d)", lr.InFlightMean, r.o.streams, lr.InFlightMin))
 	}
 	if !ag.OK {
 		rep.Failures = append(rep.Failures, fmt.Sprintf("client and proxy disagree: %d agree of %d sent, %d disagree, %d client-only, %d proxy-only, %d duplicates, %d dropped, counters match %v",
 			ag.Agree, started, ag.Disagree, ag.ClientOnly, ag.ProxyOnly, ag.Duplicates, ag.TimelineDropped, ag.CountersMatch))
 	}
-	for _, r := range rep.RSS {
-		if !r.Flat {
-			msg := fmt.Sprintf("memory of %s: %s", r.Name, r.Verdict)
-			for _, h := range rep.HeapLive {
-				if h.Name == r.Name && h.Samples > 0 {
-					msg += fmt.Sprintf("; its live Go heap (gctrace): %s", h.Verdict)
-					if g := rep.HeapGoalMax[r.Name]; g > 0 {
-						msg += fmt.Sprintf(", largest heap goal after warm-up %.0f MiB (RSS max %.0f MiB)", mib(g), mib(r.MaxBytes))
-					}
-				}
-			}
-			rep.Failures = append(rep.Failures, msg)
+	for _, m := range rep.RSS {
+		if !m.Flat {
+			rep.Failures = append(rep.Failures, rep.memoryFailure(m))
 		}
 	}
 	rep.Pass = len(rep.Failures) == 0
+}
 
-	printServeReport(rep)
-	path := filepath.Join(o.out, "soak.json")
-	if err := writeJSON(path, rep); err != nil {
-		return rep, err
+// memoryFailure says why m's memory is not flat, with its live heap and
+// largest heap goal beside it.
+func (rep *serveReport) memoryFailure(m RSSSummary) string {
+	msg := fmt.Sprintf("memory of %s: %s", m.Name, m.Verdict)
+	for _, h := range rep.HeapLive {
+		if h.Name == m.Name && h.Samples > 0 {
+			msg += fmt.Sprintf("; its live Go heap (gctrace): %s", h.Verdict)
+			if g := rep.HeapGoalMax[m.Name]; g > 0 {
+				msg += fmt.Sprintf(", largest heap goal after warm-up %.0f MiB (RSS max %.0f MiB)", mib(g), mib(m.MaxBytes))
+			}
+		}
 	}
-	fmt.Printf("report: %s\n", path)
-	return rep, nil
+	return msg
 }
 
 func copyCounts(m map[string]uint64) map[string]uint64 {
