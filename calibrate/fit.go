@@ -24,7 +24,9 @@ package calibrate
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 
 	"gonum.org/v1/gonum/mat"
@@ -802,8 +804,12 @@ func (pr *problem) clusterRobust(J *mat.Dense, cn []float64, active []int, res [
 	if groups < 2 {
 		return "one cluster of residuals: standard errors assume independent residuals"
 	}
+	// Sum the clusters in a fixed order: a map's order is random, and
+	// float addition is not associative, so the last digit of a standard
+	// error would change from run to run.
 	meat := mat.NewDense(q, q, nil)
-	for _, sc := range scores {
+	for _, g := range slices.Sorted(maps.Keys(scores)) {
+		sc := scores[g]
 		for a := 0; a < q; a++ {
 			for b := 0; b < q; b++ {
 				meat.Set(a, b, meat.At(a, b)+sc[a]*sc[b])
