@@ -27,10 +27,11 @@ func (emulator) Name() string { return Emulator }
 func (emulator) Facts() Facts {
 	v := vllm{}.Facts() // it speaks vLLM's API: its names, route and heads
 	return Facts{
-		Binary: "hone", Emulated: true,
+		Title: "hone's engine emulator", Binary: "hone", Emulated: true,
 		Connectors: []string{NixlConnector},
 		Metrics: Metrics{
-			PrefixCacheHits: v.Metrics.PrefixCacheHits[:1], PrefixCacheQueries: v.Metrics.PrefixCacheQueries[:1],
+			// vLLM's current names (sim/emulator/metrics.go).
+			Prefix: v.Metrics.Prefix, PrefixCache: v.Metrics.PrefixCache[:1],
 			RequestKeys: emulatorRequestKeys,
 		},
 		Cache: Cache{ResetRoute: "POST /reset_prefix_cache"},

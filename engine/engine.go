@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -57,6 +58,8 @@ type Command struct {
 
 // Facts are what hone needs to know of an engine beyond its commands.
 type Facts struct {
+	// Title names the engine in messages ("vLLM").
+	Title string
 	// Binary is argv[0] when the caller names none.
 	Binary string
 	// Emulated engines produce emulated numbers, never device ones, need
@@ -85,14 +88,20 @@ type Facts struct {
 
 // Metrics are the engine's metric names.
 type Metrics struct {
-	// PrefixCacheHits and PrefixCacheQueries are the GET /metrics
-	// counters of prefix-cache hits and queries (in prompt tokens),
-	// the current name first, older releases' names after it.
-	PrefixCacheHits, PrefixCacheQueries []string
+	// Prefix is the namespace of its GET /metrics series ("vllm:"); a
+	// counter is a series under it whose name ends in _total, or one of
+	// PrefixCache's names.
+	Prefix string
+	// PrefixCache are the counters of prefix-cache hits and queries (in
+	// prompt tokens), the current names first, older releases' after.
+	PrefixCache []CounterPair
 	// RequestKeys are the keys of the per-request metrics object the
 	// engine returns with each completion; nil: it returns none.
 	RequestKeys []string
 }
+
+// CounterPair names one release's prefix-cache hits and queries counters.
+type CounterPair struct{ Hits, Queries string }
 
 // Cache is how the engine's prefix cache is emptied.
 type Cache struct {
@@ -197,6 +206,38 @@ func MatchProcess(comm string, cmdline []string) (Engine, bool) {
 		}
 	}
 	return nil, false
+}
+
+// PrefixCacheCounters are the prefix-cache counter pairs of every
+// registered engine, in Names order, each engine's newest first.
+func PrefixCacheCounters() []CounterPair {
+	var out []CounterPair
+	for _, n := range Names() {
+		for _, p := range FactsOf(n).Metrics.PrefixCache {
+			if !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// IsCounter reports whether a GET /metrics series is a registered
+// engine's counter: under its Prefix, named ..._total or one of its
+// PrefixCache names (older releases' lack the suffix).
+func IsCounter(name string) bool {
+	for _, n := range Names() {
+		m := FactsOf(n).Metrics
+		if m.Prefix == "" || !strings.HasPrefix(name, m.Prefix) {
+			continue
+		}
+		if strings.HasSuffix(name, "_total") || slices.ContainsFunc(m.PrefixCache, func(p CounterPair) bool {
+			return p.Hits == name || p.Queries == name
+		}) {
+			return true
+		}
+	}
+	return false
 }
 
 // Emulated reports whether the engine registered under name is emulated.

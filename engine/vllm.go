@@ -34,14 +34,20 @@ func (vllm) Name() string { return VLLM }
 
 func (vllm) Facts() Facts {
 	return Facts{
-		Binary: VLLM, LoadsWeights: true, ExtraArgs: true, Versioned: true,
+		Title: "vLLM", Binary: VLLM, LoadsWeights: true, ExtraArgs: true, Versioned: true,
 		// Weights load and CUDA graphs compile before /health answers.
 		StartTimeout: 20 * time.Minute,
 		Connectors:   []string{NixlConnector, P2pNcclConnector},
 		Metrics: Metrics{
-			PrefixCacheHits:    []string{"vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits"},
-			PrefixCacheQueries: []string{"vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries"},
-			RequestKeys:        vllmRequestKeys,
+			Prefix: "vllm:",
+			// Newest first: older releases named them gpu_..., the
+			// oldest without the _total suffix.
+			PrefixCache: []CounterPair{
+				{"vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"},
+				{"vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total"},
+				{"vllm:gpu_prefix_cache_hits", "vllm:gpu_prefix_cache_queries"},
+			},
+			RequestKeys: vllmRequestKeys,
 		},
 		Cache: Cache{ResetRoute: "POST /reset_prefix_cache", ResetEnv: EnvServerDevMode + "=1"},
 		HTTP:  HTTP{RequestIDHeader: "X-Request-Id", ResponseHeads: []string{"Content-Type", "Cache-Control"}},
