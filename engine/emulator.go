@@ -2,6 +2,7 @@ package engine
 
 import (
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -37,7 +38,8 @@ func (emulator) Facts() Facts {
 		Cache: Cache{ResetRoute: "POST /reset_prefix_cache"},
 		HTTP:  v.HTTP,
 		// The range of its prefill-to-decode KV stream.
-		KVPorts: "5700-5763",
+		KVPorts:        "5700-5763",
+		ProcessPattern: emulatorProcesses,
 	}
 }
 
@@ -45,8 +47,14 @@ func (emulator) Recognise(version string) bool {
 	return strings.HasPrefix(version, EmulatorVersionPrefix)
 }
 
+// emulatorProcesses matches `hone sim serve` (by its argv; argv[0] may
+// be a path ending in hone).
+const emulatorProcesses = `hone sim serve`
+
+var emulatorProcessRE = regexp.MustCompile(emulatorProcesses)
+
 func (emulator) MatchProcess(_ string, cmdline []string) bool {
-	return strings.Contains(strings.Join(cmdline, " "), "hone sim serve")
+	return emulatorProcessRE.MatchString(strings.Join(cmdline, " "))
 }
 
 // Render spells `hone sim serve` (cmd/hone/simserve.go) with the same role

@@ -84,6 +84,10 @@ type Facts struct {
 	// KVPorts are the port ranges its KV transfers use by default
 	// ("5600-5663,14579-14580"), the daemon's --kv-ports.
 	KVPorts string
+	// ProcessPattern is a regular expression over a process's command
+	// line (argv joined by spaces) that matches its serving processes:
+	// MatchProcess's, and the daemon's --match-cmdline default.
+	ProcessPattern string
 }
 
 // Metrics are the engine's metric names.
@@ -238,6 +242,30 @@ func IsCounter(name string) bool {
 		}
 	}
 	return false
+}
+
+// ProcessPattern is the alternation of every registered engine's
+// ProcessPattern, in Names order: the daemon's default process match.
+func ProcessPattern() string {
+	var alt []string
+	for _, n := range Names() {
+		if p := FactsOf(n).ProcessPattern; p != "" {
+			alt = append(alt, p)
+		}
+	}
+	return strings.Join(alt, "|")
+}
+
+// KVPorts are every registered engine's KV port ranges, in Names order:
+// the daemon's default --kv-ports.
+func KVPorts() string {
+	var all []string
+	for _, n := range Names() {
+		if p := FactsOf(n).KVPorts; p != "" {
+			all = append(all, p)
+		}
+	}
+	return strings.Join(all, ",")
 }
 
 // Emulated reports whether the engine registered under name is emulated.

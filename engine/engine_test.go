@@ -4,8 +4,21 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/hone-llm/hone/daemon"
 	"github.com/hone-llm/hone/engine"
 )
+
+// The daemon's defaults are the registry's: daemon.DefaultMatch and
+// daemon.DefaultKVPorts can become engine.ProcessPattern() and
+// engine.KVPorts() with no change in what the daemon traces.
+func TestDaemonDefaultsFromRegistry(t *testing.T) {
+	if got := engine.ProcessPattern(); got != daemon.DefaultMatch {
+		t.Errorf("ProcessPattern() = %q, daemon.DefaultMatch = %q", got, daemon.DefaultMatch)
+	}
+	if got := engine.KVPorts(); got != daemon.DefaultKVPorts {
+		t.Errorf("KVPorts() = %q, daemon.DefaultKVPorts = %q", got, daemon.DefaultKVPorts)
+	}
+}
 
 func TestBuiltinEngines(t *testing.T) {
 	if got := engine.Names(); !slices.Equal(got, []string{engine.VLLM, engine.Emulator}) {

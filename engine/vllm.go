@@ -21,10 +21,12 @@ var vllmRequestKeys = []string{"time_to_first_token_ms", "generation_time_ms", "
 // vllmVersionRE is vLLM's GET /version answer: a bare PEP 440 release.
 var vllmVersionRE = regexp.MustCompile(`^v?[0-9]+\.[0-9]+(\.[0-9]+)?([.+-][0-9A-Za-z.+-]*)?$`)
 
-// vllmProcessRE matches vLLM's API server, EngineCore and worker processes
+// vllmProcesses matches vLLM's API server, EngineCore and worker processes
 // by their command line (`vllm serve`, python -m vllm.entrypoints...,
 // the VLLM::EngineCore process title, VllmWorker).
-var vllmProcessRE = regexp.MustCompile(`vllm serve|vllm\.entrypoints|VLLM::|EngineCore|VllmWorker`)
+const vllmProcesses = `vllm serve|vllm\.entrypoints|VLLM::|EngineCore|VllmWorker`
+
+var vllmProcessRE = regexp.MustCompile(vllmProcesses)
 
 type vllm struct{}
 
@@ -52,7 +54,8 @@ func (vllm) Facts() Facts {
 		Cache: Cache{ResetRoute: "POST /reset_prefix_cache", ResetEnv: EnvServerDevMode + "=1"},
 		HTTP:  HTTP{RequestIDHeader: "X-Request-Id", ResponseHeads: []string{"Content-Type", "Cache-Control"}},
 		// NIXL's side channel (5600 plus one per rank) and P2pNccl's default.
-		KVPorts: "5600-5663,14579-14580",
+		KVPorts:        "5600-5663,14579-14580",
+		ProcessPattern: vllmProcesses,
 	}
 }
 
