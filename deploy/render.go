@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -183,14 +182,6 @@ func (s *Spec) ServedName() string {
 	default:
 		return filepath.Base(filepath.Clean(s.Model.Path))
 	}
-}
-
-func mustJSON(v any) string {
-	b, err := json.Marshal(v) // maps marshal with sorted keys: stable output
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
 }
 
 func joinInts(v []int) string {
