@@ -8,6 +8,8 @@ import (
 	"sort"
 
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/hone-llm/hone/engine"
 )
 
 // Per-operation tables (hone profile derive): measured latencies of one
@@ -86,7 +88,7 @@ func readParquet[T any](path string) ([]T, error) {
 func ReadOpTables(dir, version string) (*OpTables, error) {
 	t := &OpTables{Dir: dir, Version: version, gemm: map[string]map[[2]int64][]mPoint{},
 		ctx: map[[3]int64][]attnPoint{}, gen: map[[3]int64][]attnPoint{}}
-	gp := filepath.Join(dir, "gemm", "vllm", version, "gemm_perf.parquet")
+	gp := filepath.Join(dir, "gemm", engine.VLLM, version, "gemm_perf.parquet")
 	grows, err := readParquet[gemmRow](gp)
 	if err != nil {
 		return nil, fmt.Errorf("per-operation tables: %w", err)
@@ -111,7 +113,7 @@ func ReadOpTables(dir, version string) (*OpTables, error) {
 		dst  map[[3]int64][]attnPoint
 		gen  bool
 	}{{"context_attention_perf.parquet", t.ctx, false}, {"generation_attention_perf.parquet", t.gen, true}} {
-		p := filepath.Join(dir, "attention", "vllm", version, a.file)
+		p := filepath.Join(dir, "attention", engine.VLLM, version, a.file)
 		rows, err := readParquet[attnRow](p)
 		if err != nil {
 			return nil, fmt.Errorf("per-operation tables: %w", err)

@@ -16,6 +16,7 @@ import (
 	"sync"
 
 	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/engine"
 	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/sim/emulator"
@@ -441,7 +442,7 @@ func siliconProfile(row SiliconRow, tps []int, cands []*emulator.Profile) (*emul
 // predictSiliconRow predicts one row, or says why not.
 func predictSiliconRow(row SiliconRow, cfg SiliconConfig) (*SiliconPrediction, string) {
 	switch {
-	case !strings.EqualFold(row.Backend, "vllm"):
+	case !strings.EqualFold(row.Backend, engine.VLLM):
 		return nil, fmt.Sprintf("backend %q: hone's engine model is vLLM's", row.Backend)
 	case row.Mode != "agg" && row.Mode != "disagg":
 		return nil, fmt.Sprintf("mode %q: want agg or disagg", row.Mode)

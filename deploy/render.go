@@ -1,19 +1,20 @@
 package deploy
 
 import (
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/hone-llm/hone/engine"
 )
 
 // Roles of a worker.
 const (
-	RoleColocated = "colocated"
-	RolePrefill   = "prefill"
-	RoleDecode    = "decode"
+	RoleColocated = engine.RoleColocated
+	RolePrefill   = engine.RolePrefill
+	RoleDecode    = engine.RoleDecode
 )
 
 // Worker is one engine process: the exact argv and the environment it adds
@@ -60,6 +61,9 @@ type RenderOptions struct {
 	VLLM string
 	// Hone is argv[0] for emulator workers (the running hone binary).
 	Hone string
+	// Bins are argv[0] by engine name, before VLLM and Hone; an engine
+	// named in none gets its engine.Facts Binary.
+	Bins map[string]string
 	// VLLMVersion is the installed vLLM's version as `vllm --version`
 	// prints it (see VLLMVersion); empty when unknown. Render omits what
 	// that version lacks and refuses what the spec needs but it cannot do
@@ -73,12 +77,6 @@ type RenderOptions struct {
 func Render(s *Spec, o RenderOptions) (*Plan, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
-	}
-	if o.VLLM == "" {
-		o.VLLM = "vllm"
-	}
-	if o.Hone == "" {
-		o.Hone = "hone"
 	}
 	type slot struct {
 		name, role string
@@ -99,8 +97,9 @@ func Render(s *Spec, o RenderOptions) (*Plan, error) {
 		}
 	}
 	p := &Plan{Spec: s, ProxyAddr: hostPort(s.Network.Host, s.Network.ProxyPort)}
+	eng, _ := engine.Lookup(s.Engine) // Validate: registered
 	var adapt vllmAdapt
-	if s.Engine == EngineVLLM {
+	if eng.Facts().Versioned {
 		var err error
 		adapt, p.Warnings, err = s.adaptToVLLM(o.VLLMVersion)
 		if err != nil {
@@ -134,22 +133,11 @@ func Render(s *Spec, o RenderOptions) (*Plan, error) {
 		if s.Topology.Kind == Disaggregated && s.KV.Name == P2pNcclConnector {
 			w.KVAddr = hostPort(p2pHost(s.Network.Host), w.KVPorts[0])
 		}
-		var err error
-		if s.Engine == EngineVLLM {
-			w.Argv, w.Env, err = renderVLLM(s, o.VLLM, w, sl.tp, adapt)
-		} else {
-			w.Argv, w.Env, err = renderEmulator(s, o.Hone, w)
-		}
+		cmd, err := eng.Render(s.launch(o.bin(eng), w, adapt))
 		if err != nil {
 			return nil, err
 		}
-		if s.Engine == EngineVLLM && s.ColdStart == ColdStartReset {
-			// vLLM serves POST /reset_prefix_cache only in development
-			// mode (FeatureServerDevMode); the worker binds network.host
-			// (validateColdStart refuses every interface), and on
-			// Kubernetes the pod network.
-			w.Env = append(w.Env, EnvServerDevMode+"=1")
-		}
+		w.Argv, w.Env = cmd.Argv, cmd.Env
 		for k, v := range s.EngineEnv { // no clash: validateEngineEnv
 			w.Env = append(w.Env, k+"="+v)
 		}
@@ -181,19 +169,8 @@ func (s *Spec) kvPortBase() int {
 	return s.KV.SideChannelPort
 }
 
-// p2pHost is the address a P2pNcclConnector worker binds its KV socket
-// on and the proxy writes into request ids. The engine binds
-// f"{get_ip()}:{kv_port + rank}" (p2p_nccl_engine.py P2pNcclEngine.__init__,
-// hostname "" from p2p_nccl_connector.py) and get_ip() returns VLLM_HOST_IP
-// when set (vllm/utils/network_utils.py get_ip), else the default-route
-// address; kv_ip is not read. ZMQ binds an IP, so localhost becomes
-// 127.0.0.1.
-func p2pHost(h string) string {
-	if h == "localhost" {
-		return "127.0.0.1"
-	}
-	return h
-}
+// p2pHost is engine.P2PHost.
+func p2pHost(h string) string { return engine.P2PHost(h) }
 
 // ServedName is the model name clients send and workers answer to.
 func (s *Spec) ServedName() string {
@@ -205,186 +182,6 @@ func (s *Spec) ServedName() string {
 	default:
 		return filepath.Base(filepath.Clean(s.Model.Path))
 	}
-}
-
-func renderVLLM(s *Spec, bin string, w Worker, tp int, adapt vllmAdapt) (argv, env []string, err error) {
-	model := s.Model.ID
-	if model == "" {
-		model = s.Model.Path
-	}
-	argv = []string{bin, "serve", model}
-	if s.Model.Revision != "" {
-		argv = append(argv, "--revision", s.Model.Revision)
-	}
-	argv = append(argv,
-		"--served-model-name", s.ServedName(),
-		"--host", w.Host,
-		"--port", strconv.Itoa(w.Port),
-		"--tensor-parallel-size", strconv.Itoa(tp),
-	)
-	if d := s.Precision.DType; d != "" {
-		argv = append(argv, "--dtype", d)
-	}
-	if d := s.Precision.KVCacheDType; d != "" {
-		argv = append(argv, "--kv-cache-dtype", d)
-	}
-	k := s.Knobs
-	if k.PrefixCaching == nil || *k.PrefixCaching {
-		argv = append(argv, "--enable-prefix-caching")
-	} else {
-		argv = append(argv, "--no-enable-prefix-caching")
-	}
-	argv = append(argv, "--enable-prompt-tokens-details")
-	if adapt.perRequestMetrics {
-		argv = append(argv, "--enable-per-request-metrics")
-	}
-	argv = appendSizeKnobs(argv, k)
-	if k.EnforceEager {
-		argv = append(argv, "--enforce-eager")
-	}
-	if k.CUDAGraphMode != "" {
-		argv = append(argv, "--compilation-config", mustJSON(map[string]any{"cudagraph_mode": k.CUDAGraphMode}))
-	}
-	if n := k.SpeculativeNgram; n != nil {
-		cfg := map[string]any{"method": "ngram", "num_speculative_tokens": n.NumSpeculativeTokens, "prompt_lookup_max": n.PromptLookupMax}
-		if n.PromptLookupMin > 0 {
-			cfg["prompt_lookup_min"] = n.PromptLookupMin
-		}
-		argv = append(argv, "--speculative-config", mustJSON(cfg))
-	}
-	env = []string{"CUDA_VISIBLE_DEVICES=" + joinInts(w.GPUs)}
-	if s.Topology.Kind == Disaggregated {
-		var kv map[string]any
-		switch s.KV.Name {
-		case NixlConnector:
-			// The proxy, not kv_role, decides who prefills (vllm.md).
-			kv = map[string]any{"kv_connector": NixlConnector, "kv_role": "kv_both"}
-			env = append(env,
-				"VLLM_NIXL_SIDE_CHANNEL_HOST="+w.Host,
-				"VLLM_NIXL_SIDE_CHANNEL_PORT="+strconv.Itoa(w.KVPorts[0]))
-			// No VLLM_DISABLE_REQUEST_ID_RANDOMIZATION: the decode side
-			// finds the prefill's blocks by the remote_request_id the
-			// prefill returns in kv_transfer_params (nixl/base_scheduler.py
-			// request_finished, on_new_request), which the proxy passes on
-			// verbatim, not by the id it sent.
-		case P2pNcclConnector:
-			role, buf := "kv_producer", "1e9"
-			extra := map[string]any{"proxy_ip": s.Network.Host, "proxy_port": strconv.Itoa(s.KV.DiscoveryPort), "http_port": strconv.Itoa(w.Port)}
-			if w.Role == RoleDecode {
-				role, buf = "kv_consumer", "8e9"
-				extra["send_type"] = "PUT_ASYNC"
-			}
-			if s.KV.BufferSize != "" {
-				buf = s.KV.BufferSize
-			}
-			host := p2pHost(w.Host)
-			// kv_ip is kept for the record, but P2pNcclEngine ignores it
-			// and binds get_ip(), i.e. VLLM_HOST_IP (see p2pHost).
-			kv = map[string]any{"kv_connector": P2pNcclConnector, "kv_role": role, "kv_ip": host,
-				"kv_port": strconv.Itoa(w.KVPorts[0]), "kv_buffer_size": buf, "kv_connector_extra_config": extra}
-			env = append(env, "VLLM_HOST_IP="+host)
-			if adapt.disableRandomIDs {
-				// Since 0.14 vLLM appends a random suffix to every request
-				// id (input_processor.py InputProcessor.assign_request_id)
-				// and P2pNcclConnector keys KV tensors by that id
-				// (request_id + "#" + layer_name in save_kv_layer and
-				// start_load_kv), so each side must keep the id it is sent.
-				env = append(env, "VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1")
-			}
-		}
-		if s.KV.LoadFailurePolicy != "" {
-			kv["kv_load_failure_policy"] = s.KV.LoadFailurePolicy
-		}
-		argv = append(argv, "--kv-transfer-config", mustJSON(kv))
-	}
-	argv = append(argv, k.ExtraArgs...)
-	return argv, env, nil
-}
-
-// renderEmulator spells `hone sim serve` (cmd/hone/simserve.go) with the
-// same role and knobs. The emulator reads VLLM_NIXL_SIDE_CHANNEL_HOST/PORT
-// like vLLM does, so its KV side channel is placed the same way.
-func renderEmulator(s *Spec, bin string, w Worker) (argv, env []string, err error) {
-	model := s.Model.ID
-	if model == "" {
-		model = s.ServedName()
-	}
-	argv = []string{bin, "sim", "serve",
-		"--role", w.Role,
-		"--host", w.Host,
-		"--port", strconv.Itoa(w.Port),
-		"--model", model,
-	}
-	if s.Model.ServedName != "" {
-		argv = append(argv, "--served-model-name", s.Model.ServedName)
-	}
-	argv = append(argv,
-		"--profile", s.Emulator.Profile,
-		"--time-scale", strconv.FormatFloat(s.Emulator.TimeScale, 'f', -1, 64),
-	)
-	if tp := len(w.GPUs); tp > 1 {
-		argv = append(argv, "--tensor-parallel-size", strconv.Itoa(tp))
-	}
-	if d := s.Precision.KVCacheDType; d != "" {
-		argv = append(argv, "--kv-cache-dtype", d)
-	}
-	k := s.Knobs
-	if k.PrefixCaching != nil && !*k.PrefixCaching {
-		argv = append(argv, "--no-enable-prefix-caching")
-	}
-	argv = append(argv, "--enable-prompt-tokens-details", "--enable-per-request-metrics")
-	argv = appendSizeKnobs(argv, k)
-	if k.EnforceEager || k.CUDAGraphMode == "NONE" {
-		argv = append(argv, "--enforce-eager")
-	}
-	if w.Role == RoleDecode && s.KV.LoadFailurePolicy != "" {
-		argv = append(argv, "--kv-load-failure-policy", s.KV.LoadFailurePolicy)
-	}
-	if d := s.Emulator.TraceDir; d != "" {
-		argv = append(argv, "--trace-file", filepath.Join(d, w.Name+".jsonl"))
-	}
-	for _, f := range s.Emulator.Faults {
-		if name, fault, _ := strings.Cut(f, "="); name == w.Name {
-			argv = append(argv, "--fault", fault)
-		}
-	}
-	env = []string{"CUDA_VISIBLE_DEVICES=" + joinInts(w.GPUs)}
-	if s.Topology.Kind == Disaggregated && s.KV.Name == NixlConnector {
-		env = append(env,
-			"VLLM_NIXL_SIDE_CHANNEL_HOST="+w.Host,
-			"VLLM_NIXL_SIDE_CHANNEL_PORT="+strconv.Itoa(w.KVPorts[0]))
-	}
-	return argv, env, nil
-}
-
-// appendSizeKnobs spells the knobs vLLM and the emulator take under the
-// same flags (batch, memory and length limits); zero leaves the engine's
-// default.
-func appendSizeKnobs(argv []string, k Knobs) []string {
-	if k.MaxNumSeqs > 0 {
-		argv = append(argv, "--max-num-seqs", strconv.Itoa(k.MaxNumSeqs))
-	}
-	if k.MaxNumBatchedTokens > 0 {
-		argv = append(argv, "--max-num-batched-tokens", strconv.Itoa(k.MaxNumBatchedTokens))
-	}
-	if k.GPUMemoryUtilization > 0 {
-		argv = append(argv, "--gpu-memory-utilization", strconv.FormatFloat(k.GPUMemoryUtilization, 'f', -1, 64))
-	}
-	if k.BlockSize > 0 {
-		argv = append(argv, "--block-size", strconv.Itoa(k.BlockSize))
-	}
-	if k.MaxModelLen > 0 {
-		argv = append(argv, "--max-model-len", strconv.Itoa(k.MaxModelLen))
-	}
-	return argv
-}
-
-func mustJSON(v any) string {
-	b, err := json.Marshal(v) // maps marshal with sorted keys: stable output
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
 }
 
 func joinInts(v []int) string {

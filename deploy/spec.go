@@ -14,13 +14,14 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/hone-llm/hone/engine"
 	"github.com/hone-llm/hone/sim/emulator"
 )
 
-// Engines a spec can name.
+// Engines a spec can name: engine.Names(); these two are always there.
 const (
-	EngineVLLM     = "vllm"
-	EngineEmulator = "emulator"
+	EngineVLLM     = engine.VLLM
+	EngineEmulator = engine.Emulator
 )
 
 // Topology kinds.
@@ -31,8 +32,8 @@ const (
 
 // KV connectors for disaggregated topologies.
 const (
-	NixlConnector    = "NixlConnector"
-	P2pNcclConnector = "P2pNcclConnector"
+	NixlConnector    = engine.NixlConnector
+	P2pNcclConnector = engine.P2pNcclConnector
 )
 
 // Routing policies of the proxy.
@@ -99,7 +100,7 @@ const (
 // it set to 1 the API server also serves POST /reset_prefix_cache, and
 // with it /sleep, /wake_up, /collective_rpc and other admin routes, none
 // of them authenticated (VLLMFeatures, FeatureServerDevMode).
-const EnvServerDevMode = "VLLM_SERVER_DEV_MODE"
+const EnvServerDevMode = engine.EnvServerDevMode
 
 // reservedEngineEnv are the variables Render sets itself, from other
 // fields: spec.engine_env may not set them.
@@ -360,7 +361,7 @@ func (s *Spec) fillDefaults() {
 			s.GPUs.IDs = append(s.GPUs.IDs, i)
 		}
 	}
-	if s.Engine == EngineEmulator && s.Emulator.TimeScale == 0 {
+	if engine.Emulated(s.Engine) && s.Emulator.TimeScale == 0 {
 		s.Emulator.TimeScale = 1
 	}
 }
@@ -416,10 +417,8 @@ func (s *Spec) validateNameEngine() error {
 	if !nameRE.MatchString(s.Name) {
 		return badField("name", "want lowercase letters, digits, '.', '_' or '-' (1-63, starting alphanumeric), got %q", s.Name)
 	}
-	switch s.Engine {
-	case EngineVLLM, EngineEmulator:
-	default:
-		return badField("engine", "want vllm or emulator, got %q", s.Engine)
+	if _, ok := engine.Lookup(s.Engine); !ok {
+		return badField("engine", "want %s, got %q", orList(engine.Names()), s.Engine)
 	}
 	return nil
 }
@@ -436,12 +435,12 @@ func (s *Spec) validateModel() error {
 		if m.Revision != "" {
 			return badField("model.revision", "a local path has no revision; its file hashes are recorded instead")
 		}
-		if s.Engine == EngineVLLM {
+		if s.facts().LoadsWeights {
 			if fi, err := os.Stat(m.Path); err != nil || !fi.IsDir() {
 				return badField("model.path", "want an existing directory, got %q", m.Path)
 			}
 		}
-	case s.Engine == EngineVLLM && !commitRE.MatchString(m.Revision):
+	case s.facts().LoadsWeights && !commitRE.MatchString(m.Revision):
 		return badField("model.revision", "a hub model must be pinned to a 40-hex commit, got %q", m.Revision)
 	}
 	if strings.ContainsAny(m.ServedName, " \t\n") {
@@ -622,8 +621,8 @@ func (s *Spec) validateKnobs() error {
 			return badField("knobs.speculative_ngram.prompt_lookup_min", "want 1..prompt_lookup_max, got %d", n.PromptLookupMin)
 		}
 	}
-	if len(k.ExtraArgs) > 0 && s.Engine != EngineVLLM {
-		return badField("knobs.extra_args", "only the vllm engine takes extra arguments")
+	if len(k.ExtraArgs) > 0 && !s.facts().ExtraArgs {
+		return badField("knobs.extra_args", "only the %s engine takes extra arguments", extraArgsEngines())
 	}
 	return nil
 }
@@ -723,7 +722,7 @@ func (s *Spec) validateKVPorts(workers int) error {
 
 func (s *Spec) validateEmulator() error {
 	e := s.Emulator
-	if s.Engine != EngineEmulator {
+	if !s.facts().Emulated {
 		if e.Profile != "" || e.TimeScale != 0 || e.TraceDir != "" || len(e.Faults) > 0 {
 			return badField("emulator", "only for engine: emulator")
 		}
@@ -802,7 +801,7 @@ func (s *Spec) validateColdStart() error {
 	default:
 		return badField("cold_start", "want %s or %s, got %q", ColdStartReset, ColdStartFresh, s.ColdStart)
 	}
-	if s.Engine == EngineVLLM && (s.Network.Host == "0.0.0.0" || s.Network.Host == "::") {
+	if s.facts().Cache.ResetEnv != "" && (s.Network.Host == "0.0.0.0" || s.Network.Host == "::") {
 		return badField("cold_start", "%s renders %s=1 into every vLLM worker, which then also serves unauthenticated "+
 			"admin routes (/reset_prefix_cache, /sleep, /collective_rpc, ...) on its port: with network.host %s "+
 			"every network this host is on could reach them; give network.host a loopback or private address, or use %s",
@@ -833,4 +832,26 @@ func net4(h string) bool {
 		}
 	}
 	return true
+}
+
+// facts are the spec's engine's; the zero Facts for an unknown engine.
+func (s *Spec) facts() engine.Facts { return engine.FactsOf(s.Engine) }
+
+// orList spells names as "a or b", "a, b or c".
+func orList(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// extraArgsEngines names the engines that take knobs.extra_args.
+func extraArgsEngines() string {
+	var names []string
+	for _, n := range engine.Names() {
+		if engine.FactsOf(n).ExtraArgs {
+			names = append(names, n)
+		}
+	}
+	return orList(names)
 }

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -133,7 +134,7 @@ func Up(ctx context.Context, s *Spec, o UpOptions) (*Deployment, error) {
 	// versions (vllmversions.go); unknown ("" when vllm --version fails):
 	// rendered as for current vLLM, with a warning.
 	var vv string
-	if s.Engine == EngineVLLM {
+	if s.facts().Versioned {
 		vv, _ = VLLMVersion(ctx, o.VLLM)
 	}
 	plan, err := Render(s, RenderOptions{VLLM: o.VLLM, Hone: o.Hone, VLLMVersion: vv})
@@ -212,10 +213,7 @@ func (o UpOptions) withDefaults(s *Spec) (UpOptions, error) {
 		o.Grace = 10 * time.Second
 	}
 	if o.HealthTimeout == 0 {
-		o.HealthTimeout = 60 * time.Second
-		if s.Engine == EngineVLLM {
-			o.HealthTimeout = 20 * time.Minute
-		}
+		o.HealthTimeout = cmp.Or(s.facts().StartTimeout, 60*time.Second)
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
@@ -231,7 +229,7 @@ func makeUpDirs(s *Spec, dir string) error {
 	}
 	// The emulator writes its trace into emulator.trace_dir and exits at
 	// once when it cannot open the file there: make the directory first.
-	if d := s.Emulator.TraceDir; d != "" && s.Engine == EngineEmulator {
+	if d := s.Emulator.TraceDir; d != "" && s.facts().Emulated {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("emulator.trace_dir: %w", err)
 		}

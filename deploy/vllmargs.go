@@ -10,7 +10,7 @@ import (
 )
 
 // VLLMServeFlags are the `vllm serve` flags Render spells whatever the
-// version (renderVLLM), each with whether it takes a value. vLLM has had
+// version (engine/vllm.go Render), each with whether it takes a value. vLLM has had
 // every one of them since VLLMTableFloor; the flags that came or went
 // later are rows of VLLMFeatures (kind flag, all of them switches).
 // TestRenderedFlagsAreKnown keeps Render to these two lists.

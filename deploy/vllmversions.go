@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hone-llm/hone/engine"
 )
 
 // This file is the one place that knows which vLLM version has what: every
@@ -124,7 +126,7 @@ const VLLMVersionTimeout = 90 * time.Second
 // Render treats "" as unknown (and says so in the plan's warnings).
 func VLLMVersion(ctx context.Context, vllmPath string) (string, error) {
 	if vllmPath == "" {
-		vllmPath = "vllm"
+		vllmPath = engine.FactsOf(engine.VLLM).Binary
 	}
 	ctx, cancel := context.WithTimeout(ctx, VLLMVersionTimeout)
 	defer cancel()

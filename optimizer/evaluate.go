@@ -16,6 +16,7 @@ import (
 	"github.com/hone-llm/hone/capacity"
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/diagnose"
+	"github.com/hone-llm/hone/engine"
 	"github.com/hone-llm/hone/preflight"
 	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/slo"
@@ -72,7 +73,7 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 	var m *meter // nil: no progress lines
 	if e.Log != nil {
 		k := 1.0
-		if spec.Engine == deploy.EngineEmulator && spec.Emulator.TimeScale > 0 {
+		if engine.Emulated(spec.Engine) && spec.Emulator.TimeScale > 0 {
 			k = spec.Emulator.TimeScale
 		}
 		m = startMeter(e.Log, cmp.Or(e.ProgressEvery, ProgressEvery), "trial "+tag, time.Duration(float64(expectedFrom(ctx))*k), nil)
@@ -84,9 +85,9 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 	if len(s.Name) > 63 {
 		s.Name = s.Name[:63]
 	}
-	backend, kind := "vllm", ""
-	if s.Engine == deploy.EngineEmulator {
-		t.Kind, kind, backend = replay.KindEmulated, replay.KindEmulated, "emulator"
+	backend, kind := s.Engine, ""
+	if engine.Emulated(s.Engine) {
+		t.Kind, kind = replay.KindEmulated, replay.KindEmulated
 		s.Emulator.TraceDir = filepath.Join(e.OutDir, "traces", tag)
 		if err := os.MkdirAll(s.Emulator.TraceDir, 0o755); err != nil {
 			t.Error = err.Error()
@@ -114,7 +115,7 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 	json.Unmarshal(b, &cfg)
 	cfg["scenario"] = SpecKey(spec) // the gate compares records of one config under this name
 	scale := 0.0                    // vLLM: real time; the emulator states its own, which must match the spec's
-	if s.Engine == deploy.EngineEmulator && s.Emulator.TimeScale > 0 {
+	if engine.Emulated(s.Engine) && s.Emulator.TimeScale > 0 {
 		scale = s.Emulator.TimeScale
 		t.TimeScale = scale
 	}

@@ -206,7 +206,7 @@ func (e *DeployEvaluator) replayOnce(ctx context.Context, s *deploy.Spec, name s
 	}
 	defer dep.Down(10 * time.Second)
 	o := replay.Options{Endpoint: dep.ProxyURL(), Model: s.ServedName(), Kind: replay.KindEmulated,
-		Backend: "emulator", Workload: e.Workload, QPS: []float64{qps}, Runs: runs, SLO: e.SLO, TimeScale: scale, Hone: e.Hone}
+		Backend: s.Engine, Workload: e.Workload, QPS: []float64{qps}, Runs: runs, SLO: e.SLO, TimeScale: scale, Hone: e.Hone}
 	if m != nil {
 		o.Progress = m.update
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/hone-llm/hone/engine"
 	"github.com/hone-llm/hone/internal/atomicfile"
 )
 
@@ -121,12 +122,13 @@ func (o Options) vllm() string {
 	if o.VLLM != "" {
 		return o.VLLM
 	}
+	bin := engine.FactsOf(engine.VLLM).Binary
 	if py := o.python(); strings.ContainsRune(py, filepath.Separator) {
-		if p := filepath.Join(filepath.Dir(py), "vllm"); isExecutable(p) {
+		if p := filepath.Join(filepath.Dir(py), bin); isExecutable(p) {
 			return p
 		}
 	}
-	return "vllm"
+	return bin
 }
 
 func isExecutable(p string) bool {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/engine"
 )
 
 // Serving describes the serving stack found on the host.
@@ -44,9 +45,9 @@ func servingChecks(ctx context.Context, o Options) (*Serving, []Check) {
 	if o.Target == TargetGPU {
 		if v, err := run("-c", "import vllm; print(vllm.__version__)"); err == nil && v != "" {
 			sv.VLLM = v
-			add("vllm", Pass, "vllm "+v+" importable with "+py, "")
+			add(engine.VLLM, Pass, "vllm "+v+" importable with "+py, "")
 		} else {
-			add("vllm", Fail, fmt.Sprintf("vllm not importable with %s: %v", py, err),
+			add(engine.VLLM, Fail, fmt.Sprintf("vllm not importable with %s: %v", py, err),
 				"python3.12 -m venv .venv && . .venv/bin/activate && pip install vllm; then pass --python .venv/bin/python")
 		}
 		cs = append(cs, vllmVersionChecks(ctx, o.vllm(), sv)...)

@@ -9,13 +9,14 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	engines "github.com/hone-llm/hone/engine"
 )
 
 // engine talks to the serving endpoint's non-completion routes: /tokenize,
@@ -226,12 +227,6 @@ func quoteAll(s []string) []string {
 // summed over its label sets.
 type Counters map[string]float64
 
-// Names of the prefix-cache counters, newest first (reference/vllm.md).
-var (
-	hitsNames    = []string{"vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits"}
-	queriesNames = []string{"vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries"}
-)
-
 // scrape reads /metrics; nil (no error) when the route is absent, nil and
 // the error when the exposition does not parse.
 func (e *engine) scrape(ctx context.Context) (Counters, error) {
@@ -276,8 +271,7 @@ func parseCounters(text []byte) (Counters, error) {
 		}
 		for _, s := range samples {
 			name := string(s.Metric[model.MetricNameLabel])
-			if (strings.HasPrefix(name, "vllm:") &&
-				(strings.HasSuffix(name, "_total") || name == "vllm:gpu_prefix_cache_hits" || name == "vllm:gpu_prefix_cache_queries")) ||
+			if engines.IsCounter(name) || // the engines' own (engine.Facts.Metrics)
 				name == EmulatorKVPullsLate || name == EmulatorKVPullLateSeconds || name == EmulatorKVPullLateModelSeconds {
 				v := float64(s.Value)
 				if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
@@ -298,9 +292,11 @@ func parseCounters(text []byte) (Counters, error) {
 // prefixCache returns the prefix-cache hits and queries, by the newest name
 // the engine exposes.
 func (c Counters) prefixCache() (hits, queries float64, ok bool) {
-	for i := range hitsNames {
-		h, ok1 := c[hitsNames[i]]
-		q, ok2 := c[queriesNames[i]]
+	// The names of the prefix-cache counters, newest first
+	// (engine.Facts.Metrics.PrefixCache; reference/vllm.md).
+	for _, p := range engines.PrefixCacheCounters() {
+		h, ok1 := c[p.Hits]
+		q, ok2 := c[p.Queries]
 		if ok1 && ok2 {
 			return h, q, true
 		}
@@ -389,17 +385,15 @@ func LevelPrefixSeed(seed uint64, run int, qps float64) uint64 {
 	return z ^ z>>31
 }
 
-var vllmVersion = regexp.MustCompile(`^v?[0-9]+\.[0-9]+(\.[0-9]+)?([.+-][0-9A-Za-z.+-]*)?$`)
-
 // resolveKind discovers what the endpoint is from GET /version and checks
 // it against what the caller stated ("" states nothing).
 func resolveKind(stated string, info EngineInfo) (string, error) {
 	found, evidence := KindUnverified, "no GET /version answer"
-	switch {
-	case strings.HasPrefix(info.Version, EmulatorVersionPrefix):
-		found, evidence = KindEmulated, fmt.Sprintf("GET /version says %q, hone's engine emulator", info.Version)
-	case vllmVersion.MatchString(info.Version):
-		found, evidence = KindDevice, fmt.Sprintf("GET /version says %q, as vLLM does", info.Version)
+	switch e, ok := engines.Recognise(info.Version); {
+	case ok && e.Facts().Emulated:
+		found, evidence = KindEmulated, fmt.Sprintf("GET /version says %q, %s", info.Version, e.Facts().Title)
+	case ok:
+		found, evidence = KindDevice, fmt.Sprintf("GET /version says %q, as %s does", info.Version, e.Facts().Title)
 	case info.Version != "":
 		evidence = fmt.Sprintf("GET /version says %q, neither vLLM's nor hone's emulator's", info.Version)
 	}

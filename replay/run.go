@@ -16,13 +16,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	engines "github.com/hone-llm/hone/engine"
 	"github.com/hone-llm/hone/internal/finesleep"
 	"github.com/hone-llm/hone/slo"
 )
 
 // EmulatorVersionPrefix starts the GET /version of hone's engine emulator;
 // a device run refuses such an endpoint.
-const EmulatorVersionPrefix = "hone-emulator"
+const EmulatorVersionPrefix = engines.EmulatorVersionPrefix
 
 // Options configure a live replay. Zero values take the documented
 // defaults; Endpoint, Model, Kind and QPS are required.
@@ -287,7 +288,7 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 	opts.Kind, opts.TimeScale = kind, scale
 	rec.Kind, rec.TimeScale = kind, scale
 	if rec.Backend == "" {
-		rec.Backend = map[string]string{KindDevice: "vllm", KindEmulated: "emulator", KindUnverified: "unknown"}[kind]
+		rec.Backend = backendOf(kind, info)
 	}
 	tok := &engine{http: hc, base: opts.TokenizeEndpoint, model: opts.Model}
 	prompts, err := BuildPrompts(ctx, opts.Workload, tok.tokenize)
@@ -984,4 +985,14 @@ func normalEndpoint(e string) (string, error) {
 		return "", &ParamError{"endpoint", e, "an http(s) URL with a host, e.g. http://127.0.0.1:8000"}
 	}
 	return strings.TrimSuffix(strings.TrimSuffix(u.String(), "/"), "/v1"), nil
+}
+
+// backendOf names what serves the endpoint when the caller did not: the
+// engine its GET /version answer is (engine.Recognise), "unknown" for an
+// unverified kind.
+func backendOf(kind string, info EngineInfo) string {
+	if e, ok := engines.Recognise(info.Version); ok && kind != KindUnverified {
+		return e.Name()
+	}
+	return "unknown"
 }

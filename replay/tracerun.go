@@ -128,7 +128,7 @@ func RunTrace(ctx context.Context, opts Options, tf *TraceFile, speed float64) (
 		return nil, err
 	}
 	if opts.Backend == "" {
-		rec.Backend = map[string]string{KindDevice: "vllm", KindEmulated: "emulator", KindUnverified: "unknown"}[rec.Kind]
+		rec.Backend = backendOf(rec.Kind, info)
 	}
 	tok := &engine{http: hc, base: opts.TokenizeEndpoint, model: opts.Model}
 	vocab, err := TraceVocab(ctx, seed, tok.tokenize)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/deploy/proxy"
+	"github.com/hone-llm/hone/engine"
 )
 
 // Labels every rendered object carries; selectors match them exactly.
@@ -181,17 +182,19 @@ func Render(s *deploy.Spec, o Options) (*Manifest, error) {
 		return nil, fmt.Errorf("namespace %q: %s", o.Namespace, strings.Join(errs, "; "))
 	}
 	vv := ""
-	if s.Engine == deploy.EngineVLLM {
+	f := engine.FactsOf(s.Engine)
+	if f.Versioned {
 		vv = ImageVLLMVersion(o.Image)
 	}
-	plan, err := deploy.Render(s, deploy.RenderOptions{VLLM: "vllm", Hone: "hone", VLLMVersion: vv})
+	// argv[0] is each engine's own binary name, on the image's PATH.
+	plan, err := deploy.Render(s, deploy.RenderOptions{VLLMVersion: vv})
 	if err != nil {
 		return nil, err
 	}
 	if err := refuse(s, o); err != nil {
 		return nil, err
 	}
-	if s.Engine == deploy.EngineVLLM && s.ColdStart == deploy.ColdStartReset {
+	if f.Cache.ResetEnv != "" && s.ColdStart == deploy.ColdStartReset {
 		// In a pod the engine binds PodHost: its development-mode routes
 		// are on the pod network, which hone does not fence.
 		plan.Warnings = append(plan.Warnings, "cold_start: "+deploy.ColdStartReset+" renders "+deploy.EnvServerDevMode+
@@ -233,7 +236,7 @@ func refuse(s *deploy.Spec, o Options) error {
 	if len(s.Emulator.Faults) > 0 {
 		return fmt.Errorf("spec.emulator.faults: a fault names one worker, but a pool's pods share one template; not rendered for --target kubernetes (remove it)")
 	}
-	if s.Engine != deploy.EngineVLLM {
+	if engine.Emulated(s.Engine) {
 		return nil // the emulator requests no GPUs
 	}
 	t := s.Topology
@@ -337,7 +340,7 @@ func engineContainer(s *deploy.Spec, p Pool, o Options) (corev1.Container, error
 	if p.KVPort > 0 {
 		c.Ports = append(c.Ports, corev1.ContainerPort{Name: "nixl", ContainerPort: int32(p.KVPort), Protocol: corev1.ProtocolTCP})
 	}
-	if s.Engine == deploy.EngineEmulator {
+	if engine.Emulated(s.Engine) {
 		c.Image = o.HoneImage
 		return c, nil
 	}

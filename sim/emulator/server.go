@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	engines "github.com/hone-llm/hone/engine"
 	"github.com/hone-llm/hone/internal/finesleep"
 	"github.com/hone-llm/hone/internal/guard"
 )
@@ -164,7 +165,7 @@ func (c *Config) resolve() (*Profile, error) {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Version == "" {
-		c.Version = "hone-emulator"
+		c.Version = engines.EmulatorVersionPrefix
 	}
 	if err := c.Guard.Fill(); err != nil {
 		return nil, err
@@ -496,7 +497,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]any{"object": "list", "data": []map[string]any{{
-		"id": s.cfg.Model, "object": "model", "created": time.Now().Unix(), "owned_by": "vllm",
+		"id": s.cfg.Model, "object": "model", "created": time.Now().Unix(), "owned_by": engines.VLLM, // as vLLM answers
 		"root": s.prof.Model.Name, "parent": nil, "max_model_len": s.cfg.MaxModelLen,
 	}}})
 }
