@@ -10,12 +10,15 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/hone-llm/hone/engine"
 )
 
-// DefaultMatch selects vLLM's API server, EngineCore and worker processes
-// and hone's engine emulator when no --pid, --cgroup or --match-cmdline is
-// given.
-const DefaultMatch = `vllm serve|vllm\.entrypoints|VLLM::|EngineCore|VllmWorker|hone sim serve`
+// DefaultMatch selects every registered engine's serving processes (vLLM's
+// API server, EngineCore and workers; hone's engine emulator) when no
+// --pid, --cgroup or --match-cmdline is given: each engine's
+// Facts.ProcessPattern (package engine).
+var DefaultMatch = engine.ProcessPattern()
 
 // CUDALaunchesAlways, as Config.CUDALaunches, probes kernel launches for
 // as long as the daemon runs.
@@ -38,10 +41,10 @@ func ParseCUDALaunches(s string) (time.Duration, error) {
 }
 
 // DefaultKVPorts are the ports whose connections count as KV transfers:
-// vLLM's NIXL side channel (5600 plus one per rank), vLLM's P2pNccl default,
-// and the range hone's engine emulator uses for its prefill-to-decode KV
-// stream.
-const DefaultKVPorts = "5600-5663,14579-14580,5700-5763"
+// every registered engine's Facts.KVPorts (vLLM's NIXL side channel, 5600
+// plus one per rank, and its P2pNccl default; the range hone's engine
+// emulator uses for its prefill-to-decode KV stream).
+var DefaultKVPorts = engine.KVPorts()
 
 // DefaultHTTPPorts are the API ports whose connections' HTTP exchanges are
 // recorded on the server's end: vLLM's default (8000, also hone sim

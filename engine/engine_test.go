@@ -8,15 +8,18 @@ import (
 	"github.com/hone-llm/hone/engine"
 )
 
-// The daemon's defaults are the registry's: daemon.DefaultMatch and
-// daemon.DefaultKVPorts can become engine.ProcessPattern() and
-// engine.KVPorts() with no change in what the daemon traces.
+// The daemon's defaults come from the registry (daemon.DefaultMatch and
+// daemon.DefaultKVPorts), and the built-in engines give exactly what the
+// daemon traced when they were constants: moving them into the engines
+// changed nothing the daemon traces.
 func TestDaemonDefaultsFromRegistry(t *testing.T) {
-	if got := engine.ProcessPattern(); got != daemon.DefaultMatch {
-		t.Errorf("ProcessPattern() = %q, daemon.DefaultMatch = %q", got, daemon.DefaultMatch)
+	const match = `vllm serve|vllm\.entrypoints|VLLM::|EngineCore|VllmWorker|hone sim serve`
+	const kvPorts = "5600-5663,14579-14580,5700-5763"
+	if got := engine.ProcessPattern(); got != match || daemon.DefaultMatch != match {
+		t.Errorf("ProcessPattern() = %q, daemon.DefaultMatch = %q, want %q", got, daemon.DefaultMatch, match)
 	}
-	if got := engine.KVPorts(); got != daemon.DefaultKVPorts {
-		t.Errorf("KVPorts() = %q, daemon.DefaultKVPorts = %q", got, daemon.DefaultKVPorts)
+	if got := engine.KVPorts(); got != kvPorts || daemon.DefaultKVPorts != kvPorts {
+		t.Errorf("KVPorts() = %q, daemon.DefaultKVPorts = %q, want %q", got, daemon.DefaultKVPorts, kvPorts)
 	}
 }
 

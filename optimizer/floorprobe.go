@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/engine"
 	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/slo"
 )
@@ -29,7 +30,7 @@ const (
 // time scale (FloorProbeRequests). It returns the p99 TTFT in real ms,
 // what ChooseTimeScale reads.
 func (e *DeployEvaluator) ProbeFloor(ctx context.Context, base *deploy.Spec) (p99RealMs float64, err error) {
-	if base.Engine != deploy.EngineEmulator {
+	if !engine.Emulated(base.Engine) {
 		return 0, fmt.Errorf("the host floor needs the emulator (engine %q)", base.Engine)
 	}
 	scale := base.Emulator.TimeScale
@@ -99,7 +100,7 @@ type FloorScaler struct {
 
 // Evaluate implements Evaluator.
 func (f *FloorScaler) Evaluate(ctx context.Context, spec *deploy.Spec, tag string) Trial {
-	if spec.Engine != deploy.EngineEmulator || f.Probe == nil {
+	if !engine.Emulated(spec.Engine) || f.Probe == nil {
 		return f.Inner.Evaluate(ctx, spec, tag)
 	}
 	specScale := spec.Emulator.TimeScale

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/engine"
 	"github.com/hone-llm/hone/replay"
 )
 
@@ -88,7 +89,7 @@ type Rescaler struct {
 
 // Evaluate implements Evaluator.
 func (r *Rescaler) Evaluate(ctx context.Context, spec *deploy.Spec, tag string) Trial {
-	if spec.Engine != deploy.EngineEmulator || !(spec.Emulator.TimeScale > 0) {
+	if !engine.Emulated(spec.Engine) || !(spec.Emulator.TimeScale > 0) {
 		return r.Inner.Evaluate(ctx, spec, tag)
 	}
 	now := r.Now
