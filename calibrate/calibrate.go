@@ -16,13 +16,14 @@ import (
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 )
 
 // Input is one measured record and the deployment it measured.
 type Input struct {
 	Spec   *deploy.Spec
-	Record *replay.Record
+	Record *schema.Record
 	// Path names the input in errors, notes and PredictionError (the
 	// record's file, or any label).
 	Path string
@@ -247,46 +248,22 @@ type obs struct {
 }
 
 // value is q of one request: its engine metrics m, or the client's figures.
-func (q quantity) value(rr *replay.RequestRecord, m *engineMetrics) float64 {
+func (q quantity) value(rr *schema.RequestRecord, m *schema.EngineMetrics) float64 {
 	switch q {
 	case qEngineTTFT:
-		return deref(m.TTFT)
+		return deref(m.TimeToFirstTokenMs)
 	case qITL:
-		return deref(m.ITL)
+		return deref(m.MeanITLMs)
 	case qTransfer:
-		return deref(m.Transfer)
+		return deref(m.KVTransferTimeMs)
 	case qTTFT, qTTFTMean:
 		return deref(rr.TTFTMs)
 	case qTPOT:
 		return deref(rr.TPOTMs)
 	case qPrefillLeg:
-		return deref(rr.TTFTMs) - deref(m.Queue) - deref(m.TTFT)
+		return deref(rr.TTFTMs) - deref(m.QueueTimeMs) - deref(m.TimeToFirstTokenMs)
 	}
 	return math.NaN()
-}
-
-// engineMetrics are the keys of the per-request metrics calibration reads
-// (emulator.RequestMetrics; vLLM has all but kv_transfer_time_ms,
-// kv_transfer_late_ms and time_scale).
-type engineMetrics struct {
-	Queue    *float64 `json:"queue_time_ms"`
-	TTFT     *float64 `json:"time_to_first_token_ms"`
-	E2E      *float64 `json:"e2e_time_ms"`
-	Gen      *float64 `json:"generation_time_ms"`
-	ITL      *float64 `json:"mean_itl_ms"`
-	Transfer *float64 `json:"kv_transfer_time_ms"`
-	// TransferLate: the part of Transfer past the modelled end, the
-	// host's (0 on time).
-	TransferLate *float64 `json:"kv_transfer_late_ms"`
-	TimeScale    *float64 `json:"time_scale"`
-}
-
-func parseMetrics(raw json.RawMessage) (engineMetrics, bool) {
-	var m engineMetrics
-	if len(raw) == 0 || json.Unmarshal(raw, &m) != nil {
-		return m, false
-	}
-	return m, true
 }
 
 // relStep is the fit's finite-difference step, relative to each
@@ -382,14 +359,14 @@ func Calibrate(inputs []Input, opts Config) (*Result, error) {
 		} else {
 			tps[t.TP] = true
 		}
-		if in.Record.Kind == replay.KindPredicted {
+		if in.Record.Kind == schema.KindPredicted {
 			c.notes = append(c.notes, fmt.Sprintf("%s is a prediction (kind %q), not a measurement", in.Path, in.Record.Kind))
 		}
 		pooled := t.Replicas > 1
 		if t.Kind == deploy.Disaggregated {
 			pooled = t.Prefill.Replicas > 1 || t.Decode.Replicas > 1
 		}
-		if in.Record.Cache.Procedure == replay.CacheFreshPrefixes && pooled {
+		if in.Record.Cache.Procedure == schema.CacheFreshPrefixes && pooled {
 			c.notes = append(c.notes, fmt.Sprintf("%s was measured with fresh prefixes per level: with several workers in a pool, the prediction's session routing (by the workload's seed) may differ from the measured one", in.Path))
 		}
 	}
@@ -623,8 +600,8 @@ func (c *calibration) profile(theta []float64) *emulator.Profile {
 // schedule alone (Runs[0] of the first record of each input), and, where
 // c.hops is set, once per measured run with a valid level, with that run's
 // own arrivals (out[i][1+r] for run r; nil for a run with none).
-func (c *calibration) predictAll(prof *emulator.Profile) ([][]*replay.Record, error) {
-	out := make([][]*replay.Record, len(c.inputs))
+func (c *calibration) predictAll(prof *emulator.Profile) ([][]*schema.Record, error) {
+	out := make([][]*schema.Record, len(c.inputs))
 	var errs []error
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -633,7 +610,7 @@ func (c *calibration) predictAll(prof *emulator.Profile) ([][]*replay.Record, er
 		if c.hops != nil {
 			hops = c.hops[i]
 		}
-		out[i] = make([]*replay.Record, 1+len(hops))
+		out[i] = make([]*schema.Record, 1+len(hops))
 		for k := range out[i] {
 			if k > 0 && hops[k-1] == nil {
 				continue
@@ -690,23 +667,23 @@ type runHops map[hopKey]predict.Hop
 // is the decode leg's receipt (predict.Hop.DecodeAtMs, late by the hop
 // back, so the hop back is in its prediction already); the prefill leg
 // leaves at the send.
-func hopsOf(run replay.RunRecord, disagg bool, scale float64) runHops {
+func hopsOf(run schema.RunRecord, disagg bool, scale float64) runHops {
 	h := runHops{}
 	for _, l := range run.Levels {
 		if !l.Verdict.Valid {
 			continue
 		}
 		for _, q := range l.Requests {
-			if q.Outcome != replay.OutcomeOK || q.FirstMs == nil {
+			if q.Outcome != schema.OutcomeOK || q.FirstMs == nil {
 				continue
 			}
 			hop := predict.Hop{ArriveMs: max(q.SentMs-q.ScheduledMs, 0)}
-			if m, ok := parseMetrics(q.EngineMetrics); ok && m.E2E != nil && m.Gen != nil {
+			if m, ok := schema.DecodeEngineMetrics(q.EngineMetrics); ok && m.E2ETimeMs != nil && m.GenerationTimeMs != nil {
 				unit := 1 / scale
 				if m.TimeScale != nil {
 					unit = 1
 				}
-				receipt := *q.FirstMs - (*m.E2E-*m.Gen)*unit
+				receipt := *q.FirstMs - (*m.E2ETimeMs-*m.GenerationTimeMs)*unit
 				switch {
 				case disagg:
 					hop.DecodeAtMs = receipt
@@ -751,14 +728,14 @@ func (c *calibration) observe() error {
 		}
 		var count [nQuantities]int
 		skipped, lateWarmupLevels, latePulls := 0, 0, 0
-		var run replay.RunRecord
+		var run schema.RunRecord
 		var ri int
 		add := func(li int, ids []int, k quantity, v, floor float64) {
 			c.obs[i] = append(c.obs[i], obs{run: 1 + ri, level: li, ids: ids, q: k, measured: v, scale: math.Max(math.Abs(v), floor)})
 			count[k]++
 		}
 		for ri, run = range rec.Runs {
-			var pl []replay.LevelRecord
+			var pl []schema.LevelRecord
 			if p := preds[i][1+ri]; p != nil {
 				pl = p.Runs[0].Levels
 			}
@@ -786,13 +763,13 @@ func (c *calibration) observe() error {
 					}
 				}
 				for _, q := range l.Requests {
-					if !q.Valid || q.Outcome != replay.OutcomeOK || q.TTFTMs == nil || q.ID < 0 || q.ID >= len(pl[li].Requests) {
+					if !q.Valid || q.Outcome != schema.OutcomeOK || q.TTFTMs == nil || q.ID < 0 || q.ID >= len(pl[li].Requests) {
 						continue
 					}
 					id := []int{q.ID}
-					mm, ok := parseMetrics(q.EngineMetrics)
-					_, pok := parseMetrics(pl[li].Requests[q.ID].EngineMetrics)
-					if !ok || !pok || mm.Queue == nil || mm.TTFT == nil {
+					mm, ok := schema.DecodeEngineMetrics(q.EngineMetrics)
+					_, pok := schema.DecodeEngineMetrics(pl[li].Requests[q.ID].EngineMetrics)
+					if !ok || !pok || mm.QueueTimeMs == nil || mm.TimeToFirstTokenMs == nil {
 						// The client's figures. A measured request's TTFT goes
 						// to its level's mean only: it may have waited for the
 						// step in flight, and how long depends on where its
@@ -816,23 +793,23 @@ func (c *calibration) observe() error {
 					if mm.TimeScale != nil {
 						unit = 1 // hone's emulator writes model time
 					}
-					add(li, id, qEngineTTFT, *mm.TTFT*unit, minScaleMs)
-					if mm.ITL != nil && q.OutputTokens > 1 {
-						add(li, id, qITL, *mm.ITL*unit, minScaleMs)
+					add(li, id, qEngineTTFT, *mm.TimeToFirstTokenMs*unit, minScaleMs)
+					if mm.MeanITLMs != nil && q.OutputTokens > 1 {
+						add(li, id, qITL, *mm.MeanITLMs*unit, minScaleMs)
 					}
 					if disagg {
 						// The metrics are the decode worker's; the client's
 						// TTFT less the decode worker's part is the prefill
 						// leg (the prefill worker's queue and prefill).
 						// A pull the emulator says ended late is host time.
-						late := mm.TransferLate != nil && *mm.TransferLate > 0
+						late := mm.KVTransferLateMs != nil && *mm.KVTransferLateMs > 0
 						if late {
 							latePulls++
 						}
-						if mm.Transfer != nil && !late && !(lateWarmups && q.ID < rec.Warmups()) {
-							add(li, id, qTransfer, *mm.Transfer*unit, minScaleMs)
+						if mm.KVTransferTimeMs != nil && !late && !(lateWarmups && q.ID < rec.Warmups()) {
+							add(li, id, qTransfer, *mm.KVTransferTimeMs*unit, minScaleMs)
 						}
-						add(li, id, qPrefillLeg, *q.TTFTMs-(*mm.Queue+*mm.TTFT)*unit, minScaleMs)
+						add(li, id, qPrefillLeg, *q.TTFTMs-(*mm.QueueTimeMs+*mm.TimeToFirstTokenMs)*unit, minScaleMs)
 					}
 				}
 				if n := len(ttftIDs); n > 0 {
@@ -872,7 +849,7 @@ func (c *calibration) residuals(theta []float64) ([]float64, error) {
 	r := make([]float64, 0, c.nObs)
 	type reqKey struct{ run, level, id int }
 	for i, list := range c.obs {
-		metrics := map[reqKey]*engineMetrics{}
+		metrics := map[reqKey]*schema.EngineMetrics{}
 		for _, o := range list {
 			reqs := preds[i][o.run].Runs[0].Levels[o.level].Requests
 			sum := 0.0
@@ -880,7 +857,7 @@ func (c *calibration) residuals(theta []float64) ([]float64, error) {
 				k := reqKey{o.run, o.level, id}
 				m := metrics[k]
 				if m == nil {
-					pm, _ := parseMetrics(reqs[id].EngineMetrics)
+					pm, _ := schema.DecodeEngineMetrics(reqs[id].EngineMetrics)
 					m = &pm
 					metrics[k] = m
 				}
@@ -975,7 +952,7 @@ func (c *calibration) compare(res *Result, start *emulator.Profile) error {
 				}
 			}
 			if len(pt) > 0 {
-				g := levelPrediction(replay.LevelRecord{P50TTFTMs: median(pt), P50TPOTMs: median(pp)}, e)
+				g := levelPrediction(schema.LevelRecord{P50TTFTMs: median(pt), P50TPOTMs: median(pp)}, e)
 				e.AfterGivenArrivals = &g
 			}
 			res.PredictionError = append(res.PredictionError, e)
@@ -991,7 +968,7 @@ func (c *calibration) compare(res *Result, start *emulator.Profile) error {
 	return nil
 }
 
-func levelPrediction(l replay.LevelRecord, e LevelError) LevelPrediction {
+func levelPrediction(l schema.LevelRecord, e LevelError) LevelPrediction {
 	return LevelPrediction{P50TTFTMs: l.P50TTFTMs, P50TPOTMs: l.P50TPOTMs,
 		TTFTRelErr: relErr(l.P50TTFTMs, e.MeasuredP50TTFTMs), TPOTRelErr: relErr(l.P50TPOTMs, e.MeasuredP50TPOTMs)}
 }

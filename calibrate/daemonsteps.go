@@ -14,7 +14,7 @@ import (
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/diagnose"
 	"github.com/hone-llm/hone/internal/atomicfile"
-	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 )
 
@@ -53,7 +53,7 @@ import (
 //
 // tp is the engine's tensor-parallel size; 0 takes the record's
 // config.topology.tp.
-func StepsFromEvidence(ev diagnose.KernelEvidence, pid int, rec *replay.Record, budget, tp int) (*StepData, error) {
+func StepsFromEvidence(ev diagnose.KernelEvidence, pid int, rec *schema.Record, budget, tp int) (*StepData, error) {
 	if budget < 1 {
 		return nil, fmt.Errorf("token budget %d: want >= 1", budget)
 	}
@@ -103,7 +103,7 @@ func StepsFromEvidence(ev diagnose.KernelEvidence, pid int, rec *replay.Record, 
 		for _, lvl := range run.Levels {
 			for _, rr := range lvl.Requests {
 				chunks := rr.Chunks.Columns() // packed as ReadRecord returns them
-				if rr.Outcome != replay.OutcomeOK || len(chunks.MonoNs) == 0 || rr.PromptTokens == nil {
+				if rr.Outcome != schema.OutcomeOK || len(chunks.MonoNs) == 0 || rr.PromptTokens == nil {
 					continue
 				}
 				prompt := *rr.PromptTokens
@@ -175,7 +175,7 @@ func StepsFromEvidence(ev diagnose.KernelEvidence, pid int, rec *replay.Record, 
 }
 
 // tokensIn is the tokens chunk k carried (1 when the engine returned no ids).
-func tokensIn(c replay.Chunks, k int) int {
+func tokensIn(c schema.Chunks, k int) int {
 	if k < len(c.TokenIDs) && len(c.TokenIDs[k]) > 0 {
 		return len(c.TokenIDs[k])
 	}

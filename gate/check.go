@@ -12,6 +12,7 @@ import (
 	"golang.org/x/perf/benchmath"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -237,7 +238,7 @@ func Check(bl *Baseline, runs []Run, cfg Config) *Report {
 		rep.Verdict = Incomparable
 		return rep
 	}
-	exact := bl.Kind == "simulation_only"
+	exact := bl.Kind == string(schema.KindSimulationOnly)
 	levels, comparable := map[string]bool{}, map[string]bool{}
 	for _, s := range bl.Series {
 		c := cand[s.Key()]

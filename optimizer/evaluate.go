@@ -18,6 +18,7 @@ import (
 	"github.com/hone-llm/hone/diagnose"
 	"github.com/hone-llm/hone/preflight"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -30,12 +31,12 @@ type DeployEvaluator struct {
 	// a trial's processes never outlive this one (set it here too for
 	// MeasureFloor's).
 	Up       deploy.UpOptions
-	Workload replay.Workload
+	Workload schema.Workload
 	QPS      []float64
 	Runs     int
 	SLO      slo.SLO
 	OutDir   string // records/<tag>.json and traces/<tag>/
-	Hone     replay.Build
+	Hone     schema.Build
 	Log      io.Writer // progress lines; nil: none
 	// Capacity, when set, measures each run as a capacity search
 	// (capacity.Search; one replay level per probe, every run's probes in
@@ -49,8 +50,8 @@ type DeployEvaluator struct {
 	// (0: ProgressEvery).
 	ProgressEvery time.Duration
 
-	prober   func(replay.Options, func(*replay.Record)) capacity.Prober    // nil: capacity.ReplayProber (tests plant one)
-	replayer func(context.Context, replay.Options) (*replay.Record, error) // nil: replay.Run (tests plant one)
+	prober   func(replay.Options, func(*schema.Record)) capacity.Prober    // nil: capacity.ReplayProber (tests plant one)
+	replayer func(context.Context, replay.Options) (*schema.Record, error) // nil: replay.Run (tests plant one)
 }
 
 // CapacityRule states how a trial is measured by capacity, for the log and
@@ -67,7 +68,7 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 	// The kind is what the endpoint proves (GET /version): an emulator
 	// spec asserts emulated; a vLLM spec is device only with vLLM's own
 	// version answer, else unverified.
-	t = Trial{Started: start.UTC(), Kind: replay.KindUnverified}
+	t = Trial{Started: start.UTC(), Kind: schema.KindUnverified}
 	defer func() { t.Seconds = time.Since(start).Seconds() }()
 	var m *meter // nil: no progress lines
 	if e.Log != nil {
@@ -84,9 +85,9 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 	if len(s.Name) > 63 {
 		s.Name = s.Name[:63]
 	}
-	backend, kind := "vllm", ""
+	backend, kind := "vllm", schema.Kind("")
 	if s.Engine == deploy.EngineEmulator {
-		t.Kind, kind, backend = replay.KindEmulated, replay.KindEmulated, "emulator"
+		t.Kind, kind, backend = schema.KindEmulated, schema.KindEmulated, "emulator"
 		s.Emulator.TraceDir = filepath.Join(e.OutDir, "traces", tag)
 		if err := os.MkdirAll(s.Emulator.TraceDir, 0o755); err != nil {
 			t.Error = err.Error()
@@ -121,13 +122,13 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 	ropts := replay.Options{Endpoint: dep.ProxyURL(), Model: s.ServedName(), Kind: kind, Backend: backend,
 		Workload: e.Workload, QPS: e.QPS, Runs: e.Runs, SLO: e.SLO, TimeScale: scale, GPUs: s.GPUsNeeded(), Config: cfg,
 		Hardware:  preflight.Hardware(e.Hone.Version, e.Hone.Commit),
-		ModelInfo: replay.Model{Revision: s.Model.Revision, Precision: s.Precision.DType}, Hone: e.Hone}
+		ModelInfo: schema.Model{Revision: s.Model.Revision, Precision: s.Precision.DType}, Hone: e.Hone}
 	if m != nil {
 		ropts.Progress = m.update
 		m.setPhase("replaying")
 	}
 	var (
-		rec  *replay.Record
+		rec  *schema.Record
 		caps []capacity.Result
 	)
 	if e.Capacity != nil {
@@ -161,7 +162,7 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 		// re-judges the record and marks the attributions in place.
 		marked := diagnose.MarkClientBound(rec, atts)
 		d := diagnoseTrial(&t, rec, atts)
-		rec.Attribution, _ = json.Marshal(map[string]any{"diagnosis": d, "timelines_error": errString(terr), "client_bound": marked})
+		rec.Attribution, _ = json.Marshal(map[string]any{"diagnosis": d, "timelines_error": errString(terr), string(schema.ReasonClientBound): marked})
 	}
 	path := filepath.Join(e.OutDir, "records", tag+".json.gz") // gzip: ~7 bytes per output token
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil && t.Error == "" {
@@ -182,10 +183,10 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 // returns them with one record holding every probe (run i's levels are its
 // search's probes in order, then the reference load). An invalid probe
 // ends its run's search, not the trial: the run is invalid by its record.
-func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options, m *meter) (*replay.Record, []capacity.Result, error) {
-	var rec *replay.Record
+func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options, m *meter) (*schema.Record, []capacity.Result, error) {
+	var rec *schema.Record
 	var results []capacity.Result
-	keep := func(run int, r *replay.Record) {
+	keep := func(run int, r *schema.Record) {
 		if len(r.Runs) != 1 || len(r.Runs[0].Levels) != 1 {
 			return
 		}
@@ -197,7 +198,7 @@ func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options, m *m
 			rec.Outcomes, rec.Validation.Valid, rec.Validation.Invalid, rec.Validation.Reasons = map[string]int{}, 0, 0, map[string]int{}
 		}
 		for len(rec.Runs) <= run {
-			rec.Runs = append(rec.Runs, replay.RunRecord{Run: len(rec.Runs)})
+			rec.Runs = append(rec.Runs, schema.RunRecord{Run: len(rec.Runs)})
 		}
 		rec.Runs[run].Levels = append(rec.Runs[run].Levels, lvl)
 		if !slices.Contains(rec.Workload.QPS, load) {
@@ -245,13 +246,13 @@ func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options, m *m
 		}
 		newProber := e.prober
 		if newProber == nil {
-			newProber = func(o replay.Options, kept func(*replay.Record)) capacity.Prober {
+			newProber = func(o replay.Options, kept func(*schema.Record)) capacity.Prober {
 				return capacity.ReplayProber(o, capacity.Open, kept)
 			}
 		}
-		replayProbe := newProber(o, func(r *replay.Record) { keep(run, r) })
+		replayProbe := newProber(o, func(r *schema.Record) { keep(run, r) })
 		probes := 0
-		probe := func(ctx context.Context, p capacity.Plan) (*replay.LevelRecord, error) {
+		probe := func(ctx context.Context, p capacity.Plan) (*schema.LevelRecord, error) {
 			probes++
 			m.setProbe(run+1, max(e.Runs, 1), probes)
 			return replayProbe(ctx, p)
@@ -281,7 +282,7 @@ func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options, m *m
 		runErr = keepWholeRuns(rec, done, max(e.Runs, 1), runErr)
 	}
 	if rec != nil {
-		rec.Judge()
+		replay.Judge(rec)
 	}
 	return rec, results, runErr
 }
@@ -290,7 +291,7 @@ func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options, m *m
 // (replay.Run). When the time budget (the context's deadline) ends it
 // during a run, the runs before it are kept (keepWholeRuns) and the error
 // is a budgetCut; cut during the first, the trial has nothing to keep.
-func (e *DeployEvaluator) scanRuns(ctx context.Context, o replay.Options) (*replay.Record, error) {
+func (e *DeployEvaluator) scanRuns(ctx context.Context, o replay.Options) (*schema.Record, error) {
 	run := e.replayer
 	if run == nil {
 		run = replay.Run
@@ -314,7 +315,7 @@ func (e *DeployEvaluator) scanRuns(ctx context.Context, o replay.Options) (*repl
 		return rec, err
 	}
 	err = keepWholeRuns(rec, done, max(e.Runs, 1), err)
-	rec.Judge()
+	replay.Judge(rec)
 	return rec, err
 }
 
@@ -323,7 +324,7 @@ func (e *DeployEvaluator) scanRuns(ctx context.Context, o replay.Options) (*repl
 // are whole measurements and are kept; the cut one is not a measurement.
 // rec stays incomplete only for a level of theirs that did not complete.
 // The caller judges rec again.
-func keepWholeRuns(rec *replay.Record, done, of int, err error) error {
+func keepWholeRuns(rec *schema.Record, done, of int, err error) error {
 	rec.Runs = rec.Runs[:min(done, len(rec.Runs))]
 	rec.Incomplete, rec.Error = false, ""
 	for _, r := range rec.Runs {
@@ -363,7 +364,7 @@ func noteOf(n string) string {
 // residual). A distorted probe the bracket moved past, or the reference
 // load, decides nothing about the capacity (an invalid reference level is
 // left out of latency comparisons by its own verdict).
-func decidedValidly(run replay.RunRecord, c capacity.Result) bool {
+func decidedValidly(run schema.RunRecord, c capacity.Result) bool {
 	if len(c.Probes) == 0 || !c.Probes[len(c.Probes)-1].Valid {
 		return false
 	}
@@ -383,7 +384,7 @@ func decidedValidly(run replay.RunRecord, c capacity.Result) bool {
 // counts when its capacity was decided validly (decidedValidly); failed
 // requests count at the loads that passed and at the reference (a load
 // beyond capacity may lose requests: that is what failing it means).
-func applyCapacity(t *Trial, rec *replay.Record, caps []capacity.Result, gpus int, ref float64) {
+func applyCapacity(t *Trial, rec *schema.Record, caps []capacity.Result, gpus int, ref float64) {
 	t.Capacity, t.ReferenceQPS = caps, ref
 	t.Objectives, t.InvalidRuns, t.Failed, t.CostGPUSec = nil, 0, 0, nil
 	for i, c := range caps {
@@ -439,7 +440,7 @@ func errString(err error) string {
 // (diagnose.SummarizeKnobs with the knobs its config states, so that the
 // proposals follow them; p99 TPOT from the valid levels) and fills the
 // trial's diagnosis, whichever backend measured it.
-func diagnoseTrial(t *Trial, rec *replay.Record, atts []diagnose.Attribution) diagnose.Diagnosis {
+func diagnoseTrial(t *Trial, rec *schema.Record, atts []diagnose.Attribution) diagnose.Diagnosis {
 	tpot := map[float64]float64{}
 	for _, run := range rec.Runs {
 		for _, l := range run.Levels {
@@ -456,7 +457,7 @@ func diagnoseTrial(t *Trial, rec *replay.Record, atts []diagnose.Attribution) di
 // summarizeRecord fills a trial's figures from its record: per-run
 // objectives and their median, cost at the objective's level, per-level
 // medians, failures, invalid outputs and the measured hit rate.
-func summarizeRecord(t *Trial, rec *replay.Record) {
+func summarizeRecord(t *Trial, rec *schema.Record) {
 	type acc struct {
 		ttft, tpot, eff  []float64
 		goodput          []float64
