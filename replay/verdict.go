@@ -101,6 +101,22 @@ func judgeLevel(lr *schema.LevelRecord, target slo.SLO, timeScale float64) {
 			break
 		}
 	}
+	judgeCounters(lr)
+	if perReq > schema.EmulatorBoundTTFTFraction*lr.P50TTFTMs {
+		v.AddScaled(schema.ReasonEmulatorBound, lateScale(perReq, modelReq, lr.DispatchLagP50Ms, model, schema.EmulatorBoundTTFTFraction), "%.0f KV pulls ended after their modelled end because the bytes had not crossed this host's side channel: "+
+			"%.3g model ms added per measured request, > %g%% of the median TTFT %.3g ms (slow the engine, not the client: a larger emulator.time_scale in the deployment spec, or hone sim serve --time-scale, or hone optimize --time-scale; or a host that keeps the modelled link)",
+			pulls, perReq, 100*schema.EmulatorBoundTTFTFraction, lr.P50TTFTMs)
+	}
+	if v.Reasons == nil {
+		v.Reasons = []schema.Reason{}
+	}
+}
+
+// judgeCounters finds counter_contamination: a hit rate outside [0, 1], or
+// prefix-cache queries that grew by fewer tokens than reached the engine
+// or by more than CounterQueryFactor times those sent.
+func judgeCounters(lr *schema.LevelRecord) {
+	v := &lr.Verdict
 	for _, r := range []struct {
 		name string
 		h    *float64
@@ -123,14 +139,6 @@ func judgeLevel(lr *schema.LevelRecord, target slo.SLO, timeScale float64) {
 		case dq > schema.CounterQueryFactor*sent:
 			v.Add(schema.ReasonCounterContamination, "prefix-cache queries grew by %.0f tokens, more than %g× the %.0f prompt tokens sent (traffic that is not this level's)", dq, schema.CounterQueryFactor, sent)
 		}
-	}
-	if perReq > schema.EmulatorBoundTTFTFraction*lr.P50TTFTMs {
-		v.AddScaled(schema.ReasonEmulatorBound, lateScale(perReq, modelReq, lr.DispatchLagP50Ms, model, schema.EmulatorBoundTTFTFraction), "%.0f KV pulls ended after their modelled end because the bytes had not crossed this host's side channel: "+
-			"%.3g model ms added per measured request, > %g%% of the median TTFT %.3g ms (slow the engine, not the client: a larger emulator.time_scale in the deployment spec, or hone sim serve --time-scale, or hone optimize --time-scale; or a host that keeps the modelled link)",
-			pulls, perReq, 100*schema.EmulatorBoundTTFTFraction, lr.P50TTFTMs)
-	}
-	if v.Reasons == nil {
-		v.Reasons = []schema.Reason{}
 	}
 }
 
