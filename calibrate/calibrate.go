@@ -16,13 +16,14 @@ import (
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 )
 
 // Input is one measured record and the deployment it measured.
 type Input struct {
 	Spec   *deploy.Spec
-	Record *replay.Record
+	Record *schema.Record
 	// Path names the input in errors, notes and PredictionError (the
 	// record's file, or any label).
 	Path string
@@ -247,46 +248,22 @@ type obs struct {
 }
 
 // value is q of one request: its engine metrics m, or the client's figures.
-func (q quantity) value(rr *replay.RequestRecord, m *engineMetrics) float64 {
+func (q quantity) value(rr *schema.RequestRecord, m *schema.EngineMetrics) float64 {
 	switch q {
 	case qEngineTTFT:
-		return deref(m.TTFT)
+		return deref(m.TimeToFirstTokenMs)
 	case qITL:
-		return deref(m.ITL)
+		return deref(m.MeanITLMs)
 	case qTransfer:
-		return deref(m.Transfer)
+		return deref(m.KVTransferTimeMs)
 	case qTTFT, qTTFTMean:
 		return deref(rr.TTFTMs)
 	case qTPOT:
 		return deref(rr.TPOTMs)
 	case qPrefillLeg:
-		return deref(rr.TTFTMs) - deref(m.Queue) - deref(m.TTFT)
+		return deref(rr.TTFTMs) - deref(m.QueueTimeMs) - deref(m.TimeToFirstTokenMs)
 	}
 	return math.NaN()
-}
-
-// engineMetrics are the keys of the per-request metrics calibration reads
-// (emulator.RequestMetrics; vLLM has all but kv_transfer_time_ms,
-// kv_transfer_late_ms and time_scale).
-type engineMetrics struct {
-	Queue    *float64 `json:"queue_time_ms"`
-	TTFT     *float64 `json:"time_to_first_token_ms"`
-	E2E      *float64 `json:"e2e_time_ms"`
-	Gen      *float64 `json:"generation_time_ms"`
-	ITL      *float64 `json:"mean_itl_ms"`
-	Transfer *float64 `json:"kv_transfer_time_ms"`
-	// TransferLate: the part of Transfer past the modelled end, the
-	// host's (0 on time).
-	TransferLate *float64 `json:"kv_transfer_late_ms"`
-	TimeScale    *float64 `json:"time_scale"`
-}
-
-func parseMetrics(raw json.RawMessage) (engineMetrics, bool) {
-	var m engineMetrics
-	if len(raw) == 0 || json.Unmarshal(raw, &m) != nil {
-		return m, false
-	}
-	return m, true
 }
 
 // relStep is the fit's finite-difference step, relative to each
@@ -364,10 +341,48 @@ func Calibrate(inputs []Input, opts Config) (*Result, error) {
 	c := &calibration{inputs: inputs, progress: opts.Progress}
 	c.base, c.theta0, c.notes = linearStart(start, inputs)
 
-	// Which coefficients the inputs can determine at all.
+	why := c.undetermined()
+
+	if err := c.observe(); err != nil {
+		return nil, err
+	}
+	if c.nObs == 0 {
+		return nil, errors.New("calibrate: no valid request in a valid level of any input: nothing to compare")
+	}
+
+	res := &Result{Start: start, Observations: c.nObs}
+	theta, stdErr, fit, err := c.fitFree(why, opts.MaxIter, res)
+	if err != nil {
+		return nil, err
+	}
+	res.Evaluations = c.evals
+	res.Converged = fit.Converged
+	r, err := c.residuals(theta)
+	if err != nil {
+		return nil, fmt.Errorf("calibrate: at the fit: %w", err)
+	}
+	res.RMSResidual = rms(r)
+	res.Coefficients = c.coefficients(theta, stdErr, why)
+	res.Profile = c.profile(theta)
+	res.Profile.Name = start.Name + "-calibrated"
+	if err := res.Profile.Validate(); err != nil {
+		return nil, fmt.Errorf("calibrate: the calibrated profile: %w", err)
+	}
+	res.Notes = append(append([]string{}, fit.Notes...), c.notes...)
+
+	if err := c.compare(res, start); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// undetermined says, per coefficient (coefNames' order), why the inputs
+// cannot determine it at all ("" where they can), and notes what in the
+// inputs bears on the fit.
+func (c *calibration) undetermined() []string {
 	var eager, graphs, disagg bool
 	tps := map[int]bool{}
-	for _, in := range inputs {
+	for _, in := range c.inputs {
 		k := in.Spec.Knobs
 		if k.EnforceEager || k.CUDAGraphMode == "NONE" {
 			eager = true
@@ -382,14 +397,14 @@ func Calibrate(inputs []Input, opts Config) (*Result, error) {
 		} else {
 			tps[t.TP] = true
 		}
-		if in.Record.Kind == replay.KindPredicted {
+		if in.Record.Kind == schema.KindPredicted {
 			c.notes = append(c.notes, fmt.Sprintf("%s is a prediction (kind %q), not a measurement", in.Path, in.Record.Kind))
 		}
 		pooled := t.Replicas > 1
 		if t.Kind == deploy.Disaggregated {
 			pooled = t.Prefill.Replicas > 1 || t.Decode.Replicas > 1
 		}
-		if in.Record.Cache.Procedure == replay.CacheFreshPrefixes && pooled {
+		if in.Record.Cache.Procedure == schema.CacheFreshPrefixes && pooled {
 			c.notes = append(c.notes, fmt.Sprintf("%s was measured with fresh prefixes per level: with several workers in a pool, the prediction's session routing (by the workload's seed) may differ from the measured one", in.Path))
 		}
 	}
@@ -413,21 +428,25 @@ func Calibrate(inputs []Input, opts Config) (*Result, error) {
 		why[6] = why[5]
 	}
 
-	if err := c.observe(); err != nil {
-		return nil, err
-	}
-	if c.nObs == 0 {
-		return nil, errors.New("calibrate: no valid request in a valid level of any input: nothing to compare")
-	}
+	return why
+}
 
-	res := &Result{Start: start, Observations: c.nObs}
+// fitFree fits the coefficients why leaves free, from their start (or
+// fallbackStart where the start is 0). A coefficient the data do not
+// determine is held at its start and the rest refitted, one at a time:
+// of a (nearly) collinear group, the last in coefNames' order (the costs
+// that fewer steps hold come later), until what remains is identifiable
+// and carries the combinations the data do determine. Every pass holds
+// one more, so this ends. why gets the held ones' reasons; res the start's
+// residual and the iterations.
+func (c *calibration) fitFree(why []string, maxIter int, res *Result) (theta, stdErr []float64, fit Fit, err error) {
 	free := []int{}
 	for j := range coefNames {
 		if why[j] == "" {
 			free = append(free, j)
 		}
 	}
-	theta := slices.Clone(c.theta0)
+	theta = slices.Clone(c.theta0)
 	for j := range coefNames {
 		if why[j] == "" && theta[j] <= 0 {
 			theta[j] = fallbackStart[j]
@@ -436,25 +455,16 @@ func Calibrate(inputs []Input, opts Config) (*Result, error) {
 	}
 	r0, err := c.residuals(c.theta0)
 	if err != nil {
-		return nil, fmt.Errorf("calibrate: at the start: %w", err)
+		return nil, nil, fit, fmt.Errorf("calibrate: at the start: %w", err)
 	}
 	res.StartRMSResidual = rms(r0)
 	c.best = math.Inf(1)
 
-	var (
-		fit    Fit
-		stdErr = make([]float64, len(coefNames))
-	)
-	// A coefficient the data do not determine is held at its start and the
-	// rest refitted, one at a time: of a (nearly) collinear group, the
-	// last in coefNames' order (the costs that fewer steps hold come
-	// later), until what remains is identifiable and carries the
-	// combinations the data do determine. Every pass holds one more, so
-	// this ends.
+	stdErr = make([]float64, len(coefNames))
 	for len(free) > 0 {
-		fit, err = c.fit(theta, free, opts.MaxIter)
+		fit, err = c.fit(theta, free, maxIter)
 		if err != nil {
-			return nil, err
+			return nil, nil, fit, err
 		}
 		res.Iterations += fit.Iter
 		var lost []int
@@ -476,13 +486,12 @@ func Calibrate(inputs []Input, opts Config) (*Result, error) {
 			free = slices.DeleteFunc(free, func(f int) bool { return f == j })
 		}
 	}
-	res.Evaluations = c.evals
-	res.Converged = fit.Converged
-	r, err := c.residuals(theta)
-	if err != nil {
-		return nil, fmt.Errorf("calibrate: at the fit: %w", err)
-	}
-	res.RMSResidual = rms(r)
+	return theta, stdErr, fit, nil
+}
+
+// coefficients reports the fitted (or held) coefficients theta.
+func (c *calibration) coefficients(theta, stdErr []float64, why []string) []Coefficient {
+	var out []Coefficient
 	for j, name := range coefNames {
 		co := Coefficient{Name: name, Value: theta[j], Start: c.theta0[j], StdErr: math.NaN(), RelStdErr: math.NaN(), Why: why[j]}
 		if why[j] == "" {
@@ -490,19 +499,9 @@ func Calibrate(inputs []Input, opts Config) (*Result, error) {
 			co.StdErr = stdErr[j]
 			co.RelStdErr = math.Abs(stdErr[j] / theta[j])
 		}
-		res.Coefficients = append(res.Coefficients, co)
+		out = append(out, co)
 	}
-	res.Profile = c.profile(theta)
-	res.Profile.Name = start.Name + "-calibrated"
-	if err := res.Profile.Validate(); err != nil {
-		return nil, fmt.Errorf("calibrate: the calibrated profile: %w", err)
-	}
-	res.Notes = append(append([]string{}, fit.Notes...), c.notes...)
-
-	if err := c.compare(res, start); err != nil {
-		return nil, err
-	}
-	return res, nil
+	return out
 }
 
 // fallbackStart is where a fitted coefficient starts when the start
@@ -623,8 +622,8 @@ func (c *calibration) profile(theta []float64) *emulator.Profile {
 // schedule alone (Runs[0] of the first record of each input), and, where
 // c.hops is set, once per measured run with a valid level, with that run's
 // own arrivals (out[i][1+r] for run r; nil for a run with none).
-func (c *calibration) predictAll(prof *emulator.Profile) ([][]*replay.Record, error) {
-	out := make([][]*replay.Record, len(c.inputs))
+func (c *calibration) predictAll(prof *emulator.Profile) ([][]*schema.Record, error) {
+	out := make([][]*schema.Record, len(c.inputs))
 	var errs []error
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -633,7 +632,7 @@ func (c *calibration) predictAll(prof *emulator.Profile) ([][]*replay.Record, er
 		if c.hops != nil {
 			hops = c.hops[i]
 		}
-		out[i] = make([]*replay.Record, 1+len(hops))
+		out[i] = make([]*schema.Record, 1+len(hops))
 		for k := range out[i] {
 			if k > 0 && hops[k-1] == nil {
 				continue
@@ -690,23 +689,23 @@ type runHops map[hopKey]predict.Hop
 // is the decode leg's receipt (predict.Hop.DecodeAtMs, late by the hop
 // back, so the hop back is in its prediction already); the prefill leg
 // leaves at the send.
-func hopsOf(run replay.RunRecord, disagg bool, scale float64) runHops {
+func hopsOf(run schema.RunRecord, disagg bool, scale float64) runHops {
 	h := runHops{}
 	for _, l := range run.Levels {
 		if !l.Verdict.Valid {
 			continue
 		}
 		for _, q := range l.Requests {
-			if q.Outcome != replay.OutcomeOK || q.FirstMs == nil {
+			if q.Outcome != schema.OutcomeOK || q.FirstMs == nil {
 				continue
 			}
 			hop := predict.Hop{ArriveMs: max(q.SentMs-q.ScheduledMs, 0)}
-			if m, ok := parseMetrics(q.EngineMetrics); ok && m.E2E != nil && m.Gen != nil {
+			if m, ok := schema.DecodeEngineMetrics(q.EngineMetrics); ok && m.E2ETimeMs != nil && m.GenerationTimeMs != nil {
 				unit := 1 / scale
 				if m.TimeScale != nil {
 					unit = 1
 				}
-				receipt := *q.FirstMs - (*m.E2E-*m.Gen)*unit
+				receipt := *q.FirstMs - (*m.E2ETimeMs-*m.GenerationTimeMs)*unit
 				switch {
 				case disagg:
 					hop.DecodeAtMs = receipt
@@ -729,12 +728,8 @@ func hopsOf(run replay.RunRecord, disagg bool, scale float64) runHops {
 func (c *calibration) observe() error {
 	c.hops = make([][]runHops, len(c.inputs))
 	for i, in := range c.inputs {
-		scale := in.Record.TimeScale
-		if !(scale > 0) {
-			scale = 1
-		}
 		for _, run := range in.Record.Runs {
-			c.hops[i] = append(c.hops[i], hopsOf(run, in.Spec.Topology.Kind == deploy.Disaggregated, scale))
+			c.hops[i] = append(c.hops[i], hopsOf(run, in.Spec.Topology.Kind == deploy.Disaggregated, recordScale(in.Record)))
 		}
 	}
 	preds, err := c.predictAll(c.base)
@@ -743,123 +738,161 @@ func (c *calibration) observe() error {
 	}
 	c.obs = make([][]obs, len(c.inputs))
 	for i, in := range c.inputs {
-		rec := in.Record
-		disagg := in.Spec.Topology.Kind == deploy.Disaggregated
-		scale := rec.TimeScale
-		if !(scale > 0) {
-			scale = 1
-		}
-		var count [nQuantities]int
-		skipped, lateWarmupLevels, latePulls := 0, 0, 0
-		var run replay.RunRecord
-		var ri int
-		add := func(li int, ids []int, k quantity, v, floor float64) {
-			c.obs[i] = append(c.obs[i], obs{run: 1 + ri, level: li, ids: ids, q: k, measured: v, scale: math.Max(math.Abs(v), floor)})
-			count[k]++
-		}
-		for ri, run = range rec.Runs {
-			var pl []replay.LevelRecord
+		o := &observer{c: c, i: i, rec: in.Record, disagg: in.Spec.Topology.Kind == deploy.Disaggregated, scale: recordScale(in.Record)}
+		for ri, run := range in.Record.Runs {
+			o.run = ri
+			var pl []schema.LevelRecord
 			if p := preds[i][1+ri]; p != nil {
 				pl = p.Runs[0].Levels
 			}
 			for li, l := range run.Levels {
-				if !l.Verdict.Valid {
-					skipped++
-					continue
-				}
-				if li >= len(pl) || pl[li].OfferedQPS != l.OfferedQPS {
-					return fmt.Errorf("calibrate: %s: run %d's level %d is %g req/s, the workload's %v", in.Path, run.Run, li, l.OfferedQPS, rec.Workload.QPS)
-				}
-				var (
-					ttftIDs []int
-					ttftSum float64
-				)
-				// The warm-ups' pulls carry whole prompts; where an emulated
-				// engine's host delivered any of them after its modelled end
-				// (its counters say so), their transfer times are host time,
-				// not the link's.
-				lateWarmups := false
-				if l.Counters.Warmup != nil && !l.WarmupOverlap {
-					if n, _, _, ok := replay.EmulatorLateness(l.Counters.Before, l.Counters.Warmup); ok && n > 0 {
-						lateWarmups = true
-						lateWarmupLevels++
-					}
-				}
-				for _, q := range l.Requests {
-					if !q.Valid || q.Outcome != replay.OutcomeOK || q.TTFTMs == nil || q.ID < 0 || q.ID >= len(pl[li].Requests) {
-						continue
-					}
-					id := []int{q.ID}
-					mm, ok := parseMetrics(q.EngineMetrics)
-					_, pok := parseMetrics(pl[li].Requests[q.ID].EngineMetrics)
-					if !ok || !pok || mm.Queue == nil || mm.TTFT == nil {
-						// The client's figures. A measured request's TTFT goes
-						// to its level's mean only: it may have waited for the
-						// step in flight, and how long depends on where its
-						// arrival falls within that step, a sawtooth in the
-						// coefficients. The warm-ups reach an idle engine.
-						if q.TPOTMs != nil && q.OutputTokens > 1 {
-							add(li, id, qTPOT, *q.TPOTMs, minScaleMs)
-						}
-						if q.ID >= rec.Warmups() {
-							ttftIDs = append(ttftIDs, q.ID)
-							ttftSum += *q.TTFTMs
-						} else {
-							add(li, id, qTTFT, *q.TTFTMs, minScaleMs)
-						}
-						continue
-					}
-					// The engine's figures, without queue_time_ms, for the
-					// same reason: the wait for the step in flight is a
-					// sawtooth, and the steps' costs are in the others.
-					unit := 1 / scale
-					if mm.TimeScale != nil {
-						unit = 1 // hone's emulator writes model time
-					}
-					add(li, id, qEngineTTFT, *mm.TTFT*unit, minScaleMs)
-					if mm.ITL != nil && q.OutputTokens > 1 {
-						add(li, id, qITL, *mm.ITL*unit, minScaleMs)
-					}
-					if disagg {
-						// The metrics are the decode worker's; the client's
-						// TTFT less the decode worker's part is the prefill
-						// leg (the prefill worker's queue and prefill).
-						// A pull the emulator says ended late is host time.
-						late := mm.TransferLate != nil && *mm.TransferLate > 0
-						if late {
-							latePulls++
-						}
-						if mm.Transfer != nil && !late && !(lateWarmups && q.ID < rec.Warmups()) {
-							add(li, id, qTransfer, *mm.Transfer*unit, minScaleMs)
-						}
-						add(li, id, qPrefillLeg, *q.TTFTMs-(*mm.Queue+*mm.TTFT)*unit, minScaleMs)
-					}
-				}
-				if n := len(ttftIDs); n > 0 {
-					add(li, ttftIDs, qTTFTMean, ttftSum/float64(n), minScaleMs)
+				if err := o.level(in.Path, run.Run, li, l, pl); err != nil {
+					return err
 				}
 			}
 		}
-		var used []string
-		for k, n := range count {
-			if n > 0 {
-				used = append(used, fmt.Sprintf("%d %s", n, quantityNames[k]))
-			}
-		}
-		note := fmt.Sprintf("%s: %d observations (%s)", in.Path, len(c.obs[i]), strings.Join(used, ", "))
-		if skipped > 0 {
-			note += fmt.Sprintf("; %d invalid levels left out", skipped)
-		}
-		if latePulls > 0 {
-			note += fmt.Sprintf("; %d KV transfer times left out (the emulator's host delivered their pulls late: kv_transfer_late_ms)", latePulls)
-		}
-		if lateWarmupLevels > 0 {
-			note += fmt.Sprintf("; the warm-ups' KV transfer times left out of %d levels (the emulator's host delivered their pulls late: emulator counters)", lateWarmupLevels)
-		}
-		c.notes = append(c.notes, note)
+		c.notes = append(c.notes, o.note(in.Path))
 		c.nObs += len(c.obs[i])
 	}
 	return nil
+}
+
+// recordScale is a record's time scale, 1 where it states none.
+func recordScale(rec *schema.Record) float64 {
+	if !(rec.TimeScale > 0) {
+		return 1
+	}
+	return rec.TimeScale
+}
+
+// observer chooses one input's observations (observe), and counts what it
+// took and what it left out for the input's note.
+type observer struct {
+	c      *calibration
+	i      int // the input
+	rec    *schema.Record
+	disagg bool
+	scale  float64
+	run    int // the run being observed (0-based)
+
+	count                                [nQuantities]int
+	skipped, lateWarmupLevels, latePulls int
+}
+
+// add records one observation of quantity k of the requests ids at level li.
+func (o *observer) add(li int, ids []int, k quantity, v, floor float64) {
+	o.c.obs[o.i] = append(o.c.obs[o.i], obs{run: 1 + o.run, level: li, ids: ids, q: k, measured: v, scale: math.Max(math.Abs(v), floor)})
+	o.count[k]++
+}
+
+// level observes level li of the run (run is its number), against the
+// start's prediction of the run's levels pl.
+func (o *observer) level(path string, run, li int, l schema.LevelRecord, pl []schema.LevelRecord) error {
+	if !l.Verdict.Valid {
+		o.skipped++
+		return nil
+	}
+	if li >= len(pl) || pl[li].OfferedQPS != l.OfferedQPS {
+		return fmt.Errorf("calibrate: %s: run %d's level %d is %g req/s, the workload's %v", path, run, li, l.OfferedQPS, o.rec.Workload.QPS)
+	}
+	var (
+		ttftIDs []int
+		ttftSum float64
+	)
+	// The warm-ups' pulls carry whole prompts; where an emulated
+	// engine's host delivered any of them after its modelled end
+	// (its counters say so), their transfer times are host time,
+	// not the link's.
+	lateWarmups := false
+	if l.Counters.Warmup != nil && !l.WarmupOverlap {
+		if n, _, _, ok := replay.EmulatorLateness(l.Counters.Before, l.Counters.Warmup); ok && n > 0 {
+			lateWarmups = true
+			o.lateWarmupLevels++
+		}
+	}
+	for _, q := range l.Requests {
+		if !q.Valid || q.Outcome != schema.OutcomeOK || q.TTFTMs == nil || q.ID < 0 || q.ID >= len(pl[li].Requests) {
+			continue
+		}
+		mm, ok := schema.DecodeEngineMetrics(q.EngineMetrics)
+		_, pok := schema.DecodeEngineMetrics(pl[li].Requests[q.ID].EngineMetrics)
+		if ok && pok && mm.QueueTimeMs != nil && mm.TimeToFirstTokenMs != nil {
+			o.engineRequest(li, q, mm, lateWarmups)
+			continue
+		}
+		// The client's figures. A measured request's TTFT goes
+		// to its level's mean only: it may have waited for the
+		// step in flight, and how long depends on where its
+		// arrival falls within that step, a sawtooth in the
+		// coefficients. The warm-ups reach an idle engine.
+		id := []int{q.ID}
+		if q.TPOTMs != nil && q.OutputTokens > 1 {
+			o.add(li, id, qTPOT, *q.TPOTMs, minScaleMs)
+		}
+		if q.ID >= o.rec.Warmups() {
+			ttftIDs = append(ttftIDs, q.ID)
+			ttftSum += *q.TTFTMs
+		} else {
+			o.add(li, id, qTTFT, *q.TTFTMs, minScaleMs)
+		}
+	}
+	if n := len(ttftIDs); n > 0 {
+		o.add(li, ttftIDs, qTTFTMean, ttftSum/float64(n), minScaleMs)
+	}
+	return nil
+}
+
+// engineRequest observes a request whose engine reported its per-request
+// metrics mm (queue_time_ms and time_to_first_token_ms at least).
+func (o *observer) engineRequest(li int, q schema.RequestRecord, mm schema.EngineMetrics, lateWarmups bool) {
+	id := []int{q.ID}
+	// The engine's figures, without queue_time_ms, for the
+	// same reason: the wait for the step in flight is a
+	// sawtooth, and the steps' costs are in the others.
+	unit := 1 / o.scale
+	if mm.TimeScale != nil {
+		unit = 1 // hone's emulator writes model time
+	}
+	o.add(li, id, qEngineTTFT, *mm.TimeToFirstTokenMs*unit, minScaleMs)
+	if mm.MeanITLMs != nil && q.OutputTokens > 1 {
+		o.add(li, id, qITL, *mm.MeanITLMs*unit, minScaleMs)
+	}
+	if !o.disagg {
+		return
+	}
+	// The metrics are the decode worker's; the client's
+	// TTFT less the decode worker's part is the prefill
+	// leg (the prefill worker's queue and prefill).
+	// A pull the emulator says ended late is host time.
+	late := mm.KVTransferLateMs != nil && *mm.KVTransferLateMs > 0
+	if late {
+		o.latePulls++
+	}
+	if mm.KVTransferTimeMs != nil && !late && !(lateWarmups && q.ID < o.rec.Warmups()) {
+		o.add(li, id, qTransfer, *mm.KVTransferTimeMs*unit, minScaleMs)
+	}
+	o.add(li, id, qPrefillLeg, *q.TTFTMs-(*mm.QueueTimeMs+*mm.TimeToFirstTokenMs)*unit, minScaleMs)
+}
+
+// note says what the input gave and what was left out.
+func (o *observer) note(path string) string {
+	var used []string
+	for k, n := range o.count {
+		if n > 0 {
+			used = append(used, fmt.Sprintf("%d %s", n, quantityNames[k]))
+		}
+	}
+	note := fmt.Sprintf("%s: %d observations (%s)", path, len(o.c.obs[o.i]), strings.Join(used, ", "))
+	if o.skipped > 0 {
+		note += fmt.Sprintf("; %d invalid levels left out", o.skipped)
+	}
+	if o.latePulls > 0 {
+		note += fmt.Sprintf("; %d KV transfer times left out (the emulator's host delivered their pulls late: kv_transfer_late_ms)", o.latePulls)
+	}
+	if o.lateWarmupLevels > 0 {
+		note += fmt.Sprintf("; the warm-ups' KV transfer times left out of %d levels (the emulator's host delivered their pulls late: emulator counters)", o.lateWarmupLevels)
+	}
+	return note
 }
 
 // residuals is the model LeastSquares fits: every observation's scaled,
@@ -872,7 +905,7 @@ func (c *calibration) residuals(theta []float64) ([]float64, error) {
 	r := make([]float64, 0, c.nObs)
 	type reqKey struct{ run, level, id int }
 	for i, list := range c.obs {
-		metrics := map[reqKey]*engineMetrics{}
+		metrics := map[reqKey]*schema.EngineMetrics{}
 		for _, o := range list {
 			reqs := preds[i][o.run].Runs[0].Levels[o.level].Requests
 			sum := 0.0
@@ -880,7 +913,7 @@ func (c *calibration) residuals(theta []float64) ([]float64, error) {
 				k := reqKey{o.run, o.level, id}
 				m := metrics[k]
 				if m == nil {
-					pm, _ := parseMetrics(reqs[id].EngineMetrics)
+					pm, _ := schema.DecodeEngineMetrics(reqs[id].EngineMetrics)
 					m = &pm
 					metrics[k] = m
 				}
@@ -975,7 +1008,7 @@ func (c *calibration) compare(res *Result, start *emulator.Profile) error {
 				}
 			}
 			if len(pt) > 0 {
-				g := levelPrediction(replay.LevelRecord{P50TTFTMs: median(pt), P50TPOTMs: median(pp)}, e)
+				g := levelPrediction(schema.LevelRecord{P50TTFTMs: median(pt), P50TPOTMs: median(pp)}, e)
 				e.AfterGivenArrivals = &g
 			}
 			res.PredictionError = append(res.PredictionError, e)
@@ -991,7 +1024,7 @@ func (c *calibration) compare(res *Result, start *emulator.Profile) error {
 	return nil
 }
 
-func levelPrediction(l replay.LevelRecord, e LevelError) LevelPrediction {
+func levelPrediction(l schema.LevelRecord, e LevelError) LevelPrediction {
 	return LevelPrediction{P50TTFTMs: l.P50TTFTMs, P50TPOTMs: l.P50TPOTMs,
 		TTFTRelErr: relErr(l.P50TTFTMs, e.MeasuredP50TTFTMs), TPOTRelErr: relErr(l.P50TPOTMs, e.MeasuredP50TPOTMs)}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 	"github.com/hone-llm/hone/slo"
 )
@@ -49,7 +50,7 @@ emulator: {profile: qwen2.5-coder-0.5b-l4, time_scale: 1}
 // a 4096-token prompt, at two rates: one request at a time, and batches
 // of several.
 var (
-	testWorkload = replay.Workload{Seed: 1, Requests: 24, InputTokens: 4096, UncachedTokens: 128, OutputTokens: 16}
+	testWorkload = schema.Workload{Seed: 1, Requests: 24, InputTokens: 4096, UncachedTokens: 128, OutputTokens: 16}
 	testQPS      = []float64{2, 70}
 )
 
@@ -60,7 +61,7 @@ var (
 // the live check's time scale (the emulator's counters say so), so
 // calibration leaves them out; with one pull size left, a transfer's
 // fixed cost and its cost per MiB are collinear.
-var pullWorkload = replay.Workload{Seed: 1, Requests: 24, InputTokens: 4096, UncachedTokens: 512, OutputTokens: 16}
+var pullWorkload = schema.Workload{Seed: 1, Requests: 24, InputTokens: 4096, UncachedTokens: 512, OutputTokens: 16}
 
 // liveDesign is the inputs the live calibration check measures and its
 // virtual twin (TestCalibrateTwoPullSizes) predicts: colocated, and 1P1D
@@ -71,7 +72,7 @@ var pullWorkload = replay.Workload{Seed: 1, Requests: 24, InputTokens: 4096, Unc
 // iterations.
 var liveDesign = []struct {
 	kind, path string
-	workload   replay.Workload
+	workload   schema.Workload
 	qps        []float64
 }{
 	{deploy.Colocated, "colocated", testWorkload, testQPS},
@@ -99,13 +100,13 @@ func hidden(t testing.TB) *emulator.Profile {
 
 // measure makes a "measured" record of spec under prof, by prediction,
 // of testWorkload.
-func measure(t testing.TB, spec *deploy.Spec, prof *emulator.Profile) *replay.Record {
+func measure(t testing.TB, spec *deploy.Spec, prof *emulator.Profile) *schema.Record {
 	t.Helper()
 	return measureWorkload(t, spec, prof, testWorkload, testQPS)
 }
 
 // measureWorkload is measure of workload w at the rates qps.
-func measureWorkload(t testing.TB, spec *deploy.Spec, prof *emulator.Profile, w replay.Workload, qps []float64) *replay.Record {
+func measureWorkload(t testing.TB, spec *deploy.Spec, prof *emulator.Profile, w schema.Workload, qps []float64) *schema.Record {
 	t.Helper()
 	rec, err := predict.Run(spec, predict.Options{Profile: prof, Workload: w, QPS: qps, SLO: slo.Default, KeepRequests: true})
 	if err != nil {
@@ -118,10 +119,10 @@ func measureWorkload(t testing.TB, spec *deploy.Spec, prof *emulator.Profile, w 
 // that the record passes replay's schema (replay.ReadRecord): a request
 // timeout, a cache procedure of the schema's, prompt hashes and HTTP
 // statuses. The records calibrate reads are measurements.
-func asReplayed(rec *replay.Record) {
-	rec.Kind = replay.KindEmulated
+func asReplayed(rec *schema.Record) {
+	rec.Kind = schema.KindEmulated
 	rec.RequestTimeoutMs = 600000
-	rec.Cache.Procedure = replay.CacheReset
+	rec.Cache.Procedure = schema.CacheReset
 	for _, r := range rec.Runs {
 		for li := range r.Levels {
 			l := &r.Levels[li]
@@ -529,8 +530,8 @@ func TestCalibrateLeavesOutLateWarmupPulls(t *testing.T) {
 	all := strings.Join(res.Notes, "\n")
 	for li := range in.Record.Runs[0].Levels {
 		l := &in.Record.Runs[0].Levels[li]
-		l.Counters.Before = replay.Counters{replay.EmulatorKVPullsLate: 0, replay.EmulatorKVPullLateSeconds: 0}
-		l.Counters.Warmup = replay.Counters{replay.EmulatorKVPullsLate: 3, replay.EmulatorKVPullLateSeconds: 0.01}
+		l.Counters.Before = schema.Counters{schema.EmulatorKVPullsLate: 0, schema.EmulatorKVPullLateSeconds: 0}
+		l.Counters.Warmup = schema.Counters{schema.EmulatorKVPullsLate: 3, schema.EmulatorKVPullLateSeconds: 0.01}
 	}
 	late, err := Calibrate([]Input{in}, Config{Start: start, MaxIter: 1})
 	if err != nil {
@@ -560,8 +561,8 @@ func TestCalibrateTwoPullSizes(t *testing.T) {
 		if d.kind == deploy.Disaggregated {
 			for li := range in.Record.Runs[0].Levels {
 				l := &in.Record.Runs[0].Levels[li]
-				l.Counters.Before = replay.Counters{replay.EmulatorKVPullsLate: 0, replay.EmulatorKVPullLateSeconds: 0}
-				l.Counters.Warmup = replay.Counters{replay.EmulatorKVPullsLate: replay.Sessions, replay.EmulatorKVPullLateSeconds: 0.05}
+				l.Counters.Before = schema.Counters{schema.EmulatorKVPullsLate: 0, schema.EmulatorKVPullLateSeconds: 0}
+				l.Counters.Warmup = schema.Counters{schema.EmulatorKVPullsLate: replay.Sessions, schema.EmulatorKVPullLateSeconds: 0.05}
 			}
 		}
 		inputs = append(inputs, in)

@@ -14,7 +14,7 @@ import (
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/diagnose"
 	"github.com/hone-llm/hone/internal/atomicfile"
-	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 )
 
@@ -53,7 +53,7 @@ import (
 //
 // tp is the engine's tensor-parallel size; 0 takes the record's
 // config.topology.tp.
-func StepsFromEvidence(ev diagnose.KernelEvidence, pid int, rec *replay.Record, budget, tp int) (*StepData, error) {
+func StepsFromEvidence(ev diagnose.KernelEvidence, pid int, rec *schema.Record, budget, tp int) (*StepData, error) {
 	if budget < 1 {
 		return nil, fmt.Errorf("token budget %d: want >= 1", budget)
 	}
@@ -137,12 +137,12 @@ func (jn *stepJoin) stepAt(t int64) int {
 }
 
 // join attributes every ok request of rec with chunks and a prompt size.
-func (jn *stepJoin) join(rec *replay.Record) {
+func (jn *stepJoin) join(rec *schema.Record) {
 	for _, run := range rec.Runs {
 		for _, lvl := range run.Levels {
 			for _, rr := range lvl.Requests {
 				chunks := rr.Chunks.Columns() // packed as ReadRecord returns them
-				if rr.Outcome != replay.OutcomeOK || len(chunks.MonoNs) == 0 || rr.PromptTokens == nil {
+				if rr.Outcome != schema.OutcomeOK || len(chunks.MonoNs) == 0 || rr.PromptTokens == nil {
 					continue
 				}
 				jn.request(chunks, *rr.PromptTokens, rr.CachedTokens, rr.Sent.MonoNs)
@@ -154,7 +154,7 @@ func (jn *stepJoin) join(rec *replay.Record) {
 // request attributes one request: its prompt of prompt tokens (cached of
 // them from the prefix cache, nil when the engine did not say), sent at
 // sentNs, and its output chunks.
-func (jn *stepJoin) request(chunks replay.Chunks, prompt int, cached *int, sentNs int64) {
+func (jn *stepJoin) request(chunks schema.Chunks, prompt int, cached *int, sentNs int64) {
 	first := jn.stepAt(chunks.MonoNs[0])
 	if first < 0 {
 		return
@@ -192,7 +192,7 @@ func (jn *stepJoin) prefill(first, prompt, cached int, sentNs int64) {
 
 // decodes books every output token after the first to the step that
 // produced it: a chunk of m tokens to the m steps up to its arrival.
-func (jn *stepJoin) decodes(chunks replay.Chunks, first, prompt int) {
+func (jn *stepJoin) decodes(chunks schema.Chunks, first, prompt int) {
 	done := tokensIn(chunks, 0)
 	for k := 1; k < len(chunks.MonoNs); k++ {
 		m := tokensIn(chunks, k)
@@ -211,7 +211,7 @@ func (jn *stepJoin) decodes(chunks replay.Chunks, first, prompt int) {
 }
 
 // tokensIn is the tokens chunk k carried (1 when the engine returned no ids).
-func tokensIn(c replay.Chunks, k int) int {
+func tokensIn(c schema.Chunks, k int) int {
 	if k < len(c.TokenIDs) && len(c.TokenIDs[k]) > 0 {
 		return len(c.TokenIDs[k])
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/hone-llm/hone/diagnose"
 	"github.com/hone-llm/hone/internal/honetest"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 )
 
@@ -57,7 +58,7 @@ func TestDaemonStepsLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	rec, err := replay.Run(ctx, replay.Options{Endpoint: url, Model: "Qwen/Qwen3-32B", Kind: replay.KindEmulated,
+	rec, err := replay.Run(ctx, replay.Options{Endpoint: url, Model: "Qwen/Qwen3-32B", Kind: schema.KindEmulated,
 		QPS: []float64{1, 4}, Workload: workload24(), CachedTokensReported: true,
 		Config: map[string]any{"topology": map[string]any{"kind": "colocated", "replicas": 1, "tp": 1}}})
 	if err != nil {
@@ -96,7 +97,7 @@ func TestDaemonStepsLive(t *testing.T) {
 }
 
 // workload24 is the default coding workload cut to 24 requests.
-func workload24() replay.Workload {
+func workload24() schema.Workload {
 	w := replay.DefaultWorkload()
 	w.Requests = 24
 	return w

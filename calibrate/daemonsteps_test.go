@@ -7,7 +7,7 @@ import (
 
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/diagnose"
-	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 )
 
@@ -23,13 +23,13 @@ func TestStepsFromEvidence(t *testing.T) {
 	}
 	after := func(step int64) int64 { return base + step*10*ms + 9*ms } // a chunk after step's end
 	intp := func(v int) *int { return &v }
-	a := replay.RequestRecord{Outcome: replay.OutcomeOK, PromptTokens: intp(3000), CachedTokens: intp(0),
-		Sent:   replay.Stamp{MonoNs: base - ms},
-		Chunks: replay.Chunks{MonoNs: []int64{after(1), after(2), after(3)}, TokenIDs: [][]int{{1}, {2}, {3}}}}
-	b := replay.RequestRecord{Outcome: replay.OutcomeOK, PromptTokens: intp(100), CachedTokens: intp(64),
-		Sent:   replay.Stamp{MonoNs: base + 10*ms + 1},
-		Chunks: replay.Chunks{MonoNs: []int64{after(2), after(3), after(4)}, TokenIDs: [][]int{{1}, {2}, {3}}}}
-	failed := replay.RequestRecord{Outcome: replay.OutcomeTimeout, PromptTokens: intp(50), Chunks: replay.Chunks{MonoNs: []int64{after(5)}}}
+	a := schema.RequestRecord{Outcome: schema.OutcomeOK, PromptTokens: intp(3000), CachedTokens: intp(0),
+		Sent:   schema.Stamp{MonoNs: base - ms},
+		Chunks: schema.Chunks{MonoNs: []int64{after(1), after(2), after(3)}, TokenIDs: [][]int{{1}, {2}, {3}}}}
+	b := schema.RequestRecord{Outcome: schema.OutcomeOK, PromptTokens: intp(100), CachedTokens: intp(64),
+		Sent:   schema.Stamp{MonoNs: base + 10*ms + 1},
+		Chunks: schema.Chunks{MonoNs: []int64{after(2), after(3), after(4)}, TokenIDs: [][]int{{1}, {2}, {3}}}}
+	failed := schema.RequestRecord{Outcome: schema.OutcomeTimeout, PromptTokens: intp(50), Chunks: schema.Chunks{MonoNs: []int64{after(5)}}}
 	spec, err := deploy.LoadSpec("../examples/emulator-colocated-tp2.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +37,7 @@ func TestStepsFromEvidence(t *testing.T) {
 	sb, _ := json.Marshal(spec)
 	var cfg map[string]any
 	_ = json.Unmarshal(sb, &cfg)
-	rec := &replay.Record{Kind: replay.KindEmulated, Config: cfg, TimeScale: 2, Runs: []replay.RunRecord{{Levels: []replay.LevelRecord{{Requests: []replay.RequestRecord{a, b, failed}}}}}}
+	rec := &schema.Record{Kind: schema.KindEmulated, Config: cfg, TimeScale: 2, Runs: []schema.RunRecord{{Levels: []schema.LevelRecord{{Requests: []schema.RequestRecord{a, b, failed}}}}}}
 	ev := diagnose.KernelEvidence{Steps: map[int][]diagnose.EngineStep{4242: steps}}
 
 	d, err := StepsFromEvidence(ev, 0, rec, 2048, 0)
@@ -67,7 +67,7 @@ func TestStepsFromEvidence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back.TP != 2 || len(back.Steps) != len(want) || back.RecordKind != replay.KindEmulated {
+	if back.TP != 2 || len(back.Steps) != len(want) || back.RecordKind != schema.KindEmulated {
 		t.Fatalf("read back: TP %d, %d steps, record kind %q", back.TP, len(back.Steps), back.RecordKind)
 	}
 	for i, s := range back.Steps {

@@ -13,6 +13,7 @@ import (
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/internal/honetest"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 	"github.com/hone-llm/hone/slo"
 )
@@ -60,7 +61,7 @@ func TestCalibrationRecoversHiddenProfileLive(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec, err := replay.Run(ctx, replay.Options{Endpoint: d.ProxyURL(), Model: s.ServedName(), Kind: replay.KindEmulated,
+		rec, err := replay.Run(ctx, replay.Options{Endpoint: d.ProxyURL(), Model: s.ServedName(), Kind: schema.KindEmulated,
 			Backend: "emulator", Workload: c.workload, QPS: c.qps, Runs: 3, SLO: slo.Default, TimeScale: *liveScale,
 			GPUs: s.GPUsNeeded(), CachedTokensReported: true})
 		d.Down(5 * time.Second)

@@ -19,6 +19,7 @@ import (
 	"github.com/hone-llm/hone/engine"
 	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 	"github.com/hone-llm/hone/slo"
 )
@@ -489,7 +490,7 @@ emulator: {profile: %s, time_scale: 1}
 	if err != nil {
 		return nil, fmt.Sprintf("cannot make its deployment: %v", err)
 	}
-	w := replay.Workload{Seed: replay.DefaultSeed, Requests: replay.Sessions + row.Concurrency*cfg.RequestsPerClient,
+	w := schema.Workload{Seed: replay.DefaultSeed, Requests: replay.Sessions + row.Concurrency*cfg.RequestsPerClient,
 		InputTokens: row.ISL, UncachedTokens: row.ISL, OutputTokens: row.OSL, LengthRatio: cfg.LengthRatio}
 	rec, err := predict.Run(spec, predict.Options{Profile: prof, Workload: w, Concurrency: []int{row.Concurrency},
 		SLO: slo.Default, KeepRequests: true})

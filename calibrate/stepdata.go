@@ -14,6 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 )
 
@@ -51,7 +52,7 @@ type StepData struct {
 	BatchedLimit int    // the largest tokens one step held (prefill + decode): the budget the engine applied, as the data shows it
 	// RecordKind is the kind of the replay record the steps were joined
 	// with (hone profile steps: emulated, device, ...); "" for others.
-	RecordKind string
+	RecordKind schema.Kind
 	Steps      []MeasuredStep
 	// Source is the data's provenance, from source.yaml beside the step
 	// file when there is one.
@@ -73,7 +74,7 @@ func ReadStepDir(dir string) (*StepData, error) {
 		return nil, fmt.Errorf("step data %s: %w (want %s and %s)", dir, err, StepsFile, MetadataFile)
 	}
 	var meta struct {
-		RecordKind string         `json:"record_kind"`
+		RecordKind schema.Kind    `json:"record_kind"`
 		Effective  map[string]any `json:"effective_config"`
 		Requested  struct {
 			Deployment struct {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 )
 
@@ -79,7 +80,7 @@ func StepProfile(data []*StepData, cfg StepProfileConfig) (*emulator.Profile, *S
 	src.Note = fmt.Sprintf("fitted on TP %s; all-reduces from %s; activation_reserve_bytes, transfer_fixed_ms, frontend_ms and the KV link are not measured by steps (hand-made values)",
 		strings.Join(tps, ", "), allReduceSource(cfg.Fit.AllReduce))
 	for _, d := range data {
-		if d.RecordKind != "" && d.RecordKind != "device" {
+		if d.RecordKind != "" && d.RecordKind != schema.KindDevice {
 			w := fmt.Sprintf("%s: steps of a run of kind %s, not of vLLM on a GPU: this profile reproduces that engine's cost model, it measures no GPU", d.Dir, d.RecordKind)
 			src.Note += "; " + w
 			fit.Notes = append(fit.Notes, w)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 )
 
@@ -20,7 +21,7 @@ func TestCalibrateTraceHasNoWarmups(t *testing.T) {
 	observations := func(in Input, trace bool) int {
 		t.Helper()
 		if trace {
-			in.Record.Workload.Kind = replay.WorkloadTrace
+			in.Record.Workload.Kind = schema.WorkloadTrace
 		} else {
 			in.Record.Workload.Kind = ""
 		}
@@ -50,8 +51,8 @@ func TestCalibrateTraceHasNoWarmups(t *testing.T) {
 	onTime := observations(dis, true)
 	for li := range dis.Record.Runs[0].Levels {
 		l := &dis.Record.Runs[0].Levels[li]
-		l.Counters.Before = replay.Counters{replay.EmulatorKVPullsLate: 0, replay.EmulatorKVPullLateSeconds: 0}
-		l.Counters.Warmup = replay.Counters{replay.EmulatorKVPullsLate: 3, replay.EmulatorKVPullLateSeconds: 0.01}
+		l.Counters.Before = schema.Counters{schema.EmulatorKVPullsLate: 0, schema.EmulatorKVPullLateSeconds: 0}
+		l.Counters.Warmup = schema.Counters{schema.EmulatorKVPullsLate: 3, schema.EmulatorKVPullLateSeconds: 0.01}
 	}
 	if late := observations(dis, true); late != onTime {
 		t.Errorf("a trace with late pulls before its warm-up scrape: %d observations, want all %d (requests 0-7 are measured)", late, onTime)

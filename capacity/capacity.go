@@ -56,6 +56,7 @@ import (
 	"time"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -222,28 +223,28 @@ func (r *Result) Finished() bool {
 // SLO, time scale and cache procedure, what hone gate compares), and the
 // result.
 type Record struct {
-	Kind     string         `json:"kind"`
+	Kind     schema.Kind    `json:"kind"`
 	Source   string         `json:"source"` // profile or endpoint
-	Header   *replay.Record `json:"record,omitempty"`
+	Header   *schema.Record `json:"record,omitempty"`
 	Capacity *Result        `json:"capacity"`
 }
 
 // HeaderOf is rec without what differs from probe to probe: its runs,
 // outcomes, verdict, the probe's load and request count, and its clock.
-func HeaderOf(rec *replay.Record) *replay.Record {
+func HeaderOf(rec *schema.Record) *schema.Record {
 	if rec == nil {
 		return nil
 	}
 	h := *rec
-	h.Runs, h.Outcomes, h.Validation, h.Verdict, h.Attribution, h.Shard = nil, nil, replay.Validation{}, replay.Verdict{}, nil, nil
+	h.Runs, h.Outcomes, h.Validation, h.Verdict, h.Attribution, h.Shard = nil, nil, schema.Validation{}, schema.Verdict{}, nil, nil
 	h.Workload.QPS, h.Workload.Concurrency, h.Workload.Requests = nil, nil, 0
-	h.Clock, h.StartedAt, h.FinishedAt = replay.Stamp{}, time.Time{}, time.Time{}
+	h.Clock, h.StartedAt, h.FinishedAt = schema.Stamp{}, time.Time{}, time.Time{}
 	return &h
 }
 
 // Prober measures one load as planned and returns its level record with
 // per-request detail (Requests), or an error that ends the search.
-type Prober func(ctx context.Context, p Plan) (*replay.LevelRecord, error)
+type Prober func(ctx context.Context, p Plan) (*schema.LevelRecord, error)
 
 type startKey struct{}
 
@@ -295,7 +296,7 @@ func (o Options) precision() float64 {
 }
 
 // Judge reads a probe's level record by the window rule.
-func Judge(mode string, p Plan, lr *replay.LevelRecord, target slo.SLO) Probe {
+func Judge(mode string, p Plan, lr *schema.LevelRecord, target slo.SLO) Probe {
 	pr := Probe{Load: p.Load, Plan: p, Valid: lr.Verdict.Valid}
 	if !pr.Valid {
 		var why []string
@@ -304,7 +305,7 @@ func Judge(mode string, p Plan, lr *replay.LevelRecord, target slo.SLO) Probe {
 		}
 		pr.Note = fmt.Sprint("invalid: ", why)
 	}
-	var meas []replay.RequestRecord
+	var meas []schema.RequestRecord
 	first := math.Inf(1)
 	for _, q := range lr.Requests {
 		if q.ID >= replay.Sessions {
@@ -320,7 +321,7 @@ func Judge(mode string, p Plan, lr *replay.LevelRecord, target slo.SLO) Probe {
 			continue
 		}
 		winStart = math.Min(winStart, q.ScheduledMs)
-		if q.Outcome != replay.OutcomeOK || !q.Valid || q.TTFTMs == nil || q.FinishMs == nil {
+		if q.Outcome != schema.OutcomeOK || !q.Valid || q.TTFTMs == nil || q.FinishMs == nil {
 			pr.Failed++
 			continue
 		}
@@ -363,7 +364,7 @@ func Judge(mode string, p Plan, lr *replay.LevelRecord, target slo.SLO) Probe {
 // the warm-up the deployment is at steady state, and one that keeps up
 // completes requests as fast as they arrive; one that does not, at its own
 // pace. Closed loop: the window requests' completions over their span.
-func departures(mode string, meas []replay.RequestRecord, winStart float64) float64 {
+func departures(mode string, meas []schema.RequestRecord, winStart float64) float64 {
 	lastArrival := math.Inf(-1)
 	var fin []float64
 	for _, q := range meas {
@@ -591,8 +592,8 @@ func within(mode string, lo, hi, prec float64) bool {
 // replay (replay.Run) with o's endpoint, workload shape and settings, open
 // loop at the planned rate or closed loop of the planned clients (mode).
 // kept, when set, receives every probe's record, whatever its outcome.
-func ReplayProber(o replay.Options, mode string, kept func(*replay.Record)) Prober {
-	return func(ctx context.Context, p Plan) (*replay.LevelRecord, error) {
+func ReplayProber(o replay.Options, mode string, kept func(*schema.Record)) Prober {
+	return func(ctx context.Context, p Plan) (*schema.LevelRecord, error) {
 		po := o
 		po.Runs, po.QPS, po.Concurrency = 1, []float64{p.Load}, nil
 		if mode == Closed {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -22,13 +23,13 @@ type fifo struct {
 	plans             []Plan
 }
 
-func (f *fifo) probe(_ context.Context, p Plan) (*replay.LevelRecord, error) {
+func (f *fifo) probe(_ context.Context, p Plan) (*schema.LevelRecord, error) {
 	f.plans = append(f.plans, p)
 	s := f.serviceMs
 	if f.noise > 0 {
 		s *= 1 + f.noise*(2*f.rng.Float64()-1)
 	}
-	lr := &replay.LevelRecord{Verdict: replay.Verdict{Valid: true}}
+	lr := &schema.LevelRecord{Verdict: schema.Verdict{Valid: true}}
 	free := 0.0
 	for id := 0; id < p.Requests; id++ {
 		at := float64(id) * 2000 // the warm-ups' schedule (replay.Generate)
@@ -40,7 +41,7 @@ func (f *fifo) probe(_ context.Context, p Plan) (*replay.LevelRecord, error) {
 		first := free
 		finish := first + float64(f.out-1)*f.tpotMs
 		ttft, tpot := first-at, f.tpotMs
-		lr.Requests = append(lr.Requests, replay.RequestRecord{ID: id, ScheduledMs: at, Outcome: replay.OutcomeOK, Valid: true,
+		lr.Requests = append(lr.Requests, schema.RequestRecord{ID: id, ScheduledMs: at, Outcome: schema.OutcomeOK, Valid: true,
 			FirstMs: &first, FinishMs: &finish, TTFTMs: &ttft, TPOTMs: &tpot, OutputTokens: f.out})
 	}
 	return lr, nil
@@ -123,8 +124,8 @@ func TestSearchClosed(t *testing.T) {
 	// One server, 50 ms per request: c clients wait (c-1)*50 ms for the
 	// server at most, so TTFT <= 500 ms holds up to c = 10.
 	f := &fifo{serviceMs: 50, tpotMs: 10, out: 2}
-	closed := func(ctx context.Context, p Plan) (*replay.LevelRecord, error) {
-		lr := &replay.LevelRecord{Verdict: replay.Verdict{Valid: true}}
+	closed := func(ctx context.Context, p Plan) (*schema.LevelRecord, error) {
+		lr := &schema.LevelRecord{Verdict: schema.Verdict{Valid: true}}
 		c := int(p.Load)
 		next := make([]float64, c) // each client's next send
 		free := 0.0
@@ -136,7 +137,7 @@ func TestSearchClosed(t *testing.T) {
 			first, finish := free, free+f.tpotMs
 			ttft, tpot := first-at, f.tpotMs
 			next[k] = finish
-			lr.Requests = append(lr.Requests, replay.RequestRecord{ID: id + replay.Sessions, ScheduledMs: at, Outcome: replay.OutcomeOK,
+			lr.Requests = append(lr.Requests, schema.RequestRecord{ID: id + replay.Sessions, ScheduledMs: at, Outcome: schema.OutcomeOK,
 				Valid: true, FirstMs: &first, FinishMs: &finish, TTFTMs: &ttft, TPOTMs: &tpot, OutputTokens: 2})
 		}
 		return lr, nil
@@ -152,14 +153,14 @@ func TestSearchClosed(t *testing.T) {
 
 func TestJudgeSteadyState(t *testing.T) {
 	p := planOpen(20, 10, 0) // 200 window requests at 20 req/s
-	mk := func(depart float64, p Plan) *replay.LevelRecord {
-		lr := &replay.LevelRecord{Verdict: replay.Verdict{Valid: true}}
+	mk := func(depart float64, p Plan) *schema.LevelRecord {
+		lr := &schema.LevelRecord{Verdict: schema.Verdict{Valid: true}}
 		for id := 0; id < p.Requests; id++ {
 			at := float64(max(id-replay.Sessions, 0)) / p.Load * 1000
 			fin := float64(max(id-replay.Sessions, 0))/depart*1000 + 100
 			first := fin - 10
 			ttft, tpot := 20.0, 5.0 // meets the SLO whatever the departures
-			lr.Requests = append(lr.Requests, replay.RequestRecord{ID: id, ScheduledMs: at, Outcome: replay.OutcomeOK, Valid: true,
+			lr.Requests = append(lr.Requests, schema.RequestRecord{ID: id, ScheduledMs: at, Outcome: schema.OutcomeOK, Valid: true,
 				FirstMs: &first, FinishMs: &fin, TTFTMs: &ttft, TPOTMs: &tpot, OutputTokens: 3})
 		}
 		return lr
@@ -180,7 +181,7 @@ func TestJudgeSteadyState(t *testing.T) {
 		t.Errorf("100 requests: tail label %q, want max of n", few.Tail)
 	}
 	inv := mk(20, p)
-	inv.Verdict = replay.Verdict{Valid: false, Reasons: []replay.Reason{{Code: "client_bound", Detail: "late"}}}
+	inv.Verdict = schema.Verdict{Valid: false, Reasons: []schema.Reason{{Code: "client_bound", Detail: "late"}}}
 	if j := Judge(Open, p, inv, target); j.Pass || j.Valid || !strings.Contains(j.Note, "client_bound") {
 		t.Errorf("invalid level: %+v", j)
 	}
@@ -190,8 +191,8 @@ func TestJudgeSteadyState(t *testing.T) {
 // state is measured again with twice the window before it counts.
 func TestSearchRetriesShortWindow(t *testing.T) {
 	shorted := false
-	probe := func(_ context.Context, p Plan) (*replay.LevelRecord, error) {
-		lr := &replay.LevelRecord{Verdict: replay.Verdict{Valid: true}}
+	probe := func(_ context.Context, p Plan) (*schema.LevelRecord, error) {
+		lr := &schema.LevelRecord{Verdict: schema.Verdict{Valid: true}}
 		depart := p.Load
 		if p.Load > 10 && p.Load <= 12 && !shorted {
 			shorted, depart = true, 0.8*p.Load
@@ -204,7 +205,7 @@ func TestSearchRetriesShortWindow(t *testing.T) {
 		for id := 0; id < p.Requests; id++ {
 			at := float64(max(id-replay.Sessions, 0)) / p.Load * 1000
 			fin := float64(max(id-replay.Sessions, 0))/depart*1000 + 100
-			lr.Requests = append(lr.Requests, replay.RequestRecord{ID: id, ScheduledMs: at, Outcome: replay.OutcomeOK, Valid: true,
+			lr.Requests = append(lr.Requests, schema.RequestRecord{ID: id, ScheduledMs: at, Outcome: schema.OutcomeOK, Valid: true,
 				FinishMs: &fin, TTFTMs: &ttft, TPOTMs: &tpot, OutputTokens: 3})
 		}
 		return lr, nil
@@ -230,8 +231,8 @@ func TestSearchRetriesShortWindow(t *testing.T) {
 }
 
 func TestSearchInvalidEnds(t *testing.T) {
-	probe := func(_ context.Context, p Plan) (*replay.LevelRecord, error) {
-		return &replay.LevelRecord{Verdict: replay.Verdict{Valid: false, Reasons: []replay.Reason{{Code: "client_bound", Detail: "x"}}}}, nil
+	probe := func(_ context.Context, p Plan) (*schema.LevelRecord, error) {
+		return &schema.LevelRecord{Verdict: schema.Verdict{Valid: false, Reasons: []schema.Reason{{Code: "client_bound", Detail: "x"}}}}, nil
 	}
 	res, err := Search(context.Background(), probe, Options{SLO: target})
 	if err == nil || !strings.Contains(err.Error(), "client_bound") || len(res.Probes) != 1 {
@@ -273,14 +274,14 @@ func TestJudgeWindowCount(t *testing.T) {
 	for _, x := range []float64{6.199, 7.748, 23.152, 1.1, 3.3} {
 		p := PlanFor(Open, x, Options{SLO: slo.SLO{TTFTMillis: 2000, TPOTMillis: 12}, Precision: 0.1}, 900)
 		warm := int(math.Round(p.WarmupMs / 1000 * x))
-		lr := &replay.LevelRecord{Verdict: replay.Verdict{Valid: true}}
+		lr := &schema.LevelRecord{Verdict: schema.Verdict{Valid: true}}
 		for id := 0; id < p.Requests; id++ {
 			at := float64(id) * 2000
 			if id >= replay.Sessions {
 				at = replay.MeasureStartMillis + float64((id-replay.Sessions)*1000)/x // as replay.Generate schedules
 			}
 			first, fin, ttft, tpot := at+10, at+100, 10.0, 1.0
-			lr.Requests = append(lr.Requests, replay.RequestRecord{ID: id, ScheduledMs: at, Outcome: replay.OutcomeOK, Valid: true,
+			lr.Requests = append(lr.Requests, schema.RequestRecord{ID: id, ScheduledMs: at, Outcome: schema.OutcomeOK, Valid: true,
 				FirstMs: &first, FinishMs: &fin, TTFTMs: &ttft, TPOTMs: &tpot, OutputTokens: 3})
 		}
 		if j := Judge(Open, p, lr, target); j.Measured != p.Requests-replay.Sessions-warm {

@@ -7,7 +7,7 @@ import (
 	"sort"
 
 	"github.com/hone-llm/hone/deploy/proxy"
-	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 )
 
 // Components of a request's time to first token, in the order they happen.
@@ -206,17 +206,13 @@ type Evidence struct {
 //	                        work (frontend_ms): queueing on the server, not
 //	                        the client's. vLLM reports no such key; there
 //	                        that part stays in the client residual.
-type engineMetrics struct {
-	QueueTimeMs      *float64 `json:"queue_time_ms"`
-	TTFTMs           *float64 `json:"time_to_first_token_ms"`
-	GenerationTimeMs *float64 `json:"generation_time_ms"`
-	MeanITLMs        *float64 `json:"mean_itl_ms"`
-	E2ETimeMs        *float64 `json:"e2e_time_ms"`
-	// KVTransferMs is hone's emulator's kv_transfer_time_ms (decode
-	// worker: the KV pull, from its start when the request was taken in
-	// to the pulled KV usable). vLLM reports no such key; there the
-	// daemon's KV connection (joinKernel) says when the pull ended.
-	KVTransferMs *float64 `json:"kv_transfer_time_ms"`
+type engineMetrics schema.EngineMetrics
+
+// decodeEngineMetrics reads a request's per-request metrics; absent keys
+// stay nil.
+func decodeEngineMetrics(raw json.RawMessage) engineMetrics {
+	m, _ := schema.DecodeEngineMetrics(raw)
+	return engineMetrics(m)
 }
 
 // frontend is the API server's work before the engine core took the
@@ -226,15 +222,15 @@ func (em engineMetrics) frontend() float64 {
 	if !em.split() || em.E2ETimeMs == nil || em.GenerationTimeMs == nil {
 		return 0
 	}
-	return max(*em.E2ETimeMs-*em.GenerationTimeMs-*em.QueueTimeMs-*em.TTFTMs, 0)
+	return max(*em.E2ETimeMs-*em.GenerationTimeMs-*em.QueueTimeMs-*em.TimeToFirstTokenMs, 0)
 }
 
 // split says the engine reported both halves of its receipt → first token.
-func (em engineMetrics) split() bool { return em.QueueTimeMs != nil && em.TTFTMs != nil }
+func (em engineMetrics) split() bool { return em.QueueTimeMs != nil && em.TimeToFirstTokenMs != nil }
 
 // Attribute splits every measured, successful request of rec (every one
 // after the warm-ups, rec.Warmups(): all of a trace's).
-func Attribute(rec *replay.Record, ev Evidence) ([]Attribution, error) {
+func Attribute(rec *schema.Record, ev Evidence) ([]Attribution, error) {
 	if rec == nil {
 		return nil, fmt.Errorf("no record")
 	}
@@ -410,7 +406,7 @@ type engineSpan struct {
 // from sentMono to the first token.
 func spanOf(em engineMetrics, sentMono, firstMono int64, toMs func(int64) float64) engineSpan {
 	if em.split() {
-		return engineSpan{queue: *em.QueueTimeMs + em.frontend(), run: *em.TTFTMs, metrics: true}
+		return engineSpan{queue: *em.QueueTimeMs + em.frontend(), run: *em.TimeToFirstTokenMs, metrics: true}
 	}
 	return engineSpan{run: toMs(firstMono - sentMono)}
 }
@@ -419,7 +415,7 @@ func spanOf(em engineMetrics, sentMono, firstMono int64, toMs func(int64) float6
 // timeline p (nil: no proxy). It returns the decode leg's window (sent ..
 // first token, CLOCK_MONOTONIC) of a disaggregated request, for the
 // kernel's KV join, and false when the request has no decode leg.
-func attributeRequest(rq replay.RequestRecord, p *proxy.Timeline, scale float64) (Attribution, [2]int64, bool) {
+func attributeRequest(rq schema.RequestRecord, p *proxy.Timeline, scale float64) (Attribution, [2]int64, bool) {
 	toMs := func(ns int64) float64 { return float64(ns) / 1e6 / scale }
 	a := Attribution{ID: rq.ID, RequestID: rq.RequestID, TTFTMs: ttft(rq), E2EMs: *rq.FinishMs - rq.ScheduledMs,
 		Parts: map[string]float64{}, Sources: map[string]string{}}
@@ -434,10 +430,7 @@ func attributeRequest(rq replay.RequestRecord, p *proxy.Timeline, scale float64)
 			a.chunks = append(a.chunks, rq.SentMs+toMs(c-rq.Sent.MonoNs))
 		}
 	}
-	var em engineMetrics
-	if len(rq.EngineMetrics) > 0 {
-		_ = json.Unmarshal(rq.EngineMetrics, &em) // absent keys stay nil
-	}
+	em := decodeEngineMetrics(rq.EngineMetrics)
 	a.Parts[Decode], a.Sources[Decode] = decodeMs(rq, em)
 	a.Timeline = p != nil
 	var window [2]int64
@@ -500,14 +493,11 @@ func attributeDisaggregated(a *Attribution, p *proxy.Timeline, sp engineSpan, em
 	if ok != &p.Prefill[0] {
 		a.Parts[Queueing] += toMs(ok.Sent.MonoNs - p.Prefill[0].Sent.MonoNs)
 	}
-	var pm engineMetrics
-	if len(ok.EngineMetrics) > 0 {
-		_ = json.Unmarshal(ok.EngineMetrics, &pm)
-	}
+	pm := decodeEngineMetrics(ok.EngineMetrics)
 	if pm.split() {
 		// vLLM's TTFT runs from the first scheduling: it is the prefill.
 		a.Parts[Queueing] += *pm.QueueTimeMs + pm.frontend()
-		a.Parts[Prefill] = *pm.TTFTMs
+		a.Parts[Prefill] = *pm.TimeToFirstTokenMs
 		a.Sources[Prefill] = "prefill engine's per-request metrics via the proxy (time_to_first_token_ms: first scheduled → first token)"
 		a.PrefillEngineMetrics = true
 	} else {
@@ -527,8 +517,8 @@ func attributeDisaggregated(a *Attribution, p *proxy.Timeline, sp engineSpan, em
 		a.Sources[Transfer] = "decode engine's queue_time_ms (receipt → first scheduled: vLLM schedules it once the KV is there; " +
 			"with no timing of the KV pull, any queue after the KV stays inside)"
 		a.Sources[DecodeQ] = "decode engine's time_to_first_token_ms (first scheduled → first token: its first step)"
-		if em.KVTransferMs != nil {
-			splitKVWait(a, em.frontend()+*em.KVTransferMs, "decode engine's kv_transfer_time_ms (hone's emulator: its KV pull)")
+		if em.KVTransferTimeMs != nil {
+			splitKVWait(a, em.frontend()+*em.KVTransferTimeMs, "decode engine's kv_transfer_time_ms (hone's emulator: its KV pull)")
 		}
 		return true
 	}
@@ -570,7 +560,7 @@ func splitKVWait(a *Attribution, waitMs float64, from string) {
 // generation_time_ms by the request's output tokens − 1) without the
 // client's read lateness, which a busy host adds to every chunk; without
 // engine metrics the client's span.
-func decodeMs(rq replay.RequestRecord, em engineMetrics) (float64, string) {
+func decodeMs(rq schema.RequestRecord, em engineMetrics) (float64, string) {
 	switch {
 	case em.GenerationTimeMs != nil:
 		return *em.GenerationTimeMs, "engine per-request metrics (generation_time_ms: first → last token)"
@@ -583,7 +573,7 @@ func decodeMs(rq replay.RequestRecord, em engineMetrics) (float64, string) {
 // RecordTokenBudget is the max_num_batched_tokens a record's config states
 // (a deploy spec's knobs, as the optimizer records it), 0 when it states
 // none.
-func RecordTokenBudget(rec *replay.Record) int {
+func RecordTokenBudget(rec *schema.Record) int {
 	knobs, _ := rec.Config["knobs"].(map[string]any)
 	n, _ := knobs["max_num_batched_tokens"].(float64) // JSON numbers
 	if n >= 1 && n == math.Trunc(n) {
@@ -595,7 +585,7 @@ func RecordTokenBudget(rec *replay.Record) int {
 // uncachedTokens is the prompt tokens the engine computed for rq: usage's
 // prompt_tokens less its cached_tokens (the answering engine's; for a
 // prefill worker an estimate), else the replay's whole input.
-func uncachedTokens(rq replay.RequestRecord) int {
+func uncachedTokens(rq schema.RequestRecord) int {
 	n := rq.InputTokens
 	if rq.PromptTokens != nil {
 		n = *rq.PromptTokens
@@ -609,7 +599,7 @@ func uncachedTokens(rq replay.RequestRecord) int {
 // ttft is the record's TTFT: from the scheduled send (never from the
 // actual send, TTFTFromSentMs), so attribution and the record's
 // percentiles read one quantity and the dispatch lag is part of it.
-func ttft(rq replay.RequestRecord) float64 {
+func ttft(rq schema.RequestRecord) float64 {
 	if rq.TTFTMs != nil {
 		return *rq.TTFTMs
 	}
@@ -618,13 +608,13 @@ func ttft(rq replay.RequestRecord) float64 {
 
 // invalidCodes lists an invalid verdict's reason codes (nil when valid). A
 // verdict that is invalid without a reason was never judged.
-func invalidCodes(v replay.Verdict) []string {
+func invalidCodes(v schema.Verdict) []string {
 	if v.Valid {
 		return nil
 	}
 	var c []string
 	for _, r := range v.Reasons {
-		c = append(c, r.Code)
+		c = append(c, string(r.Code))
 	}
 	if len(c) == 0 {
 		c = []string{unjudged}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hone-llm/hone/deploy/proxy"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 )
 
@@ -107,7 +108,7 @@ func serveProxy(t *testing.T, ctx context.Context, cfg proxy.Config) (*proxy.Pro
 
 // measuredOK counts rec's measured requests (past the warm-ups) that
 // completed.
-func measuredOK(rec *replay.Record) int {
+func measuredOK(rec *schema.Record) int {
 	n := 0
 	for _, run := range rec.Runs {
 		for _, l := range run.Levels {
@@ -122,12 +123,12 @@ func measuredOK(rec *replay.Record) int {
 }
 
 // replayOnce runs a small workload through the proxy at two load levels.
-func replayOnce(t *testing.T, ctx context.Context, proxyURL, engineURL string) *replay.Record {
+func replayOnce(t *testing.T, ctx context.Context, proxyURL, engineURL string) *schema.Record {
 	t.Helper()
 	w := replay.DefaultWorkload()
 	w.Requests = 40
 	rec, err := replay.Run(ctx, replay.Options{Endpoint: proxyURL, TokenizeEndpoint: engineURL, Model: "Qwen/Qwen2.5-Coder-0.5B-Instruct",
-		Kind: replay.KindEmulated, Backend: "emulator", Workload: w, QPS: []float64{4, 24}, GPUs: 1, TimeScale: timeScale})
+		Kind: schema.KindEmulated, Backend: "emulator", Workload: w, QPS: []float64{4, 24}, GPUs: 1, TimeScale: timeScale})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +258,7 @@ func TestAttributionMatchesGroundTruth(t *testing.T) {
 // client's; without it (vLLM), queue_time_ms is the queue as it is.
 func TestFrontendIsServerQueueing(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
-	em := engineMetrics{QueueTimeMs: f(3), TTFTMs: f(5), GenerationTimeMs: f(100), E2ETimeMs: f(110)}
+	em := engineMetrics{QueueTimeMs: f(3), TimeToFirstTokenMs: f(5), GenerationTimeMs: f(100), E2ETimeMs: f(110)}
 	if got := spanOf(em, 0, 0, nil); got.queue != 5 || got.run != 5 || !got.metrics {
 		t.Errorf("with e2e_time_ms: span %+v, want queue 3 + 2 frontend, run 5", got)
 	}

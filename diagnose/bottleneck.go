@@ -7,7 +7,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -163,7 +163,7 @@ func (l *level) clientBound() bool {
 	}
 	for _, c := range l.codes {
 		for _, code := range c {
-			if code == replay.ReasonClientBound {
+			if schema.Code(code) == schema.ReasonClientBound {
 				return true
 			}
 		}

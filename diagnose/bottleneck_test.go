@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -27,9 +28,13 @@ func levelAtts(q float64, n int, parts func(i int) map[string]float64) []Attribu
 }
 
 // invalid marks attributions as from an invalid level.
-func invalid(as []Attribution, run int, codes ...string) []Attribution {
+func invalid(as []Attribution, run int, codes ...schema.Code) []Attribution {
+	var cs []string
+	for _, c := range codes {
+		cs = append(cs, string(c))
+	}
 	for i := range as {
-		as[i].Run, as[i].Invalid = run, codes
+		as[i].Run, as[i].Invalid = run, cs
 	}
 	return as
 }
@@ -165,8 +170,8 @@ func TestSummarizeLeavesInvalidLevelsOut(t *testing.T) {
 	grow := func(i int) map[string]float64 {
 		return map[string]float64{Client: 2, Prefill: 40, Queueing: 50 * float64(i)}
 	}
-	atts = append(atts, invalid(levelAtts(16, 40, grow), 1, replay.ReasonClientBound)...)
-	atts = append(atts, invalid(levelAtts(32, 40, grow), 0, replay.ReasonWarmStart)...)
+	atts = append(atts, invalid(levelAtts(16, 40, grow), 1, schema.ReasonClientBound)...)
+	atts = append(atts, invalid(levelAtts(32, 40, grow), 0, schema.ReasonWarmStart)...)
 	d := Summarize("emulated", atts, tight, nil)
 	if d.Bottleneck != Prefill {
 		t.Errorf("bottleneck %q: %s", d.Bottleneck, d.Summary)
@@ -175,7 +180,7 @@ func TestSummarizeLeavesInvalidLevelsOut(t *testing.T) {
 	if !l16.Valid || l16.Requests != 40 || l16.Excluded != 40 || strings.Join(l16.Invalid, ";") != "run 2: client_bound" {
 		t.Errorf("16 req/s: %+v", l16)
 	}
-	if l32.Valid || l32.Requests != 40 || strings.Join(l32.Invalid, ";") != replay.ReasonWarmStart {
+	if l32.Valid || l32.Requests != 40 || strings.Join(l32.Invalid, ";") != string(schema.ReasonWarmStart) {
 		t.Errorf("32 req/s: %+v", l32)
 	}
 	var b strings.Builder
@@ -196,10 +201,10 @@ func TestSummarizeClientBound(t *testing.T) {
 		atts []Attribution
 		tpot map[float64]float64
 	}{
-		{"every level invalid", append(invalid(levelAtts(1, 40, steady), 0, replay.ReasonWarmStart),
-			invalid(levelAtts(16, 40, grow), 0, replay.ReasonIncomplete)...), tpot},
+		{"every level invalid", append(invalid(levelAtts(1, 40, steady), 0, schema.ReasonWarmStart),
+			invalid(levelAtts(16, 40, grow), 0, schema.ReasonIncomplete)...), tpot},
 		{"the highest level client_bound", append(append(levelAtts(1, 40, steady), levelAtts(4, 40, grow)...),
-			invalid(levelAtts(16, 40, grow), 0, replay.ReasonClientBound)...), tpot},
+			invalid(levelAtts(16, 40, grow), 0, schema.ReasonClientBound)...), tpot},
 		{"the client part grows", append(levelAtts(1, 40, steady),
 			levelAtts(16, 40, func(i int) map[string]float64 { return map[string]float64{Client: 2 + 20*float64(i), Prefill: 40} })...), nil},
 	} {
@@ -221,7 +226,7 @@ func TestSummarizeClientBound(t *testing.T) {
 		})
 	}
 	// A client-bound level fixes the client.
-	d := Summarize("emulated", invalid(levelAtts(4, 40, steady), 0, replay.ReasonClientBound), slo.Default, nil)
+	d := Summarize("emulated", invalid(levelAtts(4, 40, steady), 0, schema.ReasonClientBound), slo.Default, nil)
 	want := []string{"fewer streams per client", "--time-scale", "another host"}
 	for i, w := range want {
 		if i >= len(d.Proposals) || !strings.Contains(d.Proposals[i], w) {

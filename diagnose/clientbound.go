@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -23,7 +24,7 @@ import (
 // engines' time out: when the record's config names a disaggregated
 // topology, requests without a proxy timeline (whose residual holds the
 // prefill leg) are left out, and a level with none left is not judged.
-func MarkClientBound(rec *replay.Record, atts []Attribution) []string {
+func MarkClientBound(rec *schema.Record, atts []Attribution) []string {
 	if rec == nil {
 		return nil
 	}
@@ -60,24 +61,24 @@ func MarkClientBound(rec *replay.Record, atts []Attribution) []string {
 			// The scale that would clear both bounds: the residual is the
 			// host's (client and hops, wall time), the rest of the median
 			// TTFT the engines' (see replay.Reason.Scale).
-			lim99 := replay.ClientBoundSLOFraction * rec.SLO.TTFTMillis
-			scale := max(p99/lim99, replay.ScaleToShare(p50, p50, medTTFT-p50, replay.ClientBoundTTFTFraction))
+			lim99 := schema.ClientBoundSLOFraction * rec.SLO.TTFTMillis
+			scale := max(p99/lim99, replay.ScaleToShare(p50, p50, medTTFT-p50, schema.ClientBoundTTFTFraction))
 			if !(medTTFT-p50 > 0) {
 				scale = 0
 			}
 			if lim := lim99; p99 > lim {
 				detail = fmt.Sprintf("p99 client/proxy residual %.3g ms > %g%% of the %g ms TTFT SLO (%.3g ms): the client side, not the engines, moved TTFT",
-					p99, 100*replay.ClientBoundSLOFraction, rec.SLO.TTFTMillis, lim)
-			} else if lim := replay.ClientBoundTTFTFraction * medTTFT; p50 > lim {
+					p99, 100*schema.ClientBoundSLOFraction, rec.SLO.TTFTMillis, lim)
+			} else if lim := schema.ClientBoundTTFTFraction * medTTFT; p50 > lim {
 				detail = fmt.Sprintf("median client/proxy residual %.3g ms > %g%% of the median TTFT %.3g ms: the client side, not the engines, moved TTFT",
-					p50, 100*replay.ClientBoundTTFTFraction, medTTFT)
+					p50, 100*schema.ClientBoundTTFTFraction, medTTFT)
 			}
 			if detail == "" {
 				continue
 			}
-			lr.InvalidateScaled(replay.ReasonClientBound, scale, "%s", detail)
+			lr.InvalidateScaled(schema.ReasonClientBound, scale, "%s", detail)
 			marked[k] = invalidCodes(lr.Verdict)
-			out = append(out, fmt.Sprintf("run %d, %g req/s: %s: %s", rr.Run+1, lr.OfferedQPS, replay.ReasonClientBound, detail))
+			out = append(out, fmt.Sprintf("run %d, %g req/s: %s: %s", rr.Run+1, lr.OfferedQPS, schema.ReasonClientBound, detail))
 		}
 	}
 	if skipped > 0 {
@@ -86,7 +87,7 @@ func MarkClientBound(rec *replay.Record, atts []Attribution) []string {
 	if len(marked) == 0 {
 		return out
 	}
-	rec.Judge()
+	replay.Judge(rec)
 	for i := range atts {
 		if c, ok := marked[key{atts[i].Run, atts[i].OfferedQPS}]; ok {
 			atts[i].Invalid = c
@@ -100,9 +101,9 @@ func MarkClientBound(rec *replay.Record, atts []Attribution) []string {
 // and no kernel evidence; the token budget and max-num-seqs from its
 // config; the first token's head counted with prefill for the emulator
 // (HeadWithFirstToken), apart for vLLM (HeadSeparate).
-func RecordEvidence(rec *replay.Record) Evidence {
+func RecordEvidence(rec *schema.Record) Evidence {
 	ev := Evidence{Source: EvidenceAuto, TokenBudget: RecordTokenBudget(rec), MaxNumSeqs: RecordKnobs(rec).MaxNumSeqs, Head: HeadSeparate}
-	if rec.Kind == replay.KindEmulated {
+	if rec.Kind == schema.KindEmulated {
 		ev.Head = HeadWithFirstToken
 	}
 	return ev
@@ -113,7 +114,7 @@ func RecordEvidence(rec *replay.Record) Evidence {
 // stores, and prints, the verdict hone diagnose report reaches on the same
 // record: a level's verdict is judged once. It returns MarkClientBound's
 // lines.
-func JudgeRecord(rec *replay.Record) ([]string, error) {
+func JudgeRecord(rec *schema.Record) ([]string, error) {
 	atts, err := Attribute(rec, RecordEvidence(rec))
 	if err != nil {
 		return nil, err
@@ -123,7 +124,7 @@ func JudgeRecord(rec *replay.Record) ([]string, error) {
 
 // disaggregated reads the record's config for a disaggregated topology
 // (hone optimize records its deployment spec there).
-func disaggregated(rec *replay.Record) bool {
+func disaggregated(rec *schema.Record) bool {
 	t, _ := rec.Config["topology"].(map[string]any)
 	k, _ := t["kind"].(string)
 	return k == "disaggregated"

@@ -6,17 +6,18 @@ import (
 	"testing"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
 // boundRecord has one run with levels at 4 and 8 req/s, both valid.
-func boundRecord() *replay.Record {
-	lvl := func(q float64) replay.LevelRecord {
-		return replay.LevelRecord{Level: slo.Level{OfferedQPS: q, Passed: true, EffectiveQPS: q}, Verdict: validVerdict(), Complete: true}
+func boundRecord() *schema.Record {
+	lvl := func(q float64) schema.LevelRecord {
+		return schema.LevelRecord{Level: slo.Level{OfferedQPS: q, Passed: true, EffectiveQPS: q}, Verdict: validVerdict(), Complete: true}
 	}
-	rec := &replay.Record{Kind: "emulated", TimeScale: 1, SLO: slo.Default,
-		Runs: []replay.RunRecord{{Levels: []replay.LevelRecord{lvl(4), lvl(8)}}}}
-	rec.Judge()
+	rec := &schema.Record{Kind: "emulated", TimeScale: 1, SLO: slo.Default,
+		Runs: []schema.RunRecord{{Levels: []schema.LevelRecord{lvl(4), lvl(8)}}}}
+	replay.Judge(rec)
 	return rec
 }
 
@@ -30,8 +31,8 @@ func clientAtts(q float64, client func(i int) float64) []Attribution {
 }
 
 func TestMarkClientBound(t *testing.T) {
-	sloLim := replay.ClientBoundSLOFraction * slo.Default.TTFTMillis // on the p99
-	medLim := replay.ClientBoundTTFTFraction * 50                    // on the median (TTFT 50 ms)
+	sloLim := schema.ClientBoundSLOFraction * slo.Default.TTFTMillis // on the p99
+	medLim := schema.ClientBoundTTFTFraction * 50                    // on the median (TTFT 50 ms)
 	past := func(x float64) float64 { return math.Nextafter(x, math.Inf(1)) }
 	one := func(v float64) func(int) float64 { // one request (the p99 rank of 40) at v, the rest 1 ms
 		return func(i int) float64 {
@@ -72,7 +73,7 @@ func TestMarkClientBound(t *testing.T) {
 			if len(lines) != 1 || !strings.HasPrefix(lines[0], "run 1, 8 req/s: client_bound: "+tc.marked) {
 				t.Errorf("lines %q", lines)
 			}
-			if l8.Verdict.Valid || !l8.Verdict.Has(replay.ReasonClientBound) {
+			if l8.Verdict.Valid || !l8.Verdict.Has(schema.ReasonClientBound) {
 				t.Errorf("8 req/s verdict %v", l8.Verdict)
 			}
 			// Just past a bound, a time scale just above this one clears
@@ -85,7 +86,7 @@ func TestMarkClientBound(t *testing.T) {
 			if rec.Runs[0].Verdict.Valid || rec.Verdict.Valid || rec.Runs[0].Objective != 4 {
 				t.Errorf("run %v objective %v, record %v", rec.Runs[0].Verdict, rec.Runs[0].Objective, rec.Verdict)
 			}
-			if strings.Join(atts[40].Invalid, ",") != replay.ReasonClientBound {
+			if strings.Join(atts[40].Invalid, ",") != string(schema.ReasonClientBound) {
 				t.Errorf("attributions at 8 req/s not marked: %v", atts[40].Invalid)
 			}
 		})

@@ -31,6 +31,7 @@ import (
 	"github.com/hone-llm/hone/deploy/proxy"
 	"github.com/hone-llm/hone/internal/honetest"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 	"github.com/hone-llm/hone/slo"
 )
@@ -482,7 +483,7 @@ func kernelEvidenceScenario(t *testing.T, sc evidenceScenario) {
 	// for a part above 5% of the TTFT SLO (MaterialFraction), so the SLO is
 	// 20 times the planted floor (the brief's 2000 ms would call a 20 ms
 	// transfer immaterial, as it is to a user with that SLO).
-	opts := replay.Options{Model: "Qwen/Qwen2.5-Coder-0.5B-Instruct", Kind: replay.KindEmulated, Backend: "emulator",
+	opts := replay.Options{Model: "Qwen/Qwen2.5-Coder-0.5B-Instruct", Kind: schema.KindEmulated, Backend: "emulator",
 		Workload: w, QPS: []float64{sc.qps}, TimeScale: scale, GPUs: 1,
 		SLO: slo.SLO{TTFTMillis: 20 * sc.plantedFloorMs, TPOTMillis: slo.Default.TPOTMillis}}
 	var pids []int
@@ -771,13 +772,13 @@ func kernelEvidenceScenario(t *testing.T, sc evidenceScenario) {
 
 // stripEngineMetrics is a copy of rec without the engines' per-request
 // metrics, as a vLLM without --enable-per-request-metrics leaves it.
-func stripEngineMetrics(t *testing.T, rec *replay.Record) *replay.Record {
+func stripEngineMetrics(t *testing.T, rec *schema.Record) *schema.Record {
 	t.Helper()
 	b, err := json.Marshal(rec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out replay.Record
+	var out schema.Record
 	if err := json.Unmarshal(b, &out); err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/hone-llm/hone/deploy/proxy"
 	"github.com/hone-llm/hone/internal/honetest"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 )
 
@@ -80,7 +81,7 @@ func TestKernelKVJoin(t *testing.T) {
 	w := replay.DefaultWorkload()
 	w.Requests = 24
 	rec, err := replay.Run(ctx, replay.Options{Endpoint: pu, TokenizeEndpoint: dcURL, Model: "Qwen/Qwen2.5-Coder-0.5B-Instruct",
-		Kind: replay.KindEmulated, Backend: "emulator", Workload: w, QPS: []float64{2}, TimeScale: timeScale, GPUs: 2})
+		Kind: schema.KindEmulated, Backend: "emulator", Workload: w, QPS: []float64{2}, TimeScale: timeScale, GPUs: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

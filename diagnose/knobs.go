@@ -4,7 +4,7 @@ import (
 	"math"
 	"sort"
 
-	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 )
 
 // Knobs are the engine settings a diagnosis's proposals follow.
@@ -15,7 +15,7 @@ type Knobs struct {
 
 // RecordKnobs reads the knobs a record's config states (a deploy spec's
 // knobs, as the optimizer records it); zero where it states none.
-func RecordKnobs(rec *replay.Record) Knobs {
+func RecordKnobs(rec *schema.Record) Knobs {
 	knobs, _ := rec.Config["knobs"].(map[string]any)
 	n, _ := knobs["max_num_seqs"].(float64) // JSON numbers
 	if n >= 1 && n == math.Trunc(n) {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
-	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -79,7 +79,7 @@ const (
 
 // Diagnosis is the bottleneck verdict over the valid levels.
 type Diagnosis struct {
-	Kind   string           `json:"kind"`
+	Kind   schema.Kind      `json:"kind"`
 	Levels []LevelBreakdown `json:"levels"`
 	// Bottleneck is queueing | prefill | transfer | decode_queue | decode |
 	// client-bound | none. Uncertain names the runner-up part when its
@@ -125,13 +125,13 @@ func (d Diagnosis) Label() string {
 // level with a seeded bootstrap interval, and the parts that dominate the
 // TTFT budget. tpotP99 is p99 TPOT by offered rate (decode when it misses
 // its SLO at a valid level).
-func Summarize(kind string, atts []Attribution, target slo.SLO, tpotP99 map[float64]float64) Diagnosis {
+func Summarize(kind schema.Kind, atts []Attribution, target slo.SLO, tpotP99 map[float64]float64) Diagnosis {
 	return SummarizeKnobs(kind, atts, target, tpotP99, Knobs{})
 }
 
 // SummarizeKnobs is Summarize for a configuration whose knobs are known
 // (RecordKnobs): the proposals follow them.
-func SummarizeKnobs(kind string, atts []Attribution, target slo.SLO, tpotP99 map[float64]float64, knobs Knobs) Diagnosis {
+func SummarizeKnobs(kind schema.Kind, atts []Attribution, target slo.SLO, tpotP99 map[float64]float64, knobs Knobs) Diagnosis {
 	d := Diagnosis{Kind: kind, Growth: map[string]float64{}, GrowthCI: map[string][2]float64{}, IntervalLevel: Confidence, Rule: BottleneckRule,
 		MaxNumSeqs: knobs.MaxNumSeqs}
 	lv := groupLevels(atts)
@@ -323,37 +323,35 @@ func proposals(d Diagnosis, lv []*level) []string {
 	case Decode:
 		return []string{"add decode capacity (another decode worker)", "enable CUDA graphs (drop --enforce-eager)", "lower max-num-seqs to cut per-step time"}
 	case ClientBound:
-		codes := map[string]bool{}
-		for _, l := range lv {
-			for _, c := range l.codes {
-				for _, code := range c {
-					codes[code] = true
-				}
-			}
-		}
-		var out []string
-		if codes[replay.ReasonClientBound] || !(codes[replay.ReasonWarmStart] || codes[replay.ReasonIncomplete] ||
-			codes[replay.ReasonTimeScaleMismatch] || codes[replay.ReasonCounterContamination]) {
-			out = append(out,
-				"fewer streams per client: split the load across more load-generator processes so each sends fewer concurrent streams",
-				"a larger engine time scale (emulator: emulator.time_scale in the spec, hone sim serve --time-scale or hone optimize --time-scale; replay adopts it): the client's lag shrinks in model time",
-				"run the load generator on another host than the engines and the proxy")
-		}
-		if codes[replay.ReasonWarmStart] {
-			out = append(out, "start every level cold: reset the prefix cache before it (hone replay --cache reset) or use fresh prefixes")
-		}
-		if codes[replay.ReasonIncomplete] {
-			out = append(out, "let every level run to the end: no interruption, a --request-timeout long enough for the slowest request")
-		}
-		if codes[replay.ReasonTimeScaleMismatch] {
-			out = append(out, "replay on the engine's time scale (leave --time-scale unset to adopt it)")
-		}
-		if codes[replay.ReasonCounterContamination] {
-			out = append(out, "keep other traffic off the engines while a level runs")
-		}
-		return out
+		return invalidRemedies(lv)
 	}
 	return nil
+}
+
+// invalidRemedies are the remedies of every reason the levels were
+// invalid for, each code's own (schema.Rules), in the rules' order; a
+// client-bound bottleneck without a code (never judged) gets
+// client_bound's.
+func invalidRemedies(lv []*level) []string {
+	codes := map[schema.Code]bool{}
+	for _, l := range lv {
+		for _, c := range l.codes {
+			for _, code := range c {
+				codes[schema.Code(code)] = true
+			}
+		}
+	}
+	var out []string
+	for _, r := range schema.Rules {
+		if codes[r.Code] {
+			out = append(out, r.Remedies...)
+		}
+	}
+	if out == nil {
+		r, _ := schema.RuleOf(schema.ReasonClientBound)
+		out = r.Remedies
+	}
+	return out
 }
 
 // WriteTable renders the diagnosis for a terminal (md: Markdown).

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hone-llm/hone/deploy/proxy"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -50,15 +51,15 @@ var plantedLevels = []float64{1, 4, 16}
 // build makes the scenario's record, proxy timelines and daemon KV
 // connections: requests scheduled every 1000/q ms, sent 1 ms late; hops
 // of 0.5 ms. Each level's clock starts 100 s after the previous one's.
-func (sc plantedScenario) build() (*replay.Record, []proxy.Timeline, []KVConn) {
-	rec := &replay.Record{Kind: "emulated", TimeScale: 1, SLO: slo.Default}
-	run := replay.RunRecord{}
+func (sc plantedScenario) build() (*schema.Record, []proxy.Timeline, []KVConn) {
+	rec := &schema.Record{Kind: "emulated", TimeScale: 1, SLO: slo.Default}
+	run := schema.RunRecord{}
 	var tls []proxy.Timeline
 	var kv []KVConn
 	for li, q := range plantedLevels {
 		ns := func(ms float64) int64 { return int64(li+1)*100_000_000_000 + int64(ms*1e6) }
 		st := func(ms float64) proxy.Stamp { return proxy.Stamp{MonoNs: ns(ms)} }
-		lvl := replay.LevelRecord{Level: slo.Level{OfferedQPS: q}, Verdict: validVerdict()}
+		lvl := schema.LevelRecord{Level: slo.Level{OfferedQPS: q}, Verdict: validVerdict()}
 		for i := range plantedRequests {
 			p := sc.parts(q, i)
 			sched := float64(i) * 1000 / q
@@ -106,8 +107,8 @@ func (sc plantedScenario) build() (*replay.Record, []proxy.Timeline, []KVConn) {
 				m["kv_transfer_time_ms"] = p.pull
 			}
 			mj, _ := json.Marshal(m)
-			rq := replay.RequestRecord{ID: replay.Sessions + i, RequestID: id, Outcome: "ok", ScheduledMs: sched, SentMs: sent,
-				Sent: replay.Stamp{MonoNs: ns(sent)}, FirstMs: f(firstAt), FinishMs: f(lastAt), TTFTMs: f(firstAt - sched),
+			rq := schema.RequestRecord{ID: replay.Sessions + i, RequestID: id, Outcome: "ok", ScheduledMs: sched, SentMs: sent,
+				Sent: schema.Stamp{MonoNs: ns(sent)}, FirstMs: f(firstAt), FinishMs: f(lastAt), TTFTMs: f(firstAt - sched),
 				TPOTMs: f(gen / (plantedOutput - 1)), OutputTokens: plantedOutput, EngineMetrics: mj}
 			for _, c := range chunks {
 				rq.Chunks.MonoNs = append(rq.Chunks.MonoNs, ns(c))
@@ -124,7 +125,7 @@ func (sc plantedScenario) build() (*replay.Record, []proxy.Timeline, []KVConn) {
 		lvl.P99TPOTMs = slo.NearestRank(tp, 99)
 		run.Levels = append(run.Levels, lvl)
 	}
-	rec.Runs = []replay.RunRecord{run}
+	rec.Runs = []schema.RunRecord{run}
 	return rec, tls, kv
 }
 

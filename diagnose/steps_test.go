@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 )
 
 func TestSplitBySteps(t *testing.T) {
@@ -227,7 +227,7 @@ func TestRecordTokenBudget(t *testing.T) {
 		{`{"knobs":"x"}`, 0},
 		{`{}`, 0},
 	} {
-		var rec replay.Record
+		var rec schema.Record
 		if err := json.Unmarshal([]byte(`{"config":`+tc.config+`}`), &rec); err != nil {
 			t.Fatal(err)
 		}

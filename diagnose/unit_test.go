@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/hone-llm/hone/deploy/proxy"
-	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -17,22 +17,22 @@ func f(x float64) *float64 { return &x }
 
 // record builds a one-level record with one measured request: scheduled at
 // 100 ms, sent at 101 ms (mono 1e9 ns), first token at 150 ms, last at 250.
-func record(metrics string) *replay.Record {
-	rq := replay.RequestRecord{ID: 8, RequestID: "r8", Outcome: "ok", ScheduledMs: 100, SentMs: 101,
-		Sent: replay.Stamp{MonoNs: 1_000_000_000}, FirstMs: f(150), FinishMs: f(250), OutputTokens: 126}
+func record(metrics string) *schema.Record {
+	rq := schema.RequestRecord{ID: 8, RequestID: "r8", Outcome: "ok", ScheduledMs: 100, SentMs: 101,
+		Sent: schema.Stamp{MonoNs: 1_000_000_000}, FirstMs: f(150), FinishMs: f(250), OutputTokens: 126}
 	if metrics != "" {
 		rq.EngineMetrics = json.RawMessage(metrics)
 	}
-	warm := replay.RequestRecord{ID: 0, RequestID: "r0", Outcome: "ok", FirstMs: f(1), FinishMs: f(2)}
-	return &replay.Record{Kind: "emulated", TimeScale: 1, Runs: []replay.RunRecord{{Run: 1, Levels: []replay.LevelRecord{{
-		Level: slo.Level{OfferedQPS: 4}, Verdict: validVerdict(), Requests: []replay.RequestRecord{warm, rq}}}}}}
+	warm := schema.RequestRecord{ID: 0, RequestID: "r0", Outcome: "ok", FirstMs: f(1), FinishMs: f(2)}
+	return &schema.Record{Kind: "emulated", TimeScale: 1, Runs: []schema.RunRecord{{Run: 1, Levels: []schema.LevelRecord{{
+		Level: slo.Level{OfferedQPS: 4}, Verdict: validVerdict(), Requests: []schema.RequestRecord{warm, rq}}}}}}
 }
 
 // A trace record has no warm-ups (replay.Record.Warmups): its request 0
 // is attributed too.
 func TestAttributeTraceHasNoWarmups(t *testing.T) {
 	rec := record(`{"queue_time_ms":10,"time_to_first_token_ms":30,"generation_time_ms":100,"mean_itl_ms":0.8}`)
-	rec.Workload.Kind = replay.WorkloadTrace
+	rec.Workload.Kind = schema.WorkloadTrace
 	atts, err := Attribute(rec, Evidence{})
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +42,7 @@ func TestAttributeTraceHasNoWarmups(t *testing.T) {
 	}
 }
 
-func validVerdict() replay.Verdict { return replay.Verdict{Valid: true, Reasons: []replay.Reason{}} }
+func validVerdict() schema.Verdict { return schema.Verdict{Valid: true, Reasons: []schema.Reason{}} }
 
 func stamp(ms float64) proxy.Stamp { return proxy.Stamp{MonoNs: 1_000_000_000 + int64((ms-101)*1e6)} }
 
@@ -141,16 +141,16 @@ func TestAttributeAgainstPlantedTruth(t *testing.T) {
 	const scale = 2.0
 	mono := func(ms float64) proxy.Stamp { return proxy.Stamp{MonoNs: 1_000_000_000 + int64(ms*scale*1e6)} }
 	at := func(ms float64) *proxy.Stamp { s := mono(ms); return &s }
-	rec := func(sent, first float64, metrics string) *replay.Record {
-		rq := replay.RequestRecord{ID: 8, RequestID: "r8", Outcome: "ok", ScheduledMs: 100, SentMs: sent,
-			DispatchLagMs: sent - 100, Sent: replay.Stamp{MonoNs: mono(sent).MonoNs}, FirstMs: f(first), FinishMs: f(first + 100),
+	rec := func(sent, first float64, metrics string) *schema.Record {
+		rq := schema.RequestRecord{ID: 8, RequestID: "r8", Outcome: "ok", ScheduledMs: 100, SentMs: sent,
+			DispatchLagMs: sent - 100, Sent: schema.Stamp{MonoNs: mono(sent).MonoNs}, FirstMs: f(first), FinishMs: f(first + 100),
 			TTFTMs: f(first - 100), TTFTFromSentMs: f(first - sent), OutputTokens: 64, EngineMetrics: json.RawMessage(metrics)}
-		return &replay.Record{Kind: "emulated", TimeScale: scale, Runs: []replay.RunRecord{{Levels: []replay.LevelRecord{{
-			Level: slo.Level{OfferedQPS: 4}, Verdict: validVerdict(), Requests: []replay.RequestRecord{rq}}}}}}
+		return &schema.Record{Kind: "emulated", TimeScale: scale, Runs: []schema.RunRecord{{Levels: []schema.LevelRecord{{
+			Level: slo.Level{OfferedQPS: 4}, Verdict: validVerdict(), Requests: []schema.RequestRecord{rq}}}}}}
 	}
 	for _, tc := range []struct {
 		name string
-		rec  *replay.Record
+		rec  *schema.Record
 		tl   proxy.Timeline
 		want map[string]float64
 	}{{
@@ -213,12 +213,12 @@ func TestAttributeAgainstPlantedTruth(t *testing.T) {
 // arrival (TTFT − queue) would give a prefill of 0 and a client part of
 // 504.
 func TestAttributeVLLMsOwnExample(t *testing.T) {
-	rq := replay.RequestRecord{ID: 8, RequestID: "r8", Outcome: "ok", ScheduledMs: 100, SentMs: 101, DispatchLagMs: 1,
-		Sent: replay.Stamp{MonoNs: 1_000_000_000}, FirstMs: f(1104), FinishMs: f(2104), TTFTMs: f(1004), OutputTokens: 10,
+	rq := schema.RequestRecord{ID: 8, RequestID: "r8", Outcome: "ok", ScheduledMs: 100, SentMs: 101, DispatchLagMs: 1,
+		Sent: schema.Stamp{MonoNs: 1_000_000_000}, FirstMs: f(1104), FinishMs: f(2104), TTFTMs: f(1004), OutputTokens: 10,
 		EngineMetrics: json.RawMessage(`{"time_to_first_token_ms":500.0,"generation_time_ms":1000.0,"queue_time_ms":500.0,` +
 			`"mean_itl_ms":111.11111111111111,"tokens_per_second":6.666666666666667}`)}
-	rec := &replay.Record{Kind: "device", TimeScale: 1, Runs: []replay.RunRecord{{Levels: []replay.LevelRecord{{
-		Level: slo.Level{OfferedQPS: 1}, Verdict: validVerdict(), Requests: []replay.RequestRecord{rq}}}}}}
+	rec := &schema.Record{Kind: "device", TimeScale: 1, Runs: []schema.RunRecord{{Levels: []schema.LevelRecord{{
+		Level: slo.Level{OfferedQPS: 1}, Verdict: validVerdict(), Requests: []schema.RequestRecord{rq}}}}}}
 	atts, err := Attribute(rec, Evidence{})
 	if err != nil {
 		t.Fatal(err)
@@ -252,12 +252,12 @@ func TestAttributeReadsTTFTFromTheScheduledSend(t *testing.T) {
 // A level's verdict travels with its attributions.
 func TestAttributeCarriesTheLevelVerdict(t *testing.T) {
 	r := record("")
-	r.Runs[0].Levels[0].Verdict = replay.Verdict{Reasons: []replay.Reason{{Code: replay.ReasonWarmStart}, {Code: replay.ReasonClientBound}}}
+	r.Runs[0].Levels[0].Verdict = schema.Verdict{Reasons: []schema.Reason{{Code: schema.ReasonWarmStart}, {Code: schema.ReasonClientBound}}}
 	atts, _ := Attribute(r, Evidence{})
 	if got := strings.Join(atts[0].Invalid, ","); got != "client_bound,warm_start" {
 		t.Errorf("invalid %q", got)
 	}
-	r.Runs[0].Levels[0].Verdict = replay.Verdict{} // never judged
+	r.Runs[0].Levels[0].Verdict = schema.Verdict{} // never judged
 	if atts, _ := Attribute(r, Evidence{}); strings.Join(atts[0].Invalid, ",") != unjudged {
 		t.Errorf("unjudged level: invalid %v", atts[0].Invalid)
 	}
@@ -284,7 +284,7 @@ func TestParseTimelinesFormats(t *testing.T) {
 // kernel evidence takes it over the engine's metrics, keeping them beside.
 func TestKernelSplitChoosesAndStatesUncertainty(t *testing.T) {
 	ms := func(m float64) int64 { return 1_000_000_000 + int64((m-101)*1e6) } // record()'s clock: 101 ms is mono 1e9
-	withTokens := func(rec *replay.Record) *replay.Record {
+	withTokens := func(rec *schema.Record) *schema.Record {
 		rq := &rec.Runs[0].Levels[0].Requests[1]
 		rq.InputTokens, rq.PromptTokens, rq.CachedTokens = 100, new(int), new(int)
 		*rq.PromptTokens = 100

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hone-llm/hone/deploy/proxy"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -21,12 +22,12 @@ import (
 // in; it then waits 1427.35 ms for a seat (max-num-seqs) and takes a 4 ms
 // step: queue_time_ms 1429, time_to_first_token_ms 4, the first token at
 // the client at 1545 (TTFT 1445).
-func queuedDecodeRecord(metrics string) (*replay.Record, proxy.Timeline) {
-	rq := replay.RequestRecord{ID: replay.Sessions, RequestID: "r", Outcome: "ok", ScheduledMs: 100, SentMs: 101,
-		Sent: replay.Stamp{MonoNs: stamp(101).MonoNs}, FirstMs: f(1545), FinishMs: f(1645), TTFTMs: f(1445), OutputTokens: 101,
+func queuedDecodeRecord(metrics string) (*schema.Record, proxy.Timeline) {
+	rq := schema.RequestRecord{ID: replay.Sessions, RequestID: "r", Outcome: "ok", ScheduledMs: 100, SentMs: 101,
+		Sent: schema.Stamp{MonoNs: stamp(101).MonoNs}, FirstMs: f(1545), FinishMs: f(1645), TTFTMs: f(1445), OutputTokens: 101,
 		EngineMetrics: json.RawMessage(metrics)}
-	rec := &replay.Record{Kind: "emulated", TimeScale: 1, Runs: []replay.RunRecord{{Levels: []replay.LevelRecord{{
-		Level: slo.Level{OfferedQPS: 4}, Verdict: validVerdict(), Requests: []replay.RequestRecord{rq}}}}}}
+	rec := &schema.Record{Kind: "emulated", TimeScale: 1, Runs: []schema.RunRecord{{Levels: []schema.LevelRecord{{
+		Level: slo.Level{OfferedQPS: 4}, Verdict: validVerdict(), Requests: []schema.RequestRecord{rq}}}}}}
 	at := func(ms float64) *proxy.Stamp { s := stamp(ms); return &s }
 	tl := proxy.Timeline{RequestID: "r", Received: stamp(102), Outcome: proxy.OutcomeSuccess,
 		Prefill: []proxy.Leg{{Worker: "p0", Sent: stamp(103), Answered: at(110), Status: 200,
@@ -205,7 +206,7 @@ func TestUntimedKVWaitSaysSo(t *testing.T) {
 // host's cost rising inside the bound never clears it (decideValid
 // relies on it).
 func TestMaterialBarCoversTheClientBound(t *testing.T) {
-	if MaterialFraction < replay.ClientBoundSLOFraction {
-		t.Errorf("MaterialFraction %g < replay.ClientBoundSLOFraction %g", MaterialFraction, replay.ClientBoundSLOFraction)
+	if MaterialFraction < schema.ClientBoundSLOFraction {
+		t.Errorf("MaterialFraction %g < replay.ClientBoundSLOFraction %g", MaterialFraction, schema.ClientBoundSLOFraction)
 	}
 }

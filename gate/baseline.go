@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/hone-llm/hone/replay"
 	"math"
 	"os"
 	"path/filepath"
@@ -14,7 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hone-llm/hone/replay"
+
 	"github.com/hone-llm/hone/internal/atomicfile"
+	"github.com/hone-llm/hone/schema"
 )
 
 // SchemaVersion is the version of the baseline file format. Version 3
@@ -263,7 +265,7 @@ func ParseBaseline(b []byte) (*Baseline, error) {
 		return nil, fmt.Errorf("not a valid baseline JSON document (truncated or corrupt?): %w", err)
 	}
 	switch {
-	case bl.SchemaVersion == 1 && bl.Kind == "simulation_only":
+	case bl.SchemaVersion == 1 && bl.Kind == string(schema.KindSimulationOnly):
 		bl.SchemaVersion = SchemaVersion // nothing to add: the simulator has no invalid levels and no cache procedure
 	case bl.SchemaVersion == 1:
 		return nil, fmt.Errorf("schema_version 1: a %s baseline from before level verdicts and the cache procedure were recorded; "+
@@ -491,5 +493,5 @@ func fingerprintValue(fp Fingerprint, k string) string {
 	if v := fp[k]; v != "" || k != "load" {
 		return v
 	}
-	return replay.LoadOpen
+	return schema.LoadOpen
 }

@@ -7,7 +7,7 @@ import (
 	"math"
 
 	"github.com/hone-llm/hone/capacity"
-	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -84,7 +84,7 @@ func readCapacityRecord(b []byte) ([]Run, bool, error) {
 	fp := recordFingerprint(h)
 	fp["load"] = "capacity/" + res.Mode
 	fp["workload"] = capacityWorkloadFingerprint(h.Workload)
-	run := Run{Kind: rec.Kind, Scenario: scenario, Fingerprint: fp,
+	run := Run{Kind: string(rec.Kind), Scenario: scenario, Fingerprint: fp,
 		Capacity: &CapacityRun{Mode: res.Mode, Unit: res.Unit, Value: res.Value, Upper: res.Upper, Precision: res.Precision}}
 	if !res.Finished() {
 		why := "the search did not finish"
@@ -99,7 +99,7 @@ func readCapacityRecord(b []byte) ([]Run, bool, error) {
 // capacityWorkloadFingerprint is the workload as the gate compares
 // capacities: workloadFingerprint without the request count and rates,
 // which the search chose per probe.
-func capacityWorkloadFingerprint(w replay.WorkloadRecord) string {
+func capacityWorkloadFingerprint(w schema.WorkloadRecord) string {
 	return fmt.Sprintf("seed=%d input=%d uncached=%d output=%d", w.Seed, w.InputTokens, w.UncachedTokens, w.OutputTokens) + lengthRatio(w)
 }
 

@@ -11,17 +11,18 @@ import (
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 	"github.com/hone-llm/hone/slo"
 )
 
 // capRecord is a capacity result as hone replay --capacity writes it, with
 // a minimal header.
-func capRecord(kind string, value, upper float64, outcome string) capacity.Record {
+func capRecord(kind schema.Kind, value, upper float64, outcome string) capacity.Record {
 	w := replay.DefaultWorkload()
-	h := &replay.Record{Kind: kind, Backend: "emulator", Model: replay.Model{ID: "m"}, GPUs: 1, TimeScale: 0.25,
-		SLO: slo.SLO{TTFTMillis: 2000, TPOTMillis: 12}, Workload: replay.WorkloadRecord{Workload: w, Load: replay.LoadOpen},
-		Cache: replay.CacheState{Procedure: replay.CacheReset}, Config: map[string]any{"scenario": "emu"}}
+	h := &schema.Record{Kind: kind, Backend: "emulator", Model: schema.Model{ID: "m"}, GPUs: 1, TimeScale: 0.25,
+		SLO: slo.SLO{TTFTMillis: 2000, TPOTMillis: 12}, Workload: schema.WorkloadRecord{Workload: w, Load: schema.LoadOpen},
+		Cache: schema.CacheState{Procedure: schema.CacheReset}, Config: map[string]any{"scenario": "emu"}}
 	return capacity.Record{Kind: kind, Source: "endpoint x", Header: capacity.HeaderOf(h), Capacity: &capacity.Result{
 		Mode: capacity.Open, Unit: capacity.UnitRate, Value: value, Upper: upper, Precision: 0.1, Bounded: outcome == capacity.OutcomeBounded,
 		Outcome: outcome, SLO: h.SLO, Rule: capacity.Rule}}
@@ -45,7 +46,7 @@ func capRuns(t *testing.T, recs ...capacity.Record) []Run {
 }
 
 func bounded(v, u float64) capacity.Record {
-	return capRecord(replay.KindEmulated, v, u, capacity.OutcomeBounded)
+	return capRecord(schema.KindEmulated, v, u, capacity.OutcomeBounded)
 }
 
 // TestCapacityBrackets checks CapacityRule on hand-made results: what
@@ -71,7 +72,7 @@ func TestCapacityBrackets(t *testing.T) {
 		{"one low run", []capacity.Record{bounded(10, 11), bounded(14.67, 15.51), bounded(14.67, 15.51)}, Pass, 0, "overlap"},
 		{"higher and apart", []capacity.Record{bounded(17, 18.5), bounded(17.5, 19), bounded(16.1, 17)}, Improved, 17.0/14.67 - 1, "every candidate run met"},
 		// A lower bound at the largest load searched failed nothing.
-		{"candidate lower bound", []capacity.Record{capRecord(replay.KindEmulated, 32, 0, capacity.OutcomeAtMax), bounded(17, 18), bounded(17, 18)}, Improved, 17.0/14.67 - 1, ""},
+		{"candidate lower bound", []capacity.Record{capRecord(schema.KindEmulated, 32, 0, capacity.OutcomeAtMax), bounded(17, 18), bounded(17, 18)}, Improved, 17.0/14.67 - 1, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -114,7 +115,7 @@ func TestCapacityUnfinished(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cut := capRecord(replay.KindEmulated, 8, 16, capacity.OutcomeUnfinished)
+	cut := capRecord(schema.KindEmulated, 8, 16, capacity.OutcomeUnfinished)
 	cut.Capacity.Probes = []capacity.Probe{{Load: 11.3, Note: "invalid: client_bound: ..."}}
 	rep := Check(bl, capRuns(t, cut, cut), Config{})
 	if rep.Verdict != Unusable || rep.ExitCode() != 2 {
@@ -151,9 +152,9 @@ func TestCapacityIncomparable(t *testing.T) {
 		}
 	}
 	// A level scan against the capacity baseline: another load mode.
-	lv := Run{Kind: replay.KindEmulated, Scenario: "emu", Fingerprint: bl.Fingerprint.clone(), Objective: 10,
+	lv := Run{Kind: string(schema.KindEmulated), Scenario: "emu", Fingerprint: bl.Fingerprint.clone(), Objective: 10,
 		Levels: []LevelRun{{OfferedQPS: 4, Passed: true, Metrics: map[string]float64{"p50_ttft_ms": 30}}}}
-	lv.Fingerprint["load"] = replay.LoadOpen
+	lv.Fingerprint["load"] = schema.LoadOpen
 	rep = Check(bl, []Run{lv}, Config{})
 	if rep.Verdict != Incomparable || !strings.Contains(strings.Join(rep.Incomparable, "\n"), "load") {
 		t.Fatalf("a level scan against a capacity baseline: %s %q", rep.Verdict, rep.Incomparable)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 	"github.com/hone-llm/hone/slo"
 )
@@ -48,14 +49,14 @@ func startEmulator(t *testing.T, ctx context.Context, cfg emulator.Config) strin
 
 // replayRuns replays w at one offered rate, runs times, and returns the
 // record's gate runs, read back from its JSON as from disk.
-func replayRuns(t *testing.T, ctx context.Context, url string, w replay.Workload, qps float64, runs int, scale float64) []Run {
+func replayRuns(t *testing.T, ctx context.Context, url string, w schema.Workload, qps float64, runs int, scale float64) []Run {
 	t.Helper()
 	out, _ := replayRecord(t, ctx, url, w, qps, runs, scale)
 	return out
 }
 
 // replayRecord is replayRuns that also returns the record.
-func replayRecord(t *testing.T, ctx context.Context, url string, w replay.Workload, qps float64, runs int, scale float64) ([]Run, *replay.Record) {
+func replayRecord(t *testing.T, ctx context.Context, url string, w schema.Workload, qps float64, runs int, scale float64) ([]Run, *schema.Record) {
 	t.Helper()
 	rec, err := replayOnce(ctx, url, w, qps, runs, scale)
 	if err != nil {
@@ -65,15 +66,15 @@ func replayRecord(t *testing.T, ctx context.Context, url string, w replay.Worklo
 }
 
 // replayOnce is one `hone replay` of w at one offered rate.
-func replayOnce(ctx context.Context, url string, w replay.Workload, qps float64, runs int, scale float64) (*replay.Record, error) {
-	return replay.Run(ctx, replay.Options{Endpoint: url, Model: "Qwen/Qwen2.5-Coder-0.5B-Instruct", Kind: replay.KindEmulated,
+func replayOnce(ctx context.Context, url string, w schema.Workload, qps float64, runs int, scale float64) (*schema.Record, error) {
+	return replay.Run(ctx, replay.Options{Endpoint: url, Model: "Qwen/Qwen2.5-Coder-0.5B-Instruct", Kind: schema.KindEmulated,
 		Backend: "emulator", Workload: w, QPS: []float64{qps}, Runs: runs, TimeScale: scale, GPUs: 1,
 		Config: map[string]any{"scenario": "emu-l4"}})
 }
 
 // recordRuns reads a record's gate runs back from its JSON, as `hone gate`
 // reads them from disk.
-func recordRuns(t *testing.T, rec *replay.Record) []Run {
+func recordRuns(t *testing.T, rec *schema.Record) []Run {
 	t.Helper()
 	b, err := json.Marshal(rec)
 	if err != nil {
@@ -179,7 +180,7 @@ func onlyHostInvalid(runs []Run) bool {
 	for _, r := range runs {
 		for _, l := range r.Levels {
 			for _, why := range l.Invalid {
-				if code, _, _ := strings.Cut(why, ":"); !replay.HostReason(code) {
+				if code, _, _ := strings.Cut(why, ":"); !schema.HostReason(schema.Code(code)) {
 					return false
 				}
 			}
@@ -222,7 +223,7 @@ func TestGateTailsOnEmulatedRecords(t *testing.T) {
 	w.Requests, w.OutputTokens = replay.Sessions+128, 32
 
 	type done struct {
-		rec *replay.Record
+		rec *schema.Record
 		err error
 	}
 	slowDone := make(chan done, 1)
@@ -231,7 +232,7 @@ func TestGateTailsOnEmulatedRecords(t *testing.T) {
 		slowDone <- done{rec, err}
 	}()
 	var base, aa []Run
-	var baseRecs []*replay.Record
+	var baseRecs []*schema.Record
 	for i := 0; i < runs; i++ {
 		r, rec := replayRecord(t, ctx, same, w, qps, 1, scale)
 		base, baseRecs = append(base, r...), append(baseRecs, rec)
@@ -246,7 +247,7 @@ func TestGateTailsOnEmulatedRecords(t *testing.T) {
 	// What the model decides, whatever the host: the engine's own mean
 	// inter-token time (model ms) is at least 10% longer (longer steps
 	// also batch more requests, each step then costing a little more).
-	itl := func(recs ...*replay.Record) float64 {
+	itl := func(recs ...*schema.Record) float64 {
 		var v []float64
 		for _, rec := range recs {
 			for _, rr := range rec.Runs {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -31,7 +32,7 @@ func readReplayRecord(b []byte) ([]Run, bool, error) {
 	if err := replay.ValidateRecord(b); err != nil {
 		return nil, true, fmt.Errorf("not a valid hone replay record: %w", err)
 	}
-	var rec replay.Record
+	var rec schema.Record
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return nil, true, err
 	}
@@ -40,11 +41,11 @@ func readReplayRecord(b []byte) ([]Run, bool, error) {
 }
 
 // runsOfRecord is a replay record's runs (see readReplayRecord).
-func runsOfRecord(rec *replay.Record) ([]Run, error) {
+func runsOfRecord(rec *schema.Record) ([]Run, error) {
 	if rec.Incomplete {
 		return nil, fmt.Errorf("the record is incomplete (%s): it cannot stand for a run", rec.Error)
 	}
-	if rec.Workload.LoadMode() == replay.LoadClosed {
+	if rec.Workload.LoadMode() == schema.LoadClosed {
 		// Its levels are clients in flight, not offered rates: comparing
 		// it level by level with anything needs levels keyed by clients,
 		// which the gate's series do not have yet.
@@ -62,7 +63,7 @@ func runsOfRecord(rec *replay.Record) ([]Run, error) {
 	}
 	var runs []Run
 	for _, rr := range rec.Runs {
-		run := Run{Kind: rec.Kind, Scenario: scenario, Fingerprint: fp, Objective: rr.Objective, Bounds: bounds}
+		run := Run{Kind: string(rec.Kind), Scenario: scenario, Fingerprint: fp, Objective: rr.Objective, Bounds: bounds}
 		for _, l := range rr.Levels {
 			m := map[string]float64{
 				"effective_qps": l.EffectiveQPS,
@@ -105,9 +106,9 @@ func runsOfRecord(rec *replay.Record) ([]Run, error) {
 // recordFingerprint is what must match for a replay record's runs to be
 // compared (DefaultCompared picks from it), the cold-start procedure and
 // load mode included.
-func recordFingerprint(rec *replay.Record) Fingerprint {
+func recordFingerprint(rec *schema.Record) Fingerprint {
 	return Fingerprint{
-		"kind":           rec.Kind,
+		"kind":           string(rec.Kind),
 		"engine":         rec.Backend,
 		"model":          rec.Model.ID,
 		"revision":       rec.Model.Revision,
@@ -137,8 +138,8 @@ func sloFingerprint(s slo.SLO) string {
 // workloadFingerprint is the workload as the gate compares it; a length
 // ratio is named only when set, so records from before it compare as
 // before.
-func workloadFingerprint(w replay.WorkloadRecord) string {
-	if t := w.Trace; w.Kind == replay.WorkloadTrace && t != nil {
+func workloadFingerprint(w schema.WorkloadRecord) string {
+	if t := w.Trace; w.Kind == schema.WorkloadTrace && t != nil {
 		// The trace is the workload: its bytes, its speed and how its
 		// blocks became tokens.
 		return fmt.Sprintf("trace=%s speed=%g block=%d", t.SHA256, t.Speed, t.BlockSize)
@@ -149,7 +150,7 @@ func workloadFingerprint(w replay.WorkloadRecord) string {
 
 // lengthRatio is " length_ratio=R" when the workload draws its lengths,
 // else "".
-func lengthRatio(w replay.WorkloadRecord) string {
+func lengthRatio(w schema.WorkloadRecord) string {
 	if w.LengthRatio > 0 && w.LengthRatio < 1 {
 		return fmt.Sprintf(" length_ratio=%g", w.LengthRatio)
 	}
@@ -171,10 +172,10 @@ func scenarioOf(config map[string]any) string {
 // are percentiles of, chosen as replay summarizes a level: measured
 // requests (ids >= warmups: 8, none in a trace) that completed with a TTFT; TPOT over
 // those of two or more output tokens.
-func levelSamples(reqs []replay.RequestRecord, warmups int) map[string][]float64 {
+func levelSamples(reqs []schema.RequestRecord, warmups int) map[string][]float64 {
 	ttft, tpot := []float64{}, []float64{}
 	for _, q := range reqs {
-		if q.ID < warmups || q.Outcome != replay.OutcomeOK || q.TTFTMs == nil {
+		if q.ID < warmups || q.Outcome != schema.OutcomeOK || q.TTFTMs == nil {
 			continue
 		}
 		ttft = append(ttft, *q.TTFTMs)

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 )
 
 // Run is one run of one scenario: what the gate reads of a run record.
@@ -253,7 +254,7 @@ type simRecord struct {
 
 func readSimRecord(b []byte) ([]Run, bool, error) {
 	var r simRecord
-	if err := json.Unmarshal(b, &r); err != nil || r.Kind != "simulation_only" {
+	if err := json.Unmarshal(b, &r); err != nil || r.Kind != string(schema.KindSimulationOnly) {
 		return nil, false, nil
 	}
 	if r.Objective == nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 	"github.com/hone-llm/hone/slo"
 )
@@ -271,7 +272,7 @@ func TestTimeBudgetNoReRun(t *testing.T) {
 // measurement at the next step (its scale's share of the first's time).
 func TestRescalerNoTime(t *testing.T) {
 	clock := &fakeClock{t: time.Now()} // the context's deadline is real
-	ev := &hostBoundEvaluator{t: t, dir: t.TempDir(), need: 0.9, code: replay.ReasonEmulatorBound, seconds: 60}
+	ev := &hostBoundEvaluator{t: t, dir: t.TempDir(), need: 0.9, code: schema.ReasonEmulatorBound, seconds: 60}
 	r := &Rescaler{Inner: ev, MaxScale: 4, Now: clock.Now}
 	ctx, cancel := context.WithDeadline(context.Background(), clock.t.Add(100*time.Second))
 	defer cancel()
@@ -289,7 +290,7 @@ func TestRescalerNoTime(t *testing.T) {
 // as its last needed, not at that scale: a trial that begins lower (the
 // host went quiet) starts lower too.
 func TestRescalerStepsFollowTheFloor(t *testing.T) {
-	ev := &hostBoundEvaluator{t: t, dir: t.TempDir(), need: 0.9, code: replay.ReasonEmulatorBound}
+	ev := &hostBoundEvaluator{t: t, dir: t.TempDir(), need: 0.9, code: schema.ReasonEmulatorBound}
 	r := &Rescaler{Inner: ev, MaxScale: 4}
 	r.Evaluate(context.Background(), rescaleSpec(t, 0.5), "01") // 0.5, then 1: one step
 	ev.scales = nil
@@ -379,14 +380,14 @@ type queueProber struct {
 	calls     int
 }
 
-func (q *queueProber) new(_ replay.Options, kept func(*replay.Record)) capacity.Prober {
-	return func(ctx context.Context, p capacity.Plan) (*replay.LevelRecord, error) {
+func (q *queueProber) new(_ replay.Options, kept func(*schema.Record)) capacity.Prober {
+	return func(ctx context.Context, p capacity.Plan) (*schema.LevelRecord, error) {
 		q.calls++
 		if q.block > 0 && q.calls >= q.block {
 			<-ctx.Done()
 			return nil, fmt.Errorf("interrupted during run 0: %w", context.Cause(ctx))
 		}
-		lr := replay.LevelRecord{Level: slo.Level{OfferedQPS: p.Load}, Complete: true, Verdict: replay.Verdict{Valid: true}, Planned: p.Requests}
+		lr := schema.LevelRecord{Level: slo.Level{OfferedQPS: p.Load}, Complete: true, Verdict: schema.Verdict{Valid: true}, Planned: p.Requests}
 		free := 0.0
 		for id := 0; id < p.Requests; id++ {
 			at := float64(id) * 2000
@@ -396,10 +397,10 @@ func (q *queueProber) new(_ replay.Options, kept func(*replay.Record)) capacity.
 			first := math.Max(at, free) + q.serviceMs
 			free = first
 			finish, ttft, tpot := first+70, first-at, 10.0
-			lr.Requests = append(lr.Requests, replay.RequestRecord{ID: id, ScheduledMs: at, Outcome: replay.OutcomeOK, Valid: true,
+			lr.Requests = append(lr.Requests, schema.RequestRecord{ID: id, ScheduledMs: at, Outcome: schema.OutcomeOK, Valid: true,
 				FirstMs: &first, FinishMs: &finish, TTFTMs: &ttft, TPOTMs: &tpot, OutputTokens: 8})
 		}
-		kept(&replay.Record{Kind: replay.KindEmulated, Runs: []replay.RunRecord{{Levels: []replay.LevelRecord{lr}}}})
+		kept(&schema.Record{Kind: schema.KindEmulated, Runs: []schema.RunRecord{{Levels: []schema.LevelRecord{lr}}}})
 		return &lr, nil
 	}
 }
@@ -449,7 +450,7 @@ func TestBudgetCutKeepsWholeRunsLevels(t *testing.T) {
 	}
 	// As replay.Run leaves it at the deadline: run 3's first level whole,
 	// its second cut, the record incomplete.
-	replayer := func(_ context.Context, o replay.Options) (*replay.Record, error) {
+	replayer := func(_ context.Context, o replay.Options) (*schema.Record, error) {
 		rec := *one
 		rec.Runs = nil
 		for i := range 3 {
@@ -462,7 +463,7 @@ func TestBudgetCutKeepsWholeRunsLevels(t *testing.T) {
 		}
 		err := fmt.Errorf("interrupted during run 2: %w", context.DeadlineExceeded)
 		rec.Incomplete, rec.Error = true, err.Error()
-		rec.Judge()
+		replay.Judge(&rec)
 		return &rec, err
 	}
 	e := &DeployEvaluator{Runs: 3, SLO: rescaleSLO, replayer: replayer}
@@ -481,7 +482,7 @@ func TestBudgetCutKeepsWholeRunsLevels(t *testing.T) {
 	}
 	// Cut during its second run, the one run kept is measured but decides
 	// nothing: fewer than MinValidRuns of the 3 planned.
-	e.replayer = func(ctx context.Context, o replay.Options) (*replay.Record, error) {
+	e.replayer = func(ctx context.Context, o replay.Options) (*schema.Record, error) {
 		rec, err := replayer(ctx, o)
 		rec.Runs = rec.Runs[:2]
 		rec.Runs[1].Levels[1].Complete = false
@@ -498,7 +499,7 @@ func TestBudgetCutKeepsWholeRunsLevels(t *testing.T) {
 		t.Errorf("one run kept: eligible %v, objectives %v, reason %q", tr.Eligible, tr.Objectives, tr.Reason)
 	}
 	// Cut during its first run, a trial has nothing to keep: it fails.
-	e.replayer = func(ctx context.Context, o replay.Options) (*replay.Record, error) {
+	e.replayer = func(ctx context.Context, o replay.Options) (*schema.Record, error) {
 		rec, err := replayer(ctx, o)
 		rec.Runs[0].Levels[1].Complete = false
 		return rec, err

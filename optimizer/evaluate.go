@@ -19,6 +19,7 @@ import (
 	"github.com/hone-llm/hone/engine"
 	"github.com/hone-llm/hone/preflight"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -31,12 +32,12 @@ type DeployEvaluator struct {
 	// a trial's processes never outlive this one (set it here too for
 	// MeasureFloor's).
 	Up       deploy.UpOptions
-	Workload replay.Workload
+	Workload schema.Workload
 	QPS      []float64
 	Runs     int
 	SLO      slo.SLO
 	OutDir   string // records/<tag>.json and traces/<tag>/
-	Hone     replay.Build
+	Hone     schema.Build
 	Log      io.Writer // progress lines; nil: none
 	// Capacity, when set, measures each run as a capacity search
 	// (capacity.Search; one replay level per probe, every run's probes in
@@ -50,8 +51,8 @@ type DeployEvaluator struct {
 	// (0: ProgressEvery).
 	ProgressEvery time.Duration
 
-	prober   func(replay.Options, func(*replay.Record)) capacity.Prober    // nil: capacity.ReplayProber (tests plant one)
-	replayer func(context.Context, replay.Options) (*replay.Record, error) // nil: replay.Run (tests plant one)
+	prober   func(replay.Options, func(*schema.Record)) capacity.Prober    // nil: capacity.ReplayProber (tests plant one)
+	replayer func(context.Context, replay.Options) (*schema.Record, error) // nil: replay.Run (tests plant one)
 }
 
 // CapacityRule states how a trial is measured by capacity, for the log and
@@ -68,7 +69,7 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 	// The kind is what the endpoint proves (GET /version): an emulator
 	// spec asserts emulated; a vLLM spec is device only with vLLM's own
 	// version answer, else unverified.
-	t = Trial{Started: start.UTC(), Kind: replay.KindUnverified}
+	t = Trial{Started: start.UTC(), Kind: schema.KindUnverified}
 	defer func() { t.Seconds = time.Since(start).Seconds() }()
 	var m *meter // nil: no progress lines
 	if e.Log != nil {
@@ -85,9 +86,9 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 	if len(s.Name) > 63 {
 		s.Name = s.Name[:63]
 	}
-	backend, kind := s.Engine, ""
+	backend, kind := s.Engine, schema.Kind("")
 	if engine.Emulated(s.Engine) {
-		t.Kind, kind = replay.KindEmulated, replay.KindEmulated
+		t.Kind, kind = schema.KindEmulated, schema.KindEmulated
 		s.Emulator.TraceDir = filepath.Join(e.OutDir, "traces", tag)
 		if err := os.MkdirAll(s.Emulator.TraceDir, 0o755); err != nil {
 			t.Error = err.Error()
@@ -122,13 +123,13 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 	ropts := replay.Options{Endpoint: dep.ProxyURL(), Model: s.ServedName(), Kind: kind, Backend: backend,
 		Workload: e.Workload, QPS: e.QPS, Runs: e.Runs, SLO: e.SLO, TimeScale: scale, GPUs: s.GPUsNeeded(), Config: cfg,
 		Hardware:  preflight.Hardware(e.Hone.Version, e.Hone.Commit),
-		ModelInfo: replay.Model{Revision: s.Model.Revision, Precision: s.Precision.DType}, Hone: e.Hone}
+		ModelInfo: schema.Model{Revision: s.Model.Revision, Precision: s.Precision.DType}, Hone: e.Hone}
 	if m != nil {
 		ropts.Progress = m.update
 		m.setPhase("replaying")
 	}
 	var (
-		rec  *replay.Record
+		rec  *schema.Record
 		caps []capacity.Result
 	)
 	if e.Capacity != nil {
@@ -183,10 +184,10 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 // returns them with one record holding every probe (run i's levels are its
 // search's probes in order, then the reference load). An invalid probe
 // ends its run's search, not the trial: the run is invalid by its record.
-func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options, m *meter) (*replay.Record, []capacity.Result, error) {
-	var rec *replay.Record
+func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options, m *meter) (*schema.Record, []capacity.Result, error) {
+	var rec *schema.Record
 	var results []capacity.Result
-	keep := func(run int, r *replay.Record) {
+	keep := func(run int, r *schema.Record) {
 		if len(r.Runs) != 1 || len(r.Runs[0].Levels) != 1 {
 			return
 		}
@@ -198,7 +199,7 @@ func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options, m *m
 			rec.Outcomes, rec.Validation.Valid, rec.Validation.Invalid, rec.Validation.Reasons = map[string]int{}, 0, 0, map[string]int{}
 		}
 		for len(rec.Runs) <= run {
-			rec.Runs = append(rec.Runs, replay.RunRecord{Run: len(rec.Runs)})
+			rec.Runs = append(rec.Runs, schema.RunRecord{Run: len(rec.Runs)})
 		}
 		rec.Runs[run].Levels = append(rec.Runs[run].Levels, lvl)
 		if !slices.Contains(rec.Workload.QPS, load) {
@@ -246,13 +247,13 @@ func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options, m *m
 		}
 		newProber := e.prober
 		if newProber == nil {
-			newProber = func(o replay.Options, kept func(*replay.Record)) capacity.Prober {
+			newProber = func(o replay.Options, kept func(*schema.Record)) capacity.Prober {
 				return capacity.ReplayProber(o, capacity.Open, kept)
 			}
 		}
-		replayProbe := newProber(o, func(r *replay.Record) { keep(run, r) })
+		replayProbe := newProber(o, func(r *schema.Record) { keep(run, r) })
 		probes := 0
-		probe := func(ctx context.Context, p capacity.Plan) (*replay.LevelRecord, error) {
+		probe := func(ctx context.Context, p capacity.Plan) (*schema.LevelRecord, error) {
 			probes++
 			m.setProbe(run+1, max(e.Runs, 1), probes)
 			return replayProbe(ctx, p)
@@ -282,7 +283,7 @@ func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options, m *m
 		runErr = keepWholeRuns(rec, done, max(e.Runs, 1), runErr)
 	}
 	if rec != nil {
-		rec.Judge()
+		replay.Judge(rec)
 	}
 	return rec, results, runErr
 }
@@ -291,7 +292,7 @@ func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options, m *m
 // (replay.Run). When the time budget (the context's deadline) ends it
 // during a run, the runs before it are kept (keepWholeRuns) and the error
 // is a budgetCut; cut during the first, the trial has nothing to keep.
-func (e *DeployEvaluator) scanRuns(ctx context.Context, o replay.Options) (*replay.Record, error) {
+func (e *DeployEvaluator) scanRuns(ctx context.Context, o replay.Options) (*schema.Record, error) {
 	run := e.replayer
 	if run == nil {
 		run = replay.Run
@@ -315,7 +316,7 @@ func (e *DeployEvaluator) scanRuns(ctx context.Context, o replay.Options) (*repl
 		return rec, err
 	}
 	err = keepWholeRuns(rec, done, max(e.Runs, 1), err)
-	rec.Judge()
+	replay.Judge(rec)
 	return rec, err
 }
 
@@ -324,7 +325,7 @@ func (e *DeployEvaluator) scanRuns(ctx context.Context, o replay.Options) (*repl
 // are whole measurements and are kept; the cut one is not a measurement.
 // rec stays incomplete only for a level of theirs that did not complete.
 // The caller judges rec again.
-func keepWholeRuns(rec *replay.Record, done, of int, err error) error {
+func keepWholeRuns(rec *schema.Record, done, of int, err error) error {
 	rec.Runs = rec.Runs[:min(done, len(rec.Runs))]
 	rec.Incomplete, rec.Error = false, ""
 	for _, r := range rec.Runs {
@@ -364,7 +365,7 @@ func noteOf(n string) string {
 // residual). A distorted probe the bracket moved past, or the reference
 // load, decides nothing about the capacity (an invalid reference level is
 // left out of latency comparisons by its own verdict).
-func decidedValidly(run replay.RunRecord, c capacity.Result) bool {
+func decidedValidly(run schema.RunRecord, c capacity.Result) bool {
 	if len(c.Probes) == 0 || !c.Probes[len(c.Probes)-1].Valid {
 		return false
 	}
@@ -384,7 +385,7 @@ func decidedValidly(run replay.RunRecord, c capacity.Result) bool {
 // counts when its capacity was decided validly (decidedValidly); failed
 // requests count at the loads that passed and at the reference (a load
 // beyond capacity may lose requests: that is what failing it means).
-func applyCapacity(t *Trial, rec *replay.Record, caps []capacity.Result, gpus int, ref float64) {
+func applyCapacity(t *Trial, rec *schema.Record, caps []capacity.Result, gpus int, ref float64) {
 	t.Capacity, t.ReferenceQPS = caps, ref
 	t.Objectives, t.InvalidRuns, t.Failed, t.CostGPUSec = nil, 0, 0, nil
 	for i, c := range caps {
@@ -440,7 +441,7 @@ func errString(err error) string {
 // (diagnose.SummarizeKnobs with the knobs its config states, so that the
 // proposals follow them; p99 TPOT from the valid levels) and fills the
 // trial's diagnosis, whichever backend measured it.
-func diagnoseTrial(t *Trial, rec *replay.Record, atts []diagnose.Attribution) diagnose.Diagnosis {
+func diagnoseTrial(t *Trial, rec *schema.Record, atts []diagnose.Attribution) diagnose.Diagnosis {
 	tpot := map[float64]float64{}
 	for _, run := range rec.Runs {
 		for _, l := range run.Levels {
@@ -457,7 +458,7 @@ func diagnoseTrial(t *Trial, rec *replay.Record, atts []diagnose.Attribution) di
 // summarizeRecord fills a trial's figures from its record: per-run
 // objectives and their median, cost at the objective's level, per-level
 // medians, failures, invalid outputs and the measured hit rate.
-func summarizeRecord(t *Trial, rec *replay.Record) {
+func summarizeRecord(t *Trial, rec *schema.Record) {
 	type acc struct {
 		ttft, tpot, eff  []float64
 		goodput          []float64

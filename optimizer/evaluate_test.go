@@ -19,6 +19,7 @@ import (
 	"github.com/hone-llm/hone/internal/honetest"
 	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 	"github.com/hone-llm/hone/slo"
 )
@@ -50,8 +51,8 @@ emulator: {profile: exercise, time_scale: 0.25}
 		// The exercise profile prefills 4096 tokens/s: 512 uncached tokens
 		// are 125 model ms, so the host's few ms of overhead stay small
 		// beside the engine and the levels are valid.
-		Workload: replay.Workload{Seed: 3, Requests: 16, InputTokens: 1024, UncachedTokens: 512, OutputTokens: 8},
-		QPS:      []float64{2, 4}, Runs: 1, SLO: slo.Default, OutDir: out, Hone: replay.Build{Version: "test", Commit: "t"},
+		Workload: schema.Workload{Seed: 3, Requests: 16, InputTokens: 1024, UncachedTokens: 512, OutputTokens: 8},
+		QPS:      []float64{2, 4}, Runs: 1, SLO: slo.Default, OutDir: out, Hone: schema.Build{Version: "test", Commit: "t"},
 		// Progress lines every 200 ms (10 s in hone optimize): the trial
 		// takes seconds.
 		Log: &progress, ProgressEvery: 200 * time.Millisecond}
@@ -71,7 +72,7 @@ emulator: {profile: exercise, time_scale: 0.25}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tr.Kind != replay.KindEmulated || rec.Kind != replay.KindEmulated || rec.TimeScale != 0.25 || rec.Cache.Procedure != replay.CacheReset {
+	if tr.Kind != schema.KindEmulated || rec.Kind != schema.KindEmulated || rec.TimeScale != 0.25 || rec.Cache.Procedure != schema.CacheReset {
 		t.Errorf("trial kind %q, record kind %q, scale %g, cache %q; want emulated, 0.25 adopted, reset through the proxy",
 			tr.Kind, rec.Kind, rec.TimeScale, rec.Cache.Procedure)
 	}
@@ -114,7 +115,7 @@ emulator: {profile: exercise, time_scale: 0.25}
 	}
 	for _, l := range rec.Runs[0].Levels {
 		for _, q := range l.Requests {
-			if q.Outcome == replay.OutcomeOK && proxyOutcome[q.RequestID] != proxy.OutcomeSuccess {
+			if q.Outcome == schema.OutcomeOK && proxyOutcome[q.RequestID] != proxy.OutcomeSuccess {
 				t.Errorf("%s: client ok, proxy %q", q.RequestID, proxyOutcome[q.RequestID])
 			}
 		}
@@ -144,7 +145,7 @@ emulator: {profile: exercise, time_scale: 0.25}
 		t.Fatal(err)
 	}
 	ev := &DeployEvaluator{Up: deploy.UpOptions{Hone: hone, StateDir: t.TempDir()},
-		Workload: replay.Workload{Seed: 3, Requests: 500, InputTokens: 1024, UncachedTokens: 128, OutputTokens: 8},
+		Workload: schema.Workload{Seed: 3, Requests: 500, InputTokens: 1024, UncachedTokens: 128, OutputTokens: 8},
 		QPS:      []float64{2, 32}, Runs: 3, SLO: slo.Default}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -169,9 +170,9 @@ emulator: {profile: exercise, time_scale: 0.25}
 // onlyClientBound reports whether every reason of a run's verdict, one per
 // invalid level (both levels may be client-bound), is the host's
 // (replay.HostReason).
-func onlyClientBound(v replay.Verdict) bool {
+func onlyClientBound(v schema.Verdict) bool {
 	for _, r := range v.Reasons {
-		if !replay.HostReason(r.Code) {
+		if !schema.HostReason(r.Code) {
 			return false
 		}
 	}
@@ -206,7 +207,7 @@ emulator: {profile: exercise, time_scale: 1}
 		t.Fatal(err)
 	}
 	dev := &DeployEvaluator{Up: deploy.UpOptions{Hone: hone, StateDir: t.TempDir()},
-		Workload: replay.Workload{Seed: 3, Requests: 208, InputTokens: 4096, UncachedTokens: 128, OutputTokens: 128},
+		Workload: schema.Workload{Seed: 3, Requests: 208, InputTokens: 4096, UncachedTokens: 128, OutputTokens: 128},
 		QPS:      []float64{2, 24}, Runs: 3, SLO: slo.Default}
 	var scales []float64
 	inner := evaluatorFunc(func(_ context.Context, spec *deploy.Spec, _ string) Trial {
@@ -269,7 +270,7 @@ emulator: {profile: qwen2.5-coder-0.5b-l4, time_scale: 1}
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := replay.Workload{Seed: 1, Requests: 48, InputTokens: 1024, UncachedTokens: 128, OutputTokens: 64}
+	w := schema.Workload{Seed: 1, Requests: 48, InputTokens: 1024, UncachedTokens: 128, OutputTokens: 64}
 	rec, err := predict.Run(s, predict.Options{Profile: prof, Workload: w, QPS: []float64{1, 16}, SLO: slo.Default, KeepRequests: true})
 	if err != nil {
 		t.Fatal(err)

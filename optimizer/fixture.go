@@ -14,6 +14,7 @@ import (
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/internal/atomicfile"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 )
 
 // The regret check (issue 16) scores the loop's choices against the whole
@@ -137,7 +138,7 @@ func (e *FixtureEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag 
 	key := SpecKey(spec)
 	if e.seen[key] {
 		if e.Live == nil {
-			return Trial{Kind: replay.KindUnverified, Error: "fixture: " + key + " was served once; a second measurement needs a live evaluator"}
+			return Trial{Kind: schema.KindUnverified, Error: "fixture: " + key + " was served once; a second measurement needs a live evaluator"}
 		}
 		e.Remeasured++
 		return e.Live.Evaluate(ctx, spec, tag)
@@ -163,7 +164,7 @@ func (e *FixtureEvaluator) serve(spec *deploy.Spec) Trial {
 				msg = fmt.Sprintf("fixture: %s failed when measured: %s", key, strings.TrimSpace(string(b)))
 			}
 		}
-		return Trial{Kind: replay.KindUnverified, Error: msg}
+		return Trial{Kind: schema.KindUnverified, Error: msg}
 	}
 	t := Trial{Kind: rec.Kind, Record: path, Started: rec.StartedAt, Seconds: rec.FinishedAt.Sub(rec.StartedAt).Seconds()}
 	summarizeRecord(&t, rec)

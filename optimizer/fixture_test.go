@@ -19,6 +19,7 @@ import (
 	"github.com/hone-llm/hone/internal/honetest"
 	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 	"github.com/hone-llm/hone/slo"
 )
@@ -37,14 +38,14 @@ func regretAxes() predict.Axes {
 type regretScenario struct {
 	name   string
 	budget int
-	w      replay.Workload
+	w      schema.Workload
 	qps    []float64
 }
 
 var regretScenarios = []regretScenario{
-	{"2x24GiB-brief", 2, replay.Workload{Seed: 1, Requests: 40, InputTokens: 4096, UncachedTokens: 128, OutputTokens: 128}, []float64{4, 8, 16, 32}},
-	{"4gpu-8k-inputs", 4, replay.Workload{Seed: 1, Requests: 40, InputTokens: 8192, UncachedTokens: 1024, OutputTokens: 128}, []float64{4, 8, 16, 32}},
-	{"2x24GiB-256-out", 2, replay.Workload{Seed: 1, Requests: 40, InputTokens: 4096, UncachedTokens: 128, OutputTokens: 256}, []float64{4, 8, 16, 32}},
+	{"2x24GiB-brief", 2, schema.Workload{Seed: 1, Requests: 40, InputTokens: 4096, UncachedTokens: 128, OutputTokens: 128}, []float64{4, 8, 16, 32}},
+	{"4gpu-8k-inputs", 4, schema.Workload{Seed: 1, Requests: 40, InputTokens: 8192, UncachedTokens: 1024, OutputTokens: 128}, []float64{4, 8, 16, 32}},
+	{"2x24GiB-256-out", 2, schema.Workload{Seed: 1, Requests: 40, InputTokens: 4096, UncachedTokens: 128, OutputTokens: 256}, []float64{4, 8, 16, 32}},
 }
 
 var regretSLO = slo.SLO{TTFTMillis: 500, TPOTMillis: 30}
@@ -78,7 +79,7 @@ func TestFixtureEvaluator(t *testing.T) {
 	start, _ := hiddenProfile(t)
 	hidden := start
 	sc := regretScenarios[0]
-	w := replay.Workload{Seed: 1, Requests: 24, InputTokens: 4096, UncachedTokens: 128, OutputTokens: 32}
+	w := schema.Workload{Seed: 1, Requests: 24, InputTokens: 4096, UncachedTokens: 128, OutputTokens: 32}
 	qps := []float64{4, 16, 48}
 	target := slo.SLO{TTFTMillis: 250, TPOTMillis: 20}
 	base := regretBase(t, sc, 1, 18400)
@@ -151,7 +152,7 @@ type failFirst struct {
 func (f *failFirst) Evaluate(ctx context.Context, spec *deploy.Spec, tag string) Trial {
 	if k := SpecKey(spec); !f.seen[k] {
 		f.seen[k] = true
-		return Trial{Kind: replay.KindUnverified, Error: "deploy: worker 0 did not become healthy\nwithin 1m"}
+		return Trial{Kind: schema.KindUnverified, Error: "deploy: worker 0 did not become healthy\nwithin 1m"}
 	}
 	return f.inner.Evaluate(ctx, spec, tag)
 }
@@ -161,7 +162,7 @@ func (f *failFirst) Evaluate(ctx context.Context, spec *deploy.Spec, tag string)
 // which replaces the note with the record.
 func TestMeasureGridFailed(t *testing.T) {
 	start, _ := hiddenProfile(t)
-	w := replay.Workload{Seed: 1, Requests: 16, InputTokens: 4096, UncachedTokens: 128, OutputTokens: 16}
+	w := schema.Workload{Seed: 1, Requests: 16, InputTokens: 4096, UncachedTokens: 128, OutputTokens: 16}
 	base := regretBase(t, regretScenarios[0], 1, 18450)
 	grid, err := predict.Grid(base, regretAxes())
 	if err != nil {
@@ -583,11 +584,11 @@ func TestRemeasureHostInvalid(t *testing.T) {
 	b.Knobs.PrefixCaching = boolp(false)
 	c.Routing.Policy = deploy.RoundRobin
 	grid := []*deploy.Spec{a, b, c}
-	bound := &hostBoundEvaluator{t: t, dir: t.TempDir(), need: 2, code: replay.ReasonClientBound}
+	bound := &hostBoundEvaluator{t: t, dir: t.TempDir(), need: 2, code: schema.ReasonClientBound}
 	if n, err := MeasureGrid(context.Background(), grid[:2], bound, dir, nil); err != nil || n != 2 {
 		t.Fatalf("MeasureGrid: %d, %v", n, err)
 	}
-	fine := &hostBoundEvaluator{t: t, dir: t.TempDir(), need: 1, code: replay.ReasonClientBound}
+	fine := &hostBoundEvaluator{t: t, dir: t.TempDir(), need: 1, code: schema.ReasonClientBound}
 	if n, err := MeasureGrid(context.Background(), grid[2:], fine, dir, nil); err != nil || n != 1 {
 		t.Fatalf("MeasureGrid: %d, %v", n, err)
 	}
@@ -626,5 +627,5 @@ func TestRemeasureHostInvalid(t *testing.T) {
 type failingEvaluator struct{}
 
 func (failingEvaluator) Evaluate(context.Context, *deploy.Spec, string) Trial {
-	return Trial{Kind: replay.KindEmulated, Error: "deploy: planted failure"}
+	return Trial{Kind: schema.KindEmulated, Error: "deploy: planted failure"}
 }

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/engine"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -19,7 +21,7 @@ import (
 // take, in model time, at the time scale emulated trials run at: half of
 // replay.ClientBoundSLOFraction, so that the measurement's own cost leaves
 // as much room again before a level is judged client-bound.
-const FloorFraction = replay.ClientBoundSLOFraction / 2
+const FloorFraction = schema.ClientBoundSLOFraction / 2
 
 // ClientShareLimit is how large the host's median floor may be next to the
 // baseline engine's own median TTFT (model time) before the log warns that
@@ -104,7 +106,7 @@ func ladderStep(k float64) (float64, bool) {
 // scale trials run at. Only
 // emulator specs have a floor to measure.
 func (e *DeployEvaluator) MeasureFloor(ctx context.Context, base *deploy.Spec) (*HostFloor, error) {
-	if base.Engine != deploy.EngineEmulator {
+	if !engine.Emulated(base.Engine) {
 		return nil, fmt.Errorf("the host floor needs the emulator (engine %q)", base.Engine)
 	}
 	scale := base.Emulator.TimeScale
@@ -143,7 +145,7 @@ func (e *DeployEvaluator) MeasureFloor(ctx context.Context, base *deploy.Spec) (
 
 // floorTTFTs are the measured requests' TTFTs in rec (model ms) and the
 // largest p99 dispatch lag of its levels.
-func floorTTFTs(rec *replay.Record) (ttft []float64, lag float64) {
+func floorTTFTs(rec *schema.Record) (ttft []float64, lag float64) {
 	for _, r := range rec.Runs {
 		for _, l := range r.Levels {
 			lag = max(lag, l.DispatchLagP99Ms)
@@ -190,7 +192,7 @@ func (f *HostFloor) CapScale(maxScale float64) {
 }
 
 // replayOnce deploys s behind hone's proxy and replays one level.
-func (e *DeployEvaluator) replayOnce(ctx context.Context, s *deploy.Spec, name string, qps float64, runs int, scale float64, m *meter) (*replay.Record, error) {
+func (e *DeployEvaluator) replayOnce(ctx context.Context, s *deploy.Spec, name string, qps float64, runs int, scale float64, m *meter) (*schema.Record, error) {
 	s.Name = name
 	s.Emulator.TimeScale = scale
 	s.Emulator.TraceDir = ""
@@ -205,7 +207,7 @@ func (e *DeployEvaluator) replayOnce(ctx context.Context, s *deploy.Spec, name s
 		return nil, fmt.Errorf("deploy: %w", err)
 	}
 	defer dep.Down(10 * time.Second)
-	o := replay.Options{Endpoint: dep.ProxyURL(), Model: s.ServedName(), Kind: replay.KindEmulated,
+	o := replay.Options{Endpoint: dep.ProxyURL(), Model: s.ServedName(), Kind: schema.KindEmulated,
 		Backend: s.Engine, Workload: e.Workload, QPS: []float64{qps}, Runs: runs, SLO: e.SLO, TimeScale: scale, Hone: e.Hone}
 	if m != nil {
 		o.Progress = m.update
@@ -219,7 +221,7 @@ func (e *DeployEvaluator) replayOnce(ctx context.Context, s *deploy.Spec, name s
 
 // engineMedianTTFT is the median of the engine's own time_to_first_token_ms
 // over the measured requests; 0 when the engine reported none.
-func engineMedianTTFT(rec *replay.Record) float64 {
+func engineMedianTTFT(rec *schema.Record) float64 {
 	var v []float64
 	for _, r := range rec.Runs {
 		for _, l := range r.Levels {

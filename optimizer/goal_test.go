@@ -9,6 +9,7 @@ import (
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 	"github.com/hone-llm/hone/slo"
 )
@@ -71,23 +72,23 @@ func TestPromising(t *testing.T) {
 // TestApplyCapacity: a trial's objectives are its valid runs' capacities;
 // failures count at passing probes and the reference, not beyond capacity.
 func TestApplyCapacity(t *testing.T) {
-	lvl := func(q float64, valid bool, failed int) replay.LevelRecord {
-		l := replay.LevelRecord{Verdict: replay.Verdict{Valid: valid}, Failures: map[string]int{}}
+	lvl := func(q float64, valid bool, failed int) schema.LevelRecord {
+		l := schema.LevelRecord{Verdict: schema.Verdict{Valid: valid}, Failures: map[string]int{}}
 		l.OfferedQPS = q
 		if failed > 0 {
 			l.Failures["timeout"] = failed
 		}
 		return l
 	}
-	rec := &replay.Record{Runs: []replay.RunRecord{
-		{Verdict: replay.Verdict{Valid: true}, Levels: []replay.LevelRecord{lvl(8, true, 0), lvl(16, true, 3), lvl(10, true, 0)}},
-		{Verdict: replay.Verdict{Valid: false}, Levels: []replay.LevelRecord{lvl(8, false, 0)}},
+	rec := &schema.Record{Runs: []schema.RunRecord{
+		{Verdict: schema.Verdict{Valid: true}, Levels: []schema.LevelRecord{lvl(8, true, 0), lvl(16, true, 3), lvl(10, true, 0)}},
+		{Verdict: schema.Verdict{Valid: false}, Levels: []schema.LevelRecord{lvl(8, false, 0)}},
 		// A probe beyond the bracket that diagnosis found client-bound
 		// (32) decides nothing about this run's capacity.
-		{Verdict: replay.Verdict{Valid: false}, Levels: []replay.LevelRecord{lvl(32, false, 0), lvl(9, true, 0), lvl(9.4, true, 0), lvl(10, true, 1)}},
+		{Verdict: schema.Verdict{Valid: false}, Levels: []schema.LevelRecord{lvl(32, false, 0), lvl(9, true, 0), lvl(9.4, true, 0), lvl(10, true, 1)}},
 		// The failing load that decides the bracket is client-bound: the
 		// capacity might be higher.
-		{Verdict: replay.Verdict{Valid: false}, Levels: []replay.LevelRecord{lvl(9, true, 0), lvl(9.4, false, 0)}},
+		{Verdict: schema.Verdict{Valid: false}, Levels: []schema.LevelRecord{lvl(9, true, 0), lvl(9.4, false, 0)}},
 	}}
 	caps := []capacity.Result{
 		{Value: 8, Upper: 16, Probes: []capacity.Probe{{Load: 8, Pass: true, Valid: true}, {Load: 16, Valid: true}}},
@@ -106,14 +107,14 @@ func TestApplyCapacity(t *testing.T) {
 // capacityStandIn "measures" a spec's capacity by predicting it (three
 // runs spread ±1%), as a capacity-measuring evaluator reports it.
 type capacityStandIn struct {
-	w     replay.Workload
+	w     schema.Workload
 	slo   slo.SLO
 	specs []string
 }
 
 func (e *capacityStandIn) Evaluate(ctx context.Context, spec *deploy.Spec, tag string) Trial {
 	e.specs = append(e.specs, SpecKey(spec))
-	t := Trial{Kind: replay.KindPredicted}
+	t := Trial{Kind: schema.KindPredicted}
 	res, err := predict.Capacity(ctx, spec, predict.Options{Workload: e.w, SLO: e.slo}, capacity.Options{SLO: e.slo, Start: 10})
 	if err != nil {
 		t.Error = err.Error()

@@ -20,6 +20,7 @@ import (
 	"github.com/hone-llm/hone/internal/atomicfile"
 	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -34,7 +35,7 @@ type Trial struct {
 	Why     string       `json:"why"`
 	Key     string       `json:"key"`
 	Spec    *deploy.Spec `json:"spec"`
-	Kind    string       `json:"kind"` // simulation_only | emulated | device: never mixed
+	Kind    schema.Kind  `json:"kind"` // simulation_only | emulated | device: never mixed
 	Record  string       `json:"record,omitempty"`
 	Started time.Time    `json:"started"`
 	Seconds float64      `json:"seconds"`
@@ -119,9 +120,9 @@ type LevelSummary struct {
 // Log is the live experiment log, rewritten atomically after every trial.
 type Log struct {
 	SchemaVersion int             `json:"schema_version"`
-	Kind          string          `json:"kind"`
+	Kind          schema.Kind     `json:"kind"`
 	Started       time.Time       `json:"started"`
-	Workload      replay.Workload `json:"workload"`
+	Workload      schema.Workload `json:"workload"`
 	QPS           []float64       `json:"qps"`
 	Runs          int             `json:"runs"`
 	SLO           slo.SLO         `json:"slo"`
@@ -169,10 +170,10 @@ type Interaction struct {
 	Unmeasured []string `json:"unmeasured,omitempty"`
 }
 
-// Rules of the live loop, stated once for the log and the report.
-const (
-	LiveSelectionRule = "Only runs whose every level has a valid measurement (no client_bound, warm_start, time_scale_mismatch, " +
-		"incomplete, counter_contamination or emulator_bound verdict) count; eligible: at least 2 such runs, every measured request completed with " +
+// Rules of the live loop, stated once for the log and the report. The
+// verdict codes come from schema.Rules.
+var (
+	LiveSelectionRule = "Only runs whose every level has a valid measurement (no " + schema.CodeList() + " verdict) count; eligible: at least 2 such runs, every measured request completed with " +
 		"a valid output (exact length, finish reason length), and every counted run passed the SLOs at one or more load levels. A trial beats another when " +
 		"every one of its runs' objectives exceeds every one of the other's (Mann-Whitney U = 0: with 3 runs each, p = 0.05 one-sided " +
 		"if they did not differ) and its median is at least 2% higher. Selected: the eligible trial with the highest median objective " +
@@ -204,7 +205,7 @@ type LiveOptions struct {
 	Base      *deploy.Spec
 	Evaluator Evaluator
 	Budget    int // trials in all, verification included; >= 4
-	Workload  replay.Workload
+	Workload  schema.Workload
 	QPS       []float64
 	Runs      int
 	SLO       slo.SLO

@@ -8,6 +8,7 @@ import (
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/diagnose"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim"
 	"github.com/hone-llm/hone/slo"
 )
@@ -30,7 +31,7 @@ type ModelEvaluator struct {
 	// Workload: Requests, InputTokens and OutputTokens shape the scan;
 	// UncachedTokens must be 0 or the model's (replay.DefaultUncachedTokens);
 	// Seed picks token ids, which the model does not read.
-	Workload replay.Workload
+	Workload schema.Workload
 	QPS      []float64
 	Runs     int // 0: 1
 	SLO      slo.SLO
@@ -136,9 +137,9 @@ func modelConfig(s *deploy.Spec) (sim.Config, error) {
 
 // modelRecord is the scan as a record of runs identical runs, every level
 // valid and complete, with the measured requests' prefix hit rate.
-func modelRecord(res sim.Result, runs int) *replay.Record {
-	rec := &replay.Record{Kind: sim.Kind, Backend: "exact model", SLO: res.Config.SLO}
-	var levels []replay.LevelRecord
+func modelRecord(res sim.Result, runs int) *schema.Record {
+	rec := &schema.Record{Kind: sim.Kind, Backend: "exact model", SLO: res.Config.SLO}
+	var levels []schema.LevelRecord
 	for _, d := range res.Details {
 		var cached, input float64
 		measured := 0
@@ -149,7 +150,7 @@ func modelRecord(res sim.Result, runs int) *replay.Record {
 				measured++
 			}
 		}
-		l := replay.LevelRecord{Level: d.Level, Verdict: replay.Verdict{Valid: true}, Complete: true,
+		l := schema.LevelRecord{Level: d.Level, Verdict: schema.Verdict{Valid: true}, Complete: true,
 			Planned: len(d.Timelines), Sent: len(d.Timelines), Measured: measured}
 		if measured > 0 {
 			hit := cached / input
@@ -158,7 +159,7 @@ func modelRecord(res sim.Result, runs int) *replay.Record {
 		levels = append(levels, l)
 	}
 	for r := range runs {
-		rec.Runs = append(rec.Runs, replay.RunRecord{Run: r, Objective: res.Objective, Levels: levels, Verdict: replay.Verdict{Valid: true}})
+		rec.Runs = append(rec.Runs, schema.RunRecord{Run: r, Objective: res.Objective, Levels: levels, Verdict: schema.Verdict{Valid: true}})
 	}
 	return rec
 }

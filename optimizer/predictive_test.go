@@ -12,6 +12,7 @@ import (
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 	"github.com/hone-llm/hone/slo"
 )
@@ -23,7 +24,7 @@ import (
 // noise), so calibration reads them as it reads measured ones.
 type hiddenEvaluator struct {
 	prof  *emulator.Profile
-	w     replay.Workload
+	w     schema.Workload
 	qps   []float64
 	slo   slo.SLO
 	dir   string
@@ -44,7 +45,7 @@ func (e *hiddenEvaluator) Evaluate(_ context.Context, spec *deploy.Spec, tag str
 		r.Run = i
 		rec.Runs = append(rec.Runs, r)
 	}
-	rec.Judge()
+	replay.Judge(rec)
 	t.Record = filepath.Join(e.dir, tag+".json")
 	if err := replay.WriteRecord(t.Record, rec); err != nil {
 		t.Error = err.Error()
@@ -81,7 +82,7 @@ func hiddenProfile(t *testing.T) (start, hidden *emulator.Profile) {
 // fraction of the grid.
 func TestPredictThenMeasure(t *testing.T) {
 	start, hidden := hiddenProfile(t)
-	w := replay.Workload{Seed: 1, Requests: 24, InputTokens: 4096, UncachedTokens: 128, OutputTokens: 32}
+	w := schema.Workload{Seed: 1, Requests: 24, InputTokens: 4096, UncachedTokens: 128, OutputTokens: 32}
 	qps := []float64{4, 16, 48}
 	target := slo.SLO{TTFTMillis: 250, TPOTMillis: 20}
 	dir := t.TempDir()
@@ -183,7 +184,7 @@ func TestRegretTable(t *testing.T) {
 		"topology: {kind: colocated, replicas: 2, tp: 1}\nknobs: {prefix_caching: true, enforce_eager: true}",
 		"topology: {kind: disaggregated, prefill: {replicas: 1, tp: 1}, decode: {replicas: 1, tp: 1}}\nkv_connector: {name: NixlConnector, side_channel_port: 18420}\nknobs: {prefix_caching: true}",
 	}
-	w := replay.Workload{Seed: 1, Requests: 40, InputTokens: 4096, UncachedTokens: 128, OutputTokens: 64}
+	w := schema.Workload{Seed: 1, Requests: 40, InputTokens: 4096, UncachedTokens: 128, OutputTokens: 64}
 	qps := []float64{4, 16, 32, 64}
 	target := slo.SLO{TTFTMillis: 250, TPOTMillis: 20}
 	for _, prof := range []string{"qwen2.5-coder-0.5b-l4", "qwen2.5-coder-0.5b-h200"} {

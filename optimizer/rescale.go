@@ -6,12 +6,12 @@ import (
 	"io"
 	"math"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/engine"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 )
 
 // RescaleRule states Rescaler in words, for help and reports.
@@ -216,14 +216,14 @@ func hostOnly(t Trial) (est float64, why string, ok bool) {
 		return 0, "", false
 	}
 	valid, unknown := 0, false
-	var codes []string
+	var codes []schema.Code
 	for _, run := range rec.Runs {
 		if run.Verdict.Valid {
 			valid++
 		}
 		for _, l := range run.Levels {
 			for _, rs := range l.Verdict.Reasons {
-				if !replay.HostReason(rs.Code) {
+				if !schema.HostReason(rs.Code) {
 					return 0, "", false
 				}
 				if trustedEstimate(rs.Code) {
@@ -249,7 +249,7 @@ func hostOnly(t Trial) (est float64, why string, ok bool) {
 		est = 0
 	}
 	slices.Sort(codes)
-	return est, fmt.Sprintf("%d of %d runs invalid: %s", runs-valid, runs, strings.Join(codes, ", ")), true
+	return est, fmt.Sprintf("%d of %d runs invalid: %s", runs-valid, runs, schema.JoinCodes(codes, ", ")), true
 }
 
 // trustedEstimate reports whether a host reason's Scale estimate may
@@ -262,4 +262,4 @@ func hostOnly(t Trial) (est float64, why string, ok bool) {
 // upper bound that can lie above --max-time-scale while one step up
 // clears the level. emulator_bound's counts the late KV pulls' own
 // modelled time (replay's lateScale) and is kept.
-func trustedEstimate(code string) bool { return code != replay.ReasonClientBound }
+func trustedEstimate(code schema.Code) bool { return code != schema.ReasonClientBound }

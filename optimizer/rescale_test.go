@@ -13,6 +13,7 @@ import (
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 	"github.com/hone-llm/hone/slo"
 )
@@ -26,7 +27,7 @@ type hostBoundEvaluator struct {
 	t      *testing.T
 	dir    string
 	need   float64
-	code   string
+	code   schema.Code
 	scales []float64
 	// noEstimate plants the reason without a Scale; failAfter fails every
 	// call after that many; failed counts failed requests in every trial.
@@ -46,7 +47,7 @@ func (e *hostBoundEvaluator) Evaluate(_ context.Context, spec *deploy.Spec, tag 
 	}
 	s := spec.Emulator.TimeScale
 	e.scales = append(e.scales, s)
-	t = Trial{Kind: replay.KindEmulated}
+	t = Trial{Kind: schema.KindEmulated}
 	if e.failAfter > 0 && len(e.scales) > e.failAfter {
 		t.Error = "deploy: planted failure"
 		return t
@@ -60,18 +61,18 @@ func (e *hostBoundEvaluator) Evaluate(_ context.Context, spec *deploy.Spec, tag 
 	for i := range 3 {
 		r := r0
 		r.Run = i
-		r.Levels = append([]replay.LevelRecord(nil), r0.Levels...)
+		r.Levels = append([]schema.LevelRecord(nil), r0.Levels...)
 		if s < e.need {
 			l := &r.Levels[len(r.Levels)-1]
 			k := e.need / s * cmp.Or(e.over, 1)
 			if e.noEstimate {
 				k = 0
 			}
-			l.Verdict = replay.Verdict{Reasons: []replay.Reason{{Code: e.code, Detail: "planted", Scale: k}}}
+			l.Verdict = schema.Verdict{Reasons: []schema.Reason{{Code: e.code, Detail: "planted", Scale: k}}}
 		}
 		rec.Runs = append(rec.Runs, r)
 	}
-	rec.Judge()
+	replay.Judge(rec)
 	t.Record = filepath.Join(e.dir, tag+".json")
 	if err := replay.WriteRecord(t.Record, rec); err != nil {
 		e.t.Fatal(err)
@@ -83,7 +84,7 @@ func (e *hostBoundEvaluator) Evaluate(_ context.Context, spec *deploy.Spec, tag 
 }
 
 var (
-	rescaleWorkload = replay.Workload{Seed: 1, Requests: 16, InputTokens: 1024, UncachedTokens: 128, OutputTokens: 8}
+	rescaleWorkload = schema.Workload{Seed: 1, Requests: 16, InputTokens: 1024, UncachedTokens: 128, OutputTokens: 8}
 	rescaleQPS      = []float64{2, 8}
 	rescaleSLO      = slo.SLO{TTFTMillis: 1000, TPOTMillis: 100}
 )
@@ -118,7 +119,7 @@ func TestRescaler(t *testing.T) {
 	ctx := context.Background()
 	type tc struct {
 		need, start, max float64
-		code             string
+		code             schema.Code
 		noEstimate       bool
 		over             float64
 		failAfter        int
@@ -130,33 +131,33 @@ func TestRescaler(t *testing.T) {
 		reason           string
 	}
 	for name, c := range map[string]tc{
-		"emulator-bound, cleared": {need: 0.9, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, scales: []float64{0.5, 1}, to: 1, eligible: true,
+		"emulator-bound, cleared": {need: 0.9, start: 0.5, max: 4, code: schema.ReasonEmulatorBound, scales: []float64{0.5, 1}, to: 1, eligible: true,
 			reason: "measured at time scale 1: at 0.5, 3 of 3 runs invalid: emulator_bound"},
-		"client-bound, cleared": {need: 0.9, start: 0.5, max: 4, code: replay.ReasonClientBound, scales: []float64{0.5, 1}, to: 1, eligible: true},
+		"client-bound, cleared": {need: 0.9, start: 0.5, max: 4, code: schema.ReasonClientBound, scales: []float64{0.5, 1}, to: 1, eligible: true},
 		// client_bound's estimate is an upper bound (a generator that fell
 		// behind lags by a queue, which a slower send shrinks faster than
 		// the estimate assumes): ×7.2 asks for 4, above the largest 1, but
 		// one step, to 1, clears it. The step is taken.
-		"client-bound, estimate above the largest": {need: 0.9, start: 0.5, max: 1, over: 4, code: replay.ReasonClientBound, scales: []float64{0.5, 1}, to: 1, eligible: true},
+		"client-bound, estimate above the largest": {need: 0.9, start: 0.5, max: 1, over: 4, code: schema.ReasonClientBound, scales: []float64{0.5, 1}, to: 1, eligible: true},
 		// Above the largest by its one step, client_bound is refused still.
-		"client-bound, the step above the largest": {need: 0.9, start: 0.5, max: 0.5, code: replay.ReasonClientBound, scales: []float64{0.5}, refused: 1,
+		"client-bound, the step above the largest": {need: 0.9, start: 0.5, max: 0.5, code: schema.ReasonClientBound, scales: []float64{0.5}, refused: 1,
 			reason: "at time scale 0.5 the host decided it (3 of 3 runs invalid: client_bound; no estimate): it needs time scale 1, above the largest allowed 0.5"},
-		"no estimate, one step": {need: 0.9, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, noEstimate: true, scales: []float64{0.5, 1}, to: 1, eligible: true},
-		"valid at once":         {need: 0.5, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, scales: []float64{0.5}, eligible: true},
-		"not the host's":        {need: 0.9, start: 0.5, max: 4, code: replay.ReasonWarmStart, scales: []float64{0.5}, reason: "warm_start"},
-		"failed requests":       {need: 0.9, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, failed: 2, scales: []float64{0.5}},
+		"no estimate, one step": {need: 0.9, start: 0.5, max: 4, code: schema.ReasonEmulatorBound, noEstimate: true, scales: []float64{0.5, 1}, to: 1, eligible: true},
+		"valid at once":         {need: 0.5, start: 0.5, max: 4, code: schema.ReasonEmulatorBound, scales: []float64{0.5}, eligible: true},
+		"not the host's":        {need: 0.9, start: 0.5, max: 4, code: schema.ReasonWarmStart, scales: []float64{0.5}, reason: "warm_start"},
+		"failed requests":       {need: 0.9, start: 0.5, max: 4, code: schema.ReasonEmulatorBound, failed: 2, scales: []float64{0.5}},
 		// 0.5·3 = 1.5 is above the limit 1: the ladder's 2.
-		"above the largest": {need: 1.5, start: 0.5, max: 1, code: replay.ReasonEmulatorBound, scales: []float64{0.5}, refused: 2,
+		"above the largest": {need: 1.5, start: 0.5, max: 1, code: schema.ReasonEmulatorBound, scales: []float64{0.5}, refused: 2,
 			reason: "at time scale 0.5 the host decided it (3 of 3 runs invalid: emulator_bound; estimate ×3): it needs time scale 2, above the largest allowed 1"},
-		"the limit's step": {need: 0.9, start: 0.5, max: 1, code: replay.ReasonEmulatorBound, scales: []float64{0.5, 1}, to: 1, eligible: true},
-		"second measurement fails": {need: 0.9, start: 0.5, max: 4, code: replay.ReasonEmulatorBound, failAfter: 1, scales: []float64{0.5, 1}, refused: 1,
+		"the limit's step": {need: 0.9, start: 0.5, max: 1, code: schema.ReasonEmulatorBound, scales: []float64{0.5, 1}, to: 1, eligible: true},
+		"second measurement fails": {need: 0.9, start: 0.5, max: 4, code: schema.ReasonEmulatorBound, failAfter: 1, scales: []float64{0.5, 1}, refused: 1,
 			reason: "measuring it again at 1 failed: deploy: planted failure"},
 		// The case: 0.25 whose estimate asks for 2 goes to 0.5,
 		// not 2; still invalid there, it reports the second measurement.
-		"one step, not a jump": {need: 2, start: 0.25, max: 4, code: replay.ReasonEmulatorBound, scales: []float64{0.25, 0.5}, to: 0.5,
+		"one step, not a jump": {need: 2, start: 0.25, max: 4, code: schema.ReasonEmulatorBound, scales: []float64{0.25, 0.5}, to: 0.5,
 			reason: "measured at time scale 0.5: at 0.25"},
 		// Beyond the ladder the steps double: 4 → 8.
-		"beyond the ladder": {need: 5, start: 4, max: 100, code: replay.ReasonEmulatorBound, scales: []float64{4, 8}, to: 8, eligible: true},
+		"beyond the ladder": {need: 5, start: 4, max: 100, code: schema.ReasonEmulatorBound, scales: []float64{4, 8}, to: 8, eligible: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -189,11 +190,11 @@ func TestRescaler(t *testing.T) {
 				return
 			}
 			want := c.need / c.start
-			if c.noEstimate || c.code == replay.ReasonClientBound { // client_bound's is not read
+			if c.noEstimate || c.code == schema.ReasonClientBound { // client_bound's is not read
 				want = 0
 			}
 			if rs == nil || !rs.Measured || rs.FromScale != c.start || rs.ToScale != c.to || rs.Record != first ||
-				math.Abs(rs.Estimate-want) > 1e-12 || !strings.Contains(rs.Reason, "3 of 3 runs invalid: "+c.code) {
+				math.Abs(rs.Estimate-want) > 1e-12 || !strings.Contains(rs.Reason, "3 of 3 runs invalid: "+string(c.code)) {
 				t.Fatalf("rescaled %+v", rs)
 			}
 			if _, err := os.Stat(rs.Record); err != nil {

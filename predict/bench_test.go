@@ -13,6 +13,7 @@ import (
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/internal/honetest"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim"
 	"github.com/hone-llm/hone/slo"
 )
@@ -124,7 +125,7 @@ func BenchmarkTraceMemory(b *testing.B) {
 				runtime.GC()
 				var before, after runtime.MemStats
 				runtime.ReadMemStats(&before)
-				var rec *replay.Record
+				var rec *schema.Record
 				peak := honetest.HeapPeak(func() { rec, err = RunTrace(spec, Options{SLO: slo.Default, KeepRequests: true}, tf, 1) })
 				if err != nil {
 					b.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"github.com/hone-llm/hone/capacity"
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 )
 
 // Capacity searches spec's capacity in virtual time (capacity.Search):
@@ -53,7 +54,7 @@ func Prober(spec *deploy.Spec, opts Options, mode string) (capacity.Prober, erro
 	if err != nil {
 		return nil, err
 	}
-	if err := opts.Workload.Params(1).Validate(); err != nil {
+	if err := replay.ParamsOf(opts.Workload, 1).Validate(); err != nil {
 		return nil, err
 	}
 	cl, err := clusterOf(spec, prof)
@@ -62,7 +63,7 @@ func Prober(spec *deploy.Spec, opts Options, mode string) (capacity.Prober, erro
 	}
 	gpus := spec.GPUsNeeded()
 	var bufs []promptBuf
-	return func(ctx context.Context, p capacity.Plan) (*replay.LevelRecord, error) {
+	return func(ctx context.Context, p capacity.Plan) (*schema.LevelRecord, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}

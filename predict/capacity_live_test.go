@@ -10,6 +10,7 @@ import (
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/internal/honetest"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -39,7 +40,7 @@ func TestCapacityLive(t *testing.T) {
 	var got []float64
 	for _, n := range []int{48, 512} {
 		w.Requests = n
-		o := replay.Options{Endpoint: d.ProxyURL(), Model: s.ServedName(), Kind: replay.KindEmulated, Backend: "emulator",
+		o := replay.Options{Endpoint: d.ProxyURL(), Model: s.ServedName(), Kind: schema.KindEmulated, Backend: "emulator",
 			Workload: w, SLO: target, TimeScale: s.Emulator.TimeScale, GPUs: 1, CachedTokensReported: true}
 		res, err := capacity.Search(ctx, capacity.ReplayProber(o, capacity.Open, nil),
 			capacity.Options{SLO: target, Start: 12, MinRequests: n - replay.Sessions, Progress: func(p capacity.Probe) {

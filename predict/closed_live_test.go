@@ -10,6 +10,7 @@ import (
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/internal/honetest"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -29,18 +30,18 @@ func TestClosedLoopLive(t *testing.T) {
 	const clients = 4
 	c := liveCase{name: "closed", topology: "{kind: colocated, replicas: 1, tp: 1}", routing: deploy.SessionAffinity}
 	s := liveSpec(t, c, "qwen2.5-coder-0.5b-l4", scale, honetest.FreePorts(t, 10))
-	w := replay.Workload{Seed: 1, Requests: 40, InputTokens: 2048, UncachedTokens: 128, OutputTokens: 32, LengthRatio: 0.8}
+	w := schema.Workload{Seed: 1, Requests: 40, InputTokens: 2048, UncachedTokens: 128, OutputTokens: 32, LengthRatio: 0.8}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rec, tls := liveReplayLoad(t, ctx, s, w, nil, []int{clients}, 1)
-	if rec.Workload.LoadMode() != replay.LoadClosed || !slices.Equal(rec.Workload.Concurrency, []int{clients}) {
+	if rec.Workload.LoadMode() != schema.LoadClosed || !slices.Equal(rec.Workload.Concurrency, []int{clients}) {
 		t.Fatalf("record load %q %v", rec.Workload.Load, rec.Workload.Concurrency)
 	}
 	l := rec.Runs[0].Levels[0]
 	if l.Concurrency != clients || l.Sent != w.Requests {
 		t.Fatalf("level: %d clients, %d of %d sent", l.Concurrency, l.Sent, w.Requests)
 	}
-	var measured []replay.RequestRecord
+	var measured []schema.RequestRecord
 	for _, q := range l.Requests {
 		if q.ID >= replay.Sessions {
 			if q.FinishMs == nil {
@@ -49,7 +50,7 @@ func TestClosedLoopLive(t *testing.T) {
 			measured = append(measured, q)
 		}
 	}
-	slices.SortFunc(measured, func(a, b replay.RequestRecord) int { return cmp.Compare(a.SentMs, b.SentMs) })
+	slices.SortFunc(measured, func(a, b schema.RequestRecord) int { return cmp.Compare(a.SentMs, b.SentMs) })
 	var ends []float64
 	for _, q := range measured {
 		ends = append(ends, *q.FinishMs)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -24,7 +25,7 @@ func TestClosedLoop(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rec.Workload.LoadMode() != replay.LoadClosed || !slices.Equal(rec.Workload.Concurrency, []int{n}) || len(rec.Workload.QPS) != 0 {
+			if rec.Workload.LoadMode() != schema.LoadClosed || !slices.Equal(rec.Workload.Concurrency, []int{n}) || len(rec.Workload.QPS) != 0 {
 				t.Fatalf("%s/%d: workload load %q concurrency %v qps %v", kind, n, rec.Workload.Load, rec.Workload.Concurrency, rec.Workload.QPS)
 			}
 			l := rec.Runs[0].Levels[0]

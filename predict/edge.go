@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -26,12 +26,12 @@ const EdgeMargin = 0.02
 // of the same engine should land on the same level. Only the SLO
 // percentiles are judged: a level failed for another reason (incomplete,
 // invalid outputs) is not a near miss.
-func Edge(rec *replay.Record, target slo.SLO, margin float64) string {
+func Edge(rec *schema.Record, target slo.SLO, margin float64) string {
 	if rec == nil || len(rec.Runs) == 0 || target.TTFTMillis <= 0 || target.TPOTMillis <= 0 {
 		return ""
 	}
 	levels := rec.Runs[0].Levels
-	var top *replay.LevelRecord
+	var top *schema.LevelRecord
 	for i := range levels {
 		if l := &levels[i]; l.Passed && (top == nil || l.EffectiveQPS > top.EffectiveQPS) {
 			top = l
@@ -69,6 +69,6 @@ type edgeMetric struct {
 	value, limit float64
 }
 
-func edgeMetrics(l *replay.LevelRecord, target slo.SLO) []edgeMetric {
+func edgeMetrics(l *schema.LevelRecord, target slo.SLO) []edgeMetric {
 	return []edgeMetric{{"TTFT", l.P99TTFTMs, target.TTFTMillis}, {"TPOT", l.P99TPOTMs, target.TPOTMillis}}
 }

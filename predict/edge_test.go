@@ -6,30 +6,30 @@ import (
 	"testing"
 
 	"github.com/hone-llm/hone/deploy"
-	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
 // edgeRecord is a one-run record of levels (offered QPS, p99 TTFT, p99
 // TPOT), each passing where it meets target, complete and valid; effective
 // QPS is the offered.
-func edgeRecord(target slo.SLO, levels ...[3]float64) *replay.Record {
-	run := replay.RunRecord{}
+func edgeRecord(target slo.SLO, levels ...[3]float64) *schema.Record {
+	run := schema.RunRecord{}
 	for _, l := range levels {
-		lr := replay.LevelRecord{Level: slo.Level{OfferedQPS: l[0], P99TTFTMs: l[1], P99TPOTMs: l[2], EffectiveQPS: l[0]}, Complete: true}
+		lr := schema.LevelRecord{Level: slo.Level{OfferedQPS: l[0], P99TTFTMs: l[1], P99TPOTMs: l[2], EffectiveQPS: l[0]}, Complete: true}
 		lr.Passed = target.Met(l[1], l[2])
 		run.Levels = append(run.Levels, lr)
 	}
-	return &replay.Record{Runs: []replay.RunRecord{run}}
+	return &schema.Record{Runs: []schema.RunRecord{run}}
 }
 
 func TestEdge(t *testing.T) {
 	target := slo.SLO{TTFTMillis: 500, TPOTMillis: 30}
 	for _, c := range []struct {
 		name   string
-		rec    *replay.Record
+		rec    *schema.Record
 		want   []string // substrings; none: not an edge
-		mutate func(*replay.Record)
+		mutate func(*schema.Record)
 	}{
 		{name: "clear pass then clear fail", rec: edgeRecord(target, [3]float64{8, 300, 20}, [3]float64{16, 700, 20})},
 		{name: "pass 2.2% under is not within it", rec: edgeRecord(target, [3]float64{8, 489, 29.3}, [3]float64{16, 700, 20})},
@@ -46,8 +46,8 @@ func TestEdge(t *testing.T) {
 		{name: "nothing passes, the first level near", rec: edgeRecord(target, [3]float64{4, 502, 20}, [3]float64{8, 900, 20}),
 			want: []string{"at 4 req/s fails within"}},
 		{name: "an incomplete level is not a near miss", rec: edgeRecord(target, [3]float64{8, 300, 20}, [3]float64{16, 505, 20}),
-			mutate: func(r *replay.Record) { r.Runs[0].Levels[1].Complete = false }},
-		{name: "no runs", rec: &replay.Record{}},
+			mutate: func(r *schema.Record) { r.Runs[0].Levels[1].Complete = false }},
+		{name: "no runs", rec: &schema.Record{}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.mutate != nil {
@@ -72,7 +72,7 @@ func TestEdge(t *testing.T) {
 // p99 TTFT ~501 ms at 16 req/s) is predicted too close to call, and the
 // grid's predicted best is not.
 func TestEdgeOfRegretMiss(t *testing.T) {
-	w := replay.Workload{Seed: 1, Requests: 40, InputTokens: 8192, UncachedTokens: 1024, OutputTokens: 128}
+	w := schema.Workload{Seed: 1, Requests: 40, InputTokens: 8192, UncachedTokens: 1024, OutputTokens: 128}
 	opts := Options{Workload: w, QPS: []float64{4, 8, 16, 32}, SLO: slo.SLO{TTFTMillis: 500, TPOTMillis: 30}}
 	spec := func(replicas, tp int, cache bool) *deploy.Spec {
 		s, err := deploy.ParseSpec([]byte(fmt.Sprintf(`name: t

@@ -15,6 +15,7 @@ import (
 	"github.com/hone-llm/hone/deploy/proxy"
 	"github.com/hone-llm/hone/internal/honetest"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 	"github.com/hone-llm/hone/slo"
 )
@@ -66,7 +67,7 @@ var liveProfiles = []string{"qwen2.5-coder-0.5b-l4", "qwen2.5-coder-0.5b-h200"}
 
 // liveWorkload is small enough that a level at 8-32 req/s ends within a
 // few seconds of its 16 s warm-up.
-var liveWorkload = replay.Workload{Seed: 1, Requests: 64, InputTokens: 4096, UncachedTokens: 128, OutputTokens: 64}
+var liveWorkload = schema.Workload{Seed: 1, Requests: 64, InputTokens: 4096, UncachedTokens: 128, OutputTokens: 64}
 
 // liveSpec is c on profile at time scale scale, on loopback ports from
 // base: the proxy, up to four workers, then the NIXL side-channel ports.
@@ -100,14 +101,14 @@ emulator: {profile: %s, time_scale: %g}
 // liveReplay deploys s (emulated workers and hone's proxy), replays w at
 // qps for runs passes with replay.Run, and returns the record with the
 // proxy's timeline of every request, by request id.
-func liveReplay(t *testing.T, ctx context.Context, s *deploy.Spec, w replay.Workload, qps float64, runs int) (*replay.Record, map[string]proxy.Timeline) {
+func liveReplay(t *testing.T, ctx context.Context, s *deploy.Spec, w schema.Workload, qps float64, runs int) (*schema.Record, map[string]proxy.Timeline) {
 	t.Helper()
 	return liveReplayLoad(t, ctx, s, w, []float64{qps}, nil, runs)
 }
 
 // liveReplayLoad is liveReplay at open-loop rates qps or, instead,
 // closed-loop clients.
-func liveReplayLoad(t *testing.T, ctx context.Context, s *deploy.Spec, w replay.Workload, qps []float64, clients []int, runs int) (*replay.Record, map[string]proxy.Timeline) {
+func liveReplayLoad(t *testing.T, ctx context.Context, s *deploy.Spec, w schema.Workload, qps []float64, clients []int, runs int) (*schema.Record, map[string]proxy.Timeline) {
 	t.Helper()
 	d, err := deploy.Up(ctx, s, deploy.UpOptions{StateDir: t.TempDir(), Hone: honetest.Binary(t), Owned: true,
 		HealthTimeout: 60 * time.Second, Grace: 2 * time.Second})
@@ -115,7 +116,7 @@ func liveReplayLoad(t *testing.T, ctx context.Context, s *deploy.Spec, w replay.
 		t.Fatal(err)
 	}
 	defer d.Down(2 * time.Second)
-	rec, err := replay.Run(ctx, replay.Options{Endpoint: d.ProxyURL(), Model: s.ServedName(), Kind: replay.KindEmulated,
+	rec, err := replay.Run(ctx, replay.Options{Endpoint: d.ProxyURL(), Model: s.ServedName(), Kind: schema.KindEmulated,
 		Backend: "emulator", Workload: w, QPS: qps, Concurrency: clients, Runs: runs, SLO: slo.Default, TimeScale: s.Emulator.TimeScale,
 		GPUs: s.GPUsNeeded(), CachedTokensReported: true})
 	if err != nil {
@@ -158,7 +159,7 @@ type engineTiming struct {
 	Queue, First, KV float64
 }
 
-func engineTimes(q *replay.RequestRecord, tl proxy.Timeline) (engineTiming, error) {
+func engineTimes(q *schema.RequestRecord, tl proxy.Timeline) (engineTiming, error) {
 	var dec emulator.RequestMetrics
 	if err := json.Unmarshal(q.EngineMetrics, &dec); err != nil || len(q.EngineMetrics) == 0 {
 		return engineTiming{}, fmt.Errorf("request %d: no engine metrics in the usage chunk (%v)", q.ID, err)
@@ -199,7 +200,7 @@ type liveFigures struct {
 
 // predictedFigures reads a prediction's figures; its engine metrics are
 // the serving engine's, as a live answer's are.
-func predictedFigures(t *testing.T, rec *replay.Record) liveFigures {
+func predictedFigures(t *testing.T, rec *schema.Record) liveFigures {
 	t.Helper()
 	l := rec.Runs[0].Levels[0]
 	var queue, first, kv []float64
@@ -216,12 +217,12 @@ func predictedFigures(t *testing.T, rec *replay.Record) liveFigures {
 
 // levelFigures are one live level's p50s: by the engines' clocks
 // (engineTiming), the client's, and the median host floor.
-func levelFigures(t *testing.T, l *replay.LevelRecord, tls map[string]proxy.Timeline) liveFigures {
+func levelFigures(t *testing.T, l *schema.LevelRecord, tls map[string]proxy.Timeline) liveFigures {
 	t.Helper()
 	var ttft, tpot, queue, first, kv, host []float64
 	for i := range l.Requests {
 		q := &l.Requests[i]
-		if q.ID < replay.Sessions || q.Outcome != replay.OutcomeOK {
+		if q.ID < replay.Sessions || q.Outcome != schema.OutcomeOK {
 			continue
 		}
 		e, err := engineTimes(q, tls[q.RequestID])
@@ -240,7 +241,7 @@ func levelFigures(t *testing.T, l *replay.LevelRecord, tls map[string]proxy.Time
 
 // measuredFigures are the medians over the record's valid runs of their
 // figures (the record has one level per run).
-func measuredFigures(t *testing.T, rec *replay.Record, tls map[string]proxy.Timeline) liveFigures {
+func measuredFigures(t *testing.T, rec *schema.Record, tls map[string]proxy.Timeline) liveFigures {
 	t.Helper()
 	var ttft, tpot, queue, first, kv, cttft, ctpot, host, obj []float64
 	for _, run := range rec.Runs {
@@ -267,7 +268,7 @@ func measuredFigures(t *testing.T, rec *replay.Record, tls map[string]proxy.Time
 // worker's end (the proxy's send of the prefill leg plus the worker's
 // e2e_time_ms) to the proxy's send of the decode leg. The proxy's hop to a
 // worker stays out: it is a few hundred microseconds of wall time.
-func liveHops(t *testing.T, l *replay.LevelRecord, tls map[string]proxy.Timeline, scale float64) map[int][2]float64 {
+func liveHops(t *testing.T, l *schema.LevelRecord, tls map[string]proxy.Timeline, scale float64) map[int][2]float64 {
 	t.Helper()
 	ms := func(d time.Duration) float64 { return float64(d) / 1e6 / scale }
 	hops := map[int][2]float64{}
@@ -296,7 +297,7 @@ func liveHops(t *testing.T, l *replay.LevelRecord, tls map[string]proxy.Timeline
 // predictLikeRuns predicts s once per valid run of rec, each with that
 // run's own hops (liveHops), and returns the medians of their figures, as
 // measuredFigures takes the medians of the runs'.
-func predictLikeRuns(t *testing.T, s *deploy.Spec, w replay.Workload, qps float64, rec *replay.Record, tls map[string]proxy.Timeline) liveFigures {
+func predictLikeRuns(t *testing.T, s *deploy.Spec, w schema.Workload, qps float64, rec *schema.Record, tls map[string]proxy.Timeline) liveFigures {
 	t.Helper()
 	var figs []liveFigures
 	for _, run := range rec.Runs {
@@ -343,7 +344,7 @@ const liveRetryScale = 4
 
 // onlyEmulatorBound reports whether rec has fewer than replay.MinValidRuns
 // valid runs and every invalid level is emulator_bound alone.
-func onlyEmulatorBound(rec *replay.Record) bool {
+func onlyEmulatorBound(rec *schema.Record) bool {
 	valid := 0
 	for _, run := range rec.Runs {
 		if run.Verdict.Valid {
@@ -352,7 +353,7 @@ func onlyEmulatorBound(rec *replay.Record) bool {
 		}
 		for _, l := range run.Levels {
 			for _, r := range l.Verdict.Reasons {
-				if r.Code != replay.ReasonEmulatorBound {
+				if r.Code != schema.ReasonEmulatorBound {
 					return false
 				}
 			}
@@ -372,7 +373,7 @@ func relErr(pred, meas float64) float64 {
 // predictedRoutes is, for each request of a level at qps, the workers the
 // prediction sends it to ("replica-1", or "prefill-0>decode-1"), by the
 // same routing Run uses.
-func predictedRoutes(t *testing.T, s *deploy.Spec, w replay.Workload, qps float64) []string {
+func predictedRoutes(t *testing.T, s *deploy.Spec, w schema.Workload, qps float64) []string {
 	t.Helper()
 	prof, err := emulator.LookupProfile(s.Emulator.Profile)
 	if err != nil {
@@ -386,7 +387,7 @@ func predictedRoutes(t *testing.T, s *deploy.Spec, w replay.Workload, qps float6
 	if err != nil {
 		t.Fatal(err)
 	}
-	reqs, err := replay.Generate(w.Params(qps))
+	reqs, err := replay.Generate(replay.ParamsOf(w, qps))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,13 +426,13 @@ func liveRoute(tl proxy.Timeline) string {
 // replay's own GET /version, /v1/models and /tokenize round robin: there
 // the live assignment must be the predicted one up to a relabelling of
 // the workers (which are identical).
-func checkDecisions(t *testing.T, s *deploy.Spec, w replay.Workload, qps float64, pred, rec *replay.Record, tls map[string]proxy.Timeline) {
+func checkDecisions(t *testing.T, s *deploy.Spec, w schema.Workload, qps float64, pred, rec *schema.Record, tls map[string]proxy.Timeline) {
 	t.Helper()
 	prompts, err := promptsFor(w)
 	if err != nil {
 		t.Fatal(err)
 	}
-	reqs, _ := replay.Generate(w.Params(qps))
+	reqs, _ := replay.Generate(replay.ParamsOf(w, qps))
 	routes := predictedRoutes(t, s, w, qps)
 	pl := pred.Runs[0].Levels[0]
 	for _, run := range rec.Runs {
@@ -450,7 +451,7 @@ func checkDecisions(t *testing.T, s *deploy.Spec, w replay.Workload, qps float64
 			switch {
 			case q.PromptSHA256 != replay.HashTokens(prompts.Prompt(run.Run, qps, reqs[i])):
 				t.Errorf("run %d, request %d: the replay sent another prompt than the prediction's", run.Run+1, q.ID)
-			case q.Outcome != replay.OutcomeOK || !q.Valid || tl.Outcome != proxy.OutcomeSuccess:
+			case q.Outcome != schema.OutcomeOK || !q.Valid || tl.Outcome != proxy.OutcomeSuccess:
 				t.Errorf("run %d, request %d: outcome %s (%s %s), proxy %s %s", run.Run+1, q.ID, q.Outcome, q.Invalid, q.Error, tl.Outcome, tl.Error)
 			case q.OutputTokens != w.OutputTokens || p.OutputTokens != w.OutputTokens:
 				t.Errorf("run %d, request %d: %d output tokens live, %d predicted, want %d", run.Run+1, q.ID, q.OutputTokens, p.OutputTokens, w.OutputTokens)
@@ -550,7 +551,7 @@ func TestPredictionMatchesLiveEmulator(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var rec *replay.Record
+				var rec *schema.Record
 				var tls map[string]proxy.Timeline
 				for _, scale := range []float64{*liveScale, liveRetryScale * *liveScale} {
 					s = liveSpec(t, c, p, scale, ports)
@@ -624,7 +625,7 @@ func TestPredictionMatchesLiveEmulator(t *testing.T) {
 // clock and the client's p50 TTFT are not below the prediction by more
 // than 5%.
 func TestLiveEmulatorDecidesAsPredicted(t *testing.T) {
-	w := replay.Workload{Seed: 1, Requests: 24, InputTokens: 4096, UncachedTokens: 128, OutputTokens: 64}
+	w := schema.Workload{Seed: 1, Requests: 24, InputTokens: 4096, UncachedTokens: 128, OutputTokens: 64}
 	for _, c := range []liveCase{
 		{"dp2-tp1-affinity", "{kind: colocated, replicas: 2, tp: 1}", "", deploy.SessionAffinity, 16},
 		{"1p1d", "{kind: disaggregated, prefill: {replicas: 1, tp: 1}, decode: {replicas: 1, tp: 1}}", "", deploy.SessionAffinity, 16},
@@ -658,7 +659,7 @@ func TestLiveEmulatorDecidesAsPredicted(t *testing.T) {
 // metrics are its own timings: generation time / (tokens − 1) is its TPOT
 // and, colocated (where the serving engine also received the request),
 // e2e − generation time is its TTFT.
-func checkPredictedMetrics(t *testing.T, pred *replay.Record, colocated bool) {
+func checkPredictedMetrics(t *testing.T, pred *schema.Record, colocated bool) {
 	t.Helper()
 	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
 	for _, q := range pred.Runs[0].Levels[0].Requests {

@@ -25,19 +25,20 @@ import (
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/deploy/proxy"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 	"github.com/hone-llm/hone/slo"
 )
 
 // Kind is the replay.Record kind of a prediction.
-const Kind = replay.KindPredicted
+const Kind = schema.KindPredicted
 
 // Options are what a prediction depends on besides the spec.
 type Options struct {
 	// Profile is the cost model; nil: the spec's emulator.profile, or
 	// emulator.DefaultProfile when it names none.
 	Profile  *emulator.Profile
-	Workload replay.Workload
+	Workload schema.Workload
 	// QPS are the open-loop levels' offered rates; Concurrency, instead,
 	// the closed-loop levels' clients (replay.GenerateClosed): one of the
 	// two is given.
@@ -84,7 +85,7 @@ type Hop struct {
 
 // Run predicts spec under opts: one run over every level, each level
 // starting cold as a replay's does, as a record of kind "predicted".
-func Run(spec *deploy.Spec, opts Options) (*replay.Record, error) {
+func Run(spec *deploy.Spec, opts Options) (*schema.Record, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
@@ -97,7 +98,7 @@ func Run(spec *deploy.Spec, opts Options) (*replay.Record, error) {
 		return nil, err
 	}
 	w := opts.Workload
-	if err := w.Params(1).Validate(); err != nil {
+	if err := replay.ParamsOf(w, 1).Validate(); err != nil {
 		return nil, err
 	}
 	cl, err := clusterOf(spec, prof)
@@ -110,7 +111,7 @@ func Run(spec *deploy.Spec, opts Options) (*replay.Record, error) {
 	}
 	gpus := spec.GPUsNeeded()
 	rec := header(spec, prof, opts, prompts)
-	rr := replay.RunRecord{Run: 0}
+	rr := schema.RunRecord{Run: 0}
 	var bufs []promptBuf // each request's prompt and output tokens, reused level to level
 	for _, l := range levels {
 		lr, err := cl.level(prompts, l, opts, gpus, &bufs)
@@ -126,34 +127,34 @@ func Run(spec *deploy.Spec, opts Options) (*replay.Record, error) {
 		}
 		rr.Levels = append(rr.Levels, lr)
 	}
-	rec.Runs = []replay.RunRecord{rr}
-	rec.Judge()
+	rec.Runs = []schema.RunRecord{rr}
+	replay.Judge(rec)
 	return rec, nil
 }
 
 // header is a predicted record of spec without runs: what a prediction
 // states about itself, the deployment, the workload and the procedure.
-func header(spec *deploy.Spec, prof *emulator.Profile, opts Options, prompts *replay.Prompts) *replay.Record {
+func header(spec *deploy.Spec, prof *emulator.Profile, opts Options, prompts *replay.Prompts) *schema.Record {
 	w := opts.Workload
 	gpus := spec.GPUsNeeded()
-	rec := &replay.Record{
-		SchemaVersion: replay.SchemaVersion, Kind: Kind, VerdictRule: replay.VerdictRule,
+	rec := &schema.Record{
+		SchemaVersion: schema.SchemaVersion, Kind: Kind, VerdictRule: schema.VerdictRule,
 		Backend: "predict: emulator engine in virtual time, profile " + prof.Name,
-		Engine:  replay.EngineInfo{Endpoint: "virtual"},
-		Model:   replay.Model{ID: spec.ServedName()}, Config: specConfig(spec),
+		Engine:  schema.EngineInfo{Endpoint: "virtual"},
+		Model:   schema.Model{ID: spec.ServedName()}, Config: specConfig(spec),
 		Hardware: map[string]any{"profile": prof.Name, "profile_source": prof.SourceKind(), "gpu": prof.GPU.Name},
 		GPUs:     gpus, TimeScale: 1, SLO: opts.SLO,
-		Workload: replay.WorkloadRecord{Workload: w, QPS: opts.QPS, Load: replay.LoadOpen, Runs: 1, Generator: replay.PrefixGenerator,
+		Workload: schema.WorkloadRecord{Workload: w, QPS: opts.QPS, Load: schema.LoadOpen, Runs: 1, Generator: replay.PrefixGenerator,
 			PrewarmPolicy: "every level starts cold (fresh engines), then the schedule's 8 warm-up requests (ids 0-7), one per session, open it"},
-		Cache: replay.CacheState{Procedure: replay.CacheReset,
+		Cache: schema.CacheState{Procedure: schema.CacheReset,
 			Detail: "virtual engines start every level empty: the prefix cache holds nothing, as after POST /reset_prefix_cache"},
 		RequestTimeoutMs: float64(replay.DefaultRequestTimeout) / 1e6,
 		CachedTokensRule: replay.CachedTokensAsReported,
-		Outcomes:         map[string]int{}, Validation: replay.Validation{Reasons: map[string]int{}},
+		Outcomes:         map[string]int{}, Validation: schema.Validation{Reasons: map[string]int{}},
 		StartedAt: time.Unix(0, 0).UTC(), FinishedAt: time.Unix(0, 0).UTC(),
 	}
 	if len(opts.Concurrency) > 0 {
-		rec.Workload.QPS, rec.Workload.Load, rec.Workload.Concurrency = []float64{}, replay.LoadClosed, opts.Concurrency
+		rec.Workload.QPS, rec.Workload.Load, rec.Workload.Concurrency = []float64{}, schema.LoadClosed, opts.Concurrency
 	}
 	rec.Workload.Sessions = prompts.Prefixes
 	rec.Workload.SuffixVocab = prompts.VocabSize()
@@ -246,7 +247,7 @@ func clusterOf(s *deploy.Spec, prof *emulator.Profile) (*cluster, error) {
 // promptsFor builds the workload's session prefixes with the emulator's
 // tokenizer, which is what a replay against the emulator tokenizes with.
 // Built prompts are kept per workload: a grid predicts many specs on one.
-func promptsFor(w replay.Workload) (*replay.Prompts, error) {
+func promptsFor(w schema.Workload) (*replay.Prompts, error) {
 	if p, ok := promptCache.Load(w); ok {
 		return p.(*replay.Prompts), nil
 	}
@@ -277,12 +278,12 @@ type promptBuf struct {
 }
 
 // level runs one load level on fresh engines and summarises it.
-func (c *cluster) level(prompts *replay.Prompts, qps float64, opts Options, gpus int, bufs *[]promptBuf) (replay.LevelRecord, error) {
+func (c *cluster) level(prompts *replay.Prompts, qps float64, opts Options, gpus int, bufs *[]promptBuf) (schema.LevelRecord, error) {
 	w, target, keep := prompts.Workload, opts.SLO, opts.KeepRequests
 	clients := replay.ClosedClients(qps)
 	reqs, err := replay.GenerateLevel(w, qps)
 	if err != nil {
-		return replay.LevelRecord{}, err
+		return schema.LevelRecord{}, err
 	}
 	vr := make([]emulator.VirtualRequest, len(reqs))
 	router := newRouter(c)
@@ -327,7 +328,7 @@ func (c *cluster) level(prompts *replay.Prompts, qps float64, opts Options, gpus
 	}
 	outs, err := emulator.SimulateLoad(c.workers, vr, load)
 	if err != nil {
-		return replay.LevelRecord{}, err
+		return schema.LevelRecord{}, err
 	}
 	if clients > 0 {
 		// A closed loop's requests were sent when an earlier one ended.
@@ -339,10 +340,10 @@ func (c *cluster) level(prompts *replay.Prompts, qps float64, opts Options, gpus
 		outs[i].FirstMs += b
 		outs[i].FinishMs += b
 	}
-	lr := replay.LevelRecord{Level: replay.LevelOf(qps), Planned: len(reqs), Sent: len(reqs), Complete: true,
+	lr := schema.LevelRecord{Level: replay.LevelOf(qps), Planned: len(reqs), Sent: len(reqs), Complete: true,
 		Outcomes: map[string]int{}, Failures: map[string]int{}, PrefixSeed: w.Seed,
-		Verdict: replay.Verdict{Valid: true, Reasons: []replay.Reason{}}}
-	lr.Requests = make([]replay.RequestRecord, len(reqs))
+		Verdict: schema.Verdict{Valid: true, Reasons: []schema.Reason{}}}
+	lr.Requests = make([]schema.RequestRecord, len(reqs))
 	var all hash.Hash
 	if keep {
 		all = sha256.New()
@@ -357,22 +358,22 @@ func (c *cluster) level(prompts *replay.Prompts, qps float64, opts Options, gpus
 	if keep {
 		lr.PromptsSHA256 = hex.EncodeToString(all.Sum(nil))
 	}
-	lr.Summarize(reqs, target, gpus)
+	replay.SummarizeLevel(&lr, reqs, target, gpus)
 	return lr, nil
 }
 
 // requestRecord is one request as a replay would have recorded it from a
 // client with no delay of its own.
-func requestRecord(q replay.Request, vr emulator.VirtualRequest, o *emulator.VirtualOutcome, metrics bool) replay.RequestRecord {
+func requestRecord(q replay.Request, vr emulator.VirtualRequest, o *emulator.VirtualOutcome, metrics bool) schema.RequestRecord {
 	res := o.Result
-	rr := replay.RequestRecord{ID: q.ID, Session: q.Session, RequestID: vr.ID, InputTokens: q.InputTokens,
-		ScheduledMs: q.ArrivalMs, SentMs: vr.ArrivalMs, DispatchLagMs: vr.ArrivalMs - q.ArrivalMs, Outcome: replay.OutcomeOK, Valid: true, Status: 200,
+	rr := schema.RequestRecord{ID: q.ID, Session: q.Session, RequestID: vr.ID, InputTokens: q.InputTokens,
+		ScheduledMs: q.ArrivalMs, SentMs: vr.ArrivalMs, DispatchLagMs: vr.ArrivalMs - q.ArrivalMs, Outcome: schema.OutcomeOK, Valid: true, Status: 200,
 		OutputTokens: res.OutputTokens, FinishReason: res.FinishReason}
 	if metrics {
 		rr.EngineMetrics, _ = json.Marshal(o.RequestMetrics())
 	}
 	if res.FinishReason != "length" && res.FinishReason != "stop" {
-		rr.Outcome, rr.Valid = replay.OutcomeHTTPError, false
+		rr.Outcome, rr.Valid = schema.OutcomeHTTPError, false
 		rr.Invalid = "outcome: " + res.FinishReason
 		if res.Err != nil {
 			rr.Error = res.Err.Error()

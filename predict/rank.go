@@ -6,13 +6,13 @@ import (
 
 	"github.com/hone-llm/hone/capacity"
 	"github.com/hone-llm/hone/deploy"
-	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 )
 
 // Point is one predicted spec of a grid.
 type Point struct {
 	Spec   *deploy.Spec   `json:"spec"`
-	Record *replay.Record `json:"record,omitempty"`
+	Record *schema.Record `json:"record,omitempty"`
 	// Objective is the largest effective QPS among passing levels, 0 when
 	// none passed.
 	Objective float64 `json:"objective"`

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 )
 
@@ -25,7 +26,7 @@ import (
 // (emulator.VirtualRequest.Render), as the replay builds each as it is
 // sent. opts.QPS, Concurrency and
 // Capacity are not read; of opts.Workload only the seed.
-func RunTrace(spec *deploy.Spec, opts Options, tf *replay.TraceFile, speed float64) (*replay.Record, error) {
+func RunTrace(spec *deploy.Spec, opts Options, tf *replay.TraceFile, speed float64) (*schema.Record, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
@@ -57,10 +58,10 @@ func RunTrace(spec *deploy.Spec, opts Options, tf *replay.TraceFile, speed float
 	}
 	rec := replay.NewTraceRecord(tf, speed, seed, len(vocab))
 	rec.Kind, rec.Backend = Kind, "predict: emulator engine in virtual time, profile "+prof.Name
-	rec.Engine, rec.Model, rec.Config = replay.EngineInfo{Endpoint: "virtual"}, replay.Model{ID: spec.ServedName()}, specConfig(spec)
+	rec.Engine, rec.Model, rec.Config = schema.EngineInfo{Endpoint: "virtual"}, schema.Model{ID: spec.ServedName()}, specConfig(spec)
 	rec.Hardware = map[string]any{"profile": prof.Name, "profile_source": prof.SourceKind(), "gpu": prof.GPU.Name}
 	rec.GPUs, rec.TimeScale, rec.SLO = spec.GPUsNeeded(), 1, opts.SLO
-	rec.Cache = replay.CacheState{Procedure: replay.CacheReset,
+	rec.Cache = schema.CacheState{Procedure: schema.CacheReset,
 		Detail: "virtual engines start the trace empty: the prefix cache holds nothing, as after POST /reset_prefix_cache"}
 	rec.RequestTimeoutMs, rec.CachedTokensRule = float64(replay.DefaultRequestTimeout)/1e6, replay.CachedTokensAsReported
 	rec.StartedAt, rec.FinishedAt = time.Unix(0, 0).UTC(), time.Unix(0, 0).UTC()
@@ -76,15 +77,15 @@ func RunTrace(spec *deploy.Spec, opts Options, tf *replay.TraceFile, speed float
 	if err != nil {
 		return nil, err
 	}
-	lr := replay.LevelRecord{Level: replay.LevelOf(rec.Workload.QPS[0]), Planned: len(reqs), Sent: len(reqs), Complete: true,
+	lr := schema.LevelRecord{Level: replay.LevelOf(rec.Workload.QPS[0]), Planned: len(reqs), Sent: len(reqs), Complete: true,
 		Outcomes: map[string]int{}, Failures: map[string]int{}, PrefixSeed: seed,
-		Verdict: replay.Verdict{Valid: true, Reasons: []replay.Reason{}}, PromptsSHA256: ld.promptsSHA256}
-	lr.Requests = make([]replay.RequestRecord, len(reqs))
+		Verdict: schema.Verdict{Valid: true, Reasons: []schema.Reason{}}, PromptsSHA256: ld.promptsSHA256}
+	lr.Requests = make([]schema.RequestRecord, len(reqs))
 	for i, q := range reqs {
 		lr.Requests[i] = requestRecord(q, vr[i], &outs[i], opts.KeepRequests)
 		lr.Requests[i].PromptSHA256 = ld.hashes[i]
 	}
-	lr.SummarizeTrace(opts.SLO, rec.GPUs)
+	replay.SummarizeTraceLevel(&lr, opts.SLO, rec.GPUs)
 	for _, r := range lr.Requests {
 		rec.Outcomes[r.Outcome]++
 		if r.Valid {
@@ -93,12 +94,12 @@ func RunTrace(spec *deploy.Spec, opts Options, tf *replay.TraceFile, speed float
 			rec.Validation.Invalid++
 		}
 	}
-	rec.Runs = []replay.RunRecord{{Run: 0, Levels: []replay.LevelRecord{lr}}}
-	rec.SetTraceMeasured()
+	rec.Runs = []schema.RunRecord{{Run: 0, Levels: []schema.LevelRecord{lr}}}
+	replay.SetTraceMeasured(rec)
 	if !opts.KeepRequests {
 		rec.Runs[0].Levels[0].Requests = nil
 	}
-	rec.Judge()
+	replay.Judge(rec)
 	return rec, nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hone-llm/hone/internal/honetest"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -45,7 +46,7 @@ func instantServer(tb testing.TB, outputTokens int) *httptest.Server {
 
 // openLoopAt sends n 128-token streams at rate qps through the replay's
 // open loop and returns their records.
-func openLoopAt(tb testing.TB, url string, qps float64, n int) []RequestRecord {
+func openLoopAt(tb testing.TB, url string, qps float64, n int) []schema.RequestRecord {
 	prompt := make([]int, 4096)
 	for i := range prompt {
 		prompt[i] = 1000 + i%3000
@@ -56,11 +57,11 @@ func openLoopAt(tb testing.TB, url string, qps float64, n int) []RequestRecord {
 	}
 	reqs := make([]Request, n)
 	bodies := make([][]byte, n)
-	records := make([]RequestRecord, n)
+	records := make([]schema.RequestRecord, n)
 	for i := range reqs {
 		reqs[i] = Request{ID: i, ArrivalMs: float64(i) * 1000 / qps, InputTokens: 4096, OutputTokens: 128}
 		bodies[i] = body
-		records[i] = RequestRecord{ID: i, InputTokens: 4096, RequestID: fmt.Sprint(i)}
+		records[i] = schema.RequestRecord{ID: i, InputTokens: 4096, RequestID: fmt.Sprint(i)}
 	}
 	tbase := newTimebase()
 	r := &runner{opts: Options{TimeScale: 1}, tb: tbase, cl: &client{http: &http.Client{Transport: newTransport()},
@@ -73,11 +74,11 @@ func openLoopAt(tb testing.TB, url string, qps float64, n int) []RequestRecord {
 }
 
 // lagStats returns p99 and max dispatch lag (ms) and the failures.
-func lagStats(records []RequestRecord) (p99, maxLag float64, failed int) {
+func lagStats(records []schema.RequestRecord) (p99, maxLag float64, failed int) {
 	lags := make([]float64, len(records))
 	for i, r := range records {
 		lags[i] = r.DispatchLagMs
-		if r.Outcome != OutcomeOK || !r.Valid {
+		if r.Outcome != schema.OutcomeOK || !r.Valid {
 			failed++
 		}
 	}
@@ -222,7 +223,7 @@ func (c *countWriter) Write(p []byte) (int, error) { *c += countWriter(len(p)); 
 
 // benchKeep holds the last benchmark's record, so that a heap profile
 // (-memprofile, inuse_space) taken after it shows what the record holds.
-var benchKeep *Record
+var benchKeep *schema.Record
 
 // BenchmarkTraceMemory replays a trace of n requests (b.N times; 1,200
 // input and 256 output tokens each, 1,000 req/s) against a server that
@@ -274,12 +275,12 @@ func benchTraceMemory(b *testing.B, srv *httptest.Server, n int, spill bool) {
 		runtime.GC()
 		var before runtime.MemStats
 		runtime.ReadMemStats(&before)
-		var rec *Record
+		var rec *schema.Record
 		path := filepath.Join(b.TempDir(), "rec.json.gz")
 		peak := honetest.HeapPeak(func() {
 			tr := newTransport()
 			var err error
-			opts := Options{Endpoint: srv.URL, Model: "m", Cache: CacheReset, HTTPClient: &http.Client{Transport: tr}}
+			opts := Options{Endpoint: srv.URL, Model: "m", Cache: schema.CacheReset, HTTPClient: &http.Client{Transport: tr}}
 			if spill {
 				opts.SpillDir = filepath.Dir(path)
 			}

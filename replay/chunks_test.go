@@ -19,17 +19,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
 // chunksRoundTrip marshals c and unmarshals it into a fresh Chunks.
-func chunksRoundTrip(t *testing.T, c Chunks) (Chunks, []byte) {
+func chunksRoundTrip(t *testing.T, c schema.Chunks) (schema.Chunks, []byte) {
 	t.Helper()
 	b, err := json.Marshal(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back Chunks
+	var back schema.Chunks
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatalf("%s: %v", b, err)
 	}
@@ -37,7 +38,7 @@ func chunksRoundTrip(t *testing.T, c Chunks) (Chunks, []byte) {
 }
 
 func TestChunksRoundTrip(t *testing.T) {
-	for name, c := range map[string]Chunks{
+	for name, c := range map[string]schema.Chunks{
 		"one token a chunk": {MonoNs: []int64{322695735892, 322695771078, 322695799491}, UnixNs: []int64{1796074842176421997, 1796074842176457173, 1796074842176485576},
 			TokenIDs: [][]int{{7815}, {15734}, {23653}}},
 		"several and none": {MonoNs: []int64{5, 5, 4}, UnixNs: []int64{-7, 9, 4}, TokenIDs: [][]int{{1, 2, 151935}, {}, {0}}},
@@ -56,7 +57,7 @@ func TestChunksRoundTrip(t *testing.T) {
 		})
 	}
 	// The layout (see ChunksEncoding), byte by byte.
-	data, err := EncodeChunks(Chunks{MonoNs: []int64{1000, 1064, 1100}, UnixNs: []int64{1500, 1563, 1600}, TokenIDs: [][]int{{3}, {-2, 64}, {}}})
+	data, err := schema.EncodeChunks(schema.Chunks{MonoNs: []int64{1000, 1064, 1100}, UnixNs: []int64{1500, 1563, 1600}, TokenIDs: [][]int{{3}, {-2, 64}, {}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,27 +73,27 @@ func TestChunksRoundTrip(t *testing.T) {
 // without output has empty columns and stays so (as in version 2's
 // arrays, which read null and [] the same way).
 func TestChunksNilAndEmpty(t *testing.T) {
-	back, b := chunksRoundTrip(t, Chunks{})
+	back, b := chunksRoundTrip(t, schema.Chunks{})
 	if string(b) != "null" || back.MonoNs != nil || back.UnixNs != nil || back.TokenIDs != nil {
 		t.Errorf("no chunks: %s read back as %#v", b, back)
 	}
-	empty := Chunks{MonoNs: []int64{}, UnixNs: []int64{}, TokenIDs: [][]int{}}
+	empty := schema.Chunks{MonoNs: []int64{}, UnixNs: []int64{}, TokenIDs: [][]int{}}
 	back, b = chunksRoundTrip(t, empty)
 	if string(b) != `{"encoding":"hone-chunks/v1","count":0,"data":""}` || back.MonoNs == nil || back.UnixNs == nil || back.TokenIDs == nil || len(back.MonoNs) != 0 {
 		t.Errorf("empty chunks: %s read back as %#v", b, back)
 	}
 	// A chunk without ids reads as an empty, non-nil slice, as [] did.
-	back, _ = chunksRoundTrip(t, Chunks{MonoNs: []int64{1}, UnixNs: []int64{2}, TokenIDs: [][]int{nil}})
+	back, _ = chunksRoundTrip(t, schema.Chunks{MonoNs: []int64{1}, UnixNs: []int64{2}, TokenIDs: [][]int{nil}})
 	if back.TokenIDs[0] == nil || len(back.TokenIDs[0]) != 0 {
 		t.Errorf("chunk without ids read back as %#v", back.TokenIDs[0])
 	}
 	// Version 2's arrays, both ways.
-	for doc, want := range map[string]Chunks{
+	for doc, want := range map[string]schema.Chunks{
 		`{"mono_ns":null,"unix_ns":null,"token_ids":null}`:       {},
 		`{"mono_ns":[],"unix_ns":[],"token_ids":[]}`:             empty,
 		`{"mono_ns":[1,2],"unix_ns":[3,4],"token_ids":[[5],[]]}`: {MonoNs: []int64{1, 2}, UnixNs: []int64{3, 4}, TokenIDs: [][]int{{5}, {}}},
 	} {
-		var c Chunks
+		var c schema.Chunks
 		if err := json.Unmarshal([]byte(doc), &c); err != nil || !reflect.DeepEqual(c, want) {
 			t.Errorf("%s: %#v %v, want %#v", doc, c, err, want)
 		}
@@ -126,13 +127,13 @@ func TestChunksMalformed(t *testing.T) {
 		"uneven columns":     {`{"mono_ns":[1,2],"unix_ns":[1],"token_ids":[[],[]]}`, "columns differ in length (mono_ns 2, unix_ns 1, token_ids 2)"},
 		"not an object":      {`[1,2]`, "chunks:"},
 	} {
-		var c Chunks
+		var c schema.Chunks
 		err := json.Unmarshal([]byte(tc.doc), &c)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %s: err %v, want one saying %q", name, tc.doc, err, tc.want)
 		}
 	}
-	if _, err := json.Marshal(Chunks{MonoNs: []int64{1}, TokenIDs: [][]int{{1}}}); err == nil || !strings.Contains(err.Error(), "columns differ") {
+	if _, err := json.Marshal(schema.Chunks{MonoNs: []int64{1}, TokenIDs: [][]int{{1}}}); err == nil || !strings.Contains(err.Error(), "columns differ") {
 		t.Errorf("uneven columns written: %v", err)
 	}
 }
@@ -194,7 +195,7 @@ func TestRecordBytesPerOutputToken(t *testing.T) {
 // client fills it, chunks one token each ~6.5 ms apart with a few µs of
 // jitter, token ids uniform over Qwen2.5's 151,936-token vocabulary, and
 // the emulator's per-request engine metrics.
-func briefRecord(t *testing.T, seed uint64) *Record {
+func briefRecord(t *testing.T, seed uint64) *schema.Record {
 	t.Helper()
 	const (
 		qps       = 4
@@ -204,11 +205,11 @@ func briefRecord(t *testing.T, seed uint64) *Record {
 	)
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	w := DefaultWorkload()
-	reqs, err := Generate(w.Params(qps))
+	reqs, err := Generate(ParamsOf(w, qps))
 	if err != nil {
 		t.Fatal(err)
 	}
-	stamp := func(mono int64) Stamp { return Stamp{UnixNs: mono + wallMinus, MonoNs: mono} }
+	stamp := func(mono int64) schema.Stamp { return schema.Stamp{UnixNs: mono + wallMinus, MonoNs: mono} }
 	ms := func(mono int64) float64 { return float64(mono-monoStart) / 1e6 }
 	hexOf := func(n int) string {
 		b := make([]byte, n)
@@ -219,7 +220,7 @@ func briefRecord(t *testing.T, seed uint64) *Record {
 	}
 	jf := func(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
 	nonce := hexOf(4)
-	lr := LevelRecord{Level: slo.Level{OfferedQPS: qps}, Planned: len(reqs), Sent: len(reqs), Complete: true,
+	lr := schema.LevelRecord{Level: slo.Level{OfferedQPS: qps}, Planned: len(reqs), Sent: len(reqs), Complete: true,
 		Outcomes: map[string]int{}, Failures: map[string]int{}, PrefixSeed: w.Seed, StartedAt: stamp(monoStart),
 		EngineMetricsKeys: map[string]int{}}
 	hashes := make([]string, 0, len(reqs))
@@ -234,11 +235,11 @@ func briefRecord(t *testing.T, seed uint64) *Record {
 		queue := 0.05 + rng.Float64()*2
 		prefill := 18 + float64(w.InputTokens-cached)*0.011 + rng.Float64()*3
 		first := sent + int64((0.4+queue+prefill)*1e6) + int64(rng.IntN(100_000))
-		rr := RequestRecord{ID: q.ID, Session: q.Session, RequestID: fmt.Sprintf("hone-%s-%d-%g-%d", nonce, 0, float64(qps), q.ID),
-			InputTokens: w.InputTokens, PromptSHA256: hexOf(32), Outcome: OutcomeOK, Status: 200,
+		rr := schema.RequestRecord{ID: q.ID, Session: q.Session, RequestID: fmt.Sprintf("hone-%s-%d-%g-%d", nonce, 0, float64(qps), q.ID),
+			InputTokens: w.InputTokens, PromptSHA256: hexOf(32), Outcome: schema.OutcomeOK, Status: 200,
 			ScheduledMs: q.ArrivalMs, SentMs: ms(sent), DispatchLagMs: float64(sent-due) / 1e6,
 			Scheduled: stamp(due), Sent: stamp(sent), FinishReason: "length"}
-		ch := Chunks{MonoNs: make([]int64, 0, q.OutputTokens), UnixNs: make([]int64, 0, q.OutputTokens), TokenIDs: make([][]int, 0, q.OutputTokens)}
+		ch := schema.Chunks{MonoNs: make([]int64, 0, q.OutputTokens), UnixNs: make([]int64, 0, q.OutputTokens), TokenIDs: make([][]int, 0, q.OutputTokens)}
 		flat := make([]int, 0, q.OutputTokens)
 		mono := first
 		for k := range q.OutputTokens {
@@ -266,7 +267,7 @@ func briefRecord(t *testing.T, seed uint64) *Record {
 			`,"queue_time_ms":` + jf(queue) + `,"mean_itl_ms":` + jf(itl) + `,"tokens_per_second":` + jf(float64(rr.OutputTokens)/(prefill+decode)*1000) +
 			`,"prefill_time_ms":` + jf(prefill) + `,"kv_transfer_time_ms":0,"decode_time_ms":` + jf(decode) +
 			`,"e2e_time_ms":` + jf(l-rr.ScheduledMs+0.3) + `,"time_scale":1}`)
-		rr.validate(w.OutputTokens)
+		validateRequest(&rr, w.OutputTokens)
 		if q.ID >= Sessions {
 			for _, k := range []string{"time_to_first_token_ms", "generation_time_ms", "queue_time_ms", "mean_itl_ms", "tokens_per_second",
 				"prefill_time_ms", "kv_transfer_time_ms", "decode_time_ms", "e2e_time_ms", "time_scale"} {
@@ -280,25 +281,25 @@ func briefRecord(t *testing.T, seed uint64) *Record {
 	}
 	lr.PromptsSHA256 = HashTokens([]int{len(hashes)}) // a sha256, as the replay's hash of hashes is
 	warmQ := float64(Sessions * w.InputTokens)
-	lr.Counters = LevelCounters{
-		Before: Counters{"vllm:prefix_cache_queries_total": 1_048_576, "vllm:prefix_cache_hits_total": 958_464, "vllm:request_success_total": 256},
-		Warmup: Counters{"vllm:prefix_cache_queries_total": 1_048_576 + warmQ, "vllm:prefix_cache_hits_total": 958_464, "vllm:request_success_total": 264},
-		After:  Counters{"vllm:prefix_cache_queries_total": 1_048_576 + prefillTokens, "vllm:prefix_cache_hits_total": 958_464 + cachedTotal, "vllm:request_success_total": 384},
+	lr.Counters = schema.LevelCounters{
+		Before: schema.Counters{"vllm:prefix_cache_queries_total": 1_048_576, "vllm:prefix_cache_hits_total": 958_464, "vllm:request_success_total": 256},
+		Warmup: schema.Counters{"vllm:prefix_cache_queries_total": 1_048_576 + warmQ, "vllm:prefix_cache_hits_total": 958_464, "vllm:request_success_total": 264},
+		After:  schema.Counters{"vllm:prefix_cache_queries_total": 1_048_576 + prefillTokens, "vllm:prefix_cache_hits_total": 958_464 + cachedTotal, "vllm:request_success_total": 384},
 	}
-	lr.Summarize(reqs, slo.Default, 1)
-	lr.judge(slo.Default, 1)
+	SummarizeLevel(&lr, reqs, slo.Default, 1)
+	judgeLevel(&lr, slo.Default, 1)
 	start := time.Unix(0, monoStart+wallMinus).UTC()
-	rec := &Record{SchemaVersion: SchemaVersion, Kind: KindEmulated, Backend: "vllm", Hone: Build{Version: "v0.9.0", Commit: "3f2c1a9e"},
-		Engine: EngineInfo{Endpoint: "http://127.0.0.1:8000", Version: "0.11.0"},
-		Model:  Model{ID: "Qwen/Qwen2.5-Coder-7B-Instruct", Revision: "main", Precision: "bf16"},
+	rec := &schema.Record{SchemaVersion: schema.SchemaVersion, Kind: schema.KindEmulated, Backend: "vllm", Hone: schema.Build{Version: "v0.9.0", Commit: "3f2c1a9e"},
+		Engine: schema.EngineInfo{Endpoint: "http://127.0.0.1:8000", Version: "0.11.0"},
+		Model:  schema.Model{ID: "Qwen/Qwen2.5-Coder-7B-Instruct", Revision: "main", Precision: "bf16"},
 		Config: map[string]any{"engine": "vllm", "mode": "colocated", "tp": 1.0, "prefix_caching": true}, Hardware: map[string]any{"gpus": []any{"NVIDIA H200"}},
 		GPUs: 1, TimeScale: 1, RequestTimeoutMs: 600000, SLO: slo.Default,
-		Workload: WorkloadRecord{Workload: w, QPS: []float64{qps}, Runs: 1, Generator: PrefixGenerator, SuffixRecipe: "uniform", PrewarmPolicy: "cold, then 8 warm-ups"},
+		Workload: schema.WorkloadRecord{Workload: w, QPS: []float64{qps}, Runs: 1, Generator: PrefixGenerator, SuffixRecipe: "uniform", PrewarmPolicy: "cold, then 8 warm-ups"},
 		Clock:    stamp(monoStart - 2_000_000_000), StartedAt: start.Add(-2 * time.Second), FinishedAt: start.Add(40 * time.Second),
-		Cache: CacheState{Procedure: CacheReset, Detail: "POST /reset_prefix_cache before every level"}, RequestIDNonce: nonce,
-		CachedTokensRule: CachedTokensAsReported, Outcomes: map[string]int{OutcomeOK: len(reqs)},
-		Validation: Validation{Valid: len(reqs), Reasons: map[string]int{}}, VerdictRule: VerdictRule,
-		Runs: []RunRecord{{Run: 0, Objective: lr.EffectiveQPS, Levels: []LevelRecord{lr}, Verdict: lr.Verdict}}}
+		Cache: schema.CacheState{Procedure: schema.CacheReset, Detail: "POST /reset_prefix_cache before every level"}, RequestIDNonce: nonce,
+		CachedTokensRule: CachedTokensAsReported, Outcomes: map[string]int{schema.OutcomeOK: len(reqs)},
+		Validation: schema.Validation{Valid: len(reqs), Reasons: map[string]int{}}, VerdictRule: schema.VerdictRule,
+		Runs: []schema.RunRecord{{Run: 0, Objective: lr.EffectiveQPS, Levels: []schema.LevelRecord{lr}, Verdict: lr.Verdict}}}
 	rec.Verdict = lr.Verdict
 	return rec
 }
@@ -315,10 +316,10 @@ var packedChunksJSON = regexp.MustCompile(`"chunks":(null|\{"encoding":"hone-chu
 
 // recordV2JSON writes rec as version 2 did: WriteRecord's JSON with every
 // request's chunks as arrays, byte for byte what version 2 wrote.
-func recordV2JSON(t *testing.T, rec *Record) []byte {
+func recordV2JSON(t *testing.T, rec *schema.Record) []byte {
 	t.Helper()
 	cp := *rec
-	cp.SchemaVersion = SchemaVersion
+	cp.SchemaVersion = schema.SchemaVersion
 	b, err := json.Marshal(&cp)
 	if err != nil {
 		t.Fatal(err)

@@ -13,19 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hone-llm/hone/schema"
 	openai "github.com/sashabaranov/go-openai"
-)
-
-// Outcomes of one request. Every request ends in exactly one; failed ones
-// are counted and kept in the record, never dropped.
-const (
-	OutcomeOK           = "ok"            // a complete stream ending in [DONE]
-	OutcomeHTTPError    = "http_error"    // a non-200 status, or an error event in the stream
-	OutcomeConnectError = "connect_error" // no HTTP response: refused, reset, DNS
-	OutcomeStreamCut    = "stream_cut"    // the stream ended before [DONE]
-	OutcomeMalformed    = "malformed"     // not an event stream, or an event that is not a chunk
-	OutcomeTimeout      = "timeout"       // the per-request timeout ran out
-	OutcomeCanceled     = "canceled"      // the run was interrupted while it was in flight
 )
 
 // completionBody is the JSON body of POST /v1/completions. It sends no
@@ -59,70 +48,6 @@ func encodeCompletion(model string, prompt []int, outputTokens int) ([]byte, err
 		},
 		Temperature: 0, IgnoreEOS: true, ReturnTokenIDs: true,
 	})
-}
-
-// Chunks holds the arrival of every streamed chunk that carried output, in
-// columns: chunk k arrived at MonoNs[k] (CLOCK_MONOTONIC) = UnixNs[k] (wall)
-// carrying TokenIDs[k] (empty when the engine does not return token ids).
-// Records hold it packed (ChunksEncoding; version 2's records as these
-// three arrays): see MarshalJSON and UnmarshalJSON in chunks.go.
-//
-// In memory the chunks may be packed too (Pack): the columns are then nil
-// and Len and Columns read them. A trace replay (RunTrace) packs every
-// request's chunks as it ends, since the columns take 48 bytes an output
-// token where the packed form takes 3 to 9; ReadRecord, Run and MergeShards
-// give columns.
-type Chunks struct {
-	MonoNs   []int64 `json:"mono_ns"`
-	UnixNs   []int64 `json:"unix_ns"`
-	TokenIDs [][]int `json:"token_ids"`
-
-	// packed holds count chunks in ChunksEncoding when non-nil (the
-	// columns are then nil); spilled, when non-nil instead, holds them at
-	// spillOff (spillLen bytes).
-	packed   []byte
-	count    int
-	spilled  *spill
-	spillOff int64
-	spillLen int
-}
-
-// RequestRecord is everything measured about one request. Durations (_ms)
-// are model time: real time divided by the run's time scale, measured from
-// the start of the level. Stamps are raw clock readings, never scaled.
-type RequestRecord struct {
-	ID            int     `json:"id"`
-	Session       int     `json:"session"`
-	RequestID     string  `json:"request_id"` // sent as X-Request-Id
-	InputTokens   int     `json:"input_tokens"`
-	PromptSHA256  string  `json:"prompt_sha256"`
-	Outcome       string  `json:"outcome"`
-	Error         string  `json:"error,omitempty"`
-	Status        int     `json:"status,omitempty"` // HTTP status, 0 when none came
-	ScheduledMs   float64 `json:"scheduled_ms"`
-	SentMs        float64 `json:"sent_ms"`
-	DispatchLagMs float64 `json:"dispatch_lag_ms"`
-	Scheduled     Stamp   `json:"scheduled"`
-	Sent          Stamp   `json:"sent"`
-	// FirstMs and FinishMs are the arrivals of the first and last chunk
-	// that carried output; TTFT is from the scheduled send (an open loop's
-	// latency includes the client's own lateness; the verdict flags a
-	// level whose lateness matters), TTFTFromSent from the actual send;
-	// TPOT is (finish-first)/(output_tokens-1).
-	FirstMs        *float64        `json:"first_ms"`
-	FinishMs       *float64        `json:"finish_ms"`
-	TTFTMs         *float64        `json:"ttft_ms"`
-	TTFTFromSentMs *float64        `json:"ttft_from_sent_ms"`
-	TPOTMs         *float64        `json:"tpot_ms"`
-	OutputTokens   int             `json:"output_tokens"`
-	OutputSHA256   string          `json:"output_sha256,omitempty"`
-	FinishReason   string          `json:"finish_reason,omitempty"`
-	PromptTokens   *int            `json:"prompt_tokens"` // usage.prompt_tokens
-	CachedTokens   *int            `json:"cached_tokens"` // usage.prompt_tokens_details.cached_tokens
-	EngineMetrics  json.RawMessage `json:"engine_metrics,omitempty"`
-	Valid          bool            `json:"valid"`
-	Invalid        string          `json:"invalid,omitempty"` // "<check>: <detail>" when not valid
-	Chunks         Chunks          `json:"chunks"`
 }
 
 // client sends completion requests and reads their streams.
@@ -159,12 +84,12 @@ func (c *client) ms(d time.Duration) float64 { return float64(d) / 1e6 / c.scale
 // do sends one prepared request and streams its answer into rr, which the
 // caller filled with the request's identity and schedule. start is the
 // level's start; outputTokens is what validation expects.
-func (c *client) do(ctx context.Context, body []byte, rr *RequestRecord, start, due time.Time, outputTokens int, sse *sseReader) {
+func (c *client) do(ctx context.Context, body []byte, rr *schema.RequestRecord, start, due time.Time, outputTokens int, sse *sseReader) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
 	if err != nil {
-		rr.fail(OutcomeMalformed, fmt.Errorf("build request: %w", err))
+		failRequest(rr, schema.OutcomeMalformed, fmt.Errorf("build request: %w", err))
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")
@@ -177,17 +102,17 @@ func (c *client) do(ctx context.Context, body []byte, rr *RequestRecord, start, 
 	rr.DispatchLagMs = c.ms(sent.Sub(due))
 	resp, err := c.http.Do(req)
 	if err != nil {
-		rr.fail(classify(ctx, err, OutcomeConnectError), fmt.Errorf("POST %s: %w", c.url, err))
+		failRequest(rr, classify(ctx, err, schema.OutcomeConnectError), fmt.Errorf("POST %s: %w", c.url, err))
 		return
 	}
 	defer resp.Body.Close()
 	rr.Status = resp.StatusCode
 	if resp.StatusCode != http.StatusOK {
-		rr.fail(OutcomeHTTPError, fmt.Errorf("POST %s: HTTP %d: %s", c.url, resp.StatusCode, errorMessage(resp.Body)))
+		failRequest(rr, schema.OutcomeHTTPError, fmt.Errorf("POST %s: HTTP %d: %s", c.url, resp.StatusCode, errorMessage(resp.Body)))
 		return
 	}
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
-		rr.fail(OutcomeMalformed, fmt.Errorf("POST %s: reply is not an event stream (Content-Type %q): %s",
+		failRequest(rr, schema.OutcomeMalformed, fmt.Errorf("POST %s: reply is not an event stream (Content-Type %q): %s",
 			c.url, resp.Header.Get("Content-Type"), errorMessage(resp.Body)))
 		return
 	}
@@ -195,7 +120,7 @@ func (c *client) do(ctx context.Context, body []byte, rr *RequestRecord, start, 
 }
 
 // stream reads events until [DONE], timing each chunk as it is parsed.
-func (c *client) stream(ctx context.Context, body io.Reader, rr *RequestRecord, start time.Time, outputTokens int, sse *sseReader) {
+func (c *client) stream(ctx context.Context, body io.Reader, rr *schema.RequestRecord, start time.Time, outputTokens int, sse *sseReader) {
 	sse.reset(body)
 	ch := &rr.Chunks
 	ch.MonoNs = make([]int64, 0, outputTokens)
@@ -209,29 +134,29 @@ func (c *client) stream(ctx context.Context, body io.Reader, rr *RequestRecord, 
 		if err != nil {
 			switch {
 			case err == io.EOF || err == io.ErrUnexpectedEOF:
-				rr.fail(OutcomeStreamCut, fmt.Errorf("stream ended after %d events without [DONE]", n))
+				failRequest(rr, schema.OutcomeStreamCut, fmt.Errorf("stream ended after %d events without [DONE]", n))
 			default:
-				rr.fail(classify(ctx, err, OutcomeStreamCut), fmt.Errorf("stream cut after %d events: %w", n, err))
+				failRequest(rr, classify(ctx, err, schema.OutcomeStreamCut), fmt.Errorf("stream cut after %d events: %w", n, err))
 			}
 			break
 		}
 		if string(data) == "[DONE]" {
-			rr.Outcome = OutcomeOK
+			rr.Outcome = schema.OutcomeOK
 			break
 		}
 		v, err := parseChunk(data, flat)
 		if err != nil {
-			rr.fail(OutcomeMalformed, fmt.Errorf("event %d is not a completion chunk: %v: %.200q", n, err, data))
+			failRequest(rr, schema.OutcomeMalformed, fmt.Errorf("event %d is not a completion chunk: %v: %.200q", n, err, data))
 			break
 		}
 		if v.errRaw != nil {
-			rr.fail(OutcomeHTTPError, fmt.Errorf("error event in stream: %s", apiErrorText(v.errRaw)))
+			failRequest(rr, schema.OutcomeHTTPError, fmt.Errorf("error event in stream: %s", apiErrorText(v.errRaw)))
 			break
 		}
 		if v.usage != nil {
 			var u openai.Usage
 			if err := json.Unmarshal(v.usage, &u); err != nil {
-				rr.fail(OutcomeMalformed, fmt.Errorf("event %d: usage: %v", n, err))
+				failRequest(rr, schema.OutcomeMalformed, fmt.Errorf("event %d: usage: %v", n, err))
 				break
 			}
 			rr.PromptTokens = &u.PromptTokens
@@ -257,8 +182,8 @@ func (c *client) stream(ctx context.Context, body io.Reader, rr *RequestRecord, 
 		ch.TokenIDs = append(ch.TokenIDs, v.ids[len(flat):len(v.ids):len(v.ids)])
 		flat = v.ids
 	}
-	rr.finish(start, first, last, flat, c.ms)
-	rr.validate(outputTokens)
+	finishRequest(rr, start, first, last, flat, c.ms)
+	validateRequest(rr, outputTokens)
 	if c.pack {
 		if err := rr.Chunks.Pack(); err != nil {
 			panic(err) // the columns were built together above
@@ -268,12 +193,12 @@ func (c *client) stream(ctx context.Context, body io.Reader, rr *RequestRecord, 
 		// On failure (the disk beside the record full or gone) the chunks
 		// stay in memory, as without a spill file; the spill keeps the
 		// first error.
-		_ = rr.Chunks.spillTo(c.spill)
+		_ = rr.Chunks.MoveTo(c.spill)
 	}
 }
 
-// finish derives the output count, hash and timings from the chunks.
-func (rr *RequestRecord) finish(start, first, last time.Time, ids []int, ms func(time.Duration) float64) {
+// finishRequest derives the output count, hash and timings from the chunks.
+func finishRequest(rr *schema.RequestRecord, start, first, last time.Time, ids []int, ms func(time.Duration) float64) {
 	rr.OutputTokens = len(ids)
 	if len(ids) > 0 {
 		rr.OutputSHA256 = HashTokens(ids)
@@ -292,11 +217,11 @@ func (rr *RequestRecord) finish(start, first, last time.Time, ids []int, ms func
 	rr.TPOTMs = &tpot
 }
 
-// validate checks the output against what the request asked for. Invalid
+// validateRequest checks the output against what the request asked for. Invalid
 // reads "<check>: <detail>"; the record counts invalid requests by check.
-func (rr *RequestRecord) validate(outputTokens int) {
+func validateRequest(rr *schema.RequestRecord, outputTokens int) {
 	switch {
-	case rr.Outcome != OutcomeOK:
+	case rr.Outcome != schema.OutcomeOK:
 		rr.Invalid = "failed: " + rr.Outcome
 	case rr.OutputTokens != outputTokens:
 		rr.Invalid = fmt.Sprintf("output_tokens: got %d, want %d", rr.OutputTokens, outputTokens)
@@ -311,9 +236,9 @@ func (rr *RequestRecord) validate(outputTokens int) {
 	rr.Valid = false
 }
 
-// fail records the first failure; later ones do not overwrite it.
-func (rr *RequestRecord) fail(outcome string, err error) {
-	if rr.Outcome != "" && rr.Outcome != OutcomeOK {
+// failRequest records the first failure; later ones do not overwrite it.
+func failRequest(rr *schema.RequestRecord, outcome string, err error) {
+	if rr.Outcome != "" && rr.Outcome != schema.OutcomeOK {
 		return
 	}
 	rr.Outcome, rr.Error = outcome, err.Error()
@@ -326,11 +251,11 @@ func classify(ctx context.Context, err error, otherwise string) string {
 	var ne net.Error
 	switch {
 	case errors.Is(ctx.Err(), context.DeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
-		return OutcomeTimeout
+		return schema.OutcomeTimeout
 	case errors.Is(ctx.Err(), context.Canceled), errors.Is(err, context.Canceled):
-		return OutcomeCanceled
+		return schema.OutcomeCanceled
 	case errors.As(err, &ne) && ne.Timeout():
-		return OutcomeTimeout
+		return schema.OutcomeTimeout
 	}
 	return otherwise
 }

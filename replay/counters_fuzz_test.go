@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/hone-llm/hone/schema"
 )
 
 // FuzzParseCounters feeds Prometheus text expositions, as GET /metrics
@@ -64,7 +66,7 @@ func FuzzParseCounters(f *testing.F) {
 				t.Fatalf("counter %s: ParseCounters %v, parseCounters %v", name, pc[name], v)
 			}
 		}
-		if r := HitRate(c, Counters{"vllm:prefix_cache_hits_total": 1e6, "vllm:prefix_cache_queries_total": 2e6,
+		if r := HitRate(c, schema.Counters{"vllm:prefix_cache_hits_total": 1e6, "vllm:prefix_cache_queries_total": 2e6,
 			"vllm:gpu_prefix_cache_hits": 1e6, "vllm:gpu_prefix_cache_queries": 2e6}); r != nil && (math.IsNaN(*r) || math.IsInf(*r, 0)) {
 			t.Fatalf("hit rate %v", *r)
 		}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hone-llm/hone/schema"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -94,30 +95,10 @@ func (e *engine) get(ctx context.Context, path string) (body []byte, ok bool, er
 	return body, true, nil
 }
 
-// EngineInfo is what the endpoint says about itself.
-type EngineInfo struct {
-	Endpoint string `json:"endpoint"`
-	Version  string `json:"version,omitempty"` // GET /version, when served
-	// TimeScale is the time scale the engine states in GET /version
-	// (hone's emulator does; vLLM runs in real time and says nothing).
-	TimeScale float64 `json:"time_scale,omitempty"`
-	// CostProfile and CostProfileSource are the GPU-time model hone's
-	// emulator states in GET /version (a profile name, and how it was made:
-	// fitted to measured steps, derived, hand-made); vLLM says nothing.
-	CostProfile       string `json:"cost_profile,omitempty"`
-	CostProfileSource string `json:"cost_profile_source,omitempty"`
-	// Model is the served model's /v1/models entry (id, root,
-	// max_model_len, ...), as the engine wrote it.
-	Model json.RawMessage `json:"model,omitempty"`
-	// Error says why /version or /v1/models could not be read; the run
-	// goes on without them.
-	Error string `json:"error,omitempty"`
-}
-
 // info reads /version and /v1/models. A served model list without the
 // requested model is an error naming the models that are served.
-func (e *engine) info(ctx context.Context) (EngineInfo, error) {
-	info := EngineInfo{Endpoint: e.base}
+func (e *engine) info(ctx context.Context) (schema.EngineInfo, error) {
+	info := schema.EngineInfo{Endpoint: e.base}
 	if b, ok, err := e.get(ctx, "/version"); err != nil {
 		return info, err
 	} else if ok {
@@ -223,13 +204,9 @@ func quoteAll(s []string) []string {
 	return out
 }
 
-// Counters is a /metrics scrape: every vllm: counter (name ending _total),
-// summed over its label sets.
-type Counters map[string]float64
-
 // scrape reads /metrics; nil (no error) when the route is absent, nil and
 // the error when the exposition does not parse.
-func (e *engine) scrape(ctx context.Context) (Counters, error) {
+func (e *engine) scrape(ctx context.Context) (schema.Counters, error) {
 	b, ok, err := e.get(ctx, "/metrics")
 	if err != nil || !ok {
 		return nil, err
@@ -249,18 +226,18 @@ func (e *engine) scrape(ctx context.Context) (Counters, error) {
 // some of its label sets. A counter with a value no counter can hold (NaN,
 // infinite or negative), or whose sum overflows, is left out: it would make
 // deltas meaningless and the run record unwritable (JSON has no NaN or Inf).
-func ParseCounters(text []byte) Counters {
+func ParseCounters(text []byte) schema.Counters {
 	c, _ := parseCounters(text)
 	return c
 }
 
-func parseCounters(text []byte) (Counters, error) {
+func parseCounters(text []byte) (schema.Counters, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(bytes.NewReader(text))
 	if err != nil {
 		return nil, fmt.Errorf("metrics exposition: %w", err)
 	}
-	c := Counters{}
+	c := schema.Counters{}
 	bad := map[string]bool{}
 	for _, f := range fams {
 		// The family as samples, each named as its line is in the
@@ -272,7 +249,7 @@ func parseCounters(text []byte) (Counters, error) {
 		for _, s := range samples {
 			name := string(s.Metric[model.MetricNameLabel])
 			if engines.IsCounter(name) || // the engines' own (engine.Facts.Metrics)
-				name == EmulatorKVPullsLate || name == EmulatorKVPullLateSeconds || name == EmulatorKVPullLateModelSeconds {
+				name == schema.EmulatorKVPullsLate || name == schema.EmulatorKVPullLateSeconds || name == schema.EmulatorKVPullLateModelSeconds {
 				v := float64(s.Value)
 				if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 					bad[name] = true
@@ -291,7 +268,7 @@ func parseCounters(text []byte) (Counters, error) {
 
 // prefixCache returns the prefix-cache hits and queries, by the newest name
 // the engine exposes.
-func (c Counters) prefixCache() (hits, queries float64, ok bool) {
+func prefixCache(c schema.Counters) (hits, queries float64, ok bool) {
 	// The names of the prefix-cache counters, newest first
 	// (engine.Facts.Metrics.PrefixCache; reference/vllm.md).
 	for _, p := range engines.PrefixCacheCounters() {
@@ -306,7 +283,7 @@ func (c Counters) prefixCache() (hits, queries float64, ok bool) {
 
 // HitRate is Δhits/Δqueries between two scrapes; nil when either scrape
 // lacks the counters or nothing was queried.
-func HitRate(before, after Counters) *float64 {
+func HitRate(before, after schema.Counters) *float64 {
 	dh, dq, ok := counterDelta(before, after)
 	if !ok || dq <= 0 {
 		return nil
@@ -354,24 +331,24 @@ func (e *RouteError) Error() string {
 // chooseCache settles the cold-start procedure: reset where the endpoint
 // serves it (probed once, now), fresh prefixes otherwise. want forces one;
 // a forced reset the endpoint cannot do is a ParamError.
-func chooseCache(ctx context.Context, e *engine, want string) (CacheState, error) {
-	if want == CacheFreshPrefixes {
-		return CacheState{Procedure: CacheFreshPrefixes, Detail: "as asked: every level's session prefixes come from a fresh seed (prefix_seed per level)"}, nil
+func chooseCache(ctx context.Context, e *engine, want string) (schema.CacheState, error) {
+	if want == schema.CacheFreshPrefixes {
+		return schema.CacheState{Procedure: schema.CacheFreshPrefixes, Detail: "as asked: every level's session prefixes come from a fresh seed (prefix_seed per level)"}, nil
 	}
 	err := e.resetPrefixCache(ctx)
 	var re *RouteError
 	switch {
 	case err == nil:
-		return CacheState{Procedure: CacheReset, Detail: "POST /reset_prefix_cache before every level"}, nil
-	case want == CacheReset && errors.As(err, &re):
-		return CacheState{}, &ParamError{Field: "cache", Value: want,
+		return schema.CacheState{Procedure: schema.CacheReset, Detail: "POST /reset_prefix_cache before every level"}, nil
+	case want == schema.CacheReset && errors.As(err, &re):
+		return schema.CacheState{}, &ParamError{Field: "cache", Value: want,
 			Want: "fresh_prefixes: the endpoint has no POST /reset_prefix_cache (vLLM serves it only with VLLM_SERVER_DEV_MODE=1)"}
-	case want == CacheReset:
-		return CacheState{}, fmt.Errorf("reset the prefix cache: %w", err)
+	case want == schema.CacheReset:
+		return schema.CacheState{}, fmt.Errorf("reset the prefix cache: %w", err)
 	case ctx.Err() != nil:
-		return CacheState{}, ctx.Err()
+		return schema.CacheState{}, ctx.Err()
 	}
-	return CacheState{Procedure: CacheFreshPrefixes, Detail: fmt.Sprintf(
+	return schema.CacheState{Procedure: schema.CacheFreshPrefixes, Detail: fmt.Sprintf(
 		"the endpoint could not reset its prefix cache (%v): every level's session prefixes come from a fresh seed (prefix_seed per level)", err)}, nil
 }
 
@@ -387,37 +364,37 @@ func LevelPrefixSeed(seed uint64, run int, qps float64) uint64 {
 
 // resolveKind discovers what the endpoint is from GET /version and checks
 // it against what the caller stated ("" states nothing).
-func resolveKind(stated string, info EngineInfo) (string, error) {
-	found, evidence := KindUnverified, "no GET /version answer"
+func resolveKind(stated schema.Kind, info schema.EngineInfo) (schema.Kind, error) {
+	found, evidence := schema.KindUnverified, "no GET /version answer"
 	switch e, ok := engines.Recognise(info.Version); {
 	case ok && e.Facts().Emulated:
-		found, evidence = KindEmulated, fmt.Sprintf("GET /version says %q, %s", info.Version, e.Facts().Title)
+		found, evidence = schema.KindEmulated, fmt.Sprintf("GET /version says %q, %s", info.Version, e.Facts().Title)
 	case ok:
-		found, evidence = KindDevice, fmt.Sprintf("GET /version says %q, as %s does", info.Version, e.Facts().Title)
+		found, evidence = schema.KindDevice, fmt.Sprintf("GET /version says %q, as %s does", info.Version, e.Facts().Title)
 	case info.Version != "":
 		evidence = fmt.Sprintf("GET /version says %q, neither vLLM's nor hone's emulator's", info.Version)
 	}
 	switch {
-	case stated == "" || stated == found || stated == KindUnverified:
-		if stated == KindUnverified {
-			return KindUnverified, nil
+	case stated == "" || stated == found || stated == schema.KindUnverified:
+		if stated == schema.KindUnverified {
+			return schema.KindUnverified, nil
 		}
 		return found, nil
-	case stated == KindDevice && found == KindEmulated:
+	case stated == schema.KindDevice && found == schema.KindEmulated:
 		// Emulated numbers are never labelled as device measurements.
-		return "", &ParamError{Field: "kind", Value: stated, Want: "emulated: " + evidence}
-	case stated == KindDevice:
-		return "", &ParamError{Field: "kind", Value: stated,
+		return "", &ParamError{Field: "kind", Value: string(stated), Want: "emulated: " + evidence}
+	case stated == schema.KindDevice:
+		return "", &ParamError{Field: "kind", Value: string(stated),
 			Want: "unverified: " + evidence + "; a device record needs vLLM's own version answer"}
 	default:
-		return "", &ParamError{Field: "kind", Value: stated, Want: found + ": " + evidence}
+		return "", &ParamError{Field: "kind", Value: string(stated), Want: string(found) + ": " + evidence}
 	}
 }
 
 // resolveTimeScale adopts the engine's stated time scale, or checks the
 // caller's against it; an engine that states none runs in real time
 // unless the caller says otherwise.
-func resolveTimeScale(stated float64, info EngineInfo) (float64, error) {
+func resolveTimeScale(stated float64, info schema.EngineInfo) (float64, error) {
 	switch {
 	case info.TimeScale > 0 && stated > 0 && math.Abs(stated-info.TimeScale) > 1e-9*info.TimeScale:
 		return 0, &ParamError{Field: "time-scale", Value: stated,
@@ -432,13 +409,13 @@ func resolveTimeScale(stated float64, info EngineInfo) (float64, error) {
 
 // engineTimeScale is the time scale the engine wrote into this request's
 // per-request metrics (hone's emulator does); 0 when it wrote none.
-func (rr *RequestRecord) engineTimeScale() float64 {
+func engineTimeScale(rr *schema.RequestRecord) float64 {
 	if len(rr.EngineMetrics) == 0 || !bytes.Contains(rr.EngineMetrics, []byte(`"time_scale"`)) {
 		return 0
 	}
-	var m struct {
-		TimeScale float64 `json:"time_scale"`
+	m, _ := schema.DecodeEngineMetrics(rr.EngineMetrics)
+	if m.TimeScale == nil {
+		return 0
 	}
-	_ = json.Unmarshal(rr.EngineMetrics, &m)
-	return m.TimeScale
+	return *m.TimeScale
 }

@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/hone-llm/hone/schema"
 )
 
 // vllmExposition is /metrics as vLLM's prometheus_client writes it (text
@@ -53,7 +55,7 @@ vllm:request_prompt_tokens_total{engine="0",model_name="org/m \"q\" {x} \\ end"}
 
 func TestParseCountersVLLMExposition(t *testing.T) {
 	c := ParseCounters([]byte(vllmExposition))
-	want := Counters{
+	want := schema.Counters{
 		"vllm:prefix_cache_queries_total":  16000.5,
 		"vllm:prefix_cache_hits_total":     12000,
 		"vllm:request_success_total":       15,
@@ -67,7 +69,7 @@ func TestParseCountersVLLMExposition(t *testing.T) {
 			t.Errorf("%s = %g, want %g", k, c[k], v)
 		}
 	}
-	if h, q, ok := c.prefixCache(); !ok || h != 12000 || q != 16000.5 {
+	if h, q, ok := prefixCache(c); !ok || h != 12000 || q != 16000.5 {
 		t.Errorf("prefix cache %g/%g %v", h, q, ok)
 	}
 	// Unquoted names, no HELP or TYPE, a timestamp: still read.

@@ -1,6 +1,8 @@
 package replay
 
-import "encoding/json"
+import (
+	"github.com/hone-llm/hone/schema"
+)
 
 // vLLM's per-request metrics (vllm serve --enable-per-request-metrics)
 // need nothing in the request body: vLLM has no per-request opt-in field.
@@ -19,20 +21,13 @@ import "encoding/json"
 // not count): which engine figures attribution can use at this level.
 // nil when no measured request carried metrics. The first warmups ids
 // are warm-ups (Sessions; a trace has none).
-func engineMetricsKeys(reqs []RequestRecord, warmups int) map[string]int {
+func engineMetricsKeys(reqs []schema.RequestRecord, warmups int) map[string]int {
 	var out map[string]int
 	for _, q := range reqs {
-		if q.ID < warmups || q.Outcome != OutcomeOK || len(q.EngineMetrics) == 0 {
+		if q.ID < warmups || q.Outcome != schema.OutcomeOK || len(q.EngineMetrics) == 0 {
 			continue
 		}
-		var m map[string]json.RawMessage
-		if json.Unmarshal(q.EngineMetrics, &m) != nil {
-			continue
-		}
-		for k, v := range m {
-			if string(v) == "null" {
-				continue
-			}
+		for _, k := range schema.EngineMetricsKeys(q.EngineMetrics) {
 			if out == nil {
 				out = map[string]int{}
 			}

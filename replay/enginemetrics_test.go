@@ -5,16 +5,18 @@ import (
 	"encoding/json"
 	"maps"
 	"testing"
+
+	"github.com/hone-llm/hone/schema"
 )
 
 func TestEngineMetricsKeys(t *testing.T) {
 	m := func(s string) json.RawMessage { return json.RawMessage(s) }
-	reqs := []RequestRecord{
-		{ID: 0, Outcome: OutcomeOK, EngineMetrics: m(`{"queue_time_ms":1}`)}, // a warm-up: not measured
-		{ID: 8, Outcome: OutcomeOK, EngineMetrics: m(`{"queue_time_ms":1,"time_to_first_token_ms":2,"mean_itl_ms":null}`)},
-		{ID: 9, Outcome: OutcomeOK, EngineMetrics: m(`{"queue_time_ms":1,"time_to_first_token_ms":2,"mean_itl_ms":0.5}`)},
-		{ID: 10, Outcome: OutcomeOK},
-		{ID: 11, Outcome: OutcomeStreamCut, EngineMetrics: m(`{"queue_time_ms":1}`)},
+	reqs := []schema.RequestRecord{
+		{ID: 0, Outcome: schema.OutcomeOK, EngineMetrics: m(`{"queue_time_ms":1}`)}, // a warm-up: not measured
+		{ID: 8, Outcome: schema.OutcomeOK, EngineMetrics: m(`{"queue_time_ms":1,"time_to_first_token_ms":2,"mean_itl_ms":null}`)},
+		{ID: 9, Outcome: schema.OutcomeOK, EngineMetrics: m(`{"queue_time_ms":1,"time_to_first_token_ms":2,"mean_itl_ms":0.5}`)},
+		{ID: 10, Outcome: schema.OutcomeOK},
+		{ID: 11, Outcome: schema.OutcomeStreamCut, EngineMetrics: m(`{"queue_time_ms":1}`)},
 	}
 	got := engineMetricsKeys(reqs, Sessions)
 	if want := map[string]int{"queue_time_ms": 2, "time_to_first_token_ms": 2, "mean_itl_ms": 1}; !maps.Equal(got, want) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -29,7 +30,7 @@ func TestExampleRecord(t *testing.T) {
 		opts.RequestTimeout = time.Minute
 		opts.Config = map[string]any{"engine": "vllm", "mode": "colocated", "tp": 1, "prefix_caching": true}
 		opts.Hardware = map[string]any{"gpus": []string{"NVIDIA H200"}, "client_cpu": "example"}
-		opts.ModelInfo = Model{Revision: "main", Precision: "bf16"}
+		opts.ModelInfo = schema.Model{Revision: "main", Precision: "bf16"}
 		rec, err := Run(context.Background(), opts)
 		if err != nil {
 			t.Fatal(err)

@@ -1,27 +1,17 @@
 package replay
 
-import "github.com/hone-llm/hone/slo"
-
-// Goodput is a level's requests that met every per-request limit
-// (slo.PerRequest): the fraction of its measured requests (failed ones
-// count, as not met) and the rate, good requests over the level's window
-// (the effective rate's denominator). TTFT runs from the scheduled send,
-// as the record's; E2E from the scheduled send to the last token.
-type Goodput struct {
-	Limits   slo.PerRequest `json:"limits"`
-	Good     int            `json:"good"`
-	Measured int            `json:"measured"`
-	Fraction float64        `json:"fraction"`
-	QPS      float64        `json:"qps"`
-}
+import (
+	"github.com/hone-llm/hone/schema"
+	"github.com/hone-llm/hone/slo"
+)
 
 // GoodputOf counts reqs' measured requests (ids >= warmups) against
 // limits; nil when limits set nothing or no request was measured.
-func GoodputOf(reqs []RequestRecord, warmups int, limits slo.PerRequest, windowSeconds float64) *Goodput {
+func GoodputOf(reqs []schema.RequestRecord, warmups int, limits slo.PerRequest, windowSeconds float64) *schema.Goodput {
 	if !limits.Set() {
 		return nil
 	}
-	out := &Goodput{Limits: limits}
+	out := &schema.Goodput{Limits: limits}
 	for _, q := range reqs {
 		if q.ID < warmups {
 			continue
@@ -42,8 +32,8 @@ func GoodputOf(reqs []RequestRecord, warmups int, limits slo.PerRequest, windowS
 }
 
 // goodRequest: a request that did not complete never meets the limits.
-func goodRequest(limits slo.PerRequest, q RequestRecord) bool {
-	if q.Outcome != OutcomeOK || q.TTFTMs == nil || q.FinishMs == nil {
+func goodRequest(limits slo.PerRequest, q schema.RequestRecord) bool {
+	if q.Outcome != schema.OutcomeOK || q.TTFTMs == nil || q.FinishMs == nil {
 		return false
 	}
 	tpot := q.TPOTMs
@@ -57,8 +47,8 @@ func goodRequest(limits slo.PerRequest, q RequestRecord) bool {
 // pools the rest (pooledLevels: the runs valid at the level when there are
 // any, else all of them). The rate is the pooled good requests over the runs'
 // summed windows; nil when no run has a goodput.
-func LevelGoodput(rec *Record, i int) *Goodput {
-	var levels []*LevelRecord
+func LevelGoodput(rec *schema.Record, i int) *schema.Goodput {
+	var levels []*schema.LevelRecord
 	for _, l := range pooledLevels(rec, i) {
 		if l.Goodput != nil {
 			levels = append(levels, l)
@@ -67,7 +57,7 @@ func LevelGoodput(rec *Record, i int) *Goodput {
 	if len(levels) == 0 {
 		return nil
 	}
-	out := &Goodput{Limits: levels[0].Goodput.Limits}
+	out := &schema.Goodput{Limits: levels[0].Goodput.Limits}
 	window := 0.0
 	for _, l := range levels {
 		out.Good += l.Goodput.Good

@@ -3,6 +3,7 @@ package replay
 import (
 	"testing"
 
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -11,22 +12,22 @@ func f64(v float64) *float64 { return &v }
 // TestGoodputByHand counts a fixture's requests against per-request
 // limits, computed by hand below.
 func TestGoodputByHand(t *testing.T) {
-	req := func(id int, outcome string, ttft, tpot, finish float64, out int) RequestRecord {
-		q := RequestRecord{ID: id, Outcome: outcome, ScheduledMs: 100, OutputTokens: out}
-		if outcome == OutcomeOK {
+	req := func(id int, outcome string, ttft, tpot, finish float64, out int) schema.RequestRecord {
+		q := schema.RequestRecord{ID: id, Outcome: outcome, ScheduledMs: 100, OutputTokens: out}
+		if outcome == schema.OutcomeOK {
 			q.TTFTMs, q.TPOTMs, q.FinishMs = f64(ttft), f64(tpot), f64(finish)
 		}
 		return q
 	}
-	reqs := []RequestRecord{
-		req(0, OutcomeOK, 9000, 900, 99999, 16), // a warm-up: never counted
-		req(8, OutcomeOK, 400, 40, 1100, 16),    // e2e 1000: meets all three
-		req(9, OutcomeOK, 600, 40, 1300, 16),    // TTFT 600 > 500
-		req(10, OutcomeOK, 300, 60, 1400, 16),   // TPOT 60 > 50
-		req(11, OutcomeOK, 300, 45, 3200, 16),   // e2e 3100 > 3000
-		req(12, OutcomeOK, 300, 999, 500, 1),    // one token: TPOT does not apply; meets
-		req(13, OutcomeTimeout, 0, 0, 0, 0),     // failed: not met
-		req(14, OutcomeOK, 500, 50, 3100, 16),   // exactly at every limit: meets
+	reqs := []schema.RequestRecord{
+		req(0, schema.OutcomeOK, 9000, 900, 99999, 16), // a warm-up: never counted
+		req(8, schema.OutcomeOK, 400, 40, 1100, 16),    // e2e 1000: meets all three
+		req(9, schema.OutcomeOK, 600, 40, 1300, 16),    // TTFT 600 > 500
+		req(10, schema.OutcomeOK, 300, 60, 1400, 16),   // TPOT 60 > 50
+		req(11, schema.OutcomeOK, 300, 45, 3200, 16),   // e2e 3100 > 3000
+		req(12, schema.OutcomeOK, 300, 999, 500, 1),    // one token: TPOT does not apply; meets
+		req(13, schema.OutcomeTimeout, 0, 0, 0, 0),     // failed: not met
+		req(14, schema.OutcomeOK, 500, 50, 3100, 16),   // exactly at every limit: meets
 	}
 	g, err := slo.ParsePerRequest("ttft:500,tpot:50,e2el:3000")
 	if err != nil {
@@ -54,14 +55,14 @@ func TestGoodputByHand(t *testing.T) {
 // there (an invalid run's requests are left out while a valid one
 // exists), its rate the pooled good requests over the summed windows.
 func TestLevelGoodputPools(t *testing.T) {
-	lvl := func(valid bool, good, measured int, window float64) LevelRecord {
-		return LevelRecord{Verdict: Verdict{Valid: valid}, WindowSeconds: window,
-			Goodput: &Goodput{Limits: slo.PerRequest{TTFTMs: 100}, Good: good, Measured: measured}}
+	lvl := func(valid bool, good, measured int, window float64) schema.LevelRecord {
+		return schema.LevelRecord{Verdict: schema.Verdict{Valid: valid}, WindowSeconds: window,
+			Goodput: &schema.Goodput{Limits: slo.PerRequest{TTFTMs: 100}, Good: good, Measured: measured}}
 	}
-	rec := &Record{Runs: []RunRecord{
-		{Levels: []LevelRecord{lvl(true, 9, 10, 2)}},
-		{Levels: []LevelRecord{lvl(false, 0, 10, 9)}},
-		{Levels: []LevelRecord{lvl(true, 6, 10, 3)}},
+	rec := &schema.Record{Runs: []schema.RunRecord{
+		{Levels: []schema.LevelRecord{lvl(true, 9, 10, 2)}},
+		{Levels: []schema.LevelRecord{lvl(false, 0, 10, 9)}},
+		{Levels: []schema.LevelRecord{lvl(true, 6, 10, 3)}},
 	}}
 	g := LevelGoodput(rec, 0)
 	if g == nil || g.Good != 15 || g.Measured != 20 || g.Fraction != 0.75 || g.QPS != 3 || g.Limits.TTFTMs != 100 {

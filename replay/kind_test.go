@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/hone-llm/hone/schema"
 )
 
 // An endpoint that says it is hone's emulator is never measured as a
@@ -22,7 +24,7 @@ func TestDeviceKindRefusesTheEmulator(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	rec, err := Run(context.Background(), Options{Endpoint: srv.URL, Model: "m", Kind: KindDevice, QPS: []float64{1}})
+	rec, err := Run(context.Background(), Options{Endpoint: srv.URL, Model: "m", Kind: schema.KindDevice, QPS: []float64{1}})
 	var pe *ParamError
 	if !errors.As(err, &pe) || pe.Field != "kind" || rec != nil {
 		t.Fatalf("err %v (record %v), want a ParamError on kind and no record", err, rec != nil)

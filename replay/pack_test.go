@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/hone-llm/hone/schema"
 )
 
 // Packed chunks (Chunks.Pack, as a trace replay keeps them) are the same
@@ -15,8 +17,8 @@ import (
 func TestChunksPack(t *testing.T) {
 	rec := briefRecord(t, 7)
 	reqs := rec.Runs[0].Levels[0].Requests
-	reqs[1].Chunks = Chunks{}                                                          // no stream
-	reqs[2].Chunks = Chunks{MonoNs: []int64{}, UnixNs: []int64{}, TokenIDs: [][]int{}} // a stream without output
+	reqs[1].Chunks = schema.Chunks{}                                                          // no stream
+	reqs[2].Chunks = schema.Chunks{MonoNs: []int64{}, UnixNs: []int64{}, TokenIDs: [][]int{}} // a stream without output
 	for i := range reqs {
 		cols := reqs[i].Chunks
 		before, err := json.Marshal(cols)
@@ -31,13 +33,13 @@ func TestChunksPack(t *testing.T) {
 		if !bytes.Equal(before, after) {
 			t.Fatalf("request %d: packed JSON %.80s, columns %.80s", i, after, before)
 		}
-		if c.Len() != len(cols.MonoNs) || c.MonoNs != nil || (c.packed == nil) != (i == 1) {
-			t.Errorf("request %d: Len %d (want %d), columns kept %t, packed %t", i, c.Len(), len(cols.MonoNs), c.MonoNs != nil, c.packed != nil)
+		if c.Len() != len(cols.MonoNs) || c.MonoNs != nil || (!c.InMemory()) != (i == 1) {
+			t.Errorf("request %d: Len %d (want %d), columns kept %t, packed %t", i, c.Len(), len(cols.MonoNs), c.MonoNs != nil, c.InMemory())
 		}
 		if got := c.Columns(); !reflect.DeepEqual(got, cols) {
 			t.Errorf("request %d: columns after packing differ: %d chunks, want %d", i, len(got.MonoNs), len(cols.MonoNs))
 		}
-		var back Chunks
+		var back schema.Chunks
 		if i != 1 {
 			if err := json.Unmarshal(after, &back); err != nil || !reflect.DeepEqual(back, cols) {
 				t.Errorf("request %d: read back %v, %v", i, back.MonoNs, err)
@@ -59,12 +61,12 @@ func TestEncodeRecord(t *testing.T) {
 		packed.Runs[0].Levels[0].Requests[i].Chunks.Pack()
 	}
 	noLevels := briefRecord(t, 4)
-	noLevels.Runs = append(noLevels.Runs, RunRecord{Run: 1})
+	noLevels.Runs = append(noLevels.Runs, schema.RunRecord{Run: 1})
 	noRequests := briefRecord(t, 5)
-	noRequests.Runs[0].Levels = append(noRequests.Runs[0].Levels, LevelRecord{Level: LevelOf(8)})
-	for name, rec := range map[string]*Record{"fixture": fixture, "packed": packed, "no runs": {}, "no levels": noLevels, "no requests": noRequests} {
+	noRequests.Runs[0].Levels = append(noRequests.Runs[0].Levels, schema.LevelRecord{Level: LevelOf(8)})
+	for name, rec := range map[string]*schema.Record{"fixture": fixture, "packed": packed, "no runs": {}, "no levels": noLevels, "no requests": noRequests} {
 		cp := *rec
-		cp.SchemaVersion = SchemaVersion
+		cp.SchemaVersion = schema.SchemaVersion
 		want, err := json.Marshal(&cp)
 		if err != nil {
 			t.Fatal(err)
@@ -84,9 +86,9 @@ func TestEncodeRecord(t *testing.T) {
 // that stepped back), one of more than 2^32 ns.
 func TestIntervalDist(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	var reqs []Chunks
+	var reqs []schema.Chunks
 	for r := range 300 {
-		var c Chunks
+		var c schema.Chunks
 		mono := int64(1e12)
 		for k := range 1 + rng.IntN(40) {
 			switch {
@@ -115,7 +117,7 @@ func TestIntervalDist(t *testing.T) {
 	want := dist(all)
 	got := intervalDist(func(f func(int64)) {
 		for _, c := range reqs {
-			c.eachInterval(f)
+			c.EachInterval(f)
 		}
 	}, ms)
 	if got != want || got.N < 1000 {

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/hone-llm/hone/schema"
 )
 
 // ProgressPrinter renders a replay's Progress for people: on a terminal a
@@ -72,15 +74,15 @@ func barLine(p Progress) string {
 }
 
 // LevelLine is the one-line summary of a finished level.
-func LevelLine(run, runs int, l *LevelRecord) string {
+func LevelLine(run, runs int, l *schema.LevelRecord) string {
 	verdict := "passed"
 	if !l.Passed {
 		verdict = "FAILED"
 		if !l.Complete {
-			verdict = "incomplete"
+			verdict = string(schema.ReasonIncomplete)
 		}
 	}
-	failed := l.Sent - l.Outcomes[OutcomeOK]
+	failed := l.Sent - l.Outcomes[schema.OutcomeOK]
 	hit := "n/a"
 	if r := l.HitRateMetricsMeasure; r != nil {
 		hit = fmt.Sprintf("%.1f%% (metrics)", *r*100)

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -45,7 +46,7 @@ vllm:time_to_first_token_seconds_count 5
 process_cpu_seconds_total 9
 `
 	c := ParseCounters([]byte(text))
-	want := Counters{"vllm:prefix_cache_queries_total": 1024, "vllm:prefix_cache_hits_total": 900, "vllm:request_success_total": 7}
+	want := schema.Counters{"vllm:prefix_cache_queries_total": 1024, "vllm:prefix_cache_hits_total": 900, "vllm:request_success_total": 7}
 	if len(c) != len(want) {
 		t.Fatalf("got %v, want %v", c, want)
 	}
@@ -54,7 +55,7 @@ process_cpu_seconds_total 9
 			t.Errorf("%s = %g, want %g", k, c[k], v)
 		}
 	}
-	after := Counters{"vllm:prefix_cache_queries_total": 2048, "vllm:prefix_cache_hits_total": 1868}
+	after := schema.Counters{"vllm:prefix_cache_queries_total": 2048, "vllm:prefix_cache_hits_total": 1868}
 	if r := HitRate(c, after); r == nil || *r != 968.0/1024 {
 		t.Errorf("hit rate %v, want 968/1024", r)
 	}
@@ -70,20 +71,20 @@ process_cpu_seconds_total 9
 }
 
 func TestBuildPrompts(t *testing.T) {
-	w := Workload{Seed: 3, Requests: 20, InputTokens: 600, UncachedTokens: 40, OutputTokens: 4}
+	w := schema.Workload{Seed: 3, Requests: 20, InputTokens: 600, UncachedTokens: 40, OutputTokens: 4}
 	tok := func(_ context.Context, s string) ([]int, error) { return wordTokens(s), nil }
 	p, err := BuildPrompts(context.Background(), w, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p2, _ := BuildPrompts(context.Background(), w, tok)
-	reqs, _ := Generate(w.Params(4))
+	reqs, _ := Generate(ParamsOf(w, 4))
 	firstBlocks := map[string]bool{}
 	for s, sp := range p.Prefixes {
-		if len(sp.ids) != 560 || sp.PrefixSHA256 != HashTokens(sp.ids) || sp.PrefixSHA256 != p2.Prefixes[s].PrefixSHA256 {
-			t.Fatalf("session %d: %d ids, hash %s (rebuilt %s)", s, len(sp.ids), sp.PrefixSHA256, p2.Prefixes[s].PrefixSHA256)
+		if len(p.ids[s]) != 560 || sp.PrefixSHA256 != HashTokens(p.ids[s]) || sp.PrefixSHA256 != p2.Prefixes[s].PrefixSHA256 {
+			t.Fatalf("session %d: %d ids, hash %s (rebuilt %s)", s, len(p.ids[s]), sp.PrefixSHA256, p2.Prefixes[s].PrefixSHA256)
 		}
-		firstBlocks[HashTokens(sp.ids[:16])] = true
+		firstBlocks[HashTokens(p.ids[s][:16])] = true
 	}
 	if len(firstBlocks) != Sessions {
 		t.Errorf("%d distinct first blocks among %d sessions: sessions would share cache", len(firstBlocks), Sessions)
@@ -115,11 +116,11 @@ func TestBuildPrompts(t *testing.T) {
 func TestWriteReadRecord(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "r.json")
-	rec := &Record{SchemaVersion: SchemaVersion, Kind: KindDevice, Backend: "vllm", Model: Model{ID: "m"}, Config: map[string]any{"tp": 2},
+	rec := &schema.Record{SchemaVersion: schema.SchemaVersion, Kind: schema.KindDevice, Backend: "vllm", Model: schema.Model{ID: "m"}, Config: map[string]any{"tp": 2},
 		Hardware: map[string]any{}, GPUs: 1, TimeScale: 1, RequestTimeoutMs: 1000, SLO: slo.Default,
-		Workload:  WorkloadRecord{Workload: DefaultWorkload(), QPS: []float64{1}, Runs: 1, Generator: PrefixGenerator, SuffixRecipe: "x", PrewarmPolicy: "y"},
-		StartedAt: time.Unix(0, 0).UTC(), FinishedAt: time.Unix(1, 0).UTC(), Outcomes: map[string]int{}, Validation: Validation{Reasons: map[string]int{}},
-		Cache: CacheState{Procedure: CacheReset}, Verdict: Verdict{Valid: true}, VerdictRule: VerdictRule}
+		Workload:  schema.WorkloadRecord{Workload: DefaultWorkload(), QPS: []float64{1}, Runs: 1, Generator: PrefixGenerator, SuffixRecipe: "x", PrewarmPolicy: "y"},
+		StartedAt: time.Unix(0, 0).UTC(), FinishedAt: time.Unix(1, 0).UTC(), Outcomes: map[string]int{}, Validation: schema.Validation{Reasons: map[string]int{}},
+		Cache: schema.CacheState{Procedure: schema.CacheReset}, Verdict: schema.Verdict{Valid: true}, VerdictRule: schema.VerdictRule}
 	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func TestWriteReadRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back.Kind != KindDevice || back.Config["tp"] != 2.0 {
+	if back.Kind != schema.KindDevice || back.Config["tp"] != 2.0 {
 		t.Errorf("read back kind %q config %v", back.Kind, back.Config)
 	}
 	// Wrong version, wrong kind, missing field: each refused, naming the file.
@@ -257,7 +258,7 @@ func TestDocumentSizeIsBounded(t *testing.T) {
 
 // packed packs every request's chunks of rec in place, as ReadRecord
 // returns them, and returns rec.
-func packed(tb testing.TB, rec *Record) *Record {
+func packed(tb testing.TB, rec *schema.Record) *schema.Record {
 	tb.Helper()
 	for _, r := range rec.Runs {
 		for _, l := range r.Levels {
@@ -342,8 +343,8 @@ func TestProgressPrinter(t *testing.T) {
 		Elapsed: 96 * time.Second, ETA: 90 * time.Second}
 	pp.Update(p)
 	pp.Update(p) // within PlainEvery: no second line
-	lr := &LevelRecord{Level: slo.Level{OfferedQPS: 2, P99TTFTMs: 812.25, P99TPOTMs: 21.5, EffectiveQPS: 1.9876, Passed: true},
-		Complete: true, Planned: 128, Sent: 128, Outcomes: map[string]int{OutcomeOK: 127, OutcomeTimeout: 1}, HitRateCachedTokens: fp(0.96875)}
+	lr := &schema.LevelRecord{Level: slo.Level{OfferedQPS: 2, P99TTFTMs: 812.25, P99TPOTMs: 21.5, EffectiveQPS: 1.9876, Passed: true},
+		Complete: true, Planned: 128, Sent: 128, Outcomes: map[string]int{schema.OutcomeOK: 127, schema.OutcomeTimeout: 1}, HitRateCachedTokens: fp(0.96875)}
 	pp.Update(Progress{Run: 0, Runs: 3, LevelDone: lr})
 	want := "run 1/3 level 2/6 (2 qps) [##########----------] 64/128 done, 1 failed  2.0 req/s  ETA 1m30s\n" +
 		"run 1/3 qps 2: p99 TTFT 812.2 ms, p99 TPOT 21.50 ms, effective 1.988 req/s, passed; 128/128 sent, 1 failed, prefix hit 96.9% (cached_tokens)\n"
@@ -384,13 +385,13 @@ func TestDropChunks(t *testing.T) {
 	for ri, r := range got.Runs {
 		for li, l := range r.Levels {
 			for qi, q := range l.Requests {
-				if !q.Chunks.absent() {
+				if !q.Chunks.Absent() {
 					t.Errorf("request %d kept its chunks", q.ID)
 				}
 				if want.Runs[ri].Levels[li].Requests[qi].Chunks.Len() > 0 {
 					n++
 				}
-				want.Runs[ri].Levels[li].Requests[qi].Chunks = Chunks{}
+				want.Runs[ri].Levels[li].Requests[qi].Chunks = schema.Chunks{}
 			}
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/hone-llm/hone/schema"
 )
 
 // MaxRecordBytes bounds the JSON a record reader takes in, plain or
@@ -134,7 +136,7 @@ func gzipError(err error) error {
 // (Chunks.Pack; Chunks.Columns reads them): the versions differ only in
 // how chunks are written, not in what they hold, so a version 2 record
 // reads exactly as the version 3 record WriteRecord would make of it.
-func ReadRecord(path string) (*Record, error) {
+func ReadRecord(path string) (*schema.Record, error) {
 	return readRecord(path, false)
 }
 
@@ -143,11 +145,11 @@ func ReadRecord(path string) (*Record, error) {
 // figure but the token timings and ids, what the gate reads, in about
 // half the memory (hone gate baseline create on a 100,000-request trace's
 // record: 270 MB RSS instead of 590).
-func ReadRecordSummary(path string) (*Record, error) {
+func ReadRecordSummary(path string) (*schema.Record, error) {
 	return readRecord(path, true)
 }
 
-func readRecord(path string, dropChunks bool) (*Record, error) {
+func readRecord(path string, dropChunks bool) (*schema.Record, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read record: %w", err)
@@ -163,7 +165,7 @@ func readRecord(path string, dropChunks bool) (*Record, error) {
 // decodeRecord is ReadRecord on a stream, plain or gzip, of at most limit
 // bytes of JSON (plain or decompressed), dropping every request's chunks
 // when dropChunks.
-func decodeRecord(r io.Reader, limit int64, dropChunks bool) (*Record, error) {
+func decodeRecord(r io.Reader, limit int64, dropChunks bool) (*schema.Record, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var in io.Reader = br
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
@@ -242,12 +244,12 @@ type recordDecoder struct {
 	dec        *json.Decoder
 	schemas    recordSchemas
 	head       bytes.Buffer
-	version    bool                // schema_version was read
-	dropChunks bool                // drop every request's chunks once checked
-	reqs       [][][]RequestRecord // by run and level
+	version    bool                       // schema_version was read
+	dropChunks bool                       // drop every request's chunks once checked
+	reqs       [][][]schema.RequestRecord // by run and level
 }
 
-func (d *recordDecoder) record() (*Record, error) {
+func (d *recordDecoder) record() (*schema.Record, error) {
 	var err error
 	if d.schemas, err = compiledSchemas(); err != nil {
 		return nil, err
@@ -273,13 +275,13 @@ func (d *recordDecoder) record() (*Record, error) {
 		return nil, errors.New("not JSON: data after the record's object")
 	}
 	if !d.version {
-		return nil, fmt.Errorf("schema_version none: want %d or %d (%w)", OldestSchemaVersion, SchemaVersion, ErrNotRecord)
+		return nil, fmt.Errorf("schema_version none: want %d or %d (%w)", schema.OldestSchemaVersion, schema.SchemaVersion, ErrNotRecord)
 	}
 	head := d.head.Bytes()
 	if err := validateJSON(d.schemas.record, head); err != nil {
 		return nil, err
 	}
-	var rec Record
+	var rec schema.Record
 	if err := json.Unmarshal(head, &rec); err != nil {
 		return nil, err
 	}
@@ -290,7 +292,7 @@ func (d *recordDecoder) record() (*Record, error) {
 			}
 		}
 	}
-	rec.SchemaVersion = SchemaVersion
+	rec.SchemaVersion = schema.SchemaVersion
 	rec.ChunksDropped = rec.ChunksDropped || d.dropChunks
 	return &rec, nil
 }
@@ -303,11 +305,11 @@ func (d *recordDecoder) schemaVersion() error {
 		return err
 	}
 	var v *int
-	if json.Unmarshal(raw, &v) != nil || v == nil || *v < OldestSchemaVersion || *v > SchemaVersion {
+	if json.Unmarshal(raw, &v) != nil || v == nil || *v < schema.OldestSchemaVersion || *v > schema.SchemaVersion {
 		if bytes.Equal(raw, []byte("null")) {
-			return fmt.Errorf("schema_version none: want %d or %d (%w)", OldestSchemaVersion, SchemaVersion, ErrNotRecord)
+			return fmt.Errorf("schema_version none: want %d or %d (%w)", schema.OldestSchemaVersion, schema.SchemaVersion, ErrNotRecord)
 		}
-		return fmt.Errorf("schema_version %s: want %d or %d", raw, OldestSchemaVersion, SchemaVersion)
+		return fmt.Errorf("schema_version %s: want %d or %d", raw, schema.OldestSchemaVersion, schema.SchemaVersion)
 	}
 	d.version = true
 	d.head.Write(raw)
@@ -346,21 +348,21 @@ func (d *recordDecoder) run(i int) error {
 
 // request reads one request: checked against the schema, decoded, its
 // chunks packed.
-func (d *recordDecoder) request() (RequestRecord, error) {
+func (d *recordDecoder) request() (schema.RequestRecord, error) {
 	var raw json.RawMessage
 	if err := d.dec.Decode(&raw); err != nil {
-		return RequestRecord{}, err
+		return schema.RequestRecord{}, err
 	}
 	if err := validateJSON(d.schemas.request, raw); err != nil {
-		return RequestRecord{}, err
+		return schema.RequestRecord{}, err
 	}
 	d.in.mark()
-	var q RequestRecord
+	var q schema.RequestRecord
 	if err := json.Unmarshal(raw, &q); err != nil {
-		return RequestRecord{}, err
+		return schema.RequestRecord{}, err
 	}
 	if d.dropChunks {
-		q.Chunks = Chunks{}
+		q.Chunks = schema.Chunks{}
 	}
 	return q, q.Chunks.Pack()
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"os"
 	"testing"
+
+	"github.com/hone-llm/hone/schema"
 )
 
 // FuzzDecodeRecord: the streaming reader (decodeRecord, behind ReadRecord)
@@ -27,7 +29,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		}
 		got, err := decodeRecord(bytes.NewReader(data), 1<<20, false)
 		whole := ValidateRecord(data)
-		var rec Record
+		var rec schema.Record
 		if whole == nil {
 			whole = json.Unmarshal(data, &rec)
 		}
@@ -35,7 +37,7 @@ func FuzzDecodeRecord(f *testing.F) {
 			SchemaVersion *int `json:"schema_version"`
 		}
 		readable := whole == nil && json.Unmarshal(data, &head) == nil && head.SchemaVersion != nil &&
-			*head.SchemaVersion >= OldestSchemaVersion && *head.SchemaVersion <= SchemaVersion
+			*head.SchemaVersion >= schema.OldestSchemaVersion && *head.SchemaVersion <= schema.SchemaVersion
 		switch {
 		case err == nil && whole != nil:
 			t.Fatalf("the streaming reader accepted what the whole-document check rejects: %v", whole)

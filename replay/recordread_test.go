@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/hone-llm/hone/schema"
 )
 
 // ReadRecord streams: every request is checked against the schema as it
@@ -55,11 +57,11 @@ func TestReadRecordPacksChunks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var plain Record
+	var plain schema.Record
 	data, _ := os.ReadFile(filepath.Join("testdata", "record.example.json"))
 	json.Unmarshal(data, &plain)
 	for i, q := range v2.Runs[0].Levels[0].Requests {
-		if q.Chunks.packed == nil && !q.Chunks.absent() {
+		if !q.Chunks.InMemory() && !q.Chunks.Absent() {
 			t.Errorf("request %d: chunks not packed", q.ID)
 		}
 		if want := plain.Runs[0].Levels[0].Requests[i].Chunks; !reflect.DeepEqual(q.Chunks.Columns(), want) {

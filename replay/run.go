@@ -18,6 +18,7 @@ import (
 
 	engines "github.com/hone-llm/hone/engine"
 	"github.com/hone-llm/hone/internal/finesleep"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -38,14 +39,14 @@ type Options struct {
 	// (the emulator's name: emulated; vLLM's version: device; nothing
 	// recognisable: unverified). A stated kind the endpoint contradicts
 	// is a ParamError.
-	Kind string
+	Kind schema.Kind
 	// Cache is the cold-start procedure: CacheReset, CacheFreshPrefixes,
 	// or "" to reset where the endpoint offers it and use fresh prefixes
 	// where it does not.
 	Cache    string
-	Backend  string    // what serves the endpoint, e.g. "vllm", "emulator"; "": from the kind found
-	Workload Workload  // zero: DefaultWorkload()
-	QPS      []float64 // offered rates, one level each, in order
+	Backend  string          // what serves the endpoint, e.g. "vllm", "emulator"; "": from the kind found
+	Workload schema.Workload // zero: DefaultWorkload()
+	QPS      []float64       // offered rates, one level each, in order
 	// Concurrency, instead of QPS, makes every level a closed loop
 	// (GenerateClosed): after the warm-ups, N clients each sending its
 	// next request when its last one ends (vllm bench serve
@@ -66,8 +67,8 @@ type Options struct {
 	GPUs           int            // GPUs behind the endpoint, for cost; 0: cost not computed
 	Config         map[string]any // the deployment spec or whatever the caller compares
 	Hardware       map[string]any // GPU names, CPU, ... as the caller knows them
-	ModelInfo      Model          // revision, precision, file hashes; ID is set from Model
-	Hone           Build
+	ModelInfo      schema.Model   // revision, precision, file hashes; ID is set from Model
+	Hone           schema.Build
 	HTTPClient     *http.Client   // nil: a client tuned for an open loop
 	Progress       func(Progress) // called from one goroutine, a few times a second
 
@@ -114,11 +115,11 @@ type Progress struct {
 	TotalDone     int
 	TotalPlanned  int
 	Elapsed, ETA  time.Duration
-	LevelDone     *LevelRecord // set once, when a level has drained
+	LevelDone     *schema.LevelRecord // set once, when a level has drained
 }
 
 func (o *Options) defaults() error {
-	if o.Workload == (Workload{}) {
+	if o.Workload == (schema.Workload{}) {
 		o.Workload = DefaultWorkload()
 	}
 	if o.Runs == 0 {
@@ -160,9 +161,9 @@ func (o *Options) checkTarget() error {
 		return &ParamError{"endpoint", `""`, "the server's base URL, e.g. http://127.0.0.1:8000"}
 	case o.Model == "":
 		return &ParamError{"model", `""`, "the served model name"}
-	case o.Kind != "" && o.Kind != KindEmulated && o.Kind != KindDevice && o.Kind != KindUnverified:
+	case o.Kind != "" && o.Kind != schema.KindEmulated && o.Kind != schema.KindDevice && o.Kind != schema.KindUnverified:
 		return &ParamError{"kind", fmt.Sprintf("%q", o.Kind), `"emulated" (hone sim serve), "device" (real vLLM), "unverified", or empty to discover`}
-	case o.Cache != "" && o.Cache != CacheReset && o.Cache != CacheFreshPrefixes:
+	case o.Cache != "" && o.Cache != schema.CacheReset && o.Cache != schema.CacheFreshPrefixes:
 		return &ParamError{"cache", fmt.Sprintf("%q", o.Cache), `"reset_prefix_cache", "fresh_prefixes", or empty to choose`}
 	}
 	return nil
@@ -196,7 +197,7 @@ func (o *Options) checkLoad() error {
 // copies.
 func (o *Options) checkLevels() error {
 	for _, q := range o.QPS {
-		if err := o.Workload.Params(q).Validate(); err != nil {
+		if err := ParamsOf(o.Workload, q).Validate(); err != nil {
 			return err
 		}
 	}
@@ -206,7 +207,7 @@ func (o *Options) checkLevels() error {
 		}
 	}
 	if len(o.Concurrency) > 0 {
-		if err := o.Workload.Params(1).Validate(); err != nil {
+		if err := ParamsOf(o.Workload, 1).Validate(); err != nil {
 			return err
 		}
 	}
@@ -222,14 +223,14 @@ func (o *Options) checkLevels() error {
 
 // newRecord is the record a replay of opts starts, before anything is
 // measured: unverified until the endpoint says what it is.
-func newRecord(opts Options, tb timebase, w WorkloadRecord) *Record {
+func newRecord(opts Options, tb timebase, w schema.WorkloadRecord) *schema.Record {
 	model := opts.ModelInfo
 	model.ID = opts.Model
-	rec := &Record{
-		SchemaVersion: SchemaVersion, Kind: KindUnverified, VerdictRule: VerdictRule, Backend: opts.Backend, Hone: opts.Hone,
-		Engine: EngineInfo{Endpoint: opts.Endpoint}, Model: model, Config: opts.Config, Hardware: opts.Hardware,
+	rec := &schema.Record{
+		SchemaVersion: schema.SchemaVersion, Kind: schema.KindUnverified, VerdictRule: schema.VerdictRule, Backend: opts.Backend, Hone: opts.Hone,
+		Engine: schema.EngineInfo{Endpoint: opts.Endpoint}, Model: model, Config: opts.Config, Hardware: opts.Hardware,
 		GPUs: opts.GPUs, TimeScale: cmp.Or(opts.TimeScale, 1), RequestTimeoutMs: float64(opts.RequestTimeout) / 1e6, SLO: opts.SLO,
-		Workload: w, Clock: tb.Stamp(tb.T0), StartedAt: tb.T0.UTC(), Outcomes: map[string]int{}, Validation: Validation{Reasons: map[string]int{}},
+		Workload: w, Clock: tb.Stamp(tb.T0), StartedAt: tb.T0.UTC(), Outcomes: map[string]int{}, Validation: schema.Validation{Reasons: map[string]int{}},
 	}
 	if rec.Config == nil {
 		rec.Config = map[string]any{}
@@ -246,7 +247,7 @@ func newRecord(opts Options, tb timebase, w WorkloadRecord) *Record {
 // unreachable, model not served, no /tokenize) or when ctx is canceled it
 // returns the record so far, marked incomplete with the reason, together
 // with the error; only invalid options give a nil record.
-func Run(ctx context.Context, opts Options) (*Record, error) {
+func Run(ctx context.Context, opts Options) (*schema.Record, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
@@ -255,15 +256,15 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 		hc = &http.Client{Transport: newTransport()}
 	}
 	tb := newTimebase()
-	rec := newRecord(opts, tb, WorkloadRecord{Workload: opts.Workload, QPS: opts.QPS, Runs: opts.Runs, Generator: PrefixGenerator,
+	rec := newRecord(opts, tb, schema.WorkloadRecord{Workload: opts.Workload, QPS: opts.QPS, Runs: opts.Runs, Generator: PrefixGenerator,
 		SuffixRecipe:  "uniform over the prefixes' distinct token ids, PCG(seed ^ (run+1)*0x9E3779B97F4A7C15, float64bits(qps) ^ id<<1)",
 		PrewarmPolicy: "every level starts cold (see cache), then the schedule's 8 warm-up requests (ids 0-7), one per session, open it"})
 	if opts.Shard != nil {
 		rec.Shard = opts.Shard.info()
 	}
-	fail := func(err error) (*Record, error) {
+	fail := func(err error) (*schema.Record, error) {
 		rec.Incomplete, rec.Error = true, err.Error()
-		rec.finish()
+		finishRecord(rec)
 		return rec, err
 	}
 	eng := &engine{http: hc, base: opts.Endpoint, model: opts.Model}
@@ -307,7 +308,7 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 	setNonces(rec, opts)
 	rec.CachedTokensRule = CachedTokensAsReported
 	if len(opts.Concurrency) > 0 {
-		rec.Workload.QPS, rec.Workload.Load, rec.Workload.Concurrency = []float64{}, LoadClosed, opts.Concurrency
+		rec.Workload.QPS, rec.Workload.Load, rec.Workload.Concurrency = []float64{}, schema.LoadClosed, opts.Concurrency
 	}
 	r := &runner{opts: opts, eng: eng, tok: tok, prompts: prompts, cache: rec.Cache.Procedure, nonce: rec.Cache.Nonce, tb: tb, idNonce: rec.RequestIDNonce,
 		cl: &client{http: hc, url: opts.Endpoint + "/v1/completions", scale: opts.TimeScale,
@@ -318,21 +319,21 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 	if err := r.runAll(ctx, rec); err != nil {
 		return fail(err)
 	}
-	rec.finish()
+	finishRecord(rec)
 	return rec, nil
 }
 
 // cacheFor is the cache procedure of a replay of opts: the reset shard 0
 // of a sharded replay sends for every shard, or the one chooseCache
 // finds the engine supports.
-func cacheFor(ctx context.Context, eng *engine, opts Options) (cache CacheState, err error) {
-	if opts.Shard != nil && opts.Shard.Index != 0 && opts.Cache == CacheReset {
+func cacheFor(ctx context.Context, eng *engine, opts Options) (cache schema.CacheState, err error) {
+	if opts.Shard != nil && opts.Shard.Index != 0 && opts.Cache == schema.CacheReset {
 		// Shard 0 resets for every shard; probing would reset too.
-		cache, err = CacheState{Procedure: CacheReset}, nil
+		cache, err = schema.CacheState{Procedure: schema.CacheReset}, nil
 	} else {
 		cache, err = chooseCache(ctx, eng, opts.Cache)
 	}
-	if opts.Shard != nil && cache.Procedure == CacheReset {
+	if opts.Shard != nil && cache.Procedure == schema.CacheReset {
 		cache.Detail = fmt.Sprintf("POST /reset_prefix_cache before every level, sent by shard 0 of %d for every shard", opts.Shard.Count)
 	}
 	return cache, err
@@ -340,8 +341,8 @@ func cacheFor(ctx context.Context, eng *engine, opts Options) (cache CacheState,
 
 // setNonces draws the record's prefix nonce (fresh prefixes) and request
 // id nonce; a sharded replay's are its shards' common ones.
-func setNonces(rec *Record, opts Options) {
-	if rec.Cache.Procedure == CacheFreshPrefixes {
+func setNonces(rec *schema.Record, opts Options) {
+	if rec.Cache.Procedure == schema.CacheFreshPrefixes {
 		rec.Cache.Nonce = opts.PrefixNonce
 		if opts.Shard != nil && rec.Cache.Nonce == 0 {
 			rec.Cache.Nonce = opts.Shard.nonce(1) // every shard's prompts alike
@@ -366,7 +367,7 @@ func (r *runner) plan() {
 	for _, q := range r.levelKeys() {
 		n := opts.Workload.Requests
 		if r.shard != nil {
-			all, _ := Generate(opts.Workload.Params(q))
+			all, _ := Generate(ParamsOf(opts.Workload, q))
 			n = len(r.shard.mine(all))
 		}
 		r.totalPlanned += n * opts.Runs
@@ -376,9 +377,9 @@ func (r *runner) plan() {
 
 // runAll runs every level of every run into rec; an error is a level's
 // setup failure or ctx's end, with rec holding the runs so far.
-func (r *runner) runAll(ctx context.Context, rec *Record) error {
+func (r *runner) runAll(ctx context.Context, rec *schema.Record) error {
 	for run := range r.opts.Runs {
-		rr := RunRecord{Run: run}
+		rr := schema.RunRecord{Run: run}
 		for li, q := range r.levelKeys() {
 			lr, err := r.level(ctx, run, li, q)
 			if err != nil {
@@ -402,11 +403,11 @@ func (r *runner) runAll(ctx context.Context, rec *Record) error {
 	return nil
 }
 
-// finish sums outcomes and validation over every request and judges the
+// finishRecord sums outcomes and validation over every request and judges the
 // runs.
-func (rec *Record) finish() {
+func finishRecord(rec *schema.Record) {
 	rec.FinishedAt = time.Now().UTC()
-	rec.Judge()
+	Judge(rec)
 	for _, r := range rec.Runs {
 		for _, l := range r.Levels {
 			for _, q := range l.Requests {
@@ -423,18 +424,18 @@ func (rec *Record) finish() {
 	}
 }
 
-// summarize sets the run's verdict, and its objective and cost from its
+// summarizeRun sets the run's verdict, and its objective and cost from its
 // valid levels only.
-func (rr *RunRecord) summarize(gpus int) {
+func summarizeRun(rr *schema.RunRecord, gpus int) {
 	var levels []slo.Level
-	rr.Verdict = Verdict{Valid: true, Reasons: []Reason{}}
+	rr.Verdict = schema.Verdict{Valid: true, Reasons: []schema.Reason{}}
 	for _, l := range rr.Levels {
 		if l.Verdict.Valid {
 			levels = append(levels, l.Level)
 			continue
 		}
 		for _, r := range l.Verdict.Reasons {
-			rr.Verdict.Reasons = append(rr.Verdict.Reasons, Reason{Code: r.Code, Detail: fmt.Sprintf("%s: %s", l.Name(), r.Detail), Scale: r.Scale})
+			rr.Verdict.Reasons = append(rr.Verdict.Reasons, schema.Reason{Code: r.Code, Detail: fmt.Sprintf("%s: %s", l.Name(), r.Detail), Scale: r.Scale})
 		}
 		rr.Verdict.Valid = false
 	}
@@ -480,7 +481,7 @@ type runner struct {
 	remaining    time.Duration // schedule time of levels not yet started
 	totalDone    int
 	done, failed atomic.Int64
-	progressCh   chan *LevelRecord
+	progressCh   chan *schema.LevelRecord
 
 	ssePool sync.Pool
 }
@@ -502,7 +503,7 @@ func (r *runner) levelSpan(qps float64) time.Duration {
 // level brings the engine's cache to the prescribed cold state, runs one
 // load level open loop and summarizes it. An error is a setup failure
 // (the prompts could not be built).
-func (r *runner) level(ctx context.Context, run, li int, qps float64) (LevelRecord, error) {
+func (r *runner) level(ctx context.Context, run, li int, qps float64) (schema.LevelRecord, error) {
 	w := r.opts.Workload
 	clients := ClosedClients(qps)
 	all, _ := GenerateLevel(w, qps) // validated in defaults
@@ -510,7 +511,7 @@ func (r *runner) level(ctx context.Context, run, li int, qps float64) (LevelReco
 	if r.shard != nil {
 		reqs = r.shard.mine(all)
 	}
-	lr := LevelRecord{Level: LevelOf(qps), Planned: len(reqs), Outcomes: map[string]int{}, Failures: map[string]int{},
+	lr := schema.LevelRecord{Level: LevelOf(qps), Planned: len(reqs), Outcomes: map[string]int{}, Failures: map[string]int{},
 		PrefixSeed: w.Seed}
 	bg := context.WithoutCancel(ctx)
 	prompts, err := r.coldStart(ctx, &lr, run, qps)
@@ -554,8 +555,8 @@ func (r *runner) level(ctx context.Context, run, li int, qps float64) (LevelReco
 	if r.shard != nil {
 		r.shard.settle(&lr, all, reqs, late, overrun, r.opts)
 	} else {
-		lr.summarize(reqs, r.opts.SLO, r.opts.GPUs)
-		lr.judge(r.opts.SLO, r.opts.TimeScale)
+		summarizeLevel(&lr, reqs, r.opts.SLO, r.opts.GPUs)
+		judgeLevel(&lr, r.opts.SLO, r.opts.TimeScale)
 	}
 	r.endLevel(len(reqs))
 	return lr, nil
@@ -564,19 +565,19 @@ func (r *runner) level(ctx context.Context, run, li int, qps float64) (LevelReco
 // coldStart brings the engine's cache to the level's cold state: a reset
 // (invalidating lr where it fails), or prompts on fresh prefixes, which it
 // returns (else the replay's). An error is a setup failure.
-func (r *runner) coldStart(ctx context.Context, lr *LevelRecord, run int, qps float64) (*Prompts, error) {
+func (r *runner) coldStart(ctx context.Context, lr *schema.LevelRecord, run int, qps float64) (*Prompts, error) {
 	w := r.opts.Workload
 	prompts := r.prompts
 	bg := context.WithoutCancel(ctx)
 	switch r.cache {
-	case CacheReset:
+	case schema.CacheReset:
 		if !r.leads() {
 			break
 		}
 		if err := r.eng.resetPrefixCache(bg); err != nil {
-			lr.Invalidate(ReasonWarmStart, "could not reset the prefix cache before the level: %v", err)
+			lr.Invalidate(schema.ReasonWarmStart, "could not reset the prefix cache before the level: %v", err)
 		}
-	case CacheFreshPrefixes:
+	case schema.CacheFreshPrefixes:
 		lw := w
 		lw.Seed = LevelPrefixSeed(w.Seed^r.nonce, run, qps)
 		p, err := BuildPrompts(ctx, lw, r.tok.tokenize)
@@ -590,8 +591,8 @@ func (r *runner) coldStart(ctx context.Context, lr *LevelRecord, run int, qps fl
 
 // encodeLevel is the records and request bodies of reqs (this process's
 // share of the level's requests all), and sets lr's hash of every prompt.
-func (r *runner) encodeLevel(lr *LevelRecord, prompts *Prompts, run int, qps float64, all, reqs []Request) ([]RequestRecord, [][]byte) {
-	records := make([]RequestRecord, len(reqs))
+func (r *runner) encodeLevel(lr *schema.LevelRecord, prompts *Prompts, run int, qps float64, all, reqs []Request) ([]schema.RequestRecord, [][]byte) {
+	records := make([]schema.RequestRecord, len(reqs))
 	bodies := make([][]byte, len(reqs))
 	hashes := sha256.New()
 	i := 0
@@ -608,7 +609,7 @@ func (r *runner) encodeLevel(lr *LevelRecord, prompts *Prompts, run int, qps flo
 			panic(err) // ints and strings always encode
 		}
 		bodies[i] = body
-		records[i] = RequestRecord{ID: q.ID, Session: q.Session, RequestID: fmt.Sprintf("hone-%s-%d-%g-%d", r.idNonce, run, qps, q.ID),
+		records[i] = schema.RequestRecord{ID: q.ID, Session: q.Session, RequestID: fmt.Sprintf("hone-%s-%d-%g-%d", r.idNonce, run, qps, q.ID),
 			InputTokens: len(ids), PromptSHA256: hash, ScheduledMs: q.ArrivalMs}
 		i++
 	}
@@ -619,7 +620,7 @@ func (r *runner) encodeLevel(lr *LevelRecord, prompts *Prompts, run int, qps flo
 // send dispatches the level's requests from start and returns how many
 // were sent; once the warm-up requests have ended (and ctx has not), the
 // leading process reads lr's warm-up counters.
-func (r *runner) send(ctx context.Context, lr *LevelRecord, start time.Time, reqs []Request, bodies [][]byte, records []RequestRecord, clients int) int {
+func (r *runner) send(ctx context.Context, lr *schema.LevelRecord, start time.Time, reqs []Request, bodies [][]byte, records []schema.RequestRecord, clients int) int {
 	bg := context.WithoutCancel(ctx)
 	at := func(ms float64) time.Time { return start.Add(time.Duration(ms * r.opts.TimeScale * 1e6)) }
 
@@ -665,7 +666,7 @@ func (r *runner) leads() bool { return r.shard == nil || r.shard.Index == 0 }
 // each later one, in order, the moment a measured request ends; its
 // scheduled time becomes that moment. It stops sending when ctx ends and
 // returns how many were sent: reqs[:sent].
-func (r *runner) dispatch(ctx context.Context, start time.Time, reqs []Request, bodies [][]byte, records []RequestRecord, clients int, finished func(i int)) int {
+func (r *runner) dispatch(ctx context.Context, start time.Time, reqs []Request, bodies [][]byte, records []schema.RequestRecord, clients int, finished func(i int)) int {
 	scale := r.opts.TimeScale
 	var wg sync.WaitGroup
 	sent, measured := 0, 0
@@ -708,7 +709,7 @@ func (r *runner) dispatch(ctx context.Context, start time.Time, reqs []Request, 
 			sse.reset(nil)
 			r.ssePool.Put(sse)
 			r.done.Add(1)
-			if rr.Outcome != OutcomeOK {
+			if rr.Outcome != schema.OutcomeOK {
 				r.failed.Add(1)
 			}
 			if finished != nil {
@@ -723,21 +724,21 @@ func (r *runner) dispatch(ctx context.Context, start time.Time, reqs []Request, 
 	return sent
 }
 
-// summarize computes the level's figures from its requests.
+// summarizeLevel computes the level's figures from its requests.
 // DefaultRequestTimeout bounds one request when Options.RequestTimeout
 // is 0.
 const DefaultRequestTimeout = 10 * time.Minute
 
-// Summarize fills the level's summary from its request records, as a
+// SummarizeLevel fills the level's summary from its request records, as a
 // replay does: percentiles over the measured requests (ids from Sessions
 // on) that completed, effective rate, GPU-seconds per request, hit rates
 // and whether it passed. Producers of records other than replay (package
 // predict) use it so their levels mean exactly what a replay's do.
-func (lr *LevelRecord) Summarize(reqs []Request, target slo.SLO, gpus int) {
-	lr.summarize(reqs, target, gpus)
+func SummarizeLevel(lr *schema.LevelRecord, reqs []Request, target slo.SLO, gpus int) {
+	summarizeLevel(lr, reqs, target, gpus)
 }
 
-func (lr *LevelRecord) summarize(reqs []Request, target slo.SLO, gpus int) {
+func summarizeLevel(lr *schema.LevelRecord, reqs []Request, target slo.SLO, gpus int) {
 	measuredPlanned := 0
 	for _, q := range reqs {
 		if q.ID >= Sessions {
@@ -748,7 +749,7 @@ func (lr *LevelRecord) summarize(reqs []Request, target slo.SLO, gpus int) {
 	if len(reqs) > Sessions {
 		windowFromMs = reqs[Sessions].ArrivalMs
 	}
-	lr.summarizeOver(Sessions, measuredPlanned, windowFromMs, target, gpus)
+	summarizeOver(lr, Sessions, measuredPlanned, windowFromMs, target, gpus)
 }
 
 // summarizeOver is summarize for a level whose first warmups requests
@@ -756,7 +757,7 @@ func (lr *LevelRecord) summarize(reqs []Request, target slo.SLO, gpus int) {
 // measuredPlanned measured requests and whose window opens at
 // windowFromMs (the first measured request's arrival): a shard plans only
 // some of the level's requests.
-func (lr *LevelRecord) summarizeOver(warmups, measuredPlanned int, windowFromMs float64, target slo.SLO, gpus int) {
+func summarizeOver(lr *schema.LevelRecord, warmups, measuredPlanned int, windowFromMs float64, target slo.SLO, gpus int) {
 	var ttft, tpot, lag []float64
 	var cached, prompt float64
 	haveCached := false
@@ -771,7 +772,7 @@ func (lr *LevelRecord) summarizeOver(warmups, measuredPlanned int, windowFromMs 
 		if q.ID < warmups {
 			continue
 		}
-		if q.Outcome != OutcomeOK || q.TTFTMs == nil {
+		if q.Outcome != schema.OutcomeOK || q.TTFTMs == nil {
 			lr.Failures[q.Outcome]++
 			continue
 		}
@@ -846,7 +847,7 @@ func (lr *LevelRecord) summarizeOver(warmups, measuredPlanned int, windowFromMs 
 // own cached_tokens where every warm-up that completed reported them, else
 // from the /metrics counters over the warm-up phase when no measured
 // request overlapped it; nil when neither tells.
-func warmupHitRate(lr *LevelRecord) *float64 {
+func warmupHitRate(lr *schema.LevelRecord) *float64 {
 	var cached, prompt float64
 	n, reported := 0, 0
 	for _, q := range lr.Requests {
@@ -908,7 +909,7 @@ func (r *runner) startProgress() (stop func()) {
 	if r.opts.Progress == nil {
 		return func() {}
 	}
-	r.progressCh = make(chan *LevelRecord)
+	r.progressCh = make(chan *schema.LevelRecord)
 	quit := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -933,7 +934,7 @@ func (r *runner) startProgress() (stop func()) {
 }
 
 // report hands a finished level to the progress goroutine.
-func (r *runner) report(lr *LevelRecord) {
+func (r *runner) report(lr *schema.LevelRecord) {
 	if r.progressCh != nil {
 		r.progressCh <- lr
 	}
@@ -952,14 +953,14 @@ const (
 // report them (Options.CachedTokensReported, or a request so far carried
 // them), so that a cold request or a cache-off level counts as 0% rather
 // than dropping out of the hit rate and biasing it upward.
-func (r *runner) fillCachedTokens(reqs []RequestRecord) {
+func (r *runner) fillCachedTokens(reqs []schema.RequestRecord) {
 	fillCachedTokens(reqs, r.opts.CachedTokensReported, &r.detailsSeen)
 }
 
 // fillCachedTokens is runner.fillCachedTokens over one level's requests,
 // levels in order: reported is Options.CachedTokensReported and *seen
 // whether an earlier level carried the details (updated).
-func fillCachedTokens(reqs []RequestRecord, reported bool, seen *bool) {
+func fillCachedTokens(reqs []schema.RequestRecord, reported bool, seen *bool) {
 	for _, q := range reqs {
 		if q.CachedTokens != nil {
 			*seen = true
@@ -990,8 +991,8 @@ func normalEndpoint(e string) (string, error) {
 // backendOf names what serves the endpoint when the caller did not: the
 // engine its GET /version answer is (engine.Recognise), "unknown" for an
 // unverified kind.
-func backendOf(kind string, info EngineInfo) string {
-	if e, ok := engines.Recognise(info.Version); ok && kind != KindUnverified {
+func backendOf(kind schema.Kind, info schema.EngineInfo) string {
+	if e, ok := engines.Recognise(info.Version); ok && kind != schema.KindUnverified {
 		return e.Name()
 	}
 	return "unknown"

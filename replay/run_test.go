@@ -11,13 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
 // smallWorkload keeps live tests fast: 12 requests (8 warm-up, 4 measured)
 // of 256 input tokens, 240 of them a session prefix, 8 output tokens.
-func smallWorkload() Workload {
-	return Workload{Seed: 7, Requests: 12, InputTokens: 256, UncachedTokens: 16, OutputTokens: 8}
+func smallWorkload() schema.Workload {
+	return schema.Workload{Seed: 7, Requests: 12, InputTokens: 256, UncachedTokens: 16, OutputTokens: 8}
 }
 
 func testOptions(endpoint string) Options {
@@ -26,7 +27,7 @@ func testOptions(endpoint string) Options {
 		// 10 model minutes: 6 s real at scale 0.01, so that a busy host's
 		// lateness never turns a healthy request into a timeout (the fault
 		// tests set their own short deadline).
-		RequestTimeout: 10 * time.Minute, Hone: Build{Version: "test", Commit: "abc"},
+		RequestTimeout: 10 * time.Minute, Hone: schema.Build{Version: "test", Commit: "abc"},
 		PrefixNonce: 1, // reproducible prompts where the fake offers no reset
 		// At time scale 0.01 the default 50 ms TPOT SLO is 0.5 ms real:
 		// host noise, not the code, would decide pass/fail. TestSummarize
@@ -35,7 +36,7 @@ func testOptions(endpoint string) Options {
 }
 
 // roundTrip writes rec, checks it against the schema and reads it back.
-func roundTrip(t *testing.T, rec *Record) *Record {
+func roundTrip(t *testing.T, rec *schema.Record) *schema.Record {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "run.json")
 	if err := WriteRecord(path, rec); err != nil {
@@ -71,13 +72,13 @@ func TestRunAllOK(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec = roundTrip(t, rec)
-	if rec.Incomplete || rec.Kind != KindDevice || rec.Engine.Version != "0.11.0-test" || rec.Engine.Endpoint != srv.URL {
+	if rec.Incomplete || rec.Kind != schema.KindDevice || rec.Engine.Version != "0.11.0-test" || rec.Engine.Endpoint != srv.URL {
 		t.Fatalf("record header: incomplete=%t kind=%q engine=%+v", rec.Incomplete, rec.Kind, rec.Engine)
 	}
 	if levelsSeen != 4 {
 		t.Errorf("progress reported %d finished levels, want 4", levelsSeen)
 	}
-	if f.requests != 48 || rec.Outcomes[OutcomeOK] != 48 || len(rec.Outcomes) != 1 || rec.Validation.Valid != 48 {
+	if f.requests != 48 || rec.Outcomes[schema.OutcomeOK] != 48 || len(rec.Outcomes) != 1 || rec.Validation.Valid != 48 {
 		t.Fatalf("server saw %d requests; outcomes %v, validation %+v; want 48 ok and valid", f.requests, rec.Outcomes, rec.Validation)
 	}
 	// The wire body carries every field vLLM needs, temperature 0 included.
@@ -190,18 +191,18 @@ func TestOutcomes(t *testing.T) {
 		errHas         string
 		invalid        string // for an ok stream whose output fails validation
 	}{
-		{"5xx", OutcomeHTTPError, 503, "engine overloaded", ""},
-		{"wrong_model", OutcomeHTTPError, 404, "does not exist", ""},
-		{"non_sse", OutcomeMalformed, 200, "not an event stream", ""},
-		{"bad_json", OutcomeMalformed, 200, "not a completion chunk", ""},
-		{"error_event", OutcomeHTTPError, 200, "engine died", ""},
-		{"cut", OutcomeStreamCut, 200, "stream", ""},
-		{"hang", OutcomeTimeout, 0, "deadline", ""},   // no headers before the timeout
-		{"slow", OutcomeTimeout, 200, "deadline", ""}, // 300 ms per token: the timeout hits mid-stream
-		{"split", OutcomeOK, 200, "", ""},
-		{"comments", OutcomeOK, 200, "", ""},
-		{"short", OutcomeOK, 200, "", "output_tokens: got 7, want 8"},
-		{"no_finish", OutcomeOK, 200, "", `finish_reason: got "", want "length"`},
+		{"5xx", schema.OutcomeHTTPError, 503, "engine overloaded", ""},
+		{"wrong_model", schema.OutcomeHTTPError, 404, "does not exist", ""},
+		{"non_sse", schema.OutcomeMalformed, 200, "not an event stream", ""},
+		{"bad_json", schema.OutcomeMalformed, 200, "not a completion chunk", ""},
+		{"error_event", schema.OutcomeHTTPError, 200, "engine died", ""},
+		{"cut", schema.OutcomeStreamCut, 200, "stream", ""},
+		{"hang", schema.OutcomeTimeout, 0, "deadline", ""},   // no headers before the timeout
+		{"slow", schema.OutcomeTimeout, 200, "deadline", ""}, // 300 ms per token: the timeout hits mid-stream
+		{"split", schema.OutcomeOK, 200, "", ""},
+		{"comments", schema.OutcomeOK, 200, "", ""},
+		{"short", schema.OutcomeOK, 200, "", "output_tokens: got 7, want 8"},
+		{"no_finish", schema.OutcomeOK, 200, "", `finish_reason: got "", want "length"`},
 	} {
 		t.Run(tc.fault, func(t *testing.T) {
 			f := newFakeVLLM(t)
@@ -219,7 +220,7 @@ func TestOutcomes(t *testing.T) {
 			// must be classified by what the server sent, however late a
 			// busy host lets the client read it.
 			opts.RequestTimeout = time.Minute
-			if tc.outcome == OutcomeTimeout {
+			if tc.outcome == schema.OutcomeTimeout {
 				opts.RequestTimeout = 100 * time.Second
 			}
 			rec, err := Run(context.Background(), opts)
@@ -232,7 +233,7 @@ func TestOutcomes(t *testing.T) {
 			if q.Outcome != tc.outcome || q.Status != tc.status || !strings.Contains(q.Error, tc.errHas) {
 				t.Fatalf("request 9: outcome %q status %d error %q; want %q %d containing %q", q.Outcome, q.Status, q.Error, tc.outcome, tc.status, tc.errHas)
 			}
-			if l.Sent != 12 || l.Outcomes[OutcomeOK] != map[bool]int{true: 12, false: 11}[tc.outcome == OutcomeOK] {
+			if l.Sent != 12 || l.Outcomes[schema.OutcomeOK] != map[bool]int{true: 12, false: 11}[tc.outcome == schema.OutcomeOK] {
 				t.Errorf("outcomes %v over %d sent: the run must go on around one fault", l.Outcomes, l.Sent)
 			}
 			if tc.invalid != "" {
@@ -242,7 +243,7 @@ func TestOutcomes(t *testing.T) {
 				}
 				return
 			}
-			if tc.outcome == OutcomeOK {
+			if tc.outcome == schema.OutcomeOK {
 				if !l.Passed || q.OutputSHA256 != refOut || q.Chunks.Len() != 8 {
 					t.Errorf("passed=%t output %s (want %s), %d chunks", l.Passed, q.OutputSHA256, refOut, q.Chunks.Len())
 				}
@@ -293,7 +294,7 @@ func TestUnreachable(t *testing.T) {
 		}
 		rec = roundTrip(t, rec)
 		l := rec.Runs[0].Levels[0]
-		if rec.Outcomes[OutcomeConnectError] != 12 || l.Failures[OutcomeConnectError] != 4 || l.Passed || l.Measured != 0 {
+		if rec.Outcomes[schema.OutcomeConnectError] != 12 || l.Failures[schema.OutcomeConnectError] != 4 || l.Passed || l.Measured != 0 {
 			t.Fatalf("outcomes %v, level failures %v passed %t", rec.Outcomes, l.Failures, l.Passed)
 		}
 		if !strings.Contains(l.Requests[0].Error, "refused") || rec.Validation.Invalid != 12 || rec.Validation.Reasons["failed"] != 12 {
@@ -386,7 +387,7 @@ func TestCancel(t *testing.T) {
 	if rec.Runs[0].Objective != 0 {
 		t.Errorf("objective %g of an interrupted level, want 0", rec.Runs[0].Objective)
 	}
-	if !l.Verdict.Has(ReasonIncomplete) || l.Verdict.Valid || rec.Verdict.Valid || !rec.Verdict.Has(ReasonIncomplete) {
+	if !l.Verdict.Has(schema.ReasonIncomplete) || l.Verdict.Valid || rec.Verdict.Valid || !rec.Verdict.Has(schema.ReasonIncomplete) {
 		t.Errorf("verdicts: level %v, record %v; want both invalid: incomplete", l.Verdict, rec.Verdict)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -71,7 +72,7 @@ type ServeStats struct {
 
 // LevelServeStats pools level i of every run in rec: of the runs where that
 // level is valid when there are any (Valid true), else of all of them.
-func LevelServeStats(rec *Record, i int) ServeStats {
+func LevelServeStats(rec *schema.Record, i int) ServeStats {
 	levels := pooledLevels(rec, i)
 	scale := rec.TimeScale
 	if !(scale > 0) {
@@ -91,7 +92,7 @@ func LevelServeStats(rec *Record, i int) ServeStats {
 			if q.ID < warmups {
 				continue
 			}
-			if !q.completed() {
+			if !completed(&q) {
 				s.Failed++
 				continue
 			}
@@ -118,8 +119,8 @@ func LevelServeStats(rec *Record, i int) ServeStats {
 	s.ITL = intervalDist(func(f func(int64)) {
 		for _, l := range levels {
 			for qi := range l.Requests {
-				if q := &l.Requests[qi]; q.ID >= warmups && q.completed() {
-					q.Chunks.eachInterval(f)
+				if q := &l.Requests[qi]; q.ID >= warmups && completed(q) {
+					q.Chunks.EachInterval(f)
 				}
 			}
 		}
@@ -176,8 +177,8 @@ func intervalDist(each func(func(int64)), ms func(int64) float64) Dist {
 
 // pooledLevels is level i of every run in rec that has one: the runs where
 // it is valid when there are any, else all of them.
-func pooledLevels(rec *Record, i int) []*LevelRecord {
-	var valid, all []*LevelRecord
+func pooledLevels(rec *schema.Record, i int) []*schema.LevelRecord {
+	var valid, all []*schema.LevelRecord
 	for r := range rec.Runs {
 		if i < len(rec.Runs[r].Levels) {
 			l := &rec.Runs[r].Levels[i]
@@ -195,13 +196,13 @@ func pooledLevels(rec *Record, i int) []*LevelRecord {
 
 // completed: the request ended in [DONE] with output, the requests
 // ServeStats measures.
-func (q *RequestRecord) completed() bool {
-	return q.Outcome == OutcomeOK && q.FirstMs != nil && q.FinishMs != nil && q.TTFTMs != nil
+func completed(q *schema.RequestRecord) bool {
+	return q.Outcome == schema.OutcomeOK && q.FirstMs != nil && q.FinishMs != nil && q.TTFTMs != nil
 }
 
 // ServeStatsByLevel is LevelServeStats for every level of the record's
 // first run, in order.
-func ServeStatsByLevel(rec *Record) []ServeStats {
+func ServeStatsByLevel(rec *schema.Record) []ServeStats {
 	if len(rec.Runs) == 0 {
 		return nil
 	}

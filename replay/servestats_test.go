@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -11,28 +12,28 @@ import (
 // (k = 0..n-1) is scheduled at 100k ms, its first token comes k+1 ms later,
 // then 3 more chunks every 2 ms real (4 model ms at scale 0.5), one token
 // each; one more request failed. Window 10 s.
-func servedLevel(n int, valid bool) LevelRecord {
-	l := LevelRecord{Level: slo.Level{OfferedQPS: 4}, WindowSeconds: 10, Verdict: Verdict{Valid: valid}}
+func servedLevel(n int, valid bool) schema.LevelRecord {
+	l := schema.LevelRecord{Level: slo.Level{OfferedQPS: 4}, WindowSeconds: 10, Verdict: schema.Verdict{Valid: valid}}
 	for id := range Sessions {
-		l.Requests = append(l.Requests, RequestRecord{ID: id, Outcome: OutcomeOK, FirstMs: fp(1), FinishMs: fp(2), TTFTMs: fp(1)})
+		l.Requests = append(l.Requests, schema.RequestRecord{ID: id, Outcome: schema.OutcomeOK, FirstMs: fp(1), FinishMs: fp(2), TTFTMs: fp(1)})
 	}
 	for k := range n {
 		sched := 100 * float64(k)
 		first := sched + float64(k+1)
 		pt := 1000
-		q := RequestRecord{ID: Sessions + k, Outcome: OutcomeOK, ScheduledMs: sched, FirstMs: fp(first), FinishMs: fp(first + 12),
+		q := schema.RequestRecord{ID: Sessions + k, Outcome: schema.OutcomeOK, ScheduledMs: sched, FirstMs: fp(first), FinishMs: fp(first + 12),
 			TTFTMs: fp(first - sched), TPOTMs: fp(4), OutputTokens: 4, PromptTokens: &pt}
 		for c := range 4 {
 			q.Chunks.MonoNs = append(q.Chunks.MonoNs, int64(c)*2_000_000)
 		}
 		l.Requests = append(l.Requests, q)
 	}
-	l.Requests = append(l.Requests, RequestRecord{ID: Sessions + n, Outcome: OutcomeTimeout})
+	l.Requests = append(l.Requests, schema.RequestRecord{ID: Sessions + n, Outcome: schema.OutcomeTimeout})
 	return l
 }
 
 func TestServeStats(t *testing.T) {
-	rec := &Record{TimeScale: 0.5, Runs: []RunRecord{{Levels: []LevelRecord{servedLevel(10, true)}}, {Levels: []LevelRecord{servedLevel(10, false)}}}}
+	rec := &schema.Record{TimeScale: 0.5, Runs: []schema.RunRecord{{Levels: []schema.LevelRecord{servedLevel(10, true)}}, {Levels: []schema.LevelRecord{servedLevel(10, false)}}}}
 	s := ServeStatsByLevel(rec)[0]
 	// Only the valid run is pooled.
 	if s.Runs != 1 || !s.Valid || s.Completed != 10 || s.Failed != 1 || s.DurationS != 10 {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -108,9 +109,9 @@ func (s *Shard) validate(o *Options, now time.Time) error {
 }
 
 // info is the record's shard field.
-func (s Shard) info() *ShardInfo {
+func (s Shard) info() *schema.ShardInfo {
 	i := s.Index
-	return &ShardInfo{Index: &i, Count: s.Count, StartAtUnixNs: s.StartAt.UnixNano(), LevelGapMs: float64(s.LevelGap) / 1e6,
+	return &schema.ShardInfo{Index: &i, Count: s.Count, StartAtUnixNs: s.StartAt.UnixNano(), LevelGapMs: float64(s.LevelGap) / 1e6,
 		SetupMs: float64(s.Setup) / 1e6, Assignment: ShardAssignment}
 }
 
@@ -165,57 +166,30 @@ func (p *shardPlan) mine(all []Request) []Request {
 // other shards, the checks that weigh them against the level's requests
 // (queries against prompt tokens, emulator lateness per measured request)
 // wait for the merge, which has every request.
-func (p *shardPlan) settle(lr *LevelRecord, all, mine []Request, late, overrun time.Duration, o Options) {
+func (p *shardPlan) settle(lr *schema.LevelRecord, all, mine []Request, late, overrun time.Duration, o Options) {
 	measured := 0
 	for _, q := range mine {
 		if q.ID >= Sessions {
 			measured++
 		}
 	}
-	lr.summarizeOver(Sessions, measured, all[Sessions].ArrivalMs, o.SLO, o.GPUs)
+	summarizeOver(lr, Sessions, measured, all[Sessions].ArrivalMs, o.SLO, o.GPUs)
 	if late > 0 {
-		lr.Invalidate(ReasonClientBound, "shard %d/%d was ready for this level %v after its start instant (its previous level drained, or its setup ended, too late): "+
+		lr.Invalidate(schema.ReasonClientBound, "shard %d/%d was ready for this level %v after its start instant (its previous level drained, or its setup ended, too late): "+
 			"its sends ran late; leave more time between levels (--level-gap) or start later (--start-at)", p.Index, p.Count, late.Round(time.Microsecond))
 	}
 	if overrun > 0 {
-		lr.Invalidate(ReasonIncomplete, "shard %d/%d still had requests in flight %v after the level's drain deadline (last arrival + --level-gap %v model time): "+
+		lr.Invalidate(schema.ReasonIncomplete, "shard %d/%d still had requests in flight %v after the level's drain deadline (last arrival + --level-gap %v model time): "+
 			"they ran into the counter scrape and the next level's cache reset; raise --level-gap", p.Index, p.Count, overrun.Round(time.Microsecond), p.LevelGap)
 	}
 	if p.Count == 1 {
-		lr.judge(o.SLO, o.TimeScale)
+		judgeLevel(lr, o.SLO, o.TimeScale)
 		return
 	}
 	c := lr.Counters
-	lr.Counters = LevelCounters{}
-	lr.judge(o.SLO, o.TimeScale)
+	lr.Counters = schema.LevelCounters{}
+	judgeLevel(lr, o.SLO, o.TimeScale)
 	lr.Counters = c
-}
-
-// ShardInfo places a record in a sharded replay (hone replay --shard): a
-// shard's record has Index; a merged record (MergeShards) has none and
-// lists its shards in Merged.
-type ShardInfo struct {
-	Index         *int    `json:"index,omitempty"`
-	Count         int     `json:"count"`
-	StartAtUnixNs int64   `json:"start_at_unix_ns"`
-	LevelGapMs    float64 `json:"level_gap_ms"` // model time
-	SetupMs       float64 `json:"setup_ms"`     // real time
-	Assignment    string  `json:"assignment"`
-	// Merged describes each shard of a merged record. Its requests' mono_ns
-	// stamps are on their shard's host clock, paired with the wall clock
-	// by that shard's Clock; the record's own Clock is shard 0's.
-	Merged []ShardPart `json:"merged,omitempty"`
-}
-
-// ShardPart is one shard of a merged record.
-type ShardPart struct {
-	Index      int            `json:"index"`
-	Clock      Stamp          `json:"clock"`
-	StartedAt  time.Time      `json:"started_at"`
-	FinishedAt time.Time      `json:"finished_at"`
-	Incomplete bool           `json:"incomplete"`
-	Error      string         `json:"error,omitempty"`
-	Hardware   map[string]any `json:"hardware,omitempty"`
 }
 
 // MergeError says why shard records cannot be merged: Field is the record
@@ -231,8 +205,8 @@ func (e *MergeError) Error() string {
 
 // MergeShardFiles reads the records of a sharded replay (ReadRecord) and
 // merges them (MergeShards); errors name the files.
-func MergeShardFiles(paths ...string) (*Record, error) {
-	recs := make([]*Record, len(paths))
+func MergeShardFiles(paths ...string) (*schema.Record, error) {
+	recs := make([]*schema.Record, len(paths))
 	for i, p := range paths {
 		r, err := ReadRecord(p)
 		if err != nil {
@@ -255,7 +229,7 @@ func MergeShardFiles(paths ...string) (*Record, error) {
 // the same start instant, level gap, workload, levels, time scale,
 // endpoint, model, SLO, cache procedure and prompts. Otherwise the error is
 // a *MergeError naming the field.
-func MergeShards(shards []*Record) (*Record, error) {
+func MergeShards(shards []*schema.Record) (*schema.Record, error) {
 	names := make([]string, len(shards))
 	for i := range names {
 		names[i] = fmt.Sprintf("record %d", i+1)
@@ -263,7 +237,7 @@ func MergeShards(shards []*Record) (*Record, error) {
 	return mergeShards(shards, names)
 }
 
-func mergeShards(recs []*Record, names []string) (*Record, error) {
+func mergeShards(recs []*schema.Record, names []string) (*schema.Record, error) {
 	if len(recs) == 0 {
 		return nil, &MergeError{"shard", "no records"}
 	}
@@ -273,7 +247,7 @@ func mergeShards(recs []*Record, names []string) (*Record, error) {
 		}
 	}
 	count := recs[0].Shard.Count
-	byIndex := make([]*Record, count)
+	byIndex := make([]*schema.Record, count)
 	byName := make([]string, count)
 	for i, r := range recs {
 		idx := *r.Shard.Index
@@ -303,38 +277,38 @@ func mergeShards(recs []*Record, names []string) (*Record, error) {
 }
 
 // sameReplay checks that every shard ran the same replay as shard 0.
-func sameReplay(recs []*Record, names []string) error {
+func sameReplay(recs []*schema.Record, names []string) error {
 	fields := []struct {
 		name string
-		of   func(*Record) any
+		of   func(*schema.Record) any
 	}{
-		{"shard.start_at_unix_ns", func(r *Record) any { return r.Shard.StartAtUnixNs }},
-		{"shard.level_gap_ms", func(r *Record) any { return r.Shard.LevelGapMs }},
-		{"shard.setup_ms", func(r *Record) any { return r.Shard.SetupMs }},
-		{"shard.assignment", func(r *Record) any { return r.Shard.Assignment }},
-		{"hone", func(r *Record) any { return r.Hone }},
-		{"kind", func(r *Record) any { return r.Kind }},
-		{"backend", func(r *Record) any { return r.Backend }},
-		{"engine.endpoint", func(r *Record) any { return r.Engine.Endpoint }},
-		{"model", func(r *Record) any { return r.Model }},
-		{"gpus", func(r *Record) any { return r.GPUs }},
-		{"config", func(r *Record) any { return r.Config }},
-		{"time_scale", func(r *Record) any { return r.TimeScale }},
-		{"request_timeout_ms", func(r *Record) any { return r.RequestTimeoutMs }},
-		{"slo", func(r *Record) any { return r.SLO }},
-		{"workload.seed", func(r *Record) any { return r.Workload.Seed }},
-		{"workload.requests", func(r *Record) any { return r.Workload.Requests }},
-		{"workload.input_tokens", func(r *Record) any { return r.Workload.InputTokens }},
-		{"workload.uncached_tokens", func(r *Record) any { return r.Workload.UncachedTokens }},
-		{"workload.output_tokens", func(r *Record) any { return r.Workload.OutputTokens }},
-		{"workload.length_ratio", func(r *Record) any { return r.Workload.LengthRatio }},
-		{"workload.qps", func(r *Record) any { return r.Workload.QPS }},
-		{"workload.runs", func(r *Record) any { return r.Workload.Runs }},
-		{"workload.generator", func(r *Record) any { return r.Workload.Generator }},
-		{"workload.sessions", func(r *Record) any { return r.Workload.Sessions }},
-		{"cache.procedure", func(r *Record) any { return r.Cache.Procedure }},
-		{"cache.nonce", func(r *Record) any { return r.Cache.Nonce }},
-		{"request_id_nonce", func(r *Record) any { return r.RequestIDNonce }},
+		{"shard.start_at_unix_ns", func(r *schema.Record) any { return r.Shard.StartAtUnixNs }},
+		{"shard.level_gap_ms", func(r *schema.Record) any { return r.Shard.LevelGapMs }},
+		{"shard.setup_ms", func(r *schema.Record) any { return r.Shard.SetupMs }},
+		{"shard.assignment", func(r *schema.Record) any { return r.Shard.Assignment }},
+		{"hone", func(r *schema.Record) any { return r.Hone }},
+		{"kind", func(r *schema.Record) any { return r.Kind }},
+		{"backend", func(r *schema.Record) any { return r.Backend }},
+		{"engine.endpoint", func(r *schema.Record) any { return r.Engine.Endpoint }},
+		{"model", func(r *schema.Record) any { return r.Model }},
+		{"gpus", func(r *schema.Record) any { return r.GPUs }},
+		{"config", func(r *schema.Record) any { return r.Config }},
+		{"time_scale", func(r *schema.Record) any { return r.TimeScale }},
+		{"request_timeout_ms", func(r *schema.Record) any { return r.RequestTimeoutMs }},
+		{"slo", func(r *schema.Record) any { return r.SLO }},
+		{"workload.seed", func(r *schema.Record) any { return r.Workload.Seed }},
+		{"workload.requests", func(r *schema.Record) any { return r.Workload.Requests }},
+		{"workload.input_tokens", func(r *schema.Record) any { return r.Workload.InputTokens }},
+		{"workload.uncached_tokens", func(r *schema.Record) any { return r.Workload.UncachedTokens }},
+		{"workload.output_tokens", func(r *schema.Record) any { return r.Workload.OutputTokens }},
+		{"workload.length_ratio", func(r *schema.Record) any { return r.Workload.LengthRatio }},
+		{"workload.qps", func(r *schema.Record) any { return r.Workload.QPS }},
+		{"workload.runs", func(r *schema.Record) any { return r.Workload.Runs }},
+		{"workload.generator", func(r *schema.Record) any { return r.Workload.Generator }},
+		{"workload.sessions", func(r *schema.Record) any { return r.Workload.Sessions }},
+		{"cache.procedure", func(r *schema.Record) any { return r.Cache.Procedure }},
+		{"cache.nonce", func(r *schema.Record) any { return r.Cache.Nonce }},
+		{"request_id_nonce", func(r *schema.Record) any { return r.RequestIDNonce }},
 	}
 	for _, f := range fields {
 		want := f.of(recs[0])
@@ -391,18 +365,18 @@ func short(v any) string {
 
 // merge builds the merged record from shards that belong together, in
 // index order.
-func merge(recs []*Record, names []string) (*Record, error) {
+func merge(recs []*schema.Record, names []string) (*schema.Record, error) {
 	r0 := recs[0]
 	m := *r0
-	m.Shard = &ShardInfo{Count: r0.Shard.Count, StartAtUnixNs: r0.Shard.StartAtUnixNs, LevelGapMs: r0.Shard.LevelGapMs,
+	m.Shard = &schema.ShardInfo{Count: r0.Shard.Count, StartAtUnixNs: r0.Shard.StartAtUnixNs, LevelGapMs: r0.Shard.LevelGapMs,
 		SetupMs: r0.Shard.SetupMs, Assignment: r0.Shard.Assignment}
 	m.Runs, m.Attribution = nil, nil
-	m.Outcomes, m.Validation = map[string]int{}, Validation{Reasons: map[string]int{}}
+	m.Outcomes, m.Validation = map[string]int{}, schema.Validation{Reasons: map[string]int{}}
 	m.Incomplete = false
 	var errs []string
 	zeroWhenAbsent := false
 	for i, r := range recs {
-		m.Shard.Merged = append(m.Shard.Merged, ShardPart{Index: i, Clock: r.Clock, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
+		m.Shard.Merged = append(m.Shard.Merged, schema.ShardPart{Index: i, Clock: r.Clock, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
 			Incomplete: r.Incomplete, Error: r.Error, Hardware: r.Hardware})
 		if r.StartedAt.Before(m.StartedAt) {
 			m.StartedAt = r.StartedAt
@@ -417,9 +391,9 @@ func merge(recs []*Record, names []string) (*Record, error) {
 	w := r0.Workload.Workload
 	detailsSeen := false
 	for run := range r0.Workload.Runs {
-		rr := RunRecord{Run: run}
+		rr := schema.RunRecord{Run: run}
 		for li, qps := range r0.Workload.QPS {
-			parts := make([]*LevelRecord, len(recs))
+			parts := make([]*schema.LevelRecord, len(recs))
 			reached := false
 			for s, r := range recs {
 				if run < len(r.Runs) && li < len(r.Runs[run].Levels) {
@@ -429,14 +403,14 @@ func merge(recs []*Record, names []string) (*Record, error) {
 			if !reached {
 				break // no shard got this far: the replay stopped here
 			}
-			all, err := Generate(w.Params(qps))
+			all, err := Generate(ParamsOf(w, qps))
 			if err != nil {
 				return nil, &MergeError{"workload", err.Error()}
 			}
 			lr := mergeLevel(parts, all, qps)
 			fillCachedTokens(lr.Requests, false, &detailsSeen)
-			lr.summarize(all, m.SLO, m.GPUs)
-			lr.judge(m.SLO, m.TimeScale)
+			summarizeLevel(&lr, all, m.SLO, m.GPUs)
+			judgeLevel(&lr, m.SLO, m.TimeScale)
 			rr.Levels = append(rr.Levels, lr)
 		}
 		if len(rr.Levels) == 0 {
@@ -447,7 +421,7 @@ func merge(recs []*Record, names []string) (*Record, error) {
 	if zeroWhenAbsent || detailsSeen {
 		m.CachedTokensRule = CachedTokensZeroWhenAbsent
 	}
-	m.finish()
+	finishRecord(&m)
 	m.FinishedAt = r0.FinishedAt
 	for _, r := range recs {
 		if r.FinishedAt.After(m.FinishedAt) {
@@ -461,13 +435,13 @@ func merge(recs []*Record, names []string) (*Record, error) {
 // it): requests in id order, shard 0's counters, and every shard's reasons
 // (per code, the details of every shard that gave it). Summaries are left
 // to summarize and judge.
-func mergeLevel(parts []*LevelRecord, all []Request, qps float64) LevelRecord {
-	lr := LevelRecord{Level: slo.Level{OfferedQPS: qps}, Planned: len(all), Outcomes: map[string]int{}, Failures: map[string]int{},
-		Complete: true, Requests: []RequestRecord{}, Verdict: Verdict{Valid: true}}
+func mergeLevel(parts []*schema.LevelRecord, all []Request, qps float64) schema.LevelRecord {
+	lr := schema.LevelRecord{Level: slo.Level{OfferedQPS: qps}, Planned: len(all), Outcomes: map[string]int{}, Failures: map[string]int{},
+		Complete: true, Requests: []schema.RequestRecord{}, Verdict: schema.Verdict{Valid: true}}
 	first := true
-	details := map[string][]string{}
-	scales := map[string]float64{} // the largest of the parts' Scale estimates, 0 if one has none
-	var codes []string
+	details := map[schema.Code][]string{}
+	scales := map[schema.Code]float64{} // the largest of the parts' Scale estimates, 0 if one has none
+	var codes []schema.Code
 	for s, p := range parts {
 		if p == nil {
 			lr.Complete = false
@@ -491,16 +465,16 @@ func mergeLevel(parts []*LevelRecord, all []Request, qps float64) LevelRecord {
 			}
 			details[r.Code] = append(details[r.Code], fmt.Sprintf("shard %d/%d: %s", s, len(parts), r.Detail))
 			if k, ok := scales[r.Code]; ok {
-				scales[r.Code] = mergeScale(k, r.Scale)
+				scales[r.Code] = schema.MergeScale(k, r.Scale)
 			} else {
 				scales[r.Code] = r.Scale
 			}
 		}
 	}
 	lr.Complete = lr.Complete && lr.Sent == len(all)
-	slices.SortFunc(lr.Requests, func(a, b RequestRecord) int { return a.ID - b.ID })
+	slices.SortFunc(lr.Requests, func(a, b schema.RequestRecord) int { return a.ID - b.ID })
 	for _, c := range codes {
-		lr.Verdict.Reasons = append(lr.Verdict.Reasons, Reason{Code: c, Detail: strings.Join(details[c], "; "), Scale: scales[c]})
+		lr.Verdict.Reasons = append(lr.Verdict.Reasons, schema.Reason{Code: c, Detail: strings.Join(details[c], "; "), Scale: scales[c]})
 		lr.Verdict.Valid = false
 	}
 	return lr

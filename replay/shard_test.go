@@ -13,15 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
 // shardedRun runs every shard of a sharded replay as concurrent goroutines
 // against url, all from the same start instant, and returns their records
 // (schema-checked and read back) and the paths they were written to.
-func shardedRun(t *testing.T, opts Options, sh Shard) ([]*Record, []string) {
+func shardedRun(t *testing.T, opts Options, sh Shard) ([]*schema.Record, []string) {
 	t.Helper()
-	recs := make([]*Record, sh.Count)
+	recs := make([]*schema.Record, sh.Count)
 	errs := make([]error, sh.Count)
 	var wg sync.WaitGroup
 	for i := range sh.Count {
@@ -60,7 +61,7 @@ func TestShardedReplayEqualsSingle(t *testing.T) {
 	const n, scale = 3, 0.01
 	opts := func(url string) Options {
 		o := testOptions(url)
-		o.Cache = CacheReset
+		o.Cache = schema.CacheReset
 		return o
 	}
 	one := newFakeVLLM(t)
@@ -102,7 +103,7 @@ func TestShardedReplayEqualsSingle(t *testing.T) {
 		if rec.Shard == nil || rec.Shard.Index == nil || *rec.Shard.Index != i || rec.Shard.Count != n || rec.Shard.StartAtUnixNs != sh.StartAt.UnixNano() {
 			t.Fatalf("shard %d: shard field %+v", i, rec.Shard)
 		}
-		if rec.RequestIDNonce != shards[0].RequestIDNonce || rec.Cache.Procedure != CacheReset {
+		if rec.RequestIDNonce != shards[0].RequestIDNonce || rec.Cache.Procedure != schema.CacheReset {
 			t.Errorf("shard %d: request id nonce %q (shard 0: %q), cache %q", i, rec.RequestIDNonce, shards[0].RequestIDNonce, rec.Cache.Procedure)
 		}
 		for _, l := range levels(rec) {
@@ -128,7 +129,7 @@ func TestShardedReplayEqualsSingle(t *testing.T) {
 		t.Errorf("merged outcomes %v, validation %+v, verdict %v; single %v, %+v", merged.Outcomes, merged.Validation, merged.Verdict,
 			single.Outcomes, single.Validation)
 	}
-	tolMs := ClientBoundSLOFraction * slo.Default.TTFTMillis // real ms: what a scale-1 run tolerates
+	tolMs := schema.ClientBoundSLOFraction * slo.Default.TTFTMillis // real ms: what a scale-1 run tolerates
 	// Shard 0 alone reads the counters, three times a level (before, after
 	// the warm-ups, after), the last not before the level's drain
 	// deadline, when every shard's requests should have finished.
@@ -188,7 +189,7 @@ func TestShardedReplayEqualsSingle(t *testing.T) {
 	}
 
 	t.Run("refuses shards that do not belong together", func(t *testing.T) {
-		read := func(i int) *Record {
+		read := func(i int) *schema.Record {
 			r, err := ReadRecord(paths[i])
 			if err != nil {
 				t.Fatal(err)
@@ -197,39 +198,47 @@ func TestShardedReplayEqualsSingle(t *testing.T) {
 		}
 		for _, tc := range []struct {
 			field string
-			recs  func() []*Record
+			recs  func() []*schema.Record
 		}{
-			{"shard", func() []*Record { return []*Record{single, read(1), read(2)} }},
-			{"shard.index", func() []*Record { return []*Record{read(0), read(0), read(2)} }},
-			{"shard.count", func() []*Record { return []*Record{read(0), read(1)} }},
-			{"shard.start_at_unix_ns", func() []*Record { r := read(2); r.Shard.StartAtUnixNs++; return []*Record{read(0), read(1), r} }},
-			{"workload.seed", func() []*Record { r := read(1); r.Workload.Seed++; return []*Record{read(0), r, read(2)} }},
-			{"workload.qps", func() []*Record {
+			{"shard", func() []*schema.Record { return []*schema.Record{single, read(1), read(2)} }},
+			{"shard.index", func() []*schema.Record { return []*schema.Record{read(0), read(0), read(2)} }},
+			{"shard.count", func() []*schema.Record { return []*schema.Record{read(0), read(1)} }},
+			{"shard.start_at_unix_ns", func() []*schema.Record {
+				r := read(2)
+				r.Shard.StartAtUnixNs++
+				return []*schema.Record{read(0), read(1), r}
+			}},
+			{"workload.seed", func() []*schema.Record { r := read(1); r.Workload.Seed++; return []*schema.Record{read(0), r, read(2)} }},
+			{"workload.qps", func() []*schema.Record {
 				r := read(1)
 				r.Workload.QPS = []float64{10, 40}
-				return []*Record{read(0), r, read(2)}
+				return []*schema.Record{read(0), r, read(2)}
 			}},
-			{"time_scale", func() []*Record { r := read(2); r.TimeScale = 0.1; return []*Record{read(0), read(1), r} }},
-			{"engine.endpoint", func() []*Record {
+			{"time_scale", func() []*schema.Record { r := read(2); r.TimeScale = 0.1; return []*schema.Record{read(0), read(1), r} }},
+			{"engine.endpoint", func() []*schema.Record {
 				r := read(1)
 				r.Engine.Endpoint = "http://elsewhere:8000"
-				return []*Record{read(0), r, read(2)}
+				return []*schema.Record{read(0), r, read(2)}
 			}},
-			{"model", func() []*Record { r := read(1); r.Model.ID = "other"; return []*Record{read(0), r, read(2)} }},
-			{"cache.procedure", func() []*Record {
+			{"model", func() []*schema.Record {
 				r := read(1)
-				r.Cache.Procedure = CacheFreshPrefixes
-				return []*Record{read(0), r, read(2)}
+				r.Model.ID = "other"
+				return []*schema.Record{read(0), r, read(2)}
 			}},
-			{"runs[0].levels[1].prompts_sha256", func() []*Record {
+			{"cache.procedure", func() []*schema.Record {
+				r := read(1)
+				r.Cache.Procedure = schema.CacheFreshPrefixes
+				return []*schema.Record{read(0), r, read(2)}
+			}},
+			{"runs[0].levels[1].prompts_sha256", func() []*schema.Record {
 				r := read(2)
 				r.Runs[0].Levels[1].PromptsSHA256 = strings.Repeat("0", 64)
-				return []*Record{read(0), read(1), r}
+				return []*schema.Record{read(0), read(1), r}
 			}},
-			{"runs[0].levels[0].requests", func() []*Record {
+			{"runs[0].levels[0].requests", func() []*schema.Record {
 				r1, r2 := read(1), read(2)
 				r2.Runs[0].Levels[0].Requests = append(r2.Runs[0].Levels[0].Requests, r1.Runs[0].Levels[0].Requests...)
-				return []*Record{read(0), r1, r2}
+				return []*schema.Record{read(0), r1, r2}
 			}},
 		} {
 			_, err := MergeShards(tc.recs())
@@ -252,17 +261,17 @@ func TestShardedReplayEqualsSingle(t *testing.T) {
 	})
 
 	t.Run("a reason of any shard invalidates the merged level", func(t *testing.T) {
-		recs := []*Record{shards[0], shards[1], shards[2]}
+		recs := []*schema.Record{shards[0], shards[1], shards[2]}
 		r2 := *shards[2]
-		r2.Runs = []RunRecord{{Run: 0, Levels: slicesClone(shards[2].Runs[0].Levels)}}
-		r2.Runs[0].Levels[1].Verdict = Verdict{Valid: false, Reasons: []Reason{{Code: ReasonWarmStart, Detail: "planted"}}}
+		r2.Runs = []schema.RunRecord{{Run: 0, Levels: slicesClone(shards[2].Runs[0].Levels)}}
+		r2.Runs[0].Levels[1].Verdict = schema.Verdict{Valid: false, Reasons: []schema.Reason{{Code: schema.ReasonWarmStart, Detail: "planted"}}}
 		recs[2] = &r2
 		m, err := MergeShards(recs)
 		if err != nil {
 			t.Fatal(err)
 		}
 		l0, l1 := m.Runs[0].Levels[0], m.Runs[0].Levels[1]
-		if l0.Verdict.Has(ReasonWarmStart) || !l1.Verdict.Has(ReasonWarmStart) || l1.Verdict.Valid || m.Verdict.Valid ||
+		if l0.Verdict.Has(schema.ReasonWarmStart) || !l1.Verdict.Has(schema.ReasonWarmStart) || l1.Verdict.Valid || m.Verdict.Valid ||
 			!strings.Contains(l1.Verdict.String(), "shard 2/3: planted") || m.Runs[0].Objective == l1.EffectiveQPS {
 			t.Errorf("levels %v / %v, record %v, objective %g", l0.Verdict, l1.Verdict, m.Verdict, m.Runs[0].Objective)
 		}
@@ -270,22 +279,24 @@ func TestShardedReplayEqualsSingle(t *testing.T) {
 
 	t.Run("a shard that stopped early leaves the merged level incomplete", func(t *testing.T) {
 		r1 := *shards[1]
-		r1.Runs = []RunRecord{{Run: 0, Levels: slicesClone(shards[1].Runs[0].Levels[:1])}}
+		r1.Runs = []schema.RunRecord{{Run: 0, Levels: slicesClone(shards[1].Runs[0].Levels[:1])}}
 		r1.Incomplete, r1.Error = true, "interrupted during run 0: context canceled"
-		m, err := MergeShards([]*Record{shards[0], &r1, shards[2]})
+		m, err := MergeShards([]*schema.Record{shards[0], &r1, shards[2]})
 		if err != nil {
 			t.Fatal(err)
 		}
 		m = roundTrip(t, m)
 		l1 := m.Runs[0].Levels[1]
 		if !m.Incomplete || !strings.Contains(m.Error, "shard 1: interrupted") || l1.Complete || l1.Sent != 11 || l1.Planned != 12 ||
-			!l1.Verdict.Has(ReasonIncomplete) || !m.Verdict.Has(ReasonIncomplete) {
+			!l1.Verdict.Has(schema.ReasonIncomplete) || !m.Verdict.Has(schema.ReasonIncomplete) {
 			t.Errorf("record incomplete=%t error %q; level complete=%t sent %d/%d verdict %v", m.Incomplete, m.Error, l1.Complete, l1.Sent, l1.Planned, l1.Verdict)
 		}
 	})
 }
 
-func slicesClone(l []LevelRecord) []LevelRecord { return append([]LevelRecord(nil), l...) }
+func slicesClone(l []schema.LevelRecord) []schema.LevelRecord {
+	return append([]schema.LevelRecord(nil), l...)
+}
 
 // A shard never shifts a level: one whose requests are still in flight at
 // the level's drain deadline marks that level incomplete, and one ready
@@ -295,17 +306,17 @@ func TestShardLateLevelsAreMarked(t *testing.T) {
 	f := newFakeVLLM(t)
 	f.devMode, f.tokenDelay = true, 20*time.Millisecond
 	o := testOptions(f.start().URL)
-	o.Cache = CacheReset
+	o.Cache = schema.CacheReset
 	o.Shard = &Shard{Index: 0, Count: 1, StartAt: time.Now().Add(time.Second), LevelGap: time.Second, Setup: 10 * time.Millisecond}
 	rec, err := Run(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	l0, l1 := levels(rec)[0], levels(rec)[1]
-	if !l0.Verdict.Has(ReasonIncomplete) || !strings.Contains(l0.Verdict.String(), "shard 0/1 still had requests in flight") || !l0.Complete {
+	if !l0.Verdict.Has(schema.ReasonIncomplete) || !strings.Contains(l0.Verdict.String(), "shard 0/1 still had requests in flight") || !l0.Complete {
 		t.Errorf("level 0: complete=%t %v; want every request answered, and incomplete for the late drain", l0.Complete, l0.Verdict)
 	}
-	if !l1.Verdict.Has(ReasonClientBound) || !strings.Contains(l1.Verdict.String(), "shard 0/1 was ready for this level") {
+	if !l1.Verdict.Has(schema.ReasonClientBound) || !strings.Contains(l1.Verdict.String(), "shard 0/1 was ready for this level") {
 		t.Errorf("level 1: %v; want client_bound for the late start", l1.Verdict)
 	}
 	// Sent late, never shifted: the level still starts at its instant.
@@ -321,7 +332,7 @@ func TestShardFreshPrefixes(t *testing.T) {
 	f := newFakeVLLM(t)
 	f.firstDelay = 20 * time.Millisecond
 	o := oneLevel(testOptions(f.start().URL))
-	o.Cache, o.PrefixNonce = CacheFreshPrefixes, 0
+	o.Cache, o.PrefixNonce = schema.CacheFreshPrefixes, 0
 	sh := Shard{Count: 2, StartAt: time.Now().Add(time.Second), LevelGap: 20 * time.Second, Setup: 100 * time.Millisecond}
 	recs, _ := shardedRun(t, o, sh)
 	if recs[0].Cache.Nonce == 0 || recs[0].Cache.Nonce != recs[1].Cache.Nonce || f.resets != 0 {
@@ -346,7 +357,7 @@ func TestShardOptions(t *testing.T) {
 		"shard setup": {Index: 0, Count: 2, StartAt: soon, Setup: -time.Second},
 	} {
 		o := testOptions("http://127.0.0.1:1")
-		o.Cache = CacheReset
+		o.Cache = schema.CacheReset
 		o.Shard = &sh
 		rec, err := Run(context.Background(), o)
 		var pe *ParamError
@@ -360,7 +371,7 @@ func TestShardOptions(t *testing.T) {
 		"start-at": func(o *Options) { o.Shard.StartAt = time.Time{} },
 	} {
 		o := testOptions("http://127.0.0.1:1")
-		o.Cache = CacheReset
+		o.Cache = schema.CacheReset
 		o.Shard = &Shard{Index: 0, Count: 2, StartAt: soon}
 		mod(&o)
 		_, err := Run(context.Background(), o)

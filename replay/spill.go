@@ -33,8 +33,8 @@ func newSpill(dir string) (*spill, error) {
 	return &spill{f: f}, nil
 }
 
-// put appends data and returns where it went.
-func (s *spill) put(data []byte) (int64, error) {
+// Put appends data and returns where it went.
+func (s *spill) Put(data []byte) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	off := s.size
@@ -55,26 +55,11 @@ func (s *spill) failed() error {
 	return s.err
 }
 
-// get reads n bytes at off.
-func (s *spill) get(off int64, n int) ([]byte, error) {
+// Get reads n bytes at off.
+func (s *spill) Get(off int64, n int) ([]byte, error) {
 	b := make([]byte, n)
 	if _, err := s.f.ReadAt(b, off); err != nil {
 		return nil, fmt.Errorf("spill file: %w", err)
 	}
 	return b, nil
-}
-
-// spillTo moves c's packed chunks to s: c then reads them from there
-// (Len, Columns, MarshalJSON as before). Chunks without a stream stay
-// absent; c must be packed (Pack) or absent.
-func (c *Chunks) spillTo(s *spill) error {
-	if c.packed == nil {
-		return nil
-	}
-	off, err := s.put(c.packed)
-	if err != nil {
-		return err
-	}
-	*c = Chunks{spilled: s, spillOff: off, spillLen: len(c.packed), count: c.count}
-	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"os"
 	"reflect"
 	"testing"
+
+	"github.com/hone-llm/hone/schema"
 )
 
 // Spilled chunks read as the packed ones they were: count, columns,
@@ -25,10 +27,10 @@ func TestSpilledChunks(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := p
-		if err := s.spillTo(sp); err != nil {
+		if err := s.MoveTo(sp); err != nil {
 			t.Fatal(err)
 		}
-		if s.packed != nil || s.spilled == nil || s.Len() != p.Len() || !reflect.DeepEqual(s.Columns(), q.Chunks) {
+		if s.InMemory() || !s.Stored() || s.Len() != p.Len() || !reflect.DeepEqual(s.Columns(), q.Chunks) {
 			t.Errorf("request %d: spilled chunks %d, columns equal %t; want %d", q.ID, s.Len(), reflect.DeepEqual(s.Columns(), q.Chunks), p.Len())
 		}
 		a, _ := p.MarshalJSON()
@@ -37,12 +39,12 @@ func TestSpilledChunks(t *testing.T) {
 			t.Errorf("request %d: spilled JSON differs (%v)", q.ID, err)
 		}
 		var pi, si []int64
-		p.eachInterval(func(g int64) { pi = append(pi, g) })
-		s.eachInterval(func(g int64) { si = append(si, g) })
+		p.EachInterval(func(g int64) { pi = append(pi, g) })
+		s.EachInterval(func(g int64) { si = append(si, g) })
 		if len(pi) != q.Chunks.Len()-1 || !reflect.DeepEqual(pi, si) {
 			t.Errorf("request %d: %d intervals spilled, %d packed", q.ID, len(si), len(pi))
 		}
-		if err := s.Pack(); err != nil || s.spilled == nil {
+		if err := s.Pack(); err != nil || !s.Stored() {
 			t.Errorf("request %d: Pack on spilled chunks: %v", q.ID, err)
 		}
 	}
@@ -60,7 +62,7 @@ func TestRunTraceSpills(t *testing.T) {
 	for _, interrupt := range []bool{false, true} {
 		ctx, cancel := context.WithCancel(context.Background())
 		dir := t.TempDir()
-		opts := Options{Endpoint: srv.URL, Model: "m", Cache: CacheReset, SpillDir: dir, HTTPClient: &http.Client{Transport: newTransport()}}
+		opts := Options{Endpoint: srv.URL, Model: "m", Cache: schema.CacheReset, SpillDir: dir, HTTPClient: &http.Client{Transport: newTransport()}}
 		if interrupt {
 			opts.Progress = func(p Progress) { // every 250 ms of a trace that spans 975
 				if p.Done > 0 {
@@ -79,10 +81,10 @@ func TestRunTraceSpills(t *testing.T) {
 		}
 		ok := 0
 		for _, q := range l.Requests {
-			if q.Outcome == OutcomeOK {
+			if q.Outcome == schema.OutcomeOK {
 				ok++
-				if q.Chunks.spilled == nil || q.Chunks.packed != nil || q.Chunks.Len() != output {
-					t.Errorf("interrupted %t: request %d: %d chunks, spilled %t, in memory %t", interrupt, q.ID, q.Chunks.Len(), q.Chunks.spilled != nil, q.Chunks.packed != nil)
+				if !q.Chunks.Stored() || q.Chunks.InMemory() || q.Chunks.Len() != output {
+					t.Errorf("interrupted %t: request %d: %d chunks, spilled %t, in memory %t", interrupt, q.ID, q.Chunks.Len(), q.Chunks.Stored(), q.Chunks.InMemory())
 				}
 			}
 		}

@@ -3,6 +3,7 @@ package replay
 import (
 	"testing"
 
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -38,9 +39,9 @@ func TestSummarizeExcludesWarmup(t *testing.T) {
 // p50 TPOT to nothing, and a level of one-token requests only has no TPOT
 // (0, which the gate refuses at a valid level).
 func TestLevelTPOTSkipsOneTokenRequests(t *testing.T) {
-	level := func(tokens ...int) LevelRecord {
+	level := func(tokens ...int) schema.LevelRecord {
 		var reqs []Request
-		lr := LevelRecord{Outcomes: map[string]int{}, Failures: map[string]int{}, Complete: true}
+		lr := schema.LevelRecord{Outcomes: map[string]int{}, Failures: map[string]int{}, Complete: true}
 		for i := range Sessions + len(tokens) {
 			reqs = append(reqs, Request{ID: i, ArrivalMs: float64(i)})
 			if i < Sessions {
@@ -51,10 +52,10 @@ func TestLevelTPOTSkipsOneTokenRequests(t *testing.T) {
 			if n > 1 {
 				tpot = 2
 			}
-			lr.Requests = append(lr.Requests, RequestRecord{ID: i, Outcome: OutcomeOK, Valid: true, OutputTokens: n,
+			lr.Requests = append(lr.Requests, schema.RequestRecord{ID: i, Outcome: schema.OutcomeOK, Valid: true, OutputTokens: n,
 				FirstMs: &first, FinishMs: &finish, TTFTMs: &ttft, TPOTMs: &tpot})
 		}
-		lr.Summarize(reqs, slo.Default, 1)
+		SummarizeLevel(&lr, reqs, slo.Default, 1)
 		return lr
 	}
 	if lr := level(1, 1, 1, 4, 4); lr.P50TPOTMs != 2 || lr.P99TPOTMs != 2 || lr.P50TTFTMs != 10 {
@@ -69,19 +70,19 @@ func TestLevelTPOTSkipsOneTokenRequests(t *testing.T) {
 // SLO is met is a burst figure, marked NotSteady; one that keeps up, or
 // that fails the SLO (saturation shows in its latency), is not.
 func TestLevelNotSteady(t *testing.T) {
-	level := func(decodeMs, ttft float64) LevelRecord {
+	level := func(decodeMs, ttft float64) schema.LevelRecord {
 		var reqs []Request
-		lr := LevelRecord{Outcomes: map[string]int{}, Failures: map[string]int{}, Complete: true}
+		lr := schema.LevelRecord{Outcomes: map[string]int{}, Failures: map[string]int{}, Complete: true}
 		lr.OfferedQPS = 10
 		for i := range Sessions + 40 {
 			at := float64(i) * 100 // 10 req/s
 			reqs = append(reqs, Request{ID: i, ArrivalMs: at})
 			first := at + ttft
 			finish, tpot := first+decodeMs, decodeMs/127
-			lr.Requests = append(lr.Requests, RequestRecord{ID: i, Outcome: OutcomeOK, Valid: true, OutputTokens: 128,
+			lr.Requests = append(lr.Requests, schema.RequestRecord{ID: i, Outcome: schema.OutcomeOK, Valid: true, OutputTokens: 128,
 				FirstMs: &first, FinishMs: &finish, TTFTMs: &ttft, TPOTMs: &tpot})
 		}
-		lr.Summarize(reqs, slo.SLO{TTFTMillis: 2000, TPOTMillis: 50}, 1)
+		SummarizeLevel(&lr, reqs, slo.SLO{TTFTMillis: 2000, TPOTMillis: 50}, 1)
 		return lr
 	}
 	// 40 requests over 3.9 s of arrivals, then 1 s of decode: 8.2 req/s.

@@ -10,6 +10,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+
+	"github.com/hone-llm/hone/schema"
 )
 
 // PrefixGenerator names the recipe that turns a seed into session prefix
@@ -20,55 +22,26 @@ const PrefixGenerator = "hone-code/v1"
 // DefaultSeed is the workload seed when none is given.
 const DefaultSeed = 1
 
-// Workload is the token-level workload: the brief's schedule (Generate) at
-// each offered rate, with real token ids. Eight sessions each get a distinct,
-// deterministic code prefix cut to exactly InputTokens-UncachedTokens
-// tokens; every request appends its own UncachedTokens ids drawn from Seed.
-type Workload struct {
-	Seed           uint64 `json:"seed"`
-	Requests       int    `json:"requests"`
-	InputTokens    int    `json:"input_tokens"`
-	UncachedTokens int    `json:"uncached_tokens"`
-	OutputTokens   int    `json:"output_tokens"`
-	// LengthRatio, in (0, 1), draws each measured request's input and
-	// output lengths uniformly from [LengthRatio × L, L] (vllm bench serve's
-	// random-range-ratio as the InferenceX runs use it), from Seed and the
-	// request id; 0 (or 1): every request is InputTokens and OutputTokens
-	// long.
-	LengthRatio float64 `json:"length_ratio,omitempty"`
-}
-
 // DefaultWorkload is the brief's public instance with the default seed.
-func DefaultWorkload() Workload {
+func DefaultWorkload() schema.Workload {
 	p := DefaultParams(1)
-	return Workload{Seed: DefaultSeed, Requests: p.Requests, InputTokens: p.InputTokens,
+	return schema.Workload{Seed: DefaultSeed, Requests: p.Requests, InputTokens: p.InputTokens,
 		UncachedTokens: p.UncachedTokens, OutputTokens: p.OutputTokens}
 }
 
-// Params is the schedule's shape at one offered rate.
-func (w Workload) Params(qps float64) Params {
+// ParamsOf is the schedule's shape at one offered rate.
+func ParamsOf(w schema.Workload, qps float64) Params {
 	return Params{Requests: w.Requests, InputTokens: w.InputTokens, UncachedTokens: w.UncachedTokens,
 		OutputTokens: w.OutputTokens, OfferedQPS: qps, LengthRatio: w.LengthRatio, Seed: w.Seed}
-}
-
-// CachedTokens is the length of every session prefix.
-func (w Workload) CachedTokens() int { return w.InputTokens - w.UncachedTokens }
-
-// SessionPrefix is one session's prefix and how it was made.
-type SessionPrefix struct {
-	Session      int    `json:"session"`
-	TextBytes    int    `json:"text_bytes"`
-	TextSHA256   string `json:"text_sha256"`
-	TextTokens   int    `json:"text_tokens"`   // what /tokenize returned for the whole text
-	PrefixSHA256 string `json:"prefix_sha256"` // of the ids kept (CachedTokens of them)
-	ids          []int
 }
 
 // Prompts holds the tokenized session prefixes and draws each request's
 // suffix. It is built once per run and shared by every level.
 type Prompts struct {
-	Workload Workload
-	Prefixes []SessionPrefix
+	Workload schema.Workload
+	Prefixes []schema.SessionPrefix
+	// ids are each session's prefix ids (CachedTokens of them), by session.
+	ids [][]int
 	// vocab is every distinct id the prefixes tokenized to, sorted: suffix
 	// ids are drawn from it, so they are valid ids of the served model's
 	// tokenizer without knowing its vocabulary size.
@@ -82,8 +55,8 @@ type TokenizeFunc func(ctx context.Context, text string) ([]int, error)
 // BuildPrompts generates the eight session texts from w.Seed, tokenizes each
 // once and cuts it to w.CachedTokens(). A text that tokenizes shorter than
 // that is an error: the workload would silently change.
-func BuildPrompts(ctx context.Context, w Workload, tokenize TokenizeFunc) (*Prompts, error) {
-	if err := w.Params(1).Validate(); err != nil {
+func BuildPrompts(ctx context.Context, w schema.Workload, tokenize TokenizeFunc) (*Prompts, error) {
+	if err := ParamsOf(w, 1).Validate(); err != nil {
 		return nil, err
 	}
 	want := w.CachedTokens()
@@ -109,8 +82,9 @@ func BuildPrompts(ctx context.Context, w Workload, tokenize TokenizeFunc) (*Prom
 		}
 		sum := sha256.Sum256([]byte(text))
 		kept := ids[:want:want]
-		p.Prefixes = append(p.Prefixes, SessionPrefix{Session: s, TextBytes: len(text), TextSHA256: hex.EncodeToString(sum[:]),
-			TextTokens: len(ids), PrefixSHA256: HashTokens(kept), ids: kept})
+		p.Prefixes = append(p.Prefixes, schema.SessionPrefix{Session: s, TextBytes: len(text), TextSHA256: hex.EncodeToString(sum[:]),
+			TextTokens: len(ids), PrefixSHA256: HashTokens(kept)})
+		p.ids = append(p.ids, kept)
 	}
 	for id := range seen {
 		p.vocab = append(p.vocab, id)
@@ -134,19 +108,19 @@ func (p *Prompts) Prompt(run int, qps float64, req Request) []int {
 // AppendPrompt appends Prompt(run, qps, req) to dst and returns the
 // extended slice (for callers that want room after the prompt).
 func (p *Prompts) AppendPrompt(dst []int, run int, qps float64, req Request) []int {
-	prefix := p.Prefixes[req.Session].ids
+	prefix := p.ids[req.Session]
 	out := slices.Grow(dst, len(prefix)+max(req.InputTokens-len(prefix), 0))
 	return p.AppendSuffix(append(out, prefix...), run, qps, req)
 }
 
 // PrefixLen is the length in tokens of session's shared prefix.
-func (p *Prompts) PrefixLen(session int) int { return len(p.Prefixes[session].ids) }
+func (p *Prompts) PrefixLen(session int) int { return len(p.ids[session]) }
 
 // AppendSuffix appends the part of Prompt(run, qps, req) after its
 // session's prefix: for a caller whose dst already ends with that prefix
 // (a buffer reused for the session's next request).
 func (p *Prompts) AppendSuffix(dst []int, run int, qps float64, req Request) []int {
-	n := req.InputTokens - len(p.Prefixes[req.Session].ids)
+	n := req.InputTokens - len(p.ids[req.Session])
 	dst = slices.Grow(dst, max(n, 0))
 	rng := rand.New(rand.NewPCG(p.Workload.Seed^uint64(run+1)*0x9E3779B97F4A7C15, math.Float64bits(qps)^uint64(req.ID)<<1))
 	for range n {

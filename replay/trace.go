@@ -12,6 +12,8 @@ import (
 	"io"
 	"math"
 	"os"
+
+	"github.com/hone-llm/hone/schema"
 )
 
 // MooncakeBlockSize is the block size of Mooncake's public traces: one
@@ -206,7 +208,7 @@ func (t *sliceTrace) Close() error { return nil }
 // one checking pass, Open replays it.
 type TraceFile struct {
 	Path string
-	Info TraceInfo
+	Info schema.TraceInfo
 	// converted holds a record's requests as trace requests (format
 	// TraceRecord): a record is read whole anyway.
 	converted []TraceRequest

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/hone-llm/hone/schema"
 )
 
 const (
@@ -309,7 +311,7 @@ func FuzzParseTraceLine(f *testing.F) {
 	})
 }
 
-func mustJSON(t *testing.T, rec *Record) []byte {
+func mustJSON(t *testing.T, rec *schema.Record) []byte {
 	t.Helper()
 	b, err := json.Marshal(rec)
 	if err != nil {

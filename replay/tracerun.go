@@ -16,13 +16,14 @@ import (
 	"time"
 
 	"github.com/hone-llm/hone/internal/finesleep"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
 // TraceRate is the offered rate of a trace's one level: its requests per
 // second of its span at its speed (model time; a span under 1 ms counts
 // as 1 ms).
-func TraceRate(info TraceInfo) float64 {
+func TraceRate(info schema.TraceInfo) float64 {
 	span := (info.LastMs - info.FirstMs) / cmp.Or(info.Speed, 1)
 	return float64(info.Requests) * 1000 / math.Max(span, 1)
 }
@@ -30,14 +31,14 @@ func TraceRate(info TraceInfo) float64 {
 // newTraceWorkload is the workload of a replay or prediction of the trace
 // tf at speed: the trace (kind WorkloadTrace), one run of one level at
 // TraceRate.
-func newTraceWorkload(tf *TraceFile, speed float64, seed uint64, vocab int) WorkloadRecord {
+func newTraceWorkload(tf *TraceFile, speed float64, seed uint64, vocab int) schema.WorkloadRecord {
 	info := tf.Info
 	info.Speed, info.Vocab, info.ImpliedHitRule, info.TokenRecipe = speed, vocab, ImpliedHitRule, TraceTokenRecipe
 	in, out := int(info.InputTokens/int64(info.Requests)), int(info.OutputTokens/int64(info.Requests))
-	return WorkloadRecord{
-		Workload: Workload{Seed: seed, Requests: info.Requests, InputTokens: max(in, 1), UncachedTokens: max(in, 1), OutputTokens: max(out, 1)},
-		Kind:     WorkloadTrace, Trace: &info, QPS: []float64{TraceRate(info)}, Load: LoadOpen, Runs: 1, Generator: PrefixGenerator,
-		Sessions: []SessionPrefix{}, SuffixVocab: vocab, SuffixRecipe: TraceTokenRecipe,
+	return schema.WorkloadRecord{
+		Workload: schema.Workload{Seed: seed, Requests: info.Requests, InputTokens: max(in, 1), UncachedTokens: max(in, 1), OutputTokens: max(out, 1)},
+		Kind:     schema.WorkloadTrace, Trace: &info, QPS: []float64{TraceRate(info)}, Load: schema.LoadOpen, Runs: 1, Generator: PrefixGenerator,
+		Sessions: []schema.SessionPrefix{}, SuffixVocab: vocab, SuffixRecipe: TraceTokenRecipe,
 		PrewarmPolicy: "none: the trace's requests from its first, on an engine that starts cold (see cache); input_tokens and output_tokens are the trace's means",
 	}
 }
@@ -45,7 +46,7 @@ func newTraceWorkload(tf *TraceFile, speed float64, seed uint64, vocab int) Work
 // SetTraceMeasured sets the trace's measured hit rate from the record's
 // one level: its requests' cached_tokens where every request that
 // completed reported them, else the /metrics counters' delta.
-func (rec *Record) SetTraceMeasured() {
+func SetTraceMeasured(rec *schema.Record) {
 	t := rec.Workload.Trace
 	if t == nil || len(rec.Runs) == 0 || len(rec.Runs[0].Levels) == 0 {
 		return
@@ -54,7 +55,7 @@ func (rec *Record) SetTraceMeasured() {
 	t.MeasuredHitRate, t.MeasuredFrom = nil, ""
 	all := true
 	for _, q := range l.Requests {
-		if q.Outcome == OutcomeOK && (q.CachedTokens == nil || q.PromptTokens == nil) {
+		if q.Outcome == schema.OutcomeOK && (q.CachedTokens == nil || q.PromptTokens == nil) {
 			all = false
 		}
 	}
@@ -76,7 +77,7 @@ func (rec *Record) SetTraceMeasured() {
 // fingerprint and implied and measured hit rates (Workload.Trace).
 // opts.Workload (only its Seed is read), QPS, Concurrency, Runs and Shard
 // are not used. Errors and a partial record are as Run's.
-func RunTrace(ctx context.Context, opts Options, tf *TraceFile, speed float64) (*Record, error) {
+func RunTrace(ctx context.Context, opts Options, tf *TraceFile, speed float64) (*schema.Record, error) {
 	if speed == 0 {
 		speed = 1
 	}
@@ -105,10 +106,10 @@ func RunTrace(ctx context.Context, opts Options, tf *TraceFile, speed float64) (
 	tb := newTimebase()
 	rec := newRecord(opts, tb, newTraceWorkload(tf, speed, seed, 0))
 	rec.CachedTokensRule = CachedTokensAsReported
-	fail := func(err error) (*Record, error) {
+	fail := func(err error) (*schema.Record, error) {
 		rec.Incomplete, rec.Error = true, err.Error()
-		rec.finish()
-		rec.SetTraceMeasured()
+		finishRecord(rec)
+		SetTraceMeasured(rec)
 		return rec, err
 	}
 	eng := &engine{http: hc, base: opts.Endpoint, model: opts.Model}
@@ -143,7 +144,7 @@ func RunTrace(ctx context.Context, opts Options, tf *TraceFile, speed float64) (
 		}
 		return fail(err)
 	}
-	if rec.Cache.Procedure == CacheFreshPrefixes {
+	if rec.Cache.Procedure == schema.CacheFreshPrefixes {
 		for rec.Cache.Nonce = opts.PrefixNonce; rec.Cache.Nonce == 0; {
 			rec.Cache.Nonce = rand.Uint64()
 		}
@@ -162,7 +163,7 @@ func RunTrace(ctx context.Context, opts Options, tf *TraceFile, speed float64) (
 	if sp != nil && sp.failed() != nil {
 		slog.Warn("replay: the spill file failed; the requests after it kept their chunks in memory", "dir", opts.SpillDir, "err", sp.failed())
 	}
-	rec.Runs = []RunRecord{{Run: 0, Levels: []LevelRecord{lr}}}
+	rec.Runs = []schema.RunRecord{{Run: 0, Levels: []schema.LevelRecord{lr}}}
 	if tr.detailsSeen || opts.CachedTokensReported {
 		rec.CachedTokensRule = CachedTokensZeroWhenAbsent
 	}
@@ -173,8 +174,8 @@ func RunTrace(ctx context.Context, opts Options, tf *TraceFile, speed float64) (
 	case ctx.Err() != nil:
 		return fail(fmt.Errorf("interrupted: %w", context.Cause(ctx)))
 	}
-	rec.finish()
-	rec.SetTraceMeasured()
+	finishRecord(rec)
+	SetTraceMeasured(rec)
 	return rec, nil
 }
 
@@ -196,9 +197,9 @@ type traceRunner struct {
 // startProgress calls opts.Progress every 250 ms from one goroutine, as
 // Run does: the trace is one level; its ETA is what is left of the
 // trace's span. stop reports the finished level.
-func (r *traceRunner) startProgress(qps float64) (stop func(*LevelRecord)) {
+func (r *traceRunner) startProgress(qps float64) (stop func(*schema.LevelRecord)) {
 	if r.opts.Progress == nil {
-		return func(*LevelRecord) {}
+		return func(*schema.LevelRecord) {}
 	}
 	n := r.tf.Info.Requests
 	span := time.Duration((r.tf.Info.LastMs - r.tf.Info.FirstMs) / r.speed * r.scale * 1e6)
@@ -223,7 +224,7 @@ func (r *traceRunner) startProgress(qps float64) (stop func(*LevelRecord)) {
 			}
 		}
 	}()
-	return func(lr *LevelRecord) {
+	return func(lr *schema.LevelRecord) {
 		close(quit)
 		<-finished
 		p := snap()
@@ -234,9 +235,9 @@ func (r *traceRunner) startProgress(qps float64) (stop func(*LevelRecord)) {
 
 // level sends the trace as one level: cold engine, counters around it,
 // each request built the moment before it is due.
-func (r *traceRunner) level(ctx context.Context, qps float64) (LevelRecord, error) {
+func (r *traceRunner) level(ctx context.Context, qps float64) (schema.LevelRecord, error) {
 	n := r.tf.Info.Requests
-	lr := LevelRecord{Level: slo.Level{OfferedQPS: qps}, Planned: n, Outcomes: map[string]int{}, Failures: map[string]int{},
+	lr := schema.LevelRecord{Level: slo.Level{OfferedQPS: qps}, Planned: n, Outcomes: map[string]int{}, Failures: map[string]int{},
 		PrefixSeed: r.tokens.seed}
 	bg := context.WithoutCancel(ctx)
 	src, err := r.tf.Open()
@@ -245,7 +246,7 @@ func (r *traceRunner) level(ctx context.Context, qps float64) (LevelRecord, erro
 	}
 	defer src.Close()
 	lr.Counters.Before, _ = r.eng.scrape(bg)
-	records := make([]RequestRecord, n) // a trace's requests are counted before the replay
+	records := make([]schema.RequestRecord, n) // a trace's requests are counted before the replay
 	hashes := sha256.New()
 	var (
 		wg   sync.WaitGroup
@@ -265,7 +266,7 @@ func (r *traceRunner) level(ctx context.Context, qps float64) (LevelRecord, erro
 			panic(err) // ints and strings always encode
 		}
 		rr := &records[sent]
-		*rr = RequestRecord{ID: sent, RequestID: fmt.Sprintf("hone-%s-0-trace-%d", r.idNonce, sent), InputTokens: len(ids),
+		*rr = schema.RequestRecord{ID: sent, RequestID: fmt.Sprintf("hone-%s-0-trace-%d", r.idNonce, sent), InputTokens: len(ids),
 			PromptSHA256: hash, ScheduledMs: (q.TimestampMs - first) / r.speed}
 		due := start.Add(time.Duration(rr.ScheduledMs * r.scale * 1e6))
 		if !finesleep.Until(ctx, due) {
@@ -283,7 +284,7 @@ func (r *traceRunner) level(ctx context.Context, qps float64) (LevelRecord, erro
 			r.cl.do(ctx, body, rr, start, due, out, sse)
 			sse.reset(nil)
 			pool.Put(sse)
-			if rr.Outcome != OutcomeOK {
+			if rr.Outcome != schema.OutcomeOK {
 				r.failed.Add(1)
 			}
 			r.done.Add(1)
@@ -296,22 +297,22 @@ func (r *traceRunner) level(ctx context.Context, qps float64) (LevelRecord, erro
 	lr.Sent = sent
 	lr.Complete = sent == n && ctx.Err() == nil
 	fillCachedTokens(lr.Requests, r.opts.CachedTokensReported, &r.detailsSeen)
-	lr.SummarizeTrace(r.opts.SLO, r.opts.GPUs)
-	lr.judge(r.opts.SLO, r.scale)
+	SummarizeTraceLevel(&lr, r.opts.SLO, r.opts.GPUs)
+	judgeLevel(&lr, r.opts.SLO, r.scale)
 	return lr, src.Err()
 }
 
-// SummarizeTrace fills the level's summary as Summarize does, for a
+// SummarizeTraceLevel fills the level's summary as Summarize does, for a
 // trace's level: every request is measured (no warm-ups), the window
 // opening at the first request's arrival (0).
-func (lr *LevelRecord) SummarizeTrace(target slo.SLO, gpus int) {
-	lr.summarizeOver(0, lr.Planned, 0, target, gpus)
+func SummarizeTraceLevel(lr *schema.LevelRecord, target slo.SLO, gpus int) {
+	summarizeOver(lr, 0, lr.Planned, 0, target, gpus)
 }
 
 // NewTraceRecord is the record a prediction of tf at speed fills
 // (package predict): the trace's workload, its prompts drawn from vocab
 // ids; the caller sets the rest.
-func NewTraceRecord(tf *TraceFile, speed float64, seed uint64, vocab int) *Record {
-	return &Record{SchemaVersion: SchemaVersion, VerdictRule: VerdictRule, Workload: newTraceWorkload(tf, cmp.Or(speed, 1), seed, vocab),
-		Outcomes: map[string]int{}, Validation: Validation{Reasons: map[string]int{}}, Config: map[string]any{}, Hardware: map[string]any{}}
+func NewTraceRecord(tf *TraceFile, speed float64, seed uint64, vocab int) *schema.Record {
+	return &schema.Record{SchemaVersion: schema.SchemaVersion, VerdictRule: schema.VerdictRule, Workload: newTraceWorkload(tf, cmp.Or(speed, 1), seed, vocab),
+		Outcomes: map[string]int{}, Validation: schema.Validation{Reasons: map[string]int{}}, Config: map[string]any{}, Hardware: map[string]any{}}
 }

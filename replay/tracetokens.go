@@ -5,50 +5,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-)
 
-// TraceInfo is what a record keeps of the trace it replayed: its
-// fingerprint, its shape, and the prefix-cache hit rate its structure
-// implies beside the one measured.
-type TraceInfo struct {
-	Format string `json:"format"` // TraceMooncake or TraceRecord
-	SHA256 string `json:"sha256"` // of the file as given (compressed or not)
-	// Requests, InputTokens, OutputTokens: the trace's totals.
-	Requests     int   `json:"requests"`
-	InputTokens  int64 `json:"input_tokens"`
-	OutputTokens int64 `json:"output_tokens"`
-	// FirstMs and LastMs are the first and last timestamps, trace time.
-	FirstMs float64 `json:"first_ms"`
-	LastMs  float64 `json:"last_ms"`
-	// Speed divides the trace's time: request i is sent at
-	// (timestamp_i - first) / speed model ms after the start.
-	Speed float64 `json:"speed"`
-	// BlockSize is the trace's: one hash id per BlockSize prompt tokens.
-	BlockSize int `json:"block_size"`
-	// EngineBlockSize is the serving engine's KV block size, which the
-	// implied hit rate is computed with.
-	EngineBlockSize int `json:"engine_block_size"`
-	// ImpliedHitRate is ImpliedHitRule applied to the trace: implied
-	// cached tokens / input tokens.
-	ImpliedHitRate      float64 `json:"implied_hit_rate"`
-	ImpliedCachedTokens int64   `json:"implied_cached_tokens"`
-	ImpliedHitRule      string  `json:"implied_hit_rule"`
-	// MeasuredHitRate is what the engine reported over every request:
-	// summed cached_tokens / prompt_tokens where every request answered
-	// with them, else the /metrics counters' delta over the replay;
-	// MeasuredFrom says which. nil when the engine reported neither.
-	MeasuredHitRate *float64 `json:"measured_hit_rate"`
-	MeasuredFrom    string   `json:"measured_from,omitempty"`
-	// Vocab is how many distinct token ids prompts are drawn from
-	// (TraceTokens); FirstTokenReuses counts blocks whose first token an
-	// earlier sibling already began with (a chain with more distinct
-	// successors than the first-token ids, 0 to the vocabulary's largest
-	// id), each sharing one token more than its hash ids say. 0 on every
-	// trace whose chains have fewer successors.
-	Vocab            int    `json:"vocab_size"`
-	FirstTokenReuses int    `json:"first_token_reuses"`
-	TokenRecipe      string `json:"token_recipe"`
-}
+	"github.com/hone-llm/hone/schema"
+)
 
 // ImpliedHitRule states how TraceInfo.ImpliedHitRate is computed.
 const ImpliedHitRule = "unbounded prefix cache, requests in trace order, each finishing its prefill before the next arrives: " +
@@ -267,8 +226,8 @@ func TraceVocab(ctx context.Context, seed uint64, tokenize TokenizeFunc) ([]int,
 // prompt is the request's own). The block size returned is the largest
 // power of two up to MooncakeBlockSize that divides the prefix, so the
 // trace shares exactly the prefix tokens.
-func RecordTrace(rec *Record) ([]TraceRequest, int, error) {
-	if rec.Workload.Kind == WorkloadTrace {
+func RecordTrace(rec *schema.Record) ([]TraceRequest, int, error) {
+	if rec.Workload.Kind == schema.WorkloadTrace {
 		return nil, 0, fmt.Errorf("a record of a trace replay (trace sha256 %s): replay that trace itself", rec.Workload.Trace.SHA256)
 	}
 	prefix := rec.Workload.CachedTokens()
@@ -324,9 +283,9 @@ const LevelGapMs = 10000
 // requestedOutput is what the record's workload asked of q: its requests
 // ran with ignore_eos to exactly this many tokens (a failed request may
 // record fewer).
-func requestedOutput(rec *Record, q RequestRecord) int {
+func requestedOutput(rec *schema.Record, q schema.RequestRecord) int {
 	w := rec.Workload
-	if w.LengthRatio > 0 && w.LengthRatio < 1 && q.ID >= Sessions && q.Outcome == OutcomeOK && q.OutputTokens > 0 {
+	if w.LengthRatio > 0 && w.LengthRatio < 1 && q.ID >= Sessions && q.Outcome == schema.OutcomeOK && q.OutputTokens > 0 {
 		return q.OutputTokens
 	}
 	return max(w.OutputTokens, 1)

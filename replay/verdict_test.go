@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
 // levels returns every level of a record in run, rate order.
-func levels(rec *Record) []*LevelRecord {
-	var out []*LevelRecord
+func levels(rec *schema.Record) []*schema.LevelRecord {
+	var out []*schema.LevelRecord
 	for i := range rec.Runs {
 		for j := range rec.Runs[i].Levels {
 			out = append(out, &rec.Runs[i].Levels[j])
@@ -30,15 +31,15 @@ func TestSecondReplayStartsColdAfterReset(t *testing.T) {
 	f := newFakeVLLM(t)
 	f.devMode, f.firstDelay = true, 20*time.Millisecond
 	srv := f.start()
-	var recs [2]*Record
+	var recs [2]*schema.Record
 	for i := range recs {
 		rec, err := Run(context.Background(), testOptions(srv.URL))
 		if err != nil {
 			t.Fatal(err)
 		}
 		recs[i] = roundTrip(t, rec)
-		if rec.Cache.Procedure != CacheReset {
-			t.Fatalf("replay %d: cache procedure %q, want %q", i, rec.Cache.Procedure, CacheReset)
+		if rec.Cache.Procedure != schema.CacheReset {
+			t.Fatalf("replay %d: cache procedure %q, want %q", i, rec.Cache.Procedure, schema.CacheReset)
 		}
 	}
 	// One probe per replay plus one reset before each of its 2 levels.
@@ -73,7 +74,7 @@ func TestSecondReplayWithoutResetUsesFreshPrefixes(t *testing.T) {
 	f := newFakeVLLM(t)
 	f.firstDelay = 20 * time.Millisecond
 	srv := f.start()
-	var recs [2]*Record
+	var recs [2]*schema.Record
 	for i := range recs {
 		opts := testOptions(srv.URL)
 		opts.PrefixNonce = 0 // a random nonce per replay, as on the command line
@@ -82,7 +83,7 @@ func TestSecondReplayWithoutResetUsesFreshPrefixes(t *testing.T) {
 			t.Fatal(err)
 		}
 		recs[i] = rec
-		if rec.Cache.Procedure != CacheFreshPrefixes || !validOrHostBound(rec.Verdict) {
+		if rec.Cache.Procedure != schema.CacheFreshPrefixes || !validOrHostBound(rec.Verdict) {
 			t.Fatalf("replay %d: cache %+v, verdict %v", i, rec.Cache, rec.Verdict)
 		}
 	}
@@ -93,7 +94,7 @@ func TestSecondReplayWithoutResetUsesFreshPrefixes(t *testing.T) {
 			t.Errorf("level %d: the two replays sent the same prompts", i)
 		}
 		seeds[a[i].PrefixSeed], seeds[b[i].PrefixSeed] = true, true
-		for _, l := range []*LevelRecord{a[i], b[i]} {
+		for _, l := range []*schema.LevelRecord{a[i], b[i]} {
 			// Cold: at most a block the generated code's first lines share.
 			if *l.WarmupHitRate > 1.0/64 || *l.HitRateCachedTokens != 240.0/256 {
 				t.Errorf("level %d: warm-up hit rate %v, measured %v; want ~0 and 0.9375", i, *l.WarmupHitRate, *l.HitRateCachedTokens)
@@ -128,7 +129,7 @@ func TestWarmStartIsInvalid(t *testing.T) {
 	if !validOrHostBound(ls[0].Verdict) {
 		t.Errorf("first level (a fresh engine) %v, want valid", ls[0].Verdict)
 	}
-	if ls[1].Verdict.Valid || !ls[1].Verdict.Has(ReasonWarmStart) || *ls[1].WarmupHitRate != 240.0/256 {
+	if ls[1].Verdict.Valid || !ls[1].Verdict.Has(schema.ReasonWarmStart) || *ls[1].WarmupHitRate != 240.0/256 {
 		t.Errorf("second level: %v, warm-up hit rate %v; want warm_start at 0.9375", ls[1].Verdict, *ls[1].WarmupHitRate)
 	}
 	if rec.Verdict.Valid || rec.Runs[0].Verdict.Valid {
@@ -153,7 +154,7 @@ func TestTimeScaleDiscovered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.TimeScale != 0.01 || rec.Kind != KindEmulated || rec.Engine.TimeScale != 0.01 {
+	if rec.TimeScale != 0.01 || rec.Kind != schema.KindEmulated || rec.Engine.TimeScale != 0.01 {
 		t.Errorf("time scale %g kind %q engine %+v; want 0.01 and emulated, adopted", rec.TimeScale, rec.Kind, rec.Engine)
 	}
 	opts.TimeScale = 1
@@ -174,7 +175,7 @@ func TestTimeScaleMismatchInMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := levels(rec)[0]; !l.Verdict.Has(ReasonTimeScaleMismatch) || rec.Runs[0].Objective != 0 {
+	if l := levels(rec)[0]; !l.Verdict.Has(schema.ReasonTimeScaleMismatch) || rec.Runs[0].Objective != 0 {
 		t.Errorf("level %v, objective %g; want time_scale_mismatch and no objective", l.Verdict, rec.Runs[0].Objective)
 	}
 }
@@ -183,16 +184,18 @@ func TestTimeScaleMismatchInMetrics(t *testing.T) {
 // refused: a simulator without vLLM's /version is never "device".
 func TestKindDiscovered(t *testing.T) {
 	for _, tc := range []struct {
-		version, stated, want, refused string
+		version      string
+		stated, want schema.Kind
+		refused      string
 	}{
-		{version: "", want: KindDevice},
-		{version: "-", want: KindUnverified},
-		{version: `{"version":"llm-d-inference-sim"}`, want: KindUnverified},
-		{version: `{"version":"hone-emulator/x"}`, want: KindEmulated},
-		{version: "-", stated: KindDevice, refused: "kind"},
-		{version: `{"version":"hone-emulator/x"}`, stated: KindDevice, refused: "kind"},
-		{version: "", stated: KindEmulated, refused: "kind"},
-		{version: "", stated: KindUnverified, want: KindUnverified},
+		{version: "", want: schema.KindDevice},
+		{version: "-", want: schema.KindUnverified},
+		{version: `{"version":"llm-d-inference-sim"}`, want: schema.KindUnverified},
+		{version: `{"version":"hone-emulator/x"}`, want: schema.KindEmulated},
+		{version: "-", stated: schema.KindDevice, refused: "kind"},
+		{version: `{"version":"hone-emulator/x"}`, stated: schema.KindDevice, refused: "kind"},
+		{version: "", stated: schema.KindEmulated, refused: "kind"},
+		{version: "", stated: schema.KindUnverified, want: schema.KindUnverified},
 	} {
 		f := newFakeVLLM(t)
 		f.version = tc.version
@@ -226,7 +229,7 @@ func TestStarvedClientIsClientBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := levels(rec)[1]
-	if !l.Verdict.Has(ReasonClientBound) || l.DispatchLagP99Ms <= 100 {
+	if !l.Verdict.Has(schema.ReasonClientBound) || l.DispatchLagP99Ms <= 100 {
 		t.Errorf("starved level: %v, p99 dispatch lag %g model ms; want client_bound", l.Verdict, l.DispatchLagP99Ms)
 	}
 	if rec.Runs[0].Objective == l.EffectiveQPS && l.EffectiveQPS > levels(rec)[0].EffectiveQPS {
@@ -251,7 +254,7 @@ func TestForeignTrafficIsCounterContamination(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := levels(rec)[0]; !l.Verdict.Has(ReasonCounterContamination) {
+	if l := levels(rec)[0]; !l.Verdict.Has(schema.ReasonCounterContamination) {
 		t.Errorf("level %v; want counter_contamination", l.Verdict)
 	}
 }
@@ -261,55 +264,55 @@ func TestForeignTrafficIsCounterContamination(t *testing.T) {
 // both sides of 5% of the TTFT SLO.
 func TestJudgeThresholds(t *testing.T) {
 	target := slo.SLO{TTFTMillis: 2000, TPOTMillis: 50}
-	base := func() LevelRecord {
-		return LevelRecord{Complete: true, Measured: 4, Sent: 12, Planned: 12, Level: slo.Level{OfferedQPS: 1}, P50TTFTMs: 40}
+	base := func() schema.LevelRecord {
+		return schema.LevelRecord{Complete: true, Measured: 4, Sent: 12, Planned: 12, Level: slo.Level{OfferedQPS: 1}, P50TTFTMs: 40}
 	}
 	h := 1.13
 	for name, tc := range map[string]struct {
-		edit func(*LevelRecord)
-		want string
+		edit func(*schema.LevelRecord)
+		want schema.Code
 	}{
-		"clean":              {func(*LevelRecord) {}, ""},
-		"lag at the bound":   {func(l *LevelRecord) { l.DispatchLagP99Ms = 100 }, ""},
-		"lag past the bound": {func(l *LevelRecord) { l.DispatchLagP99Ms = 100.001 }, ReasonClientBound},
-		"median lag vs ttft": {func(l *LevelRecord) { l.DispatchLagP50Ms = 20.001 }, ReasonClientBound},
-		"median lag at half": {func(l *LevelRecord) { l.DispatchLagP50Ms = 20 }, ""},
-		"hit rate 1.13":      {func(l *LevelRecord) { l.HitRateMetricsMeasure = &h }, ReasonCounterContamination},
-		"warm start":         {func(l *LevelRecord) { w := 0.51; l.WarmupHitRate = &w }, ReasonWarmStart},
-		"not warm":           {func(l *LevelRecord) { w := 0.5; l.WarmupHitRate = &w }, ""},
-		"incomplete":         {func(l *LevelRecord) { l.Complete = false }, ReasonIncomplete},
+		"clean":              {func(*schema.LevelRecord) {}, ""},
+		"lag at the bound":   {func(l *schema.LevelRecord) { l.DispatchLagP99Ms = 100 }, ""},
+		"lag past the bound": {func(l *schema.LevelRecord) { l.DispatchLagP99Ms = 100.001 }, schema.ReasonClientBound},
+		"median lag vs ttft": {func(l *schema.LevelRecord) { l.DispatchLagP50Ms = 20.001 }, schema.ReasonClientBound},
+		"median lag at half": {func(l *schema.LevelRecord) { l.DispatchLagP50Ms = 20 }, ""},
+		"hit rate 1.13":      {func(l *schema.LevelRecord) { l.HitRateMetricsMeasure = &h }, schema.ReasonCounterContamination},
+		"warm start":         {func(l *schema.LevelRecord) { w := 0.51; l.WarmupHitRate = &w }, schema.ReasonWarmStart},
+		"not warm":           {func(l *schema.LevelRecord) { w := 0.5; l.WarmupHitRate = &w }, ""},
+		"incomplete":         {func(l *schema.LevelRecord) { l.Complete = false }, schema.ReasonIncomplete},
 		// 4 measured requests, median TTFT 40 ms: 2 ms of host time per
 		// request is the bound, 8 ms in all.
-		"pulls late below the bound": {func(l *LevelRecord) {
-			l.Counters.Before = Counters{EmulatorKVPullsLate: 3, EmulatorKVPullLateSeconds: 0.001}
-			l.Counters.After = Counters{EmulatorKVPullsLate: 7, EmulatorKVPullLateSeconds: 0.0089}
+		"pulls late below the bound": {func(l *schema.LevelRecord) {
+			l.Counters.Before = schema.Counters{schema.EmulatorKVPullsLate: 3, schema.EmulatorKVPullLateSeconds: 0.001}
+			l.Counters.After = schema.Counters{schema.EmulatorKVPullsLate: 7, schema.EmulatorKVPullLateSeconds: 0.0089}
 		}, ""},
-		"pulls late past the bound": {func(l *LevelRecord) {
-			l.Counters.Before = Counters{EmulatorKVPullsLate: 3, EmulatorKVPullLateSeconds: 0.001}
-			l.Counters.After = Counters{EmulatorKVPullsLate: 7, EmulatorKVPullLateSeconds: 0.0091}
-		}, ReasonEmulatorBound},
-		"warm-ups' pulls late, measured ones not": {func(l *LevelRecord) {
-			l.Counters.Before = Counters{EmulatorKVPullsLate: 0, EmulatorKVPullLateSeconds: 0}
-			l.Counters.Warmup = Counters{EmulatorKVPullsLate: 8, EmulatorKVPullLateSeconds: 0.5}
-			l.Counters.After = Counters{EmulatorKVPullsLate: 9, EmulatorKVPullLateSeconds: 0.5079}
+		"pulls late past the bound": {func(l *schema.LevelRecord) {
+			l.Counters.Before = schema.Counters{schema.EmulatorKVPullsLate: 3, schema.EmulatorKVPullLateSeconds: 0.001}
+			l.Counters.After = schema.Counters{schema.EmulatorKVPullsLate: 7, schema.EmulatorKVPullLateSeconds: 0.0091}
+		}, schema.ReasonEmulatorBound},
+		"warm-ups' pulls late, measured ones not": {func(l *schema.LevelRecord) {
+			l.Counters.Before = schema.Counters{schema.EmulatorKVPullsLate: 0, schema.EmulatorKVPullLateSeconds: 0}
+			l.Counters.Warmup = schema.Counters{schema.EmulatorKVPullsLate: 8, schema.EmulatorKVPullLateSeconds: 0.5}
+			l.Counters.After = schema.Counters{schema.EmulatorKVPullsLate: 9, schema.EmulatorKVPullLateSeconds: 0.5079}
 		}, ""},
-		"warm-ups overlapped the measurement": {func(l *LevelRecord) {
+		"warm-ups overlapped the measurement": {func(l *schema.LevelRecord) {
 			l.WarmupOverlap = true
-			l.Counters.Before = Counters{EmulatorKVPullsLate: 0, EmulatorKVPullLateSeconds: 0}
-			l.Counters.Warmup = Counters{EmulatorKVPullsLate: 8, EmulatorKVPullLateSeconds: 0.5}
-			l.Counters.After = Counters{EmulatorKVPullsLate: 9, EmulatorKVPullLateSeconds: 0.5079}
-		}, ReasonEmulatorBound},
-		"pulls late, one scrape lacks them": {func(l *LevelRecord) {
-			l.Counters.After = Counters{EmulatorKVPullsLate: 7, EmulatorKVPullLateSeconds: 1}
+			l.Counters.Before = schema.Counters{schema.EmulatorKVPullsLate: 0, schema.EmulatorKVPullLateSeconds: 0}
+			l.Counters.Warmup = schema.Counters{schema.EmulatorKVPullsLate: 8, schema.EmulatorKVPullLateSeconds: 0.5}
+			l.Counters.After = schema.Counters{schema.EmulatorKVPullsLate: 9, schema.EmulatorKVPullLateSeconds: 0.5079}
+		}, schema.ReasonEmulatorBound},
+		"pulls late, one scrape lacks them": {func(l *schema.LevelRecord) {
+			l.Counters.After = schema.Counters{schema.EmulatorKVPullsLate: 7, schema.EmulatorKVPullLateSeconds: 1}
 		}, ""},
-		"queries went back": {func(l *LevelRecord) {
-			l.Counters.Before = Counters{"vllm:prefix_cache_hits_total": 10, "vllm:prefix_cache_queries_total": 1000}
-			l.Counters.After = Counters{"vllm:prefix_cache_hits_total": 0, "vllm:prefix_cache_queries_total": 100}
-		}, ReasonCounterContamination},
+		"queries went back": {func(l *schema.LevelRecord) {
+			l.Counters.Before = schema.Counters{"vllm:prefix_cache_hits_total": 10, "vllm:prefix_cache_queries_total": 1000}
+			l.Counters.After = schema.Counters{"vllm:prefix_cache_hits_total": 0, "vllm:prefix_cache_queries_total": 100}
+		}, schema.ReasonCounterContamination},
 	} {
 		l := base()
 		tc.edit(&l)
-		l.judge(target, 1)
+		judgeLevel(&l, target, 1)
 		if tc.want == "" && !l.Verdict.Valid || tc.want != "" && !l.Verdict.Has(tc.want) || len(l.Verdict.Reasons) > 1 {
 			t.Errorf("%s: %v, want %q", name, l.Verdict, tc.want)
 		}
@@ -320,12 +323,12 @@ func TestJudgeThresholds(t *testing.T) {
 // the load generator late (client_bound) or an emulated engine's KV pulls
 // late (emulator_bound), which these tests at time scale 0.01 (1 ms late =
 // 100 model ms) cannot rule out; any other reason fails.
-func validOrHostBound(v Verdict) bool {
+func validOrHostBound(v schema.Verdict) bool {
 	if v.Valid {
 		return true
 	}
 	for _, r := range v.Reasons {
-		if !HostReason(r.Code) {
+		if !schema.HostReason(r.Code) {
 			return false
 		}
 	}
@@ -346,28 +349,28 @@ func TestHostReasonScale(t *testing.T) {
 	// scale. at(k) is the level measured at k times the scale.
 	const c = 40.0
 	for name, tc := range map[string]struct {
-		at   func(k float64) LevelRecord
-		code string
+		at   func(k float64) schema.LevelRecord
+		code schema.Code
 		want float64
 	}{
-		"p99 lag": {func(k float64) LevelRecord {
-			return LevelRecord{Complete: true, Measured: 4, P50TTFTMs: c + 1/k, DispatchLagP50Ms: 1 / k, DispatchLagP99Ms: 300 / k}
-		}, ReasonClientBound, 3},
-		"median lag": {func(k float64) LevelRecord {
-			return LevelRecord{Complete: true, Measured: 4, P50TTFTMs: c + 60/k, DispatchLagP50Ms: 60 / k, DispatchLagP99Ms: 60 / k}
-		}, ReasonClientBound, 1.5},
-		"late pulls": {func(k float64) LevelRecord {
+		"p99 lag": {func(k float64) schema.LevelRecord {
+			return schema.LevelRecord{Complete: true, Measured: 4, P50TTFTMs: c + 1/k, DispatchLagP50Ms: 1 / k, DispatchLagP99Ms: 300 / k}
+		}, schema.ReasonClientBound, 3},
+		"median lag": {func(k float64) schema.LevelRecord {
+			return schema.LevelRecord{Complete: true, Measured: 4, P50TTFTMs: c + 60/k, DispatchLagP50Ms: 60 / k, DispatchLagP99Ms: 60 / k}
+		}, schema.ReasonClientBound, 1.5},
+		"late pulls": {func(k float64) schema.LevelRecord {
 			// 4 measured requests, 8.4 model ms late each at k = 1.
-			return LevelRecord{Complete: true, Measured: 4, P50TTFTMs: c + 8.4/k, Counters: LevelCounters{
-				Before: Counters{EmulatorKVPullsLate: 0, EmulatorKVPullLateSeconds: 0},
-				After:  Counters{EmulatorKVPullsLate: 4, EmulatorKVPullLateSeconds: 4 * 0.0084 / k}}}
-		}, ReasonEmulatorBound, 8.4 * 0.95 / (0.05 * c)},
+			return schema.LevelRecord{Complete: true, Measured: 4, P50TTFTMs: c + 8.4/k, Counters: schema.LevelCounters{
+				Before: schema.Counters{schema.EmulatorKVPullsLate: 0, schema.EmulatorKVPullLateSeconds: 0},
+				After:  schema.Counters{schema.EmulatorKVPullsLate: 4, schema.EmulatorKVPullLateSeconds: 4 * 0.0084 / k}}}
+		}, schema.ReasonEmulatorBound, 8.4 * 0.95 / (0.05 * c)},
 		// The p99 bound fires and needs 1.5; at 1.5 the median bound
 		// would still fail (26.7 > 23.3 ms), so the estimate is the
 		// median's: (40 - 0.5·40) / (0.5·20) = 2.
-		"p99 lag, the median binds": {func(k float64) LevelRecord {
-			return LevelRecord{Complete: true, Measured: 4, P50TTFTMs: 20 + 40/k, DispatchLagP50Ms: 40 / k, DispatchLagP99Ms: 150 / k}
-		}, ReasonClientBound, 2},
+		"p99 lag, the median binds": {func(k float64) schema.LevelRecord {
+			return schema.LevelRecord{Complete: true, Measured: 4, P50TTFTMs: 20 + 40/k, DispatchLagP50Ms: 40 / k, DispatchLagP99Ms: 150 / k}
+		}, schema.ReasonClientBound, 2},
 		// Late pulls beside dispatch lag: both are host time inside the
 		// TTFT, so the model's share is 40 ms, not 50:
 		// (6 - 0.05·16) / (0.05·40) = 2.6.
@@ -376,20 +379,20 @@ func TestHostReasonScale(t *testing.T) {
 		// is late by 6.66/k - 1.16 ms; the model's own time (40 ms)
 		// includes the 1.16. Smallest k with that at 5% of the TTFT:
 		// (6.66·0.95 - 0.05·1) / (0.05·40 + 1.16·0.95).
-		"late pulls with their modelled time": {func(k float64) LevelRecord {
+		"late pulls with their modelled time": {func(k float64) schema.LevelRecord {
 			late := max(6.66/k-1.16, 0)
-			return LevelRecord{Complete: true, Measured: 4, P50TTFTMs: c + 1/k + late, DispatchLagP50Ms: 1 / k, DispatchLagP99Ms: 1 / k,
-				Counters: LevelCounters{Before: Counters{EmulatorKVPullsLate: 0, EmulatorKVPullLateSeconds: 0, EmulatorKVPullLateModelSeconds: 0},
-					After: Counters{EmulatorKVPullsLate: 4, EmulatorKVPullLateSeconds: 4 * late / 1000, EmulatorKVPullLateModelSeconds: 4 * 1.16 / 1000}}}
-		}, ReasonEmulatorBound, (6.66*0.95 - 0.05*1) / (0.05*c + 1.16*0.95)},
-		"late pulls and lag": {func(k float64) LevelRecord {
-			return LevelRecord{Complete: true, Measured: 4, P50TTFTMs: c + 16/k, DispatchLagP50Ms: 10 / k, DispatchLagP99Ms: 10 / k,
-				Counters: LevelCounters{Before: Counters{EmulatorKVPullsLate: 0, EmulatorKVPullLateSeconds: 0},
-					After: Counters{EmulatorKVPullsLate: 4, EmulatorKVPullLateSeconds: 4 * 0.006 / k}}}
-		}, ReasonEmulatorBound, 2.6},
+			return schema.LevelRecord{Complete: true, Measured: 4, P50TTFTMs: c + 1/k + late, DispatchLagP50Ms: 1 / k, DispatchLagP99Ms: 1 / k,
+				Counters: schema.LevelCounters{Before: schema.Counters{schema.EmulatorKVPullsLate: 0, schema.EmulatorKVPullLateSeconds: 0, schema.EmulatorKVPullLateModelSeconds: 0},
+					After: schema.Counters{schema.EmulatorKVPullsLate: 4, schema.EmulatorKVPullLateSeconds: 4 * late / 1000, schema.EmulatorKVPullLateModelSeconds: 4 * 1.16 / 1000}}}
+		}, schema.ReasonEmulatorBound, (6.66*0.95 - 0.05*1) / (0.05*c + 1.16*0.95)},
+		"late pulls and lag": {func(k float64) schema.LevelRecord {
+			return schema.LevelRecord{Complete: true, Measured: 4, P50TTFTMs: c + 16/k, DispatchLagP50Ms: 10 / k, DispatchLagP99Ms: 10 / k,
+				Counters: schema.LevelCounters{Before: schema.Counters{schema.EmulatorKVPullsLate: 0, schema.EmulatorKVPullLateSeconds: 0},
+					After: schema.Counters{schema.EmulatorKVPullsLate: 4, schema.EmulatorKVPullLateSeconds: 4 * 0.006 / k}}}
+		}, schema.ReasonEmulatorBound, 2.6},
 	} {
 		l := tc.at(1)
-		l.judge(target, 1)
+		judgeLevel(&l, target, 1)
 		if len(l.Verdict.Reasons) != 1 || l.Verdict.Reasons[0].Code != tc.code {
 			t.Fatalf("%s: %v, want %s alone", name, l.Verdict, tc.code)
 		}
@@ -398,8 +401,8 @@ func TestHostReasonScale(t *testing.T) {
 			t.Errorf("%s: scale %.12g, want %.12g", name, k, tc.want)
 		}
 		above, below := tc.at(k*(1+1e-6)), tc.at(k*(1-1e-6))
-		above.judge(target, 1)
-		below.judge(target, 1)
+		judgeLevel(&above, target, 1)
+		judgeLevel(&below, target, 1)
 		if !above.Verdict.Valid || below.Verdict.Valid {
 			t.Errorf("%s: at %.6g× the scale %v, just below %v; want valid above, invalid below", name, k, above.Verdict, below.Verdict)
 		}
@@ -407,23 +410,23 @@ func TestHostReasonScale(t *testing.T) {
 	// A reason with no host time to scale carries no estimate, nor does
 	// a median bound with no model time left to judge by; a second
 	// finding of the same code keeps the larger estimate, or none.
-	l := LevelRecord{Complete: false, Measured: 4, P50TTFTMs: c}
-	l.judge(target, 1)
+	l := schema.LevelRecord{Complete: false, Measured: 4, P50TTFTMs: c}
+	judgeLevel(&l, target, 1)
 	if r := l.Verdict.Reasons; len(r) != 1 || r[0].Scale != 0 {
 		t.Errorf("incomplete: %+v, want no scale", r)
 	}
-	l = LevelRecord{Complete: true, Measured: 4, P50TTFTMs: 30, DispatchLagP50Ms: 31, DispatchLagP99Ms: 31}
-	l.judge(target, 1)
-	if r := l.Verdict.Reasons; len(r) != 1 || r[0].Code != ReasonClientBound || r[0].Scale != 0 {
+	l = schema.LevelRecord{Complete: true, Measured: 4, P50TTFTMs: 30, DispatchLagP50Ms: 31, DispatchLagP99Ms: 31}
+	judgeLevel(&l, target, 1)
+	if r := l.Verdict.Reasons; len(r) != 1 || r[0].Code != schema.ReasonClientBound || r[0].Scale != 0 {
 		t.Errorf("lag above the median TTFT: %+v, want client_bound with no scale", r)
 	}
-	var v Verdict
-	v.addScaled(ReasonClientBound, 2, "a")
-	v.addScaled(ReasonClientBound, 3, "b")
+	var v schema.Verdict
+	v.AddScaled(schema.ReasonClientBound, 2, "a")
+	v.AddScaled(schema.ReasonClientBound, 3, "b")
 	if v.Reasons[0].Scale != 3 || v.Reasons[0].Detail != "a" {
 		t.Errorf("merged %+v, want the first detail and scale 3", v.Reasons)
 	}
-	v.addScaled(ReasonClientBound, 0, "c")
+	v.AddScaled(schema.ReasonClientBound, 0, "c")
 	if v.Reasons[0].Scale != 0 {
 		t.Errorf("merged with an unknown: %+v, want no scale", v.Reasons)
 	}

@@ -8,6 +8,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/hone-llm/hone/schema"
 )
 
 // VLLMBenchSource is the vLLM source whose result layout VLLMBenchResult
@@ -97,16 +99,16 @@ type VLLMBenchResult struct {
 
 // VLLMBenchHone is what hone knows about a level beyond vllm's fields.
 type VLLMBenchHone struct {
-	Source      string   `json:"source"` // VLLMBenchSource
-	Rule        string   `json:"rule"`   // VLLMBenchRule
-	Kind        string   `json:"kind"`
-	Level       string   `json:"level"`
-	OfferedQPS  float64  `json:"offered_qps"`
-	Concurrency int      `json:"concurrency,omitempty"`
-	Runs        int      `json:"runs"`
-	Valid       bool     `json:"valid"` // every run pooled is valid at this level
-	TimeScale   float64  `json:"time_scale"`
-	Goodput     *Goodput `json:"goodput"`
+	Source      string          `json:"source"` // VLLMBenchSource
+	Rule        string          `json:"rule"`   // VLLMBenchRule
+	Kind        schema.Kind     `json:"kind"`
+	Level       string          `json:"level"`
+	OfferedQPS  float64         `json:"offered_qps"`
+	Concurrency int             `json:"concurrency,omitempty"`
+	Runs        int             `json:"runs"`
+	Valid       bool            `json:"valid"` // every run pooled is valid at this level
+	TimeScale   float64         `json:"time_scale"`
+	Goodput     *schema.Goodput `json:"goodput"`
 	// RequestIDs and OutputSHA256 run parallel to vllm's lists.
 	RequestIDs   []string `json:"request_ids"`
 	OutputSHA256 []string `json:"output_sha256"`
@@ -115,7 +117,7 @@ type VLLMBenchHone struct {
 // VLLMBenchResults converts every level of rec (by the first run's
 // levels, in order) into vllm bench serve's result layout; see
 // VLLMBenchResult and VLLMBenchRule.
-func VLLMBenchResults(rec *Record) []VLLMBenchResult {
+func VLLMBenchResults(rec *schema.Record) []VLLMBenchResult {
 	if len(rec.Runs) == 0 {
 		return []VLLMBenchResult{}
 	}
@@ -133,7 +135,7 @@ func VLLMBenchResults(rec *Record) []VLLMBenchResult {
 //
 // The itls lists, most of a trace's result (tens of millions of numbers),
 // are encoded a request at a time, never as one JSON text.
-func WriteVLLMBench(w io.Writer, rec *Record) error {
+func WriteVLLMBench(w io.Writer, rec *schema.Record) error {
 	for _, r := range VLLMBenchResults(rec) {
 		err := encodeAround(w, &r.ITLs, &r, func(itl *[]float64) error {
 			b, err := json.Marshal(*itl)
@@ -152,7 +154,7 @@ func WriteVLLMBench(w io.Writer, rec *Record) error {
 	return nil
 }
 
-func vllmBenchLevel(rec *Record, i int) VLLMBenchResult {
+func vllmBenchLevel(rec *schema.Record, i int) VLLMBenchResult {
 	s := LevelServeStats(rec, i)
 	scale := rec.TimeScale
 	if !(scale > 0) {
@@ -179,7 +181,7 @@ func vllmBenchLevel(rec *Record, i int) VLLMBenchResult {
 	case s.Concurrency > 0:
 		n := s.Concurrency
 		r.RequestRate, r.Burstiness, r.MaxConcurrency = "inf", 1.0, &n
-	case rec.Workload.Kind == WorkloadTrace:
+	case rec.Workload.Kind == schema.WorkloadTrace:
 		r.RequestRate, r.Burstiness = "inf", 1.0
 	default:
 		r.RequestRate, r.Burstiness = s.OfferedQPS, "inf"
@@ -222,7 +224,7 @@ func vllmBenchLevel(rec *Record, i int) VLLMBenchResult {
 			r.Errors = append(r.Errors, q.Error)
 			r.Hone.RequestIDs = append(r.Hone.RequestIDs, q.RequestID)
 			r.Hone.OutputSHA256 = append(r.Hone.OutputSHA256, q.OutputSHA256)
-			if !q.completed() {
+			if !completed(q) {
 				r.OutputLens, r.TTFTs, r.Latencies = append(r.OutputLens, 0), append(r.TTFTs, 0), append(r.Latencies, 0)
 				r.ITLs = append(r.ITLs, []float64{})
 				continue
@@ -252,7 +254,7 @@ func vllmBenchLevel(rec *Record, i int) VLLMBenchResult {
 // seconds from the first send, and the most requests in flight at once
 // over their [send, last chunk) intervals (an end before a start at the
 // same instant).
-func vllmPeaks(l *LevelRecord, warmups int, scale float64) (tokensPerS float64, concurrent int) {
+func vllmPeaks(l *schema.LevelRecord, warmups int, scale float64) (tokensPerS float64, concurrent int) {
 	type event struct {
 		at    float64
 		delta int
@@ -262,7 +264,7 @@ func vllmPeaks(l *LevelRecord, warmups int, scale float64) (tokensPerS float64, 
 	first, last := math.Inf(1), math.Inf(-1)
 	for qi := range l.Requests {
 		q := &l.Requests[qi]
-		if q.ID < warmups || !q.completed() {
+		if q.ID < warmups || !completed(q) {
 			continue
 		}
 		start, end := q.SentMs/1000, *q.FinishMs/1000

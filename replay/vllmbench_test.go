@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hone-llm/hone/internal/monoclock"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -43,15 +44,15 @@ var vllmBenchKeys = []string{
 //
 // each completed one 4 chunks of one token, 2 ms real (4 model ms) apart,
 // and 1000 prompt tokens.
-func benchLevel(valid bool) LevelRecord {
-	l := LevelRecord{Level: slo.Level{OfferedQPS: 4}, WindowSeconds: 5, Verdict: Verdict{Valid: valid},
+func benchLevel(valid bool) schema.LevelRecord {
+	l := schema.LevelRecord{Level: slo.Level{OfferedQPS: 4}, WindowSeconds: 5, Verdict: schema.Verdict{Valid: valid},
 		StartedAt: monoclock.Stamp{UnixNs: time.Date(2026, 12, 1, 7, 0, 5, 0, time.UTC).UnixNano(), MonoNs: 1}}
 	for id := range Sessions {
-		l.Requests = append(l.Requests, RequestRecord{ID: id, Outcome: OutcomeOK, FirstMs: fp(1), FinishMs: fp(2), TTFTMs: fp(1), OutputTokens: 1})
+		l.Requests = append(l.Requests, schema.RequestRecord{ID: id, Outcome: schema.OutcomeOK, FirstMs: fp(1), FinishMs: fp(2), TTFTMs: fp(1), OutputTokens: 1})
 	}
 	pt := 1000
 	for _, r := range []struct{ sched, sent, first float64 }{{0, 1, 50}, {10, 10.5, 40}, {1500, 1500, 1510}} {
-		q := RequestRecord{ID: len(l.Requests), RequestID: "r" + string(rune('0'+len(l.Requests)-Sessions)), Outcome: OutcomeOK,
+		q := schema.RequestRecord{ID: len(l.Requests), RequestID: "r" + string(rune('0'+len(l.Requests)-Sessions)), Outcome: schema.OutcomeOK,
 			ScheduledMs: r.sched, SentMs: r.sent, DispatchLagMs: r.sent - r.sched, FirstMs: fp(r.first), FinishMs: fp(r.first + 12),
 			TTFTMs: fp(r.first - r.sched), TPOTMs: fp(4), OutputTokens: 4, InputTokens: 1000, PromptTokens: &pt, OutputSHA256: "h"}
 		for c := range 4 {
@@ -59,7 +60,7 @@ func benchLevel(valid bool) LevelRecord {
 		}
 		l.Requests = append(l.Requests, q)
 	}
-	l.Requests = append(l.Requests, RequestRecord{ID: len(l.Requests), RequestID: "r3", Outcome: OutcomeTimeout, ScheduledMs: 2000, SentMs: 2000,
+	l.Requests = append(l.Requests, schema.RequestRecord{ID: len(l.Requests), RequestID: "r3", Outcome: schema.OutcomeTimeout, ScheduledMs: 2000, SentMs: 2000,
 		InputTokens: 1000, Error: "POST: context deadline exceeded"})
 	l.Goodput = GoodputOf(l.Requests, Sessions, slo.PerRequest{TTFTMs: 40}, l.WindowSeconds)
 	return l
@@ -68,8 +69,8 @@ func benchLevel(valid bool) LevelRecord {
 func TestVLLMBenchResults(t *testing.T) {
 	invalid := benchLevel(false)
 	invalid.Requests = invalid.Requests[:Sessions+1]
-	rec := &Record{Kind: KindEmulated, Backend: "emulator", Model: Model{ID: "Qwen/Qwen3-8B"}, TimeScale: 0.5,
-		Runs: []RunRecord{{Levels: []LevelRecord{benchLevel(true)}}, {Run: 1, Levels: []LevelRecord{invalid}}}}
+	rec := &schema.Record{Kind: schema.KindEmulated, Backend: "emulator", Model: schema.Model{ID: "Qwen/Qwen3-8B"}, TimeScale: 0.5,
+		Runs: []schema.RunRecord{{Levels: []schema.LevelRecord{benchLevel(true)}}, {Run: 1, Levels: []schema.LevelRecord{invalid}}}}
 	var buf bytes.Buffer
 	if err := WriteVLLMBench(&buf, rec); err != nil {
 		t.Fatal(err)
@@ -134,7 +135,7 @@ func TestVLLMBenchResults(t *testing.T) {
 		{"itl", [5]float64{r.MeanITLMs, r.MedianITLMs, r.StdITLMs, r.P90ITLMs, r.P99ITLMs}, [5]float64{4, 4, 0, 4, 4}},
 		{"hone ids", r.Hone.RequestIDs, []string{"r0", "r1", "r2", "r3"}},
 		{"hone sha", r.Hone.OutputSHA256, []string{"h", "h", "h", ""}},
-		{"hone level", [4]any{r.Hone.Level, r.Hone.Runs, r.Hone.Valid, r.Hone.Kind}, [4]any{"4 req/s", 1, true, KindEmulated}},
+		{"hone level", [4]any{r.Hone.Level, r.Hone.Runs, r.Hone.Valid, r.Hone.Kind}, [4]any{"4 req/s", 1, true, schema.KindEmulated}},
 	}
 	for _, c := range checks {
 		g, _ := json.Marshal(c.got)
@@ -165,12 +166,12 @@ func TestVLLMBenchLoads(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name                    string
-		rec                     *Record
+		rec                     *schema.Record
 		rate, burst, concurrent string
 		prompts                 int
 	}{
-		{"closed", &Record{Runs: []RunRecord{{Levels: []LevelRecord{closed}}}}, `"inf"`, `1`, `16`, 4},
-		{"trace", &Record{Workload: WorkloadRecord{Kind: WorkloadTrace}, Runs: []RunRecord{{Levels: []LevelRecord{trace}}}}, `"inf"`, `1`, `null`, 4},
+		{"closed", &schema.Record{Runs: []schema.RunRecord{{Levels: []schema.LevelRecord{closed}}}}, `"inf"`, `1`, `16`, 4},
+		{"trace", &schema.Record{Workload: schema.WorkloadRecord{Kind: schema.WorkloadTrace}, Runs: []schema.RunRecord{{Levels: []schema.LevelRecord{trace}}}}, `"inf"`, `1`, `null`, 4},
 	} {
 		r := VLLMBenchResults(c.rec)[0]
 		got := func(v any) string { b, _ := json.Marshal(v); return string(b) }
@@ -179,7 +180,7 @@ func TestVLLMBenchLoads(t *testing.T) {
 				got(r.RequestRate), got(r.Burstiness), got(r.MaxConcurrency), r.NumPrompts, c.rate, c.burst, c.concurrent, c.prompts)
 		}
 	}
-	if got := VLLMBenchResults(&Record{}); got == nil || len(got) != 0 {
+	if got := VLLMBenchResults(&schema.Record{}); got == nil || len(got) != 0 {
 		t.Errorf("no runs: %v, want an empty list", got)
 	}
 }

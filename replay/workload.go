@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -12,7 +13,7 @@ import (
 // interface and do not change between public and private instances.
 const (
 	// Sessions is the number of distinct code prefixes (session = id % Sessions).
-	Sessions = 8
+	Sessions = schema.Sessions
 	// WarmupSpacingMillis separates the cold warm-up requests 0..7.
 	WarmupSpacingMillis = 2000.0
 	// MeasureStartMillis is the arrival time of request 8, the first
@@ -175,11 +176,11 @@ func LevelOf(key float64) slo.Level {
 
 // GenerateLevel is the schedule of the level with key: Generate at its
 // rate, or GenerateClosed.
-func GenerateLevel(w Workload, key float64) ([]Request, error) {
+func GenerateLevel(w schema.Workload, key float64) ([]Request, error) {
 	if n := ClosedClients(key); n > 0 {
-		return GenerateClosed(w.Params(1), n)
+		return GenerateClosed(ParamsOf(w, 1), n)
 	}
-	return Generate(w.Params(key))
+	return Generate(ParamsOf(w, key))
 }
 
 // drawLengths draws request id's input and output lengths uniformly from

@@ -15,6 +15,7 @@ import (
 	"github.com/hone-llm/hone/optimizer"
 	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -64,7 +65,7 @@ func colocSpec(replicas int, cache bool) *deploy.Spec {
 // testCapacityTrial is a trial measured by capacity: one search per run,
 // its capacities the objectives, cost GPUs / median.
 func testCapacityTrial(n int, role, why, key string, spec *deploy.Spec, caps []float64, ref []optimizer.LevelSummary) optimizer.Trial {
-	t := optimizer.Trial{N: n, Role: role, Why: why, Key: key, Spec: spec, Kind: replay.KindEmulated, Eligible: true,
+	t := optimizer.Trial{N: n, Role: role, Why: why, Key: key, Spec: spec, Kind: schema.KindEmulated, Eligible: true,
 		Reason: "correct outputs", Levels: ref, ReferenceQPS: 6, Objectives: caps, Objective: slo.Median(caps), Bottleneck: "decode"}
 	for i, c := range caps {
 		t.Capacity = append(t.Capacity, testSearch(c, i == 1))
@@ -103,7 +104,7 @@ func testCapacityLog() *optimizer.Log {
 	ts[1].Breakdown = []diagnose.LevelBreakdown{row(6, 1), row(11.04, 3), row(13.8, 9), row(14.2, 12), row(14.5, 15), row(22.08, 900)}
 	ts[1].Diagnosis = "decode batching sets TPOT"
 	cost := func(v float64) *float64 { return &v }
-	return &optimizer.Log{SchemaVersion: optimizer.LogSchemaVersion, Kind: replay.KindEmulated, Workload: replay.DefaultWorkload(), QPS: []float64{2, 24},
+	return &optimizer.Log{SchemaVersion: optimizer.LogSchemaVersion, Kind: schema.KindEmulated, Workload: replay.DefaultWorkload(), QPS: []float64{2, 24},
 		Runs: 3, SLO: capacitySLO, Budget: 7, BaselineN: 1, Selected: 2, Verified: true, Done: true, Trials: ts,
 		Decision:      []string{"selected trial 2 (coloc-r1-cache)"},
 		SelectionRule: optimizer.LiveSelectionRule + " " + optimizer.GoalRule(predict.Goal{Goal: deploy.GoalCheapest, TargetQPS: 12}), RegressionRule: optimizer.LiveRegressionRule,
@@ -205,7 +206,7 @@ func TestWriteCapacityNoAnswer(t *testing.T) {
 	stays.Trials = stays.Trials[:1]
 	failed := testCapacityLog() // the baseline's deployment failed: no search, no spec, cancelled after
 	failed.Done, failed.Selected, failed.Verified, failed.Predict = false, 0, false, nil
-	failed.Trials = []optimizer.Trial{{N: 1, Role: "baseline", Key: "coloc-r2-cache", Kind: replay.KindEmulated, Error: "deploy: port in use", Reason: "failed: deploy: port in use"}}
+	failed.Trials = []optimizer.Trial{{N: 1, Role: "baseline", Key: "coloc-r2-cache", Kind: schema.KindEmulated, Error: "deploy: port in use", Reason: "failed: deploy: port in use"}}
 	for _, c := range []struct {
 		name    string
 		lg      *optimizer.Log

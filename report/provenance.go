@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 )
 
@@ -38,25 +38,25 @@ type provenance struct {
 	clock string // "model time" where time is modelled; "" for wall time
 }
 
-func provenanceOf(kind string) provenance {
-	p := provenance{kind: kind, label: strings.ToUpper(kind)}
+func provenanceOf(kind schema.Kind) provenance {
+	p := provenance{kind: string(kind), label: strings.ToUpper(string(kind))}
 	switch kind {
-	case replay.KindEmulated:
+	case schema.KindEmulated:
 		p.about = "hone's engine emulator with GPU time from a cost model. They rank configurations; they are not GPU measurements"
 		p.short = "engine emulator, model time; not GPU measurements"
 		p.clock = "model time"
-	case "simulation_only":
+	case schema.KindSimulationOnly:
 		p.about = "the brief's queueing model. They rank configurations; they are not GPU measurements"
 		p.short = "queueing model, model time; not GPU measurements"
 		p.clock = "model time"
-	case replay.KindDevice:
+	case schema.KindDevice:
 		p.about = "real vLLM on GPUs: the endpoint answered GET /version as vLLM does"
 		p.short = "vLLM on GPUs"
 	default:
 		p.about = "from an endpoint that gave no evidence of what it serves (no GET /version answer like vLLM's or hone's emulator's). " +
 			"They are not device measurements and say nothing certain about GPUs"
 		p.short = "endpoint of unknown kind; not a device measurement"
-		if kind != replay.KindUnverified {
+		if kind != schema.KindUnverified {
 			p.label = fmt.Sprintf("UNVERIFIED (kind %q is not one hone knows)", kind)
 		}
 	}
@@ -66,7 +66,7 @@ func provenanceOf(kind string) provenance {
 // tag is the kind as tables and section headings carry it.
 func (p provenance) tag() string {
 	if p.kind == "" {
-		return "unverified"
+		return string(schema.KindUnverified)
 	}
 	return p.kind
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/hone-llm/hone/optimizer"
-	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 )
 
 // Options control a report.
@@ -91,7 +91,7 @@ func newDoc(w io.Writer, lg *optimizer.Log) (*doc, error) {
 		return nil, fmt.Errorf("the experiment log's selected trial is %d; want 0 (none) or one of its trials, 1 to %d", lg.Selected, n)
 	}
 	d := &doc{w: w, lg: lg, prov: provenanceOf(lg.Kind), base: &lg.Trials[baseN-1]}
-	if lg.Kind == replay.KindEmulated && d.base.Spec != nil && d.base.Spec.Emulator.Profile != "" {
+	if lg.Kind == schema.KindEmulated && d.base.Spec != nil && d.base.Spec.Emulator.Profile != "" {
 		d.prov.about = strings.Replace(d.prov.about, "from a cost model", "from a cost model ("+profileProvenance(d.base.Spec.Emulator.Profile)+")", 1)
 	}
 	switch {

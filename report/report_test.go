@@ -14,6 +14,7 @@ import (
 	"github.com/hone-llm/hone/diagnose"
 	"github.com/hone-llm/hone/optimizer"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -54,7 +55,7 @@ func testLevels(qps []float64, ttft0, capacity float64, measured int, invalidAt 
 // runs each; the selection has one invalid level (run 2 at 24 req/s).
 // Emulated, the selection was measured again at a larger time scale and
 // the ablation would have needed one above the largest allowed.
-func testLog(kind string, measured int) *optimizer.Log {
+func testLog(kind schema.Kind, measured int) *optimizer.Log {
 	qps := []float64{2, 4, 8, 16, 24, 32}
 	cost := func(v float64) *float64 { return &v }
 	hit := 0.969

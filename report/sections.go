@@ -7,6 +7,7 @@ import (
 
 	"github.com/hone-llm/hone/optimizer"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 )
 
 // header states the title, where the figures come from, the workload, and
@@ -108,7 +109,7 @@ func (d *doc) rescaled() {
 // invalidLevels lists every level with an invalid run, and why.
 func (d *doc) invalidLevels() {
 	d.p("## Invalid levels (%s)\n\n", d.prov.tag())
-	d.p("%s\n\n", replay.VerdictRule)
+	d.p("%s\n\n", schema.VerdictRule)
 	n := 0
 	for i := range d.lg.Trials {
 		t := &d.lg.Trials[i]
@@ -196,7 +197,7 @@ func (d *doc) reproduce(command string) {
 		d.p("```\n%s\n```\n\n", command)
 	}
 	d.p("Records are in `records/`, one per trial, with every request's token timings")
-	if d.lg.Kind == replay.KindEmulated {
+	if d.lg.Kind == schema.KindEmulated {
 		d.p("; emulator ground truth in `traces/`; `hone diagnose report --record records/NN-*.json --truth <(cat traces/NN-*/*.jsonl)` re-derives a trial's attribution")
 	}
 	d.p(".\n\n")
@@ -205,10 +206,10 @@ func (d *doc) reproduce(command string) {
 func (d *doc) limitations() {
 	d.p("## Limitations\n\n")
 	switch d.lg.Kind {
-	case replay.KindEmulated:
+	case schema.KindEmulated:
 		d.p("- Emulated figures come from a cost model calibrated on public specifications, not from GPUs; device runs are needed before any performance claim.\n")
 		d.p("- The emulator moves real KV bytes over loopback TCP at the modelled link rate divided by the time scale; where loopback cannot sustain that rate, transfers take longer than modelled, which penalises disaggregated configs with large transfers (cold or cache-off prompts) at small time scales.\n")
-	case replay.KindDevice:
+	case schema.KindDevice:
 	default:
 		d.p("- The endpoint's kind is unverified: nothing shows that these figures came from a GPU deployment. Re-run against an endpoint that answers GET /version before any performance claim.\n")
 	}

@@ -2,23 +2,11 @@ package schema
 
 import (
 	"encoding/json"
-	"time"
 )
 
 // The proxy's request timelines (GET /hone/timeline, hone proxy): package
 // deploy/proxy writes them, package diagnose reads them. Stamps join with
 // the daemon's snapshot on CLOCK_MONOTONIC.
-
-// Stamp is one instant on two clocks: wall time for people, and
-// CLOCK_MONOTONIC nanoseconds for joins with kernel events (bpf_ktime_get_ns)
-// and the engines' ground truth.
-type Stamp struct {
-	UnixNs int64 `json:"unix_ns"`
-	MonoNs int64 `json:"mono_ns"`
-}
-
-// Sub is s - o on the monotonic clock.
-func (s Stamp) Sub(o Stamp) time.Duration { return time.Duration(s.MonoNs - o.MonoNs) }
 
 // Leg is one upstream call.
 type Leg struct {

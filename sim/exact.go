@@ -5,11 +5,12 @@ import (
 	"sort"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
 // Kind labels every result of this package.
-const Kind = "simulation_only"
+const Kind = schema.KindSimulationOnly
 
 // Mode is a deployment topology of the exact model.
 type Mode string
@@ -145,7 +146,7 @@ type LevelResult struct {
 // Result is the outcome of a scan over load levels, in the exercise's JSON
 // shape: {"kind","config","levels","objective"}.
 type Result struct {
-	Kind      string      `json:"kind"`
+	Kind      schema.Kind `json:"kind"`
 	Config    ScanConfig  `json:"config"`
 	Levels    []slo.Level `json:"levels"`
 	Objective float64     `json:"objective"`

@@ -12,6 +12,7 @@ import (
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 	"github.com/hone-llm/hone/slo"
 )
@@ -36,11 +37,11 @@ func calibrateRecord(t *testing.T, dir string) (string, *emulator.Profile) {
 	l.PrefillPerTokenMs *= 1.3
 	h.Linear = &l
 	rec, err := predict.Run(spec, predict.Options{Profile: h, KeepRequests: true, SLO: slo.Default, QPS: []float64{2, 25, 70},
-		Workload: replay.Workload{Seed: 1, Requests: 24, InputTokens: 4096, UncachedTokens: 128, OutputTokens: 16}})
+		Workload: schema.Workload{Seed: 1, Requests: 24, InputTokens: 4096, UncachedTokens: 128, OutputTokens: 16}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec.Kind, rec.RequestTimeoutMs, rec.Cache.Procedure = replay.KindEmulated, 600000, replay.CacheReset
+	rec.Kind, rec.RequestTimeoutMs, rec.Cache.Procedure = schema.KindEmulated, 600000, schema.CacheReset
 	for _, r := range rec.Runs {
 		for li := range r.Levels {
 			lv := &r.Levels[li]

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/hone-llm/hone/capacity"
-	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 )
 
@@ -59,7 +59,7 @@ func TestPredictCapacityJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := got.Capacity
-	if got.Kind != replay.KindPredicted || c == nil || c.Mode != capacity.Open || c.Unit != capacity.UnitRate || !c.Bounded ||
+	if got.Kind != schema.KindPredicted || c == nil || c.Mode != capacity.Open || c.Unit != capacity.UnitRate || !c.Bounded ||
 		c.SLO.TTFTMillis != 500 || c.SLO.TPOTMillis != 50 || c.Precision != capacity.DefaultPrecision || c.Upper > c.Value*(1+c.Precision) {
 		t.Fatalf("capacity output: %s", stdout)
 	}
@@ -87,12 +87,12 @@ func TestReplayCapacityOnEmulator(t *testing.T) {
 		t.Fatalf("exit %d, stdout %q: %v\n%s", code, stdout, err, stderr)
 	}
 	c := got.Capacity
-	if got.Kind != replay.KindEmulated || c == nil || len(c.Probes) == 0 {
+	if got.Kind != schema.KindEmulated || c == nil || len(c.Probes) == 0 {
 		t.Fatalf("output: %s", stdout)
 	}
 	// What hone gate compares: the first probe's record without its runs
 	// or the probe's own load and request count.
-	if h := got.Header; h == nil || h.Workload.InputTokens != 512 || h.Workload.OutputTokens != 16 || h.Kind != replay.KindEmulated ||
+	if h := got.Header; h == nil || h.Workload.InputTokens != 512 || h.Workload.OutputTokens != 16 || h.Kind != schema.KindEmulated ||
 		h.Runs != nil || h.Workload.QPS != nil || h.Workload.Requests != 0 {
 		t.Errorf("record header: %+v", got.Header)
 	}
@@ -152,7 +152,7 @@ func TestWriteCapacityUnfinished(t *testing.T) {
 	var b strings.Builder
 	res := &capacity.Result{Mode: capacity.Open, Unit: capacity.UnitRate, Outcome: capacity.OutcomeUnfinished,
 		Probes: []capacity.Probe{{Load: 1, Note: "invalid: [client_bound: late]"}}}
-	if err := writeCapacity(&b, "table", "", &capacity.Record{Kind: replay.KindEmulated, Capacity: res}); err != nil {
+	if err := writeCapacity(&b, "table", "", &capacity.Record{Kind: schema.KindEmulated, Capacity: res}); err != nil {
 		t.Fatal(err)
 	}
 	if want := "capacity: not found: the search ended before its rule did (1 probes; the last: 1 req/s: invalid: [client_bound: late])"; !strings.Contains(b.String(), want) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hone-llm/hone/diagnose"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 )
 
 func init() { subcommands = append(subcommands, newDiagnoseCmd) }
@@ -131,7 +132,7 @@ engine's host and replay or the proxy on the same host.
 --truth compares with an emulator's --trace-file (its ground truth) and
 prints the error per part. --pprof writes a profile for go tool pprof.
 
-Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*replay.ClientBoundTTFTFraction,
+Exit codes: 0 success; 2 bad input.`, 100*schema.ClientBoundSLOFraction, 100*schema.ClientBoundTTFTFraction,
 			float64(diagnose.StallTPOTs), 100*diagnose.TailFraction, 100*diagnose.Confidence, 100*diagnose.GrowthFraction,
 			100*diagnose.MaterialFraction, 100*diagnose.DominantShare, 100*diagnose.MaterialFraction),
 		Example: `  hone diagnose report --record run.json --proxy http://127.0.0.1:8000
@@ -264,7 +265,7 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 			case "json":
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
-				if err := enc.Encode(map[string]any{"diagnosis": d, "client_bound": marked, "invalid_levels": rec.InvalidLevels(),
+				if err := enc.Encode(map[string]any{"diagnosis": d, string(schema.ReasonClientBound): marked, "invalid_levels": rec.InvalidLevels(),
 					"truth_error": errs, "requests": atts, "unjoined": unjoined}); err != nil {
 					return err
 				}

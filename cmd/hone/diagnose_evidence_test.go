@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/hone-llm/hone/diagnose"
-	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -24,20 +24,20 @@ func TestDiagnoseAutoUsesKernelSplit(t *testing.T) {
 	mono := func(ms float64) int64 { return 1_000_000_000 + int64((ms-101)*1e6) }
 	f := func(v float64) *float64 { return &v }
 	n := func(v int) *int { return &v }
-	req := func(id int, rid string, at float64) replay.RequestRecord {
-		return replay.RequestRecord{ID: id, RequestID: rid, Outcome: "ok", ScheduledMs: at - 1, SentMs: at,
-			Sent: replay.Stamp{MonoNs: mono(at)}, FirstMs: f(at + 49), FinishMs: f(at + 149), OutputTokens: 126,
+	req := func(id int, rid string, at float64) schema.RequestRecord {
+		return schema.RequestRecord{ID: id, RequestID: rid, Outcome: "ok", ScheduledMs: at - 1, SentMs: at,
+			Sent: schema.Stamp{MonoNs: mono(at)}, FirstMs: f(at + 49), FinishMs: f(at + 149), OutputTokens: 126,
 			InputTokens: 100, PromptTokens: n(100), CachedTokens: n(0), Status: 200, PromptSHA256: strings.Repeat("0", 64)}
 	}
-	rec := replay.Record{SchemaVersion: replay.SchemaVersion, Kind: replay.KindEmulated, TimeScale: 1, SLO: slo.Default,
-		Workload: replay.WorkloadRecord{Workload: replay.Workload{Seed: 1, Requests: 10, InputTokens: 100, UncachedTokens: 100, OutputTokens: 126}, QPS: []float64{4}, Runs: 1},
-		Model:    replay.Model{ID: "m"}, Validation: replay.Validation{Valid: 2, Reasons: map[string]int{}},
+	rec := schema.Record{SchemaVersion: schema.SchemaVersion, Kind: schema.KindEmulated, TimeScale: 1, SLO: slo.Default,
+		Workload: schema.WorkloadRecord{Workload: schema.Workload{Seed: 1, Requests: 10, InputTokens: 100, UncachedTokens: 100, OutputTokens: 126}, QPS: []float64{4}, Runs: 1},
+		Model:    schema.Model{ID: "m"}, Validation: schema.Validation{Valid: 2, Reasons: map[string]int{}},
 		Hardware: map[string]any{},
 		Config:   map[string]any{}, Outcomes: map[string]int{"ok": 2}, RequestTimeoutMs: 600000,
-		Runs: []replay.RunRecord{{Run: 1, Levels: []replay.LevelRecord{{Level: slo.Level{OfferedQPS: 4},
-			Verdict: replay.Verdict{Valid: true, Reasons: []replay.Reason{}}, PromptsSHA256: strings.Repeat("0", 64),
+		Runs: []schema.RunRecord{{Run: 1, Levels: []schema.LevelRecord{{Level: slo.Level{OfferedQPS: 4},
+			Verdict: schema.Verdict{Valid: true, Reasons: []schema.Reason{}}, PromptsSHA256: strings.Repeat("0", 64),
 			Outcomes: map[string]int{"ok": 2}, Failures: map[string]int{},
-			Requests: []replay.RequestRecord{req(8, "r8", 101), req(9, "r9", 1101)}}}}}}
+			Requests: []schema.RequestRecord{req(8, "r8", 101), req(9, "r9", 1101)}}}}}}
 	snap := map[string]any{"schema_version": 1, "clock": "CLOCK_MONOTONIC",
 		"exchanges": []map[string]any{{"pid": 7, "local": "127.0.0.1:8000", "remote": "127.0.0.1:5000",
 			"request_start_monotonic_ns": mono(104), "first_send_monotonic_ns": mono(144), "last_send_monotonic_ns": mono(244), "response_sends": 127}},

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/hone-llm/hone/internal/honetest"
-	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 )
 
 // gateJUnit is the part of `hone gate check -o junit` the test reads.
@@ -92,12 +92,12 @@ func hostUnusable(code int, j *gateJUnit) bool {
 		if c.Error == nil || !strings.HasPrefix(c.Error.Message, "unusable") {
 			continue
 		}
-		for _, r := range []string{replay.ReasonWarmStart, replay.ReasonTimeScaleMismatch, replay.ReasonIncomplete, replay.ReasonCounterContamination} {
-			if strings.Contains(c.Error.Body, r) {
+		for _, r := range []schema.Code{schema.ReasonWarmStart, schema.ReasonTimeScaleMismatch, schema.ReasonIncomplete, schema.ReasonCounterContamination} {
+			if strings.Contains(c.Error.Body, string(r)) {
 				return false
 			}
 		}
-		return strings.Contains(c.Error.Body, replay.ReasonClientBound) || strings.Contains(c.Error.Body, replay.ReasonEmulatorBound)
+		return strings.Contains(c.Error.Body, string(schema.ReasonClientBound)) || strings.Contains(c.Error.Body, string(schema.ReasonEmulatorBound))
 	}
 	return false
 }

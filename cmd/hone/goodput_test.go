@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 )
 
 // TestReplayGoodput replays against a live emulator with --goodput: each
@@ -37,7 +38,7 @@ func TestReplayGoodput(t *testing.T) {
 		}
 		good := 0
 		for _, q := range l.Requests {
-			if q.ID >= replay.Sessions && q.Outcome == replay.OutcomeOK && *q.TTFTMs <= 40 && *q.FinishMs-q.ScheduledMs <= 400 {
+			if q.ID >= replay.Sessions && q.Outcome == schema.OutcomeOK && *q.TTFTMs <= 40 && *q.FinishMs-q.ScheduledMs <= 400 {
 				good++
 			}
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/hone-llm/hone/optimizer"
 	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim"
 	"github.com/hone-llm/hone/slo"
 )
@@ -224,7 +225,7 @@ so far, marked unfinished.`,
 			w := wf.workload(seed)
 			slo := slo.SLO{TTFTMillis: sc.TTFTMillis, TPOTMillis: sc.TPOTMillis}
 			dev := &optimizer.DeployEvaluator{Up: deploy.UpOptions{Hone: hone, VLLM: vllm, StateDir: filepath.Join(out, "state"), Owned: true},
-				Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo, OutDir: out, Hone: replay.Build{Version: v, Commit: commit}, Log: c.ErrOrStderr()}
+				Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo, OutDir: out, Hone: schema.Build{Version: v, Commit: commit}, Log: c.ErrOrStderr()}
 			var ev optimizer.Evaluator = dev
 			if base.Engine == deploy.EngineEmulator && maxScale > 0 {
 				ev = &optimizer.Rescaler{Inner: dev, MaxScale: maxScale, Log: c.ErrOrStderr()}

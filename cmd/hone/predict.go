@@ -22,6 +22,7 @@ import (
 	"github.com/hone-llm/hone/internal/atomicfile"
 	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim"
 	"github.com/hone-llm/hone/sim/emulator"
 	"github.com/hone-llm/hone/slo"
@@ -187,7 +188,7 @@ the prediction cannot model).`,
 				}
 				return writeCapacity(c.OutOrStdout(), output.value, out, res)
 			}
-			var rec *replay.Record
+			var rec *schema.Record
 			if trace.path != "" {
 				tf, terr := trace.open()
 				if terr != nil {
@@ -291,11 +292,11 @@ func predictProfile(flag string, spec *deploy.Spec) (*emulator.Profile, error) {
 
 // withoutRequests is rec without its per-request records: -o json prints
 // the summaries (--out keeps everything).
-func withoutRequests(rec *replay.Record) *replay.Record {
+func withoutRequests(rec *schema.Record) *schema.Record {
 	r := *rec
-	r.Runs = make([]replay.RunRecord, len(rec.Runs))
+	r.Runs = make([]schema.RunRecord, len(rec.Runs))
 	for i, run := range rec.Runs {
-		run.Levels = append([]replay.LevelRecord(nil), run.Levels...)
+		run.Levels = append([]schema.LevelRecord(nil), run.Levels...)
 		for j := range run.Levels {
 			run.Levels[j].Requests = nil
 		}
@@ -315,7 +316,7 @@ func profileLabel(name string) string {
 	return fmt.Sprintf("%s (%s)", name, p.SourceKind())
 }
 
-func writePredictTable(w io.Writer, spec *deploy.Spec, profile string, rec *replay.Record) {
+func writePredictTable(w io.Writer, spec *deploy.Spec, profile string, rec *schema.Record) {
 	fmt.Fprintf(w, "kind: %s  profile: %s  spec: %s  gpus: %d  SLO: p99 TTFT <= %g ms, p99 TPOT <= %g ms\n",
 		rec.Kind, profileLabel(profile), spec.Name, spec.GPUsNeeded(), rec.SLO.TTFTMillis, rec.SLO.TPOTMillis)
 	fmt.Fprintf(w, "profile %s: %s\n", profile, emulator.ValidationNote(profile))
@@ -326,7 +327,7 @@ func writePredictTable(w io.Writer, spec *deploy.Spec, profile string, rec *repl
 	run := rec.Runs[0]
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	first := "offered_qps"
-	if rec.Workload.LoadMode() == replay.LoadClosed {
+	if rec.Workload.LoadMode() == schema.LoadClosed {
 		first = "clients"
 	}
 	// Goodput gets a column when --goodput set its limits (by default they
@@ -398,7 +399,7 @@ type gridRow struct {
 // gridResult is --grid's -o json (Ranked cut to --top) and --out (Points:
 // every point, ranked, with its record's levels).
 type gridResult struct {
-	Kind      string          `json:"kind"`
+	Kind      schema.Kind     `json:"kind"`
 	Profile   string          `json:"profile"`
 	Base      string          `json:"base"`
 	Budget    int             `json:"budget"`
@@ -406,7 +407,7 @@ type gridResult struct {
 	Failed    int             `json:"failed"`
 	SLO       slo.SLO         `json:"slo"`
 	QPS       []float64       `json:"qps"`
-	Workload  replay.Workload `json:"workload"`
+	Workload  schema.Workload `json:"workload"`
 	Axes      predict.Axes    `json:"axes"`
 	Ranked    []gridRow       `json:"ranked,omitempty"`
 	Pareto    []gridRow       `json:"pareto"`
@@ -513,11 +514,11 @@ func runPredictGrid(c *cobra.Command, base *deploy.Spec, axes predict.Axes, opts
 
 // objectiveLevel is the level a point's objective comes from: the passing
 // level with the largest effective QPS; nil when none passed.
-func objectiveLevel(p predict.Point) *replay.LevelRecord {
+func objectiveLevel(p predict.Point) *schema.LevelRecord {
 	if c := p.Capacity; c != nil {
 		for _, pr := range c.Probes {
 			if pr.Pass && pr.Load == c.Value {
-				l := &replay.LevelRecord{}
+				l := &schema.LevelRecord{}
 				l.P99TTFTMs, l.P99TPOTMs = pr.P99TTFTMs, pr.P99TPOTMs
 				return l
 			}
@@ -527,7 +528,7 @@ func objectiveLevel(p predict.Point) *replay.LevelRecord {
 	if p.Record == nil || len(p.Record.Runs) == 0 {
 		return nil
 	}
-	var best *replay.LevelRecord
+	var best *schema.LevelRecord
 	levels := p.Record.Runs[0].Levels
 	for i := range levels {
 		if l := &levels[i]; l.Passed && (best == nil || l.EffectiveQPS > best.EffectiveQPS) {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 )
 
 // predictSpec writes an emulated spec on two GPUs: colocated, one replica,
@@ -106,7 +106,7 @@ func TestPredictJSONAndOut(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	var rec replay.Record
+	var rec schema.Record
 	if err := json.Unmarshal([]byte(out), &rec); err != nil {
 		t.Fatalf("%v:\n%s", err, out)
 	}
@@ -122,7 +122,7 @@ func TestPredictJSONAndOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var full replay.Record
+	var full schema.Record
 	if err := json.Unmarshal(b, &full); err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +254,7 @@ func TestPredictUncachedTokens(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	var rec replay.Record
+	var rec schema.Record
 	if err := json.Unmarshal([]byte(out), &rec); err != nil {
 		t.Fatalf("%v:\n%s", err, out)
 	}

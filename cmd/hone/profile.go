@@ -10,6 +10,7 @@ import (
 	"github.com/hone-llm/hone/calibrate"
 	"github.com/hone-llm/hone/diagnose"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 )
 
@@ -189,7 +190,7 @@ Exit codes: 0 written; 1 the directory could not be written; 2 bad input.`,
 }
 
 // budgetOf is the token budget the record's spec states, 0 when none.
-func budgetOf(rec *replay.Record) int {
+func budgetOf(rec *schema.Record) int {
 	k, _ := rec.Config["knobs"].(map[string]any)
 	v, _ := k["max_num_batched_tokens"].(float64)
 	return int(v)

@@ -23,6 +23,7 @@ import (
 	"github.com/hone-llm/hone/internal/atomicfile"
 	"github.com/hone-llm/hone/preflight"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 )
 
 func init() { subcommands = append(subcommands, newReplayCmd) }
@@ -203,9 +204,9 @@ past).`,
 			case "auto":
 				cache = ""
 			case "reset":
-				cache = replay.CacheReset
+				cache = schema.CacheReset
 			case "fresh-prefixes":
-				cache = replay.CacheFreshPrefixes
+				cache = schema.CacheFreshPrefixes
 			default:
 				return badInput("--cache: want auto, reset or fresh-prefixes, got %q", cache)
 			}
@@ -252,12 +253,12 @@ past).`,
 			tty := term.IsTerminal(int(os.Stderr.Fd())) && os.Getenv("CI") == ""
 			pp := &replay.ProgressPrinter{W: c.ErrOrStderr(), TTY: tty}
 			opts := replay.Options{
-				Endpoint: endpoint, TokenizeEndpoint: tokEndpoint, Model: model, Kind: kind, Backend: backend, Cache: cache,
+				Endpoint: endpoint, TokenizeEndpoint: tokEndpoint, Model: model, Kind: schema.Kind(kind), Backend: backend, Cache: cache,
 				Workload: wf.workload(seed),
 				QPS:      qps, Concurrency: clients, Runs: runs, SLO: wf.target(),
 				TimeScale: timeScale, RequestTimeout: timeout, GPUs: gpus, Config: cfg, Hardware: hostHardware(),
-				ModelInfo: replay.Model{Revision: revision, Precision: precision},
-				Hone:      replay.Build{Version: ver, Commit: rev}, Progress: pp.Update, CachedTokensReported: cachedReported,
+				ModelInfo: schema.Model{Revision: revision, Precision: precision},
+				Hone:      schema.Build{Version: ver, Commit: rev}, Progress: pp.Update, CachedTokensReported: cachedReported,
 				Shard: sh,
 			}
 			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
@@ -265,7 +266,7 @@ past).`,
 			if capf.on {
 				return replayCapacity(ctx, c, opts, capf, output.value, out, pp)
 			}
-			var rec *replay.Record
+			var rec *schema.Record
 			if trace.path != "" {
 				tf, terr := trace.open()
 				if terr != nil {
@@ -348,9 +349,9 @@ past).`,
 // replayCapacity runs hone replay --capacity: each probe is one level of
 // a one-run replay against the endpoint, as long as the window rule asks.
 func replayCapacity(ctx context.Context, c *cobra.Command, opts replay.Options, capf capacityFlags, format, out string, pp *replay.ProgressPrinter) error {
-	var kind string
-	var header *replay.Record
-	probe := capacity.ReplayProber(opts, capf.mode, func(rec *replay.Record) {
+	var kind schema.Kind
+	var header *schema.Record
+	probe := capacity.ReplayProber(opts, capf.mode, func(rec *schema.Record) {
 		pp.Close()
 		kind = rec.Kind
 		if header == nil {
@@ -370,7 +371,7 @@ func replayCapacity(ctx context.Context, c *cobra.Command, opts replay.Options, 
 		return checkFailed{fmt.Sprintf("capacity: %v", err)}
 	}
 	if kind == "" {
-		kind = replay.KindUnverified
+		kind = schema.KindUnverified
 	}
 	if werr := writeCapacity(c.OutOrStdout(), format, out, &capacity.Record{Kind: kind, Source: "endpoint " + opts.Endpoint, Header: header, Capacity: res}); werr != nil {
 		return werr
@@ -471,7 +472,7 @@ a level lost requests (as for hone replay);
 			if err != nil {
 				return usageError{err}
 			}
-			judgeRecord(c.ErrOrStderr(), rec, rec.Workload.Kind == replay.WorkloadTrace)
+			judgeRecord(c.ErrOrStderr(), rec, rec.Workload.Kind == schema.WorkloadTrace)
 			if err := replay.WriteRecord(out, rec); err != nil {
 				return err
 			}
@@ -502,8 +503,8 @@ func orNil(err error) error {
 
 func outcomeSummary(m map[string]int) string {
 	var parts []string
-	for _, o := range []string{replay.OutcomeOK, replay.OutcomeHTTPError, replay.OutcomeConnectError, replay.OutcomeStreamCut,
-		replay.OutcomeMalformed, replay.OutcomeTimeout, replay.OutcomeCanceled} {
+	for _, o := range []string{schema.OutcomeOK, schema.OutcomeHTTPError, schema.OutcomeConnectError, schema.OutcomeStreamCut,
+		schema.OutcomeMalformed, schema.OutcomeTimeout, schema.OutcomeCanceled} {
 		if m[o] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", m[o], o))
 		}
@@ -518,7 +519,7 @@ func hostHardware() map[string]any {
 }
 
 // sentAny reports whether the replay sent at least one request.
-func sentAny(rec *replay.Record) bool {
+func sentAny(rec *schema.Record) bool {
 	for _, run := range rec.Runs {
 		for _, l := range run.Levels {
 			if l.Sent > 0 {
@@ -532,7 +533,7 @@ func sentAny(rec *replay.Record) bool {
 // writeReplayTable prints the runs' objectives, every level's serving
 // statistics (vllm bench serve's figures, model time) and the verdict.
 // writeReplayOutput prints a record's summary as the -o format asks.
-func writeReplayOutput(w io.Writer, format string, rec *replay.Record, out string, bad []string) error {
+func writeReplayOutput(w io.Writer, format string, rec *schema.Record, out string, bad []string) error {
 	switch format {
 	case "json":
 		return writeJSON(w, replaySummary(rec, out))
@@ -548,7 +549,7 @@ func writeReplayOutput(w io.Writer, format string, rec *replay.Record, out strin
 // would reach itself (one verdict per level, judged once). A trace's
 // record is left as replay judged it: attributing 10^5 requests would
 // hold them all again.
-func judgeRecord(stderr io.Writer, rec *replay.Record, trace bool) {
+func judgeRecord(stderr io.Writer, rec *schema.Record, trace bool) {
 	if rec == nil || trace {
 		return
 	}
@@ -561,7 +562,7 @@ func judgeRecord(stderr io.Writer, rec *replay.Record, trace bool) {
 	}
 }
 
-func writeReplayTable(w io.Writer, rec *replay.Record, out string, bad []string) {
+func writeReplayTable(w io.Writer, rec *schema.Record, out string, bad []string) {
 	for _, r := range rec.Runs {
 		fmt.Fprintf(w, "run %d: objective %.4g req/s (%s, valid levels only)", r.Run+1, r.Objective, rec.Kind)
 		if r.GPUSecondsPerRequest != nil {
@@ -631,7 +632,7 @@ func writeReplayTable(w io.Writer, rec *replay.Record, out string, bad []string)
 
 // notSteadyRuns names the runs (1-based) whose level at offered rate qps
 // is NotSteady.
-func notSteadyRuns(rec *replay.Record, qps float64) []string {
+func notSteadyRuns(rec *schema.Record, qps float64) []string {
 	var out []string
 	for _, r := range rec.Runs {
 		for _, l := range r.Levels {
@@ -646,7 +647,7 @@ func notSteadyRuns(rec *replay.Record, qps float64) []string {
 // replayVerdict is the exit status of a written, complete record: 1 when a
 // level is invalid or lost requests beyond what its figures can absorb
 // (replay.Record.FailedLevels), else 0.
-func replayVerdict(rec *replay.Record, bad []string) error {
+func replayVerdict(rec *schema.Record, bad []string) error {
 	var why []string
 	if len(bad) > 0 {
 		why = append(why, fmt.Sprintf("%d of the record's levels are invalid: they do not count", len(bad)))
@@ -666,7 +667,7 @@ const formatVLLMBench = "vllm-bench-json"
 
 // replaySummary is -o json: the record's path, kind and verdict, each run's
 // objective and every level's serving statistics.
-func replaySummary(rec *replay.Record, out string) map[string]any {
+func replaySummary(rec *schema.Record, out string) map[string]any {
 	runs := []map[string]any{}
 	for _, r := range rec.Runs {
 		runs = append(runs, map[string]any{"run": r.Run, "objective": r.Objective, "gpu_seconds_per_request": r.GPUSecondsPerRequest})

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 )
 
 // miniVLLM answers /tokenize (one id per whitespace-separated word) and
@@ -130,11 +131,11 @@ func TestReplayWritesRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.Kind != replay.KindEmulated || rec.Backend != "emulator" || rec.GPUs != 4 || rec.TimeScale != 0.01 || len(rec.Runs) != 2 ||
-		rec.Outcomes[replay.OutcomeOK] != 40 || rec.Hone.Commit == "" || rec.Config["mode"] != "disaggregated" || rec.Model.Precision != "bf16" {
+	if rec.Kind != schema.KindEmulated || rec.Backend != "emulator" || rec.GPUs != 4 || rec.TimeScale != 0.01 || len(rec.Runs) != 2 ||
+		rec.Outcomes[schema.OutcomeOK] != 40 || rec.Hone.Commit == "" || rec.Config["mode"] != "disaggregated" || rec.Model.Precision != "bf16" {
 		t.Fatalf("record: kind %q backend %q gpus %d scale %g runs %d outcomes %v", rec.Kind, rec.Backend, rec.GPUs, rec.TimeScale, len(rec.Runs), rec.Outcomes)
 	}
-	if !strings.Contains(stdout, "written to "+out) || strings.Count(stderr, "qps ") != 4 || rec.Cache.Procedure != replay.CacheReset ||
+	if !strings.Contains(stdout, "written to "+out) || strings.Count(stderr, "qps ") != 4 || rec.Cache.Procedure != schema.CacheReset ||
 		strings.Contains(stdout, "verdict: every level valid") == hostBound {
 		t.Errorf("stdout %q\nstderr %q: want the record's path, one line per level and the verdict", stdout, stderr)
 	}
@@ -170,12 +171,12 @@ func TestReplayWritesRecord(t *testing.T) {
 func hostOnly(out string) bool {
 	seen := false
 	for _, l := range strings.Split(out, "\n") {
-		for _, r := range []string{replay.ReasonWarmStart, replay.ReasonTimeScaleMismatch, replay.ReasonIncomplete, replay.ReasonCounterContamination} {
-			if strings.Contains(l, r) {
+		for _, r := range []schema.Code{schema.ReasonWarmStart, schema.ReasonTimeScaleMismatch, schema.ReasonIncomplete, schema.ReasonCounterContamination} {
+			if strings.Contains(l, string(r)) {
 				return false
 			}
 		}
-		seen = seen || strings.Contains(l, replay.ReasonClientBound)
+		seen = seen || strings.Contains(l, string(schema.ReasonClientBound))
 	}
 	return seen
 }
@@ -220,7 +221,7 @@ func TestReplayInvalidLevelExits1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.Kind != replay.KindUnverified || rec.Backend != "unknown" || rec.Verdict.Valid || rec.Runs[0].Objective != 0 {
+	if rec.Kind != schema.KindUnverified || rec.Backend != "unknown" || rec.Verdict.Valid || rec.Runs[0].Objective != 0 {
 		t.Errorf("kind %q backend %q verdict %v objective %g", rec.Kind, rec.Backend, rec.Verdict, rec.Runs[0].Objective)
 	}
 }
@@ -305,8 +306,8 @@ func TestReplaySharded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.Shard == nil || rec.Shard.Index != nil || rec.Shard.Count != 2 || rec.Kind != replay.KindEmulated || len(rec.Runs) != 1 ||
-		len(rec.Runs[0].Levels) != 2 || rec.Outcomes[replay.OutcomeOK] != 20 || !strings.Contains(out, "written to "+merged) {
+	if rec.Shard == nil || rec.Shard.Index != nil || rec.Shard.Count != 2 || rec.Kind != schema.KindEmulated || len(rec.Runs) != 1 ||
+		len(rec.Runs[0].Levels) != 2 || rec.Outcomes[schema.OutcomeOK] != 20 || !strings.Contains(out, "written to "+merged) {
 		t.Fatalf("merged record: shard %+v kind %q runs %d outcomes %v\n%s", rec.Shard, rec.Kind, len(rec.Runs), rec.Outcomes, out)
 	}
 	for _, l := range rec.Runs[0].Levels {

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim"
 	"github.com/hone-llm/hone/slo"
 )
@@ -123,7 +124,7 @@ func (w *workloadFlags) target() slo.SLO {
 // naming the flag of the first bad value.
 func (w *workloadFlags) check(qps []float64) error {
 	for _, q := range qps {
-		if err := w.workload(0).Params(q).Validate(); err != nil {
+		if err := replay.ParamsOf(w.workload(0), q).Validate(); err != nil {
 			return paramErr(err)
 		}
 	}
@@ -131,8 +132,8 @@ func (w *workloadFlags) check(qps []float64) error {
 }
 
 // workload is the replay workload the flags describe, with seed.
-func (w *workloadFlags) workload(seed uint64) replay.Workload {
-	return replay.Workload{Seed: seed, Requests: w.requests, InputTokens: w.inputTokens, UncachedTokens: w.uncachedTokens, OutputTokens: w.outputTokens, LengthRatio: w.lengthRatio}
+func (w *workloadFlags) workload(seed uint64) schema.Workload {
+	return schema.Workload{Seed: seed, Requests: w.requests, InputTokens: w.inputTokens, UncachedTokens: w.uncachedTokens, OutputTokens: w.outputTokens, LengthRatio: w.lengthRatio}
 }
 
 // checkSLO applies --slo, then checks --ttft-slo-ms and --tpot-slo-ms, in

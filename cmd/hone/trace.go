@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 )
 
 // traceFlags are --trace and its options (hone replay, hone predict).
@@ -89,7 +90,7 @@ func (t *traceFlags) open() (*replay.TraceFile, error) {
 }
 
 // writeTraceHitRates prints the trace's implied and measured hit rates.
-func writeTraceHitRates(w io.Writer, rec *replay.Record) {
+func writeTraceHitRates(w io.Writer, rec *schema.Record) {
 	t := rec.Workload.Trace
 	if t == nil {
 		return
@@ -98,8 +99,8 @@ func writeTraceHitRates(w io.Writer, rec *replay.Record) {
 		traceName(t), t.SHA256, t.Requests, t.Speed, t.BlockSize, 100*t.ImpliedHitRate, t.EngineBlockSize)
 	if t.MeasuredHitRate != nil {
 		what := "measured"
-		if rec.Kind == replay.KindPredicted {
-			what = "predicted"
+		if rec.Kind == schema.KindPredicted {
+			what = string(schema.KindPredicted)
 		}
 		fmt.Fprintf(w, "%s %.2f%%\n", what, 100**t.MeasuredHitRate)
 	} else {
@@ -110,7 +111,7 @@ func writeTraceHitRates(w io.Writer, rec *replay.Record) {
 	}
 }
 
-func traceName(t *replay.TraceInfo) string {
+func traceName(t *schema.TraceInfo) string {
 	if t.Format == replay.TraceRecord {
 		return "a run record's requests"
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 )
 
 // sharedTrace's hash lists imply 5616 of its 9884 input tokens cached on
@@ -129,7 +130,7 @@ func TestReplayTraceOnEmulator(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := rec.Workload.Trace
-	if rec.Workload.Kind != replay.WorkloadTrace || tr == nil || tr.SHA256 != sharedTraceSHA256 || tr.Requests != 8 || tr.Speed != 1 ||
+	if rec.Workload.Kind != schema.WorkloadTrace || tr == nil || tr.SHA256 != sharedTraceSHA256 || tr.Requests != 8 || tr.Speed != 1 ||
 		tr.BlockSize != 512 || tr.EngineBlockSize != 16 || tr.ImpliedCachedTokens != sharedTraceCached || tr.FirstTokenReuses != 0 {
 		t.Fatalf("workload %+v, trace %+v", rec.Workload, tr)
 	}
@@ -151,7 +152,7 @@ func TestReplayTraceOnEmulator(t *testing.T) {
 	for i, q := range lvl.Requests {
 		p := tap.prompts[q.RequestID]
 		if q.ID != i || len(p) != reqs[i].InputLength || q.InputTokens != reqs[i].InputLength ||
-			q.OutputTokens != reqs[i].OutputLength || q.Outcome != replay.OutcomeOK || q.PromptSHA256 != replay.HashTokens(p) {
+			q.OutputTokens != reqs[i].OutputLength || q.Outcome != schema.OutcomeOK || q.PromptSHA256 != replay.HashTokens(p) {
 			t.Errorf("request %d: id %d, %d tokens on the wire, %d recorded, %d out, %s; trace line %+v", i, q.ID, len(p), q.InputTokens, q.OutputTokens, q.Outcome, reqs[i])
 		}
 		if want := reqs[i].TimestampMs - reqs[0].TimestampMs; q.ScheduledMs != want {
@@ -183,7 +184,7 @@ func TestReplayTraceOnEmulator(t *testing.T) {
 		t.Fatal(err)
 	}
 	pt := pred.Workload.Trace
-	if pred.Kind != replay.KindPredicted || pt == nil || pt.SHA256 != sharedTraceSHA256 || pt.MeasuredHitRate == nil || *pt.MeasuredHitRate != implied {
+	if pred.Kind != schema.KindPredicted || pt == nil || pt.SHA256 != sharedTraceSHA256 || pt.MeasuredHitRate == nil || *pt.MeasuredHitRate != implied {
 		t.Errorf("prediction: kind %s, trace %+v", pred.Kind, pt)
 	}
 	if pl := pred.Runs[0].Levels[0]; pl.PromptsSHA256 != lvl.PromptsSHA256 || len(pl.Requests) != len(reqs) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 )
 
 // TestReplayAndDiagnoseAgree: hone replay applies diagnose's client-bound
@@ -50,12 +51,12 @@ func TestReplayAndDiagnoseAgree(t *testing.T) {
 	residualOnly := 0
 	for _, r := range rec.Runs {
 		for _, l := range r.Levels {
-			codes := map[string]bool{}
+			codes := map[schema.Code]bool{}
 			for _, why := range l.Verdict.Reasons {
 				codes[why.Code] = true
 			}
 			for _, m := range d.ClientBound {
-				if strings.HasPrefix(m, "run ") && strings.Contains(m, l.Name()+": client_bound") && !codes[replay.ReasonClientBound] {
+				if strings.HasPrefix(m, "run ") && strings.Contains(m, l.Name()+": client_bound") && !codes[schema.ReasonClientBound] {
 					t.Errorf("diagnose marked %q, which replay's record calls valid", m)
 				}
 			}

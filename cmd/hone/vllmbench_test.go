@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 )
 
 // TestReplayVLLMBenchJSON replays two levels against a live emulator with
@@ -49,13 +50,13 @@ func TestReplayVLLMBenchJSON(t *testing.T) {
 		l := rec.Runs[0].Levels[i]
 		outTok, completed := 0, 0
 		for _, q := range l.Requests {
-			if q.ID >= replay.Sessions && q.Outcome == replay.OutcomeOK {
+			if q.ID >= replay.Sessions && q.Outcome == schema.OutcomeOK {
 				outTok += q.OutputTokens
 				completed++
 			}
 		}
 		if r.NumPrompts != 16 || len(r.TTFTs) != 16 || len(r.ITLs) != 16 || r.Completed != completed || r.TotalOutputTokens != outTok ||
-			r.RequestRate != l.OfferedQPS || r.ModelID != "Qwen/Qwen2.5-Coder-0.5B-Instruct" || r.Hone.Kind != replay.KindEmulated {
+			r.RequestRate != l.OfferedQPS || r.ModelID != "Qwen/Qwen2.5-Coder-0.5B-Instruct" || r.Hone.Kind != schema.KindEmulated {
 			t.Errorf("level %d: num_prompts %d, %d ttfts, %d itls, completed %d, %d output tokens, rate %v, model %q, kind %q; "+
 				"want 16, 16, 16, %d, %d, %g", i, r.NumPrompts, len(r.TTFTs), len(r.ITLs), r.Completed, r.TotalOutputTokens,
 				r.RequestRate, r.ModelID, r.Hone.Kind, completed, outTok, l.OfferedQPS)

@@ -13,16 +13,12 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hone-llm/hone/schema"
 )
 
-// Stamp is one instant on both clocks.
-type Stamp struct {
-	UnixNs int64 `json:"unix_ns"`
-	MonoNs int64 `json:"mono_ns"`
-}
-
-// Sub is s − o on the monotonic clock.
-func (s Stamp) Sub(o Stamp) time.Duration { return time.Duration(s.MonoNs - o.MonoNs) }
+// Stamp is one instant on both clocks; its wire form is package schema's.
+type Stamp = schema.Stamp
 
 // Read returns CLOCK_MONOTONIC nanoseconds from clock_gettime itself, one
 // syscall a reading: for code that joins a reading with kernel timestamps

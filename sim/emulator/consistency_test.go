@@ -16,6 +16,7 @@ import (
 
 	"github.com/hone-llm/hone/deploy/proxy"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim"
 	"github.com/hone-llm/hone/slo"
 )
@@ -59,14 +60,14 @@ func consistencyDeployment(t *testing.T, ctx context.Context, mode sim.Mode, sca
 // client against a fresh deployment and returns the level's record (model
 // milliseconds) after checking that every request completed validly with
 // the prefix-cache hits the workload implies.
-func replayLevel(t *testing.T, mode sim.Mode, qps float64, scale float64) (*replay.LevelRecord, *syncBuffer) {
+func replayLevel(t *testing.T, mode sim.Mode, qps float64, scale float64) (*schema.LevelRecord, *syncBuffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	endpoint, tokenize, trace := consistencyDeployment(t, ctx, mode, scale)
 	w := replay.DefaultWorkload()
 	rec, err := replay.Run(ctx, replay.Options{Endpoint: endpoint, TokenizeEndpoint: tokenize, Model: Qwen25Coder05B.Name,
-		Kind: replay.KindEmulated, Backend: "emulator", Workload: w, QPS: []float64{qps}, TimeScale: scale})
+		Kind: schema.KindEmulated, Backend: "emulator", Workload: w, QPS: []float64{qps}, TimeScale: scale})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func replayLevel(t *testing.T, mode sim.Mode, qps float64, scale float64) (*repl
 			wantCached = w.CachedTokens()
 		}
 		switch {
-		case r.Outcome != replay.OutcomeOK || !r.Valid:
+		case r.Outcome != schema.OutcomeOK || !r.Valid:
 			t.Errorf("request %d: outcome %s, invalid %q, error %q", r.ID, r.Outcome, r.Invalid, r.Error)
 		case r.OutputTokens != w.OutputTokens:
 			t.Errorf("request %d: %d tokens, want %d", r.ID, r.OutputTokens, w.OutputTokens)
@@ -98,7 +99,7 @@ func replayLevel(t *testing.T, mode sim.Mode, qps float64, scale float64) (*repl
 // own clocks: from the receiving engine's arrival to the (decode) engine's
 // first token, so it leaves out the client's side of the HTTP exchanges but
 // keeps, disaggregated, the proxy's hop and the real KV transfer.
-func engineP99TTFT(t *testing.T, lr *replay.LevelRecord, trace *syncBuffer, scale float64) float64 {
+func engineP99TTFT(t *testing.T, lr *schema.LevelRecord, trace *syncBuffer, scale float64) float64 {
 	measured := map[string]bool{}
 	for _, r := range lr.Requests {
 		if r.ID >= replay.Sessions {
@@ -323,7 +324,7 @@ func TestConsistencyWithExactModel(t *testing.T) {
 				// The slowest requests, to tell a stall at one instant
 				// from a steady excess.
 				slow := slices.Clone(got.Requests[replay.Sessions:])
-				slices.SortFunc(slow, func(a, b replay.RequestRecord) int { return cmp.Compare(*b.TTFTMs, *a.TTFTMs) })
+				slices.SortFunc(slow, func(a, b schema.RequestRecord) int { return cmp.Compare(*b.TTFTMs, *a.TTFTMs) })
 				for _, r := range slow[:3] {
 					t.Logf("slow: request %d scheduled at %.1f ms, TTFT %.3f ms, dispatch lag %.3f ms", r.ID, r.ScheduledMs, *r.TTFTMs, r.DispatchLagMs)
 				}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 )
 
 func TestParseFault(t *testing.T) {
@@ -195,8 +195,8 @@ func TestTransferLateMs(t *testing.T) {
 		if c.late {
 			wantModel = model / 1000
 		}
-		if got := metricValue(t, d.URL(), replay.EmulatorKVPullLateModelSeconds); !near(got, wantModel, 1e-9) {
-			t.Errorf("scale %v: %s = %v, want %v", c.scale, replay.EmulatorKVPullLateModelSeconds, got, wantModel)
+		if got := metricValue(t, d.URL(), schema.EmulatorKVPullLateModelSeconds); !near(got, wantModel, 1e-9) {
+			t.Errorf("scale %v: %s = %v, want %v", c.scale, schema.EmulatorKVPullLateModelSeconds, got, wantModel)
 		}
 		if c.late {
 			if !(m.KVTransferLateMs > 0) || !near(m.KVTransferLateMs, m.KVTransferTimeMs-model, 1e-6) {

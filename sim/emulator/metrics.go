@@ -3,7 +3,7 @@ package emulator
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 )
 
 // metrics are vLLM's V1 Prometheus metrics under their vLLM names, plus a
@@ -77,9 +77,9 @@ func newMetrics(model string) *metrics {
 	m.nixlFailed = counter("vllm:nixl_num_failed_transfers_total", "Failed KV pulls.")
 	m.kvBytesSent = counter("hone_emulator_kv_bytes_sent_total", "KV bytes written on the side channel (prefill side).")
 	m.kvBytesReceived = counter("hone_emulator_kv_bytes_received_total", "KV bytes read from the side channel (decode side).")
-	m.kvPullsLate = counter(replay.EmulatorKVPullsLate, "KV pulls whose bytes crossed the side channel after their modelled end (decode side): the host, not the model, set when the KV became usable.")
-	m.kvPullLateSeconds = counter(replay.EmulatorKVPullLateSeconds, "Model seconds by which KV pulls' bytes arrived after their modelled end, summed (decode side): host time that entered model time.")
-	m.kvPullLateModelSeconds = counter(replay.EmulatorKVPullLateModelSeconds, "The modelled duration of the late KV pulls, model seconds summed (decode side).")
+	m.kvPullsLate = counter(schema.EmulatorKVPullsLate, "KV pulls whose bytes crossed the side channel after their modelled end (decode side): the host, not the model, set when the KV became usable.")
+	m.kvPullLateSeconds = counter(schema.EmulatorKVPullLateSeconds, "Model seconds by which KV pulls' bytes arrived after their modelled end, summed (decode side): host time that entered model time.")
+	m.kvPullLateModelSeconds = counter(schema.EmulatorKVPullLateModelSeconds, "The modelled duration of the late KV pulls, model seconds summed (decode side).")
 	m.stepLateness = hist("hone_emulator_step_lateness_seconds", "Wall time by which a step completed after its modelled end.",
 		[]float64{0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1})
 	m.faultCuts = counter("hone_emulator_fault_stream_cuts_total", "Streams cut by the cut-stream-after-tokens fault.")

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 )
 
 // syncBuffer is a trace sink safe for the engine's and the test's goroutines.
@@ -255,13 +255,13 @@ func TestPDLatePullsAreCounted(t *testing.T) {
 			t.Fatal(res.err)
 		}
 	}
-	if got := metricValue(t, d.URL(), replay.EmulatorKVPullsLate); got != 3 {
-		t.Errorf("%s = %v, want 3 (every pull of 1037 tokens' KV outlasts a zero-time model)", replay.EmulatorKVPullsLate, got)
+	if got := metricValue(t, d.URL(), schema.EmulatorKVPullsLate); got != 3 {
+		t.Errorf("%s = %v, want 3 (every pull of 1037 tokens' KV outlasts a zero-time model)", schema.EmulatorKVPullsLate, got)
 	}
-	if got := metricValue(t, d.URL(), replay.EmulatorKVPullLateSeconds); !(got > 0) {
-		t.Errorf("%s = %v, want > 0", replay.EmulatorKVPullLateSeconds, got)
+	if got := metricValue(t, d.URL(), schema.EmulatorKVPullLateSeconds); !(got > 0) {
+		t.Errorf("%s = %v, want > 0", schema.EmulatorKVPullLateSeconds, got)
 	}
-	if got := metricValue(t, p.URL(), replay.EmulatorKVPullsLate); got != 0 {
+	if got := metricValue(t, p.URL(), schema.EmulatorKVPullsLate); got != 0 {
 		t.Errorf("prefill worker counts %v late pulls; only the decode side pulls", got)
 	}
 }

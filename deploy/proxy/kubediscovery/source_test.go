@@ -19,6 +19,7 @@ import (
 	"github.com/hone-llm/hone/deploy/proxy"
 	"github.com/hone-llm/hone/internal/monoclock"
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim/emulator"
 )
 
@@ -178,7 +179,7 @@ func TestDiscoveryDuringReplay(t *testing.T) {
 
 	w := replay.DefaultWorkload()
 	w.Requests = 120
-	rec, err := replay.Run(ctx, replay.Options{Endpoint: srv.URL, Model: "Qwen/Qwen2.5-Coder-0.5B-Instruct", Kind: replay.KindEmulated,
+	rec, err := replay.Run(ctx, replay.Options{Endpoint: srv.URL, Model: "Qwen/Qwen2.5-Coder-0.5B-Instruct", Kind: schema.KindEmulated,
 		Backend: "emulator", Workload: w, QPS: []float64{20}, TimeScale: scale})
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +189,7 @@ func TestDiscoveryDuringReplay(t *testing.T) {
 	if added == (monoclock.Stamp{}) || removed == (monoclock.Stamp{}) {
 		t.Fatal("the replay ended before both changes were applied")
 	}
-	if rec.Outcomes[replay.OutcomeOK] != 120 || len(rec.Outcomes) != 1 {
+	if rec.Outcomes[schema.OutcomeOK] != 120 || len(rec.Outcomes) != 1 {
 		t.Errorf("replay outcomes %v, want all 120 ok", rec.Outcomes)
 	}
 	tls, _ := px.Timelines(0, 0)

@@ -1,4 +1,4 @@
-package replay
+package schema
 
 import (
 	"bytes"
@@ -9,6 +9,67 @@ import (
 	"fmt"
 	"strconv"
 )
+
+// Chunks holds the arrival of every streamed chunk that carried output, in
+// columns: chunk k arrived at MonoNs[k] (CLOCK_MONOTONIC) = UnixNs[k] (wall)
+// carrying TokenIDs[k] (empty when the engine does not return token ids).
+// Records hold it packed (ChunksEncoding; version 2's records as these
+// three arrays): see MarshalJSON and UnmarshalJSON in chunks.go.
+//
+// In memory the chunks may be packed too (Pack): the columns are then nil
+// and Len and Columns read them. A trace replay (RunTrace) packs every
+// request's chunks as it ends, since the columns take 48 bytes an output
+// token where the packed form takes 3 to 9; ReadRecord, Run and MergeShards
+// give columns.
+type Chunks struct {
+	MonoNs   []int64 `json:"mono_ns"`
+	UnixNs   []int64 `json:"unix_ns"`
+	TokenIDs [][]int `json:"token_ids"`
+
+	// packed holds count chunks in ChunksEncoding when non-nil (the
+	// columns are then nil); spilled, when non-nil instead, holds them at
+	// spillOff (spillLen bytes).
+	packed   []byte
+	count    int
+	spilled  ChunkStore
+	spillOff int64
+	spillLen int
+}
+
+// ChunkStore keeps packed chunks outside memory (replay's spill file):
+// Put appends data and says where it went, Get reads n bytes back from
+// there.
+type ChunkStore interface {
+	Put(data []byte) (int64, error)
+	Get(off int64, n int) ([]byte, error)
+}
+
+// MoveTo moves c's packed chunks to s: c then reads them from there (Len,
+// Columns, MarshalJSON as before). Chunks without a stream stay absent; c
+// must be packed (Pack) or absent.
+func (c *Chunks) MoveTo(s ChunkStore) error {
+	if c.packed == nil {
+		return nil
+	}
+	off, err := s.Put(c.packed)
+	if err != nil {
+		return err
+	}
+	*c = Chunks{spilled: s, spillOff: off, spillLen: len(c.packed), count: c.count}
+	return nil
+}
+
+// InMemory reports whether c is packed and held in memory (Pack, not
+// MoveTo).
+func (c Chunks) InMemory() bool { return c.packed != nil }
+
+// Stored reports whether c's packed chunks are held by a ChunkStore
+// (MoveTo).
+func (c Chunks) Stored() bool { return c.spilled != nil }
+
+// Absent reports whether no stream was read (no columns, not packed): such
+// chunks are written as null.
+func (c Chunks) Absent() bool { return c.absent() }
 
 // ChunksEncoding names the packed layout of a request's chunks in records
 // of schema version 3:
@@ -203,7 +264,7 @@ func (c Chunks) encoded() ([]byte, error) {
 	case c.packed != nil:
 		return c.packed, nil
 	case c.spilled != nil:
-		return c.spilled.get(c.spillOff, c.spillLen)
+		return c.spilled.Get(c.spillOff, c.spillLen)
 	}
 	return c.pack()
 }
@@ -213,7 +274,7 @@ func (c Chunks) encoded() ([]byte, error) {
 func (c Chunks) packedBytes() []byte {
 	b, err := c.encoded()
 	if err != nil {
-		panic(fmt.Sprintf("replay: chunks spilled by this process do not read back: %v", err))
+		panic(fmt.Sprintf("schema: chunks spilled by this process do not read back: %v", err))
 	}
 	return b
 }
@@ -243,10 +304,10 @@ func (c *Chunks) Pack() error {
 	return nil
 }
 
-// eachInterval calls f with the interval before every chunk after the
+// EachInterval calls f with the interval before every chunk after the
 // first (MonoNs[k] - MonoNs[k-1]), read straight from the packed form's
 // mono_ns column when packed, which holds them.
-func (c Chunks) eachInterval(f func(int64)) {
+func (c Chunks) EachInterval(f func(int64)) {
 	if !c.isPacked() {
 		for k := 1; k < len(c.MonoNs); k++ {
 			f(c.MonoNs[k] - c.MonoNs[k-1])
@@ -258,7 +319,7 @@ func (c Chunks) eachInterval(f func(int64)) {
 	for k := range c.count {
 		v, w := binary.Varint(data)
 		if w <= 0 {
-			panic("replay: chunks packed by Pack do not decode") // Pack's own output always does
+			panic("schema: chunks packed by Pack do not decode") // Pack's own output always does
 		}
 		data = data[w:]
 		if k > 0 {
@@ -276,7 +337,7 @@ func (c Chunks) Columns() Chunks {
 	}
 	v, err := DecodeChunks(c.packedBytes(), int64(c.count))
 	if err != nil {
-		panic(fmt.Sprintf("replay: chunks packed by Pack do not decode: %v", err)) // Pack's own output always decodes
+		panic(fmt.Sprintf("schema: chunks packed by Pack do not decode: %v", err)) // Pack's own output always decodes
 	}
 	return v
 }
