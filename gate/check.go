@@ -12,6 +12,7 @@ import (
 	"golang.org/x/perf/benchmath"
 
 	"github.com/hone-llm/hone/replay"
+	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -216,7 +217,7 @@ func Check(bl *Baseline, runs []Run, cfg Config) *Report {
 		rep.Verdict = Incomparable
 		return rep
 	}
-	exact := bl.Kind == "simulation_only"
+	exact := bl.Kind == string(schema.KindSimulationOnly)
 	levels, comparable := rep.compareSeries(bl, cand, exact, cfg)
 	holm(rep.Results, cfg.alpha())
 	for i := range rep.Results {
