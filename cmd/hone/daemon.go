@@ -32,65 +32,10 @@ func newDaemonCmd() *cobra.Command {
 		nvmlPeriod, scanPeriod time.Duration
 		pods                   podFlags
 	)
-	c := &cobra.Command{
+	c := withHelp(&cobra.Command{
 		Use:   "daemon",
 		Short: "Trace serving processes with eBPF and NVML; serve metrics, a JSON API and profiles",
-		Long: `hone daemon traces the processes of an LLM-serving deployment: syscalls per
-thread and class, scheduling, socket traffic with bursts on KV-transfer
-connections, CUDA driver calls (uprobes on libcuda.so), and GPUs through NVML.
-Children of targets are followed from their first syscall; exited processes
-are folded into per-target totals after a few seconds, so the table of
-traced processes stays bounded. It serves Prometheus metrics and a JSON API
-on 127.0.0.1 (/metrics, /v1/snapshot, /v1/connections, /v1/threads,
-/v1/profile). On loopback the API has no authentication; a --listen address
-that is not loopback is refused unless --allow-remote is given together with
---token-file, and then every request must carry that bearer token
-(Prometheus: authorization.credentials_file). The API's clients are
-limited as hone's other servers' are: --api-max-connections at once (more
-wait to be accepted), headers within 5 s, answers written within 30 s, idle
-keep-alive connections closed after 60 s, no request body (413). Command lines in the
-snapshot have likely secrets (--api-key values, sk-... and hf_... tokens,
-*_TOKEN=... variables) replaced by [REDACTED]. Kernel timestamps are
-CLOCK_MONOTONIC nanoseconds.
-
-It needs root, or CAP_BPF and CAP_PERFMON (CAP_SYS_ADMIN too for --bpf-stats,
-and alone on kernels before 6.6; deploy/systemd has a unit), and a kernel
-with BTF; it uses no kprobes. A probe family the kernel cannot attach (the
-socket tracepoints, uprobes, sched or syscall tracepoints) is logged as a
-warning with what is lost, and reported in the snapshot's "probes" and in
-hone_probe_family_attached; the others run (hone preflight --target daemon
-lists which this kernel has). After attaching it drops privileges on every thread:
-it keeps CAP_PERFMON alone (to read the memory maps of targets found later,
-for libcuda; CAP_SYS_ADMIN alone on kernels before 6.6, which lack
-uprobe_multi links), becomes --user (default nobody), sets no_new_privs and
-installs a seccomp filter refusing ptrace, mount, module loading, setuid and
-the like. --out and --profile are opened before the drop and written at the
-end. Without an NVIDIA driver it reports "nvml: unavailable (<reason>)" and
-carries on.
-
-Targets: --pid (with existing descendants), --cgroup (the whole subtree),
---match-cmdline, --pod-selector; with none of them, processes whose command
-line matches vLLM's API server, EngineCore and workers, or "hone sim serve".
-
---pod-selector traces the processes of the Kubernetes pods on this node
-(--node-name, default $NODE_NAME) whose labels match it, in --pod-namespace
-(default: all namespaces): the daemon lists and watches those pods through
-the API server (in-cluster credentials, or --kubeconfig) and takes every
-process whose /proc/PID/cgroup names a pod's UID, as the kubelet's cgroupfs
-and systemd drivers both do, on cgroup v1 and v2. Its ServiceAccount needs
-get, list and watch on pods (hone deploy render --daemonset renders that
-Role, the DaemonSet and NODE_NAME from the downward API).
-
-Exit codes: 0 success; 1 the daemon failed (no privilege, no BTF, a write
-failed); 2 bad input (flags).`,
-		Example: `  # 10 s of measurements of a vLLM deployment, as JSON
-  sudo hone daemon --once --duration 10s --out snapshot.json
-
-  # Trace one process tree, probing CUDA kernel launches for its first 30 s only
-  sudo hone daemon --pid 4242 --cuda-launches 30s --bpf-stats
-  curl -s 127.0.0.1:9464/v1/connections?kv=true
-  go tool pprof -top http://127.0.0.1:9464/v1/profile?view=sched`,
-		Args: cobra.NoArgs,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if match != "" {
 				re, err := regexp.Compile(match)
@@ -163,7 +108,7 @@ failed); 2 bad input (flags).`,
 			}
 			return daemon.Run(ctx, cfg, opts, log)
 		},
-	}
+	}, "daemon", nil)
 	f := c.Flags()
 	f.IntSliceVar(&cfg.PIDs, "pid", nil, "trace these processes and their descendants (repeatable)")
 	f.StringSliceVar(&cfg.Cgroups, "cgroup", nil, "trace the processes of this cgroup v2 directory (absolute or under /sys/fs/cgroup)")

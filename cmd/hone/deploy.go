@@ -21,25 +21,10 @@ import (
 func init() { subcommands = append(subcommands, newDeployCmd) }
 
 func newDeployCmd() *cobra.Command {
-	c := &cobra.Command{
+	c := withHelp(&cobra.Command{
 		Use:   "deploy",
 		Short: "Render, start and stop a deployment spec: engines (vLLM or the emulator) behind hone's proxy",
-		Long: `A deployment spec (YAML) names the engine (vllm | emulator), the model and
-its pinned revision (or a local directory, whose file hashes are recorded),
-precision, the GPU budget and ids, the topology — colocated (replicas × TP)
-or disaggregated (prefill and decode pools, NixlConnector or
-P2pNcclConnector) — engine knobs and the proxy's routing. engine_env adds
-environment variables to every engine process (names checked; those hone
-sets itself, such as CUDA_VISIBLE_DEVICES, refused). cold_start says how a
-measurement empties the prefix cache before every level: reset_prefix_cache
-renders VLLM_SERVER_DEV_MODE=1 into every vLLM worker, since vLLM serves
-POST /reset_prefix_cache only in development mode, which also serves
-unauthenticated admin routes (/sleep, /collective_rpc, ...) on the worker's
-port: workers listen on network.host (127.0.0.1 by default; 0.0.0.0 is
-refused with it); fresh_prefixes needs nothing. Examples:
-deploy/testdata/specs/ and examples/. A spec whose workers need more GPUs
-than its budget is refused before anything starts.`,
-	}
+	}, "deploy", nil)
 	c.AddCommand(newDeployRenderCmd(), newDeployUpCmd(), newDeployDownCmd())
 	return c
 }
@@ -59,46 +44,9 @@ func newDeployRenderCmd() *cobra.Command {
 		vllmVersion string
 		k           k8sFlags
 	)
-	c := &cobra.Command{
+	c := withHelp(&cobra.Command{
 		Use:   "render [SPEC]",
 		Short: "Print every worker's exact command line and environment, and the proxy's",
-		Long: `hone deploy render prints what hone deploy up would start: one shell line per
-worker (environment, then argv, shell-quoted so a person can paste it), then
-the proxy. hone itself never runs a shell; it executes these argv directly.
-
--o json prints the plan (workers with argv, env, GPUs, ports, warnings)
-and the proxy configuration instead.
-
---vllm-version adapts vLLM commands to the installed release: flags it
-lacks are left out, and a spec it cannot run (say P2pNcclConnector on a
-vLLM that randomizes request ids with no switch to stop it) is refused
-with the field named. "auto" asks --vllm (vllm --version); without it the
-version is unknown, the commands are rendered for the newest vLLM and the
-plan says so in a warning.
-
---target kubernetes prints the same workers as Kubernetes objects (YAML,
-one document each): per pool a StatefulSet (replicas = the pool's workers;
-stable pod names the proxy lists) and a headless Service, and hone's proxy
-as a Deployment, Service and ConfigMap. Containers run exactly the argv and
-environment printed above, but for --host 0.0.0.0, one --port per pool, no
-CUDA_VISIBLE_DEVICES (the pod gets nvidia.com/gpu = its TP) and the NIXL
-side-channel host from the pod IP. --daemonset adds (or, without SPEC,
-prints alone) hone's daemon as a DaemonSet with a Service and a
-ServiceMonitor; its container adds CAP_BPF and CAP_PERFMON, what the daemon
-needs on Linux >= 6.6, or CAP_SYS_ADMIN with --node-kernel older than 6.6
-(perf-event uprobes; take the release from hone preflight's host.kernel on
-a GPU node). Specs a pod cannot express (a local model directory,
-P2pNcclConnector, emulator trace files or faults, a worker with more GPUs
-than --gpus-per-node) are refused, naming the field.
-
-Exit codes: 0 rendered; 2 the spec is invalid, or the given vLLM version
-(or --target kubernetes) cannot run it (the message names the field).`,
-		Example: `  hone deploy render deploy/testdata/specs/disagg-nixl-2p2d.yaml
-  hone deploy render --target kubernetes --namespace llm examples/vllm-disagg-nixl-1p1d.yaml > hone.yaml
-  hone deploy render --target kubernetes --daemonset > hone-daemon.yaml
-  hone deploy render --target kubernetes --daemonset --node-kernel "$(jq -r .host.kernel preflight.json)"
-  hone deploy render --vllm-version auto --vllm .venv/bin/vllm examples/vllm-disagg-nixl-1p1d.yaml
-  hone deploy render -o json spec.yaml | jq '.plan.workers[].argv'`,
 		Args: func(c *cobra.Command, args []string) error {
 			if k.target == targetKubernetes { // SPEC, --daemonset or both
 				return cobra.RangeArgs(0, 1)(c, args)
@@ -150,7 +98,7 @@ Exit codes: 0 rendered; 2 the spec is invalid, or the given vLLM version
 			}
 			return nil
 		},
-	}
+	}, "deploy-render", nil)
 	output.register(c.Flags(), "sh", "", "sh", "json")
 	c.Flags().StringVar(&vllm, "vllm", "vllm", "the vllm executable to name in vLLM commands")
 	c.Flags().StringVar(&vllmVersion, "vllm-version", "", `the installed vLLM's version (e.g. 0.11.1), or "auto" to run --vllm --version; empty: unknown`)
@@ -164,30 +112,10 @@ Exit codes: 0 rendered; 2 the spec is invalid, or the given vLLM version
 func newDeployUpCmd() *cobra.Command {
 	var o deploy.UpOptions
 	var k k8sFlags
-	c := &cobra.Command{
+	c := withHelp(&cobra.Command{
 		Use:   "up SPEC",
 		Short: "Start a spec's workers and proxy, wait for /health, and leave them running",
-		Long: `hone deploy up starts every worker and the proxy, each in its own process
-group, with logs and a state file under --state-dir/NAME/, and waits until
-every /health answers (progress on stderr). It then returns, leaving the
-deployment running; send requests to the proxy URL it prints, and stop it
-with hone deploy down NAME. If anything fails to come up — or on Ctrl-C —
-everything already started is stopped.
-
---target kubernetes applies the objects hone deploy render --target
-kubernetes prints, by server-side apply (field manager hone, forced), to
-the cluster of --kubeconfig, and waits until every pod is Ready (progress
-on stderr; --health-timeout bounds it, default 20m for vllm, 2m for the
-emulator). Applying again updates the objects in place.
-
-Exit codes: 0 up and healthy; 1 a process failed to start or become
-healthy (or an object failed to apply, or pods were not Ready in time);
-2 the spec is invalid, a port is taken or a binary is missing.`,
-		Example: `  hone deploy up deploy/testdata/specs/emulator-disagg-1p2d.yaml
-  curl -sN localhost:8000/v1/completions -d '{"model":"Qwen/Qwen2.5-Coder-0.5B-Instruct","prompt":"def f():","max_tokens":8,"stream":true}'
-  hone deploy down emu-disagg-1p2d
-  hone deploy up --target kubernetes --kubeconfig ~/.kube/config --namespace llm examples/vllm-disagg-nixl-1p1d.yaml`,
-		Args: cobra.ExactArgs(1),
+		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			kube, err := k.kube()
 			if err != nil {
@@ -231,7 +159,7 @@ healthy (or an object failed to apply, or pods were not Ready in time);
 			fmt.Fprintf(c.OutOrStdout(), "proxy %s\nstate %s\nstop with: %s\n", d.ProxyURL(), d.StatePath, downCommand(s.Name, o.StateDir, c.Flags().Changed("state-dir")))
 			return nil
 		},
-	}
+	}, "deploy-up", nil)
 	f := c.Flags()
 	f.StringVar(&o.StateDir, "state-dir", deploy.DefaultStateDir(), "where state files and logs go ($HONE_STATE_DIR)")
 	f.StringVar(&o.VLLM, "vllm", "", "the vllm executable (default: vllm on PATH)")
@@ -247,26 +175,10 @@ func newDeployDownCmd() *cobra.Command {
 	var dir string
 	var grace time.Duration
 	var k k8sFlags
-	c := &cobra.Command{
+	c := withHelp(&cobra.Command{
 		Use:   "down [NAME | SPEC]",
 		Short: "Stop a deployment: SIGTERM every process group, SIGKILL after --grace",
-		Long: `hone deploy down reads the state file hone deploy up wrote and stops every
-process group it records — the proxy, then the workers, with everything they
-started — with SIGTERM, then SIGKILL after --grace. It works after hone or a
-worker crashed. With no argument it stops the only deployment under
---state-dir.
-
---target kubernetes deletes, from --namespace of the cluster of
---kubeconfig, every Deployment, StatefulSet, DaemonSet, Service and
-ConfigMap labelled app.kubernetes.io/name=hone and
-app.kubernetes.io/instance=NAME; a NAME is then required.
-
-Exit codes: 0 stopped; 1 a process survived SIGKILL (or a delete failed);
-2 no such deployment.`,
-		Example: `  hone deploy down emu-disagg-1p2d
-  hone deploy down spec.yaml --grace 30s
-  hone deploy down --target kubernetes --namespace llm brief-disagg-nixl-1p1d`,
-		Args: cobra.MaximumNArgs(1),
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			kube, err := k.kube()
 			if err != nil {
@@ -317,7 +229,7 @@ Exit codes: 0 stopped; 1 a process survived SIGKILL (or a delete failed);
 			}
 			return nil
 		},
-	}
+	}, "deploy-down", nil)
 	c.Flags().StringVar(&dir, "state-dir", deploy.DefaultStateDir(), "where state files are ($HONE_STATE_DIR)")
 	c.Flags().DurationVar(&grace, "grace", 10*time.Second, "how long processes get between SIGTERM and SIGKILL")
 	k.registerTarget(c.Flags())

@@ -23,121 +23,10 @@ func newDiagnoseCmd() *cobra.Command {
 	var tokenBudget, maxNumSeqs int
 	var stepPIDs []string
 	var format outputFormat
-	report := &cobra.Command{
+	report := withHelp(&cobra.Command{
 		Use:   "report --record run.json",
 		Short: "Split TTFT into client, queueing, prefill, transfer and decode-queue time; name the bottleneck",
-		Long: fmt.Sprintf(`hone diagnose report reads a replay record and, when given, the proxy's
-per-request timelines (--timelines FILE from GET /hone/timeline, or --proxy URL
-to fetch them), joins them by X-Request-Id on CLOCK_MONOTONIC, and splits every
-measured request's TTFT into:
-
-  client        dispatch lag, client↔proxy↔engine hops, the proxy's hand-off,
-                first-byte delivery (the residual: nothing an engine does)
-  queueing      the engine's queue (vLLM queue_time_ms: queued → first
-                scheduled) and failed prefill legs
-  prefill       the engine's first scheduling → first token (vLLM
-                time_to_first_token_ms)
-  transfer      on a decode worker: the wait for KV blocks, to the KV pull's
-                end (hone's emulator's kv_transfer_time_ms, or the daemon's
-                KV connection); with neither, its whole queue_time_ms
-                (vLLM counts the KV wait and any queue after it there)
-  decode_queue  the decode worker's queue after the KV and its first step
-                (its time_to_first_token_ms)
-
-and reports decode (first → last token) beside them. TTFT runs from the
-scheduled send, as in the record. Figures are model time. vLLM must run with
---enable-per-request-metrics for the engine-side split; the proxy keeps the
-prefill leg's metrics.
-
-A level (run, offered rate) whose client part exceeds replay's client_bound
-bounds (p99 > %g%% of the TTFT SLO, or median > %g%% of the median TTFT) is
-marked invalid. Invalid levels are shown with their reason codes but never
-decide the bottleneck, which is, in this order: client-bound when every level
-is invalid or the lowest or highest is client_bound (the proposals then fix
-the measurement, not the deployment); stall when one freeze (no stream got a
-chunk for %g TPOT SLOs while one was mid-stream) explains the rest: its
-requests are an outlier set, and the rule on the others names nothing;
-decode when TPOT misses its SLO; the largest part of the tail when the tail's
-TTFT is over the SLO already at the lowest valid level; the part whose tail
-mean (over the slowest %g%% of requests by TTFT) grows most from the lowest to
-the highest valid level, with a %g%% bootstrap interval above %g%% of the
-lowest level's tail TTFT and above %g%% of the TTFT SLO; a part that dominates
-the TTFT budget at every valid level (mean share over %g%%, tail mean over
-%g%% of the SLO); else none. When the runner-up's interval overlaps, the
-verdict says "uncertain". The confidence is the verdict's own: the share of
-bootstrap resamples that name the same part. The proposals follow the
-engines' max-num-seqs (--max-num-seqs, else the record's config): a queue on
-an engine that streamed that many requests at once proposes raising it.
-
-Two sources of evidence split the engine's span. The engine's own: vLLM's
-per-request metrics (queue_time_ms, time_to_first_token_ms), which need a vLLM
-that returns them. The kernel's: --daemon joins a hone daemon snapshot (--once
---out FILE, or GET /v1/snapshot), which needs no engine cooperation:
-  - each disaggregated request gets the KV connection whose bytes started after
-    its decode leg was sent and before its first token, with the bytes
-    received and first-to-last-byte time as the kernel saw them;
-  - each request gets the HTTP exchange the daemon saw on the answering
-    engine's API socket (--http-ports) received after the request (or its
-    decode leg) was sent, whose first-token send came before the client's
-    first chunk, the closest fit on both ends, requests in the order sent; a
-    disaggregated request also gets the prefill worker's exchange, answered
-    whole inside its prefill leg. With the engines' CUDA steps (libcuda
-    uprobes: launch or graph launch to synchronize) that splits:
-      queueing      receipt on the (prefill) engine's API socket, its front
-                    end inside, → the start of its first scheduled step
-      prefill       → the end of the step that produced its first token.
-                    vLLM's scheduler rules place it over every request the
-                    engine served: running requests first, then FCFS
-                    admission in the first step after the API front end
-                    with budget and a seat left, a prefill chunked over
-                    what the budget leaves; the first-token send only
-                    bounds it. The token budget (--max-num-batched-tokens)
-                    and seats (--max-num-seqs), when not given, are those
-                    under which the rules best fit the steps (stated in
-                    each split's chunks_from)
-      transfer      the decode worker's receipt → the last operation on its
-                    KV connection (the pull acknowledged: KV usable)
-      decode_queue  → the decode worker's first-token send (its queue after
-                    the KV, which vLLM's metrics count in transfer, and its
-                    first step)
-      decode        first-token send → the response's last send
-    Whose steps: on hone's emulator one process answers and steps; on vLLM
-    the API server (the exchanges) starts the engine core, and with tensor
-    parallelism the core starts a worker per rank, which launch the CUDA
-    work. Each API server's steps are taken from the nearest stepping
-    process in the traced process tree (the snapshot's targets: itself,
-    its descendants, then those of its nearest traced ancestor, never
-    another API server's), the one with most steps among several (TP ranks
-    step in lockstep). --step-pid API_PID=STEP_PID overrides that (e.g.
-    data-parallel engines behind one API server); the choice is printed.
-    Which send carries the first token depends on the server: vLLM writes a
-    streamed response's head before the first token (--http-head separate),
-    hone sim serve writes it with the first token (with-first-token); auto
-    picks by the record's kind.
---evidence chooses per request: auto takes the engines' metrics where they
-reported them and the kernel split where they did not; kernel takes the
-kernel split alone; engine never uses it. A request left without a split
-(auto: no metrics, and its kernel evidence did not join; kernel: no kernel
-split) is left out of the diagnosis, never given client timing: the table
-counts them per level with their reasons, the JSON lists them ("unjoined"). Each kernel split states its uncertainty per part (±, in the
-report's level means): the span of first steps the evidence leaves open for
-queueing and prefill, and the
-lag from the token step to the first-token send for prefill. Where both
-splits exist the report gives their mean difference per part (transfer and
-decode_queue as one span: vLLM does not split them).
-All clocks are CLOCK_MONOTONIC of the one host: the daemon must run on the
-engine's host and replay or the proxy on the same host.
-
---truth compares with an emulator's --trace-file (its ground truth) and
-prints the error per part. --pprof writes a profile for go tool pprof.
-
-Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*replay.ClientBoundTTFTFraction,
-			float64(diagnose.StallTPOTs), 100*diagnose.TailFraction, 100*diagnose.Confidence, 100*diagnose.GrowthFraction,
-			100*diagnose.MaterialFraction, 100*diagnose.DominantShare, 100*diagnose.MaterialFraction),
-		Example: `  hone diagnose report --record run.json --proxy http://127.0.0.1:8000
-  hone diagnose report --record run.json --timelines tl.json -o md --pprof ttft.pb.gz
-  go tool pprof -top ttft.pb.gz`,
-		Args: cobra.NoArgs,
+		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if record == "" {
 				return badInput("--record: required (a hone replay record)")
@@ -313,7 +202,7 @@ Exit codes: 0 success; 2 bad input.`, 100*replay.ClientBoundSLOFraction, 100*rep
 			}
 			return nil
 		},
-	}
+	}, "diagnose-report", diagnoseHelp())
 	f := report.Flags()
 	f.StringVar(&record, "record", "", "replay record (hone replay -o)")
 	f.StringVar(&timelines, "timelines", "", "proxy timelines file (GET /hone/timeline output)")

@@ -122,73 +122,10 @@ func newGateCheckCmd() *cobra.Command {
 		format           outputFormat
 	)
 	var candidates []string
-	c := &cobra.Command{
+	c := withHelp(&cobra.Command{
 		Use:   "check --baseline B --candidate RECORD...",
 		Short: "Compare candidate run records against a baseline and give a verdict per metric",
-		Long: fmt.Sprintf(`hone gate check gives each metric a verdict: pass, improved, warn, fail,
-suspect or invalid. A metric other than a tail fails only when its change is
-significant (one-sided, α 0.05, Holm-adjusted over all tested metrics;
-Mann–Whitney U with >= 4 runs a side, else Welch's t on logs) AND larger
-than max(its threshold, the noise floor from the baseline's own spread).
-Defaults: throughput −5%% fails, −3%% warns; latency +10%% fails; cost +5%%
-fails. Hard failures: an SLO violation at a level the baseline passed, more
-failed requests, the highest passing level dropping. simulation_only
-records compare exactly.
-
-Tails (p99 TTFT, p99 TPOT): a level's p99 over a few dozen requests is
-their maximum, so tails are computed on the measured requests pooled over
-the runs valid at the level, when both sides carry per-request values
-(replay records and baselines made from them do). Each side's p99 gets a
-distribution-free %g%% confidence interval from its order statistics. A tail
-fails only when the candidate's interval lies wholly above the baseline's
-(candidate's lower bound > baseline's upper bound) AND its p99 is worse by
-more than the fail threshold; apart and beyond the warn threshold, it warns;
-overlapping, it passes. With fewer than %d pooled requests on a side (no
-upper bound for p99) both figures are the pooled maximum, "max of n", which
-fails only when worse by more than max(the fail threshold, %g%%) and never
-warns. A schema-2 baseline (no per-request values) has its tails compared
-per run; recreate it to pool them. The check's notes state the rule.
-
-Capacities (the --out files of hone replay --capacity and hone predict
---capacity, one run each): %s. A capacity is never compared with a
-level scan (the fingerprint's load differs).
-
-Valid levels only: a replay record marks each level valid or invalid (warm
-start, client-bound, incomplete, ...; see the record's verdict_rule). A
-metric is compared on the runs whose level is valid in both the baseline and
-the candidate; a level with no valid run on a side is reported "invalid"
-with the reasons, never pass or fail. The objective is compared only on runs
-whose every level is valid. When no level is valid on both sides the check
-is unusable (exit 2).
-
-Suspect: a compared metric whose figures are physically implausible is
-"suspect", never pass: a p50 or p99 TPOT below %g ms model time (the floor
-of a real decode step; a record's config tpot_floor_ms overrides), an
-effective QPS or objective above the offered rate of its level by more than
-%g%% (beyond the schedule's edge N/(N−1) for N measured requests), or an
-objective more than %g× the baseline's or less than 1/%g of it — more likely a
-measurement change (warm cache, time scale) than a deployment change.
-Suspect fails CI like a regression (exit 1), under its own label.
-
-Records made with another cold-start procedure (cache: reset_prefix_cache
-or fresh_prefixes) or time scale are refused (exit 2) whatever the config
-says, as are records of another kind (an unverified endpoint is never
-compared with a device baseline).
-
-A --config file (YAML or JSON) overrides alpha, thresholds per metric and the
-fingerprint fields compared:
-
-  alpha: 0.05
-  metrics:
-    p99_ttft_ms: {fail: 0.15, warn: 0.08}
-  compare_fingerprint: [kind, engine, model, revision, precision, gpu_model, gpu_count, workload, slo, time_scale, cache]
-
-Exit codes: 0 pass, warn or improved; 1 regression (fail) or suspect; 2 bad
-input, incomparable, or unusable (no level valid on both sides).`, gate.TailConfidence, gate.TailMinRequests, 100*gate.LooseTailChange,
-			gate.CapacityRule, gate.DefaultTPOTFloorMs, 100*gate.OfferedTolerance, gate.ObjectiveFactor, gate.ObjectiveFactor),
-		Example: `  hone gate check --baseline baselines/disagg.json --candidate run.json -o md >> "$GITHUB_STEP_SUMMARY"
-  hone gate check --baseline baselines/disagg.json --candidate a.json --candidate b.json -o github`,
-		Args: cobra.ArbitraryArgs,
+		Args:  cobra.ArbitraryArgs,
 		RunE: func(c *cobra.Command, args []string) error {
 			if baseline == "" {
 				return badInput("--baseline: required")
@@ -231,7 +168,7 @@ input, incomparable, or unusable (no level valid on both sides).`, gate.TailConf
 			}
 			return nil
 		},
-	}
+	}, "gate-check", gateCheckHelp())
 	c.Flags().StringVar(&baseline, "baseline", "", "baseline file")
 	c.Flags().StringSliceVar(&candidates, "candidate", nil, "candidate run record (repeatable)")
 	c.Flags().StringVar(&config, "config", "", "gate config file (YAML or JSON)")

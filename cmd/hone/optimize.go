@@ -50,80 +50,10 @@ func newOptimizeCmd() *cobra.Command {
 		referenceQPS float64
 		timeBudget   time.Duration
 	)
-	c := &cobra.Command{
+	c := withHelp(&cobra.Command{
 		Use:   "optimize --spec base.yaml --out DIR",
 		Short: "Run the live optimization loop: deploy, replay, diagnose, propose, ablate, verify",
-		Long: `hone optimize starts from a deployment spec (the baseline) and spends at most
---budget trials. Each trial deploys the spec (emulator or vLLM workers behind
-hone's proxy), measures it --runs times — by default each run a capacity
-search (--measure capacity: the largest load that meets the SLO at steady
-state; --slo interactive is p99 TTFT 500 ms, p99 TPOT 50 ms), else a replay
-at every --qps level (--measure levels) — attributes every request's latency and names the bottleneck, then tears the
-deployment down. The next config is chosen from that diagnosis, on the same
-model, precision, GPU budget, arrival sequence, prewarm, output length and
-tokens. After exploring it ablates the selected config's optimizations,
-completes a topology × prefix-caching interaction, and re-runs the winner.
-
-Measurement (--measure capacity): ` + optimizer.CapacityRule + ` The
-reference load is --reference-qps, else spec.objective.target_qps, else
-half the baseline's predicted capacity.
-
-Selection: ` + optimizer.LiveSelectionRule + ` What "best" means is the
-spec's objective (spec.objective.goal): capacity (the default: the most
-capacity within gpus.budget), cheapest (with target_qps: the fewest GPUs
-whose capacity reaches it in every run; the predicted grid includes configs
-using fewer GPUs than the budget) or capacity_per_gpu.
-
-Regression: ` + optimizer.LiveRegressionRule + `
-
-Before the first trial of an emulator spec, hone measures the host's own
-floor: a replay of the highest level through hone's proxy against a
-zero-cost engine (emulator profile "null"), and the baseline engine's own
-median TTFT at the lowest level. With --time-scale auto (the default) ` + optimizer.FloorRule + `,
-so that the host does not decide what is measured; then ` + optimizer.FloorScalerRule + `.
-"spec" keeps the spec's scale (the floor is still measured and logged); a
-number sets the scale. Then ` + optimizer.RescaleRule + ` (--max-time-scale; 0: never, and the floor's choice is not capped).
-
-Time (--time-budget, e.g. 30m; 0: none) bounds the whole run, the floor
-included. ` + optimizer.TimeBudgetRule + ` Inside a trial a line every
-10 s says where it is (run, level or probe, requests done, elapsed against
-expected).
-
-Exploration (--explore predict, the default for --backend live): ` + optimizer.PredictRule + `
-The grid spans the --grid-* axes (as hone predict --grid does); the starting
-profile is --profile (default: the spec's emulator.profile); calibrated
-profiles are written to DIR/profiles/. --explore diagnose instead proposes
-each next config from the last trial's diagnosis (the bottleneck).
-
---backend model runs the same loop on the brief's exact queueing model
-instead (simulation_only, seconds in all): it deploys nothing and refuses, as
-a failed trial naming the spec field, what the model cannot express (tensor
-parallelism, engine knobs, more than 1P1D).
-
-Every trial, failed ones too, goes to DIR/log.json (rewritten atomically after
-each trial); records to DIR/records/, emulator ground truth to DIR/traces/,
-deployment state and worker logs to DIR/state/. Emulated trials are labelled
-emulated, never device.
-
-A trial's deployment dies with hone optimize, even on kill -9 (Linux: the
-kernel's parent-death signal and a watchdog process; elsewhere the watchdog
-only). An earlier run is never silently reused or overwritten: a DIR that
-holds a log.json is refused (exit 2) unless --force, which keeps the earlier
-run's log.json, records/, traces/ and state/ as NAME.<time>.bak; a
-deployment an earlier, killed run left running under DIR/state/ is stopped
-(reported on stderr) before anything starts. One hone optimize at a time
-uses a DIR.
-
-Exit codes: 0 a verified selection; 1 nothing eligible or verified, or a
-deployment left under DIR/state/ could not be stopped; 2 bad input, or DIR
-holds an earlier run's log (see --force) or is in use; 130 interrupted
-(SIGINT or SIGTERM) before the loop finished: DIR/log.json holds the trials
-so far, marked unfinished.`,
-		Example: `  hone optimize --spec examples/emulator-l4-cheapest.yaml --out results/demo --tpot-slo-ms 12 --capacity-precision 0.1 --reference-qps 4
-  hone optimize --spec examples/emulator-l4-colocated.yaml --out results/levels --measure levels --qps 2,8,16,32 --requests 48
-  hone optimize --spec examples/vllm-colocated-tp2.yaml --vllm .venv/bin/vllm --out results/device --slo interactive
-  hone report --log results/demo/log.json --out results/demo/report.md`,
-		Args: cobra.NoArgs,
+		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if spec == "" || out == "" {
 				return badInput("--spec and --out are required")
@@ -326,7 +256,7 @@ so far, marked unfinished.`,
 			fmt.Fprintf(c.OutOrStdout(), "selected: trial %d %s, median objective %.3f req/s (%s)\n", sel.N, sel.Key, sel.Objective, sel.Kind)
 			return nil
 		},
-	}
+	}, "optimize", optimizeHelp())
 	wf.register(c, true)
 	f := c.Flags()
 	f.StringVar(&spec, "spec", "", "baseline deployment spec (YAML)")

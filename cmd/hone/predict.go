@@ -17,7 +17,6 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
-	"github.com/hone-llm/hone/capacity"
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/internal/atomicfile"
 	"github.com/hone-llm/hone/predict"
@@ -49,76 +48,10 @@ func newPredictCmd() *cobra.Command {
 		capf         capacityFlags
 		trace        traceFlags
 	)
-	c := &cobra.Command{
+	c := withHelp(&cobra.Command{
 		Use:   "predict SPEC",
 		Short: "Predict a deployment spec's latency, throughput and cost in virtual time, without deploying it",
-		Long: `hone predict evaluates a deployment spec (see hone deploy) without starting
-anything: the emulator's engine — its scheduler, prefix-cached KV blocks,
-preemption and P/D handoff, behind the proxy's routing — runs as a
-discrete-event simulation in virtual time, with the cost model of an
-emulator profile (a GPU and a model: --profile, else the spec's
-emulator.profile, else the default). The replay workload is driven through
-it level by level (--qps: open loop, each request sent at its scheduled
-time; or --concurrency: closed loop, N clients each sending its next
-request when its last one ends, after the 8 warm-ups, as vllm bench serve
---max-concurrency does), every level starting cold, and summarised the way
-hone replay summarises a measurement: p50/p90/p99 TTFT and TPOT, effective
-QPS, GPU-seconds per request, prefix-cache hit rate and pass/fail against
-the SLOs, and the objective (the largest effective QPS among passing
-levels). A spec takes well under a second.
-
-Every figure is labelled kind "predicted" with its profile: it is what the
-profile's cost model says, not a measurement. A vllm spec is predicted on
-the profile's hardware too. An objective that rests on a predicted p99
-within 2% of an SLO limit — the objective's level passing just under it,
-or a level above failing just over it — is too close to call: a
-measurement may land a level higher or lower (the model leaves out the
-HTTP hops, ~1% of TTFT, and a p99 is one or two requests). The table says
-so under it, --grid marks it ~ in the edge column, and -o json gives the
-level and limit as "edge".
-
---grid enumerates every deployment of the spec's model within its GPU budget
-— colocated replicas × TP and disaggregated prefill/decode pools with a TP
-each, using the whole budget or less (a smaller deployment costs less per
-request) — and on each every point of the knob axes (--grid-*: max-num-seqs,
-max-num-batched-tokens, prefix caching, routing where a pool has two workers
-or more, CUDA graphs or eager, GPU memory fraction), predicts them all, and
-prints the --top best by objective (then the cheaper), and the Pareto front
-of objective against GPU-seconds per request: the specs no other beats on
-both. With --capacity each
-spec's objective is its capacity (see below) and its cost GPUs / capacity,
-GPU-seconds per request served at capacity; the ranking follows the spec's
-objective (spec.objective.goal: capacity, the default; cheapest with
-target_qps, the fewest GPUs whose capacity reaches it; capacity_per_gpu).
-Each grid spec's name says its point
-(colo-dp2-tp1-seqs256-bt2048-cache-aff-graphs-mem0.9, pd-p1tp1-d2tp1-...),
-and its gpus.budget is the GPUs it uses.
-
---capacity finds the spec's capacity instead of scanning levels: the
-largest load that meets the SLO at steady state (--slo interactive: p99
-TTFT 500 ms, p99 TPOT 50 ms). ` + capacity.Rule + ` --requests is then a
-floor on each probe's measured requests. -o json prints {"kind",
-"source", "capacity": {"mode", "value", "unit", "precision", "upper",
-"slo", "probes": [...]}}.
-
-` + traceHelp + ` With hone predict the trace runs through
-the simulation as hone replay --trace sends it to the emulator (the same
-prompts, token for token), and the measured hit rate is the predicted one.
-
---out writes the result: the prediction as a run record (per-request records
-included), or with --grid every point, ranked, with its spec and its
-levels.
-
-Exit codes: 0 predicted; 1 with --grid, no spec could be predicted, or the
-grid was interrupted; 2 bad input (a flag, the spec, the profile, or a spec
-the prediction cannot model).`,
-		Example: `  hone predict examples/emulator-l4-colocated.yaml
-  hone predict --profile qwen2.5-coder-0.5b-h200 --qps 4,16,64 -o json examples/emulator-disagg-nixl-1p1d.yaml
-  hone predict --grid --top 10 examples/emulator-l4-colocated.yaml
-  hone predict --capacity --slo interactive examples/emulator-l4-colocated.yaml
-  hone predict --grid --grid-max-num-seqs 64,256,1024 --grid-enforce-eager false --out grid.json spec.yaml
-  hone predict --trace conversation_trace.jsonl --trace-speed 2 examples/emulator-l4-colocated.yaml`,
-		Args: cobra.ExactArgs(1),
+		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			if err := output.check(); err != nil {
 				return err
@@ -220,7 +153,7 @@ the prediction cannot model).`,
 			}
 			return nil
 		},
-	}
+	}, "predict", predictHelp())
 	wf.register(c, true)
 	f := c.Flags()
 	f.StringVar(&profile, "profile", "", "emulator profile: a built-in name or a .yaml file (default: the spec's emulator.profile, else "+emulator.DefaultProfile+")")

@@ -18,43 +18,10 @@ func newProfileDeriveCmd() *cobra.Command {
 		tps                                                                  []int
 		hostMs                                                               float64
 	)
-	c := &cobra.Command{
+	c := withHelp(&cobra.Command{
 		Use:   "derive --model CONFIG.json --gpu NAME --out PROFILE.yaml",
 		Short: "Derive a cost profile from a model's config.json and a GPU's per-operation tables (or its roofline)",
-		Long: `hone profile derive builds a step-cost profile where no step of the model on
-the GPU was measured: from the model's architecture (a Hugging Face
-config.json: layers, hidden size, heads, KV heads, head dim, intermediate
-size, vocabulary, tied embeddings) and the GPU.
-
-With --tables DIR (the GPU's per-operation tables, as
-ai-dynamo/aiconfigurator's systems/data/<gpu>/ lays them out: GEMMs,
-context and generation attention, vLLM's all-reduce, under vllm/VERSION/),
-a grid of step shapes is costed at each TP as vLLM runs a dense
-transformer (per layer the QKV, output, gate-up and down GEMMs at the
-step's tokens, attention at the rank's heads, two all-reduces; the lm_head
-at the sampled sequences; a hand-made host cost per step, --host-ms), and
-the step-cost form is fitted to those costs, TP explicit, as hone
-calibrate --steps fits measured steps. The profile says
-"derived from per-operation tables".
-
-Without tables, the roofline: the same grid at the GPU's datasheet peaks
-at efficiencies fitted on a GPU that has tables: --efficiency-from names a
-table-derived profile of the same model (MBU from its weights read, MFU
-from its per-token cost). The profile says "derived from roofline" and
-which GPU the efficiencies came from.
-
---tp lists the TP sizes to derive from; those where the weights leave no
-room for one max-length sequence's KV cache are left out (the profile's
-source says which were used). A derived profile is checked against
-measured steps where they exist with hone profile check.
-
-Exit codes: 0 derived and written; 1 the file could not be written; 2 bad
-input (a config.json field, an unknown GPU, a dtype, tables that cannot be
-read, or weights that fit at no TP).`,
-		Example: `  hone profile derive --model testdata/aiconfigurator/model_configs/Qwen--Qwen3-32B_config.json --gpu b300_sxm \
-    --tables testdata/aiconfigurator/systems/data/b300_sxm --out qwen3-32b-b300-derived.yaml
-  hone profile check qwen3-32b-b300-derived.yaml --steps testdata/aiconfigurator/fpm-qwen3-32b-b300/tp1`,
-		Args: cobra.NoArgs,
+		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if model == "" {
 				return badInput("--model: required: the model's Hugging Face config.json")
@@ -147,7 +114,7 @@ read, or weights that fit at no TP).`,
 			writePhaseErrors(c.OutOrStdout(), p.Source.Residuals)
 			return nil
 		},
-	}
+	}, "profile-derive", nil)
 	f := c.Flags()
 	f.StringVar(&model, "model", "", "the model's Hugging Face config.json")
 	f.StringVar(&gpuName, "gpu", "", "the GPU ("+strings.Join(gpuNames(), ", ")+")")

@@ -27,55 +27,10 @@ func newProxyCmd() *cobra.Command {
 		replicas, prefill, decode    []string
 		cfg                          proxy.Config
 	)
-	c := &cobra.Command{
+	c := withHelp(&cobra.Command{
 		Use:   "proxy",
 		Short: "hone's OpenAI-compatible front door: routing, the NIXL P/D protocol, per-request timelines",
-		Long: `hone proxy serves /v1/completions and /v1/chat/completions in front of a
-deployment's workers. Colocated replicas are chosen by session affinity
-(the --session-header, else the prompt's leading tokens) or round-robin.
-Disaggregated requests follow vLLM's NIXL protocol: a prefill leg
-(stream false, max_tokens 1, kv_transfer_params do_remote_decode), then a
-decode leg with the returned params and the same X-Request-Id, its stream
-passed through unchanged. A failed prefill is retried once on another
-prefill worker, then served by decode-side prefill (outcome "fallback").
-
-Workers come from --config (written by hone deploy up), --spec, or the
---replica / --prefill / --decode flags. A config with a discovery block
-(written by hone deploy render --target kubernetes) finds them at run time
-instead, from the ready endpoints of each pool's Service:
-  "discovery": {"kind": "kubernetes", "namespace": "NS",
-                "pools": [{"role": "prefill", "service": "SVC", "port": 8100}, ...]}
-It watches discovery.k8s.io/v1 EndpointSlices (label kubernetes.io/service-name,
-needs get/list/watch on endpointslices); a worker that leaves gets no new
-request, those on it finish; one that arrives gets new requests at once.
-Other routes:
-  GET /hone/timeline?since=N  per-request timelines (wall and CLOCK_MONOTONIC ns),
-                              at most 10000 a page (&limit=N); page with since=next
-  GET /hone/metrics           the proxy's own hone_proxy_* metrics
-  GET /metrics                the workers' metrics merged (label hone_worker), then the proxy's
-  GET /hone/workers           workers and whether they are in rotation
-  GET /health                 200 while every role has a worker in rotation
-Anything else (/tokenize, /v1/models, ...) goes to one worker.
-
-It binds 127.0.0.1 unless told otherwise, and stops on SIGINT/SIGTERM,
-letting requests in flight finish.
-
-Limits on clients (flags below, or the config's max_body_bytes, ...): a
-request body over --max-body-bytes gets 413, one not received within
---body-timeout of its headers 408 with the connection closed; bodies held by
-requests in flight total at most --max-body-memory (counting, for the
-disaggregated path, the two re-encoded copies its legs send), further
-requests wait for room until their --body-timeout, then get 503 (the body
-read and discarded first, so the client reads the answer); keep-alive connections idle for
---idle-timeout are closed; at most --max-connections clients are served at
-once, the rest wait to be accepted (idle keep-alive connections are closed
-first to make room).
-
-Exit codes: 0 stopped by a signal; 1 the listener failed; 2 bad flags or config.`,
-		Example: `  hone proxy --replica http://127.0.0.1:8100 --replica http://127.0.0.1:8101
-  hone proxy --prefill http://127.0.0.1:8100 --decode http://127.0.0.1:8101 --listen 127.0.0.1:9000
-  hone proxy --spec deploy/testdata/specs/disagg-nixl-2p2d.yaml`,
-		Args: cobra.NoArgs,
+		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			flags := cfg
 			switch {
@@ -181,7 +136,7 @@ Exit codes: 0 stopped by a signal; 1 the listener failed; 2 bad flags or config.
 			log.Info("proxy stopped", "counts", fmt.Sprint(p.Counts()))
 			return nil
 		},
-	}
+	}, "proxy", nil)
 	f := c.Flags()
 	f.StringVar(&configPath, "config", "", "proxy config JSON (written by hone deploy up)")
 	f.StringVar(&specPath, "spec", "", "a deployment spec: front its workers at the spec's proxy port")

@@ -47,104 +47,10 @@ func newReplayCmd() *cobra.Command {
 		capf                  capacityFlags
 		trace                 traceFlags
 	)
-	c := &cobra.Command{
+	c := withHelp(&cobra.Command{
 		Use:   "replay",
 		Short: "Replay the coding-agent workload against a live endpoint and write a run record",
-		Long: `hone replay sends the brief's workload, on real token ids, to an
-OpenAI-compatible endpoint (vLLM or hone's emulator): eight sessions with
-distinct code prefixes tokenized through the engine's /tokenize, open loop at
-each --qps level in order (each after the previous one drained), repeated
---runs times. --max-concurrency N[,N...] makes each level a closed loop
-instead (vllm bench serve --max-concurrency): after the 8 warm-ups, N
-clients, each sending its next request the moment its last one ends; TTFT
-runs from that send. Every request's send and chunk arrival times (wall and
-CLOCK_MONOTONIC), TTFT, TPOT, output ids hash, cached tokens and outcome go
-into a JSON run record (--out), with per-level p50/p90/p99, effective QPS,
-pass/fail, prefix-cache hit rates from /metrics and from cached_tokens, and
-cost in GPU-seconds per request.
-
-It then prints, per level (pooled over the runs valid at that level), what a
-vllm bench serve user reads: request, output-token and total-token
-throughput, and the mean, median, p90 and p99 of TTFT, TPOT, ITL and E2E
-latency, in model time (-o json for the same as JSON). -o vllm-bench-json
-prints each level as the JSON vllm bench serve --save-result --save-detailed
-writes (the same keys and units; hone's own figures under "hone"), one
-compact object per line, levels in order: the layout of vllm's
---append-result file, so a one-level replay's output is a --save-result file.
-
-The kind labels the numbers for good and is discovered, not trusted: GET
-/version naming hone's emulator makes them "emulated", vLLM's own version
-answer makes them "device", anything else (no /version, another project's
-simulator) "unverified", which reports never show as device numbers. --kind
-only asserts: a kind the endpoint contradicts is exit 2.
-
-The time scale is discovered too: hone's emulator states its --time-scale in
-GET /version and replay adopts it (the schedule runs S times as fast and
-every duration is divided by S, so the record is in model time). A
---time-scale the engine contradicts is exit 2; an engine that states none
-(vLLM) runs at --time-scale, default 1. --request-timeout is model time.
-
-Every level starts cold: POST /reset_prefix_cache before it where the
-endpoint serves it (hone's emulator and proxy; vLLM with
-VLLM_SERVER_DEV_MODE=1), else fresh session prefixes of the same lengths
-per level (seeds recorded). --cache forces one procedure.
-
-Each level gets a validity verdict (client_bound, warm_start,
-time_scale_mismatch, incomplete, counter_contamination, emulator_bound;
-thresholds in the record's verdict_rule). Invalid levels are printed and
-never count toward the objective.
-
-Sharded load generation, for rates one client host cannot hold: run
---shard I/N on N processes (or hosts, e.g. a Kubernetes Indexed Job), all
-with the same flags and the same --start-at, then combine their records
-with 'hone replay merge'. Shards never talk to each other. Shard 0 sends
-the eight warm-ups, resets the prefix cache before every level and reads
-the engine's counters; measured request i goes to shard i mod N (the client
-keeps no per-session state, so round robin spreads the load evenly); every
-shard sends its requests at their global arrival times from the level's
-start instant. The first level starts at --start-at, every later one at the
-previous one's start + its schedule's span + --level-gap (model time, for
-its last requests to drain) + 1 s (real time, for the next level's reset and
-scrapes), in every shard alike. A shard still waiting on requests at a
-level's drain deadline marks the level incomplete; one ready after a level's
-start marks it client_bound: levels never shift. With --shard, --cache must
-be reset or fresh-prefixes (shards cannot agree on what auto would find),
-and hosts' clocks must agree (NTP) to well within the SLOs.
-
-` + traceHelp + `
-
---capacity finds the endpoint's capacity instead of scanning --qps: the
-largest load that meets the SLO at steady state (--slo interactive: p99
-TTFT 500 ms, p99 TPOT 50 ms), each probe one level of a one-run replay
-(cold start as --cache says). ` + capacity.Rule + ` --requests is a floor
-on each probe's measured requests; --out is then the result's JSON
-(default capacity.json: {"kind", "source", "capacity": {"mode", "value",
-"unit", "precision", "upper", "slo", "probes": [...]}}); the probes' run
-records are not kept. Exit 1 when no load met the SLO or a probe was
-invalid (the host distorted it) or interrupted.
-
-Ctrl-C stops cleanly and writes what was measured, marked incomplete.
-
-Exit codes: 0 the record was written complete and every level is valid;
-1 the run was interrupted or failed, a level is invalid, or a level lost
-requests: every measured request failed, or more errored (HTTP error,
-refused or reset connection, cut stream, malformed reply) than the 1% a
-p99 leaves out (the record is still written); 2 bad input (--out is
-checked writable before the first request) (a flag, a --model the endpoint does not serve,
-a --kind or --time-scale the endpoint contradicts, a --start-at in the
-past).`,
-		Example: `  hone replay --endpoint http://127.0.0.1:8000 --model Qwen/Qwen3-8B --qps 1,2,4,8,16,32 --runs 3 --out run.json
-  hone replay --endpoint http://127.0.0.1:8000 --model Qwen/Qwen3-8B --trace conversation_trace.jsonl --trace-speed 2 --out trace.json.gz
-  hone replay --endpoint http://127.0.0.1:9000 --model emu --kind emulated --gpus 2 --out emu.json
-
-  # the same load from three processes, merged into one record
-  T=$(date -u -d '+30 sec' +%Y-%m-%dT%H:%M:%SZ)
-  for i in 0 1 2; do
-    hone replay --endpoint http://10.0.0.5:8000 --model Qwen/Qwen3-8B --qps 32,64 --cache reset \
-      --shard $i/3 --start-at $T --out shard$i.json.gz &
-  done; wait
-  hone replay merge --out run.json.gz shard0.json.gz shard1.json.gz shard2.json.gz`,
-		Args: cobra.NoArgs,
+		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if err := output.check(); err != nil {
 				return err
@@ -314,7 +220,7 @@ past).`,
 			}
 			return replayVerdict(rec, bad)
 		},
-	}
+	}, "replay", replayHelp())
 	c.AddCommand(newReplayMergeCmd())
 	wf.register(c, true)
 	capf.register(c)
@@ -430,30 +336,10 @@ func newReplayMergeCmd() *cobra.Command {
 		out    string
 		output outputFormat
 	)
-	c := &cobra.Command{
+	c := withHelp(&cobra.Command{
 		Use:   "merge --out RECORD SHARD_RECORD...",
 		Short: "Merge the records of a sharded replay (hone replay --shard) into one record",
-		Long: `hone replay merge combines the records the shards of one sharded replay
-wrote (hone replay --shard I/N) into one record, identical in schema to a
-single process's: every level holds every shard's requests, in id order,
-with its summary and validity verdict recomputed from them as hone replay
-computes them. The engine's counters (prefix-cache hit rates) are shard
-0's, the one shard that scrapes them: it brackets the warm-ups and reads
-the last at the level's drain deadline. A reason that invalidates a shard's
-level (its sends ran late, its requests overran the level) invalidates the
-merged level, naming the shard.
-
-The records must belong together: every shard of one count exactly once,
-the same --start-at and --level-gap, workload, seed, levels, time scale,
-endpoint, model, SLO, cache procedure and prompts; otherwise nothing is
-written and the field that differs is named.
-
-Exit codes: 0 the merged record was written complete and every level is
-valid; 1 it was written but a shard stopped early, a level is invalid or
-a level lost requests (as for hone replay);
-2 bad input (unreadable records, shards that do not belong together).`,
-		Example: `  hone replay merge --out run.json.gz shard0.json.gz shard1.json.gz shard2.json.gz`,
-		Args:    cobra.ArbitraryArgs,
+		Args:  cobra.ArbitraryArgs,
 		RunE: func(c *cobra.Command, args []string) error {
 			if err := output.check(); err != nil {
 				return err
@@ -486,7 +372,7 @@ a level lost requests (as for hone replay);
 			}
 			return replayVerdict(rec, bad)
 		},
-	}
+	}, "replay-merge", nil)
 	f := c.Flags()
 	f.StringVar(&out, "out", "", "where to write the merged record (required; a name ending in .gz is written gzip-compressed)")
 	output.register(f, "table", "", "table", "json", formatVLLMBench)

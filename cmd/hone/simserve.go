@@ -52,124 +52,10 @@ func newSimServeCmd() *cobra.Command {
 		modelID   string
 		worker    bool
 	)
-	c := &cobra.Command{
+	c := withHelp(&cobra.Command{
 		Use:   "serve",
 		Short: "Run hone's vLLM-compatible engine emulator (kind: emulated)",
-		Long: `hone sim serve runs an engine that speaks vLLM's HTTP API on real sockets and
-schedules like vLLM's V1 engine (continuous batching under a token budget,
-chunked prefill, FCFS, preemption by recompute, a block-hashed prefix cache
-with LRU eviction), with GPU time taken from a cost model. Every duration it
-reports (metrics object, /metrics histograms, trace file) is model time:
-wall time / --time-scale.
-
-API: POST /v1/completions (prompt as text or token ids; stream, max_tokens,
-min_tokens, ignore_eos, temperature, seed, return_token_ids,
-stream_options.include_usage, kv_transfer_params), POST /v1/chat/completions
-(messages of {role, content}, content a string or text parts joined by "\n";
-the same fields, max_completion_tokens over max_tokens, by default the rest
-of the context; add_generation_prompt, continue_final_message; the prompt is
-Qwen2.5's ChatML, "<|im_start|>{role}\n{content}<|im_end|>\n" per message
-then "<|im_start|>assistant\n", special tokens one id each, no default system
-message), POST /tokenize, POST /detokenize, POST /reset_prefix_cache,
-GET /health, /version, /v1/models, /metrics (vllm:* names). Errors are vLLM's
-{"object":"error","message",...,"type":"BadRequestError","code":400}
-(an unknown model is vLLM's 404 NotFoundError).
-
-Tokens: the tokenizer splits text into words (with one leading space),
-whitespace runs and single other characters, and hashes each piece with
-FNV-1a-64 mod 151643. Output token k is a fixed function of the prompt's ids
-and k, so temperature-0 outputs agree across configs. Without ignore_eos the
-model emits EOS (<|im_end|>) after 256 + (prompt hash mod 1024) tokens.
-usage.prompt_tokens_details.cached_tokens (with
---enable-prompt-tokens-details) is exactly the prompt tokens this engine
-took from its own prefix cache (on a decode worker: not counting the pulled
-ones).
-
-Roles:
-  colocated  prefills and decodes; ignores kv_transfer_params
-  prefill    a request with kv_transfer_params.do_remote_decode (send it with
-             max_tokens 1, stream false) is prefilled, its KV blocks are held,
-             and the reply's kv_transfer_params name them (remote_engine_id,
-             remote_block_ids, remote_host, remote_port, remote_request_id).
-             Blocks are freed after the pull or when --kv-lease expires.
-  decode     a request with those params (do_remote_prefill) pulls the prompt
-             tokens beyond its own prefix-cache hit over TCP from the prefill
-             worker's side channel: (prompt - local hit) tokens x the model's KV
-             size (12,288 B/token for Qwen2.5-0.5B), paced to the profile's link,
-             then decodes.
-
-Profiles (` + strings.Join(emulator.ProfileNames(), ", ") + `):
-  exercise                   the brief's simulator: prefill 4096 tok/s, 1000/2048 ms
-                             per sampled token, a batch of one (max-num-seqs 1),
-                             8 ms per KV transfer; with it, a batch of one reproduces
-                             hone sim's timings
-  qwen2.5-coder-0.5b-a10     Qwen2.5-Coder-0.5B-Instruct bf16 on an NVIDIA A10 (24 GB)
-  qwen2.5-coder-0.5b-l4      the same on an NVIDIA L4 (24 GB)
-  qwen2.5-coder-0.5b-h200    the same on an NVIDIA H200 (141 GB)
-  FILE.yaml                  a profile file: a roofline, a linear cost model (as
-                             hone calibrate fits it) or exercise rates; "base: NAME"
-                             takes every key the file omits from a built-in
-  Derivations and the file format: sim/emulator/PROFILES.md.
-
-Tensor parallelism: --tensor-parallel-size N models one worker on N GPUs, as
-vLLM's flag does: a roofline profile splits each step's compute and memory
-traffic over the N ranks and adds two ring all-reduces per layer over the
-GPU's interconnect; the KV cache holds what one rank's memory holds (weights
-and KV heads are sharded). Linear and exercise profiles ignore N for step
-time.
-
-Time scale: --time-scale 0.1 runs every modelled duration 10x faster in wall
-time; figures stay in model time. Replay records store the scale.
-
-Faults (--fault, repeatable):
-` + emulator.FaultHelp + `
-
-Per-request metrics (--enable-per-request-metrics), as vLLM defines them: a
-top-level "metrics" object on a non-streaming reply; when streaming, only on
-the usage chunk (stream_options.include_usage). Model ms:
-  time_to_first_token_ms  first scheduled -> first token
-  generation_time_ms      first -> last token
-  queue_time_ms           arrival -> first scheduled (a decode worker: its
-                          wait for the KV included)
-  mean_itl_ms             (last - first token) / (tokens - 1)
-  tokens_per_second       output tokens / (first scheduled -> last token)
-hone's own additions: prefill_time_ms, kv_transfer_time_ms, decode_time_ms,
-e2e_time_ms, time_scale.
-
-Trace file (--trace-file):
-` + emulator.TraceHelp + `
-
-Limits on clients: a request body over --max-body-bytes gets 413, one not
-received within --body-timeout of its headers 408 with the connection
-closed; bodies being read and parsed total at most --max-body-memory, further
-requests wait for room until their --body-timeout, then get 503; keep-alive
-connections idle for --idle-timeout are closed; at most --max-connections
-clients are served at once (and as many KV side-channel peers), the rest
-wait to be accepted. A side-channel pull request line is at most 1 MiB (more
-only if a max-model-len sequence's block ids need it) and must arrive within
-10 s; a longer one is answered with an error line and the connection closed.
-
-Exit codes: 0 stopped by SIGINT/SIGTERM; 1 crashed (crash-after fault) or
-failed; 2 bad flags.`,
-		Example: `  # colocated, the brief's exercise model, 10x faster than model time
-  hone sim serve --profile exercise --time-scale 0.1 --port 8000 \
-    --enable-prompt-tokens-details --enable-per-request-metrics --trace-file emu.jsonl
-
-  # disaggregated: one prefill and one decode worker
-  hone sim serve --role prefill --profile qwen2.5-coder-0.5b-h200 --port 8100 --kv-port 5600
-  hone sim serve --role decode  --profile qwen2.5-coder-0.5b-h200 --port 8200
-
-  # two GPUs per worker; a profile from a file
-  hone sim serve --profile qwen2.5-coder-0.5b-h200 --tensor-parallel-size 2
-  hone sim serve --profile ./h200-measured.yaml
-
-  # faults
-  hone sim serve --fault stall=500ms@10 --fault cut-stream-after-tokens=32
-
-  # steps call a fake libcuda's cuGraphLaunch/cuLaunchKernel and
-  # cuStreamSynchronize, for the daemon's uprobes (never a real driver)
-  hone sim serve --profile exercise --cuda-lib ./fake/libcuda.so.1 --trace-file emu.jsonl`,
-		Args: cobra.NoArgs,
+		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			r, err := emulator.ParseRole(role)
 			if err != nil {
@@ -258,7 +144,7 @@ failed; 2 bad flags.`,
 			}
 			return nil
 		},
-	}
+	}, "sim-serve", simServeHelp())
 	f := c.Flags()
 	f.StringVar(&role, "role", "colocated", "colocated | prefill | decode")
 	f.StringVar(&cfg.Profile, "profile", emulator.DefaultProfile, "cost-model profile: a built-in name ("+strings.Join(emulator.ProfileNames(), " | ")+") or a .yaml profile file")
