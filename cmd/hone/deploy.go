@@ -32,7 +32,7 @@ func newDeployCmd() *cobra.Command {
 func loadSpecArg(path string) (*deploy.Spec, error) {
 	s, err := deploy.LoadSpec(path)
 	if err != nil {
-		return nil, usageError{err}
+		return nil, usageError{Err: err}
 	}
 	return s, nil
 }
@@ -86,7 +86,7 @@ func newDeployRenderCmd() *cobra.Command {
 			}
 			plan, err := deploy.Render(s, deploy.RenderOptions{VLLM: vllm, Hone: hone, VLLMVersion: vllmVersion})
 			if err != nil {
-				return usageError{err}
+				return usageError{Err: err}
 			}
 			switch output.value {
 			case "sh":
@@ -152,7 +152,7 @@ func newDeployUpCmd() *cobra.Command {
 			}
 			if err != nil {
 				if errors.Is(err, deploy.ErrAlreadyUp) || strings.Contains(err.Error(), "is not free") || errors.Is(err, os.ErrNotExist) || strings.Contains(err.Error(), "executable file not found") {
-					return usageError{err}
+					return usageError{Err: err}
 				}
 				return err
 			}
@@ -217,7 +217,7 @@ func newDeployDownCmd() *cobra.Command {
 			st, _ := deploy.ReadState(path)
 			if err := deploy.Down(path, grace); err != nil {
 				if errors.Is(err, deploy.ErrNotUp) {
-					return usageError{err}
+					return usageError{Err: err}
 				}
 				return err
 			}

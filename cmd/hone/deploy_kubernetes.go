@@ -75,7 +75,7 @@ func renderKubernetes(c *cobra.Command, args []string, k *k8sFlags) error {
 		}
 		m, err := kubernetes.Render(s, k.opts)
 		if err != nil {
-			return usageError{err}
+			return usageError{Err: err}
 		}
 		objs = m.Objects
 		for _, w := range m.Plan.Warnings {
@@ -84,7 +84,7 @@ func renderKubernetes(c *cobra.Command, args []string, k *k8sFlags) error {
 		if k.replay.Shards != 0 {
 			j, err := kubernetes.RenderReplayJob(s, k.opts, k.replay)
 			if err != nil {
-				return usageError{err}
+				return usageError{Err: err}
 			}
 			objs = append(objs, j)
 		}
@@ -97,12 +97,12 @@ func renderKubernetes(c *cobra.Command, args []string, k *k8sFlags) error {
 	if k.daemonset {
 		caps, err := daemonStartCapabilities(k.nodeKernel)
 		if err != nil {
-			return usageError{err}
+			return usageError{Err: err}
 		}
 		d, err := kubernetes.RenderDaemon(kubernetes.DaemonOptions{Namespace: k.opts.Namespace, HoneImage: k.opts.HoneImage,
 			Capabilities: caps, NodeKernel: k.nodeKernel})
 		if err != nil {
-			return usageError{err}
+			return usageError{Err: err}
 		}
 		objs = append(objs, d...)
 	}
@@ -137,7 +137,7 @@ func kubeClient(kubeconfig string) (k8s.Interface, error) {
 func upKubernetes(c *cobra.Command, s *deploy.Spec, k *k8sFlags, timeout time.Duration) error {
 	m, err := kubernetes.Render(s, k.opts)
 	if err != nil {
-		return usageError{err}
+		return usageError{Err: err}
 	}
 	cs, err := kubeClient(k.kubeconfig)
 	if err != nil {
@@ -192,7 +192,7 @@ func downKubernetes(c *cobra.Command, name string, k *k8sFlags) error {
 		return err
 	}
 	if len(deleted) == 0 {
-		return usageError{fmt.Errorf("no objects labelled %s in namespace %s", kubernetes.Selector(name), k.opts.Namespace)}
+		return usageError{Err: fmt.Errorf("no objects labelled %s in namespace %s", kubernetes.Selector(name), k.opts.Namespace)}
 	}
 	fmt.Fprintf(c.OutOrStdout(), "deployment %s deleted from namespace %s\n", name, k.opts.Namespace)
 	return nil

@@ -19,7 +19,7 @@ func newExerciseCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if err := exercise.ServeBridge(c.Context(), c.InOrStdin(), c.OutOrStdout(), c.ErrOrStderr()); err != nil {
-				return usageError{err}
+				return usageError{Err: err}
 			}
 			return nil
 		},

@@ -20,7 +20,7 @@ func readRuns(paths []string) ([]gate.Run, error) {
 	for _, p := range paths {
 		runs, err := gate.ReadRuns(p)
 		if err != nil {
-			return nil, usageError{err}
+			return nil, usageError{Err: err}
 		}
 		all = append(all, runs...)
 	}
@@ -66,7 +66,7 @@ func newGateBaselineCmd() *cobra.Command {
 			}
 			bl, err := gate.NewBaseline(n, runs, gate.DefaultCompared)
 			if err != nil {
-				return usageError{err}
+				return usageError{Err: err}
 			}
 			if err := bl.Write(out); err != nil {
 				return fmt.Errorf("write baseline %s: %w", out, err)
@@ -94,14 +94,14 @@ func newGateBaselineCmd() *cobra.Command {
 			}
 			bl, err := gate.ReadBaseline(path)
 			if err != nil {
-				return usageError{err}
+				return usageError{Err: err}
 			}
 			runs, err := readRuns(args)
 			if err != nil {
 				return err
 			}
 			if err := bl.Update(runs, gate.DefaultCompared, keep); err != nil {
-				return usageError{err}
+				return usageError{Err: err}
 			}
 			if err := bl.Write(path); err != nil {
 				return fmt.Errorf("write baseline %s: %w", path, err)
@@ -141,12 +141,12 @@ func newGateCheckCmd() *cobra.Command {
 			if config != "" {
 				var err error
 				if cfg, err = gate.ReadConfig(config); err != nil {
-					return usageError{err}
+					return usageError{Err: err}
 				}
 			}
 			bl, err := gate.ReadBaseline(baseline)
 			if err != nil {
-				return usageError{err}
+				return usageError{Err: err}
 			}
 			runs, err := readRuns(candidates)
 			if err != nil {
@@ -160,11 +160,11 @@ func newGateCheckCmd() *cobra.Command {
 			case rep.Verdict == gate.Suspect:
 				return checkFailed{fmt.Sprintf("gate: suspect measurement against baseline %q: implausible figures (see the suspect rows); check the records' cache procedure and time scale", bl.Name)}
 			case rep.Verdict == gate.Unusable:
-				return usageError{fmt.Errorf("gate: no level is valid in both the candidate and baseline %q (unusable data): %s", bl.Name, strings.Join(rep.InvalidLevels, "; "))}
+				return usageError{Err: fmt.Errorf("gate: no level is valid in both the candidate and baseline %q (unusable data): %s", bl.Name, strings.Join(rep.InvalidLevels, "; "))}
 			case rep.ExitCode() == 1:
 				return checkFailed{fmt.Sprintf("gate: regression against baseline %q", bl.Name)}
 			case rep.ExitCode() == 2:
-				return usageError{fmt.Errorf("gate: candidate is not comparable with baseline %q: %s", bl.Name, strings.Join(rep.Incomparable, "; "))}
+				return usageError{Err: fmt.Errorf("gate: candidate is not comparable with baseline %q: %s", bl.Name, strings.Join(rep.Incomparable, "; "))}
 			}
 			return nil
 		},

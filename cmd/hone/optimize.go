@@ -117,7 +117,7 @@ func newOptimizeCmd() *cobra.Command {
 			}
 			base, err := deploy.LoadSpec(spec)
 			if err != nil {
-				return usageError{err}
+				return usageError{Err: err}
 			}
 			if err := os.MkdirAll(out, 0o755); err != nil {
 				return err

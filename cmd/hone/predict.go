@@ -202,7 +202,7 @@ func axisErr(err error) error {
 	if errors.As(err, &ae) {
 		return badInput("--grid-%s: %q is invalid: want %s", ae.Field, ae.Value, ae.Want)
 	}
-	return usageError{err}
+	return usageError{Err: err}
 }
 
 // predictProfile resolves --profile, else the spec's emulator.profile,

@@ -37,16 +37,16 @@ func newProxyCmd() *cobra.Command {
 			case configPath != "":
 				var err error
 				if cfg, err = proxy.LoadConfig(configPath); err != nil {
-					return usageError{err}
+					return usageError{Err: err}
 				}
 			case specPath != "":
 				s, err := deploy.LoadSpec(specPath)
 				if err != nil {
-					return usageError{err}
+					return usageError{Err: err}
 				}
 				plan, err := deploy.Render(s, deploy.RenderOptions{})
 				if err != nil {
-					return usageError{err}
+					return usageError{Err: err}
 				}
 				cfg = deploy.ProxyConfig(plan)
 			default:
@@ -98,7 +98,7 @@ func newProxyCmd() *cobra.Command {
 			log := slog.New(slog.NewTextHandler(c.ErrOrStderr(), nil))
 			p, err := proxy.New(cfg, log)
 			if err != nil {
-				return usageError{err}
+				return usageError{Err: err}
 			}
 			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()

@@ -355,7 +355,7 @@ func newReplayMergeCmd() *cobra.Command {
 			}
 			rec, err := replay.MergeShardFiles(args...)
 			if err != nil {
-				return usageError{err}
+				return usageError{Err: err}
 			}
 			judgeRecord(c.ErrOrStderr(), rec, rec.Workload.Kind == replay.WorkloadTrace)
 			if err := replay.WriteRecord(out, rec); err != nil {

@@ -26,11 +26,11 @@ func newReportCmd() *cobra.Command {
 			}
 			lg, err := optimizer.ReadLog(logPath)
 			if err != nil {
-				return usageError{err}
+				return usageError{Err: err}
 			}
 			var buf bytes.Buffer
 			if err := report.Write(&buf, lg, report.Options{Command: command, PlotDir: filepath.Dir(out), Title: title}); err != nil {
-				return usageError{err}
+				return usageError{Err: err}
 			}
 			if err := atomicfile.Write(out, buf.Bytes()); err != nil {
 				return err

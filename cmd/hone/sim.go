@@ -171,7 +171,7 @@ func paramErr(err error) error {
 	if pe, ok := err.(*replay.ParamError); ok {
 		return badInput("--%s: %v is invalid: want %s", pe.Field, pe.Value, pe.Want)
 	}
-	return usageError{err}
+	return usageError{Err: err}
 }
 
 func newSimCmd() *cobra.Command {
