@@ -19,101 +19,114 @@ import (
 func init() { subcommands = append(subcommands, newCalibrateCmd) }
 
 func newCalibrateCmd() *cobra.Command {
-	var (
-		records      []string
-		profile, out string
-		maxIter      int
-		output       outputFormat
-		st           stepFlags
-		force        bool
-	)
+	var o calibrateFlags
 	c := withHelp(&cobra.Command{
 		Use:   "calibrate (--records R1,R2 | --steps DIR ...) --out PROFILE.yaml",
 		Short: "Fit a linear cost profile to measured records, so that predictions match the device",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			if err := output.check(); err != nil {
-				return err
-			}
-			if len(st.dirs) > 0 {
-				if len(records) > 0 {
-					return badInput("--steps and --records: give one: steps fit the step-cost form, records the linear form")
-				}
-				return runCalibrateSteps(c.OutOrStdout(), st, out, output.value)
-			}
-			if len(records) == 0 {
-				return badInput("--records: required: the run records to calibrate against (comma-separated or repeated)")
-			}
-			if out == "" {
-				return badInput("--out: required: the profile file to write (.yaml)")
-			}
-			if ext := strings.ToLower(filepath.Ext(out)); ext != ".yaml" && ext != ".yml" {
-				return badInput("--out %s: want a .yaml or .yml path (--profile reads profile files by that extension)", out)
-			}
-			if maxIter < 1 {
-				return badInput("--max-iter: want at least 1, got %d", maxIter)
-			}
-			var inputs []calibrate.Input
-			for _, p := range records {
-				if p == "" {
-					return badInput("--records: an empty path")
-				}
-				in, err := calibrate.InputFromRecord(p)
-				if err != nil {
-					return badInput("--records: %v", err)
-				}
-				inputs = append(inputs, in)
-			}
-			cfg := calibrate.Config{MaxIter: maxIter}
-			if profile != "" {
-				p, err := emulator.LookupProfile(profile)
-				if err != nil {
-					return badInput("--profile: %v", err)
-				}
-				cfg.Start = p
-			}
-			if term.IsTerminal(int(os.Stderr.Fd())) && os.Getenv("CI") == "" {
-				cfg.Progress = c.ErrOrStderr()
-			}
-			res, err := calibrate.Calibrate(inputs, cfg)
-			if err != nil {
-				return badInput("%v", err)
-			}
-			// A fit that predicts its own records worse than its start is
-			// reported, not written, unless forced.
-			worse := res.Worse()
-			write := worse == "" || force
-			if write {
-				if err := emulator.WriteProfileFile(out, res.Profile); err != nil {
-					return err
-				}
-			}
-			w := c.OutOrStdout()
-			if output.value == "json" {
-				if err := writeJSON(w, res); err != nil {
-					return err
-				}
-			} else {
-				writeCalibrateTable(w, res, len(inputs), out, write)
-			}
-			if !write {
-				return fmt.Errorf("not written: the calibrated profile predicts its own records worse than %s (%s); --force writes it anyway", res.Start.Name, worse)
-			}
-			if worse != "" {
-				fmt.Fprintf(c.ErrOrStderr(), "warning: written with --force although it predicts its own records worse than %s (%s)\n", res.Start.Name, worse)
-			}
-			return nil
+			return o.run(c)
 		},
 	}, "calibrate", nil)
-	f := c.Flags()
-	f.StringSliceVar(&records, "records", nil, "run records to calibrate against (comma-separated, or the flag repeated)")
-	f.StringVar(&profile, "profile", "", "start profile: a built-in name or a .yaml file (default: the first record's spec's emulator.profile, else "+emulator.DefaultProfile+")")
-	f.StringVar(&out, "out", "", "write the calibrated profile here (.yaml)")
-	f.IntVar(&maxIter, "max-iter", calibrate.DefaultMaxIter, "most Levenberg–Marquardt iterations")
-	f.BoolVar(&force, "force", false, "write the profile even when it predicts its own records worse than the start profile")
-	st.register(f)
-	output.register(f, "table", "", "table", "json")
+	o.bind(c)
 	return c
+}
+
+// calibrateFlags are hone calibrate's flags; run carries the command out.
+type calibrateFlags struct {
+	records      []string
+	profile, out string
+	maxIter      int
+	output       outputFormat
+	st           stepFlags
+	force        bool
+}
+
+// bind registers the flags on c.
+func (o *calibrateFlags) bind(c *cobra.Command) {
+	f := c.Flags()
+	f.StringSliceVar(&o.records, "records", nil, "run records to calibrate against (comma-separated, or the flag repeated)")
+	f.StringVar(&o.profile, "profile", "", "start profile: a built-in name or a .yaml file (default: the first record's spec's emulator.profile, else "+emulator.DefaultProfile+")")
+	f.StringVar(&o.out, "out", "", "write the calibrated profile here (.yaml)")
+	f.IntVar(&o.maxIter, "max-iter", calibrate.DefaultMaxIter, "most Levenberg–Marquardt iterations")
+	f.BoolVar(&o.force, "force", false, "write the profile even when it predicts its own records worse than the start profile")
+	o.st.register(f)
+	o.output.register(f, "table", "", "table", "json")
+}
+
+// run is hone calibrate.
+func (o *calibrateFlags) run(c *cobra.Command) error {
+	if err := o.output.check(); err != nil {
+		return err
+	}
+	if len(o.st.dirs) > 0 {
+		if len(o.records) > 0 {
+			return badInput("--steps and --records: give one: steps fit the step-cost form, records the linear form")
+		}
+		return runCalibrateSteps(c.OutOrStdout(), o.st, o.out, o.output.value)
+	}
+	if len(o.records) == 0 {
+		return badInput("--records: required: the run records to calibrate against (comma-separated or repeated)")
+	}
+	if o.out == "" {
+		return badInput("--out: required: the profile file to write (.yaml)")
+	}
+	if ext := strings.ToLower(filepath.Ext(o.out)); ext != ".yaml" && ext != ".yml" {
+		return badInput("--out %s: want a .yaml or .yml path (--profile reads profile files by that extension)", o.out)
+	}
+	if o.maxIter < 1 {
+		return badInput("--max-iter: want at least 1, got %d", o.maxIter)
+	}
+	var inputs []calibrate.Input
+	for _, p := range o.records {
+		if p == "" {
+			return badInput("--records: an empty path")
+		}
+		in, err := calibrate.InputFromRecord(p)
+		if err != nil {
+			return badInput("--records: %v", err)
+		}
+		inputs = append(inputs, in)
+	}
+	cfg := calibrate.Config{MaxIter: o.maxIter}
+	if o.profile != "" {
+		p, err := emulator.LookupProfile(o.profile)
+		if err != nil {
+			return badInput("--profile: %v", err)
+		}
+		cfg.Start = p
+	}
+	if term.IsTerminal(int(os.Stderr.Fd())) && os.Getenv("CI") == "" {
+		cfg.Progress = c.ErrOrStderr()
+	}
+	res, err := calibrate.Calibrate(inputs, cfg)
+	if err != nil {
+		return badInput("%v", err)
+	}
+	// A fit that predicts its own records worse than its start is
+	// reported, not written, unless forced.
+	worse := res.Worse()
+	write := worse == "" || o.force
+	if write {
+		if err := emulator.WriteProfileFile(o.out, res.Profile); err != nil {
+			return err
+		}
+	}
+	w := c.OutOrStdout()
+	if o.output.value == "json" {
+		if err := writeJSON(w, res); err != nil {
+			return err
+		}
+	} else {
+		writeCalibrateTable(w, res, len(inputs), o.out, write)
+	}
+	if !write {
+		return fmt.Errorf("not written: the calibrated profile predicts its own records worse than %s (%s); --force writes it anyway", res.Start.Name, worse)
+	}
+	if worse != "" {
+		fmt.Fprintf(c.ErrOrStderr(), "warning: written with --force although it predicts its own records worse than %s (%s)\n", res.Start.Name, worse)
+	}
+	return nil
 }
 
 func writeCalibrateTable(w io.Writer, res *calibrate.Result, records int, out string, written bool) {

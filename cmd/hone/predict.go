@@ -37,135 +37,148 @@ var gridAxes = []string{"tp", "max-num-seqs", "max-num-batched-tokens", "prefix-
 	"gpu-memory-utilization"}
 
 func newPredictCmd() *cobra.Command {
-	var (
-		wf           workloadFlags
-		profile, out string
-		output       outputFormat
-		grid         bool
-		top          int
-		axes         predict.AxisFlags
-		concurrency  string
-		capf         capacityFlags
-		trace        traceFlags
-	)
+	var o predictFlags
 	c := withHelp(&cobra.Command{
 		Use:   "predict SPEC",
 		Short: "Predict a deployment spec's latency, throughput and cost in virtual time, without deploying it",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			if err := output.check(); err != nil {
-				return err
-			}
-			if err := trace.check(c, workloadFlagNames...); err != nil {
-				return err
-			}
-			if !grid {
-				for _, name := range append([]string{"top"}, gridFlagNames()...) {
-					if c.Flags().Changed(name) {
-						return badInput("--%s: only with --grid", name)
-					}
-				}
-			}
-			if top < 1 {
-				return badInput("--top: want at least 1, got %d", top)
-			}
-			if err := capf.check(c, "qps", "concurrency"); err != nil {
-				return err
-			}
-			sc, err := wf.scan(sim.Config{})
-			if err != nil {
-				return err
-			}
-			var ax predict.Axes
-			if grid {
-				if ax, err = axes.Axes(); err != nil {
-					return axisErr(err)
-				}
-			}
-			spec, err := loadSpecArg(args[0])
-			if err != nil {
-				return err
-			}
-			prof, err := predictProfile(profile, spec)
-			if err != nil {
-				return err
-			}
-			opts := predict.Options{Profile: prof,
-				Workload: wf.workload(replay.DefaultSeed),
-				QPS:      sc.QPS, SLO: sc.SLO, KeepRequests: out != ""}
-			if c.Flags().Changed("concurrency") {
-				if c.Flags().Changed("qps") {
-					return badInput("--concurrency: a closed loop has no offered rate: give --qps (open loop) or --concurrency (closed loop), not both")
-				}
-				if opts.Concurrency, err = parseConcurrency("--concurrency", concurrency); err != nil {
-					return err
-				}
-				opts.QPS = nil
-			}
-			if capf.on && grid {
-				co := capf.options(sc.SLO, opts.Workload.Requests-replay.Sessions, nil)
-				opts.Capacity, opts.QPS = &co, nil
-			}
-			if grid {
-				return runPredictGrid(c, spec, ax, opts, top, out, output.value)
-			}
-			if capf.on {
-				res, err := predict.CapacityRecord(c.Context(), spec, opts, capf.options(sc.SLO, opts.Workload.Requests-replay.Sessions, c.ErrOrStderr()))
-				if err != nil {
-					var pe *replay.ParamError
-					if errors.As(err, &pe) {
-						return paramErr(pe)
-					}
-					return badInput("%s: cannot predict: %v", args[0], err)
-				}
-				return writeCapacity(c.OutOrStdout(), output.value, out, res)
-			}
-			var rec *replay.Record
-			if trace.path != "" {
-				tf, terr := trace.open()
-				if terr != nil {
-					return terr
-				}
-				rec, err = predict.RunTrace(spec, opts, tf, trace.speed)
-			} else {
-				rec, err = predict.Run(spec, opts)
-			}
-			if err != nil {
-				var pe *replay.ParamError
-				if errors.As(err, &pe) {
-					return paramErr(pe)
-				}
-				return badInput("%s: cannot predict: %v", args[0], err)
-			}
-			if out != "" {
-				if err := replay.WriteRecord(out, rec); err != nil {
-					return err
-				}
-			}
-			w := c.OutOrStdout()
-			if output.value == "json" {
-				return writeJSON(w, withoutRequests(rec))
-			}
-			writePredictTable(w, spec, prof.Name, rec)
-			writeTraceHitRates(w, rec)
-			if out != "" {
-				fmt.Fprintf(w, "record (%s, profile %s) written to %s\n", rec.Kind, prof.Name, out)
-			}
-			return nil
+			return o.run(c, args)
 		},
 	}, "predict", predictHelp())
-	wf.register(c, true)
-	f := c.Flags()
-	f.StringVar(&profile, "profile", "", "emulator profile: a built-in name or a .yaml file (default: the spec's emulator.profile, else "+emulator.DefaultProfile+")")
-	f.StringVar(&out, "out", "", "write the result here: the run record, or with --grid every point (JSON)")
-	output.register(f, "table", "", "table", "json")
-	f.StringVar(&concurrency, "concurrency", "", "closed-loop levels instead of --qps: clients in flight, comma-separated (e.g. 1,8,32)")
-	f.BoolVar(&grid, "grid", false, "predict every deployment within the spec's GPU budget on the --grid-* axes and rank them")
-	f.IntVar(&top, "top", 20, "with --grid: how many of the ranked specs to print")
-	registerGridAxes(f, &axes, predict.DefaultAxes())
-	capf.register(c)
-	trace.register(c)
+	o.bind(c)
 	return c
+}
+
+// predictFlags are hone predict's flags; run carries the command out.
+type predictFlags struct {
+	wf           workloadFlags
+	profile, out string
+	output       outputFormat
+	grid         bool
+	top          int
+	axes         predict.AxisFlags
+	concurrency  string
+	capf         capacityFlags
+	trace        traceFlags
+}
+
+// bind registers the flags on c.
+func (o *predictFlags) bind(c *cobra.Command) {
+	o.wf.register(c, true)
+	f := c.Flags()
+	f.StringVar(&o.profile, "profile", "", "emulator profile: a built-in name or a .yaml file (default: the spec's emulator.profile, else "+emulator.DefaultProfile+")")
+	f.StringVar(&o.out, "out", "", "write the result here: the run record, or with --grid every point (JSON)")
+	o.output.register(f, "table", "", "table", "json")
+	f.StringVar(&o.concurrency, "concurrency", "", "closed-loop levels instead of --qps: clients in flight, comma-separated (e.g. 1,8,32)")
+	f.BoolVar(&o.grid, "grid", false, "predict every deployment within the spec's GPU budget on the --grid-* axes and rank them")
+	f.IntVar(&o.top, "top", 20, "with --grid: how many of the ranked specs to print")
+	registerGridAxes(f, &o.axes, predict.DefaultAxes())
+	o.capf.register(c)
+	o.trace.register(c)
+}
+
+// run is hone predict.
+func (o *predictFlags) run(c *cobra.Command, args []string) error {
+	if err := o.output.check(); err != nil {
+		return err
+	}
+	if err := o.trace.check(c, workloadFlagNames...); err != nil {
+		return err
+	}
+	if !o.grid {
+		for _, name := range append([]string{"top"}, gridFlagNames()...) {
+			if c.Flags().Changed(name) {
+				return badInput("--%s: only with --grid", name)
+			}
+		}
+	}
+	if o.top < 1 {
+		return badInput("--top: want at least 1, got %d", o.top)
+	}
+	if err := o.capf.check(c, "qps", "concurrency"); err != nil {
+		return err
+	}
+	sc, err := o.wf.scan(sim.Config{})
+	if err != nil {
+		return err
+	}
+	var ax predict.Axes
+	if o.grid {
+		if ax, err = o.axes.Axes(); err != nil {
+			return axisErr(err)
+		}
+	}
+	spec, err := loadSpecArg(args[0])
+	if err != nil {
+		return err
+	}
+	prof, err := predictProfile(o.profile, spec)
+	if err != nil {
+		return err
+	}
+	opts := predict.Options{Profile: prof,
+		Workload: o.wf.workload(replay.DefaultSeed),
+		QPS:      sc.QPS, SLO: sc.SLO, KeepRequests: o.out != ""}
+	if c.Flags().Changed("concurrency") {
+		if c.Flags().Changed("qps") {
+			return badInput("--concurrency: a closed loop has no offered rate: give --qps (open loop) or --concurrency (closed loop), not both")
+		}
+		if opts.Concurrency, err = parseConcurrency("--concurrency", o.concurrency); err != nil {
+			return err
+		}
+		opts.QPS = nil
+	}
+	if o.capf.on && o.grid {
+		co := o.capf.options(sc.SLO, opts.Workload.Requests-replay.Sessions, nil)
+		opts.Capacity, opts.QPS = &co, nil
+	}
+	if o.grid {
+		return runPredictGrid(c, spec, ax, opts, o.top, o.out, o.output.value)
+	}
+	if o.capf.on {
+		res, err := predict.CapacityRecord(c.Context(), spec, opts, o.capf.options(sc.SLO, opts.Workload.Requests-replay.Sessions, c.ErrOrStderr()))
+		if err != nil {
+			var pe *replay.ParamError
+			if errors.As(err, &pe) {
+				return paramErr(pe)
+			}
+			return badInput("%s: cannot predict: %v", args[0], err)
+		}
+		return writeCapacity(c.OutOrStdout(), o.output.value, o.out, res)
+	}
+	var rec *replay.Record
+	if o.trace.path != "" {
+		tf, terr := o.trace.open()
+		if terr != nil {
+			return terr
+		}
+		rec, err = predict.RunTrace(spec, opts, tf, o.trace.speed)
+	} else {
+		rec, err = predict.Run(spec, opts)
+	}
+	if err != nil {
+		var pe *replay.ParamError
+		if errors.As(err, &pe) {
+			return paramErr(pe)
+		}
+		return badInput("%s: cannot predict: %v", args[0], err)
+	}
+	if o.out != "" {
+		if err := replay.WriteRecord(o.out, rec); err != nil {
+			return err
+		}
+	}
+	w := c.OutOrStdout()
+	if o.output.value == "json" {
+		return writeJSON(w, withoutRequests(rec))
+	}
+	writePredictTable(w, spec, prof.Name, rec)
+	writeTraceHitRates(w, rec)
+	if o.out != "" {
+		fmt.Fprintf(w, "record (%s, profile %s) written to %s\n", rec.Kind, prof.Name, o.out)
+	}
+	return nil
 }
 
 // registerGridAxes defines the --grid-* axis flags (hone predict --grid,
