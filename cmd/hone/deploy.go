@@ -38,75 +38,88 @@ func loadSpecArg(path string) (*deploy.Spec, error) {
 }
 
 func newDeployRenderCmd() *cobra.Command {
-	var (
-		output      outputFormat
-		vllm        string
-		vllmVersion string
-		k           k8sFlags
-	)
+	var o deployRenderFlags
 	c := withHelp(&cobra.Command{
 		Use:   "render [SPEC]",
 		Short: "Print every worker's exact command line and environment, and the proxy's",
 		Args: func(c *cobra.Command, args []string) error {
-			if k.target == targetKubernetes { // SPEC, --daemonset or both
+			if o.k.target == targetKubernetes { // SPEC, --daemonset or both
 				return cobra.RangeArgs(0, 1)(c, args)
 			}
 			return cobra.ExactArgs(1)(c, args)
 		},
 		RunE: func(c *cobra.Command, args []string) error {
-			if err := output.check(); err != nil {
-				return err
-			}
-			kube, err := k.kube()
-			if err != nil {
-				return err
-			}
-			if kube {
-				return renderKubernetes(c, args, &k)
-			}
-			if k.daemonset {
-				return badInput("--daemonset needs --target kubernetes")
-			}
-			s, err := loadSpecArg(args[0])
-			if err != nil {
-				return err
-			}
-			hone := "hone"
-			if s.Engine == deploy.EngineEmulator {
-				if exe, err := os.Executable(); err == nil {
-					hone = exe
-				}
-			}
-			if vllmVersion == "auto" {
-				if s.Engine != deploy.EngineVLLM {
-					vllmVersion = ""
-				} else if vllmVersion, err = deploy.VLLMVersion(c.Context(), vllm); err != nil {
-					fmt.Fprintf(c.ErrOrStderr(), "hone deploy render: %v; rendering for an unknown vLLM version\n", err)
-				}
-			}
-			plan, err := deploy.Render(s, deploy.RenderOptions{VLLM: vllm, Hone: hone, VLLMVersion: vllmVersion})
-			if err != nil {
-				return usageError{Err: err}
-			}
-			switch output.value {
-			case "sh":
-				fmt.Fprint(c.OutOrStdout(), plan.Script([]string{hone, "proxy", "--spec", args[0]}))
-			case "json":
-				enc := json.NewEncoder(c.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(map[string]any{"plan": plan, "proxy": deploy.ProxyConfig(plan)})
-			}
-			return nil
+			return o.run(c, args)
 		},
 	}, "deploy-render", nil)
-	output.register(c.Flags(), "sh", "", "sh", "json")
-	c.Flags().StringVar(&vllm, "vllm", "vllm", "the vllm executable to name in vLLM commands")
-	c.Flags().StringVar(&vllmVersion, "vllm-version", "", `the installed vLLM's version (e.g. 0.11.1), or "auto" to run --vllm --version; empty: unknown`)
-	k.registerTarget(c.Flags())
-	k.registerRender(c.Flags())
-	c.Flags().BoolVar(&k.daemonset, "daemonset", false, "with --target kubernetes: also render hone's daemon (DaemonSet, Service, ServiceMonitor)")
-	c.Flags().StringVar(&k.nodeKernel, "node-kernel", "", "with --daemonset: the GPU nodes' kernel release (uname -r; hone preflight's host.kernel), which chooses the daemon's capabilities: CAP_BPF + CAP_PERFMON from Linux 6.6, CAP_SYS_ADMIN before (empty: 6.6 or later)")
+	o.bind(c)
 	return c
+}
+
+// deployRenderFlags are hone deploy render's flags; run carries the command out.
+type deployRenderFlags struct {
+	output      outputFormat
+	vllm        string
+	vllmVersion string
+	k           k8sFlags
+}
+
+// bind registers the flags on c.
+func (o *deployRenderFlags) bind(c *cobra.Command) {
+	o.output.register(c.Flags(), "sh", "", "sh", "json")
+	c.Flags().StringVar(&o.vllm, "vllm", "vllm", "the vllm executable to name in vLLM commands")
+	c.Flags().StringVar(&o.vllmVersion, "vllm-version", "", `the installed vLLM's version (e.g. 0.11.1), or "auto" to run --vllm --version; empty: unknown`)
+	o.k.registerTarget(c.Flags())
+	o.k.registerRender(c.Flags())
+	c.Flags().BoolVar(&o.k.daemonset, "daemonset", false, "with --target kubernetes: also render hone's daemon (DaemonSet, Service, ServiceMonitor)")
+	c.Flags().StringVar(&o.k.nodeKernel, "node-kernel", "", "with --daemonset: the GPU nodes' kernel release (uname -r; hone preflight's host.kernel), which chooses the daemon's capabilities: CAP_BPF + CAP_PERFMON from Linux 6.6, CAP_SYS_ADMIN before (empty: 6.6 or later)")
+}
+
+// run is hone deploy render.
+func (o *deployRenderFlags) run(c *cobra.Command, args []string) error {
+	if err := o.output.check(); err != nil {
+		return err
+	}
+	kube, err := o.k.kube()
+	if err != nil {
+		return err
+	}
+	if kube {
+		return renderKubernetes(c, args, &o.k)
+	}
+	if o.k.daemonset {
+		return badInput("--daemonset needs --target kubernetes")
+	}
+	s, err := loadSpecArg(args[0])
+	if err != nil {
+		return err
+	}
+	hone := "hone"
+	if s.Engine == deploy.EngineEmulator {
+		if exe, err := os.Executable(); err == nil {
+			hone = exe
+		}
+	}
+	if o.vllmVersion == "auto" {
+		if s.Engine != deploy.EngineVLLM {
+			o.vllmVersion = ""
+		} else if o.vllmVersion, err = deploy.VLLMVersion(c.Context(), o.vllm); err != nil {
+			fmt.Fprintf(c.ErrOrStderr(), "hone deploy render: %v; rendering for an unknown vLLM version\n", err)
+		}
+	}
+	plan, err := deploy.Render(s, deploy.RenderOptions{VLLM: o.vllm, Hone: hone, VLLMVersion: o.vllmVersion})
+	if err != nil {
+		return usageError{Err: err}
+	}
+	switch o.output.value {
+	case "sh":
+		fmt.Fprint(c.OutOrStdout(), plan.Script([]string{hone, "proxy", "--spec", args[0]}))
+	case "json":
+		enc := json.NewEncoder(c.OutOrStdout())
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"plan": plan, "proxy": deploy.ProxyConfig(plan)})
+	}
+	return nil
 }
 
 func newDeployUpCmd() *cobra.Command {
@@ -172,69 +185,84 @@ func newDeployUpCmd() *cobra.Command {
 }
 
 func newDeployDownCmd() *cobra.Command {
-	var dir string
-	var grace time.Duration
-	var k k8sFlags
+	var o deployDownFlags
 	c := withHelp(&cobra.Command{
 		Use:   "down [NAME | SPEC]",
 		Short: "Stop a deployment: SIGTERM every process group, SIGKILL after --grace",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			kube, err := k.kube()
-			if err != nil {
-				return err
-			}
-			var name string
-			switch {
-			case kube && len(args) == 0:
-				return badInput("--target kubernetes: name the deployment (NAME or SPEC)")
-			case len(args) == 0:
-				states, _ := deploy.List(dir)
-				if len(states) != 1 {
-					var names []string
-					for _, s := range states {
-						names = append(names, filepath.Base(filepath.Dir(s)))
-					}
-					if len(names) == 0 {
-						return badInput("no deployment under %s", dir)
-					}
-					return badInput("several deployments under %s (%s): name one", dir, strings.Join(names, ", "))
-				}
-				name = filepath.Base(filepath.Dir(states[0]))
-			case strings.HasSuffix(args[0], ".yaml") || strings.HasSuffix(args[0], ".yml"):
-				s, err := loadSpecArg(args[0])
-				if err != nil {
-					return err
-				}
-				name = s.Name
-			default:
-				name = args[0]
-			}
-			if kube {
-				return downKubernetes(c, name, &k)
-			}
-			path := deploy.StatePath(dir, name)
-			st, _ := deploy.ReadState(path)
-			if err := deploy.Down(path, grace); err != nil {
-				if errors.Is(err, deploy.ErrNotUp) {
-					return usageError{Err: err}
-				}
-				return err
-			}
-			fmt.Fprintf(c.OutOrStdout(), "deployment %s stopped\n", name)
-			if st != nil && st.Timelines != "" {
-				if _, err := os.Stat(st.Timelines); err == nil {
-					fmt.Fprintf(c.OutOrStdout(), "proxy timelines %s\n", st.Timelines)
-				}
-			}
-			return nil
+			return o.run(c, args)
 		},
 	}, "deploy-down", nil)
-	c.Flags().StringVar(&dir, "state-dir", deploy.DefaultStateDir(), "where state files are ($HONE_STATE_DIR)")
-	c.Flags().DurationVar(&grace, "grace", 10*time.Second, "how long processes get between SIGTERM and SIGKILL")
-	k.registerTarget(c.Flags())
-	k.registerCluster(c.Flags())
+	o.bind(c)
 	return c
+}
+
+// deployDownFlags are hone deploy down's flags; run carries the command out.
+type deployDownFlags struct {
+	dir   string
+	grace time.Duration
+	k     k8sFlags
+}
+
+// bind registers the flags on c.
+func (o *deployDownFlags) bind(c *cobra.Command) {
+	c.Flags().StringVar(&o.dir, "state-dir", deploy.DefaultStateDir(), "where state files are ($HONE_STATE_DIR)")
+	c.Flags().DurationVar(&o.grace, "grace", 10*time.Second, "how long processes get between SIGTERM and SIGKILL")
+	o.k.registerTarget(c.Flags())
+	o.k.registerCluster(c.Flags())
+}
+
+// run is hone deploy down.
+func (o *deployDownFlags) run(c *cobra.Command, args []string) error {
+	kube, err := o.k.kube()
+	if err != nil {
+		return err
+	}
+	var name string
+	switch {
+	case kube && len(args) == 0:
+		return badInput("--target kubernetes: name the deployment (NAME or SPEC)")
+	case len(args) == 0:
+		states, _ := deploy.List(o.dir)
+		if len(states) != 1 {
+			var names []string
+			for _, s := range states {
+				names = append(names, filepath.Base(filepath.Dir(s)))
+			}
+			if len(names) == 0 {
+				return badInput("no deployment under %s", o.dir)
+			}
+			return badInput("several deployments under %s (%s): name one", o.dir, strings.Join(names, ", "))
+		}
+		name = filepath.Base(filepath.Dir(states[0]))
+	case strings.HasSuffix(args[0], ".yaml") || strings.HasSuffix(args[0], ".yml"):
+		s, err := loadSpecArg(args[0])
+		if err != nil {
+			return err
+		}
+		name = s.Name
+	default:
+		name = args[0]
+	}
+	if kube {
+		return downKubernetes(c, name, &o.k)
+	}
+	path := deploy.StatePath(o.dir, name)
+	st, _ := deploy.ReadState(path)
+	if err := deploy.Down(path, o.grace); err != nil {
+		if errors.Is(err, deploy.ErrNotUp) {
+			return usageError{Err: err}
+		}
+		return err
+	}
+	fmt.Fprintf(c.OutOrStdout(), "deployment %s stopped\n", name)
+	if st != nil && st.Timelines != "" {
+		if _, err := os.Stat(st.Timelines); err == nil {
+			fmt.Fprintf(c.OutOrStdout(), "proxy timelines %s\n", st.Timelines)
+		}
+	}
+	return nil
 }
 
 func isTerminal(w io.Writer) bool {

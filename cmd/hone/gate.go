@@ -45,6 +45,11 @@ data (no level valid on both sides).`,
 
 func newGateBaselineCmd() *cobra.Command {
 	c := &cobra.Command{Use: "baseline", Short: "Create or update a baseline from run records"}
+	c.AddCommand(newGateBaselineCreateCmd(), newGateBaselineUpdateCmd())
+	return c
+}
+
+func newGateBaselineCreateCmd() *cobra.Command {
 	var out, name string
 	create := &cobra.Command{
 		Use:   "create RECORD... --out baselines/NAME.json",
@@ -53,31 +58,39 @@ func newGateBaselineCmd() *cobra.Command {
   hone gate baseline create cap1.json cap2.json cap3.json --out baselines/capacity.json   # hone replay --capacity --out capN.json`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(c *cobra.Command, args []string) error {
-			if out == "" {
-				return badInput("--out: required (where to write the baseline)")
-			}
-			runs, err := readRuns(args)
-			if err != nil {
-				return err
-			}
-			n := name
-			if n == "" {
-				n = strings.TrimSuffix(filepath.Base(out), filepath.Ext(out))
-			}
-			bl, err := gate.NewBaseline(n, runs, gate.DefaultCompared)
-			if err != nil {
-				return usageError{Err: err}
-			}
-			if err := bl.Write(out); err != nil {
-				return fmt.Errorf("write baseline %s: %w", out, err)
-			}
-			fmt.Fprintf(c.ErrOrStderr(), "baseline %q: %d runs, %d series (%s) → %s\n", bl.Name, bl.Runs, len(bl.Series), bl.Kind, out)
-			return nil
+			return createBaseline(c, args, out, name)
 		},
 	}
 	create.Flags().StringVar(&out, "out", "", "baseline file to write")
 	create.Flags().StringVar(&name, "name", "", "baseline name (default: the file name)")
+	return create
+}
 
+// createBaseline is hone gate baseline create.
+func createBaseline(c *cobra.Command, args []string, out, name string) error {
+	if out == "" {
+		return badInput("--out: required (where to write the baseline)")
+	}
+	runs, err := readRuns(args)
+	if err != nil {
+		return err
+	}
+	n := name
+	if n == "" {
+		n = strings.TrimSuffix(filepath.Base(out), filepath.Ext(out))
+	}
+	bl, err := gate.NewBaseline(n, runs, gate.DefaultCompared)
+	if err != nil {
+		return usageError{Err: err}
+	}
+	if err := bl.Write(out); err != nil {
+		return fmt.Errorf("write baseline %s: %w", out, err)
+	}
+	fmt.Fprintf(c.ErrOrStderr(), "baseline %q: %d runs, %d series (%s) → %s\n", bl.Name, bl.Runs, len(bl.Series), bl.Kind, out)
+	return nil
+}
+
+func newGateBaselineUpdateCmd() *cobra.Command {
 	var path string
 	var keep int
 	update := &cobra.Command{
@@ -86,34 +99,38 @@ func newGateBaselineCmd() *cobra.Command {
 		Example: `  hone gate baseline update --baseline baselines/disagg.json run4.json`,
 		Args:    cobra.ArbitraryArgs,
 		RunE: func(c *cobra.Command, args []string) error {
-			if path == "" {
-				return badInput("--baseline: required")
-			}
-			if keep < 1 {
-				return badInput("--keep: %d: want at least 1", keep)
-			}
-			bl, err := gate.ReadBaseline(path)
-			if err != nil {
-				return usageError{Err: err}
-			}
-			runs, err := readRuns(args)
-			if err != nil {
-				return err
-			}
-			if err := bl.Update(runs, gate.DefaultCompared, keep); err != nil {
-				return usageError{Err: err}
-			}
-			if err := bl.Write(path); err != nil {
-				return fmt.Errorf("write baseline %s: %w", path, err)
-			}
-			fmt.Fprintf(c.ErrOrStderr(), "baseline %q: now %d runs → %s\n", bl.Name, bl.Runs, path)
-			return nil
+			return updateBaseline(c, args, path, keep)
 		},
 	}
 	update.Flags().StringVar(&path, "baseline", "", "baseline file to update in place (atomically)")
 	update.Flags().IntVar(&keep, "keep", 10, "runs to keep per series (the newest)")
-	c.AddCommand(create, update)
-	return c
+	return update
+}
+
+// updateBaseline is hone gate baseline update.
+func updateBaseline(c *cobra.Command, args []string, path string, keep int) error {
+	if path == "" {
+		return badInput("--baseline: required")
+	}
+	if keep < 1 {
+		return badInput("--keep: %d: want at least 1", keep)
+	}
+	bl, err := gate.ReadBaseline(path)
+	if err != nil {
+		return usageError{Err: err}
+	}
+	runs, err := readRuns(args)
+	if err != nil {
+		return err
+	}
+	if err := bl.Update(runs, gate.DefaultCompared, keep); err != nil {
+		return usageError{Err: err}
+	}
+	if err := bl.Write(path); err != nil {
+		return fmt.Errorf("write baseline %s: %w", path, err)
+	}
+	fmt.Fprintf(c.ErrOrStderr(), "baseline %q: now %d runs → %s\n", bl.Name, bl.Runs, path)
+	return nil
 }
 
 func newGateCheckCmd() *cobra.Command {
