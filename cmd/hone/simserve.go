@@ -104,8 +104,10 @@ func (o *simServeFlags) bind(c *cobra.Command) {
 	o.cfg.Guard.AddFlags(f)
 }
 
-// run is hone sim serve.
-func (o *simServeFlags) run(c *cobra.Command) error {
+// config checks the flags and states the engine's config in o.cfg: its
+// role, model, KV side channel (the flags, else vLLM's NIXL environment),
+// profile, scale, prefix caching and faults.
+func (o *simServeFlags) config(c *cobra.Command) error {
 	r, err := emulator.ParseRole(o.role)
 	if err != nil {
 		return badInput("--role: %q is invalid: want colocated, prefill or decode", o.role)
@@ -146,6 +148,14 @@ func (o *simServeFlags) run(c *cobra.Command) error {
 		if err := o.cfg.Faults.ParseFault(f); err != nil {
 			return badInput("%v", err)
 		}
+	}
+	return nil
+}
+
+// run is hone sim serve: it serves until SIGINT or SIGTERM.
+func (o *simServeFlags) run(c *cobra.Command) error {
+	if err := o.config(c); err != nil {
+		return err
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(o.logLevel)); err != nil {
