@@ -50,7 +50,9 @@ func TestHelpPages(t *testing.T) {
 // one directory per page that sees the repository's files (so that an
 // example may read examples/ or testdata/ and a later one read what an
 // earlier one wrote); each must succeed, and a following ```output block
-// is what the block's last command prints. Blocks tagged "sh skip: WHY"
+// is what the block's last command prints; so are the blocks of a page's
+// "Checked examples" (on the repository's own files, where --help's
+// examples name the reader's). Blocks tagged "sh skip: WHY"
 // (a GPU, root, a live endpoint, files of the reader's own) are listed,
 // not run.
 func TestHelpExamples(t *testing.T) {
@@ -68,10 +70,10 @@ func TestHelpExamples(t *testing.T) {
 			linkRepo(t, repo, dir)
 			t.Chdir(dir)
 			var last string
-			for _, b := range p.Examples {
+			for _, b := range append(p.Examples, p.Checked...) {
 				switch {
 				case b.Info == "output":
-					if got, want := strings.TrimRight(last, "\n"), b.Text; got != want {
+					if got, want := trimLines(last), trimLines(b.Text); got != want {
 						t.Errorf("docs/cli/%s.md:%d: output\n%s\nwant\n%s", name, b.Line, got, want)
 					}
 				case b.Skip() != "":
@@ -142,4 +144,14 @@ func runExample(t *testing.T, page string, b cli.Block, args []string) string {
 		t.Errorf("docs/cli/%s.md:%d: hone %s: %v (exit %d)\n%s", page, b.Line, strings.Join(args, " "), err, exitCode(err), errOut.String())
 	}
 	return out.String()
+}
+
+// trimLines drops each line's trailing blanks (a table's padding) and the
+// trailing newlines.
+func trimLines(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimRight(l, " \t")
+	}
+	return strings.Join(lines, "\n")
 }

@@ -16,4 +16,7 @@
 //	                    the test runs the hone commands of a plain sh block
 //	```sh skip: WHY    shown in --help, not run (needs a GPU, root, a live endpoint, ...)
 //	```output          not shown: what the preceding sh block's last command prints
+//	## Checked examples  (optional) sh and output blocks the test runs, not shown:
+//	                    examples on the repository's own files where --help's
+//	                    need the reader's
 package cli

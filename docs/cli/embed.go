@@ -35,9 +35,11 @@ func (b Block) Skip() string {
 type Page struct {
 	Name string
 	// Long is the Description block; Examples the Examples section's
-	// blocks in order (output blocks included).
+	// blocks in order (output blocks included); Checked those of the
+	// Checked examples section, which the test runs and --help leaves out.
 	Long     string
 	Examples []Block
+	Checked  []Block
 }
 
 // Example is cobra's Example: the sh blocks' text joined by newlines.
@@ -87,6 +89,8 @@ func Lookup(name string) (Page, error) {
 				p.Long = fence.Text
 			case "Examples":
 				p.Examples = append(p.Examples, *fence)
+			case "Checked examples":
+				p.Checked = append(p.Checked, *fence)
 			}
 			fence = nil
 		case fence != nil:
