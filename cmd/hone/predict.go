@@ -78,8 +78,8 @@ func (o *predictFlags) bind(c *cobra.Command) {
 	o.trace.register(c)
 }
 
-// run is hone predict.
-func (o *predictFlags) run(c *cobra.Command, args []string) error {
+// check checks the output, trace, grid and capacity flags.
+func (o *predictFlags) check(c *cobra.Command) error {
 	if err := o.output.check(); err != nil {
 		return err
 	}
@@ -97,6 +97,14 @@ func (o *predictFlags) run(c *cobra.Command, args []string) error {
 		return badInput("--top: want at least 1, got %d", o.top)
 	}
 	if err := o.capf.check(c, "qps", "concurrency"); err != nil {
+		return err
+	}
+	return nil
+}
+
+// run is hone predict.
+func (o *predictFlags) run(c *cobra.Command, args []string) error {
+	if err := o.check(c); err != nil {
 		return err
 	}
 	sc, err := o.wf.scan(sim.Config{})
