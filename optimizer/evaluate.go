@@ -158,12 +158,12 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 		defer cancel()
 	}
 	tls, terr := diagnose.FetchTimelines(post, dep.ProxyURL())
-	if atts, aerr := diagnose.Attribute(rec, diagnose.Evidence{Timelines: tls}); aerr == nil {
-		// The client/proxy residual can make a level client-bound; that
-		// re-judges the record and marks the attributions in place.
-		marked := diagnose.MarkClientBound(rec, atts)
-		d := diagnoseTrial(&t, rec, atts)
-		rec.Attribution, _ = json.Marshal(map[string]any{"diagnosis": d, "timelines_error": errString(terr), "client_bound": marked})
+	// As hone diagnose report does: the client/proxy residual can make a
+	// level client-bound; that re-judges the record and marks the
+	// attributions in place.
+	if r, derr := diagnose.Diagnose(rec, diagnose.Evidence{Timelines: tls}, diagnose.RecordKnobs(rec)); derr == nil {
+		setDiagnosis(&t, r.Diagnosis)
+		rec.Attribution, _ = json.Marshal(map[string]any{"diagnosis": r.Diagnosis, "timelines_error": errString(terr), string(schema.ReasonClientBound): r.ClientBound})
 	}
 	path := filepath.Join(e.OutDir, "records", tag+".json.gz") // gzip: ~7 bytes per output token
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil && t.Error == "" {
@@ -438,21 +438,18 @@ func errString(err error) string {
 }
 
 // diagnoseTrial names a trial's bottleneck from its record's attributions
-// (diagnose.SummarizeKnobs with the knobs its config states, so that the
+// (diagnose.SummarizeRecord with the knobs its config states, so that the
 // proposals follow them; p99 TPOT from the valid levels) and fills the
 // trial's diagnosis, whichever backend measured it.
 func diagnoseTrial(t *Trial, rec *schema.Record, atts []diagnose.Attribution) diagnose.Diagnosis {
-	tpot := map[float64]float64{}
-	for _, run := range rec.Runs {
-		for _, l := range run.Levels {
-			if l.Verdict.Valid {
-				tpot[l.OfferedQPS] = max(tpot[l.OfferedQPS], l.P99TPOTMs)
-			}
-		}
-	}
-	d := diagnose.SummarizeKnobs(rec.Kind, atts, rec.SLO, tpot, diagnose.RecordKnobs(rec))
-	t.Bottleneck, t.Diagnosis, t.Proposals, t.Breakdown = d.Bottleneck, d.Summary, d.Proposals, d.Levels
+	d := diagnose.SummarizeRecord(rec, atts, diagnose.RecordKnobs(rec))
+	setDiagnosis(t, d)
 	return d
+}
+
+// setDiagnosis fills a trial's diagnosis.
+func setDiagnosis(t *Trial, d diagnose.Diagnosis) {
+	t.Bottleneck, t.Diagnosis, t.Proposals, t.Breakdown = d.Bottleneck, d.Summary, d.Proposals, d.Levels
 }
 
 // summarizeRecord fills a trial's figures from its record: per-run

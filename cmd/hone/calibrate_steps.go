@@ -125,19 +125,10 @@ func runCalibrateSteps(w io.Writer, st stepFlags, out, format string) error {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "\nresiduals on the fitted steps (APE %, mis-booked pairs scored as one):")
-	writePhaseErrors(w, fit.Residuals)
+	calibrate.WritePhaseErrors(w, fit.Residuals)
 	for _, n := range fit.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
 	fmt.Fprintf(w, "\nprofile %s written to %s (steps, %s): check it on held-out steps with hone profile check %s --steps DIR\n", p.Name, out, p.SourceKind(), out)
 	return nil
-}
-
-func writePhaseErrors(w io.Writer, errs []emulator.PhaseError) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "data\ttp\tphase\tsteps\tmedian APE\tp90 APE")
-	for _, e := range errs {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.2f%%\t%.2f%%\n", e.Data, e.TP, e.Phase, e.Steps, e.MedianAPE, e.P90APE)
-	}
-	tw.Flush()
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/deploy/kubernetes"
+	"github.com/hone-llm/hone/engine"
 )
 
 // Deploy targets.
@@ -75,7 +76,7 @@ func renderKubernetes(c *cobra.Command, args []string, k *k8sFlags) error {
 		}
 		m, err := kubernetes.Render(s, k.opts)
 		if err != nil {
-			return usageError{err}
+			return usageError{Err: err}
 		}
 		objs = m.Objects
 		for _, w := range m.Plan.Warnings {
@@ -84,7 +85,7 @@ func renderKubernetes(c *cobra.Command, args []string, k *k8sFlags) error {
 		if k.replay.Shards != 0 {
 			j, err := kubernetes.RenderReplayJob(s, k.opts, k.replay)
 			if err != nil {
-				return usageError{err}
+				return usageError{Err: err}
 			}
 			objs = append(objs, j)
 		}
@@ -97,12 +98,12 @@ func renderKubernetes(c *cobra.Command, args []string, k *k8sFlags) error {
 	if k.daemonset {
 		caps, err := daemonStartCapabilities(k.nodeKernel)
 		if err != nil {
-			return usageError{err}
+			return usageError{Err: err}
 		}
 		d, err := kubernetes.RenderDaemon(kubernetes.DaemonOptions{Namespace: k.opts.Namespace, HoneImage: k.opts.HoneImage,
 			Capabilities: caps, NodeKernel: k.nodeKernel})
 		if err != nil {
-			return usageError{err}
+			return usageError{Err: err}
 		}
 		objs = append(objs, d...)
 	}
@@ -137,7 +138,7 @@ func kubeClient(kubeconfig string) (k8s.Interface, error) {
 func upKubernetes(c *cobra.Command, s *deploy.Spec, k *k8sFlags, timeout time.Duration) error {
 	m, err := kubernetes.Render(s, k.opts)
 	if err != nil {
-		return usageError{err}
+		return usageError{Err: err}
 	}
 	cs, err := kubeClient(k.kubeconfig)
 	if err != nil {
@@ -155,7 +156,7 @@ func upKubernetes(c *cobra.Command, s *deploy.Spec, k *k8sFlags, timeout time.Du
 	}
 	if timeout <= 0 {
 		timeout = 20 * time.Minute
-		if s.Engine == deploy.EngineEmulator {
+		if engine.Emulated(s.Engine) {
 			timeout = 2 * time.Minute
 		}
 	}
@@ -192,7 +193,7 @@ func downKubernetes(c *cobra.Command, name string, k *k8sFlags) error {
 		return err
 	}
 	if len(deleted) == 0 {
-		return usageError{fmt.Errorf("no objects labelled %s in namespace %s", kubernetes.Selector(name), k.opts.Namespace)}
+		return usageError{Err: fmt.Errorf("no objects labelled %s in namespace %s", kubernetes.Selector(name), k.opts.Namespace)}
 	}
 	fmt.Fprintf(c.OutOrStdout(), "deployment %s deleted from namespace %s\n", name, k.opts.Namespace)
 	return nil

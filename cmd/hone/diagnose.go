@@ -1,354 +1,44 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
-	"maps"
-	"os"
-	"slices"
-	"strconv"
-	"strings"
-
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/hone-llm/hone/diagnose"
-	"github.com/hone-llm/hone/replay"
-	"github.com/hone-llm/hone/schema"
 )
 
 func init() { subcommands = append(subcommands, newDiagnoseCmd) }
 
 func newDiagnoseCmd() *cobra.Command {
 	c := &cobra.Command{Use: "diagnose", Short: "Attribute each request's latency and name the bottleneck"}
-	var record, timelines, proxyURL, truth, pprofOut, snapshot, head, evidence string
-	var tokenBudget, maxNumSeqs int
-	var stepPIDs []string
+	var o diagnose.Options
 	var format outputFormat
-	report := &cobra.Command{
+	report := withHelp(&cobra.Command{
 		Use:   "report --record run.json",
 		Short: "Split TTFT into client, queueing, prefill, transfer and decode-queue time; name the bottleneck",
-		Long: fmt.Sprintf(`hone diagnose report reads a replay record and, when given, the proxy's
-per-request timelines (--timelines FILE from GET /hone/timeline, or --proxy URL
-to fetch them), joins them by X-Request-Id on CLOCK_MONOTONIC, and splits every
-measured request's TTFT into:
-
-  client        dispatch lag, client↔proxy↔engine hops, the proxy's hand-off,
-                first-byte delivery (the residual: nothing an engine does)
-  queueing      the engine's queue (vLLM queue_time_ms: queued → first
-                scheduled) and failed prefill legs
-  prefill       the engine's first scheduling → first token (vLLM
-                time_to_first_token_ms)
-  transfer      on a decode worker: the wait for KV blocks, to the KV pull's
-                end (hone's emulator's kv_transfer_time_ms, or the daemon's
-                KV connection); with neither, its whole queue_time_ms
-                (vLLM counts the KV wait and any queue after it there)
-  decode_queue  the decode worker's queue after the KV and its first step
-                (its time_to_first_token_ms)
-
-and reports decode (first → last token) beside them. TTFT runs from the
-scheduled send, as in the record. Figures are model time. vLLM must run with
---enable-per-request-metrics for the engine-side split; the proxy keeps the
-prefill leg's metrics.
-
-A level (run, offered rate) whose client part exceeds replay's client_bound
-bounds (p99 > %g%% of the TTFT SLO, or median > %g%% of the median TTFT) is
-marked invalid. Invalid levels are shown with their reason codes but never
-decide the bottleneck, which is, in this order: client-bound when every level
-is invalid or the lowest or highest is client_bound (the proposals then fix
-the measurement, not the deployment); stall when one freeze (no stream got a
-chunk for %g TPOT SLOs while one was mid-stream) explains the rest: its
-requests are an outlier set, and the rule on the others names nothing;
-decode when TPOT misses its SLO; the largest part of the tail when the tail's
-TTFT is over the SLO already at the lowest valid level; the part whose tail
-mean (over the slowest %g%% of requests by TTFT) grows most from the lowest to
-the highest valid level, with a %g%% bootstrap interval above %g%% of the
-lowest level's tail TTFT and above %g%% of the TTFT SLO; a part that dominates
-the TTFT budget at every valid level (mean share over %g%%, tail mean over
-%g%% of the SLO); else none. When the runner-up's interval overlaps, the
-verdict says "uncertain". The confidence is the verdict's own: the share of
-bootstrap resamples that name the same part. The proposals follow the
-engines' max-num-seqs (--max-num-seqs, else the record's config): a queue on
-an engine that streamed that many requests at once proposes raising it.
-
-Two sources of evidence split the engine's span. The engine's own: vLLM's
-per-request metrics (queue_time_ms, time_to_first_token_ms), which need a vLLM
-that returns them. The kernel's: --daemon joins a hone daemon snapshot (--once
---out FILE, or GET /v1/snapshot), which needs no engine cooperation:
-  - each disaggregated request gets the KV connection whose bytes started after
-    its decode leg was sent and before its first token, with the bytes
-    received and first-to-last-byte time as the kernel saw them;
-  - each request gets the HTTP exchange the daemon saw on the answering
-    engine's API socket (--http-ports) received after the request (or its
-    decode leg) was sent, whose first-token send came before the client's
-    first chunk, the closest fit on both ends, requests in the order sent; a
-    disaggregated request also gets the prefill worker's exchange, answered
-    whole inside its prefill leg. With the engines' CUDA steps (libcuda
-    uprobes: launch or graph launch to synchronize) that splits:
-      queueing      receipt on the (prefill) engine's API socket, its front
-                    end inside, → the start of its first scheduled step
-      prefill       → the end of the step that produced its first token.
-                    vLLM's scheduler rules place it over every request the
-                    engine served: running requests first, then FCFS
-                    admission in the first step after the API front end
-                    with budget and a seat left, a prefill chunked over
-                    what the budget leaves; the first-token send only
-                    bounds it. The token budget (--max-num-batched-tokens)
-                    and seats (--max-num-seqs), when not given, are those
-                    under which the rules best fit the steps (stated in
-                    each split's chunks_from)
-      transfer      the decode worker's receipt → the last operation on its
-                    KV connection (the pull acknowledged: KV usable)
-      decode_queue  → the decode worker's first-token send (its queue after
-                    the KV, which vLLM's metrics count in transfer, and its
-                    first step)
-      decode        first-token send → the response's last send
-    Whose steps: on hone's emulator one process answers and steps; on vLLM
-    the API server (the exchanges) starts the engine core, and with tensor
-    parallelism the core starts a worker per rank, which launch the CUDA
-    work. Each API server's steps are taken from the nearest stepping
-    process in the traced process tree (the snapshot's targets: itself,
-    its descendants, then those of its nearest traced ancestor, never
-    another API server's), the one with most steps among several (TP ranks
-    step in lockstep). --step-pid API_PID=STEP_PID overrides that (e.g.
-    data-parallel engines behind one API server); the choice is printed.
-    Which send carries the first token depends on the server: vLLM writes a
-    streamed response's head before the first token (--http-head separate),
-    hone sim serve writes it with the first token (with-first-token); auto
-    picks by the record's kind.
---evidence chooses per request: auto takes the engines' metrics where they
-reported them and the kernel split where they did not; kernel takes the
-kernel split alone; engine never uses it. A request left without a split
-(auto: no metrics, and its kernel evidence did not join; kernel: no kernel
-split) is left out of the diagnosis, never given client timing: the table
-counts them per level with their reasons, the JSON lists them ("unjoined"). Each kernel split states its uncertainty per part (±, in the
-report's level means): the span of first steps the evidence leaves open for
-queueing and prefill, and the
-lag from the token step to the first-token send for prefill. Where both
-splits exist the report gives their mean difference per part (transfer and
-decode_queue as one span: vLLM does not split them).
-All clocks are CLOCK_MONOTONIC of the one host: the daemon must run on the
-engine's host and replay or the proxy on the same host.
-
---truth compares with an emulator's --trace-file (its ground truth) and
-prints the error per part. --pprof writes a profile for go tool pprof.
-
-Exit codes: 0 success; 2 bad input.`, 100*schema.ClientBoundSLOFraction, 100*schema.ClientBoundTTFTFraction,
-			float64(diagnose.StallTPOTs), 100*diagnose.TailFraction, 100*diagnose.Confidence, 100*diagnose.GrowthFraction,
-			100*diagnose.MaterialFraction, 100*diagnose.DominantShare, 100*diagnose.MaterialFraction),
-		Example: `  hone diagnose report --record run.json --proxy http://127.0.0.1:8000
-  hone diagnose report --record run.json --timelines tl.json -o md --pprof ttft.pb.gz
-  go tool pprof -top ttft.pb.gz`,
-		Args: cobra.NoArgs,
+		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			if record == "" {
-				return badInput("--record: required (a hone replay record)")
-			}
-			if head != "auto" && head != "separate" && head != "with-first-token" {
-				return badInput("--http-head: want auto, separate or with-first-token, got %q", head)
-			}
-			switch evidence {
-			case diagnose.EvidenceAuto, diagnose.EvidenceEngine:
-			case diagnose.EvidenceKernel:
-				if snapshot == "" {
-					return badInput("--evidence kernel: needs --daemon (a hone daemon snapshot covering the run)")
-				}
-			default:
-				return badInput("--evidence: want auto, engine or kernel, got %q", evidence)
-			}
-			if maxNumSeqs < 0 {
-				return badInput("--max-num-seqs: want >= 0 (0: the record's config, else unknown), got %d", maxNumSeqs)
-			}
-			if tokenBudget < 0 {
-				return badInput("--max-num-batched-tokens: want >= 0 (0: the record's config, else unknown), got %d", tokenBudget)
-			}
-			if len(stepPIDs) > 0 && snapshot == "" {
-				return badInput("--step-pid: needs --daemon (a hone daemon snapshot covering the run)")
-			}
-			override, err := parseStepPIDs(stepPIDs)
-			if err != nil {
-				return err
-			}
-			if err := format.check(); err != nil {
-				return err
-			}
-			rec, err := replay.ReadRecord(record)
-			if err != nil {
-				return usageError{err}
-			}
-			var ev diagnose.Evidence
-			switch {
-			case timelines != "" && proxyURL != "":
-				return badInput("--timelines and --proxy: give one")
-			case timelines != "":
-				if ev.Timelines, err = diagnose.ReadTimelines(timelines); err != nil {
-					return usageError{err}
-				}
-			case proxyURL != "":
-				if ev.Timelines, err = diagnose.FetchTimelines(c.Context(), proxyURL); err != nil {
-					return err
-				}
-			}
-			if snapshot != "" {
-				if ev.KV, err = diagnose.ReadKVConns(snapshot); err != nil {
-					return usageError{fmt.Errorf("--daemon: %w", err)}
-				}
-				k, err := diagnose.ReadKernelEvidence(snapshot)
-				if err != nil {
-					return usageError{fmt.Errorf("--daemon: %w", err)}
-				}
-				ev.Exchanges, ev.Steps, ev.Processes, ev.StepPIDs, ev.Daemon = k.Exchanges, k.Steps, k.Processes, override, true
-				owners, err := diagnose.StepOwners(k.Exchanges, k.Steps, k.Processes, override)
-				if err != nil {
-					return badInput("%v", err)
-				}
-				for _, a := range slices.Sorted(maps.Keys(owners)) {
-					if o := owners[a]; o.StepPID != a {
-						fmt.Fprintf(c.ErrOrStderr(), "kernel evidence: %s\n", o)
-					}
-				}
-			}
-			// What the record says of itself (as hone replay judged it),
-			// then what the flags add.
-			own := diagnose.RecordEvidence(rec)
-			ev.Source, ev.TokenBudget, ev.MaxNumSeqs, ev.Head = evidence, own.TokenBudget, own.MaxNumSeqs, own.Head
-			if tokenBudget > 0 {
-				ev.TokenBudget = tokenBudget
-			}
-			knobs := diagnose.RecordKnobs(rec)
-			if maxNumSeqs > 0 {
-				knobs.MaxNumSeqs, ev.MaxNumSeqs = maxNumSeqs, maxNumSeqs
-			}
-			switch head {
-			case "with-first-token":
-				ev.Head = diagnose.HeadWithFirstToken
-			case "separate":
-				ev.Head = diagnose.HeadSeparate
-			}
-			atts, err := diagnose.Attribute(rec, ev)
-			if err != nil {
-				return usageError{fmt.Errorf("record %s: %w", record, err)}
-			}
-			all := len(atts)
-			var unjoined []diagnose.UnjoinedLevel
-			if atts, unjoined = diagnose.Joined(atts, evidence == diagnose.EvidenceKernel); len(atts) == 0 {
-				return usageError{fmt.Errorf("--evidence %s: none of the %d measured requests joined its kernel evidence "+
-					"(the snapshot's exchanges, steps and, disaggregated, KV connections; was the daemon tracing the engines "+
-					"with their API ports in --http-ports and libcuda probed, on this host, during the run?)", evidence, all)}
-			}
-			marked := diagnose.MarkClientBound(rec, atts)
-			tpot := map[float64]float64{} // p99 TPOT of the valid levels: an invalid one decides nothing
-			for _, run := range rec.Runs {
-				for _, l := range run.Levels {
-					if l.Verdict.Valid {
-						tpot[l.OfferedQPS] = max(tpot[l.OfferedQPS], l.P99TPOTMs)
-					}
-				}
-			}
-			d := diagnose.SummarizeKnobs(rec.Kind, atts, rec.SLO, tpot, knobs)
-			out := c.OutOrStdout()
-			var errs []diagnose.PartError
-			if truth != "" {
-				f, err := os.Open(truth)
-				if err != nil {
-					return usageError{fmt.Errorf("--truth: %w", err)}
-				}
-				tr, err := diagnose.ReadTrace(f)
-				f.Close()
-				if err != nil {
-					return usageError{fmt.Errorf("--truth %s: %w", truth, err)}
-				}
-				if errs, err = diagnose.Compare(atts, tr); err != nil {
-					return usageError{err}
-				}
-			}
-			switch format.value {
-			case "json":
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(map[string]any{"diagnosis": d, string(schema.ReasonClientBound): marked, "invalid_levels": rec.InvalidLevels(),
-					"truth_error": errs, "requests": atts, "unjoined": unjoined}); err != nil {
-					return err
-				}
-			default:
-				for _, m := range marked {
-					fmt.Fprintln(out, "client/proxy residual check:", m)
-				}
-				for _, l := range unjoined {
-					fmt.Fprintf(out, "kernel evidence: run %d, %g req/s: %d of %d measured requests not split, left out:", l.Run, l.OfferedQPS, l.Unjoined, l.Requests)
-					for _, r := range l.ReasonsByCount() {
-						fmt.Fprintf(out, " %d %s;", l.Reasons[r], r)
-					}
-					fmt.Fprintln(out)
-				}
-				if err := d.WriteTable(out, format.value == "md"); err != nil {
-					return err
-				}
-				if len(errs) > 0 {
-					fmt.Fprintln(out, "\nagainst the emulator's ground truth (model ms):")
-					for _, e := range errs {
-						fmt.Fprintf(out, "  %-13s truth %9.2f  attributed %9.2f  |err| median %7.2f  p90 %7.2f  (n=%d)\n",
-							e.Part, e.MeanTruth, e.MeanAttrib, e.MedianErr, e.P90AbsErr, e.Requests)
-					}
-				}
-				if len(ev.Timelines) == 0 {
-					fmt.Fprintln(out, "note: no proxy timelines: disaggregated legs cannot be split (give --proxy or --timelines)")
-				}
-			}
-			if pprofOut != "" {
-				p, err := diagnose.Profile(atts)
-				if err != nil {
-					return err
-				}
-				f, err := os.Create(pprofOut)
-				if err != nil {
-					return err
-				}
-				if err := p.Write(f); err != nil {
-					f.Close()
-					return err
-				}
-				if err := f.Close(); err != nil {
-					return err
-				}
-				fmt.Fprintln(c.ErrOrStderr(), "pprof profile written to", pprofOut, "(go tool pprof -top", pprofOut+")")
-			}
-			return nil
+			o.Format, o.Out, o.Log = format.value, c.OutOrStdout(), c.ErrOrStderr()
+			return diagnose.Report(c.Context(), o)
 		},
-	}
-	f := report.Flags()
-	f.StringVar(&record, "record", "", "replay record (hone replay -o)")
-	f.StringVar(&timelines, "timelines", "", "proxy timelines file (GET /hone/timeline output)")
-	f.StringVar(&proxyURL, "proxy", "", "fetch timelines from this running hone proxy")
-	f.StringVar(&truth, "truth", "", "emulator --trace-file to compare against")
-	format.register(f, "table", "format", "table", "md", "json")
-	f.StringVar(&pprofOut, "pprof", "", "write a pprof profile of attributed time here")
-	f.StringVar(&snapshot, "daemon", "", "hone daemon snapshot: join each request to its HTTP exchange and the engine's steps, and each disaggregated request to its KV pull, as the kernel saw them")
-	f.StringVar(&evidence, "evidence", "auto", "what splits each request: auto (the engines' per-request metrics where they reported them, else the kernel split where the request has one, else client timing) | engine (never the kernel split; shown beside) | kernel (the kernel split alone; needs --daemon; requests without one are left out)")
-	f.IntVar(&tokenBudget, "max-num-batched-tokens", 0, "the engines' token budget per step (vLLM's --max-num-batched-tokens): the kernel split infers each prefill's steps by the scheduler's rules; 0: the record's config (knobs.max_num_batched_tokens) when it states one, else inferred from the kernel evidence (the budget, of powers of two from 16 to 65536 or none, under which the scheduler's rules best fit the steps)")
-	f.IntVar(&maxNumSeqs, "max-num-seqs", 0, "the engines' max-num-seqs (vLLM's --max-num-seqs), which the proposals follow and the kernel split's scheduler rules admit by; 0: the record's config (knobs.max_num_seqs) when it states one, else unknown to the proposals and inferred by the kernel split")
-	f.StringArrayVar(&stepPIDs, "step-pid", nil, "API_PID=STEP_PID: split the exchanges of API server process API_PID by the CUDA steps of process STEP_PID (default: the nearest stepping process in the traced tree); repeatable")
-	f.StringVar(&head, "http-head", "auto", "which send of a streamed response carries the first token: separate (vLLM: the head is sent first) | with-first-token (hone sim serve) | auto (by the record's kind)")
+	}, "diagnose-report", diagnoseHelp())
+	bindDiagnoseFlags(report.Flags(), &o, &format)
 	c.AddCommand(report)
 	return c
 }
 
-// parseStepPIDs parses --step-pid's API_PID=STEP_PID pairs.
-func parseStepPIDs(pairs []string) (map[int]int, error) {
-	if len(pairs) == 0 {
-		return nil, nil
-	}
-	m := map[int]int{}
-	for _, p := range pairs {
-		a, s, ok := strings.Cut(p, "=")
-		api, err1 := strconv.Atoi(strings.TrimSpace(a))
-		step, err2 := strconv.Atoi(strings.TrimSpace(s))
-		if !ok || err1 != nil || err2 != nil || api <= 0 || step <= 0 {
-			return nil, badInput("--step-pid: want API_PID=STEP_PID with positive process ids, got %q", p)
-		}
-		if prev, dup := m[api]; dup && prev != step {
-			return nil, badInput("--step-pid: API server pid %d given twice (%d and %d)", api, prev, step)
-		}
-		m[api] = step
-	}
-	return m, nil
+// bindDiagnoseFlags registers hone diagnose report's flags into o.
+func bindDiagnoseFlags(f *pflag.FlagSet, o *diagnose.Options, format *outputFormat) {
+	f.StringVar(&o.Record, "record", "", "replay record (hone replay -o)")
+	f.StringVar(&o.Timelines, "timelines", "", "proxy timelines file (GET /hone/timeline output)")
+	f.StringVar(&o.ProxyURL, "proxy", "", "fetch timelines from this running hone proxy")
+	f.StringVar(&o.Truth, "truth", "", "emulator --trace-file to compare against")
+	format.register(f, "table", "format", "table", "md", "json")
+	f.StringVar(&o.Pprof, "pprof", "", "write a pprof profile of attributed time here")
+	f.StringVar(&o.Daemon, "daemon", "", "hone daemon snapshot: join each request to its HTTP exchange and the engine's steps, and each disaggregated request to its KV pull, as the kernel saw them")
+	f.StringVar(&o.Evidence, "evidence", "auto", "what splits each request: auto (the engines' per-request metrics where they reported them, else the kernel split where the request has one, else client timing) | engine (never the kernel split; shown beside) | kernel (the kernel split alone; needs --daemon; requests without one are left out)")
+	f.IntVar(&o.TokenBudget, "max-num-batched-tokens", 0, "the engines' token budget per step (vLLM's --max-num-batched-tokens): the kernel split infers each prefill's steps by the scheduler's rules; 0: the record's config (knobs.max_num_batched_tokens) when it states one, else inferred from the kernel evidence (the budget, of powers of two from 16 to 65536 or none, under which the scheduler's rules best fit the steps)")
+	f.IntVar(&o.MaxNumSeqs, "max-num-seqs", 0, "the engines' max-num-seqs (vLLM's --max-num-seqs), which the proposals follow and the kernel split's scheduler rules admit by; 0: the record's config (knobs.max_num_seqs) when it states one, else unknown to the proposals and inferred by the kernel split")
+	f.StringArrayVar(&o.StepPIDs, "step-pid", nil, "API_PID=STEP_PID: split the exchanges of API server process API_PID by the CUDA steps of process STEP_PID (default: the nearest stepping process in the traced tree); repeatable")
+	f.StringVar(&o.Head, "http-head", "auto", "which send of a streamed response carries the first token: separate (vLLM: the head is sent first) | with-first-token (hone sim serve) | auto (by the record's kind)")
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/hone-llm/hone/internal/usage"
 )
 
 // Exit codes shared by every command (documented in --help).
@@ -26,15 +28,14 @@ const (
 	exitInterrupted = 130
 )
 
-// usageError marks an error caused by the user's input: exit code 2.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
+// usageError marks an error caused by the user's input: exit code 2. It is
+// usage.Error, so that a package carrying out a command marks bad input
+// the same way.
+type usageError = usage.Error
 
 // badInput wraps err (or a formatted message) as a usage error.
 func badInput(format string, args ...any) error {
-	return usageError{fmt.Errorf(format, args...)}
+	return usageError{Err: fmt.Errorf(format, args...)}
 }
 
 // checkFailed marks a completed check whose verdict is negative: exit code 1.
@@ -100,7 +101,7 @@ func usageAt(c *cobra.Command, err error) error {
 	if name := commandName(c); name != "" {
 		err = fmt.Errorf("%s: %w", name, err)
 	}
-	return usageError{fmt.Errorf("%w (see '%s --help')", err, c.CommandPath())}
+	return usageError{Err: fmt.Errorf("%w (see '%s --help')", err, c.CommandPath())}
 }
 
 func newRootCmd() *cobra.Command {
@@ -164,7 +165,7 @@ func strictUsage(c *cobra.Command) {
 			if s := cmd.SuggestionsFor(a[0]); len(s) > 0 {
 				msg += fmt.Sprintf(" (did you mean %s?)", strings.Join(s, " or "))
 			}
-			return usageError{fmt.Errorf("%s; see '%s --help'", msg, cmd.CommandPath())}
+			return usageError{Err: fmt.Errorf("%s; see '%s --help'", msg, cmd.CommandPath())}
 		}
 	}
 	for _, sub := range c.Commands() {

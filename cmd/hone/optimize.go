@@ -20,6 +20,7 @@ import (
 
 	"github.com/hone-llm/hone/capacity"
 	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/engine"
 	"github.com/hone-llm/hone/internal/atomicfile"
 	"github.com/hone-llm/hone/internal/dirlock"
 	"github.com/hone-llm/hone/optimizer"
@@ -33,321 +34,351 @@ import (
 func init() { subcommands = append(subcommands, newOptimizeCmd) }
 
 func newOptimizeCmd() *cobra.Command {
-	var (
-		wf           workloadFlags
-		spec, out    string
-		runs, budget int
-		seed         uint64
-		timeScale    string
-		maxScale     float64
-		backend      string
-		force        bool
-		explore      string
-		profile      string
-		vllm         string
-		axes         predict.AxisFlags
-		measure      string
-		precision    float64
-		referenceQPS float64
-		timeBudget   time.Duration
-	)
-	c := &cobra.Command{
+	var o optimizeFlags
+	c := withHelp(&cobra.Command{
 		Use:   "optimize --spec base.yaml --out DIR",
 		Short: "Run the live optimization loop: deploy, replay, diagnose, propose, ablate, verify",
-		Long: `hone optimize starts from a deployment spec (the baseline) and spends at most
---budget trials. Each trial deploys the spec (emulator or vLLM workers behind
-hone's proxy), measures it --runs times — by default each run a capacity
-search (--measure capacity: the largest load that meets the SLO at steady
-state; --slo interactive is p99 TTFT 500 ms, p99 TPOT 50 ms), else a replay
-at every --qps level (--measure levels) — attributes every request's latency and names the bottleneck, then tears the
-deployment down. The next config is chosen from that diagnosis, on the same
-model, precision, GPU budget, arrival sequence, prewarm, output length and
-tokens. After exploring it ablates the selected config's optimizations,
-completes a topology × prefix-caching interaction, and re-runs the winner.
-
-Measurement (--measure capacity): ` + optimizer.CapacityRule + ` The
-reference load is --reference-qps, else spec.objective.target_qps, else
-half the baseline's predicted capacity.
-
-Selection: ` + optimizer.LiveSelectionRule + ` What "best" means is the
-spec's objective (spec.objective.goal): capacity (the default: the most
-capacity within gpus.budget), cheapest (with target_qps: the fewest GPUs
-whose capacity reaches it in every run; the predicted grid includes configs
-using fewer GPUs than the budget) or capacity_per_gpu.
-
-Regression: ` + optimizer.LiveRegressionRule + `
-
-Before the first trial of an emulator spec, hone measures the host's own
-floor: a replay of the highest level through hone's proxy against a
-zero-cost engine (emulator profile "null"), and the baseline engine's own
-median TTFT at the lowest level. With --time-scale auto (the default) ` + optimizer.FloorRule + `,
-so that the host does not decide what is measured; then ` + optimizer.FloorScalerRule + `.
-"spec" keeps the spec's scale (the floor is still measured and logged); a
-number sets the scale. Then ` + optimizer.RescaleRule + ` (--max-time-scale; 0: never, and the floor's choice is not capped).
-
-Time (--time-budget, e.g. 30m; 0: none) bounds the whole run, the floor
-included. ` + optimizer.TimeBudgetRule + ` Inside a trial a line every
-10 s says where it is (run, level or probe, requests done, elapsed against
-expected).
-
-Exploration (--explore predict, the default for --backend live): ` + optimizer.PredictRule + `
-The grid spans the --grid-* axes (as hone predict --grid does); the starting
-profile is --profile (default: the spec's emulator.profile); calibrated
-profiles are written to DIR/profiles/. --explore diagnose instead proposes
-each next config from the last trial's diagnosis (the bottleneck).
-
---backend model runs the same loop on the brief's exact queueing model
-instead (simulation_only, seconds in all): it deploys nothing and refuses, as
-a failed trial naming the spec field, what the model cannot express (tensor
-parallelism, engine knobs, more than 1P1D).
-
-Every trial, failed ones too, goes to DIR/log.json (rewritten atomically after
-each trial); records to DIR/records/, emulator ground truth to DIR/traces/,
-deployment state and worker logs to DIR/state/. Emulated trials are labelled
-emulated, never device.
-
-A trial's deployment dies with hone optimize, even on kill -9 (Linux: the
-kernel's parent-death signal and a watchdog process; elsewhere the watchdog
-only). An earlier run is never silently reused or overwritten: a DIR that
-holds a log.json is refused (exit 2) unless --force, which keeps the earlier
-run's log.json, records/, traces/ and state/ as NAME.<time>.bak; a
-deployment an earlier, killed run left running under DIR/state/ is stopped
-(reported on stderr) before anything starts. One hone optimize at a time
-uses a DIR.
-
-Exit codes: 0 a verified selection; 1 nothing eligible or verified, or a
-deployment left under DIR/state/ could not be stopped; 2 bad input, or DIR
-holds an earlier run's log (see --force) or is in use; 130 interrupted
-(SIGINT or SIGTERM) before the loop finished: DIR/log.json holds the trials
-so far, marked unfinished.`,
-		Example: `  hone optimize --spec examples/emulator-l4-cheapest.yaml --out results/demo --tpot-slo-ms 12 --capacity-precision 0.1 --reference-qps 4
-  hone optimize --spec examples/emulator-l4-colocated.yaml --out results/levels --measure levels --qps 2,8,16,32 --requests 48
-  hone optimize --spec examples/vllm-colocated-tp2.yaml --vllm .venv/bin/vllm --out results/device --slo interactive
-  hone report --log results/demo/log.json --out results/demo/report.md`,
-		Args: cobra.NoArgs,
+		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			if spec == "" || out == "" {
-				return badInput("--spec and --out are required")
-			}
-			if runs < 1 {
-				return badInput("--runs: %d: want at least 1 (3 or more for the brief's controlled experiments)", runs)
-			}
-			if budget < 4 {
-				return badInput("--budget: %d: want at least 4 trials", budget)
-			}
-			started := time.Now()
-			if timeBudget < 0 {
-				return badInput("--time-budget: %s: want 0 (none) or a duration, e.g. 30m", timeBudget)
-			}
-			if !(maxScale >= 0) || maxScale > deploy.MaxTimeScale {
-				return badInput("--max-time-scale: want 0 (never measure again) or a factor up to %d, got %v", deploy.MaxTimeScale, maxScale)
-			}
-			switch {
-			case measure == "" && backend == "model":
-				measure = "levels"
-			case measure == "":
-				measure = "capacity"
-			case measure != "capacity" && measure != "levels":
-				return badInput("--measure: %q: want capacity (each run a capacity search) or levels (each run a scan of --qps)", measure)
-			case measure == "capacity" && backend == "model":
-				return badInput("--measure capacity: the exact queueing model (--backend model) scans levels; use --measure levels")
-			}
-			if measure != "capacity" {
-				for _, n := range []string{"capacity-precision", "reference-qps"} {
-					if c.Flags().Changed(n) {
-						return badInput("--%s: only with --measure capacity", n)
-					}
-				}
-			}
-			if !(precision > 0 && precision < 1) {
-				return badInput("--capacity-precision: want a fraction in (0, 1), e.g. 0.05, got %v", precision)
-			}
-			if !(referenceQPS >= 0) || referenceQPS > 1e6 {
-				return badInput("--reference-qps: want 0 (from the spec's objective or the prediction) or a rate in req/s, got %v", referenceQPS)
-			}
-			if backend != "live" && backend != "model" {
-				return badInput("--backend: %q: want live (deploy and replay) or model (the exact queueing model)", backend)
-			}
-			switch {
-			case explore == "" && backend == "model":
-				explore = "diagnose"
-			case explore == "":
-				explore = "predict"
-			case explore != "predict" && explore != "diagnose":
-				return badInput("--explore: %q: want predict (rank a predicted grid, measure the best) or diagnose (propose from each diagnosis)", explore)
-			case explore == "predict" && backend == "model":
-				return badInput("--explore predict: the exact model (--backend model) is itself a prediction; use --explore diagnose")
-			}
-			gridAxes, err := axes.Axes()
-			if err != nil {
-				return axisErr(err)
-			}
-			sc, err := wf.scan(sim.Config{Mode: sim.Colocated})
-			if err != nil {
-				return err
-			}
-			base, err := deploy.LoadSpec(spec)
-			if err != nil {
-				return usageError{err}
-			}
-			if err := os.MkdirAll(out, 0o755); err != nil {
-				return err
-			}
-			unlock, err := lockOutDir(out, c.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			defer unlock()
-			if err := claimOutDir(out, force, c.ErrOrStderr()); err != nil {
-				return err
-			}
-			hone, err := os.Executable()
-			if err != nil {
-				return err
-			}
-			scaleFixed := 0.0
-			switch timeScale {
-			case "auto", "spec":
-			default:
-				v, err := strconv.ParseFloat(timeScale, 64)
-				if err != nil || !(v > 0) || v > deploy.MaxTimeScale {
-					return badInput("--time-scale: want auto, spec or a positive factor, got %q", timeScale)
-				}
-				scaleFixed = v
-			}
-			if scaleFixed > 0 {
-				if base.Engine != deploy.EngineEmulator {
-					return badInput("--time-scale: %s: only an emulator spec has a time scale (engine %q)", timeScale, base.Engine)
-				}
-				base.Emulator.TimeScale = scaleFixed
-			}
-			v, commit := buildVersion()
-			w := wf.workload(seed)
-			slo := slo.SLO{TTFTMillis: sc.TTFTMillis, TPOTMillis: sc.TPOTMillis}
-			dev := &optimizer.DeployEvaluator{Up: deploy.UpOptions{Hone: hone, VLLM: vllm, StateDir: filepath.Join(out, "state"), Owned: true},
-				Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo, OutDir: out, Hone: schema.Build{Version: v, Commit: commit}, Log: c.ErrOrStderr()}
-			var ev optimizer.Evaluator = dev
-			if base.Engine == deploy.EngineEmulator && maxScale > 0 {
-				ev = &optimizer.Rescaler{Inner: dev, MaxScale: maxScale, Log: c.ErrOrStderr()}
-			}
-			if backend == "model" {
-				ev = &optimizer.ModelEvaluator{Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo}
-			}
-			logPath := filepath.Join(out, "log.json")
-			// Ctrl-C or SIGTERM ends the current trial cleanly: its
-			// deployment is torn down and the log keeps every trial so far.
-			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			var deadline time.Time
-			if timeBudget > 0 {
-				deadline = started.Add(timeBudget)
-			}
-			floorCtx := ctx // the floor counts against --time-budget
-			if !deadline.IsZero() {
-				var cancel context.CancelFunc
-				floorCtx, cancel = context.WithDeadline(ctx, deadline)
-				defer cancel()
-			}
-			var floor *optimizer.HostFloor
-			if base.Engine == deploy.EngineEmulator && backend == "live" {
-				fmt.Fprintf(c.ErrOrStderr(), "optimize: measuring the host's floor (zero-cost engine, %g req/s, %d runs)\n", slices.Max(sc.QPS), optimizer.FloorRuns)
-				floor, err = dev.MeasureFloor(floorCtx, base)
-				if err != nil {
-					if ctx.Err() == nil && floorCtx.Err() != nil {
-						return fmt.Errorf("optimize: --time-budget %s ended while measuring the host's floor, before any trial: %w", timeBudget, err)
-					}
-					return stopped(ctx, fmt.Errorf("optimize: host floor: %w", err))
-				}
-				fmt.Fprintf(c.ErrOrStderr(), "optimize: host floor p50 %.2f / p99 %.2f ms real (dispatch lag p99 %.2f ms), baseline engine median TTFT %.2f model ms; ",
-					floor.P50RealMs, floor.P99RealMs, floor.DispatchP99RealMs, floor.EngineP50TTFTMs)
-				if timeScale == "auto" {
-					// Each trial probes the floor again and runs at the
-					// scale it allows then: the specs keep the spec's.
-					ev = &optimizer.FloorScaler{Inner: ev, Probe: dev.ProbeFloor, TTFTSLOMs: slo.TTFTMillis, MaxScale: maxScale, Log: c.ErrOrStderr()}
-					floor.CapScale(maxScale)
-					fmt.Fprintf(c.ErrOrStderr(), "time scale %g now (spec: %g): floor %.1f model ms; each trial probes the floor again and runs at the scale it allows then\n",
-						floor.ChosenTimeScale, floor.SpecTimeScale, floor.FloorModelMs)
-				} else {
-					floor.ChosenTimeScale = max(base.Emulator.TimeScale, 0)
-					if floor.ChosenTimeScale == 0 {
-						floor.ChosenTimeScale = 1
-					}
-					floor.Settle()
-					floor.Note = strings.TrimPrefix(floor.Note+"; ", "; ") + "--time-scale " + timeScale + ": the scale was not chosen from the floor"
-					fmt.Fprintf(c.ErrOrStderr(), "trials run at time scale %g as asked: floor %.1f model ms\n", floor.ChosenTimeScale, floor.FloorModelMs)
-				}
-				if floor.Note != "" {
-					fmt.Fprintf(c.ErrOrStderr(), "optimize: warning: %s\n", floor.Note)
-				}
-			}
-			var pred *optimizer.Predictor
-			if explore == "predict" {
-				prof, err := predictProfile(profile, base)
-				if err != nil {
-					return err
-				}
-				pred = &optimizer.Predictor{Profile: prof, Axes: gridAxes, ProfileDir: filepath.Join(out, "profiles")}
-			}
-			lo := optimizer.LiveOptions{Base: base, Evaluator: ev, Budget: budget, HostFloor: floor,
-				Workload: w, QPS: sc.QPS, Runs: runs, SLO: slo, LogPath: logPath, Progress: c.ErrOrStderr(), Predictor: pred,
-				Goal: predict.Goal(base.Objective), Deadline: deadline, TimeBudget: timeBudget}
-			if measure == "capacity" {
-				co := capacity.Options{Mode: capacity.Open, SLO: slo, Precision: precision, MinRequests: w.Requests - replay.Sessions}
-				ref := referenceQPS
-				if ref == 0 {
-					ref = base.Objective.TargetQPS
-				}
-				if ref == 0 {
-					prof, err := predictProfile(profile, base)
-					if err != nil {
-						return err
-					}
-					res, err := predict.Capacity(ctx, base, predict.Options{Profile: prof, Workload: w, SLO: slo}, co)
-					if err != nil || res.Value <= 0 {
-						return badInput("--reference-qps: the baseline's capacity could not be predicted (%v%s): give --reference-qps", err, orNote(res))
-					}
-					ref = math.Round(res.Value/2*100) / 100
-					fmt.Fprintf(c.ErrOrStderr(), "optimize: reference load %g req/s: half the baseline's predicted capacity %.3g req/s (profile %s)\n", ref, res.Value, prof.Name)
-				}
-				dev.Capacity, dev.ReferenceQPS, dev.Log = &co, ref, c.ErrOrStderr()
-				lo.Capacity, lo.ReferenceQPS = &co, ref
-			}
-			lg, err := optimizer.Live(ctx, lo)
-			if err != nil {
-				return stopped(ctx, fmt.Errorf("optimize: %w (the log so far is in %s)", err, logPath))
-			}
-			fmt.Fprintf(c.OutOrStdout(), "experiment log: %s (%d trials, %s)\n", logPath, len(lg.Trials), lg.Kind)
-			for _, n := range lg.NotMeasured {
-				fmt.Fprintf(c.OutOrStdout(), "not measured (--time-budget %s): %s\n", timeBudget, n)
-			}
-			if lg.Selected == 0 || !lg.Verified {
-				return checkFailed{"no eligible config survived verification"}
-			}
-			sel := lg.Trials[lg.Selected-1]
-			fmt.Fprintf(c.OutOrStdout(), "selected: trial %d %s, median objective %.3f req/s (%s)\n", sel.N, sel.Key, sel.Objective, sel.Kind)
-			return nil
+			return runOptimize(c, &o)
 		},
-	}
-	wf.register(c, true)
-	f := c.Flags()
-	f.StringVar(&spec, "spec", "", "baseline deployment spec (YAML)")
-	f.StringVar(&out, "out", "", "directory for the log, records and traces")
-	f.IntVar(&runs, "runs", 3, "independent runs per trial")
-	f.IntVar(&budget, "budget", 8, "trials in all, the verification re-run included")
-	f.Uint64Var(&seed, "seed", replay.DefaultSeed, "workload seed")
-	f.StringVar(&backend, "backend", "live", "live (deploy the spec and replay: emulated or device) | model (the exact queueing model: simulation_only)")
-	f.StringVar(&timeScale, "time-scale", "auto", "emulated trials' time scale: auto (from the host's measured floor) | spec | a factor")
-	f.DurationVar(&timeBudget, "time-budget", 0, "bound the whole run in time, e.g. 30m: trials are planned to fit, and what could not be measured is reported (0: no bound)")
-	f.Float64Var(&maxScale, "max-time-scale", 4, "the largest time scale an emulated trial runs at: the floor's choice (--time-scale auto) is capped by it, and a trial the host made invalid is measured again up to it (0: never measured again, the floor's choice not capped)")
-	f.BoolVar(&force, "force", false, "start over in an --out that holds an earlier run (which is kept as NAME.<time>.bak)")
-	f.StringVar(&explore, "explore", "", "predict (default with --backend live: rank a predicted grid, measure the most promising, calibrate) | diagnose (propose from each trial's bottleneck)")
-	f.StringVar(&vllm, "vllm", "", "the vllm executable of a vLLM spec's trials, e.g. .venv/bin/vllm (default: vllm on PATH), as hone deploy up --vllm")
-	f.StringVar(&profile, "profile", "", "with --explore predict: the cost profile predictions start from, a built-in name or a .yaml file (default: the spec's emulator.profile)")
-	f.StringVar(&measure, "measure", "", "how a trial is measured: capacity (default with --backend live: each run a capacity search) | levels (each run a scan of --qps; the default with --backend model)")
-	f.Float64Var(&precision, "capacity-precision", capacity.DefaultPrecision, "with --measure capacity: the searches' relative precision")
-	f.Float64Var(&referenceQPS, "reference-qps", 0, "with --measure capacity: the offered rate every run also measures, where trials' latencies are compared (0: spec.objective.target_qps, else half the baseline's predicted capacity)")
-	registerGridAxes(f, &axes, optimizer.DefaultGridAxes())
+	}, "optimize", optimizeHelp())
+	o.bind(c)
 	return c
+}
+
+// optimizeFlags are hone optimize's flags.
+type optimizeFlags struct {
+	wf           workloadFlags
+	spec, out    string
+	runs, budget int
+	seed         uint64
+	timeScale    string
+	maxScale     float64
+	backend      string
+	force        bool
+	explore      string
+	profile      string
+	vllm         string
+	axes         predict.AxisFlags
+	measure      string
+	precision    float64
+	referenceQPS float64
+	timeBudget   time.Duration
+}
+
+func (o *optimizeFlags) bind(c *cobra.Command) {
+	o.wf.register(c, true)
+	f := c.Flags()
+	f.StringVar(&o.spec, "spec", "", "baseline deployment spec (YAML)")
+	f.StringVar(&o.out, "out", "", "directory for the log, records and traces")
+	f.IntVar(&o.runs, "runs", 3, "independent runs per trial")
+	f.IntVar(&o.budget, "budget", 8, "trials in all, the verification re-run included")
+	f.Uint64Var(&o.seed, "seed", replay.DefaultSeed, "workload seed")
+	f.StringVar(&o.backend, "backend", "live", "live (deploy the spec and replay: emulated or device) | model (the exact queueing model: simulation_only)")
+	f.StringVar(&o.timeScale, "time-scale", "auto", "emulated trials' time scale: auto (from the host's measured floor) | spec | a factor")
+	f.DurationVar(&o.timeBudget, "time-budget", 0, "bound the whole run in time, e.g. 30m: trials are planned to fit, and what could not be measured is reported (0: no bound)")
+	f.Float64Var(&o.maxScale, "max-time-scale", 4, "the largest time scale an emulated trial runs at: the floor's choice (--time-scale auto) is capped by it, and a trial the host made invalid is measured again up to it (0: never measured again, the floor's choice not capped)")
+	f.BoolVar(&o.force, "force", false, "start over in an --out that holds an earlier run (which is kept as NAME.<time>.bak)")
+	f.StringVar(&o.explore, "explore", "", "predict (default with --backend live: rank a predicted grid, measure the most promising, calibrate) | diagnose (propose from each trial's bottleneck)")
+	f.StringVar(&o.vllm, engine.VLLM, "", "the vllm executable of a vLLM spec's trials, e.g. .venv/bin/vllm (default: vllm on PATH), as hone deploy up --vllm")
+	f.StringVar(&o.profile, "profile", "", "with --explore predict: the cost profile predictions start from, a built-in name or a .yaml file (default: the spec's emulator.profile)")
+	f.StringVar(&o.measure, "measure", "", "how a trial is measured: capacity (default with --backend live: each run a capacity search) | levels (each run a scan of --qps; the default with --backend model)")
+	f.Float64Var(&o.precision, "capacity-precision", capacity.DefaultPrecision, "with --measure capacity: the searches' relative precision")
+	f.Float64Var(&o.referenceQPS, "reference-qps", 0, "with --measure capacity: the offered rate every run also measures, where trials' latencies are compared (0: spec.objective.target_qps, else half the baseline's predicted capacity)")
+	registerGridAxes(f, &o.axes, optimizer.DefaultGridAxes())
+}
+
+// check checks the flags that need nothing read, in the order hone
+// optimize always checked them, and fills in --measure's and --explore's
+// defaults.
+func (o *optimizeFlags) check(c *cobra.Command) error {
+	if o.spec == "" || o.out == "" {
+		return badInput("--spec and --out are required")
+	}
+	if o.runs < 1 {
+		return badInput("--runs: %d: want at least 1 (3 or more for the brief's controlled experiments)", o.runs)
+	}
+	if o.budget < 4 {
+		return badInput("--budget: %d: want at least 4 trials", o.budget)
+	}
+	if o.timeBudget < 0 {
+		return badInput("--time-budget: %s: want 0 (none) or a duration, e.g. 30m", o.timeBudget)
+	}
+	if !(o.maxScale >= 0) || o.maxScale > deploy.MaxTimeScale {
+		return badInput("--max-time-scale: want 0 (never measure again) or a factor up to %d, got %v", deploy.MaxTimeScale, o.maxScale)
+	}
+	if err := o.checkMeasure(c); err != nil {
+		return err
+	}
+	if !(o.precision > 0 && o.precision < 1) {
+		return badInput("--capacity-precision: want a fraction in (0, 1), e.g. 0.05, got %v", o.precision)
+	}
+	if !(o.referenceQPS >= 0) || o.referenceQPS > 1e6 {
+		return badInput("--reference-qps: want 0 (from the spec's objective or the prediction) or a rate in req/s, got %v", o.referenceQPS)
+	}
+	if o.backend != "live" && o.backend != "model" {
+		return badInput("--backend: %q: want live (deploy and replay) or model (the exact queueing model)", o.backend)
+	}
+	switch {
+	case o.explore == "" && o.backend == "model":
+		o.explore = "diagnose"
+	case o.explore == "":
+		o.explore = "predict"
+	case o.explore != "predict" && o.explore != "diagnose":
+		return badInput("--explore: %q: want predict (rank a predicted grid, measure the best) or diagnose (propose from each diagnosis)", o.explore)
+	case o.explore == "predict" && o.backend == "model":
+		return badInput("--explore predict: the exact model (--backend model) is itself a prediction; use --explore diagnose")
+	}
+	return nil
+}
+
+// checkMeasure checks --measure and the flags only --measure capacity takes.
+func (o *optimizeFlags) checkMeasure(c *cobra.Command) error {
+	switch {
+	case o.measure == "" && o.backend == "model":
+		o.measure = "levels"
+	case o.measure == "":
+		o.measure = "capacity"
+	case o.measure != "capacity" && o.measure != "levels":
+		return badInput("--measure: %q: want capacity (each run a capacity search) or levels (each run a scan of --qps)", o.measure)
+	case o.measure == "capacity" && o.backend == "model":
+		return badInput("--measure capacity: the exact queueing model (--backend model) scans levels; use --measure levels")
+	}
+	if o.measure != "capacity" {
+		for _, n := range []string{"capacity-precision", "reference-qps"} {
+			if c.Flags().Changed(n) {
+				return badInput("--%s: only with --measure capacity", n)
+			}
+		}
+	}
+	return nil
+}
+
+// fixedScale is --time-scale as a factor, 0 for auto or spec.
+func (o *optimizeFlags) fixedScale(base *deploy.Spec) (float64, error) {
+	switch o.timeScale {
+	case "auto", "spec":
+		return 0, nil
+	}
+	v, err := strconv.ParseFloat(o.timeScale, 64)
+	if err != nil || !(v > 0) || v > deploy.MaxTimeScale {
+		return 0, badInput("--time-scale: want auto, spec or a positive factor, got %q", o.timeScale)
+	}
+	if !engine.Emulated(base.Engine) {
+		return 0, badInput("--time-scale: %s: only an emulator spec has a time scale (engine %q)", o.timeScale, base.Engine)
+	}
+	return v, nil
+}
+
+// optimizeRun is one hone optimize run: what its steps share.
+type optimizeRun struct {
+	o        *optimizeFlags
+	errw     io.Writer
+	base     *deploy.Spec
+	w        schema.Workload
+	qps      []float64
+	slo      slo.SLO
+	dev      *optimizer.DeployEvaluator
+	ev       optimizer.Evaluator
+	started  time.Time
+	deadline time.Time
+}
+
+// runOptimize is hone optimize: it checks the flags, claims --out, measures
+// the host's floor (emulated live trials), and runs optimizer.Live.
+func runOptimize(c *cobra.Command, o *optimizeFlags) error {
+	started := time.Now()
+	if err := o.check(c); err != nil {
+		return err
+	}
+	gridAxes, err := o.axes.Axes()
+	if err != nil {
+		return axisErr(err)
+	}
+	sc, err := o.wf.scan(sim.Config{Mode: sim.Colocated})
+	if err != nil {
+		return err
+	}
+	base, err := deploy.LoadSpec(o.spec)
+	if err != nil {
+		return usageError{Err: err}
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	unlock, err := lockOutDir(o.out, c.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := claimOutDir(o.out, o.force, c.ErrOrStderr()); err != nil {
+		return err
+	}
+	r := &optimizeRun{o: o, errw: c.ErrOrStderr(), base: base, w: o.wf.workload(o.seed), qps: sc.QPS,
+		slo: slo.SLO{TTFTMillis: sc.TTFTMillis, TPOTMillis: sc.TPOTMillis}, started: started}
+	if err := r.evaluator(); err != nil {
+		return err
+	}
+	// Ctrl-C or SIGTERM ends the current trial cleanly: its deployment is
+	// torn down and the log keeps every trial so far.
+	ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	lo, err := r.liveOptions(ctx, gridAxes)
+	if err != nil {
+		return err
+	}
+	lg, err := optimizer.Live(ctx, lo)
+	if err != nil {
+		return stopped(ctx, fmt.Errorf("optimize: %w (the log so far is in %s)", err, lo.LogPath))
+	}
+	return printOptimized(c.OutOrStdout(), lg, lo.LogPath, o.timeBudget)
+}
+
+// evaluator makes the trials' evaluator: deploy and replay (rescaled, for
+// an emulator spec), or the exact queueing model.
+func (r *optimizeRun) evaluator() error {
+	o := r.o
+	scaleFixed, err := o.fixedScale(r.base)
+	if err != nil {
+		return err
+	}
+	if scaleFixed > 0 {
+		r.base.Emulator.TimeScale = scaleFixed
+	}
+	hone, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	v, commit := buildVersion()
+	r.dev = &optimizer.DeployEvaluator{Up: deploy.UpOptions{Hone: hone, VLLM: o.vllm, StateDir: filepath.Join(o.out, "state"), Owned: true},
+		Workload: r.w, QPS: r.qps, Runs: o.runs, SLO: r.slo, OutDir: o.out, Hone: schema.Build{Version: v, Commit: commit}, Log: r.errw}
+	r.ev = r.dev
+	if engine.Emulated(r.base.Engine) && o.maxScale > 0 {
+		r.ev = &optimizer.Rescaler{Inner: r.dev, MaxScale: o.maxScale, Log: r.errw}
+	}
+	if o.backend == "model" {
+		r.ev = &optimizer.ModelEvaluator{Workload: r.w, QPS: r.qps, Runs: o.runs, SLO: r.slo}
+	}
+	return nil
+}
+
+// liveOptions measures the host's floor and the reference load where they
+// are needed, and states the run for optimizer.Live.
+func (r *optimizeRun) liveOptions(ctx context.Context, gridAxes predict.Axes) (optimizer.LiveOptions, error) {
+	o := r.o
+	if o.timeBudget > 0 {
+		r.deadline = r.started.Add(o.timeBudget)
+	}
+	floor, err := r.hostFloor(ctx)
+	if err != nil {
+		return optimizer.LiveOptions{}, err
+	}
+	var pred *optimizer.Predictor
+	if o.explore == "predict" {
+		prof, err := predictProfile(o.profile, r.base)
+		if err != nil {
+			return optimizer.LiveOptions{}, err
+		}
+		pred = &optimizer.Predictor{Profile: prof, Axes: gridAxes, ProfileDir: filepath.Join(o.out, "profiles")}
+	}
+	lo := optimizer.LiveOptions{Base: r.base, Evaluator: r.ev, Budget: o.budget, HostFloor: floor,
+		Workload: r.w, QPS: r.qps, Runs: o.runs, SLO: r.slo, LogPath: filepath.Join(o.out, "log.json"), Progress: r.errw, Predictor: pred,
+		Goal: predict.Goal(r.base.Objective), Deadline: r.deadline, TimeBudget: o.timeBudget}
+	if o.measure == "capacity" {
+		co := capacity.Options{Mode: capacity.Open, SLO: r.slo, Precision: o.precision, MinRequests: r.w.Requests - replay.Sessions}
+		ref, err := r.referenceLoad(ctx, co)
+		if err != nil {
+			return lo, err
+		}
+		r.dev.Capacity, r.dev.ReferenceQPS, r.dev.Log = &co, ref, r.errw
+		lo.Capacity, lo.ReferenceQPS = &co, ref
+	}
+	return lo, nil
+}
+
+// hostFloor measures the host's floor before the trials of an emulator
+// spec measured live (nil otherwise), and, with --time-scale auto, makes
+// each trial probe it again and run at the scale it allows.
+func (r *optimizeRun) hostFloor(ctx context.Context) (*optimizer.HostFloor, error) {
+	o := r.o
+	if !engine.Emulated(r.base.Engine) || o.backend != "live" {
+		return nil, nil
+	}
+	floorCtx := ctx // the floor counts against --time-budget
+	if !r.deadline.IsZero() {
+		var cancel context.CancelFunc
+		floorCtx, cancel = context.WithDeadline(ctx, r.deadline)
+		defer cancel()
+	}
+	fmt.Fprintf(r.errw, "optimize: measuring the host's floor (zero-cost engine, %g req/s, %d runs)\n", slices.Max(r.qps), optimizer.FloorRuns)
+	floor, err := r.dev.MeasureFloor(floorCtx, r.base)
+	if err != nil {
+		if ctx.Err() == nil && floorCtx.Err() != nil {
+			return nil, fmt.Errorf("optimize: --time-budget %s ended while measuring the host's floor, before any trial: %w", o.timeBudget, err)
+		}
+		return nil, stopped(ctx, fmt.Errorf("optimize: host floor: %w", err))
+	}
+	fmt.Fprintf(r.errw, "optimize: host floor p50 %.2f / p99 %.2f ms real (dispatch lag p99 %.2f ms), baseline engine median TTFT %.2f model ms; ",
+		floor.P50RealMs, floor.P99RealMs, floor.DispatchP99RealMs, floor.EngineP50TTFTMs)
+	if o.timeScale == "auto" {
+		// Each trial probes the floor again and runs at the scale it
+		// allows then: the specs keep the spec's.
+		r.ev = &optimizer.FloorScaler{Inner: r.ev, Probe: r.dev.ProbeFloor, TTFTSLOMs: r.slo.TTFTMillis, MaxScale: o.maxScale, Log: r.errw}
+		floor.CapScale(o.maxScale)
+		fmt.Fprintf(r.errw, "time scale %g now (spec: %g): floor %.1f model ms; each trial probes the floor again and runs at the scale it allows then\n",
+			floor.ChosenTimeScale, floor.SpecTimeScale, floor.FloorModelMs)
+	} else {
+		floor.ChosenTimeScale = max(r.base.Emulator.TimeScale, 0)
+		if floor.ChosenTimeScale == 0 {
+			floor.ChosenTimeScale = 1
+		}
+		floor.Settle()
+		floor.Note = strings.TrimPrefix(floor.Note+"; ", "; ") + "--time-scale " + o.timeScale + ": the scale was not chosen from the floor"
+		fmt.Fprintf(r.errw, "trials run at time scale %g as asked: floor %.1f model ms\n", floor.ChosenTimeScale, floor.FloorModelMs)
+	}
+	if floor.Note != "" {
+		fmt.Fprintf(r.errw, "optimize: warning: %s\n", floor.Note)
+	}
+	return floor, nil
+}
+
+// referenceLoad is the rate every capacity run also measures: --reference-qps,
+// else the spec's target, else half the baseline's predicted capacity.
+func (r *optimizeRun) referenceLoad(ctx context.Context, co capacity.Options) (float64, error) {
+	ref := r.o.referenceQPS
+	if ref == 0 {
+		ref = r.base.Objective.TargetQPS
+	}
+	if ref != 0 {
+		return ref, nil
+	}
+	prof, err := predictProfile(r.o.profile, r.base)
+	if err != nil {
+		return 0, err
+	}
+	res, err := predict.Capacity(ctx, r.base, predict.Options{Profile: prof, Workload: r.w, SLO: r.slo}, co)
+	if err != nil || res.Value <= 0 {
+		return 0, badInput("--reference-qps: the baseline's capacity could not be predicted (%v%s): give --reference-qps", err, orNote(res))
+	}
+	ref = math.Round(res.Value/2*100) / 100
+	fmt.Fprintf(r.errw, "optimize: reference load %g req/s: half the baseline's predicted capacity %.3g req/s (profile %s)\n", ref, res.Value, prof.Name)
+	return ref, nil
+}
+
+// printOptimized prints the run's outcome; no verified selection is a
+// failed check (exit 1).
+func printOptimized(out io.Writer, lg *optimizer.Log, logPath string, timeBudget time.Duration) error {
+	fmt.Fprintf(out, "experiment log: %s (%d trials, %s)\n", logPath, len(lg.Trials), lg.Kind)
+	for _, n := range lg.NotMeasured {
+		fmt.Fprintf(out, "not measured (--time-budget %s): %s\n", timeBudget, n)
+	}
+	if lg.Selected == 0 || !lg.Verified {
+		return checkFailed{"no eligible config survived verification"}
+	}
+	sel := lg.Trials[lg.Selected-1]
+	fmt.Fprintf(out, "selected: trial %d %s, median objective %.3f req/s (%s)\n", sel.N, sel.Key, sel.Objective, sel.Kind)
+	return nil
 }
 
 // orNote is ": NOTE" of a capacity result that found nothing, else "".

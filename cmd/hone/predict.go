@@ -17,7 +17,6 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
-	"github.com/hone-llm/hone/capacity"
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/internal/atomicfile"
 	"github.com/hone-llm/hone/predict"
@@ -39,201 +38,156 @@ var gridAxes = []string{"tp", "max-num-seqs", "max-num-batched-tokens", "prefix-
 	"gpu-memory-utilization"}
 
 func newPredictCmd() *cobra.Command {
-	var (
-		wf           workloadFlags
-		profile, out string
-		output       outputFormat
-		grid         bool
-		top          int
-		axes         predict.AxisFlags
-		concurrency  string
-		capf         capacityFlags
-		trace        traceFlags
-	)
-	c := &cobra.Command{
+	var o predictFlags
+	c := withHelp(&cobra.Command{
 		Use:   "predict SPEC",
 		Short: "Predict a deployment spec's latency, throughput and cost in virtual time, without deploying it",
-		Long: `hone predict evaluates a deployment spec (see hone deploy) without starting
-anything: the emulator's engine — its scheduler, prefix-cached KV blocks,
-preemption and P/D handoff, behind the proxy's routing — runs as a
-discrete-event simulation in virtual time, with the cost model of an
-emulator profile (a GPU and a model: --profile, else the spec's
-emulator.profile, else the default). The replay workload is driven through
-it level by level (--qps: open loop, each request sent at its scheduled
-time; or --concurrency: closed loop, N clients each sending its next
-request when its last one ends, after the 8 warm-ups, as vllm bench serve
---max-concurrency does), every level starting cold, and summarised the way
-hone replay summarises a measurement: p50/p90/p99 TTFT and TPOT, effective
-QPS, GPU-seconds per request, prefix-cache hit rate and pass/fail against
-the SLOs, and the objective (the largest effective QPS among passing
-levels). A spec takes well under a second.
-
-Every figure is labelled kind "predicted" with its profile: it is what the
-profile's cost model says, not a measurement. A vllm spec is predicted on
-the profile's hardware too. An objective that rests on a predicted p99
-within 2% of an SLO limit — the objective's level passing just under it,
-or a level above failing just over it — is too close to call: a
-measurement may land a level higher or lower (the model leaves out the
-HTTP hops, ~1% of TTFT, and a p99 is one or two requests). The table says
-so under it, --grid marks it ~ in the edge column, and -o json gives the
-level and limit as "edge".
-
---grid enumerates every deployment of the spec's model within its GPU budget
-— colocated replicas × TP and disaggregated prefill/decode pools with a TP
-each, using the whole budget or less (a smaller deployment costs less per
-request) — and on each every point of the knob axes (--grid-*: max-num-seqs,
-max-num-batched-tokens, prefix caching, routing where a pool has two workers
-or more, CUDA graphs or eager, GPU memory fraction), predicts them all, and
-prints the --top best by objective (then the cheaper), and the Pareto front
-of objective against GPU-seconds per request: the specs no other beats on
-both. With --capacity each
-spec's objective is its capacity (see below) and its cost GPUs / capacity,
-GPU-seconds per request served at capacity; the ranking follows the spec's
-objective (spec.objective.goal: capacity, the default; cheapest with
-target_qps, the fewest GPUs whose capacity reaches it; capacity_per_gpu).
-Each grid spec's name says its point
-(colo-dp2-tp1-seqs256-bt2048-cache-aff-graphs-mem0.9, pd-p1tp1-d2tp1-...),
-and its gpus.budget is the GPUs it uses.
-
---capacity finds the spec's capacity instead of scanning levels: the
-largest load that meets the SLO at steady state (--slo interactive: p99
-TTFT 500 ms, p99 TPOT 50 ms). ` + capacity.Rule + ` --requests is then a
-floor on each probe's measured requests. -o json prints {"kind",
-"source", "capacity": {"mode", "value", "unit", "precision", "upper",
-"slo", "probes": [...]}}.
-
-` + traceHelp + ` With hone predict the trace runs through
-the simulation as hone replay --trace sends it to the emulator (the same
-prompts, token for token), and the measured hit rate is the predicted one.
-
---out writes the result: the prediction as a run record (per-request records
-included), or with --grid every point, ranked, with its spec and its
-levels.
-
-Exit codes: 0 predicted; 1 with --grid, no spec could be predicted, or the
-grid was interrupted; 2 bad input (a flag, the spec, the profile, or a spec
-the prediction cannot model).`,
-		Example: `  hone predict examples/emulator-l4-colocated.yaml
-  hone predict --profile qwen2.5-coder-0.5b-h200 --qps 4,16,64 -o json examples/emulator-disagg-nixl-1p1d.yaml
-  hone predict --grid --top 10 examples/emulator-l4-colocated.yaml
-  hone predict --capacity --slo interactive examples/emulator-l4-colocated.yaml
-  hone predict --grid --grid-max-num-seqs 64,256,1024 --grid-enforce-eager false --out grid.json spec.yaml
-  hone predict --trace conversation_trace.jsonl --trace-speed 2 examples/emulator-l4-colocated.yaml`,
-		Args: cobra.ExactArgs(1),
+		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			if err := output.check(); err != nil {
-				return err
-			}
-			if err := trace.check(c, workloadFlagNames...); err != nil {
-				return err
-			}
-			if !grid {
-				for _, name := range append([]string{"top"}, gridFlagNames()...) {
-					if c.Flags().Changed(name) {
-						return badInput("--%s: only with --grid", name)
-					}
-				}
-			}
-			if top < 1 {
-				return badInput("--top: want at least 1, got %d", top)
-			}
-			if err := capf.check(c, "qps", "concurrency"); err != nil {
-				return err
-			}
-			sc, err := wf.scan(sim.Config{})
-			if err != nil {
-				return err
-			}
-			var ax predict.Axes
-			if grid {
-				if ax, err = axes.Axes(); err != nil {
-					return axisErr(err)
-				}
-			}
-			spec, err := loadSpecArg(args[0])
-			if err != nil {
-				return err
-			}
-			prof, err := predictProfile(profile, spec)
-			if err != nil {
-				return err
-			}
-			opts := predict.Options{Profile: prof,
-				Workload: wf.workload(replay.DefaultSeed),
-				QPS:      sc.QPS, SLO: sc.SLO, KeepRequests: out != ""}
-			if c.Flags().Changed("concurrency") {
-				if c.Flags().Changed("qps") {
-					return badInput("--concurrency: a closed loop has no offered rate: give --qps (open loop) or --concurrency (closed loop), not both")
-				}
-				if opts.Concurrency, err = parseConcurrency("--concurrency", concurrency); err != nil {
-					return err
-				}
-				opts.QPS = nil
-			}
-			if capf.on && grid {
-				co := capf.options(sc.SLO, opts.Workload.Requests-replay.Sessions, nil)
-				opts.Capacity, opts.QPS = &co, nil
-			}
-			if grid {
-				return runPredictGrid(c, spec, ax, opts, top, out, output.value)
-			}
-			if capf.on {
-				res, err := predict.CapacityRecord(c.Context(), spec, opts, capf.options(sc.SLO, opts.Workload.Requests-replay.Sessions, c.ErrOrStderr()))
-				if err != nil {
-					var pe *replay.ParamError
-					if errors.As(err, &pe) {
-						return paramErr(pe)
-					}
-					return badInput("%s: cannot predict: %v", args[0], err)
-				}
-				return writeCapacity(c.OutOrStdout(), output.value, out, res)
-			}
-			var rec *schema.Record
-			if trace.path != "" {
-				tf, terr := trace.open()
-				if terr != nil {
-					return terr
-				}
-				rec, err = predict.RunTrace(spec, opts, tf, trace.speed)
-			} else {
-				rec, err = predict.Run(spec, opts)
-			}
-			if err != nil {
-				var pe *replay.ParamError
-				if errors.As(err, &pe) {
-					return paramErr(pe)
-				}
-				return badInput("%s: cannot predict: %v", args[0], err)
-			}
-			if out != "" {
-				if err := replay.WriteRecord(out, rec); err != nil {
-					return err
-				}
-			}
-			w := c.OutOrStdout()
-			if output.value == "json" {
-				return writeJSON(w, withoutRequests(rec))
-			}
-			writePredictTable(w, spec, prof.Name, rec)
-			writeTraceHitRates(w, rec)
-			if out != "" {
-				fmt.Fprintf(w, "record (%s, profile %s) written to %s\n", rec.Kind, prof.Name, out)
-			}
-			return nil
+			return o.run(c, args)
 		},
-	}
-	wf.register(c, true)
-	f := c.Flags()
-	f.StringVar(&profile, "profile", "", "emulator profile: a built-in name or a .yaml file (default: the spec's emulator.profile, else "+emulator.DefaultProfile+")")
-	f.StringVar(&out, "out", "", "write the result here: the run record, or with --grid every point (JSON)")
-	output.register(f, "table", "", "table", "json")
-	f.StringVar(&concurrency, "concurrency", "", "closed-loop levels instead of --qps: clients in flight, comma-separated (e.g. 1,8,32)")
-	f.BoolVar(&grid, "grid", false, "predict every deployment within the spec's GPU budget on the --grid-* axes and rank them")
-	f.IntVar(&top, "top", 20, "with --grid: how many of the ranked specs to print")
-	registerGridAxes(f, &axes, predict.DefaultAxes())
-	capf.register(c)
-	trace.register(c)
+	}, "predict", predictHelp())
+	o.bind(c)
 	return c
+}
+
+// predictFlags are hone predict's flags; run carries the command out.
+type predictFlags struct {
+	wf           workloadFlags
+	profile, out string
+	output       outputFormat
+	grid         bool
+	top          int
+	axes         predict.AxisFlags
+	concurrency  string
+	capf         capacityFlags
+	trace        traceFlags
+}
+
+// bind registers the flags on c.
+func (o *predictFlags) bind(c *cobra.Command) {
+	o.wf.register(c, true)
+	f := c.Flags()
+	f.StringVar(&o.profile, "profile", "", "emulator profile: a built-in name or a .yaml file (default: the spec's emulator.profile, else "+emulator.DefaultProfile+")")
+	f.StringVar(&o.out, "out", "", "write the result here: the run record, or with --grid every point (JSON)")
+	o.output.register(f, "table", "", "table", "json")
+	f.StringVar(&o.concurrency, "concurrency", "", "closed-loop levels instead of --qps: clients in flight, comma-separated (e.g. 1,8,32)")
+	f.BoolVar(&o.grid, "grid", false, "predict every deployment within the spec's GPU budget on the --grid-* axes and rank them")
+	f.IntVar(&o.top, "top", 20, "with --grid: how many of the ranked specs to print")
+	registerGridAxes(f, &o.axes, predict.DefaultAxes())
+	o.capf.register(c)
+	o.trace.register(c)
+}
+
+// check checks the output, trace, grid and capacity flags.
+func (o *predictFlags) check(c *cobra.Command) error {
+	if err := o.output.check(); err != nil {
+		return err
+	}
+	if err := o.trace.check(c, workloadFlagNames...); err != nil {
+		return err
+	}
+	if !o.grid {
+		for _, name := range append([]string{"top"}, gridFlagNames()...) {
+			if c.Flags().Changed(name) {
+				return badInput("--%s: only with --grid", name)
+			}
+		}
+	}
+	if o.top < 1 {
+		return badInput("--top: want at least 1, got %d", o.top)
+	}
+	if err := o.capf.check(c, "qps", "concurrency"); err != nil {
+		return err
+	}
+	return nil
+}
+
+// run is hone predict.
+func (o *predictFlags) run(c *cobra.Command, args []string) error {
+	if err := o.check(c); err != nil {
+		return err
+	}
+	sc, err := o.wf.scan(sim.Config{})
+	if err != nil {
+		return err
+	}
+	var ax predict.Axes
+	if o.grid {
+		if ax, err = o.axes.Axes(); err != nil {
+			return axisErr(err)
+		}
+	}
+	spec, err := loadSpecArg(args[0])
+	if err != nil {
+		return err
+	}
+	prof, err := predictProfile(o.profile, spec)
+	if err != nil {
+		return err
+	}
+	opts := predict.Options{Profile: prof,
+		Workload: o.wf.workload(replay.DefaultSeed),
+		QPS:      sc.QPS, SLO: sc.SLO, KeepRequests: o.out != ""}
+	if c.Flags().Changed("concurrency") {
+		if c.Flags().Changed("qps") {
+			return badInput("--concurrency: a closed loop has no offered rate: give --qps (open loop) or --concurrency (closed loop), not both")
+		}
+		if opts.Concurrency, err = parseConcurrency("--concurrency", o.concurrency); err != nil {
+			return err
+		}
+		opts.QPS = nil
+	}
+	if o.capf.on && o.grid {
+		co := o.capf.options(sc.SLO, opts.Workload.Requests-replay.Sessions, nil)
+		opts.Capacity, opts.QPS = &co, nil
+	}
+	if o.grid {
+		return runPredictGrid(c, spec, ax, opts, o.top, o.out, o.output.value)
+	}
+	if o.capf.on {
+		res, err := predict.CapacityRecord(c.Context(), spec, opts, o.capf.options(sc.SLO, opts.Workload.Requests-replay.Sessions, c.ErrOrStderr()))
+		if err != nil {
+			var pe *replay.ParamError
+			if errors.As(err, &pe) {
+				return paramErr(pe)
+			}
+			return badInput("%s: cannot predict: %v", args[0], err)
+		}
+		return writeCapacity(c.OutOrStdout(), o.output.value, o.out, res)
+	}
+	var rec *schema.Record
+	if o.trace.path != "" {
+		tf, terr := o.trace.open()
+		if terr != nil {
+			return terr
+		}
+		rec, err = predict.RunTrace(spec, opts, tf, o.trace.speed)
+	} else {
+		rec, err = predict.Run(spec, opts)
+	}
+	if err != nil {
+		var pe *replay.ParamError
+		if errors.As(err, &pe) {
+			return paramErr(pe)
+		}
+		return badInput("%s: cannot predict: %v", args[0], err)
+	}
+	if o.out != "" {
+		if err := replay.WriteRecord(o.out, rec); err != nil {
+			return err
+		}
+	}
+	w := c.OutOrStdout()
+	if o.output.value == "json" {
+		return writeJSON(w, withoutRequests(rec))
+	}
+	writePredictTable(w, spec, prof.Name, rec)
+	writeTraceHitRates(w, rec)
+	if o.out != "" {
+		fmt.Fprintf(w, "record (%s, profile %s) written to %s\n", rec.Kind, prof.Name, o.out)
+	}
+	return nil
 }
 
 // registerGridAxes defines the --grid-* axis flags (hone predict --grid,
@@ -270,7 +224,7 @@ func axisErr(err error) error {
 	if errors.As(err, &ae) {
 		return badInput("--grid-%s: %q is invalid: want %s", ae.Field, ae.Value, ae.Want)
 	}
-	return usageError{err}
+	return usageError{Err: err}
 }
 
 // predictProfile resolves --profile, else the spec's emulator.profile,

@@ -32,31 +32,9 @@ func newProfileCheckCmd() *cobra.Command {
 		steps  string
 		output outputFormat
 	)
-	c := &cobra.Command{
+	c := withHelp(&cobra.Command{
 		Use:   "check PROFILE --steps DIR",
 		Short: "Predict every measured step of DIR with PROFILE and report the errors per phase",
-		Long: `hone profile check predicts the latency of every engine step in a step-data
-directory (fpm_metrics_detail.csv + vllm_metadata.json, as hone calibrate
---steps reads) with PROFILE (a built-in name or a .yaml file) at the
-directory's tensor-parallel size, and reports the absolute percentage error
-APE = |predicted − measured| / measured × 100 per phase: context (prompt
-chunks only), decode (decodes only), mixed (both), and over all steps: the
-number of steps, the median and the 90th percentile (nearest rank).
-
-With async scheduling vLLM sometimes books one step's time on its
-neighbour (807 ms then 11.5 ms where two ~410 ms steps ran); two
-consecutive steps measured > 1.5× and < 1/1.5× of their predictions whose
-sum is within 20% of the predicted sum are scored as one step against
-their sum, and counted (misbooked_pairs).
-
--o json prints, stably (tools outside hone read it):
-  {"tp": N, "phases": {"context": {"steps": n, "median_ape": x, "p90_ape": y},
-   "decode": {...}, "mixed": {...}}, "all": {...}, "misbooked_pairs": k,
-   "profile": NAME, "profile_source": KIND, "data": DIR}
-
-Exit codes: 0 checked; 2 bad input (the profile, the directory, or a flag).`,
-		Example: `  hone profile check profiles/qwen3-32b-b300.yaml --steps testdata/aiconfigurator/fpm-qwen3-32b-b300/tp4
-  hone profile check profiles/qwen3-32b-b300.yaml --steps DIR -o json`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return badInput("hone profile check: want one PROFILE argument (a built-in name or a .yaml file), got %d", len(args))
@@ -88,7 +66,7 @@ Exit codes: 0 checked; 2 bad input (the profile, the directory, or a flag).`,
 			writeCheckTable(c.OutOrStdout(), res)
 			return nil
 		},
-	}
+	}, "profile-check", nil)
 	c.Flags().StringVar(&steps, "steps", "", "the step-data directory to predict")
 	output.register(c.Flags(), "table", "", "table", "json")
 	return c
@@ -114,33 +92,10 @@ func newProfileStepsCmd() *cobra.Command {
 		snapshot, record, out string
 		pid, budget, tp       int
 	)
-	c := &cobra.Command{
+	c := withHelp(&cobra.Command{
 		Use:   "steps --daemon SNAPSHOT --record RECORD --out DIR",
 		Short: "Write a step-data directory from hone's own evidence: the daemon's engine steps joined with a replay record",
-		Long: `hone profile steps makes step data on a GPU host that has no forward-pass
-metrics file: it joins the daemon's engine steps (hone daemon --out
-SNAPSHOT, or GET /v1/steps: each step of an engine process from its first
-kernel or graph launch to the synchronize that returned its results) with
-the replay record of the requests that engine served (every output
-chunk's arrival, prompt and cached tokens), and writes DIR in the layout
-hone calibrate --steps and hone profile check read (fpm_metrics_detail.csv
-and vllm_metadata.json).
-
-What a step held: every output chunk after the first was produced by the
-latest step that ended before it arrived (a decode, with KV = the prompt
-and the tokens before it); the first chunk's step computed the prompt's
-last chunk, the uncached prompt in chunks of the token budget ending
-there, one step per chunk back; the latency is the step's time on the GPU
-(end − start) in model time. Steps no request of the record explains are
-left out. The record must be of a colocated deployment of one replica
-(one engine serving every request); --pid names the engine's process when
-the snapshot has the steps of several.
-
-Exit codes: 0 written; 1 the directory could not be written; 2 bad input.`,
-		Example: `  sudo hone daemon --pid $(pgrep -f "vllm serve") --once --duration 120s --out snap.json &  # while the replay runs
-  hone profile steps --daemon snap.json --record run.json --out steps/
-  hone calibrate --steps steps/ --model config.json --gpu h100_sxm --out mine.yaml`,
-		Args: cobra.NoArgs,
+		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if snapshot == "" {
 				return badInput("--daemon: required: a daemon snapshot (hone daemon --out) with the engine's steps")
@@ -178,7 +133,7 @@ Exit codes: 0 written; 1 the directory could not be written; 2 bad input.`,
 			fmt.Fprintf(c.OutOrStdout(), "%d steps of %s (TP %d) written to %s: %s and %s\n", len(d.Steps), d.Dir, d.TP, out, calibrate.StepsFile, calibrate.MetadataFile)
 			return nil
 		},
-	}
+	}, "profile-steps", nil)
 	f := c.Flags()
 	f.StringVar(&snapshot, "daemon", "", "a daemon snapshot file with the engine's steps")
 	f.StringVar(&record, "record", "", "the replay record of the requests the engine served")

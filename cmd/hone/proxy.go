@@ -20,183 +20,161 @@ import (
 func init() { subcommands = append(subcommands, newProxyCmd) }
 
 func newProxyCmd() *cobra.Command {
-	var (
-		configPath, specPath, listen string
-		kubeconfig                   string
-		timelineOut                  string
-		replicas, prefill, decode    []string
-		cfg                          proxy.Config
-	)
-	c := &cobra.Command{
+	var o proxyFlags
+	c := withHelp(&cobra.Command{
 		Use:   "proxy",
 		Short: "hone's OpenAI-compatible front door: routing, the NIXL P/D protocol, per-request timelines",
-		Long: `hone proxy serves /v1/completions and /v1/chat/completions in front of a
-deployment's workers. Colocated replicas are chosen by session affinity
-(the --session-header, else the prompt's leading tokens) or round-robin.
-Disaggregated requests follow vLLM's NIXL protocol: a prefill leg
-(stream false, max_tokens 1, kv_transfer_params do_remote_decode), then a
-decode leg with the returned params and the same X-Request-Id, its stream
-passed through unchanged. A failed prefill is retried once on another
-prefill worker, then served by decode-side prefill (outcome "fallback").
-
-Workers come from --config (written by hone deploy up), --spec, or the
---replica / --prefill / --decode flags. A config with a discovery block
-(written by hone deploy render --target kubernetes) finds them at run time
-instead, from the ready endpoints of each pool's Service:
-  "discovery": {"kind": "kubernetes", "namespace": "NS",
-                "pools": [{"role": "prefill", "service": "SVC", "port": 8100}, ...]}
-It watches discovery.k8s.io/v1 EndpointSlices (label kubernetes.io/service-name,
-needs get/list/watch on endpointslices); a worker that leaves gets no new
-request, those on it finish; one that arrives gets new requests at once.
-Other routes:
-  GET /hone/timeline?since=N  per-request timelines (wall and CLOCK_MONOTONIC ns),
-                              at most 10000 a page (&limit=N); page with since=next
-  GET /hone/metrics           the proxy's own hone_proxy_* metrics
-  GET /metrics                the workers' metrics merged (label hone_worker), then the proxy's
-  GET /hone/workers           workers and whether they are in rotation
-  GET /health                 200 while every role has a worker in rotation
-Anything else (/tokenize, /v1/models, ...) goes to one worker.
-
-It binds 127.0.0.1 unless told otherwise, and stops on SIGINT/SIGTERM,
-letting requests in flight finish.
-
-Limits on clients (flags below, or the config's max_body_bytes, ...): a
-request body over --max-body-bytes gets 413, one not received within
---body-timeout of its headers 408 with the connection closed; bodies held by
-requests in flight total at most --max-body-memory (counting, for the
-disaggregated path, the two re-encoded copies its legs send), further
-requests wait for room until their --body-timeout, then get 503 (the body
-read and discarded first, so the client reads the answer); keep-alive connections idle for
---idle-timeout are closed; at most --max-connections clients are served at
-once, the rest wait to be accepted (idle keep-alive connections are closed
-first to make room).
-
-Exit codes: 0 stopped by a signal; 1 the listener failed; 2 bad flags or config.`,
-		Example: `  hone proxy --replica http://127.0.0.1:8100 --replica http://127.0.0.1:8101
-  hone proxy --prefill http://127.0.0.1:8100 --decode http://127.0.0.1:8101 --listen 127.0.0.1:9000
-  hone proxy --spec deploy/testdata/specs/disagg-nixl-2p2d.yaml`,
-		Args: cobra.NoArgs,
+		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			flags := cfg
-			switch {
-			case configPath != "":
-				var err error
-				if cfg, err = proxy.LoadConfig(configPath); err != nil {
-					return usageError{err}
-				}
-			case specPath != "":
-				s, err := deploy.LoadSpec(specPath)
-				if err != nil {
-					return usageError{err}
-				}
-				plan, err := deploy.Render(s, deploy.RenderOptions{})
-				if err != nil {
-					return usageError{err}
-				}
-				cfg = deploy.ProxyConfig(plan)
-			default:
-				add := func(role string, urls []string) {
-					for i, u := range urls {
-						name := fmt.Sprintf("%s-%d", role, i)
-						if role == proxy.RoleColocated {
-							name = fmt.Sprintf("replica-%d", i)
-						}
-						cfg.Workers = append(cfg.Workers, proxy.Worker{Name: name, Role: role, URL: u})
-					}
-				}
-				add(proxy.RoleColocated, replicas)
-				add(proxy.RolePrefill, prefill)
-				add(proxy.RoleDecode, decode)
-				switch {
-				case len(replicas) > 0 && len(prefill)+len(decode) == 0:
-					cfg.Mode = proxy.ModeColocated
-				case len(replicas) == 0 && len(prefill) > 0 && len(decode) > 0:
-					cfg.Mode = proxy.ModeDisaggregated
-				default:
-					return badInput("workers: give --replica URL (colocated) or both --prefill URL and --decode URL (disaggregated), or --config / --spec")
-				}
-			}
-			// Flags given explicitly override the file's settings.
-			fl := c.Flags()
-			if fl.Changed("listen") || cfg.Listen == "" {
-				cfg.Listen = listen
-			}
-			if fl.Changed("routing") {
-				cfg.Routing = flags.Routing
-			}
-			if fl.Changed("prefill-timeout") {
-				cfg.PrefillTimeout = flags.PrefillTimeout
-			}
-			if fl.Changed("decode-timeout") {
-				cfg.DecodeTimeout = flags.DecodeTimeout
-			}
-			if fl.Changed("stream-idle-timeout") {
-				cfg.StreamIdleTimeout = flags.StreamIdleTimeout
-			}
-			if fl.Changed("connector") {
-				cfg.Connector = flags.Connector
-			}
-			if fl.Changed("session-header") {
-				cfg.SessionHeader = flags.SessionHeader
-			}
-			guard.Changed(fl, flags.Limits, &cfg.Limits)
-			log := slog.New(slog.NewTextHandler(c.ErrOrStderr(), nil))
-			p, err := proxy.New(cfg, log)
-			if err != nil {
-				return usageError{err}
-			}
-			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			if d := p.Config().Discovery; d != nil {
-				cs, err := kubeClient(kubeconfig)
-				if err != nil {
-					return err
-				}
-				src := &kubediscovery.Source{Client: cs, Config: *d, Log: log}
-				go func() {
-					if err := src.Run(ctx, p.SetWorkers); err != nil {
-						log.Error("worker discovery stopped", "err", err)
-					}
-				}()
-			}
-			err = p.ListenAndServe(ctx, func(addr string) {
-				var names []string
-				for _, w := range p.Config().Workers {
-					names = append(names, w.Name+"="+w.URL)
-				}
-				log.Info("proxy listening", "addr", "http://"+addr, "mode", p.Config().Mode, "routing", p.Config().Routing, "workers", strings.Join(names, " "),
-					"max_connections", p.Config().MaxConnections, "max_body_bytes", p.Config().MaxBodyBytes)
-			}, 10*time.Second)
-			if err != nil {
-				return err
-			}
-			if timelineOut != "" {
-				n, werr := p.WriteTimelines(timelineOut)
-				if werr != nil {
-					return werr
-				}
-				log.Info("proxy stopped", "counts", fmt.Sprint(p.Counts()), "timelines", n, "written_to", timelineOut)
-				return nil
-			}
-			log.Info("proxy stopped", "counts", fmt.Sprint(p.Counts()))
-			return nil
+			return o.run(c)
 		},
-	}
-	f := c.Flags()
-	f.StringVar(&configPath, "config", "", "proxy config JSON (written by hone deploy up)")
-	f.StringVar(&specPath, "spec", "", "a deployment spec: front its workers at the spec's proxy port")
-	f.StringVar(&kubeconfig, "kubeconfig", "", "with a config's discovery block: the cluster to watch (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")
-	f.StringVar(&timelineOut, "timeline-out", "", "on shutdown, write every held timeline here (JSON lines)")
-	f.StringVar(&listen, "listen", "127.0.0.1:8000", "address to serve on")
-	f.StringArrayVar(&replicas, "replica", nil, "a colocated worker's URL (repeatable)")
-	f.StringArrayVar(&prefill, "prefill", nil, "a prefill worker's URL (repeatable)")
-	f.StringArrayVar(&decode, "decode", nil, "a decode worker's URL (repeatable)")
-	f.StringVar(&cfg.Routing, "routing", proxy.SessionAffinity, "session_affinity | round_robin")
-	f.StringVar(&cfg.SessionHeader, "session-header", proxy.DefaultSessionHeader, "header whose value keeps a session on one worker")
-	f.StringVar(&cfg.Connector, "connector", proxy.NixlConnector, "KV connector protocol for disaggregated workers: NixlConnector | P2pNcclConnector")
-	f.DurationVar(&cfg.PrefillTimeout, "prefill-timeout", proxy.DefaultPrefillTimeout, "longest prefill leg")
-	f.DurationVar(&cfg.DecodeTimeout, "decode-timeout", proxy.DefaultDecodeTimeout, "longest wait for a streaming leg's response headers")
-	f.DurationVar(&cfg.StreamIdleTimeout, "stream-idle-timeout", proxy.DefaultStreamIdleTimeout, "longest silence inside a stream")
-	cfg.Limits.AddFlags(f)
+	}, "proxy", nil)
+	o.bind(c)
 	return c
+}
+
+// proxyFlags are hone proxy's flags; run carries the command out.
+type proxyFlags struct {
+	configPath, specPath, listen string
+	kubeconfig                   string
+	timelineOut                  string
+	replicas, prefill, decode    []string
+	cfg                          proxy.Config
+}
+
+// bind registers the flags on c.
+func (o *proxyFlags) bind(c *cobra.Command) {
+	f := c.Flags()
+	f.StringVar(&o.configPath, "config", "", "proxy config JSON (written by hone deploy up)")
+	f.StringVar(&o.specPath, "spec", "", "a deployment spec: front its workers at the spec's proxy port")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "with a config's discovery block: the cluster to watch (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")
+	f.StringVar(&o.timelineOut, "timeline-out", "", "on shutdown, write every held timeline here (JSON lines)")
+	f.StringVar(&o.listen, "listen", "127.0.0.1:8000", "address to serve on")
+	f.StringArrayVar(&o.replicas, "replica", nil, "a colocated worker's URL (repeatable)")
+	f.StringArrayVar(&o.prefill, "prefill", nil, "a prefill worker's URL (repeatable)")
+	f.StringArrayVar(&o.decode, "decode", nil, "a decode worker's URL (repeatable)")
+	f.StringVar(&o.cfg.Routing, "routing", proxy.SessionAffinity, "session_affinity | round_robin")
+	f.StringVar(&o.cfg.SessionHeader, "session-header", proxy.DefaultSessionHeader, "header whose value keeps a session on one worker")
+	f.StringVar(&o.cfg.Connector, "connector", proxy.NixlConnector, "KV connector protocol for disaggregated workers: NixlConnector | P2pNcclConnector")
+	f.DurationVar(&o.cfg.PrefillTimeout, "prefill-timeout", proxy.DefaultPrefillTimeout, "longest prefill leg")
+	f.DurationVar(&o.cfg.DecodeTimeout, "decode-timeout", proxy.DefaultDecodeTimeout, "longest wait for a streaming leg's response headers")
+	f.DurationVar(&o.cfg.StreamIdleTimeout, "stream-idle-timeout", proxy.DefaultStreamIdleTimeout, "longest silence inside a stream")
+	o.cfg.Limits.AddFlags(f)
+}
+
+// resolve states the proxy's config in o.cfg: a --config file, a --spec's
+// plan, or the worker flags, with the flags given explicitly over the
+// file's settings.
+func (o *proxyFlags) resolve(c *cobra.Command) error {
+	flags := o.cfg
+	switch {
+	case o.configPath != "":
+		var err error
+		if o.cfg, err = proxy.LoadConfig(o.configPath); err != nil {
+			return usageError{Err: err}
+		}
+	case o.specPath != "":
+		s, err := deploy.LoadSpec(o.specPath)
+		if err != nil {
+			return usageError{Err: err}
+		}
+		plan, err := deploy.Render(s, deploy.RenderOptions{})
+		if err != nil {
+			return usageError{Err: err}
+		}
+		o.cfg = deploy.ProxyConfig(plan)
+	default:
+		add := func(role string, urls []string) {
+			for i, u := range urls {
+				name := fmt.Sprintf("%s-%d", role, i)
+				if role == proxy.RoleColocated {
+					name = fmt.Sprintf("replica-%d", i)
+				}
+				o.cfg.Workers = append(o.cfg.Workers, proxy.Worker{Name: name, Role: role, URL: u})
+			}
+		}
+		add(proxy.RoleColocated, o.replicas)
+		add(proxy.RolePrefill, o.prefill)
+		add(proxy.RoleDecode, o.decode)
+		switch {
+		case len(o.replicas) > 0 && len(o.prefill)+len(o.decode) == 0:
+			o.cfg.Mode = proxy.ModeColocated
+		case len(o.replicas) == 0 && len(o.prefill) > 0 && len(o.decode) > 0:
+			o.cfg.Mode = proxy.ModeDisaggregated
+		default:
+			return badInput("workers: give --replica URL (colocated) or both --prefill URL and --decode URL (disaggregated), or --config / --spec")
+		}
+	}
+	// Flags given explicitly override the file's settings.
+	fl := c.Flags()
+	if fl.Changed("listen") || o.cfg.Listen == "" {
+		o.cfg.Listen = o.listen
+	}
+	if fl.Changed("routing") {
+		o.cfg.Routing = flags.Routing
+	}
+	if fl.Changed("prefill-timeout") {
+		o.cfg.PrefillTimeout = flags.PrefillTimeout
+	}
+	if fl.Changed("decode-timeout") {
+		o.cfg.DecodeTimeout = flags.DecodeTimeout
+	}
+	if fl.Changed("stream-idle-timeout") {
+		o.cfg.StreamIdleTimeout = flags.StreamIdleTimeout
+	}
+	if fl.Changed("connector") {
+		o.cfg.Connector = flags.Connector
+	}
+	if fl.Changed("session-header") {
+		o.cfg.SessionHeader = flags.SessionHeader
+	}
+	guard.Changed(fl, flags.Limits, &o.cfg.Limits)
+	return nil
+}
+
+// run is hone proxy: it serves until SIGINT or SIGTERM.
+func (o *proxyFlags) run(c *cobra.Command) error {
+	if err := o.resolve(c); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(c.ErrOrStderr(), nil))
+	p, err := proxy.New(o.cfg, log)
+	if err != nil {
+		return usageError{Err: err}
+	}
+	ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if d := p.Config().Discovery; d != nil {
+		cs, err := kubeClient(o.kubeconfig)
+		if err != nil {
+			return err
+		}
+		src := &kubediscovery.Source{Client: cs, Config: *d, Log: log}
+		go func() {
+			if err := src.Run(ctx, p.SetWorkers); err != nil {
+				log.Error("worker discovery stopped", "err", err)
+			}
+		}()
+	}
+	err = p.ListenAndServe(ctx, func(addr string) {
+		var names []string
+		for _, w := range p.Config().Workers {
+			names = append(names, w.Name+"="+w.URL)
+		}
+		log.Info("proxy listening", "addr", "http://"+addr, "mode", p.Config().Mode, "routing", p.Config().Routing, "workers", strings.Join(names, " "),
+			"max_connections", p.Config().MaxConnections, "max_body_bytes", p.Config().MaxBodyBytes)
+	}, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	if o.timelineOut != "" {
+		n, werr := p.WriteTimelines(o.timelineOut)
+		if werr != nil {
+			return werr
+		}
+		log.Info("proxy stopped", "counts", fmt.Sprint(p.Counts()), "timelines", n, "written_to", o.timelineOut)
+		return nil
+	}
+	log.Info("proxy stopped", "counts", fmt.Sprint(p.Counts()))
+	return nil
 }

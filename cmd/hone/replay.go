@@ -29,321 +29,280 @@ import (
 func init() { subcommands = append(subcommands, newReplayCmd) }
 
 func newReplayCmd() *cobra.Command {
-	var (
-		wf                    workloadFlags
-		endpoint, tokEndpoint string
-		model, kind, backend  string
-		revision, precision   string
-		configPath, out       string
-		scenario, cache       string
-		seed                  uint64
-		runs, gpus            int
-		timeScale             float64
-		timeout               time.Duration
-		output                outputFormat
-		cachedReported        bool
-		shard, startAt        string
-		levelGap              time.Duration
-		maxConcurrency        string
-		capf                  capacityFlags
-		trace                 traceFlags
-	)
-	c := &cobra.Command{
+	var o replayFlags
+	c := withHelp(&cobra.Command{
 		Use:   "replay",
 		Short: "Replay the coding-agent workload against a live endpoint and write a run record",
-		Long: `hone replay sends the brief's workload, on real token ids, to an
-OpenAI-compatible endpoint (vLLM or hone's emulator): eight sessions with
-distinct code prefixes tokenized through the engine's /tokenize, open loop at
-each --qps level in order (each after the previous one drained), repeated
---runs times. --max-concurrency N[,N...] makes each level a closed loop
-instead (vllm bench serve --max-concurrency): after the 8 warm-ups, N
-clients, each sending its next request the moment its last one ends; TTFT
-runs from that send. Every request's send and chunk arrival times (wall and
-CLOCK_MONOTONIC), TTFT, TPOT, output ids hash, cached tokens and outcome go
-into a JSON run record (--out), with per-level p50/p90/p99, effective QPS,
-pass/fail, prefix-cache hit rates from /metrics and from cached_tokens, and
-cost in GPU-seconds per request.
-
-It then prints, per level (pooled over the runs valid at that level), what a
-vllm bench serve user reads: request, output-token and total-token
-throughput, and the mean, median, p90 and p99 of TTFT, TPOT, ITL and E2E
-latency, in model time (-o json for the same as JSON). -o vllm-bench-json
-prints each level as the JSON vllm bench serve --save-result --save-detailed
-writes (the same keys and units; hone's own figures under "hone"), one
-compact object per line, levels in order: the layout of vllm's
---append-result file, so a one-level replay's output is a --save-result file.
-
-The kind labels the numbers for good and is discovered, not trusted: GET
-/version naming hone's emulator makes them "emulated", vLLM's own version
-answer makes them "device", anything else (no /version, another project's
-simulator) "unverified", which reports never show as device numbers. --kind
-only asserts: a kind the endpoint contradicts is exit 2.
-
-The time scale is discovered too: hone's emulator states its --time-scale in
-GET /version and replay adopts it (the schedule runs S times as fast and
-every duration is divided by S, so the record is in model time). A
---time-scale the engine contradicts is exit 2; an engine that states none
-(vLLM) runs at --time-scale, default 1. --request-timeout is model time.
-
-Every level starts cold: POST /reset_prefix_cache before it where the
-endpoint serves it (hone's emulator and proxy; vLLM with
-VLLM_SERVER_DEV_MODE=1), else fresh session prefixes of the same lengths
-per level (seeds recorded). --cache forces one procedure.
-
-Each level gets a validity verdict (client_bound, warm_start,
-time_scale_mismatch, incomplete, counter_contamination, emulator_bound;
-thresholds in the record's verdict_rule). Invalid levels are printed and
-never count toward the objective.
-
-Sharded load generation, for rates one client host cannot hold: run
---shard I/N on N processes (or hosts, e.g. a Kubernetes Indexed Job), all
-with the same flags and the same --start-at, then combine their records
-with 'hone replay merge'. Shards never talk to each other. Shard 0 sends
-the eight warm-ups, resets the prefix cache before every level and reads
-the engine's counters; measured request i goes to shard i mod N (the client
-keeps no per-session state, so round robin spreads the load evenly); every
-shard sends its requests at their global arrival times from the level's
-start instant. The first level starts at --start-at, every later one at the
-previous one's start + its schedule's span + --level-gap (model time, for
-its last requests to drain) + 1 s (real time, for the next level's reset and
-scrapes), in every shard alike. A shard still waiting on requests at a
-level's drain deadline marks the level incomplete; one ready after a level's
-start marks it client_bound: levels never shift. With --shard, --cache must
-be reset or fresh-prefixes (shards cannot agree on what auto would find),
-and hosts' clocks must agree (NTP) to well within the SLOs.
-
-` + traceHelp + `
-
---capacity finds the endpoint's capacity instead of scanning --qps: the
-largest load that meets the SLO at steady state (--slo interactive: p99
-TTFT 500 ms, p99 TPOT 50 ms), each probe one level of a one-run replay
-(cold start as --cache says). ` + capacity.Rule + ` --requests is a floor
-on each probe's measured requests; --out is then the result's JSON
-(default capacity.json: {"kind", "source", "capacity": {"mode", "value",
-"unit", "precision", "upper", "slo", "probes": [...]}}); the probes' run
-records are not kept. Exit 1 when no load met the SLO or a probe was
-invalid (the host distorted it) or interrupted.
-
-Ctrl-C stops cleanly and writes what was measured, marked incomplete.
-
-Exit codes: 0 the record was written complete and every level is valid;
-1 the run was interrupted or failed, a level is invalid, or a level lost
-requests: every measured request failed, or more errored (HTTP error,
-refused or reset connection, cut stream, malformed reply) than the 1% a
-p99 leaves out (the record is still written); 2 bad input (--out is
-checked writable before the first request) (a flag, a --model the endpoint does not serve,
-a --kind or --time-scale the endpoint contradicts, a --start-at in the
-past).`,
-		Example: `  hone replay --endpoint http://127.0.0.1:8000 --model Qwen/Qwen3-8B --qps 1,2,4,8,16,32 --runs 3 --out run.json
-  hone replay --endpoint http://127.0.0.1:8000 --model Qwen/Qwen3-8B --trace conversation_trace.jsonl --trace-speed 2 --out trace.json.gz
-  hone replay --endpoint http://127.0.0.1:9000 --model emu --kind emulated --gpus 2 --out emu.json
-
-  # the same load from three processes, merged into one record
-  T=$(date -u -d '+30 sec' +%Y-%m-%dT%H:%M:%SZ)
-  for i in 0 1 2; do
-    hone replay --endpoint http://10.0.0.5:8000 --model Qwen/Qwen3-8B --qps 32,64 --cache reset \
-      --shard $i/3 --start-at $T --out shard$i.json.gz &
-  done; wait
-  hone replay merge --out run.json.gz shard0.json.gz shard1.json.gz shard2.json.gz`,
-		Args: cobra.NoArgs,
+		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			if err := output.check(); err != nil {
-				return err
-			}
-			if err := trace.check(c, workloadFlagNames...); err != nil {
-				return err
-			}
-			qps, err := parseQPS(wf.qps)
-			if err != nil {
-				return err
-			}
-			if err := capf.check(c, "qps", "max-concurrency", "shard", "runs"); err != nil {
-				return err
-			}
-			if capf.on && !c.Flags().Changed("out") {
-				out = "capacity.json"
-			}
-			if capf.on && output.value == formatVLLMBench {
-				return badInput("-o %s: with --capacity the result is a capacity search, not vllm bench serve results: want table or json", formatVLLMBench)
-			}
-			if capf.on && strings.HasSuffix(out, ".gz") {
-				return badInput("--out %s: with --capacity the result is a small JSON file, written plain: give a name without .gz", out)
-			}
-			var clients []int
-			if c.Flags().Changed("max-concurrency") {
-				if c.Flags().Changed("qps") {
-					return badInput("--max-concurrency: a closed loop has no offered rate: give --qps (open loop) or --max-concurrency (closed loop), not both")
-				}
-				if c.Flags().Changed("shard") {
-					return badInput("--max-concurrency: a closed loop's sends depend on its own requests' ends: one process sends it (no --shard)")
-				}
-				if clients, err = parseConcurrency("--max-concurrency", maxConcurrency); err != nil {
-					return err
-				}
-				qps = nil
-			}
-			if err := wf.check(append(qps, 1)); err != nil {
-				return err
-			}
-			if out == "" {
-				return badInput("--out: want a path for the run record")
-			}
-			// Before the first request, not after the last: a missing or
-			// read-only directory must not lose a run.
-			if err := atomicfile.CheckWritable(out); err != nil {
-				return badInput("--out: %v", err)
-			}
-			// Options treat 0 as "default"; on the command line it is a mistake.
-			if runs < 1 {
-				return badInput("--runs: want at least 1, got %d", runs)
-			}
-			if c.Flags().Changed("time-scale") && (!(timeScale > 0) || timeScale > 1e6) {
-				return badInput("--time-scale: want a positive factor (0.1 for an engine run with --time-scale 0.1), got %v", timeScale)
-			}
-			switch cache {
-			case "auto":
-				cache = ""
-			case "reset":
-				cache = schema.CacheReset
-			case "fresh-prefixes":
-				cache = schema.CacheFreshPrefixes
-			default:
-				return badInput("--cache: want auto, reset or fresh-prefixes, got %q", cache)
-			}
-			if timeout <= 0 {
-				return badInput("--request-timeout: want a positive duration, got %v", timeout)
-			}
-			if endpoint == "" {
-				return badInput("--endpoint: required, e.g. http://127.0.0.1:8000")
-			}
-			if model == "" {
-				// As vllm bench serve: the served model, when the endpoint
-				// serves exactly one.
-				served, err := replay.ServedModels(c.Context(), endpoint)
-				switch {
-				case err != nil:
-					return badInput("--model: not given, and the endpoint's model list could not be read (%v): give the served model name", err)
-				case len(served) != 1:
-					return badInput("--model: not given, and the endpoint serves %d models (%s): name one", len(served), strings.Join(served, ", "))
-				}
-				model = served[0]
-				fmt.Fprintf(c.ErrOrStderr(), "replay: --model not given: %s, the one model the endpoint serves\n", model)
-			}
-			sh, err := parseShard(c, shard, startAt, levelGap, cache)
-			if err != nil {
-				return err
-			}
-			cfg := map[string]any{}
-			if configPath != "" {
-				b, err := os.ReadFile(configPath)
-				if err != nil {
-					return badInput("--config: %v", err)
-				}
-				if err := json.Unmarshal(b, &cfg); err != nil {
-					return badInput("--config %s: want a JSON object: %v", configPath, err)
-				}
-			}
-			if scenario != "" {
-				cfg["scenario"] = scenario
-			}
-			if !c.Flags().Changed("time-scale") {
-				timeScale = 0 // adopt the engine's
-			}
-			ver, rev := buildVersion()
-			tty := term.IsTerminal(int(os.Stderr.Fd())) && os.Getenv("CI") == ""
-			pp := &replay.ProgressPrinter{W: c.ErrOrStderr(), TTY: tty}
-			opts := replay.Options{
-				Endpoint: endpoint, TokenizeEndpoint: tokEndpoint, Model: model, Kind: schema.Kind(kind), Backend: backend, Cache: cache,
-				Workload: wf.workload(seed),
-				QPS:      qps, Concurrency: clients, Runs: runs, SLO: wf.target(),
-				TimeScale: timeScale, RequestTimeout: timeout, GPUs: gpus, Config: cfg, Hardware: hostHardware(),
-				ModelInfo: schema.Model{Revision: revision, Precision: precision},
-				Hone:      schema.Build{Version: ver, Commit: rev}, Progress: pp.Update, CachedTokensReported: cachedReported,
-				Shard: sh,
-			}
-			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			if capf.on {
-				return replayCapacity(ctx, c, opts, capf, output.value, out, pp)
-			}
-			var rec *schema.Record
-			if trace.path != "" {
-				tf, terr := trace.open()
-				if terr != nil {
-					return terr
-				}
-				opts.SpillDir = filepath.Dir(out) // the chunks wait on the record's disk, not in memory
-				rec, err = replay.RunTrace(ctx, opts, tf, trace.speed)
-			} else {
-				rec, err = replay.Run(ctx, opts)
-			}
-			pp.Close()
-			var pe *replay.ParamError
-			if errors.As(err, &pe) {
-				return paramErr(pe)
-			}
-			judgeRecord(c.ErrOrStderr(), rec, trace.path != "")
-			// A record is written when a request was sent: one that never
-			// reached the endpoint (unreachable, wrong model, no /tokenize)
-			// holds nothing to keep, and must not leave a run.json behind.
-			written := "no record written (no request was sent)"
-			if rec != nil && sentAny(rec) {
-				if werr := replay.WriteRecord(out, rec); werr != nil {
-					return fmt.Errorf("%w (and the record could not be written: %v)", orNil(err), werr)
-				}
-				written = "partial record (incomplete) written to " + out
-			}
-			var me *replay.ModelError
-			switch {
-			case errors.As(err, &me):
-				return badInput("--model: %v; %s", err, written)
-			case err != nil && ctx.Err() != nil:
-				return checkFailed{fmt.Sprintf("interrupted: %s", written)}
-			case err != nil:
-				return checkFailed{fmt.Sprintf("%v; %s", err, written)}
-			}
-			w := c.OutOrStdout()
-			bad := rec.InvalidLevels()
-			if err := writeReplayOutput(w, output.value, rec, out, bad); err != nil {
-				return err
-			}
-			if output.value == "table" {
-				writeTraceHitRates(w, rec)
-			}
-			if sh != nil {
-				fmt.Fprintf(c.ErrOrStderr(), "shard %d/%d: merge every shard's record with 'hone replay merge'\n", sh.Index, sh.Count)
-			}
-			return replayVerdict(rec, bad)
+			return runReplay(c, &o)
 		},
-	}
+	}, "replay", replayHelp())
 	c.AddCommand(newReplayMergeCmd())
-	wf.register(c, true)
-	capf.register(c)
-	trace.register(c)
-	f := c.Flags()
-	f.StringVar(&endpoint, "endpoint", "", "base URL of the OpenAI-compatible server (required)")
-	f.StringVar(&tokEndpoint, "tokenize-endpoint", "", "base URL serving POST /tokenize, when not --endpoint")
-	f.StringVar(&model, "model", "", "served model name (default: the endpoint's, when GET /v1/models lists exactly one)")
-	f.StringVar(&kind, "kind", "", "assert what serves the endpoint: device (real vLLM) | emulated (hone sim serve) | unverified (default: discovered from GET /version)")
-	f.StringVar(&backend, "backend", "", "backend label (default: vllm, emulator or unknown, from the kind found)")
-	f.BoolVar(&cachedReported, "cached-tokens-reported", false, "the engine runs with --enable-prompt-tokens-details: a usage block without cached tokens means 0 (vLLM omits them at 0); without it, concluded once a request carries them")
-	f.StringVar(&cache, "cache", "auto", "cold-start procedure before every level: auto | reset (POST /reset_prefix_cache) | fresh-prefixes")
-	f.StringVar(&revision, "revision", "", "model revision, for the record")
-	f.StringVar(&precision, "precision", "", "model precision (e.g. bf16, fp8), for the record")
-	f.StringVar(&configPath, "config", "", "JSON file with the deployment config to store in the record")
-	f.StringVar(&scenario, "scenario", "", "name the gate compares records under (config.scenario; default: the config's name)")
-	f.StringVar(&out, "out", "run.json.gz", "where to write the run record (a name ending in .gz is written gzip-compressed: about 7 bytes per output token, against 18 plain)")
-	output.register(f, "table", "", "table", "json", formatVLLMBench)
-	f.Uint64Var(&seed, "seed", replay.DefaultSeed, "workload seed (prefix text and suffix token ids)")
-	f.StringVar(&maxConcurrency, "max-concurrency", "", "closed-loop levels instead of --qps: clients in flight, comma-separated (e.g. 4,16)")
-	f.IntVar(&runs, "runs", 1, "repeat the whole scan this many times (the gate wants 3 or more)")
-	f.IntVar(&gpus, "gpus", 1, "GPUs behind the endpoint, for cost in GPU-seconds per request")
-	f.Float64Var(&timeScale, "time-scale", 1, "engine time scale: compress the schedule by S and divide durations by S (default: the engine's stated scale, else 1)")
-	f.DurationVar(&timeout, "request-timeout", 10*time.Minute, "per-request timeout, model time")
-	f.StringVar(&shard, "shard", "", "send only shard INDEX of COUNT of the schedule, e.g. 0/3 (with --start-at; merge the records with 'hone replay merge')")
-	f.StringVar(&startAt, "start-at", "", "with --shard: the instant the first level starts, the same for every shard (RFC 3339, e.g. 2026-12-01T07:00:00Z, or unix nanoseconds)")
-	f.DurationVar(&levelGap, "level-gap", replay.DefaultLevelGap, "with --shard: model time from a level's last arrival to its drain deadline; the next level starts 1 s (real) later")
+	o.bind(c)
 	return c
+}
+
+// replayFlags are hone replay's flags.
+type replayFlags struct {
+	wf                    workloadFlags
+	endpoint, tokEndpoint string
+	model, kind, backend  string
+	revision, precision   string
+	configPath, out       string
+	scenario, cache       string
+	seed                  uint64
+	runs, gpus            int
+	timeScale             float64
+	timeout               time.Duration
+	output                outputFormat
+	cachedReported        bool
+	shard, startAt        string
+	levelGap              time.Duration
+	maxConcurrency        string
+	capf                  capacityFlags
+	trace                 traceFlags
+}
+
+func (o *replayFlags) bind(c *cobra.Command) {
+	o.wf.register(c, true)
+	o.capf.register(c)
+	o.trace.register(c)
+	f := c.Flags()
+	f.StringVar(&o.endpoint, "endpoint", "", "base URL of the OpenAI-compatible server (required)")
+	f.StringVar(&o.tokEndpoint, "tokenize-endpoint", "", "base URL serving POST /tokenize, when not --endpoint")
+	f.StringVar(&o.model, "model", "", "served model name (default: the endpoint's, when GET /v1/models lists exactly one)")
+	f.StringVar(&o.kind, "kind", "", "assert what serves the endpoint: device (real vLLM) | emulated (hone sim serve) | unverified (default: discovered from GET /version)")
+	f.StringVar(&o.backend, "backend", "", "backend label (default: vllm, emulator or unknown, from the kind found)")
+	f.BoolVar(&o.cachedReported, "cached-tokens-reported", false, "the engine runs with --enable-prompt-tokens-details: a usage block without cached tokens means 0 (vLLM omits them at 0); without it, concluded once a request carries them")
+	f.StringVar(&o.cache, "cache", "auto", "cold-start procedure before every level: auto | reset (POST /reset_prefix_cache) | fresh-prefixes")
+	f.StringVar(&o.revision, "revision", "", "model revision, for the record")
+	f.StringVar(&o.precision, "precision", "", "model precision (e.g. bf16, fp8), for the record")
+	f.StringVar(&o.configPath, "config", "", "JSON file with the deployment config to store in the record")
+	f.StringVar(&o.scenario, "scenario", "", "name the gate compares records under (config.scenario; default: the config's name)")
+	f.StringVar(&o.out, "out", "run.json.gz", "where to write the run record (a name ending in .gz is written gzip-compressed: about 7 bytes per output token, against 18 plain)")
+	o.output.register(f, "table", "", "table", "json", formatVLLMBench)
+	f.Uint64Var(&o.seed, "seed", replay.DefaultSeed, "workload seed (prefix text and suffix token ids)")
+	f.StringVar(&o.maxConcurrency, "max-concurrency", "", "closed-loop levels instead of --qps: clients in flight, comma-separated (e.g. 4,16)")
+	f.IntVar(&o.runs, "runs", 1, "repeat the whole scan this many times (the gate wants 3 or more)")
+	f.IntVar(&o.gpus, "gpus", 1, "GPUs behind the endpoint, for cost in GPU-seconds per request")
+	f.Float64Var(&o.timeScale, "time-scale", 1, "engine time scale: compress the schedule by S and divide durations by S (default: the engine's stated scale, else 1)")
+	f.DurationVar(&o.timeout, "request-timeout", 10*time.Minute, "per-request timeout, model time")
+	f.StringVar(&o.shard, "shard", "", "send only shard INDEX of COUNT of the schedule, e.g. 0/3 (with --start-at; merge the records with 'hone replay merge')")
+	f.StringVar(&o.startAt, "start-at", "", "with --shard: the instant the first level starts, the same for every shard (RFC 3339, e.g. 2026-12-01T07:00:00Z, or unix nanoseconds)")
+	f.DurationVar(&o.levelGap, "level-gap", replay.DefaultLevelGap, "with --shard: model time from a level's last arrival to its drain deadline; the next level starts 1 s (real) later")
+}
+
+// runReplay is hone replay.
+func runReplay(c *cobra.Command, o *replayFlags) error {
+	qps, clients, err := o.checkLoad(c)
+	if err != nil {
+		return err
+	}
+	if err := o.check(c, qps); err != nil {
+		return err
+	}
+	if err := o.resolveModel(c); err != nil {
+		return err
+	}
+	opts, pp, err := o.options(c, qps, clients)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if o.capf.on {
+		return replayCapacity(ctx, c, opts, o.capf, o.output.value, o.out, pp)
+	}
+	return o.record(ctx, c, opts, pp)
+}
+
+// checkLoad checks the output, the trace and the load flags: the levels'
+// offered rates (--qps) or clients (--max-concurrency), or a capacity search.
+func (o *replayFlags) checkLoad(c *cobra.Command) (qps []float64, clients []int, err error) {
+	if err := o.output.check(); err != nil {
+		return nil, nil, err
+	}
+	if err := o.trace.check(c, workloadFlagNames...); err != nil {
+		return nil, nil, err
+	}
+	if qps, err = parseQPS(o.wf.qps); err != nil {
+		return nil, nil, err
+	}
+	if err := o.capf.check(c, "qps", "max-concurrency", "shard", "runs"); err != nil {
+		return nil, nil, err
+	}
+	if o.capf.on && !c.Flags().Changed("out") {
+		o.out = "capacity.json"
+	}
+	if o.capf.on && o.output.value == formatVLLMBench {
+		return nil, nil, badInput("-o %s: with --capacity the result is a capacity search, not vllm bench serve results: want table or json", formatVLLMBench)
+	}
+	if o.capf.on && strings.HasSuffix(o.out, ".gz") {
+		return nil, nil, badInput("--out %s: with --capacity the result is a small JSON file, written plain: give a name without .gz", o.out)
+	}
+	if c.Flags().Changed("max-concurrency") {
+		if c.Flags().Changed("qps") {
+			return nil, nil, badInput("--max-concurrency: a closed loop has no offered rate: give --qps (open loop) or --max-concurrency (closed loop), not both")
+		}
+		if c.Flags().Changed("shard") {
+			return nil, nil, badInput("--max-concurrency: a closed loop's sends depend on its own requests' ends: one process sends it (no --shard)")
+		}
+		if clients, err = parseConcurrency("--max-concurrency", o.maxConcurrency); err != nil {
+			return nil, nil, err
+		}
+		qps = nil
+	}
+	return qps, clients, nil
+}
+
+// check checks the rest of the flags, before the first request.
+func (o *replayFlags) check(c *cobra.Command, qps []float64) error {
+	if err := o.wf.check(append(qps, 1)); err != nil {
+		return err
+	}
+	if o.out == "" {
+		return badInput("--out: want a path for the run record")
+	}
+	// Before the first request, not after the last: a missing or
+	// read-only directory must not lose a run.
+	if err := atomicfile.CheckWritable(o.out); err != nil {
+		return badInput("--out: %v", err)
+	}
+	// Options treat 0 as "default"; on the command line it is a mistake.
+	if o.runs < 1 {
+		return badInput("--runs: want at least 1, got %d", o.runs)
+	}
+	if c.Flags().Changed("time-scale") && (!(o.timeScale > 0) || o.timeScale > 1e6) {
+		return badInput("--time-scale: want a positive factor (0.1 for an engine run with --time-scale 0.1), got %v", o.timeScale)
+	}
+	switch o.cache {
+	case "auto":
+		o.cache = ""
+	case "reset":
+		o.cache = schema.CacheReset
+	case "fresh-prefixes":
+		o.cache = schema.CacheFreshPrefixes
+	default:
+		return badInput("--cache: want auto, reset or fresh-prefixes, got %q", o.cache)
+	}
+	if o.timeout <= 0 {
+		return badInput("--request-timeout: want a positive duration, got %v", o.timeout)
+	}
+	if o.endpoint == "" {
+		return badInput("--endpoint: required, e.g. http://127.0.0.1:8000")
+	}
+	return nil
+}
+
+// resolveModel takes the endpoint's one served model when --model is not
+// given, as vllm bench serve does.
+func (o *replayFlags) resolveModel(c *cobra.Command) error {
+	if o.model == "" {
+		// As vllm bench serve: the served model, when the endpoint
+		// serves exactly one.
+		served, err := replay.ServedModels(c.Context(), o.endpoint)
+		switch {
+		case err != nil:
+			return badInput("--model: not given, and the endpoint's model list could not be read (%v): give the served model name", err)
+		case len(served) != 1:
+			return badInput("--model: not given, and the endpoint serves %d models (%s): name one", len(served), strings.Join(served, ", "))
+		}
+		o.model = served[0]
+		fmt.Fprintf(c.ErrOrStderr(), "replay: --model not given: %s, the one model the endpoint serves\n", o.model)
+	}
+	return nil
+}
+
+// options states the replay the flags ask for.
+func (o *replayFlags) options(c *cobra.Command, qps []float64, clients []int) (replay.Options, *replay.ProgressPrinter, error) {
+	sh, err := parseShard(c, o.shard, o.startAt, o.levelGap, o.cache)
+	if err != nil {
+		return replay.Options{}, nil, err
+	}
+	cfg := map[string]any{}
+	if o.configPath != "" {
+		b, err := os.ReadFile(o.configPath)
+		if err != nil {
+			return replay.Options{}, nil, badInput("--config: %v", err)
+		}
+		if err := json.Unmarshal(b, &cfg); err != nil {
+			return replay.Options{}, nil, badInput("--config %s: want a JSON object: %v", o.configPath, err)
+		}
+	}
+	if o.scenario != "" {
+		cfg["scenario"] = o.scenario
+	}
+	if !c.Flags().Changed("time-scale") {
+		o.timeScale = 0 // adopt the engine's
+	}
+	ver, rev := buildVersion()
+	tty := term.IsTerminal(int(os.Stderr.Fd())) && os.Getenv("CI") == ""
+	pp := &replay.ProgressPrinter{W: c.ErrOrStderr(), TTY: tty}
+	opts := replay.Options{
+		Endpoint: o.endpoint, TokenizeEndpoint: o.tokEndpoint, Model: o.model, Kind: schema.Kind(o.kind), Backend: o.backend, Cache: o.cache,
+		Workload: o.wf.workload(o.seed),
+		QPS:      qps, Concurrency: clients, Runs: o.runs, SLO: o.wf.target(),
+		TimeScale: o.timeScale, RequestTimeout: o.timeout, GPUs: o.gpus, Config: cfg, Hardware: hostHardware(),
+		ModelInfo: schema.Model{Revision: o.revision, Precision: o.precision},
+		Hone:      schema.Build{Version: ver, Commit: rev}, Progress: pp.Update, CachedTokensReported: o.cachedReported,
+		Shard: sh,
+	}
+	return opts, pp, nil
+}
+
+// record runs the replay (of the trace, or the workload), writes its
+// record and reports it; the verdict is the exit code.
+func (o *replayFlags) record(ctx context.Context, c *cobra.Command, opts replay.Options, pp *replay.ProgressPrinter) error {
+	var rec *schema.Record
+	var err error
+	if o.trace.path != "" {
+		tf, terr := o.trace.open()
+		if terr != nil {
+			return terr
+		}
+		opts.SpillDir = filepath.Dir(o.out) // the chunks wait on the record's disk, not in memory
+		rec, err = replay.RunTrace(ctx, opts, tf, o.trace.speed)
+	} else {
+		rec, err = replay.Run(ctx, opts)
+	}
+	pp.Close()
+	var pe *replay.ParamError
+	if errors.As(err, &pe) {
+		return paramErr(pe)
+	}
+	judgeRecord(c.ErrOrStderr(), rec, o.trace.path != "")
+	// A record is written when a request was sent: one that never
+	// reached the endpoint (unreachable, wrong model, no /tokenize)
+	// holds nothing to keep, and must not leave a run.json behind.
+	written := "no record written (no request was sent)"
+	if rec != nil && sentAny(rec) {
+		if werr := replay.WriteRecord(o.out, rec); werr != nil {
+			return fmt.Errorf("%w (and the record could not be written: %v)", orNil(err), werr)
+		}
+		written = "partial record (incomplete) written to " + o.out
+	}
+	var me *replay.ModelError
+	switch {
+	case errors.As(err, &me):
+		return badInput("--model: %v; %s", err, written)
+	case err != nil && ctx.Err() != nil:
+		return checkFailed{fmt.Sprintf("interrupted: %s", written)}
+	case err != nil:
+		return checkFailed{fmt.Sprintf("%v; %s", err, written)}
+	}
+	w := c.OutOrStdout()
+	bad := rec.InvalidLevels()
+	if err := writeReplayOutput(w, o.output.value, rec, o.out, bad); err != nil {
+		return err
+	}
+	if o.output.value == "table" {
+		writeTraceHitRates(w, rec)
+	}
+	if sh := opts.Shard; sh != nil {
+		fmt.Fprintf(c.ErrOrStderr(), "shard %d/%d: merge every shard's record with 'hone replay merge'\n", sh.Index, sh.Count)
+	}
+	return replayVerdict(rec, bad)
 }
 
 // replayCapacity runs hone replay --capacity: each probe is one level of
@@ -431,30 +390,10 @@ func newReplayMergeCmd() *cobra.Command {
 		out    string
 		output outputFormat
 	)
-	c := &cobra.Command{
+	c := withHelp(&cobra.Command{
 		Use:   "merge --out RECORD SHARD_RECORD...",
 		Short: "Merge the records of a sharded replay (hone replay --shard) into one record",
-		Long: `hone replay merge combines the records the shards of one sharded replay
-wrote (hone replay --shard I/N) into one record, identical in schema to a
-single process's: every level holds every shard's requests, in id order,
-with its summary and validity verdict recomputed from them as hone replay
-computes them. The engine's counters (prefix-cache hit rates) are shard
-0's, the one shard that scrapes them: it brackets the warm-ups and reads
-the last at the level's drain deadline. A reason that invalidates a shard's
-level (its sends ran late, its requests overran the level) invalidates the
-merged level, naming the shard.
-
-The records must belong together: every shard of one count exactly once,
-the same --start-at and --level-gap, workload, seed, levels, time scale,
-endpoint, model, SLO, cache procedure and prompts; otherwise nothing is
-written and the field that differs is named.
-
-Exit codes: 0 the merged record was written complete and every level is
-valid; 1 it was written but a shard stopped early, a level is invalid or
-a level lost requests (as for hone replay);
-2 bad input (unreadable records, shards that do not belong together).`,
-		Example: `  hone replay merge --out run.json.gz shard0.json.gz shard1.json.gz shard2.json.gz`,
-		Args:    cobra.ArbitraryArgs,
+		Args:  cobra.ArbitraryArgs,
 		RunE: func(c *cobra.Command, args []string) error {
 			if err := output.check(); err != nil {
 				return err
@@ -470,7 +409,7 @@ a level lost requests (as for hone replay);
 			}
 			rec, err := replay.MergeShardFiles(args...)
 			if err != nil {
-				return usageError{err}
+				return usageError{Err: err}
 			}
 			judgeRecord(c.ErrOrStderr(), rec, rec.Workload.Kind == schema.WorkloadTrace)
 			if err := replay.WriteRecord(out, rec); err != nil {
@@ -487,7 +426,7 @@ a level lost requests (as for hone replay);
 			}
 			return replayVerdict(rec, bad)
 		},
-	}
+	}, "replay-merge", nil)
 	f := c.Flags()
 	f.StringVar(&out, "out", "", "where to write the merged record (required; a name ending in .gz is written gzip-compressed)")
 	output.register(f, "table", "", "table", "json", formatVLLMBench)

@@ -172,7 +172,7 @@ func paramErr(err error) error {
 	if pe, ok := err.(*replay.ParamError); ok {
 		return badInput("--%s: %v is invalid: want %s", pe.Field, pe.Value, pe.Want)
 	}
-	return usageError{err}
+	return usageError{Err: err}
 }
 
 func newSimCmd() *cobra.Command {
@@ -182,24 +182,10 @@ func newSimCmd() *cobra.Command {
 		cache  bool
 		output outputFormat
 	)
-	c := &cobra.Command{
+	c := withHelp(&cobra.Command{
 		Use:   "sim",
 		Short: "Run the brief's exact queueing model over load levels (simulation_only)",
-		Long: `hone sim runs the CPU exercise's deterministic queueing model: the brief's
-workload at each offered rate, through one FCFS queue (colocated) or separate
-prefill and decode queues with an 8 ms transfer (disaggregated). It prints
-p99 TTFT and TPOT (nearest rank, measurement requests only), effective QPS,
-pass/fail against the SLOs, and the objective: the largest effective QPS among
-passing levels, 0 if none.
-
-Results are simulation_only: the two modes have different resource models, so
-their ratio is not a claim about performance at equal GPU cost.
-
-Exit codes: 0 success; 2 bad input.`,
-		Example: `  hone sim --mode disaggregated
-  hone sim --mode colocated --prefix-cache=false --qps 1,2 -o json
-  hone sim --requests 192 --input-tokens 8192 --output-tokens 256 --qps 3,7,29`,
-		Args: cobra.NoArgs,
+		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			m, err := sim.ParseMode(mode)
 			if err != nil {
@@ -224,7 +210,7 @@ Exit codes: 0 success; 2 bad input.`,
 			}
 			return nil
 		},
-	}
+	}, "sim", nil)
 	wf.register(c, false)
 	c.Flags().StringVar(&mode, "mode", "colocated", "colocated | disaggregated")
 	c.Flags().BoolVar(&cache, "prefix-cache", true, "reuse cached prefix tokens (false: effective cached tokens are 0)")

@@ -36,41 +36,9 @@ func newValidateSiliconCmd() *cobra.Command {
 		kvDtype  string
 		output   outputFormat
 	)
-	c := &cobra.Command{
+	c := withHelp(&cobra.Command{
 		Use:   "silicon FILE.csv",
 		Short: "Predict every measured deployment of a silicon file and report TTFT and TPOT errors",
-		Long: `hone validate silicon reads a silicon file (aiconfigurator's
-systems/silicon_sample.csv layout: one measured deployment per row — model,
-GPU, backend, precision, agg|disagg, TP, ISL, OSL, concurrency — and its
-measured silicon_ttft_ms and silicon_tpot_ms) and predicts every row it can
-with hone predict --concurrency N in virtual time: the row's model on the
-row's GPU at its TP, on the profile of that model, GPU and weight precision
-(built-in or from --profiles DIR; fitted to measured steps first, then
-derived from per-operation tables, then the rest), N clients in a closed
-loop sending N × --requests-per-client requests of exactly ISL input and
-OSL output tokens with no shared prefix (--length-ratio R: each request's
-lengths drawn from [R × L, L], as vllm bench serve --random-range-ratio
-does; the InferenceX runs behind the Llama rows used 0.8).
-
-Compared: the mean over requests of TTFT (from send to first token) and of
-TPOT (excluding the first token: (latency − TTFT)/(output tokens − 1)),
-which is how vllm bench serve and the InferenceX runs behind the rows
-define them; APE = |predicted − measured| / measured, in percent.
-
-A row that cannot be predicted — another backend, a disaggregated or
-pipeline-parallel deployment, a precision or model with no profile (MoE
-models have none) — is skipped with its reason, never guessed.
-
--o json prints {"definitions", "rows": [{"id", "line", "model", "system",
-"precision", "tp", "isl", "osl", "concurrency", "profile", "profile_source",
-"ttft_ms": {"measured", "predicted", "ape"}, "tpot_ms": {...}}],
-"skipped": [{"id", "line", "reason"}], "summary": {"rows", "predicted",
-"ttft": {"median_ape", "p90_ape"}, "tpot": {...}}}.
-
-Exit codes: 0 compared; 2 bad input (the file: a missing column, a
-non-numeric field, a latency <= 0, named by line and column; --profiles).`,
-		Example: `  hone validate silicon testdata/aiconfigurator/silicon/silicon_h100_vllm.csv
-  hone validate silicon rows.csv --profiles my-profiles/ -o json`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return badInput("hone validate silicon: want one FILE.csv argument, got %d", len(args))
@@ -105,7 +73,7 @@ non-numeric field, a latency <= 0, named by line and column; --profiles).`,
 			writeSiliconTable(c.OutOrStdout(), res)
 			return nil
 		},
-	}
+	}, "validate-silicon", nil)
 	f := c.Flags()
 	f.StringVar(&profiles, "profiles", "", "a folder of profile .yaml files to choose from besides the built-ins")
 	f.IntVar(&perConn, "requests-per-client", 10, "measured requests per client of each closed loop (vllm bench serve's num-prompts / max-concurrency)")
