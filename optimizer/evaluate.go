@@ -143,6 +143,15 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 	}
 	t.Kind = rec.Kind
 	m.setPhase("diagnosing and writing the record")
+	e.finishTrial(ctx, &t, rec, caps, err, dep.ProxyURL(), s.GPUsNeeded(), tag)
+	return t
+}
+
+// finishTrial completes t from its replay's record: the replay's error or
+// budget cut, the diagnosis (with the proxy's timelines from proxyURL), the
+// record written under e.OutDir, and the trial's figures (capacity ones
+// from caps when the trial measured capacity).
+func (e *DeployEvaluator) finishTrial(ctx context.Context, t *Trial, rec *schema.Record, caps []capacity.Result, err error, proxyURL string, gpus int, tag string) {
 	var cut *budgetCut
 	switch {
 	case errors.As(err, &cut):
@@ -157,12 +166,12 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 		post, cancel = context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 	}
-	tls, terr := diagnose.FetchTimelines(post, dep.ProxyURL())
+	tls, terr := diagnose.FetchTimelines(post, proxyURL)
 	// As hone diagnose report does: the client/proxy residual can make a
 	// level client-bound; that re-judges the record and marks the
 	// attributions in place.
 	if r, derr := diagnose.Diagnose(rec, diagnose.Evidence{Timelines: tls}, diagnose.RecordKnobs(rec)); derr == nil {
-		setDiagnosis(&t, r.Diagnosis)
+		setDiagnosis(t, r.Diagnosis)
 		rec.Attribution, _ = json.Marshal(map[string]any{"diagnosis": r.Diagnosis, "timelines_error": errString(terr), string(schema.ReasonClientBound): r.ClientBound})
 	}
 	path := filepath.Join(e.OutDir, "records", tag+".json.gz") // gzip: ~7 bytes per output token
@@ -173,11 +182,10 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 		t.Error = "write record: " + werr.Error()
 	}
 	t.Record = path
-	summarizeRecord(&t, rec)
+	summarizeRecord(t, rec)
 	if e.Capacity != nil {
-		applyCapacity(&t, rec, caps, s.GPUsNeeded(), e.ReferenceQPS)
+		applyCapacity(t, rec, caps, gpus, e.ReferenceQPS)
 	}
-	return t
 }
 
 // searchRuns measures e.Runs capacity searches through o's endpoint, and
@@ -185,40 +193,8 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 // search's probes in order, then the reference load). An invalid probe
 // ends its run's search, not the trial: the run is invalid by its record.
 func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options, m *meter) (*schema.Record, []capacity.Result, error) {
-	var rec *schema.Record
+	var pr probeRecord
 	var results []capacity.Result
-	keep := func(run int, r *schema.Record) {
-		if len(r.Runs) != 1 || len(r.Runs[0].Levels) != 1 {
-			return
-		}
-		lvl, load := r.Runs[0].Levels[0], r.Runs[0].Levels[0].OfferedQPS
-		if rec == nil {
-			rec = r
-			rec.Runs = nil
-			rec.Workload.QPS = nil
-			rec.Outcomes, rec.Validation.Valid, rec.Validation.Invalid, rec.Validation.Reasons = map[string]int{}, 0, 0, map[string]int{}
-		}
-		for len(rec.Runs) <= run {
-			rec.Runs = append(rec.Runs, schema.RunRecord{Run: len(rec.Runs)})
-		}
-		rec.Runs[run].Levels = append(rec.Runs[run].Levels, lvl)
-		if !slices.Contains(rec.Workload.QPS, load) {
-			rec.Workload.QPS = append(rec.Workload.QPS, load)
-		}
-		rec.Workload.Requests = max(rec.Workload.Requests, r.Workload.Requests)
-		for k, n := range r.Outcomes {
-			rec.Outcomes[k] += n
-		}
-		rec.Validation.Valid += r.Validation.Valid
-		rec.Validation.Invalid += r.Validation.Invalid
-		for k, n := range r.Validation.Reasons {
-			rec.Validation.Reasons[k] += n
-		}
-		if r.Incomplete {
-			rec.Incomplete, rec.Error = true, r.Error
-		}
-		rec.FinishedAt = r.FinishedAt
-	}
 	// A good start (a prediction, an earlier run's capacity) steps by
 	// 1+p: when it passes and the load p above it fails, two probes
 	// bracket the capacity; a start off by more costs what a larger step
@@ -251,7 +227,7 @@ func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options, m *m
 				return capacity.ReplayProber(o, capacity.Open, kept)
 			}
 		}
-		replayProbe := newProber(o, func(r *schema.Record) { keep(run, r) })
+		replayProbe := newProber(o, func(r *schema.Record) { pr.keep(run, r) })
 		probes := 0
 		probe := func(ctx context.Context, p capacity.Plan) (*schema.LevelRecord, error) {
 			probes++
@@ -280,12 +256,52 @@ func (e *DeployEvaluator) searchRuns(ctx context.Context, o replay.Options, m *m
 	}
 	if done > 0 && errors.Is(runErr, context.DeadlineExceeded) {
 		results = results[:done]
-		runErr = keepWholeRuns(rec, done, max(e.Runs, 1), runErr)
+		runErr = keepWholeRuns(pr.rec, done, max(e.Runs, 1), runErr)
 	}
-	if rec != nil {
-		replay.Judge(rec)
+	if pr.rec != nil {
+		replay.Judge(pr.rec)
 	}
-	return rec, results, runErr
+	return pr.rec, results, runErr
+}
+
+// probeRecord gathers a trial's capacity probes into one record: run i's
+// levels are its search's probes in order, then the reference load.
+type probeRecord struct{ rec *schema.Record }
+
+// keep adds probe record r (one run of one level) to run run.
+func (pr *probeRecord) keep(run int, r *schema.Record) {
+	if len(r.Runs) != 1 || len(r.Runs[0].Levels) != 1 {
+		return
+	}
+	lvl, load := r.Runs[0].Levels[0], r.Runs[0].Levels[0].OfferedQPS
+	if pr.rec == nil {
+		pr.rec = r
+		rec := pr.rec
+		rec.Runs = nil
+		rec.Workload.QPS = nil
+		rec.Outcomes, rec.Validation.Valid, rec.Validation.Invalid, rec.Validation.Reasons = map[string]int{}, 0, 0, map[string]int{}
+	}
+	rec := pr.rec
+	for len(rec.Runs) <= run {
+		rec.Runs = append(rec.Runs, schema.RunRecord{Run: len(rec.Runs)})
+	}
+	rec.Runs[run].Levels = append(rec.Runs[run].Levels, lvl)
+	if !slices.Contains(rec.Workload.QPS, load) {
+		rec.Workload.QPS = append(rec.Workload.QPS, load)
+	}
+	rec.Workload.Requests = max(rec.Workload.Requests, r.Workload.Requests)
+	for k, n := range r.Outcomes {
+		rec.Outcomes[k] += n
+	}
+	rec.Validation.Valid += r.Validation.Valid
+	rec.Validation.Invalid += r.Validation.Invalid
+	for k, n := range r.Validation.Reasons {
+		rec.Validation.Reasons[k] += n
+	}
+	if r.Incomplete {
+		rec.Incomplete, rec.Error = true, r.Error
+	}
+	rec.FinishedAt = r.FinishedAt
 }
 
 // scanRuns is a levels trial's measurement: e.Runs scans of o's levels
