@@ -2,12 +2,15 @@
 // against a live endpoint, the run records it writes, and the arithmetic
 // that turns per-request timings into the figures every backend reports.
 //
-// It holds the brief's exact request schedule (Generate) and turns a
-// level's per-request timings into its figures (Summarize: p99s over the
-// measured requests, effective QPS); what an SLO is, the objective and the
-// nearest-rank percentile itself live in package slo. It knows nothing
-// about deployments, engines or eBPF: the simulator, the emulator and real
-// vLLM all feed it the same per-request timings.
+// It holds the seed workload's exact request schedule (Generate) and turns a
+// level's per-request timings into its figures (SummarizeLevel: p99s over
+// the measured requests, effective QPS); what an SLO is, the objective and
+// the nearest-rank percentile itself live in package slo, the record's
+// types (schema.Record and what it holds) in package schema. It knows
+// nothing about deployments or eBPF, and of engines only what package
+// engine's registry says (GET /version recognition, /metrics counter
+// names): the simulator, the emulator and real vLLM all feed it the same
+// per-request timings.
 //
 // The live path (Run) turns that schedule into real tokens: eight code
 // prefixes generated from a seed and tokenized once through the engine's
@@ -15,7 +18,8 @@
 // /v1/completions requests sent open loop at each level, and a Record that
 // keeps every request's send and chunk times on the wall and
 // CLOCK_MONOTONIC clocks, its outcome and output hash, and per-level,
-// per-run summaries. Records are versioned JSON (schema/record.schema.json),
+// per-run summaries. Records are versioned JSON (schema.Record; the JSON
+// Schema generated from its types is schema/record.schema.json),
 // written atomically (WriteRecord) and validated on read (ReadRecord), both
 // streaming, a request at a time, so that a 100,000-request trace's record
 // is written and read in bounded memory (MaxRecordBytes).
@@ -24,7 +28,7 @@
 // nanosecond: ~9 bytes a one-token chunk where version 2's arrays took
 // ~42). Only the chunks changed, and ReadRecord still reads version 2,
 // whose chunks are arrays, into the same Record. A record path ending in
-// .gz is written gzipped (about 7.4 bytes per output token on the brief's
+// .gz is written gzipped (about 7.4 bytes per output token on the seed
 // workload), and readers recognize gzip by its content whatever the name
 // (ReadRecord; ReadRecordFile for the small documents beside records).
 //
@@ -39,10 +43,14 @@
 // sends happen at arrival x S and every _ms figure in a record is real time
 // / S, so records are always in model time. Clock stamps are never scaled.
 //
-// Kinds: a record is "emulated" or "device" from the moment it is made and
-// is never relabelled; the caller says which, nothing is inferred.
+// Kinds (schema.Kind): a record's kind is set when it is made and never
+// relabelled. It is what the endpoint proves by its GET /version answer
+// (an engine the registry recognises: vLLM's version is "device", the
+// emulator's "emulated"; no answer or an unknown one is "unverified"); a
+// caller may state "unverified" or the kind the evidence shows; any other
+// stated kind stops the replay before its first request (resolveKind).
 //
-// Traces: RunTrace replays a request trace instead of the brief's
+// Traces: RunTrace replays a request trace instead of the seed
 // workload (OpenTrace: Mooncake's JSON lines, or a hone record's requests,
 // RecordTrace), streamed as it is sent, one open-loop level at the
 // trace's timestamps / speed, on a cold engine. Prompts are token-exact

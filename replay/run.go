@@ -837,7 +837,7 @@ func summarizeOver(lr *schema.LevelRecord, warmups, measuredPlanned int, windowF
 	if rate == nil {
 		rate = lr.HitRateCachedTokens
 	}
-	if rate != nil && warmups > 0 { // the brief's promise; a trace makes its own (TraceInfo)
+	if rate != nil && warmups > 0 { // the seed workload's promise (a measurement-phase hit rate over 90%); a trace makes its own (TraceInfo)
 		met := *rate > 0.9
 		lr.CachePromiseMet = &met
 	}

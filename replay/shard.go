@@ -52,7 +52,7 @@ type Shard struct {
 // Defaults of Shard.
 const (
 	// DefaultLevelGap leaves a level's last requests a model minute to
-	// finish: the brief's 128 output tokens take 6.4 s at a 50 ms TPOT, so
+	// finish: the seed workload's 128 output tokens take 6.4 s at a 50 ms TPOT, so
 	// the rest absorbs the queue an overloaded level builds.
 	DefaultLevelGap = time.Minute
 	// DefaultShardSetup covers a reset, eight /tokenize calls and two

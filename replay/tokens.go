@@ -22,7 +22,7 @@ const PrefixGenerator = "hone-code/v1"
 // DefaultSeed is the workload seed when none is given.
 const DefaultSeed = 1
 
-// DefaultWorkload is the brief's public instance with the default seed.
+// DefaultWorkload is the seed workload's public instance with the default seed.
 func DefaultWorkload() schema.Workload {
 	p := DefaultParams(1)
 	return schema.Workload{Seed: DefaultSeed, Requests: p.Requests, InputTokens: p.InputTokens,

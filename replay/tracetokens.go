@@ -220,7 +220,7 @@ func TraceVocab(ctx context.Context, seed uint64, tokenize TokenizeFunc) ([]int,
 // RecordTrace turns a hone run record's requests into a trace: every
 // level of every run in order, each level after the previous one's last
 // arrival plus LevelGapMs, at the requests' scheduled times (model time).
-// The brief's workload is what makes its structure: a session's prefix
+// The seed workload is what makes its structure: a session's prefix
 // is the same blocks in every request of the session within one level,
 // and nothing else is shared (levels started cold; the rest of every
 // prompt is the request's own). The block size returned is the largest

@@ -34,7 +34,7 @@ const VLLMBenchRule = "one result per level, pooled over the runs valid at the l
 // summaries of ttft, tpot, itl and e2el as if run with --percentile-metrics
 // ttft,tpot,itl,e2el --metric-percentiles 90,99. hone's own figures are
 // under "hone". Where vllm's invocation would differ the fields say what
-// vllm would have written for the same load: the brief's open loop sends
+// vllm would have written for the same load: the seed workload's open loop sends
 // at fixed intervals (request_rate its rate, burstiness "inf", as vllm
 // writes an infinite rate); a closed loop is request_rate "inf" with
 // max_concurrency its clients; a trace is self-timed (request_rate "inf",

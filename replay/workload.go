@@ -9,7 +9,7 @@ import (
 	"github.com/hone-llm/hone/slo"
 )
 
-// The brief's fixed schedule constants. They are part of the exercise's
+// The seed workload's fixed schedule constants. They are part of the exercise's
 // interface and do not change between public and private instances.
 const (
 	// Sessions is the number of distinct code prefixes (session = id % Sessions).
@@ -24,7 +24,7 @@ const (
 	DefaultUncachedTokens = 128
 )
 
-// Request is one request of the replayed workload, with the brief's field
+// Request is one request of the replayed workload, with the seed workload's field
 // names in JSON.
 type Request struct {
 	ID           int     `json:"id"`
@@ -51,7 +51,7 @@ type Params struct {
 	Seed        uint64
 }
 
-// DefaultParams is the brief's public instance at the given offered QPS.
+// DefaultParams is the seed workload's public instance at the given offered QPS.
 func DefaultParams(qps float64) Params {
 	return Params{Requests: 128, InputTokens: 4096, UncachedTokens: DefaultUncachedTokens, OutputTokens: 128, OfferedQPS: qps}
 }
@@ -68,7 +68,7 @@ func (e *ParamError) Error() string {
 	return fmt.Sprintf("invalid %s %v: want %s", e.Field, e.Value, e.Want)
 }
 
-// Validate rejects parameters that cannot describe the brief's workload.
+// Validate rejects parameters that cannot describe the seed workload.
 func (p Params) Validate() error {
 	switch {
 	case p.Requests < Sessions+1:
@@ -91,10 +91,10 @@ func (p Params) Validate() error {
 	return nil
 }
 
-// Generate returns the brief's workload for one load level: requests 0..7
+// Generate returns the seed workload for one load level: requests 0..7
 // warm the eight sessions cold (arrival i*2000 ms, nothing cached); request
 // i >= 8 arrives at 16000+(i-8)*1000/qps ms with all but UncachedTokens of
-// its input cached. The expressions keep the brief's order of operations so
+// its input cached. The expressions keep the order of operations of the workload's definition so
 // arrival times are bit-for-bit those of the original generator.
 func Generate(p Params) ([]Request, error) {
 	if err := p.Validate(); err != nil {

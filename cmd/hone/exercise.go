@@ -11,7 +11,7 @@ func init() { subcommands = append(subcommands, newExerciseCmd) }
 func newExerciseCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "exercise",
-		Short: "The brief's CPU exercise: the optimization policy behind exercise/submission.py",
+		Short: "The CPU exercise: the optimization policy behind exercise/submission.py",
 	}
 	c.AddCommand(withHelp(&cobra.Command{
 		Use:   "bridge",

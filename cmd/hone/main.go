@@ -113,7 +113,7 @@ each request's latency, picks the next configuration to try, and gates CI on
 stored baselines.
 
 Every number hone prints is labelled with where it came from:
-  simulation_only  the brief's exact queueing model (hone sim)
+  simulation_only  the CPU exercise's exact queueing model (hone sim)
   emulated         hone's vLLM-compatible engine emulator (hone sim serve)
   device           real vLLM on GPUs
 

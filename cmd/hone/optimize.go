@@ -97,7 +97,7 @@ func (o *optimizeFlags) check(c *cobra.Command) error {
 		return badInput("--spec and --out are required")
 	}
 	if o.runs < 1 {
-		return badInput("--runs: %d: want at least 1 (3 or more for the brief's controlled experiments)", o.runs)
+		return badInput("--runs: %d: want at least 1 (3 or more for controlled experiments)", o.runs)
 	}
 	if o.budget < 4 {
 		return badInput("--budget: %d: want at least 4 trials", o.budget)

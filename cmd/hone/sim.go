@@ -50,7 +50,7 @@ func (w *workloadFlags) register(c *cobra.Command, uncached bool) {
 	if uncached {
 		f.IntVar(&w.inputTokens, "input-tokens", 4096, "input tokens per request: its session's shared code prefix, then --uncached-tokens of its own")
 		f.IntVar(&w.uncachedTokens, "uncached-tokens", replay.DefaultUncachedTokens,
-			"input tokens of a measured request beyond its session's prefix, which the warm-ups cached (the brief's workload: 128)")
+			"input tokens of a measured request beyond its session's prefix, which the warm-ups cached (the seed workload: 128)")
 		f.Float64Var(&w.lengthRatio, "length-ratio", 0,
 			"draw each measured request's input and output lengths uniformly from [ratio × L, L] (vllm bench serve --random-range-ratio; the input never shorter than its cached prefix + 1); 0: fixed lengths")
 		f.StringVar(&w.goodput, "goodput", "",
@@ -184,7 +184,7 @@ func newSimCmd() *cobra.Command {
 	)
 	c := withHelp(&cobra.Command{
 		Use:   "sim",
-		Short: "Run the brief's exact queueing model over load levels (simulation_only)",
+		Short: "Run the CPU exercise's exact queueing model over load levels (simulation_only)",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			m, err := sim.ParseMode(mode)

@@ -19,7 +19,7 @@ type traceFlags struct {
 }
 
 // traceHelp is what --help says of --trace, in both commands.
-const traceHelp = `--trace FILE sends a trace's requests instead of the brief's workload: a
+const traceHelp = `--trace FILE sends a trace's requests instead of the seed workload: a
 Mooncake trace (JSON lines {"timestamp": ms, "input_length": n,
 "output_length": m, "hash_ids": [...]}, one hash id per --trace-block-size
 tokens, 512 in Mooncake's public traces, the last block possibly partial)
@@ -47,7 +47,7 @@ func (t *traceFlags) register(c *cobra.Command) {
 }
 
 // check refuses --trace's options without it, and with it the flags
-// (named) that describe the brief's workload or its levels.
+// (named) that describe the seed workload or its levels.
 func (t *traceFlags) check(c *cobra.Command, conflicts ...string) error {
 	if t.path == "" {
 		for _, n := range []string{"trace-speed", "trace-block-size", "engine-block-size"} {
@@ -74,7 +74,7 @@ func (t *traceFlags) check(c *cobra.Command, conflicts ...string) error {
 	return nil
 }
 
-// workloadFlagNames are the flags of the brief's workload, which a trace
+// workloadFlagNames are the flags of the seed workload, which a trace
 // replaces.
 var workloadFlagNames = []string{"qps", "requests", "input-tokens", "uncached-tokens", "output-tokens", "length-ratio",
 	"max-concurrency", "concurrency", "runs", "shard", "start-at", "level-gap", "capacity", "grid"}
