@@ -438,14 +438,11 @@ func (p *Proxy) prefillLeg(ctx context.Context, b *backend, rq *request, body []
 	leg = Leg{Worker: b.Name}
 	ctx, cancel := context.WithTimeoutCause(ctx, p.cfg.PrefillTimeout, errLegTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL+rq.path, bytes.NewReader(body))
+	req, err := legRequest(ctx, b, rq, body, id)
 	if err != nil {
 		leg.Error = err.Error()
 		return
 	}
-	req.Header = rq.header.Clone()
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Request-Id", id)
 	leg.Sent = now()
 	resp, err := p.client.Do(req)
 	if err != nil {
@@ -487,6 +484,19 @@ func (p *Proxy) prefillLeg(ctx context.Context, b *backend, rq *request, body []
 		return leg, nil, status, nil
 	}
 	return leg, reply.KV, status, nil
+}
+
+// legRequest is one leg's upstream request: the client's path and
+// headers, a JSON body and the request's id, to worker b.
+func legRequest(ctx context.Context, b *backend, rq *request, body []byte, id string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL+rq.path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header = rq.header.Clone()
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Request-Id", id)
+	return req, nil
 }
 
 // legError classifies an upstream error, counts it, and takes a worker that
@@ -562,14 +572,11 @@ func (p *Proxy) stream(w http.ResponseWriter, r *http.Request, rq *request, b *b
 func (p *Proxy) sendStream(ctx context.Context, w http.ResponseWriter, r *http.Request, rq *request, b *backend, leg *Leg,
 	body []byte, id string) *http.Response {
 	tl := &rq.tl
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL+rq.path, bytes.NewReader(body))
+	req, err := legRequest(ctx, b, rq, body, id)
 	if err != nil {
 		p.clientError(w, tl, http.StatusInternalServerError, OutcomeFailed, err.Error())
 		return nil
 	}
-	req.Header = rq.header.Clone()
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Request-Id", id)
 	leg.Sent = now()
 	resp, err := p.client.Do(req)
 	if err != nil {
