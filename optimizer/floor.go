@@ -3,7 +3,6 @@ package optimizer
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -229,12 +228,11 @@ func engineMedianTTFT(rec *schema.Record) float64 {
 				// vLLM's time_to_first_token_ms runs from the first
 				// scheduling: the engine's own arrival → first token adds
 				// its queue_time_ms.
-				var m struct {
-					TTFT  *float64 `json:"time_to_first_token_ms"`
-					Queue *float64 `json:"queue_time_ms"`
+				if q.ID < rec.Warmups() {
+					continue
 				}
-				if q.ID >= rec.Warmups() && len(q.EngineMetrics) > 0 && json.Unmarshal(q.EngineMetrics, &m) == nil && m.TTFT != nil {
-					v = append(v, *m.TTFT+*cmp.Or(m.Queue, new(float64)))
+				if m, ok := schema.DecodeEngineMetrics(q.EngineMetrics); ok && m.TimeToFirstTokenMs != nil {
+					v = append(v, *m.TimeToFirstTokenMs+*cmp.Or(m.QueueTimeMs, new(float64)))
 				}
 			}
 		}

@@ -41,8 +41,8 @@ func g(x float64) string { return fmt.Sprintf("%g", x) }
 
 func diagnoseHelp() map[string]string {
 	return map[string]string{
-		"100 * replay.ClientBoundSLOFraction":  g(100 * schema.ClientBoundSLOFraction),
-		"100 * replay.ClientBoundTTFTFraction": g(100 * schema.ClientBoundTTFTFraction),
+		"100 * schema.ClientBoundSLOFraction":  g(100 * schema.ClientBoundSLOFraction),
+		"100 * schema.ClientBoundTTFTFraction": g(100 * schema.ClientBoundTTFTFraction),
 		"diagnose.StallTPOTs":                  g(float64(diagnose.StallTPOTs)),
 		"100 * diagnose.TailFraction":          g(100 * diagnose.TailFraction),
 		"100 * diagnose.Confidence":            g(100 * diagnose.Confidence),
