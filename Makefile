@@ -92,7 +92,8 @@ lint:
 	@out=$$($(GO) tool gocyclo -over 30 -ignore '_test\.go$$|_bpfe[lb]\.go$$' .); if [ -n "$$out" ]; then echo "gocyclo over 30 (split the function):"; echo "$$out"; exit 1; fi
 	$(GO) run ./internal/codelimits .
 
-# demo: the main job, no GPU needed. (1) The brief's CPU exercise on the exact
+# demo: the main job, no GPU needed. (1) The CPU exercise (four evaluate calls
+# to choose a config of a queueing model with fixed rates) on the exact
 # simulator: the reconstructed driver calls exercise/submission.py, which
 # relays to hone's policy (simulation_only). (2) The live loop on hone's engine
 # emulator: baseline colocated on two emulated 24 GiB GPUs, diagnosis-driven
@@ -103,7 +104,7 @@ DEMO_SPEC ?= examples/emulator-l4-cheapest.yaml
 # Six trials (baseline, proposal, an ablation, the interaction's two cells,
 # the re-run) of 3 capacity searches each, to 15% (two probes from a good
 # start), latency compared at the target rate, 12 req/s; each probe carries
-# the brief's 16 s of session warm-ups (model time). --time-budget bounds
+# the seed workload's 16 s of session warm-ups (model time). --time-budget bounds
 # the loop on a busy host, where trials run at larger time scales: it plans
 # the trials to fit and the report lists what it could not measure.
 DEMO_FLAGS ?= --runs 3 --qps 2,24 --requests 48 --budget 6 --max-time-scale 1 --tpot-slo-ms 12 --capacity-precision 0.15 --reference-qps 12 --time-budget 17m
@@ -116,8 +117,8 @@ demo: deps-test build
 	$(BIN) report --log $(DEMO_OUT)/log.json --out $(DEMO_OUT)/report.md --command "$(BIN) optimize --spec $(DEMO_SPEC) --out $(DEMO_OUT) $(DEMO_FLAGS)"
 	@echo "report: $(DEMO_OUT)/report.md (plots beside it)"
 
-# test-consistency runs the emulator-vs-exact-model check over the brief's full
-# scan (2 modes x 6 levels x 128 requests) on its own, two levels at a time, at
+# test-consistency runs the emulator-vs-exact-model check over the CPU
+# exercise's full scan (2 modes x 6 levels x 128 requests) on its own, two levels at a time, at
 # time scale CONSISTENCY_SCALE (model durations x S in wall time, so transport
 # costs /S in model time). Its unqueued levels hold p99 TTFT to 3 ms end to
 # end, which a busy or small machine cannot always give (see

@@ -17,5 +17,6 @@
 // one call in Options.SyscallSample, reads the clock that sys_exit closes
 // (hone daemon times one in DefaultSyscallSample by default: each timed
 // call costs two clock reads). reference.bpf.c holds the floors
-// BenchmarkSyscallFloor measures them against (make bench).
+// BenchmarkSyscallFloor measures them against (make bench); their loader
+// (LoadReference) is in a test file, as only that benchmark loads them.
 package bpf

@@ -196,16 +196,3 @@ func SummaryEntries(s emulator.StepSummary) []emulator.StepEntry {
 	}
 	return out
 }
-
-// CheckResultErrors is a check's figures as a profile's source records them.
-func CheckResultErrors(r *CheckResult) []emulator.PhaseError {
-	var out []emulator.PhaseError
-	for _, ph := range append(append([]string(nil), Phases...), "all") {
-		s := r.All
-		if ph != "all" {
-			s = r.Phases[ph]
-		}
-		out = append(out, emulator.PhaseError{Data: r.Data, TP: r.TP, Phase: ph, Steps: s.Steps, MedianAPE: s.MedianAPE, P90APE: s.P90APE})
-	}
-	return out
-}

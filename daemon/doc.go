@@ -8,8 +8,9 @@
 // # Targets
 //
 // Processes are selected by --pid (with their existing descendants),
-// --cgroup, or --match-cmdline (default DefaultMatch: vLLM's API server,
-// EngineCore and workers, and `hone sim serve`). Their children become
+// --cgroup, or --match-cmdline (default DefaultMatch: every registered
+// engine's process pattern, engine.ProcessPattern; today vLLM's API
+// server, EngineCore and workers, and `hone sim serve`). Their children become
 // targets in the kernel at fork, before they first run; exec events let a
 // new matching process be picked up at once. Every target has a root: the
 // selected process it descends from (itself if selected).

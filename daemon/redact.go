@@ -102,10 +102,3 @@ func redactArgs(args []string) []string {
 	}
 	return out
 }
-
-// RedactCommandLine redacts a command line given as its arguments joined
-// by spaces (as the snapshot shows it). Arguments that themselves held
-// spaces are split, which can only redact more.
-func RedactCommandLine(cl string) string {
-	return strings.Join(redactArgs(strings.Split(cl, " ")), " ")
-}

@@ -157,3 +157,10 @@ func TestParseUser(t *testing.T) {
 		}
 	}
 }
+
+// RedactCommandLine redacts a command line given as its arguments joined
+// by spaces (as the snapshot shows it). Arguments that themselves held
+// spaces are split, which can only redact more.
+func RedactCommandLine(cl string) string {
+	return strings.Join(redactArgs(strings.Split(cl, " ")), " ")
+}

@@ -263,13 +263,9 @@ func writeOutput(path string, f *os.File, fill func(io.Writer) error) error {
 // was: the daemon runs as root and they hold other processes' command lines.
 const outputPerm = 0o600
 
-// writeOutputs writes the final snapshot and profile where opts ask, and
-// logs each one written, or why it was not.
-func writeOutputs(s *Snapshot, opts RunOptions, log *slog.Logger) error {
-	return writeOutputsTo(s, opts, nil, log)
-}
-
-// writeOutputsTo is writeOutputs into files opened earlier, where given.
+// writeOutputsTo writes the final snapshot and profile where opts ask,
+// into files opened earlier where given, and logs each one written, or why
+// it was not.
 func writeOutputsTo(s *Snapshot, opts RunOptions, files *outputFiles, log *slog.Logger) error {
 	if files == nil {
 		files = &outputFiles{}

@@ -188,3 +188,8 @@ func TestOutputsToDevicesAndFIFOs(t *testing.T) {
 		t.Errorf("a FIFO without a reader: %v", err)
 	}
 }
+
+// writeOutputs is writeOutputsTo with no file opened earlier.
+func writeOutputs(s *Snapshot, opts RunOptions, log *slog.Logger) error {
+	return writeOutputsTo(s, opts, nil, log)
+}

@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"time"
 
 	"github.com/hone-llm/hone/internal/atomicfile"
@@ -189,13 +188,4 @@ func HashModelDir(dir string) (map[string]string, error) {
 		return nil, fmt.Errorf("hash model directory %s: no files", dir)
 	}
 	return out, nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	k := make([]string, 0, len(m))
-	for x := range m {
-		k = append(k, x)
-	}
-	sort.Strings(k)
-	return k
 }

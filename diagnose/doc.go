@@ -10,11 +10,15 @@
 //   - the replay record: when each request was scheduled, sent, and when
 //     its first and last tokens arrived; the engine's per-request metrics
 //     object when vLLM runs with --enable-per-request-metrics (it needs no
-//     request field; a stream carries it on its usage chunk). Only vLLM's
-//     own keys are read, with vLLM's definitions: queue_time_ms (queued →
-//     first scheduled), time_to_first_token_ms (first scheduled → first
-//     token: the prefill as it is, the queue is not inside it),
-//     generation_time_ms (first → last token), mean_itl_ms;
+//     request field; a stream carries it on its usage chunk). vLLM's keys
+//     are read with vLLM's definitions: queue_time_ms (queued → first
+//     scheduled), time_to_first_token_ms (first scheduled → first token:
+//     the prefill as it is, the queue is not inside it),
+//     generation_time_ms (first → last token), mean_itl_ms; hone's
+//     emulator, which follows the same definitions, adds two keys vLLM
+//     does not have: e2e_time_ms (arrival at the API server → last token,
+//     which puts the server's own frontend work under queueing) and
+//     kv_transfer_time_ms (below);
 //   - the proxy's per-request timeline (received, each prefill leg sent and
 //     answered, decode leg sent, first and last byte), joined by
 //     X-Request-Id;

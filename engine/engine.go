@@ -146,13 +146,6 @@ func Register(e Engine) {
 	registry[n] = e
 }
 
-// Unregister removes an engine; tests use it to undo a Register.
-func Unregister(name string) {
-	mu.Lock()
-	defer mu.Unlock()
-	delete(registry, name)
-}
-
 // Lookup is the engine registered under name.
 func Lookup(name string) (Engine, bool) {
 	mu.RLock()

@@ -1,6 +1,8 @@
-// Package exercise is hone's answer to the brief's CPU exercise: the policy
-// behind exercise/submission.py's optimize(baseline, evaluate), reached
-// through `hone exercise bridge` (ServeBridge).
+// Package exercise is hone's answer to the CPU exercise, which asks for the
+// best config (deployment mode, prefix cache) of a queueing model with fixed
+// rates (package sim) within four evaluate calls: the policy behind
+// exercise/submission.py's optimize(baseline, evaluate), reached through
+// `hone exercise bridge` (ServeBridge).
 //
 // Optimize spends four calls — baseline, disaggregated, a prefix-cache
 // ablation and a verification re-run — on configs whose key names it does

@@ -10,15 +10,15 @@ import (
 	"github.com/hone-llm/hone/optimizer"
 )
 
-// Budget is the brief's limit on evaluate calls in the CPU exercise.
+// Budget is the CPU exercise's limit on evaluate calls per optimize.
 const Budget = 4
 
 // Evaluator runs one configuration and returns its result object exactly as
 // the backend produced it. An error makes that candidate failed; the policy
-// goes on within its budget. It is the brief's evaluate(config) callback:
-// configs are the driver's opaque objects and results its own shape, so it
-// is a function over JSON objects, not optimizer.Evaluator over deployment
-// specs.
+// goes on within its budget. It is the exercise driver's evaluate(config)
+// callback: configs are the driver's opaque objects and results its own
+// shape, so it is a function over JSON objects, not optimizer.Evaluator
+// over deployment specs.
 type Evaluator func(ctx context.Context, cfg Config) (map[string]any, error)
 
 // Evaluation is one call of the Evaluator: the experiment log's entry.

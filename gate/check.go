@@ -225,7 +225,7 @@ func Check(bl *Baseline, runs []Run, cfg Config) *Report {
 			decide(&rep.Results[i], cfg)
 		}
 	}
-	if !exact { // simulation_only records are the brief's model, not a measurement
+	if !exact { // simulation_only records come from the exact queueing model (package sim), not a measurement
 		flagImplausible(rep.Results, bl.Bounds, bounds)
 	}
 	for i := range rep.Results {

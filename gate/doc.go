@@ -84,8 +84,9 @@
 //     DefaultTPOTFloorMs, a served rate above the offered one, or an
 //     objective that changed more than ObjectiveFactor either way. Suspect
 //     fails CI (exit 1) under its own label: the measurement, not the
-//     deployment, is the likely cause. simulation_only records are the
-//     brief's model, not a measurement, and are not judged for it.
+//     deployment, is the likely cause. simulation_only records come from
+//     the exact queueing model (package sim), not a measurement, and are
+//     not judged for it.
 //   - A candidate whose fingerprint differs from the baseline's in a
 //     compared field is incomparable (exit 2), never a false fail. The
 //     cold-start procedure (the record's cache.procedure), the time

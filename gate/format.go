@@ -43,10 +43,6 @@ func (res Result) where() string {
 	return fmt.Sprintf("%s @ %s req/s", res.Series.Scenario, fmtQPS(res.Series.OfferedQPS))
 }
 
-// interesting reports whether a row belongs in a short listing: anything
-// that is not a plain pass.
-func (res Result) interesting() bool { return res.Verdict != Pass }
-
 func (r *Report) writeTable(w io.Writer) error {
 	fmt.Fprintln(w, r.header())
 	for _, s := range r.Incomparable {

@@ -685,20 +685,16 @@ func judge(t *Trial, target slo.SLO) {
 	}
 }
 
-// rankTrials orders eligible trials (re-runs excluded) by
-// LiveSelectionRule: the first is the selection, the rest follow by median
-// objective, as fallbacks.
+// rankTrialsFor orders eligible trials (re-runs excluded) for goal g
+// (GoalRule; the zero Goal is LiveSelectionRule): the first is the
+// selection, the rest follow by median objective, as fallbacks. A trial
+// displaces another only when it beats it by g beyond noise (BeatsFor).
 //
 // It is not the exercise's ranking (highest objective, ties to the
 // baseline, then the earliest call) and does not share its code: live
 // objectives are medians of noisy runs, so a trial displaces the baseline
 // only when it beats it run for run (Beats), and ties fall to cost before
 // the distance to the baseline. Distance is the one piece both rules share.
-func rankTrials(ts []Trial, base *Trial) []*Trial { return rankTrialsFor(ts, base, predict.Goal{}) }
-
-// rankTrialsFor is rankTrials for goal g (GoalRule): the first by g, and a
-// trial displaces another only when it beats it by g beyond noise
-// (BeatsFor).
 func rankTrialsFor(ts []Trial, base *Trial, g predict.Goal) []*Trial {
 	var out []*Trial
 	for i := range ts {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/diagnose"
+	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/sim"
 	"github.com/hone-llm/hone/slo"
 )
@@ -410,3 +411,6 @@ func TestInteractionWithAnUnmeasuredCell(t *testing.T) {
 		t.Fatalf("all measured: %+v", in)
 	}
 }
+
+// rankTrials is rankTrialsFor with the zero goal (LiveSelectionRule).
+func rankTrials(ts []Trial, base *Trial) []*Trial { return rankTrialsFor(ts, base, predict.Goal{}) }

@@ -14,7 +14,8 @@ import (
 )
 
 // ModelEvaluator is the exact model backend: it evaluates a spec with the
-// brief's deterministic queueing model (sim.Scan) instead of deploying it,
+// CPU exercise's deterministic queueing model (sim.Scan: fixed rates, FCFS
+// queues) instead of deploying it,
 // in milliseconds, and labels the trial simulation_only. It maps the spec
 // to sim.Config (modelConfig) and refuses what the model cannot express
 // with a trial whose Error names the spec field.
@@ -65,14 +66,14 @@ func (e *ModelEvaluator) Evaluate(_ context.Context, spec *deploy.Spec, _ string
 	return t
 }
 
-// modelConfig maps a spec to the exact model. The model is the brief's:
-// one FCFS queue for a colocated deployment, one prefill and one decode
-// queue for a disaggregated one, fixed single-worker service rates, a
-// prefix cache on or off. So:
+// modelConfig maps a spec to the exact model, the CPU exercise's queueing
+// model (package sim): one FCFS queue for a colocated deployment, one prefill
+// and one decode queue for a disaggregated one, fixed single-worker service
+// rates, a prefix cache on or off. So:
 //
 //   - colocated, single-GPU engines (tp 1), any number of data-parallel
-//     replicas, is its colocated mode: the brief's colocated deployment of
-//     the whole budget, as Colocate builds it. The model does not tell
+//     replicas, is its colocated mode: the exercise's colocated deployment
+//     of the whole budget, as Colocate builds it. The model does not tell
 //     replicas apart from one engine; it has no term for tensor
 //     parallelism.
 //   - disaggregated 1P1D with single-GPU workers is its disaggregated mode.

@@ -73,7 +73,7 @@ func RunTrace(spec *deploy.Spec, opts Options, tf *replay.TraceFile, speed float
 	}
 	reqs, vr := ld.reqs, ld.vr
 	rec.Workload.Trace.FirstTokenReuses = tokens.Reuses()
-	outs, err := emulator.SimulateLoad(cl.workers, vr, emulator.ClosedLoop{From: len(vr)})
+	outs, err := emulator.Simulate(cl.workers, vr)
 	if err != nil {
 		return nil, err
 	}

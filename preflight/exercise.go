@@ -10,8 +10,10 @@ import (
 	"github.com/hone-llm/hone/sim"
 )
 
-// exerciseChecks: python3 >= 3.10 for submission.py, and the simulator's
-// golden values from the brief reproduced (a self-test of this build).
+// exerciseChecks: python3 >= 3.10 for submission.py, and the exact
+// simulator's objectives on the CPU exercise's public instance (its default
+// scan, colocated and disaggregated, prefix cache on) reproduced to the
+// last digit (a self-test of this build).
 func exerciseChecks(ctx context.Context, python string) []Check {
 	var cs []Check
 	c := Check{Section: "exercise", Name: "python"}
@@ -36,7 +38,7 @@ func exerciseChecks(ctx context.Context, python string) []Check {
 	case err1 != nil || err2 != nil:
 		self.Status, self.Detail = Fail, fmt.Sprintf("simulator error: %v %v", err1, err2)
 	case col.Objective != 8.01670146137787 || dis.Objective != 15.91670258978015:
-		self.Status, self.Detail = Fail, fmt.Sprintf("objectives %v / %v, want the brief's 8.01670146137787 / 15.91670258978015", col.Objective, dis.Objective)
+		self.Status, self.Detail = Fail, fmt.Sprintf("objectives %v / %v, want the public instance's 8.01670146137787 / 15.91670258978015", col.Objective, dis.Objective)
 		self.Fix = "this build of hone is broken: rebuild from a clean checkout"
 	default:
 		self.Detail = "public-instance objectives 8.01670146137787 (colocated) and 15.91670258978015 (disaggregated) reproduced"

@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"sort"
 	"strings"
 	"time"
 
@@ -82,16 +81,6 @@ func servingChecks(ctx context.Context, o Options) (*Serving, []Check) {
 		add(fmt.Sprintf("port-%d", p), Pass, fmt.Sprintf("127.0.0.1:%d free", p), "")
 	}
 	return sv, cs
-}
-
-// sortedKeys is used by tests and the table.
-func sortedKeys(m map[string]string) []string {
-	k := make([]string, 0, len(m))
-	for s := range m {
-		k = append(k, s)
-	}
-	sort.Strings(k)
-	return k
 }
 
 // vllmVersionChecks reads the installed vLLM's version the way hone deploy

@@ -46,7 +46,7 @@ func provenanceOf(kind schema.Kind) provenance {
 		p.short = "engine emulator, model time; not GPU measurements"
 		p.clock = "model time"
 	case schema.KindSimulationOnly:
-		p.about = "the brief's queueing model. They rank configurations; they are not GPU measurements"
+		p.about = "the CPU exercise's exact queueing model (fixed prefill, decode and KV-transfer rates). They rank configurations; they are not GPU measurements"
 		p.short = "queueing model, model time; not GPU measurements"
 		p.clock = "model time"
 	case schema.KindDevice:

@@ -29,7 +29,7 @@ func ParseMode(s string) (Mode, error) {
 	return "", &replay.ParamError{Field: "mode", Value: s, Want: `"colocated" or "disaggregated"`}
 }
 
-// The brief's fixed hardware rates.
+// The CPU exercise's fixed hardware rates: no GPU, one worker per queue.
 const (
 	// PrefillTokensPerSecond is the prefill rate: p = uncached/4096*1000 ms.
 	PrefillTokensPerSecond = 4096
@@ -67,10 +67,10 @@ func (t Timeline) Outcome() replay.Outcome {
 	return replay.Outcome{ID: t.ID, ArrivalMs: t.ArrivalMs, FirstMs: t.FirstMs, FinishMs: t.FinishMs, OutputTokens: t.OutputTokens}
 }
 
-// Run plays reqs through the exact queueing model of the brief and returns
-// each request's timeline, indexed like reqs. Requests are served in order
-// of arrival, equal arrivals by increasing id; queues start free at time 0.
-// The arithmetic follows the brief's equations term by term in float64, with
+// Run plays reqs through the CPU exercise's exact queueing model and returns
+// each request's timeline, indexed like reqs. Requests are served in order of
+// arrival, equal arrivals by increasing id; queues start free at time 0. The
+// arithmetic follows the exercise's equations term by term in float64, with
 // output_tokens-1 in place of 127:
 //
 //	p = (input_tokens - effective_cached)/4096*1000, d = 1000/2048
@@ -164,8 +164,9 @@ type ScanConfig struct {
 	slo.SLO
 }
 
-// DefaultScan is the brief's public scan for cfg: 128 requests of 4096
-// input and 128 output tokens at 1, 2, 4, 8, 16 and 32 QPS, default SLOs.
+// DefaultScan is the CPU exercise's public instance for cfg: 128 requests of
+// 4096 input and 128 output tokens at 1, 2, 4, 8, 16 and 32 QPS, default
+// SLOs.
 func DefaultScan(cfg Config) ScanConfig {
 	return ScanConfig{Config: cfg, Requests: 128, InputTokens: 4096, OutputTokens: 128,
 		QPS: []float64{1, 2, 4, 8, 16, 32}, SLO: slo.Default}

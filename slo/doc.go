@@ -2,12 +2,12 @@
 // the arithmetic that decides it.
 //
 // An SLO is a pair of latency objectives, p99 time to first token and p99
-// time per output token, that a load level must meet; the brief's default
-// is p99 TTFT <= 2000 ms and p99 TPOT <= 50 ms (Default). A Level is one
-// load level judged against it: the offered rate, the two p99s, the
-// effective (completed) rate and whether it passed. The objective of a scan
-// is the largest effective QPS among the passing levels, 0 when none pass
-// (Objective).
+// time per output token, that a load level must meet; hone's default, the
+// seed workload's SLO, is p99 TTFT <= 2000 ms and p99 TPOT <= 50 ms
+// (Default). A Level is one load level judged against it: the offered rate,
+// the two p99s, the effective (completed) rate and whether it passed. The
+// objective of a scan is the largest effective QPS among the passing levels,
+// 0 when none pass (Objective).
 //
 // Every percentile here is nearest rank: sort ascending and take entry
 // ceil(p/100*n) counting from one (NearestRank, NearestRankIndex). With

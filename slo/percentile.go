@@ -19,10 +19,11 @@ func NearestRank[T ~float64 | ~int64](values []T, p float64) T {
 }
 
 // NearestRankIndex is the one-based rank ceil(p/100*n), clamped to [1, n].
-// For p = 99 it evaluates ceil(0.99*n), the brief's expression.
+// For p = 99 it evaluates ceil(0.99*n), the CPU exercise's definition of
+// p99.
 func NearestRankIndex(n int, p float64) int {
 	// p/100 is correctly rounded, so for p = 99 it is the same float64 as
-	// the literal 0.99 and this is the brief's ceil(0.99*n) bit for bit.
+	// the literal 0.99 and this is the exercise's ceil(0.99*n) bit for bit.
 	k := int(math.Ceil(p / 100 * float64(n)))
 	return min(max(k, 1), n)
 }

@@ -2,8 +2,8 @@ package slo
 
 import "strconv"
 
-// SLO is the pair of latency objectives a load level must meet. The brief's
-// defaults are p99 TTFT <= 2000 ms and p99 TPOT <= 50 ms.
+// SLO is the pair of latency objectives a load level must meet. The
+// defaults (Default) are p99 TTFT <= 2000 ms and p99 TPOT <= 50 ms.
 type SLO struct {
 	TTFTMillis float64 `json:"ttft_slo_ms"`
 	TPOTMillis float64 `json:"tpot_slo_ms"`
@@ -13,7 +13,9 @@ type SLO struct {
 	Goodput PerRequest `json:"goodput,omitzero"`
 }
 
-// Default is the brief's default experiment SLO.
+// Default is the seed SLO: what hone judges the seed workload (the
+// coding-agent workload it replays by default) and the CPU exercise
+// against unless told otherwise.
 var Default = SLO{TTFTMillis: 2000, TPOTMillis: 50}
 
 // Met reports whether a level's p99 TTFT and p99 TPOT (milliseconds) are
@@ -57,7 +59,8 @@ func Objective(levels []Level) float64 {
 
 // Presets are SLOs a user would recognise by name (hone's --slo flag):
 // interactive (a coding assistant's chat: first token within half a
-// second), brief (the brief's experiment default), batch (latency barely
+// second), brief (Default, the seed SLO; the name is kept for the command
+// lines that use it), batch (latency barely
 // matters; throughput does).
 var Presets = map[string]SLO{
 	"interactive": {TTFTMillis: 500, TPOTMillis: 50},

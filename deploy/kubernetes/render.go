@@ -156,11 +156,6 @@ type Pool struct {
 	Workers []deploy.Worker
 }
 
-// PodDNS is worker i's stable name: <pod>.<service>.<namespace>.svc.
-func (p Pool) PodDNS(i int, namespace string) string {
-	return fmt.Sprintf("%s-%d.%s.%s.svc", p.Name, i, p.Name, namespace)
-}
-
 // Manifest is a rendered spec.
 type Manifest struct {
 	// Plan is the local render the pods are derived from.

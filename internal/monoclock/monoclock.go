@@ -74,6 +74,3 @@ var process = NewBase()
 
 // Now stamps the present with the process-wide base.
 func Now() Stamp { return process.Stamp(time.Now()) }
-
-// Of stamps t with the process-wide base.
-func Of(t time.Time) Stamp { return process.Stamp(t) }

@@ -42,3 +42,6 @@ func TestRead(t *testing.T) {
 		}
 	}
 }
+
+// Of stamps t with the process-wide base.
+func Of(t time.Time) Stamp { return process.Stamp(t) }

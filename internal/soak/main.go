@@ -105,16 +105,12 @@ type proc struct {
 	started time.Time
 }
 
-// start runs argv with its output in logDir/name.log.
-func start(name, logDir string, argv ...string) (*proc, error) {
-	return startEnv(name, logDir, nil, argv...)
-}
-
 // gctraceEnv makes a Go process log one line per GC (GODEBUG=gctrace=1):
 // the rig reads its live heap over time from them (liveHeapSeries).
 var gctraceEnv = []string{"GODEBUG=gctrace=1"}
 
-// startEnv is start with extra environment variables.
+// startEnv runs argv with its output in logDir/name.log and env added to
+// its environment.
 func startEnv(name, logDir string, env []string, argv ...string) (*proc, error) {
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return nil, err

@@ -118,3 +118,15 @@ func rawStream(ctx context.Context, c *http.Client, base string, body []byte) (i
 		}
 	}
 }
+
+// StepLateness is every step's completion lateness so far, in step order:
+// how long after its modelled end (in wall time) the engine finished it.
+func (s *Server) StepLateness() []time.Duration { return s.eng.stepLateness() }
+
+// stepLateness returns a copy of every step's lateness so far, in step
+// order: how long after its modelled end the engine completed the step.
+func (e *engine) stepLateness() []time.Duration {
+	e.lateMu.Lock()
+	defer e.lateMu.Unlock()
+	return append([]time.Duration(nil), e.late...)
+}

@@ -800,11 +800,3 @@ func (e *engine) shutdown() {
 	}
 	e.running, e.waiting, e.pending = nil, nil, nil
 }
-
-// stepLateness returns a copy of every step's lateness so far, in step
-// order: how long after its modelled end the engine completed the step.
-func (e *engine) stepLateness() []time.Duration {
-	e.lateMu.Lock()
-	defer e.lateMu.Unlock()
-	return append([]time.Duration(nil), e.late...)
-}

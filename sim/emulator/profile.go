@@ -121,10 +121,10 @@ type GPU struct {
 // are model time.
 //
 // A profile is one of three forms: the roofline (Model, GPU and the
-// efficiencies below), Linear (fitted per-step coefficients) or Exercise
-// (the brief's fixed rates). Every form needs Model, whose size and
-// vocabulary the server and the KV transfer use; the roofline and Linear
-// take the KV-cache capacity from Model and GPU.
+// efficiencies below), Linear (fitted per-step coefficients) or Exercise (the
+// CPU exercise's fixed prefill, decode and transfer rates). Every form needs
+// Model, whose size and vocabulary the server and the KV transfer use; the
+// roofline and Linear take the KV-cache capacity from Model and GPU.
 type Profile struct {
 	Name  string `yaml:"name"`
 	Model Model  `yaml:"model"`
@@ -159,7 +159,8 @@ type Profile struct {
 	MaxNumSeqs          int `yaml:"max_num_seqs"`
 	MaxNumBatchedTokens int `yaml:"max_num_batched_tokens"`
 
-	// Exercise, when set, replaces the roofline by the brief's rates.
+	// Exercise, when set, replaces the roofline by the CPU exercise's
+	// fixed rates.
 	Exercise *ExerciseRates `yaml:"exercise,omitempty"`
 	// Linear, when set, replaces the roofline by fitted per-step costs
 	// (hone calibrate).
@@ -187,9 +188,9 @@ type Profile struct {
 type ExerciseRates struct {
 	PrefillTokensPerSec float64 `yaml:"prefill_tokens_per_sec"`
 	DecodeMsPerToken    float64 `yaml:"decode_ms_per_token"`
-	// TransferMs is the KV handoff, counted as the brief counts it: from
-	// the prefill's end to the decode worker being able to start, so the
-	// proxy's hop to the decode worker overlaps it.
+	// TransferMs is the KV handoff, counted as the exact model counts it
+	// (package sim): from the prefill's end to the decode worker being able
+	// to start, so the proxy's hop to the decode worker overlaps it.
 	TransferMs float64 `yaml:"transfer_ms"`
 }
 
@@ -377,11 +378,11 @@ const (
 )
 
 var profiles = map[string]*Profile{
-	// The brief's CPU-exercise simulator: prefill 4096 tok/s, d = 1000/2048
-	// ms per sampled token, a batch of one, 8 ms transfer.
+	// The CPU exercise's exact model (package sim): prefill 4096 tok/s, d =
+	// 1000/2048 ms per sampled token, a batch of one, 8 ms transfer.
 	"exercise": {
 		Name: "exercise", Model: Qwen25Coder05B,
-		GPU:                 GPU{Name: "exercise (brief's fixed rates)"},
+		GPU:                 GPU{Name: "exercise (the CPU exercise's fixed rates)"},
 		MaxNumSeqs:          1,
 		MaxNumBatchedTokens: 32768,
 		Exercise:            &ExerciseRates{PrefillTokensPerSec: 4096, DecodeMsPerToken: 1000.0 / 2048, TransferMs: 8},

@@ -426,13 +426,6 @@ func (s *Server) EngineID() string { return s.cfg.EngineID }
 // Profile is the resolved cost model.
 func (s *Server) Profile() *Profile { return s.prof }
 
-// NumBlocks is the KV cache's capacity in blocks.
-func (s *Server) NumBlocks() int { return s.eng.kv.numBlocks() }
-
-// StepLateness is every step's completion lateness so far, in step order:
-// how long after its modelled end (in wall time) the engine finished it.
-func (s *Server) StepLateness() []time.Duration { return s.eng.stepLateness() }
-
 // Close stops the server and waits for its goroutines.
 func (s *Server) Close() error {
 	s.cancel()

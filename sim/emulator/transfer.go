@@ -437,14 +437,14 @@ func (e *engine) pull(ctx context.Context, r *request, from int) {
 	e.post(msg{kind: msgLoaded, req: r, endMs: endMs, fromMs: fromMs, bytes: bytes, model: modelMs, err: err})
 }
 
-// pullOnce runs one pull. *fromMs is the modelled start of the transfer:
-// the decode worker's receipt of the request (NIXL: it reads the blocks
-// once the proxy hands it the request), or, for the exercise profile, the
-// prefill's end, since the brief's equation, first = max(prefill_end + 8,
-// decode_end) + d, counts the 8 ms handoff from there; the proxy's hop to
-// the decode worker then falls inside the 8 ms instead of adding to it.
-// On success *endMs is when the KV became usable: the modelled end, or the
-// last byte's arrival if the transport was slower than the model.
+// pullOnce runs one pull. *fromMs is the modelled start of the transfer: the
+// decode worker's receipt of the request (NIXL: it reads the blocks once the
+// proxy hands it the request), or, for the exercise profile, the prefill's
+// end, since the exact model's equation (package sim), first =
+// max(prefill_end + 8, decode_end) + d, counts the 8 ms handoff from there;
+// the proxy's hop to the decode worker then falls inside the 8 ms instead of
+// adding to it. On success *endMs is when the KV became usable: the modelled
+// end, or the last byte's arrival if the transport was slower than the model.
 func (e *engine) pullOnce(ctx context.Context, r *request, from int, fromMs, endMs *float64) (int64, float64, error) {
 	p := r.remote
 	if p.RemoteRequestID == nil || p.RemoteHost == nil || p.RemotePort == nil {

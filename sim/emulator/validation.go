@@ -9,8 +9,9 @@ import (
 )
 
 // The committed scoreboard of hone's accuracy against measured data (make
-// validate writes and checks it; calibrate.Scoreboard is its shape): what
-// a prediction states beside a profile's figures.
+// validate writes and checks it; its shape is the Scoreboard type of
+// package calibrate's validation test, calibrate/scoreboard_test.go):
+// what a prediction states beside a profile's figures.
 //
 //go:embed profiles/validation-scoreboard.json
 var scoreboardJSON []byte

@@ -1,0 +1,8 @@
+package engine
+
+// Unregister removes an engine; tests use it to undo a Register.
+func Unregister(name string) {
+	mu.Lock()
+	defer mu.Unlock()
+	delete(registry, name)
+}
