@@ -54,7 +54,7 @@
 // client_bound bounds applied to the client part (p99 against
 // replay.ClientBoundSLOFraction of the TTFT SLO, median against
 // replay.ClientBoundTTFTFraction of the median TTFT) and re-judges the
-// record. Summarize shows invalid levels, flagged with their reason
+// record. SummarizeKnobs shows invalid levels, flagged with their reason
 // codes, and names the bottleneck from the valid ones (BottleneckRule):
 //
 //   - client-bound when every level is invalid, or the lowest or highest

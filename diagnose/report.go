@@ -118,19 +118,14 @@ func (d Diagnosis) Label() string {
 	return d.Bottleneck
 }
 
-// Summarize groups attributions by load level (all runs together), shows
-// every level, and names the bottleneck from the valid levels only, by
-// BottleneckRule: the tail mean (the slowest TailFraction of requests by
-// TTFT) of each part, its growth from the lowest to the highest valid
+// SummarizeKnobs groups attributions by load level (all runs together),
+// shows every level, and names the bottleneck from the valid levels only,
+// by BottleneckRule: the tail mean (the slowest TailFraction of requests
+// by TTFT) of each part, its growth from the lowest to the highest valid
 // level with a seeded bootstrap interval, and the parts that dominate the
 // TTFT budget. tpotP99 is p99 TPOT by offered rate (decode when it misses
-// its SLO at a valid level).
-func Summarize(kind schema.Kind, atts []Attribution, target slo.SLO, tpotP99 map[float64]float64) Diagnosis {
-	return SummarizeKnobs(kind, atts, target, tpotP99, Knobs{})
-}
-
-// SummarizeKnobs is Summarize for a configuration whose knobs are known
-// (RecordKnobs): the proposals follow them.
+// its SLO at a valid level). knobs are the configuration's (RecordKnobs):
+// the proposals follow them.
 func SummarizeKnobs(kind schema.Kind, atts []Attribution, target slo.SLO, tpotP99 map[float64]float64, knobs Knobs) Diagnosis {
 	d := Diagnosis{Kind: kind, Growth: map[string]float64{}, GrowthCI: map[string][2]float64{}, IntervalLevel: Confidence, Rule: BottleneckRule,
 		MaxNumSeqs: knobs.MaxNumSeqs}
