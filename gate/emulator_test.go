@@ -189,6 +189,21 @@ func onlyHostInvalid(runs []Run) bool {
 	return true
 }
 
+// hostDistorted reports whether any level of runs is invalid for a reason
+// the measuring host decided (schema.HostReason).
+func hostDistorted(runs []Run) bool {
+	for _, r := range runs {
+		for _, l := range r.Levels {
+			for _, why := range l.Invalid {
+				if code, _, _ := strings.Cut(why, ":"); schema.HostReason(schema.Code(code)) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 // The tail rule on replay records. An A/A check — one emulated deployment
 // replayed for the baseline and again for the candidate — passes, its p99s
 // compared on 3 runs × 128 measured requests pooled (384 a side, enough
@@ -244,9 +259,12 @@ func TestGateTailsOnEmulatedRecords(t *testing.T) {
 	}
 	reg := recordRuns(t, d.rec)
 
-	// What the model decides, whatever the host: the engine's own mean
-	// inter-token time (model ms) is at least 10% longer (longer steps
-	// also batch more requests, each step then costing a little more).
+	// What the model decides where the host kept the schedule: the
+	// engine's own mean inter-token time (model ms) is at least 10% longer
+	// (longer steps also batch more requests, each step then costing a
+	// little more). A client the host made late (a client_bound level)
+	// sends on another schedule, so the engine batches other requests
+	// together: then the ratio is the host's, and is only logged.
 	itl := func(recs ...*schema.Record) float64 {
 		var v []float64
 		for _, rec := range recs {
@@ -266,7 +284,9 @@ func TestGateTailsOnEmulatedRecords(t *testing.T) {
 	}
 	bITL, sITL := itl(baseRecs...), itl(d.rec)
 	t.Logf("engine median mean_itl_ms: %.3f, slower deployment %.3f (×%.3f)", bITL, sITL, sITL/bITL)
-	if r := sITL / bITL; r < slower-0.01 || r > slower+0.15 {
+	if r := sITL / bITL; (r < slower-0.01 || r > slower+0.15) && (hostDistorted(base) || hostDistorted(reg)) {
+		t.Logf("the ratio ×%.3f is outside [×%g, ×%g], on a host that distorted some level (a host-decided invalid reason): not judged", r, slower-0.01, slower+0.15)
+	} else if r < slower-0.01 || r > slower+0.15 {
 		t.Errorf("the slower deployment's engine inter-token time is ×%.3f the baseline's, want ×%g or a little more", r, slower)
 	}
 
