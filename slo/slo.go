@@ -59,11 +59,23 @@ func Objective(levels []Level) float64 {
 
 // Presets are SLOs a user would recognise by name (hone's --slo flag):
 // interactive (a coding assistant's chat: first token within half a
-// second), brief (Default, the seed SLO; the name is kept for the command
-// lines that use it), batch (latency barely
+// second), seed (Default, the seed workload's SLO), batch (latency barely
 // matters; throughput does).
 var Presets = map[string]SLO{
 	"interactive": {TTFTMillis: 500, TPOTMillis: 50},
-	"brief":       Default,
+	"seed":        Default,
 	"batch":       {TTFTMillis: 10000, TPOTMillis: 200},
+}
+
+// PresetAliases are older names of Presets, still accepted (not listed):
+// "brief" was the seed SLO's name before it was called seed.
+var PresetAliases = map[string]string{"brief": "seed"}
+
+// Preset returns the SLO named name (a Presets name or an alias).
+func Preset(name string) (SLO, bool) {
+	if n, ok := PresetAliases[name]; ok {
+		name = n
+	}
+	p, ok := Presets[name]
+	return p, ok
 }

@@ -146,3 +146,19 @@ func TestMet(t *testing.T) {
 		}
 	}
 }
+
+// The seed SLO is named seed; brief, its older name, is still accepted
+// and not listed; an unknown name is not an SLO.
+func TestPreset(t *testing.T) {
+	for _, name := range []string{"seed", "brief"} {
+		if p, ok := Preset(name); !ok || p != Default {
+			t.Errorf("Preset(%q) = %+v, %v; want Default", name, p, ok)
+		}
+	}
+	if _, listed := Presets["brief"]; listed {
+		t.Error("brief is listed among Presets; it is an alias only")
+	}
+	if _, ok := Preset("fast"); ok {
+		t.Error(`Preset("fast") found an SLO`)
+	}
+}

@@ -140,7 +140,7 @@ func (w *workloadFlags) workload(seed uint64) schema.Workload {
 // that order.
 func (w *workloadFlags) checkSLO() error {
 	if w.sloPreset != "" {
-		p, ok := slo.Presets[w.sloPreset]
+		p, ok := slo.Preset(w.sloPreset)
 		if !ok {
 			return badInput("--slo: %q: want one of %s", w.sloPreset, sloPresetNames())
 		}
