@@ -63,7 +63,7 @@ type Record struct {
 	Hone     Build          `json:"hone"`
 	Engine   EngineInfo     `json:"engine"`
 	Model    Model          `json:"model"`
-	Config   map[string]any `json:"config"`
+	Config   Config         `json:"config"`
 	Hardware map[string]any `json:"hardware"`
 	GPUs     int            `json:"gpus" jsonschema:"minimum=0"`
 
