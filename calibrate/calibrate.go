@@ -1,13 +1,11 @@
 package calibrate
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -52,43 +50,18 @@ func InputFromRecord(path string) (Input, error) {
 }
 
 // specOf decodes a record's config as a deployment spec.
-func specOf(cfg map[string]any) (*deploy.Spec, error) {
+func specOf(cfg schema.Config) (*deploy.Spec, error) {
 	if len(cfg) == 0 {
 		return nil, errors.New("config: empty, want the deployment spec the record measured (hone optimize and hone replay --config write it)")
 	}
-	b, err := json.Marshal(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
 	var s deploy.Spec
-	if err := json.NewDecoder(bytes.NewReader(b)).Decode(&s); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return nil, fmt.Errorf("config.%s: want %s, got a JSON %s (the config is not a deployment spec)", te.Field, jsonKind(te.Type), te.Value)
-		}
-		return nil, fmt.Errorf("config: not a deployment spec: %w", err)
+	if err := cfg.Decode(&s); err != nil {
+		return nil, fmt.Errorf("%w: the config is not a deployment spec", err)
 	}
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("config is not a valid deployment spec: %w", err)
 	}
 	return &s, nil
-}
-
-// jsonKind names what JSON value decodes into t.
-func jsonKind(t reflect.Type) string {
-	switch t.Kind() {
-	case reflect.Struct, reflect.Map:
-		return "an object"
-	case reflect.Slice, reflect.Array:
-		return "an array"
-	case reflect.String:
-		return "a string"
-	case reflect.Bool:
-		return "true or false"
-	case reflect.Pointer:
-		return jsonKind(t.Elem())
-	}
-	return "a number"
 }
 
 func (in Input) requests() int {

@@ -325,8 +325,8 @@ func TestInputFromRecord(t *testing.T) {
 		config map[string]any
 		want   string
 	}{
-		{"type", map[string]any{"scenario": "x", "name": "x", "topology": "colocated"}, "config.topology: want an object, got a JSON string"},
-		{"nested type", map[string]any{"name": "x", "knobs": map[string]any{"max_num_seqs": "many"}}, "config.knobs.max_num_seqs: want a number, got a JSON string"},
+		{"type", map[string]any{"scenario": "x", "name": "x", "topology": "colocated"}, "config.topology: got a JSON string"},
+		{"nested type", map[string]any{"name": "x", "knobs": map[string]any{"max_num_seqs": "many"}}, "config.knobs.max_num_seqs: got a JSON string"},
 		{"not a spec", map[string]any{"scenario": "x"}, "config is not a valid deployment spec: spec.name"},
 		{"empty", map[string]any{}, "config: empty"},
 	} {

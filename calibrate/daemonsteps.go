@@ -59,16 +59,14 @@ func StepsFromEvidence(ev diagnose.KernelEvidence, pid int, rec *schema.Record, 
 	}
 	// Only the topology matters here: read it alone, so that a record of
 	// hone replay --config with any config serves.
-	topo, _ := rec.Config["topology"].(map[string]any)
-	kind, _ := topo["kind"].(string)
-	replicas, _ := topo["replicas"].(float64)
-	if kind != "" && (kind != deploy.Colocated || max(int(replicas), 1) != 1) {
-		return nil, fmt.Errorf("record: config.topology: a %s deployment of %d replicas: the join needs one engine process serving every request (colocated, one replica)", kind, max(int(replicas), 1))
+	topo, has, err := rec.Config.Topology()
+	has = has && err == nil
+	if has && topo.Kind != "" && (topo.Kind != deploy.Colocated || max(topo.Replicas, 1) != 1) {
+		return nil, fmt.Errorf("record: config.topology: a %s deployment of %d replicas: the join needs one engine process serving every request (colocated, one replica)", topo.Kind, max(topo.Replicas, 1))
 	}
 	if tp == 0 {
-		v, _ := topo["tp"].(float64)
-		tp = max(int(v), 1)
-		if topo == nil {
+		tp = max(topo.TP, 1)
+		if !has {
 			return nil, errors.New("record: no config.topology to read the TP size from: give it (--tp)")
 		}
 	}

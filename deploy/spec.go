@@ -14,6 +14,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/hone-llm/hone/schema"
+
 	"github.com/hone-llm/hone/engine"
 	"github.com/hone-llm/hone/sim/emulator"
 )
@@ -135,23 +137,6 @@ type GPUs struct {
 	IDs    []int `yaml:"ids" json:"ids,omitempty"`
 }
 
-// Topology splits the GPUs. Colocated: Replicas engines of TP GPUs each
-// (one engine with TP=N is Replicas 1). Disaggregated: Prefill and Decode
-// pools.
-type Topology struct {
-	Kind     string `yaml:"kind" json:"kind"`
-	Replicas int    `yaml:"replicas" json:"replicas,omitempty"`
-	TP       int    `yaml:"tp" json:"tp,omitempty"`
-	Prefill  *Pool  `yaml:"prefill" json:"prefill,omitempty"`
-	Decode   *Pool  `yaml:"decode" json:"decode,omitempty"`
-}
-
-// Pool is one role's workers in a disaggregated topology.
-type Pool struct {
-	Replicas int `yaml:"replicas" json:"replicas"`
-	TP       int `yaml:"tp" json:"tp"`
-}
-
 // KVConnector configures KV transfer between prefill and decode workers.
 type KVConnector struct {
 	Name string `yaml:"name" json:"name,omitempty"`
@@ -175,27 +160,14 @@ type KVConnector struct {
 	LoadFailurePolicy string `yaml:"load_failure_policy" json:"load_failure_policy,omitempty"`
 }
 
-// Knobs are the engine settings the optimizer turns. Nil pointers leave the
-// engine's default.
-type Knobs struct {
-	PrefixCaching        *bool    `yaml:"prefix_caching" json:"prefix_caching,omitempty"`
-	MaxNumSeqs           int      `yaml:"max_num_seqs" json:"max_num_seqs,omitempty"`
-	MaxNumBatchedTokens  int      `yaml:"max_num_batched_tokens" json:"max_num_batched_tokens,omitempty"`
-	GPUMemoryUtilization float64  `yaml:"gpu_memory_utilization" json:"gpu_memory_utilization,omitempty"`
-	BlockSize            int      `yaml:"block_size" json:"block_size,omitempty"`
-	MaxModelLen          int      `yaml:"max_model_len" json:"max_model_len,omitempty"`
-	EnforceEager         bool     `yaml:"enforce_eager" json:"enforce_eager,omitempty"`
-	CUDAGraphMode        string   `yaml:"cudagraph_mode" json:"cudagraph_mode,omitempty"`
-	SpeculativeNgram     *Ngram   `yaml:"speculative_ngram" json:"speculative_ngram,omitempty"`
-	ExtraArgs            []string `yaml:"extra_args" json:"extra_args,omitempty"`
-}
-
-// Ngram is prompt-lookup speculative decoding.
-type Ngram struct {
-	NumSpeculativeTokens int `yaml:"num_speculative_tokens" json:"num_speculative_tokens"`
-	PromptLookupMax      int `yaml:"prompt_lookup_max" json:"prompt_lookup_max"`
-	PromptLookupMin      int `yaml:"prompt_lookup_min" json:"prompt_lookup_min,omitempty"`
-}
+// The topology and knobs sections are stated in package schema, since a
+// run record's config carries them (schema.Config.Topology, Knobs).
+type (
+	Topology = schema.Topology
+	Pool     = schema.Pool
+	Knobs    = schema.Knobs
+	Ngram    = schema.Ngram
+)
 
 // Routing configures the proxy in front of the workers.
 type Routing struct {

@@ -574,10 +574,8 @@ func decodeMs(rq schema.RequestRecord, em engineMetrics) (float64, string) {
 // (a deploy spec's knobs, as the optimizer records it), 0 when it states
 // none.
 func RecordTokenBudget(rec *schema.Record) int {
-	knobs, _ := rec.Config["knobs"].(map[string]any)
-	n, _ := knobs["max_num_batched_tokens"].(float64) // JSON numbers
-	if n >= 1 && n == math.Trunc(n) {
-		return int(n)
+	if k, err := rec.Config.Knobs(); err == nil && k.MaxNumBatchedTokens >= 1 {
+		return k.MaxNumBatchedTokens
 	}
 	return 0
 }

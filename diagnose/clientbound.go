@@ -125,7 +125,6 @@ func JudgeRecord(rec *schema.Record) ([]string, error) {
 // disaggregated reads the record's config for a disaggregated topology
 // (hone optimize records its deployment spec there).
 func disaggregated(rec *schema.Record) bool {
-	t, _ := rec.Config["topology"].(map[string]any)
-	k, _ := t["kind"].(string)
-	return k == "disaggregated"
+	t, _, err := rec.Config.Topology()
+	return err == nil && t.Kind == "disaggregated"
 }

@@ -1,7 +1,6 @@
 package diagnose
 
 import (
-	"math"
 	"sort"
 
 	"github.com/hone-llm/hone/schema"
@@ -16,10 +15,8 @@ type Knobs struct {
 // RecordKnobs reads the knobs a record's config states (a deploy spec's
 // knobs, as the optimizer records it); zero where it states none.
 func RecordKnobs(rec *schema.Record) Knobs {
-	knobs, _ := rec.Config["knobs"].(map[string]any)
-	n, _ := knobs["max_num_seqs"].(float64) // JSON numbers
-	if n >= 1 && n == math.Trunc(n) {
-		return Knobs{MaxNumSeqs: int(n)}
+	if k, err := rec.Config.Knobs(); err == nil && k.MaxNumSeqs >= 1 {
+		return Knobs{MaxNumSeqs: k.MaxNumSeqs}
 	}
 	return Knobs{}
 }

@@ -3,7 +3,6 @@ package gate
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"sort"
 	"strings"
 
@@ -54,11 +53,9 @@ func runsOfRecord(rec *schema.Record) ([]Run, error) {
 	scenario := scenarioOf(rec.Config)
 	fp := recordFingerprint(rec)
 	bounds := Bounds{MeasuredPerLevel: max(rec.Workload.Requests-rec.Warmups(), 0)}
-	if v, ok := rec.Config["tpot_floor_ms"]; ok {
-		f, isNum := v.(float64)
-		if !isNum || !(f > 0) || math.IsInf(f, 0) {
-			return nil, fmt.Errorf("config.tpot_floor_ms: %v: want a positive number of milliseconds (model time)", v)
-		}
+	if f, ok, err := rec.Config.TPOTFloorMs(); err != nil {
+		return nil, err
+	} else if ok {
 		bounds.TPOTFloorMs = f
 	}
 	var runs []Run
@@ -159,11 +156,9 @@ func lengthRatio(w schema.WorkloadRecord) string {
 
 // scenarioOf is a record config's "scenario" (hone replay --scenario),
 // else its "name", else "default".
-func scenarioOf(config map[string]any) string {
-	for _, k := range []string{"scenario", "name"} {
-		if s, ok := config[k].(string); ok && s != "" {
-			return s
-		}
+func scenarioOf(config schema.Config) string {
+	if s := config.Scenario(); s != "" {
+		return s
 	}
 	return "default"
 }

@@ -114,8 +114,8 @@ func (e *DeployEvaluator) Evaluate(ctx context.Context, spec *deploy.Spec, tag s
 	var cfg map[string]any
 	b, _ := json.Marshal(s)
 	json.Unmarshal(b, &cfg)
-	cfg["scenario"] = SpecKey(spec) // the gate compares records of one config under this name
-	scale := 0.0                    // vLLM: real time; the emulator states its own, which must match the spec's
+	cfg[schema.ConfigScenario] = SpecKey(spec) // the gate compares records of one config under this name
+	scale := 0.0                               // vLLM: real time; the emulator states its own, which must match the spec's
 	if engine.Emulated(s.Engine) && s.Emulator.TimeScale > 0 {
 		scale = s.Emulator.TimeScale
 		t.TimeScale = scale

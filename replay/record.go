@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
-	_ "embed"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,18 +16,13 @@ import (
 	"github.com/hone-llm/hone/schema"
 )
 
-//go:embed schema/record.schema.json
-var recordSchemaJSON []byte
-
-// RecordSchema returns the JSON Schema (draft 2020-12) of run records.
-func RecordSchema() []byte { return bytes.Clone(recordSchemaJSON) }
-
-// recordSchemas are the record schema compiled: the whole record's, and
+// recordSchemas are the record schema (schema.RecordSchemaJSON, generated
+// from package schema's types) compiled: the whole record's, and
 // one request's (ReadRecord checks each as it streams).
 type recordSchemas struct{ record, request *jsonschema.Schema }
 
 var compiledSchemas = sync.OnceValues(func() (recordSchemas, error) {
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(recordSchemaJSON))
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema.RecordSchemaJSON()))
 	if err != nil {
 		return recordSchemas{}, fmt.Errorf("compile record schema: %w", err)
 	}
@@ -40,7 +34,7 @@ var compiledSchemas = sync.OnceValues(func() (recordSchemas, error) {
 	if s.record, err = c.Compile("record.schema.json"); err != nil {
 		return recordSchemas{}, fmt.Errorf("compile record schema: %w", err)
 	}
-	if s.request, err = c.Compile("record.schema.json#/$defs/request"); err != nil {
+	if s.request, err = c.Compile("record.schema.json#/$defs/RequestRecord"); err != nil {
 		return recordSchemas{}, fmt.Errorf("compile record schema: %w", err)
 	}
 	return s, nil

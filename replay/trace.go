@@ -20,10 +20,10 @@ import (
 // hash id per 512 prompt tokens, the last block possibly partial.
 const MooncakeBlockSize = 512
 
-// Trace formats (TraceInfo.Format).
+// Trace formats (TraceInfo.Format), defined in schema.
 const (
-	TraceMooncake = "mooncake"    // JSON lines: timestamp (ms), input_length, output_length, hash_ids
-	TraceRecord   = "hone-record" // a hone run record, its requests replayed as a trace
+	TraceMooncake = schema.TraceMooncake
+	TraceRecord   = schema.TraceRecord
 )
 
 // MaxTraceLineBytes bounds one line of a trace: 16 MiB holds a hash list

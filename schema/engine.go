@@ -8,7 +8,7 @@ type EngineInfo struct {
 	Version  string `json:"version,omitempty"` // GET /version, when served
 	// TimeScale is the time scale the engine states in GET /version
 	// (hone's emulator does; vLLM runs in real time and says nothing).
-	TimeScale float64 `json:"time_scale,omitempty"`
+	TimeScale float64 `json:"time_scale,omitempty" jsonschema:"exclusiveMinimum=0"`
 	// CostProfile and CostProfileSource are the GPU-time model hone's
 	// emulator states in GET /version (a profile name, and how it was made:
 	// fitted to measured steps, derived, hand-made); vLLM says nothing.
@@ -16,7 +16,7 @@ type EngineInfo struct {
 	CostProfileSource string `json:"cost_profile_source,omitempty"`
 	// Model is the served model's /v1/models entry (id, root,
 	// max_model_len, ...), as the engine wrote it.
-	Model json.RawMessage `json:"model,omitempty"`
+	Model json.RawMessage `json:"model,omitempty" jsonschema:"type=object"`
 	// Error says why /version or /v1/models could not be read; the run
 	// goes on without them.
 	Error string `json:"error,omitempty"`

@@ -25,7 +25,7 @@ type Build struct {
 
 // Model identifies the weights served, as the deployment knows them.
 type Model struct {
-	ID          string            `json:"id"`
+	ID          string            `json:"id" jsonschema:"minLength=1"`
 	Revision    string            `json:"revision,omitempty"`
 	Precision   string            `json:"precision,omitempty"`
 	FilesSHA256 map[string]string `json:"files_sha256,omitempty"`
@@ -39,13 +39,13 @@ type CacheState struct {
 	// Nonce (fresh prefixes only) is the replay's random perturbation of
 	// the prefix seeds: level seeds are LevelPrefixSeed(seed ^ nonce, run,
 	// qps), so a second replay never meets the first one's prefixes.
-	Nonce uint64 `json:"nonce,omitempty"`
+	Nonce uint64 `json:"nonce,omitempty" jsonschema:"minimum=0"`
 }
 
 // Validation sums up output checks over the whole record.
 type Validation struct {
-	Valid   int            `json:"valid"`
-	Invalid int            `json:"invalid"`
+	Valid   int            `json:"valid" jsonschema:"minimum=0"`
+	Invalid int            `json:"invalid" jsonschema:"minimum=0"`
 	Reasons map[string]int `json:"reasons"` // invalid requests by first reason
 }
 
@@ -63,14 +63,14 @@ type Record struct {
 	Hone     Build          `json:"hone"`
 	Engine   EngineInfo     `json:"engine"`
 	Model    Model          `json:"model"`
-	Config   map[string]any `json:"config"`
+	Config   Config         `json:"config"`
 	Hardware map[string]any `json:"hardware"`
-	GPUs     int            `json:"gpus"`
+	GPUs     int            `json:"gpus" jsonschema:"minimum=0"`
 
 	// TimeScale is the engine's time scale: the schedule ran S times
 	// faster and every _ms figure is real time / S (model time).
-	TimeScale        float64        `json:"time_scale"`
-	RequestTimeoutMs float64        `json:"request_timeout_ms"`
+	TimeScale        float64        `json:"time_scale" jsonschema:"exclusiveMinimum=0"`
+	RequestTimeoutMs float64        `json:"request_timeout_ms" jsonschema:"exclusiveMinimum=0"`
 	SLO              slo.SLO        `json:"slo"`
 	Workload         WorkloadRecord `json:"workload"`
 
@@ -128,8 +128,8 @@ func (r *Record) DropChunks() {
 // RunRecord is one pass over all levels; --runs repeats it so the gate has
 // per-run values.
 type RunRecord struct {
-	Run       int     `json:"run"`
-	Objective float64 `json:"objective"`
+	Run       int     `json:"run" jsonschema:"minimum=0"`
+	Objective float64 `json:"objective" jsonschema:"minimum=0"`
 	// GPUSecondsPerRequest is the cost at the objective's level; nil when
 	// no level passed.
 	GPUSecondsPerRequest *float64      `json:"gpu_seconds_per_request"`
@@ -152,10 +152,10 @@ type LevelRecord struct {
 	slo.Level
 	// Verdict says whether these figures may decide anything.
 	Verdict   Verdict `json:"verdict"`
-	P50TTFTMs float64 `json:"p50_ttft_ms"`
-	P90TTFTMs float64 `json:"p90_ttft_ms"`
-	P50TPOTMs float64 `json:"p50_tpot_ms"`
-	P90TPOTMs float64 `json:"p90_tpot_ms"`
+	P50TTFTMs float64 `json:"p50_ttft_ms" jsonschema:"minimum=0"`
+	P90TTFTMs float64 `json:"p90_ttft_ms" jsonschema:"minimum=0"`
+	P50TPOTMs float64 `json:"p50_tpot_ms" jsonschema:"minimum=0"`
+	P90TPOTMs float64 `json:"p90_tpot_ms" jsonschema:"minimum=0"`
 	SLOMet    bool    `json:"slo_met"` // the percentiles alone meet the SLO
 	// NotSteady: the effective rate fell more than SteadyTolerance short of
 	// the offered rate while the SLO was met. The level was too short to
@@ -169,12 +169,12 @@ type LevelRecord struct {
 	Goodput *Goodput `json:"goodput,omitempty"`
 
 	Complete  bool           `json:"complete"`
-	Planned   int            `json:"requests_planned"`
-	Sent      int            `json:"requests_sent"`
-	Measured  int            `json:"measured_ok"` // measured requests with outcome ok
-	Outcomes  map[string]int `json:"outcomes"`    // all sent requests
+	Planned   int            `json:"requests_planned" jsonschema:"minimum=0"`
+	Sent      int            `json:"requests_sent" jsonschema:"minimum=0"`
+	Measured  int            `json:"measured_ok" jsonschema:"minimum=0"` // measured requests with outcome ok
+	Outcomes  map[string]int `json:"outcomes"`                           // all sent requests
 	Failures  map[string]int `json:"measured_failures"`
-	Invalid   int            `json:"invalid"`
+	Invalid   int            `json:"invalid" jsonschema:"minimum=0"`
 	StartedAt Stamp          `json:"started_at"`
 
 	// WindowSeconds runs from request 8's scheduled arrival to the last
@@ -198,7 +198,7 @@ type LevelRecord struct {
 	// PrefixSeed is the seed of this level's session prefixes: the
 	// workload's seed when the engine's cache was reset before the level,
 	// a fresh one per level otherwise (CacheState says which).
-	PrefixSeed uint64 `json:"prefix_seed"`
+	PrefixSeed uint64 `json:"prefix_seed" jsonschema:"minimum=0"`
 	// CachePromiseMet checks the workload's promise (measurement-phase hit
 	// rate > 90%) on what was measured: metrics when present, else
 	// cached_tokens; nil when neither was reported.
@@ -215,7 +215,7 @@ type LevelRecord struct {
 
 	// PromptsSHA256 hashes every request's prompt hash in id order: equal
 	// values mean identical inputs.
-	PromptsSHA256 string          `json:"prompts_sha256"`
+	PromptsSHA256 string          `json:"prompts_sha256" jsonschema:"pattern=^[0-9a-f]{64}$"`
 	Counters      LevelCounters   `json:"counters"`
 	Requests      []RequestRecord `json:"requests"`
 }
@@ -262,19 +262,24 @@ const (
 	OutcomeCanceled     = "canceled"      // the run was interrupted while it was in flight
 )
 
+// Outcomes lists every request outcome, OutcomeOK first.
+func Outcomes() []string {
+	return []string{OutcomeOK, OutcomeHTTPError, OutcomeConnectError, OutcomeStreamCut, OutcomeMalformed, OutcomeTimeout, OutcomeCanceled}
+}
+
 // RequestRecord is everything measured about one request. Durations (_ms)
 // are model time: real time divided by the run's time scale, measured from
 // the start of the level. Stamps are raw clock readings, never scaled.
 type RequestRecord struct {
-	ID            int     `json:"id"`
-	Session       int     `json:"session"`
+	ID            int     `json:"id" jsonschema:"minimum=0"`
+	Session       int     `json:"session" jsonschema:"minimum=0,maximum=7"`
 	RequestID     string  `json:"request_id"` // sent as X-Request-Id
-	InputTokens   int     `json:"input_tokens"`
-	PromptSHA256  string  `json:"prompt_sha256"`
+	InputTokens   int     `json:"input_tokens" jsonschema:"minimum=1"`
+	PromptSHA256  string  `json:"prompt_sha256" jsonschema:"pattern=^[0-9a-f]{64}$"`
 	Outcome       string  `json:"outcome"`
 	Error         string  `json:"error,omitempty"`
-	Status        int     `json:"status,omitempty"` // HTTP status, 0 when none came
-	ScheduledMs   float64 `json:"scheduled_ms"`
+	Status        int     `json:"status,omitempty" jsonschema:"minimum=100,maximum=599"` // HTTP status, 0 when none came
+	ScheduledMs   float64 `json:"scheduled_ms" jsonschema:"minimum=0"`
 	SentMs        float64 `json:"sent_ms"`
 	DispatchLagMs float64 `json:"dispatch_lag_ms"`
 	Scheduled     Stamp   `json:"scheduled"`
@@ -289,11 +294,11 @@ type RequestRecord struct {
 	TTFTMs         *float64        `json:"ttft_ms"`
 	TTFTFromSentMs *float64        `json:"ttft_from_sent_ms"`
 	TPOTMs         *float64        `json:"tpot_ms"`
-	OutputTokens   int             `json:"output_tokens"`
-	OutputSHA256   string          `json:"output_sha256,omitempty"`
+	OutputTokens   int             `json:"output_tokens" jsonschema:"minimum=0"`
+	OutputSHA256   string          `json:"output_sha256,omitempty" jsonschema:"pattern=^[0-9a-f]{64}$"`
 	FinishReason   string          `json:"finish_reason,omitempty"`
-	PromptTokens   *int            `json:"prompt_tokens"` // usage.prompt_tokens
-	CachedTokens   *int            `json:"cached_tokens"` // usage.prompt_tokens_details.cached_tokens
+	PromptTokens   *int            `json:"prompt_tokens" jsonschema:"minimum=0"` // usage.prompt_tokens
+	CachedTokens   *int            `json:"cached_tokens" jsonschema:"minimum=0"` // usage.prompt_tokens_details.cached_tokens
 	EngineMetrics  json.RawMessage `json:"engine_metrics,omitempty"`
 	Valid          bool            `json:"valid"`
 	Invalid        string          `json:"invalid,omitempty"` // "<check>: <detail>" when not valid
@@ -307,21 +312,21 @@ type RequestRecord struct {
 // as the record's; E2E from the scheduled send to the last token.
 type Goodput struct {
 	Limits   slo.PerRequest `json:"limits"`
-	Good     int            `json:"good"`
-	Measured int            `json:"measured"`
-	Fraction float64        `json:"fraction"`
-	QPS      float64        `json:"qps"`
+	Good     int            `json:"good" jsonschema:"minimum=0"`
+	Measured int            `json:"measured" jsonschema:"minimum=1"`
+	Fraction float64        `json:"fraction" jsonschema:"minimum=0,maximum=1"`
+	QPS      float64        `json:"qps" jsonschema:"minimum=0"`
 }
 
 // ShardInfo places a record in a sharded replay (hone replay --shard): a
 // shard's record has Index; a merged record (MergeShards) has none and
 // lists its shards in Merged.
 type ShardInfo struct {
-	Index         *int    `json:"index,omitempty"`
-	Count         int     `json:"count"`
+	Index         *int    `json:"index,omitempty" jsonschema:"minimum=0"`
+	Count         int     `json:"count" jsonschema:"minimum=1"`
 	StartAtUnixNs int64   `json:"start_at_unix_ns"`
-	LevelGapMs    float64 `json:"level_gap_ms"` // model time
-	SetupMs       float64 `json:"setup_ms"`     // real time
+	LevelGapMs    float64 `json:"level_gap_ms" jsonschema:"minimum=0"` // model time
+	SetupMs       float64 `json:"setup_ms" jsonschema:"minimum=0"`     // real time
 	Assignment    string  `json:"assignment"`
 	// Merged describes each shard of a merged record. Its requests' mono_ns
 	// stamps are on their shard's host clock, paired with the wall clock
@@ -331,7 +336,7 @@ type ShardInfo struct {
 
 // ShardPart is one shard of a merged record.
 type ShardPart struct {
-	Index      int            `json:"index"`
+	Index      int            `json:"index" jsonschema:"minimum=0"`
 	Clock      Stamp          `json:"clock"`
 	StartedAt  time.Time      `json:"started_at"`
 	FinishedAt time.Time      `json:"finished_at"`

@@ -46,6 +46,7 @@ func generate() ([]byte, error) {
 	for name, def := range s.Definitions {
 		nullable(def, typeNamed(name))
 	}
+	constrain(s.Definitions)
 	if rec := s.Definitions["Record"]; rec != nil {
 		// Written since version 3 only: version 2's records, which readers
 		// still read, lack them.
@@ -57,6 +58,82 @@ func generate() ([]byte, error) {
 	}
 	return json.MarshalIndent(s, "", "  ")
 }
+
+// strs is a list of string constants as a JSON Schema enum.
+func strs(vs ...string) []any {
+	e := make([]any, len(vs))
+	for i, v := range vs {
+		e[i] = v
+	}
+	return e
+}
+
+// prop is definition def's property name, looked through the anyOf that
+// nullable wraps it in.
+func prop(defs jsonschema.Definitions, def, name string) *jsonschema.Schema {
+	p, ok := defs[def].Properties.Get(name)
+	if !ok {
+		panic(def + "." + name + ": no such property")
+	}
+	if len(p.AnyOf) == 2 && p.AnyOf[1].Type == "null" {
+		return p.AnyOf[0]
+	}
+	return p
+}
+
+// constrain adds what struct tags cannot state: the enums of the plain
+// string fields (from the package's constants), the keys and counts of
+// the by-name maps, the closed objects, and the rules that tie one field
+// to another.
+func constrain(defs jsonschema.Definitions) {
+	outcome := &jsonschema.Schema{Type: "string", Enum: strs(schema.Outcomes()...)}
+	prop(defs, "RequestRecord", "outcome").Enum = outcome.Enum
+	counts := func(def, name string, keys *jsonschema.Schema) {
+		p := prop(defs, def, name)
+		p.PropertyNames = keys
+		p.AdditionalProperties = &jsonschema.Schema{Type: "integer", Minimum: json.Number("1")}
+	}
+	counts("Record", "outcomes", outcome)
+	counts("LevelRecord", "outcomes", outcome)
+	counts("LevelRecord", "measured_failures", outcome)
+	counts("Validation", "reasons", nil)
+	counts("LevelRecord", "engine_metrics_keys", nil)
+	prop(defs, "Model", "files_sha256").AdditionalProperties = &jsonschema.Schema{Type: "string", Pattern: "^[0-9a-f]{64}$"}
+	// "": the replay stopped before choosing.
+	prop(defs, "CacheState", "procedure").Enum = strs(schema.CacheReset, schema.CacheFreshPrefixes, "")
+	prop(defs, "WorkloadRecord", "kind").Enum = strs(schema.WorkloadTrace)
+	prop(defs, "WorkloadRecord", "load").Enum = strs(schema.LoadOpen, schema.LoadClosed)
+	prop(defs, "TraceInfo", "format").Enum = strs(schema.TraceMooncake, schema.TraceRecord)
+	for _, def := range []string{"Stamp", "PerRequest"} {
+		defs[def].AdditionalProperties = jsonschema.FalseSchema
+	}
+	when := func(def string, cond, then, els *jsonschema.Schema) {
+		defs[def].If, defs[def].Then, defs[def].Else = cond, then, els
+	}
+	// with is s with one property's schema.
+	with := func(s *jsonschema.Schema, name string, p *jsonschema.Schema) *jsonschema.Schema {
+		s.Properties = jsonschema.NewProperties()
+		s.Properties.Set(name, p)
+		return s
+	}
+	// A closed loop has concurrency levels and no rates; an open one, rates.
+	when("WorkloadRecord",
+		with(&jsonschema.Schema{Required: []string{"load"}}, "load", &jsonschema.Schema{Const: schema.LoadClosed}),
+		with(&jsonschema.Schema{Required: []string{"concurrency"}}, "qps", &jsonschema.Schema{MaxItems: ptr(uint64(0))}),
+		with(&jsonschema.Schema{}, "qps", &jsonschema.Schema{MinItems: ptr(uint64(1))}))
+	// A closed loop's level offers no rate.
+	when("LevelRecord",
+		&jsonschema.Schema{Required: []string{"concurrency"}},
+		with(&jsonschema.Schema{}, "offered_qps", &jsonschema.Schema{Const: 0}),
+		with(&jsonschema.Schema{}, "offered_qps", &jsonschema.Schema{ExclusiveMinimum: json.Number("0")}))
+	// An answered request has its status; a failed one, its error.
+	when("RequestRecord",
+		with(&jsonschema.Schema{}, "outcome", &jsonschema.Schema{Const: schema.OutcomeOK}),
+		&jsonschema.Schema{Required: []string{"status"}},
+		&jsonschema.Schema{Required: []string{"error"}})
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // types are the structs reachable from Record, by name.
 var types = map[string]reflect.Type{}

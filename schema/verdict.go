@@ -212,7 +212,7 @@ type Reason struct {
 	// for the level to clear it: host time is fixed in wall time, so in
 	// model time it shrinks as 1/scale while the model's own time stays.
 	// 0: no estimate.
-	Scale float64 `json:"scale,omitempty"`
+	Scale float64 `json:"scale,omitempty" jsonschema:"exclusiveMinimum=0"`
 }
 
 func (r Reason) String() string { return string(r.Code) + ": " + r.Detail }

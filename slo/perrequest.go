@@ -13,9 +13,9 @@ import (
 // meanings: TTFT, TPOT over the output tokens after the first, and the
 // request's end-to-end latency.
 type PerRequest struct {
-	TTFTMs float64 `json:"ttft_ms,omitempty"`
-	TPOTMs float64 `json:"tpot_ms,omitempty"`
-	E2EMs  float64 `json:"e2e_ms,omitempty"`
+	TTFTMs float64 `json:"ttft_ms,omitempty" jsonschema:"exclusiveMinimum=0"`
+	TPOTMs float64 `json:"tpot_ms,omitempty" jsonschema:"exclusiveMinimum=0"`
+	E2EMs  float64 `json:"e2e_ms,omitempty" jsonschema:"exclusiveMinimum=0"`
 }
 
 // Limits is s's per-request limits: Goodput when set, else the TTFT and

@@ -5,8 +5,8 @@ import "strconv"
 // SLO is the pair of latency objectives a load level must meet. The
 // defaults (Default) are p99 TTFT <= 2000 ms and p99 TPOT <= 50 ms.
 type SLO struct {
-	TTFTMillis float64 `json:"ttft_slo_ms"`
-	TPOTMillis float64 `json:"tpot_slo_ms"`
+	TTFTMillis float64 `json:"ttft_slo_ms" jsonschema:"exclusiveMinimum=0"`
+	TPOTMillis float64 `json:"tpot_slo_ms" jsonschema:"exclusiveMinimum=0"`
 	// Goodput, when set, holds the per-request limits goodput counts
 	// against (hone --goodput); unset, Limits applies the two above to
 	// each request.
@@ -26,13 +26,13 @@ func (s SLO) Met(p99TTFTMs, p99TPOTMs float64) bool {
 
 // Level is the summary of one load level, in the exercise's JSON shape.
 type Level struct {
-	OfferedQPS float64 `json:"offered_qps"`
+	OfferedQPS float64 `json:"offered_qps" jsonschema:"minimum=0"`
 	// Concurrency, for a closed-loop level, is its clients in flight
 	// (OfferedQPS is then 0: a closed loop offers no rate).
-	Concurrency  int     `json:"concurrency,omitempty"`
-	P99TTFTMs    float64 `json:"p99_ttft_ms"`
-	P99TPOTMs    float64 `json:"p99_tpot_ms"`
-	EffectiveQPS float64 `json:"effective_qps"`
+	Concurrency  int     `json:"concurrency,omitempty" jsonschema:"minimum=1"`
+	P99TTFTMs    float64 `json:"p99_ttft_ms" jsonschema:"minimum=0"`
+	P99TPOTMs    float64 `json:"p99_tpot_ms" jsonschema:"minimum=0"`
+	EffectiveQPS float64 `json:"effective_qps" jsonschema:"minimum=0"`
 	Passed       bool    `json:"passed"`
 }
 

@@ -146,7 +146,6 @@ func newProfileStepsCmd() *cobra.Command {
 
 // budgetOf is the token budget the record's spec states, 0 when none.
 func budgetOf(rec *schema.Record) int {
-	k, _ := rec.Config["knobs"].(map[string]any)
-	v, _ := k["max_num_batched_tokens"].(float64)
-	return int(v)
+	k, _ := rec.Config.Knobs()
+	return k.MaxNumBatchedTokens
 }
