@@ -231,7 +231,7 @@ func (o *replayFlags) options(c *cobra.Command, qps []float64, clients []int) (r
 		}
 	}
 	if o.scenario != "" {
-		cfg["scenario"] = o.scenario
+		cfg[schema.ConfigScenario] = o.scenario
 	}
 	if !c.Flags().Changed("time-scale") {
 		o.timeScale = 0 // adopt the engine's
