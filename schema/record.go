@@ -228,7 +228,7 @@ type LevelCounters struct {
 }
 
 // Warmups is how many of every level's first requests (by id) are
-// warm-ups, which no figure counts: Sessions for the brief's workload, 0
+// warm-ups, which no figure counts: Sessions for the seed workload, 0
 // for a trace (every request is measured).
 func (r *Record) Warmups() int {
 	if r.Workload.Kind == WorkloadTrace {

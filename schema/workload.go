@@ -5,7 +5,7 @@ package schema
 type WorkloadRecord struct {
 	Workload
 	// Kind is WorkloadTrace for a trace replay (hone replay --trace),
-	// whose requests Trace describes; "" for the brief's workload.
+	// whose requests Trace describes; "" for the seed workload.
 	Kind  string     `json:"kind,omitempty"`
 	Trace *TraceInfo `json:"trace,omitempty"`
 	QPS   []float64  `json:"qps" jsonschema:"minItems=0,exclusiveMinimum=0"`
@@ -43,7 +43,7 @@ func (w WorkloadRecord) LoadMode() string {
 	return w.Load
 }
 
-// Workload is the token-level workload: the brief's schedule (Generate) at
+// Workload is the token-level workload: the seed workload's schedule (replay.Generate) at
 // each offered rate, with real token ids. Eight sessions each get a distinct,
 // deterministic code prefix cut to exactly InputTokens-UncachedTokens
 // tokens; every request appends its own UncachedTokens ids drawn from Seed.
