@@ -97,7 +97,7 @@ func (c Chunks) Absent() bool { return c.absent() }
 // plain interval (~6.5 ms) takes four, and the wall-minus-monotonic offset
 // (constant up to a few ns of read jitter) one byte.
 //
-// Why columns, second differences and raw ids (measured on the seed workload's
+// Why columns, second differences and raw ids (measured on the seed
 // workload, TestRecordBytesPerOutputToken: 128 requests of 128 tokens, one
 // token a chunk, intervals 6.5 ms +- 4 µs, uniformly random ids): chunk by
 // chunk with plain intervals the gzipped record took 8.4 bytes per output

@@ -43,7 +43,7 @@ func (w WorkloadRecord) LoadMode() string {
 	return w.Load
 }
 
-// Workload is the token-level workload: the seed workload's schedule (replay.Generate) at
+// Workload is the token-level workload: the seed schedule (replay.Generate) at
 // each offered rate, with real token ids. Eight sessions each get a distinct,
 // deterministic code prefix cut to exactly InputTokens-UncachedTokens
 // tokens; every request appends its own UncachedTokens ids drawn from Seed.
