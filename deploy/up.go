@@ -26,6 +26,7 @@ func ProxyConfig(p *Plan) proxy.Config {
 	s := p.Spec
 	c := proxy.Config{
 		Listen:            p.ProxyAddr,
+		Engine:            proxy.EngineField(s.Engine),
 		Mode:              s.Topology.Kind,
 		Routing:           s.Routing.Policy,
 		SessionHeader:     s.Routing.SessionHeader,

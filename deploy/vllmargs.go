@@ -85,7 +85,7 @@ func CheckVLLMServeArgs(v Version, args []string) (ServeArgs, error) {
 			if !ok {
 				return fail("unrecognized arguments: %s (not a flag hone's version table knows)", name)
 			}
-			if !f.in(v) {
+			if !featureIn(f, v) {
 				return fail("unrecognized arguments: %s (%s; %s)", name, spanOf(f.ID), f.Source)
 			}
 		}

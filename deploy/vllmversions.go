@@ -13,12 +13,12 @@ import (
 	"github.com/hone-llm/hone/engine"
 )
 
-// This file is the one place that knows which vLLM version has what: every
-// flag, environment variable, --kv-transfer-config field and
-// --kv-cache-dtype value hone renders whose presence changed across vLLM
-// releases, with the first release that has it and where that was checked.
-// Render (render.go) and hone preflight (preflight/serving.go) read it;
-// nothing else should compare vLLM versions.
+// This file checks a spec against vLLM's release table, which the engine
+// owns (engine/vllm_versions.go, Facts.Versions): every flag, environment
+// variable, --kv-transfer-config field and --kv-cache-dtype value hone
+// renders whose presence changed across vLLM releases. Render (render.go)
+// and hone preflight (preflight/serving.go) read it; nothing else should
+// compare vLLM versions.
 
 // Version is a vLLM release as `vllm --version` prints it: 0.11.1,
 // 0.10.1.1, 0.8.5.post1, 0.17.0rc1, 0.16.1.dev42+g1a2b3c4 or 0.11.0+cu128.
@@ -153,126 +153,53 @@ func VLLMVersion(ctx context.Context, vllmPath string) (string, error) {
 	return v.Raw, nil
 }
 
+// vLLM's release table is the engine's (engine/vllm_versions.go,
+// Facts.Versions); the names below are deploy's for it.
+
 // FeatureKind says how a feature appears in a rendered command.
-type FeatureKind string
+type FeatureKind = engine.FeatureKind
 
 const (
-	KindFlag         FeatureKind = "flag"
-	KindEnv          FeatureKind = "env"
-	KindKVConfig     FeatureKind = "kv-transfer-config field"
-	KindKVCacheDType FeatureKind = "kv-cache-dtype value"
-	KindBehavior     FeatureKind = "behavior"
+	KindFlag         = engine.KindFlag
+	KindEnv          = engine.KindEnv
+	KindKVConfig     = engine.KindKVConfig
+	KindKVCacheDType = engine.KindKVCacheDType
+	KindBehavior     = engine.KindBehavior
 )
 
 // VLLMFeature is one row of the table.
-type VLLMFeature struct {
-	ID    string      // stable key; preflight names its check vllm-<ID>
-	Kind  FeatureKind //
-	Name  string      // as hone renders it
-	Since string      // first vLLM release that has it
-	// Removed is the first vLLM release without it; "" while the newest
-	// release checked still has it, announced removal or not.
-	Removed string
-	// Removal is what vLLM has said about removing it, when it has (a
-	// deprecation warning, a planned release), and where that was read;
-	// "" when nothing is announced.
-	Removal string
-	// Source is where the fact was checked: the vLLM file and function
-	// (read at the commit given), and the pull request that added it.
-	Source string
-}
+type VLLMFeature = engine.Feature
 
 // Feature IDs.
 const (
-	FeaturePerRequestMetrics        = "per-request-metrics"
-	FeatureKVLoadFailurePolicy      = "kv-load-failure-policy"
-	FeatureRequestIDRandomization   = "request-id-randomization"
-	FeatureDisableRequestIDRandom   = "disable-request-id-randomization"
-	FeatureKVCacheDTypeBFloat16     = "kv-cache-dtype-bfloat16"
-	FeatureKVCacheDTypeFloat16      = "kv-cache-dtype-float16"
-	FeatureServerDevMode            = "server-dev-mode"
-	featureKVCacheDTypePrefix       = "kv-cache-dtype-"
-	vllmFileKVTransfer              = "vllm/config/kv_transfer.py KVTransferConfig"
-	vllmFileCache                   = "vllm/config/cache.py CacheDType"
-	vllmFileInputProcessorAssignRID = "vllm/v1/engine/input_processor.py InputProcessor.assign_request_id"
+	FeaturePerRequestMetrics        = engine.FeaturePerRequestMetrics
+	FeatureKVLoadFailurePolicy      = engine.FeatureKVLoadFailurePolicy
+	FeatureRequestIDRandomization   = engine.FeatureRequestIDRandomization
+	FeatureDisableRequestIDRandom   = engine.FeatureDisableRequestIDRandom
+	FeatureKVCacheDTypeBFloat16     = engine.FeatureKVCacheDTypeBFloat16
+	FeatureKVCacheDTypeFloat16      = engine.FeatureKVCacheDTypeFloat16
+	FeatureServerDevMode            = engine.FeatureServerDevMode
+	featureKVCacheDTypePrefix       = engine.FeatureKVCacheDTypePrefix
+	vllmFileKVTransfer              = engine.VLLMSourceKVTransfer
+	vllmFileCache                   = engine.VLLMSourceCache
+	vllmFileInputProcessorAssignRID = engine.VLLMSourceAssignRequestID
 )
 
-// VLLMTableFloor is the oldest vLLM the table was checked against. What
-// hone renders unconditionally (--enable-prompt-tokens-details,
-// --no-enable-prefix-caching, --compilation-config cudagraph_mode,
-// --speculative-config, both connectors under the V1 engine) is taken to
-// exist from here on; an older vLLM renders with a warning, unadapted.
-const VLLMTableFloor = "0.11.0"
+// vllmTable is the vLLM engine's release table.
+var vllmTable = engine.FactsOf(engine.VLLM).Versions
 
-// VLLMFeatures is the table. Since is the first release known to have the
-// feature; where the release could not be pinned exactly it is the first
-// one that certainly has it, so hone errs toward omitting or refusing,
-// never toward rendering what a version lacks.
-var VLLMFeatures = []VLLMFeature{
-	{
-		ID: FeaturePerRequestMetrics, Kind: KindFlag, Name: "--enable-per-request-metrics", Since: "0.26.0",
-		Source: "vllm/entrypoints/launchers/cli_args.py BaseFrontendArgs.enable_per_request_metrics (read at " +
-			"003befe5; the frontend's arguments moved there from vllm/entrypoints/openai/cli_args.py, where " +
-			"#46768 added it; a frontend flag, not in vllm/engine/arg_utils.py), gating the `metrics` object in " +
-			"chat_completion/serving.py; added by vllm-project/vllm#46768 (merged after 2026-06-25); 0.26.0 is " +
-			"the first release seen with it",
-	},
-	{
-		ID: FeatureKVLoadFailurePolicy, Kind: KindKVConfig, Name: "kv_load_failure_policy", Since: "0.11.1",
-		Source: vllmFileKVTransfer + `.kv_load_failure_policy: Literal["recompute", "fail"] (absent from the ` +
-			"0.10-era KVTransferConfig, read at 007c643b); added by vllm-project/vllm#26813, merged after " +
-			"2025-10-20, i.e. after 0.11.0; default changed to \"fail\" by #34896 (2026-02)",
-	},
-	{
-		ID: FeatureRequestIDRandomization, Kind: KindBehavior, Name: "random suffix on every request id", Since: "0.14.0",
-		Source: vllmFileInputProcessorAssignRID + ` (request_id = f"{external_req_id}-{random_uuid():.8}", ` +
-			"read at 009daaee); vllm-project/vllm#27987, first in 0.14.0 per #34415",
-	},
-	{
-		ID: FeatureDisableRequestIDRandom, Kind: KindEnv, Name: "VLLM_DISABLE_REQUEST_ID_RANDOMIZATION", Since: "0.17.0",
-		Removal: "planned, no release named: " + vllmFileInputProcessorAssignRID + " logs that it \"is set and will " +
-			"be removed in a future release\" (read at 009daaee); when a release drops it, P2pNcclConnector specs " +
-			"are refused there (set Removed)",
-		Source: "vllm/envs.py VLLM_DISABLE_REQUEST_ID_RANDOMIZATION (bool(int(...)), default \"0\"), read by " +
-			vllmFileInputProcessorAssignRID + "; added by vllm-project/vllm#34415 (opened 2026-02-12, after " +
-			"0.15.x); the 0.16.0 tag was not checked, so the table says 0.17.0",
-	},
-	{
-		ID: FeatureServerDevMode, Kind: KindEnv, Name: "VLLM_SERVER_DEV_MODE", Since: VLLMTableFloor,
-		Source: "vllm/envs.py VLLM_SERVER_DEV_MODE (bool(int(...)), default \"0\"), which attaches the development " +
-			"routers: POST /reset_prefix_cache (vllm/entrypoints/serve/dev/cache/api_router.py, now a shim for " +
-			"vllm/frontend/entrypoints/serve/dev/cache/api_router.py, read at 055e47c2), /sleep, /wake_up, " +
-			"/is_sleeping, /reconfigure (serve/dev/api_router.py attach_router, read at 1b1a3461), /collective_rpc, " +
-			"/server_info; present long before the table's floor",
-	},
-	{
-		ID: FeatureKVCacheDTypeBFloat16, Kind: KindKVCacheDType, Name: "bfloat16", Since: "0.11.0",
-		Source: vllmFileCache + ` (absent from the older Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"]; ` +
-			"present by vllm-project/vllm#25988, 2025-09-30, the DeepSeek-V3.2 release)",
-	},
-	{
-		ID: FeatureKVCacheDTypeFloat16, Kind: KindKVCacheDType, Name: "float16", Since: "0.18.0",
-		Source: vllmFileCache + " (read at 002f10e0); added by vllm-project/vllm#37199 (2026-03-16); 0.17.0 rejects " +
-			"it (its list, quoted in vllm-project/vllm-ascend#7685, has no float16)",
-	},
-}
+// VLLMTableFloor is the oldest vLLM the table was checked against; an
+// older vLLM renders with a warning, unadapted.
+var VLLMTableFloor = vllmTable.Floor
 
-// KVCacheDTypes are the --kv-cache-dtype values a spec may name: the
-// general-purpose CUDA ones of vLLM's CacheDType literal (vllm/config/cache.py,
-// read at 002f10e0). The platform- or model-specific ones (fp8_inc for
-// Gaudi, fp8_ds_mla and nvfp4_ds_mla for DeepSeek MLA, the per-token-head
-// and TurboQuant/NVFP4 formats) are left out. bfloat16 and float16 are
-// version-gated through VLLMFeatures.
-var KVCacheDTypes = []string{"auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"}
+// VLLMFeatures is the table's rows.
+var VLLMFeatures = vllmTable.Features
 
-func lookupFeature(id string) (VLLMFeature, bool) {
-	for _, f := range VLLMFeatures {
-		if f.ID == id {
-			return f, true
-		}
-	}
-	return VLLMFeature{}, false
-}
+// KVCacheDTypes are the --kv-cache-dtype values a spec may name; bfloat16
+// and float16 are version-gated through VLLMFeatures.
+var KVCacheDTypes = vllmTable.KVCacheDTypes
+
+func lookupFeature(id string) (VLLMFeature, bool) { return vllmTable.Feature(id) }
 
 // Has reports whether vLLM v has the table's feature id: it is Since or
 // later, and older than Removed when that is set.
@@ -281,10 +208,10 @@ func (v Version) Has(id string) bool {
 	if !ok {
 		panic("deploy: no vLLM feature " + id)
 	}
-	return f.in(v)
+	return featureIn(f, v)
 }
 
-func (f VLLMFeature) in(v Version) bool {
+func featureIn(f VLLMFeature, v Version) bool {
 	return v.AtLeast(MustVersion(f.Since)) && (f.Removed == "" || !v.AtLeast(MustVersion(f.Removed)))
 }
 

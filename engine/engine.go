@@ -70,9 +70,10 @@ type Facts struct {
 	LoadsWeights bool
 	// ExtraArgs says whether knobs.extra_args are passed through.
 	ExtraArgs bool
-	// Versioned engines adapt their commands to the installed release
-	// (deploy's version table: deploy/vllmversions.go).
+	// Versioned engines adapt their commands to the installed release;
+	// Versions is their release table (deploy checks a spec against it).
 	Versioned bool
+	Versions  *VersionTable
 	// StartTimeout is how long a deployment waits for a worker's health;
 	// 0: the caller's default.
 	StartTimeout time.Duration
@@ -124,6 +125,63 @@ type HTTP struct {
 	RequestIDHeader string
 	// ResponseHeads are the response heads a proxy passes on.
 	ResponseHeads []string
+}
+
+// FeatureKind says how a feature appears in a rendered command.
+type FeatureKind string
+
+const (
+	KindFlag         FeatureKind = "flag"
+	KindEnv          FeatureKind = "env"
+	KindKVConfig     FeatureKind = "kv-transfer-config field"
+	KindKVCacheDType FeatureKind = "kv-cache-dtype value"
+	KindBehavior     FeatureKind = "behavior"
+)
+
+// Feature is one row of a versioned engine's release table: something
+// hone renders whose presence changed across the engine's releases.
+type Feature struct {
+	ID    string      // stable key; preflight names its check <engine>-<ID>
+	Kind  FeatureKind //
+	Name  string      // as hone renders it
+	Since string      // first release that has it
+	// Removed is the first release without it; "" while the newest
+	// release checked still has it, announced removal or not.
+	Removed string
+	// Removal is what the engine's makers have said about removing it, when it has (a
+	// deprecation warning, a planned release), and where that was read;
+	// "" when nothing is announced.
+	Removal string
+	// Source is where the fact was checked: the engine's file and function
+	// (read at the commit given), and the pull request that added it.
+	Source string
+}
+
+// VersionTable is a versioned engine's release table (Facts.Versions):
+// what hone renders whose presence changed across the engine's releases.
+// The engine owns the data; deploy checks a spec against it.
+type VersionTable struct {
+	// Floor is the oldest release the table was checked against.
+	Floor string
+	// Features are the rows. Since is the first release known to have a
+	// feature; where that could not be pinned exactly it is the first one
+	// that certainly has it.
+	Features []Feature
+	// KVCacheDTypes are the KV cache data types a spec may name; those
+	// with a row (FeatureKVCacheDTypePrefix+value) are version-gated.
+	KVCacheDTypes []string
+}
+
+// Feature is the table's row id, if it has one.
+func (t *VersionTable) Feature(id string) (Feature, bool) {
+	if t != nil {
+		for _, f := range t.Features {
+			if f.ID == id {
+				return f, true
+			}
+		}
+	}
+	return Feature{}, false
 }
 
 var (

@@ -10,7 +10,7 @@ import (
 // EnvServerDevMode is vLLM's development mode switch (vllm/envs.py): with
 // it set to 1 the API server also serves POST /reset_prefix_cache, and
 // with it /sleep, /wake_up, /collective_rpc and other admin routes, none
-// of them authenticated (deploy's version table, FeatureServerDevMode).
+// of them authenticated (vllm_versions.go, FeatureServerDevMode).
 const EnvServerDevMode = "VLLM_SERVER_DEV_MODE"
 
 // vllmRequestKeys are the keys of vLLM's per-request metrics object
@@ -36,7 +36,7 @@ func (vllm) Name() string { return VLLM }
 
 func (vllm) Facts() Facts {
 	return Facts{
-		Title: "vLLM", Binary: VLLM, LoadsWeights: true, ExtraArgs: true, Versioned: true,
+		Title: "vLLM", Binary: VLLM, LoadsWeights: true, ExtraArgs: true, Versioned: true, Versions: vllmVersions,
 		// Weights load and CUDA graphs compile before /health answers.
 		StartTimeout: 20 * time.Minute,
 		Connectors:   []string{NixlConnector, P2pNcclConnector},

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -52,11 +53,14 @@ func encodeCompletion(model string, prompt []int, outputTokens int) ([]byte, err
 
 // client sends completion requests and reads their streams.
 type client struct {
-	http    *http.Client
-	url     string // .../v1/completions
-	scale   float64
-	timeout time.Duration // real time
-	tb      timebase
+	http *http.Client
+	url  string // .../v1/completions
+	// idHeader carries each request's id (the engine's
+	// HTTP.RequestIDHeader); "": X-Request-Id.
+	idHeader string
+	scale    float64
+	timeout  time.Duration // real time
+	tb       timebase
 	// pack: every request's chunks are packed when it ends (Chunks.Pack)
 	// and, with spill, moved there.
 	pack  bool
@@ -94,7 +98,7 @@ func (c *client) do(ctx context.Context, body []byte, rr *schema.RequestRecord, 
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("X-Request-Id", rr.RequestID)
+	req.Header.Set(cmp.Or(c.idHeader, "X-Request-Id"), rr.RequestID)
 
 	sent := time.Now()
 	rr.Sent = c.tb.Stamp(sent)

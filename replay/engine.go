@@ -27,7 +27,24 @@ type engine struct {
 	http  *http.Client
 	base  string // scheme://host[:port], no trailing slash
 	model string
+	// facts are the recognised engine's (info sets them); nil: vLLM's
+	// conventions (conventions).
+	facts *engines.Facts
 }
+
+// conventions are the HTTP conventions replay speaks to the endpoint (its
+// request id header, its cache-reset route): those of the engine its GET
+// /version answer names (engine.Recognise), vLLM's when it names none
+// (the proxy passes its workers' answer on; other servers of vLLM's API).
+func (e *engine) conventions() engines.Facts {
+	if e.facts != nil {
+		return *e.facts
+	}
+	return engines.FactsOf(engines.VLLM)
+}
+
+// resetRoute is the engine's cache-reset route ("POST /reset_prefix_cache").
+func (e *engine) resetRoute() string { return e.conventions().Cache.ResetRoute }
 
 // tokenize is POST /tokenize {"model","prompt","add_special_tokens":false}.
 func (e *engine) tokenize(ctx context.Context, text string) ([]int, error) {
@@ -111,6 +128,10 @@ func (e *engine) info(ctx context.Context) (schema.EngineInfo, error) {
 		if json.Unmarshal(b, &v) == nil {
 			info.Version, info.TimeScale = v.Version, v.TimeScale
 			info.CostProfile, info.CostProfileSource = v.CostProfile, v.CostProfileSource
+		}
+		if r, ok := engines.Recognise(info.Version); ok {
+			f := r.Facts()
+			e.facts = &f
 		}
 	}
 	b, ok, err := e.get(ctx, "/v1/models")
@@ -292,29 +313,44 @@ func HitRate(before, after schema.Counters) *float64 {
 	return &r
 }
 
-// resetPrefixCache is POST /reset_prefix_cache. An engine without the
-// route (vLLM outside dev mode) gives a *RouteError.
+// resetPrefixCache empties the engine's prefix cache by its cache-reset
+// route (vLLM's POST /reset_prefix_cache). An engine without the route
+// (vLLM outside dev mode) gives a *RouteError.
 func (e *engine) resetPrefixCache(ctx context.Context) error {
+	route := e.resetRoute()
+	method, path, ok := strings.Cut(route, " ")
+	if !ok {
+		return &RouteError{Route: "cache reset", Status: http.StatusNotFound, Message: e.conventions().Title + " has no cache-reset route"}
+	}
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	url := e.base + "/reset_prefix_cache"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+	url := e.base + path
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
 	if err != nil {
 		return err
 	}
 	resp, err := e.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("POST %s: %w", url, err)
+		return fmt.Errorf("%s %s: %w", method, url, err)
 	}
 	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed:
-		return &RouteError{Route: "POST /reset_prefix_cache", Status: resp.StatusCode, Message: errorMessage(resp.Body)}
+		return &RouteError{Route: route, Status: resp.StatusCode, Message: errorMessage(resp.Body)}
 	case resp.StatusCode/100 != 2:
-		return fmt.Errorf("POST %s: HTTP %d: %s", url, resp.StatusCode, errorMessage(resp.Body))
+		return fmt.Errorf("%s %s: HTTP %d: %s", method, url, resp.StatusCode, errorMessage(resp.Body))
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 	return nil
+}
+
+// resetMissing says why the endpoint lacks the cache-reset route.
+func (e *engine) resetMissing() string {
+	f := e.conventions()
+	if f.Cache.ResetEnv != "" {
+		return fmt.Sprintf("the endpoint has no %s (%s serves it only with %s)", f.Cache.ResetRoute, f.Title, f.Cache.ResetEnv)
+	}
+	return "the endpoint has no cache-reset route"
 }
 
 // RouteError says the endpoint does not serve a route.
@@ -339,10 +375,10 @@ func chooseCache(ctx context.Context, e *engine, want string) (schema.CacheState
 	var re *RouteError
 	switch {
 	case err == nil:
-		return schema.CacheState{Procedure: schema.CacheReset, Detail: "POST /reset_prefix_cache before every level"}, nil
+		return schema.CacheState{Procedure: schema.CacheReset, Detail: e.resetRoute() + " before every level"}, nil
 	case want == schema.CacheReset && errors.As(err, &re):
 		return schema.CacheState{}, &ParamError{Field: "cache", Value: want,
-			Want: "fresh_prefixes: the endpoint has no POST /reset_prefix_cache (vLLM serves it only with VLLM_SERVER_DEV_MODE=1)"}
+			Want: "fresh_prefixes: " + e.resetMissing()}
 	case want == schema.CacheReset:
 		return schema.CacheState{}, fmt.Errorf("reset the prefix cache: %w", err)
 	case ctx.Err() != nil:

@@ -311,7 +311,7 @@ func Run(ctx context.Context, opts Options) (*schema.Record, error) {
 		rec.Workload.QPS, rec.Workload.Load, rec.Workload.Concurrency = []float64{}, schema.LoadClosed, opts.Concurrency
 	}
 	r := &runner{opts: opts, eng: eng, tok: tok, prompts: prompts, cache: rec.Cache.Procedure, nonce: rec.Cache.Nonce, tb: tb, idNonce: rec.RequestIDNonce,
-		cl: &client{http: hc, url: opts.Endpoint + "/v1/completions", scale: opts.TimeScale,
+		cl: &client{http: hc, url: opts.Endpoint + "/v1/completions", idHeader: eng.conventions().HTTP.RequestIDHeader, scale: opts.TimeScale,
 			timeout: time.Duration(float64(opts.RequestTimeout) * opts.TimeScale), tb: tb}}
 	r.plan()
 	stopProgress := r.startProgress()
@@ -334,7 +334,7 @@ func cacheFor(ctx context.Context, eng *engine, opts Options) (cache schema.Cach
 		cache, err = chooseCache(ctx, eng, opts.Cache)
 	}
 	if opts.Shard != nil && cache.Procedure == schema.CacheReset {
-		cache.Detail = fmt.Sprintf("POST /reset_prefix_cache before every level, sent by shard 0 of %d for every shard", opts.Shard.Count)
+		cache.Detail = fmt.Sprintf("%s before every level, sent by shard 0 of %d for every shard", eng.resetRoute(), opts.Shard.Count)
 	}
 	return cache, err
 }

@@ -150,12 +150,12 @@ func RunTrace(ctx context.Context, opts Options, tf *TraceFile, speed float64) (
 		}
 		rec.Cache.Detail += "; for a trace: every block's tokens are drawn with the seed ^ nonce"
 	} else {
-		rec.Cache.Detail = "POST /reset_prefix_cache before the trace"
+		rec.Cache.Detail = eng.resetRoute() + " before the trace"
 	}
 	rec.RequestIDNonce = fmt.Sprintf("%08x", rand.Uint32())
 	tr := &traceRunner{opts: opts, tf: tf, speed: speed, tb: tb, eng: eng, scale: rec.TimeScale,
 		tokens: NewTraceTokens(vocab, tf.Info.BlockSize, seed^rec.Cache.Nonce), idNonce: rec.RequestIDNonce,
-		cl: &client{http: hc, url: opts.Endpoint + "/v1/completions", scale: rec.TimeScale,
+		cl: &client{http: hc, url: opts.Endpoint + "/v1/completions", idHeader: eng.conventions().HTTP.RequestIDHeader, scale: rec.TimeScale,
 			timeout: time.Duration(float64(opts.RequestTimeout) * rec.TimeScale), tb: tb, pack: true, spill: sp}}
 	stop := tr.startProgress(rec.Workload.QPS[0])
 	lr, err := tr.level(ctx, rec.Workload.QPS[0])

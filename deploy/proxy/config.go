@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"time"
 
+	"github.com/hone-llm/hone/engine"
 	"github.com/hone-llm/hone/internal/guard"
 )
 
@@ -46,7 +48,12 @@ type Worker struct {
 // Config is everything the proxy needs; deploy writes it as JSON for
 // `hone proxy --config`.
 type Config struct {
-	Listen         string   `json:"listen"`
+	Listen string `json:"listen"`
+	// Engine is the workers' engine (a registered name: package engine),
+	// whose conventions the proxy speaks: the request id header, the
+	// response heads passed on, the cache-reset route. Empty: vLLM's,
+	// which hone's emulator shares (EngineField).
+	Engine         string   `json:"engine,omitempty"`
 	Mode           string   `json:"mode"`
 	Connector      string   `json:"connector,omitempty"`
 	Workers        []Worker `json:"workers"`
@@ -143,6 +150,9 @@ const (
 // fill sets the defaults of what c leaves unset and checks it.
 func (c *Config) fill() error {
 	c.defaults()
+	if _, ok := engine.Lookup(c.engineName()); !ok {
+		return fmt.Errorf("engine: want one of %v, got %q", engine.Names(), c.Engine)
+	}
 	if err := c.Limits.Fill(); err != nil {
 		return err
 	}
@@ -162,6 +172,31 @@ func (c *Config) fill() error {
 		return c.checkDiscovered()
 	}
 	return c.checkWorkers(n)
+}
+
+// defaultEngine is the engine whose conventions the proxy speaks when
+// Config.Engine is empty.
+const defaultEngine = engine.VLLM
+
+// engineName is the workers' engine: Engine, or the default.
+func (c *Config) engineName() string {
+	if c.Engine == "" {
+		return defaultEngine
+	}
+	return c.Engine
+}
+
+// EngineField is Config.Engine for workers of the engine registered under
+// name: empty when the proxy's default engine's conventions (request id
+// header, response heads, cache-reset route) are that engine's too, so that a configuration stays as it was for the
+// engines that share vLLM's HTTP API; name otherwise.
+func EngineField(name string) string {
+	f, d := engine.FactsOf(name), engine.FactsOf(defaultEngine)
+	if f.HTTP.RequestIDHeader == d.HTTP.RequestIDHeader && slices.Equal(f.HTTP.ResponseHeads, d.HTTP.ResponseHeads) &&
+		f.Cache.ResetRoute == d.Cache.ResetRoute {
+		return ""
+	}
+	return name
 }
 
 // defaults sets what c leaves unset to its default.

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hone-llm/hone/engine"
 	"github.com/hone-llm/hone/internal/guard"
 )
 
@@ -38,6 +39,9 @@ type Proxy struct {
 	idBase  string
 	idSeq   atomic.Uint64
 	healthy atomic.Bool // the health loop runs
+	// eng are the workers' engine's facts: its request id header, the
+	// response heads passed on, its cache-reset route (Config.Engine).
+	eng engine.Facts
 }
 
 // New validates cfg, fills its defaults and builds a proxy. Workers start in
@@ -80,6 +84,7 @@ func New(cfg Config, log *slog.Logger) (*Proxy, error) {
 		m:      newMetrics(),
 		mux:    http.NewServeMux(),
 		idBase: hex.EncodeToString(rnd[:]),
+		eng:    engine.FactsOf(cfg.engineName()),
 	}
 	p.ws.Store(p.buildSet(nil, cfg.Workers))
 	p.mux.HandleFunc("POST /v1/completions", p.serveGenerate)
@@ -89,7 +94,9 @@ func New(cfg Config, log *slog.Logger) (*Proxy, error) {
 	p.mux.HandleFunc("GET /hone/metrics", p.serveOwnMetrics)
 	p.mux.HandleFunc("GET /hone/timeline", p.serveTimeline)
 	p.mux.HandleFunc("GET /hone/workers", p.serveWorkers)
-	p.mux.HandleFunc("POST /reset_prefix_cache", p.serveResetPrefixCache)
+	if p.eng.Cache.ResetRoute != "" {
+		p.mux.HandleFunc(p.eng.Cache.ResetRoute, p.serveResetPrefixCache)
+	}
 	p.mux.HandleFunc("/", p.serveForward)
 	p.handler = g.Handler(p.mux)
 	return p, nil
@@ -182,7 +189,7 @@ func (p *Proxy) serveGenerate(w http.ResponseWriter, r *http.Request) {
 	defer p.m.inFlight.Dec()
 	rq := &request{path: r.URL.Path, header: http.Header{}}
 	rq.tl = Timeline{Path: r.URL.Path, Received: now()}
-	rq.tl.RequestID = r.Header.Get("X-Request-Id")
+	rq.tl.RequestID = r.Header.Get(p.eng.HTTP.RequestIDHeader)
 	if rq.tl.RequestID == "" {
 		rq.tl.RequestID = p.newRequestID()
 	}
@@ -284,7 +291,7 @@ func (p *Proxy) disaggregated(w http.ResponseWriter, r *http.Request, rq *reques
 			rq.tl.Status = status
 			rq.tl.Outcome = OutcomeFailed
 			rq.tl.Error = "prefill worker " + b.Name + " rejected the request"
-			w.Header().Set("X-Request-Id", reqID)
+			w.Header().Set(p.eng.HTTP.RequestIDHeader, reqID)
 			writeRaw(w, status, errBody)
 			s := now()
 			rq.tl.FirstByte, rq.tl.LastByte = &s, &s
@@ -438,7 +445,7 @@ func (p *Proxy) prefillLeg(ctx context.Context, b *backend, rq *request, body []
 	leg = Leg{Worker: b.Name}
 	ctx, cancel := context.WithTimeoutCause(ctx, p.cfg.PrefillTimeout, errLegTimeout)
 	defer cancel()
-	req, err := legRequest(ctx, b, rq, body, id)
+	req, err := p.legRequest(ctx, b, rq, body, id)
 	if err != nil {
 		leg.Error = err.Error()
 		return
@@ -488,14 +495,14 @@ func (p *Proxy) prefillLeg(ctx context.Context, b *backend, rq *request, body []
 
 // legRequest is one leg's upstream request: the client's path and
 // headers, a JSON body and the request's id, to worker b.
-func legRequest(ctx context.Context, b *backend, rq *request, body []byte, id string) (*http.Request, error) {
+func (p *Proxy) legRequest(ctx context.Context, b *backend, rq *request, body []byte, id string) (*http.Request, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL+rq.path, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	req.Header = rq.header.Clone()
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Request-Id", id)
+	req.Header.Set(p.eng.HTTP.RequestIDHeader, id)
 	return req, nil
 }
 
@@ -551,12 +558,12 @@ func (p *Proxy) stream(w http.ResponseWriter, r *http.Request, rq *request, b *b
 	x.timer = time.AfterFunc(x.idle, func() { cancel(errStalled) })
 
 	h := w.Header()
-	for _, k := range []string{"Content-Type", "Cache-Control"} {
+	for _, k := range p.eng.HTTP.ResponseHeads {
 		if v := resp.Header.Get(k); v != "" {
 			h.Set(k, v)
 		}
 	}
-	h.Set("X-Request-Id", tl.RequestID)
+	h.Set(p.eng.HTTP.RequestIDHeader, tl.RequestID)
 	w.WriteHeader(resp.StatusCode)
 	tl.Status = resp.StatusCode
 	if isEventStream(resp.Header) {
@@ -572,7 +579,7 @@ func (p *Proxy) stream(w http.ResponseWriter, r *http.Request, rq *request, b *b
 func (p *Proxy) sendStream(ctx context.Context, w http.ResponseWriter, r *http.Request, rq *request, b *backend, leg *Leg,
 	body []byte, id string) *http.Response {
 	tl := &rq.tl
-	req, err := legRequest(ctx, b, rq, body, id)
+	req, err := p.legRequest(ctx, b, rq, body, id)
 	if err != nil {
 		p.clientError(w, tl, http.StatusInternalServerError, OutcomeFailed, err.Error())
 		return nil
@@ -752,7 +759,7 @@ func (p *Proxy) clientError(w http.ResponseWriter, tl *Timeline, status int, out
 		tl.Error += "; " + msg
 	}
 	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": "hone_proxy_error", "code": status}})
-	w.Header().Set("X-Request-Id", tl.RequestID)
+	w.Header().Set(p.eng.HTTP.RequestIDHeader, tl.RequestID)
 	writeRaw(w, status, b)
 	s := now()
 	tl.FirstByte, tl.LastByte = &s, &s

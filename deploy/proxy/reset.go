@@ -31,15 +31,16 @@ type ResetReply struct {
 	Reset []string `json:"reset"` // the workers, all of them
 }
 
-// serveResetPrefixCache sends POST /reset_prefix_cache to every worker of
-// every pool at once, so the whole deployment starts the next load level
+// serveResetPrefixCache sends the engine's cache-reset route
+// (Facts.Cache.ResetRoute, vLLM's POST /reset_prefix_cache) to every
+// worker of every pool at once, so the whole deployment starts the next load level
 // with a cold prefix cache. Forwarding it to one worker, as other unknown
 // routes are, would leave the others warm.
 //
 // 200: every worker answered 2xx. 404: some worker answered 404 or 405, so
 // the engine does not offer the route (vLLM serves it only with
-// VLLM_SERVER_DEV_MODE=1) and the client should use another way to a cold
-// cache. 502: some worker failed otherwise (unreachable, timed out, 5xx).
+// VLLM_SERVER_DEV_MODE=1: Facts.Cache.ResetEnv) and the client should use
+// another way to a cold cache. 502: some worker failed otherwise (unreachable, timed out, 5xx).
 // Error bodies are OpenAI-style and name each failing worker.
 func (p *Proxy) serveResetPrefixCache(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
@@ -66,7 +67,7 @@ func (p *Proxy) serveResetPrefixCache(w http.ResponseWriter, r *http.Request) {
 		case a.status >= 200 && a.status < 300:
 		case a.status == http.StatusNotFound || a.status == http.StatusMethodNotAllowed:
 			missing = append(missing, a.worker)
-			msgs = append(msgs, "worker "+a.worker+" answered "+strconv.Itoa(a.status)+" (no /reset_prefix_cache: vLLM serves it only with VLLM_SERVER_DEV_MODE=1)")
+			msgs = append(msgs, "worker "+a.worker+" answered "+strconv.Itoa(a.status)+" ("+p.resetMissing()+")")
 		default:
 			failed = append(failed, a.worker)
 			msg := "worker " + a.worker
@@ -83,9 +84,9 @@ func (p *Proxy) serveResetPrefixCache(w http.ResponseWriter, r *http.Request) {
 	case len(missing) > 0:
 		// The route is missing somewhere: no reset can make the deployment
 		// cold, whatever else failed, so the client's fallback is the answer.
-		writeError(w, http.StatusNotFound, "reset_prefix_cache: "+strings.Join(msgs, "; "), append(missing, failed...))
+		writeError(w, http.StatusNotFound, p.resetName()+": "+strings.Join(msgs, "; "), append(missing, failed...))
 	case len(failed) > 0:
-		writeError(w, http.StatusBadGateway, "reset_prefix_cache: "+strings.Join(msgs, "; "), failed)
+		writeError(w, http.StatusBadGateway, p.resetName()+": "+strings.Join(msgs, "; "), failed)
 	default:
 		names := make([]string, len(all))
 		for i, b := range all {
@@ -95,6 +96,24 @@ func (p *Proxy) serveResetPrefixCache(w http.ResponseWriter, r *http.Request) {
 		out, _ := json.Marshal(ResetReply{Reset: names})
 		writeRaw(w, http.StatusOK, out)
 	}
+}
+
+// resetPath is the path of the engine's cache-reset route
+// ("/reset_prefix_cache").
+func (p *Proxy) resetPath() string {
+	_, path, _ := strings.Cut(p.eng.Cache.ResetRoute, " ")
+	return path
+}
+
+// resetName names the reset in error messages ("reset_prefix_cache").
+func (p *Proxy) resetName() string { return strings.TrimPrefix(p.resetPath(), "/") }
+
+// resetMissing says why a worker lacks the cache-reset route.
+func (p *Proxy) resetMissing() string {
+	if env := p.eng.Cache.ResetEnv; env != "" {
+		return "no " + p.resetPath() + ": " + p.eng.Title + " serves it only with " + env
+	}
+	return "no " + p.resetPath() + ": " + p.eng.Title + " does not serve it"
 }
 
 // resetWorker posts the reset to one worker, with the client's query and
