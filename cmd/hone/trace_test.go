@@ -100,6 +100,32 @@ func sharedBlocks(a, b replay.TraceRequest) int {
 	return k
 }
 
+// onlyHostInvalidRecord reports whether the record at path has an invalid
+// level and every invalid level's reasons are ones the measuring host
+// decided (schema.HostReason).
+func onlyHostInvalidRecord(t *testing.T, path string) bool {
+	t.Helper()
+	rec, err := replay.ReadRecord(path)
+	if err != nil {
+		return false
+	}
+	invalid := false
+	for _, r := range rec.Runs {
+		for _, l := range r.Levels {
+			for _, why := range l.Verdict.Reasons {
+				invalid = true
+				if !schema.HostReason(why.Code) {
+					return false
+				}
+			}
+		}
+	}
+	if invalid {
+		t.Logf("the host made a level invalid (%s): judged on what the host does not decide", path)
+	}
+	return invalid
+}
+
 // TestReplayTraceOnEmulator replays a trace whose structure implies a
 // known hit rate against the emulator, through a tap that keeps every
 // prompt as sent: the measured hit rate is within 1% of the implied one,
@@ -119,7 +145,10 @@ func TestReplayTraceOnEmulator(t *testing.T) {
 	// blocks of the ones before it cached, as the implied rate assumes.
 	stdout, stderr, code := runHone(ctx, "replay", "--endpoint", endpoint, "--model", "Qwen/Qwen2.5-Coder-0.5B-Instruct",
 		"--trace", sharedTrace, "--out", out)
-	if code != 0 {
+	// Exit 1 says a level is invalid; where only the host decided that
+	// (a load generator this busy host made late), what this test checks
+	// (lengths, shared tokens, hit rates) holds all the same.
+	if code != 0 && (code != 1 || !onlyHostInvalidRecord(t, out)) {
 		t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
 	}
 	if d := time.Since(began); d < 3500*time.Millisecond/4 {
