@@ -143,7 +143,7 @@ const (
 	// split is shown beside, never used.
 	EvidenceEngine = "engine"
 	// EvidenceKernel: the kernel split for every request that has one,
-	// engine metrics or not; KernelOnly then keeps only those.
+	// engine metrics or not.
 	EvidenceKernel = "kernel"
 )
 
@@ -360,18 +360,6 @@ var kernelSources = map[string]string{
 	Transfer: "the decode worker's API socket receiving the request → the last operation on its KV connection (the pull acknowledged)",
 	DecodeQ:  "the KV pull's end → the decode worker's first-token send",
 	Decode:   "the first-token send → the response's last send",
-}
-
-// KernelOnly keeps the attributions split from kernel evidence
-// (SplitBy "kernel") and says how many it left out.
-func KernelOnly(atts []Attribution) ([]Attribution, int) {
-	var out []Attribution
-	for _, a := range atts {
-		if a.SplitBy == "kernel" {
-			out = append(out, a)
-		}
-	}
-	return out, len(atts) - len(out)
 }
 
 // answeredPrefill is the prefill leg whose answer the decode leg used
