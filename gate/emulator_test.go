@@ -341,6 +341,16 @@ func TestGateTailsOnEmulatedRecords(t *testing.T) {
 			t.Logf("the host made the slower runs invalid; the gate refused to decide")
 			return
 		}
+		// Runs the host made invalid (client_bound) leave fewer runs to
+		// compare: with 2 against 4 the 10% may not be significant, and
+		// the gate then warns, as it should when the data cannot decide.
+		// It must still see the slowdown (warn, not pass).
+		if hostDistorted(base) || hostDistorted(reg) {
+			if rep.Verdict != Fail && rep.Verdict != Warn {
+				t.Errorf("every step 10%% slower, some runs host-invalid: %s (exit %d), want fail or warn", rep.Verdict, rep.ExitCode())
+			}
+			return
+		}
 		if rep.ExitCode() != 1 {
 			t.Errorf("every step 10%% slower: %s (exit %d), want fail", rep.Verdict, rep.ExitCode())
 		}
