@@ -175,11 +175,11 @@ func newGateCheckCmd() *cobra.Command {
 			}
 			switch {
 			case rep.Verdict == gate.Suspect:
-				return checkFailed{fmt.Sprintf("gate: suspect measurement against baseline %q: implausible figures (see the suspect rows); check the records' cache procedure and time scale", bl.Name)}
+				return checkFailed{Msg: fmt.Sprintf("gate: suspect measurement against baseline %q: implausible figures (see the suspect rows); check the records' cache procedure and time scale", bl.Name)}
 			case rep.Verdict == gate.Unusable:
 				return usageError{Err: fmt.Errorf("gate: no level is valid in both the candidate and baseline %q (unusable data): %s", bl.Name, strings.Join(rep.InvalidLevels, "; "))}
 			case rep.ExitCode() == 1:
-				return checkFailed{fmt.Sprintf("gate: regression against baseline %q", bl.Name)}
+				return checkFailed{Msg: fmt.Sprintf("gate: regression against baseline %q", bl.Name)}
 			case rep.ExitCode() == 2:
 				return usageError{Err: fmt.Errorf("gate: candidate is not comparable with baseline %q: %s", bl.Name, strings.Join(rep.Incomparable, "; "))}
 			}

@@ -39,16 +39,11 @@ func badInput(format string, args ...any) error {
 }
 
 // checkFailed marks a completed check whose verdict is negative: exit code 1.
-type checkFailed struct{ msg string }
-
-func (e checkFailed) Error() string { return e.msg }
+type checkFailed = usage.Failed
 
 // interrupted marks a command stopped by SIGINT or SIGTERM (its context
 // cancelled) before it finished: exit code 130.
-type interrupted struct{ err error }
-
-func (e interrupted) Error() string { return e.err.Error() }
-func (e interrupted) Unwrap() error { return e.err }
+type interrupted = usage.Interrupted
 
 func main() {
 	root := newRootCmd()

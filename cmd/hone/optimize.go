@@ -374,7 +374,7 @@ func printOptimized(out io.Writer, lg *optimizer.Log, logPath string, timeBudget
 		fmt.Fprintf(out, "not measured (--time-budget %s): %s\n", timeBudget, n)
 	}
 	if lg.Selected == 0 || !lg.Verified {
-		return checkFailed{"no eligible config survived verification"}
+		return checkFailed{Msg: "no eligible config survived verification"}
 	}
 	sel := lg.Trials[lg.Selected-1]
 	fmt.Fprintf(out, "selected: trial %d %s, median objective %.3f req/s (%s)\n", sel.N, sel.Key, sel.Objective, sel.Kind)
@@ -395,7 +395,7 @@ func orNote(r *capacity.Result) string {
 // accept it.
 func stopped(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return interrupted{fmt.Errorf("interrupted: %w", err)}
+		return interrupted{Err: fmt.Errorf("interrupted: %w", err)}
 	}
 	return err
 }

@@ -178,11 +178,11 @@ func TestExitCodes(t *testing.T) {
 		want int
 	}{
 		{"success", nil, exitOK},
-		{"check failed", checkFailed{"no eligible config survived verification"}, exitFailed},
+		{"check failed", checkFailed{Msg: "no eligible config survived verification"}, exitFailed},
 		{"bad input", badInput("--runs: 0"), exitBadInput},
 		{"other error", errors.New("disk full"), exitFailed},
-		{"interrupted", interrupted{context.Canceled}, exitInterrupted},
-		{"interrupted, wrapped", fmt.Errorf("optimize: %w", interrupted{context.Canceled}), exitInterrupted},
+		{"interrupted", interrupted{Err: context.Canceled}, exitInterrupted},
+		{"interrupted, wrapped", fmt.Errorf("optimize: %w", interrupted{Err: context.Canceled}), exitInterrupted},
 		{"a cancelled context alone is not marked", fmt.Errorf("optimize: %w", context.Canceled), exitFailed},
 	} {
 		if got := exitCodeQuiet(c.err); got != c.want {

@@ -459,9 +459,9 @@ func runPredictGrid(c *cobra.Command, base *deploy.Spec, axes predict.Axes, opts
 	}
 	switch {
 	case ctx.Err() != nil:
-		return checkFailed{fmt.Sprintf("interrupted: the specs not predicted are marked (%d of %d failed or skipped)", len(failed), len(specs))}
+		return checkFailed{Msg: fmt.Sprintf("interrupted: the specs not predicted are marked (%d of %d failed or skipped)", len(failed), len(specs))}
 	case len(failed) == len(specs):
-		return checkFailed{fmt.Sprintf("no spec of the grid could be predicted: %s: %s", failed[0].Name(), failed[0].Err)}
+		return checkFailed{Msg: fmt.Sprintf("no spec of the grid could be predicted: %s: %s", failed[0].Name(), failed[0].Err)}
 	}
 	return nil
 }

@@ -56,7 +56,7 @@ func newPreflightCmd() *cobra.Command {
 				fmt.Fprintln(c.ErrOrStderr(), "report written to", out)
 			}
 			if !r.Passed {
-				return checkFailed{"preflight failed: " + strings.Join(r.Failed(), ", ")}
+				return checkFailed{Msg: "preflight failed: " + strings.Join(r.Failed(), ", ")}
 			}
 			return nil
 		},
@@ -98,7 +98,7 @@ func runProof(c *cobra.Command, t preflight.Target, out string, busy time.Durati
 		fmt.Fprintln(c.ErrOrStderr(), "verdict written to", out)
 	}
 	if r.ExitCode() != 0 {
-		return checkFailed{fmt.Sprintf("GPU proof failed: %s", r.Status)}
+		return checkFailed{Msg: fmt.Sprintf("GPU proof failed: %s", r.Status)}
 	}
 	return nil
 }

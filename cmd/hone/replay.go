@@ -287,9 +287,9 @@ func (o *replayFlags) record(ctx context.Context, c *cobra.Command, opts replay.
 	case errors.As(err, &me):
 		return badInput("--model: %v; %s", err, written)
 	case err != nil && ctx.Err() != nil:
-		return checkFailed{fmt.Sprintf("interrupted: %s", written)}
+		return checkFailed{Msg: fmt.Sprintf("interrupted: %s", written)}
 	case err != nil:
-		return checkFailed{fmt.Sprintf("%v; %s", err, written)}
+		return checkFailed{Msg: fmt.Sprintf("%v; %s", err, written)}
 	}
 	w := c.OutOrStdout()
 	bad := rec.InvalidLevels()
@@ -327,7 +327,7 @@ func replayCapacity(ctx context.Context, c *cobra.Command, opts replay.Options, 
 		return badInput("--model: %v", err)
 	}
 	if res == nil {
-		return checkFailed{fmt.Sprintf("capacity: %v", err)}
+		return checkFailed{Msg: fmt.Sprintf("capacity: %v", err)}
 	}
 	if kind == "" {
 		kind = schema.KindUnverified
@@ -337,11 +337,11 @@ func replayCapacity(ctx context.Context, c *cobra.Command, opts replay.Options, 
 	}
 	switch {
 	case err != nil && ctx.Err() != nil:
-		return checkFailed{fmt.Sprintf("interrupted after %d probes (written to %s)", len(res.Probes), out)}
+		return checkFailed{Msg: fmt.Sprintf("interrupted after %d probes (written to %s)", len(res.Probes), out)}
 	case err != nil:
-		return checkFailed{fmt.Sprintf("capacity: %v (the probes so far are in %s)", err, out)}
+		return checkFailed{Msg: fmt.Sprintf("capacity: %v (the probes so far are in %s)", err, out)}
 	case !res.Bounded && res.Value == 0:
-		return checkFailed{"capacity: " + res.Note}
+		return checkFailed{Msg: "capacity: " + res.Note}
 	}
 	return nil
 }
@@ -422,7 +422,7 @@ func newReplayMergeCmd() *cobra.Command {
 			}
 			switch {
 			case rec.Incomplete:
-				return checkFailed{fmt.Sprintf("a shard stopped early (%s): the merged record %s is incomplete", rec.Error, out)}
+				return checkFailed{Msg: fmt.Sprintf("a shard stopped early (%s): the merged record %s is incomplete", rec.Error, out)}
 			}
 			return replayVerdict(rec, bad)
 		},
@@ -595,7 +595,7 @@ func replayVerdict(rec *schema.Record, bad []string) error {
 		why = append(why, fmt.Sprintf("requests failed at %d level(s): %s", len(failed), failed[0]))
 	}
 	if len(why) > 0 {
-		return checkFailed{strings.Join(why, "; ") + " (see above)"}
+		return checkFailed{Msg: strings.Join(why, "; ") + " (see above)"}
 	}
 	return nil
 }

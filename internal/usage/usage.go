@@ -24,3 +24,17 @@ func Wrap(err error) error {
 	}
 	return Error{err}
 }
+
+// Failed is a completed check whose verdict is negative (a regression,
+// an SLO violation, no eligible config): hone exits 1. A package that
+// carries out a command returns it where the check fails.
+type Failed struct{ Msg string }
+
+func (e Failed) Error() string { return e.Msg }
+
+// Interrupted is a command stopped by SIGINT or SIGTERM (its context
+// cancelled) before it finished: hone exits 130.
+type Interrupted struct{ Err error }
+
+func (e Interrupted) Error() string { return e.Err.Error() }
+func (e Interrupted) Unwrap() error { return e.Err }
