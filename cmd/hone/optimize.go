@@ -28,6 +28,7 @@ import (
 	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim"
+	"github.com/hone-llm/hone/sim/emulator"
 	"github.com/hone-llm/hone/slo"
 )
 
@@ -276,7 +277,7 @@ func (r *optimizeRun) liveOptions(ctx context.Context, gridAxes predict.Axes) (o
 	}
 	var pred *optimizer.Predictor
 	if o.explore == "predict" {
-		prof, err := predictProfile(o.profile, r.base)
+		prof, err := emulator.ResolveProfile(o.profile, r.base.Emulator.Profile)
 		if err != nil {
 			return optimizer.LiveOptions{}, err
 		}
@@ -353,7 +354,7 @@ func (r *optimizeRun) referenceLoad(ctx context.Context, co capacity.Options) (f
 	if ref != 0 {
 		return ref, nil
 	}
-	prof, err := predictProfile(r.o.profile, r.base)
+	prof, err := emulator.ResolveProfile(r.o.profile, r.base.Emulator.Profile)
 	if err != nil {
 		return 0, err
 	}

@@ -122,7 +122,7 @@ func (o *predictFlags) run(c *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
-	prof, err := predictProfile(o.profile, spec)
+	prof, err := emulator.ResolveProfile(o.profile, spec.Emulator.Profile)
 	if err != nil {
 		return err
 	}
@@ -227,23 +227,6 @@ func axisErr(err error) error {
 	return usageError{Err: err}
 }
 
-// predictProfile resolves --profile, else the spec's emulator.profile,
-// else the default.
-func predictProfile(flag string, spec *deploy.Spec) (*emulator.Profile, error) {
-	name, from := flag, "--profile"
-	if name == "" {
-		name, from = spec.Emulator.Profile, "spec.emulator.profile"
-	}
-	if name == "" {
-		name = emulator.DefaultProfile
-	}
-	p, err := emulator.LookupProfile(name)
-	if err != nil {
-		return nil, badInput("%s: %v", from, err)
-	}
-	return p, nil
-}
-
 // withoutRequests is rec without its per-request records: -o json prints
 // the summaries (--out keeps everything).
 func withoutRequests(rec *schema.Record) *schema.Record {
@@ -259,20 +242,9 @@ func withoutRequests(rec *schema.Record) *schema.Record {
 	return &r
 }
 
-// profileLabel is a profile's name and how it was made (its source kind:
-// fitted to measured steps, derived, calibrated, hand-made), so that every
-// predicted figure says what its cost model rests on.
-func profileLabel(name string) string {
-	p, err := emulator.LookupProfile(name)
-	if err != nil {
-		return name
-	}
-	return fmt.Sprintf("%s (%s)", name, p.SourceKind())
-}
-
 func writePredictTable(w io.Writer, spec *deploy.Spec, profile string, rec *schema.Record) {
 	fmt.Fprintf(w, "kind: %s  profile: %s  spec: %s  gpus: %d  SLO: p99 TTFT <= %g ms, p99 TPOT <= %g ms\n",
-		rec.Kind, profileLabel(profile), spec.Name, spec.GPUsNeeded(), rec.SLO.TTFTMillis, rec.SLO.TPOTMillis)
+		rec.Kind, emulator.ProfileLabel(profile), spec.Name, spec.GPUsNeeded(), rec.SLO.TTFTMillis, rec.SLO.TPOTMillis)
 	fmt.Fprintf(w, "profile %s: %s\n", profile, emulator.ValidationNote(profile))
 	if len(rec.Runs) == 0 {
 		fmt.Fprintln(w, "no levels")
@@ -494,7 +466,7 @@ func objectiveLevel(p predict.Point) *schema.LevelRecord {
 
 func writeGridTable(w io.Writer, res gridResult, failed []predict.Point, out string) {
 	fmt.Fprintf(w, "kind: %s  profile: %s  base: %s  grid: %d specs within %d GPUs  SLO: p99 TTFT <= %g ms, p99 TPOT <= %g ms\n",
-		res.Kind, profileLabel(res.Profile), res.Base, res.Specs, res.Budget, res.SLO.TTFTMillis, res.SLO.TPOTMillis)
+		res.Kind, emulator.ProfileLabel(res.Profile), res.Base, res.Specs, res.Budget, res.SLO.TTFTMillis, res.SLO.TPOTMillis)
 	fmt.Fprintf(w, "profile %s: %s\n", res.Profile, emulator.ValidationNote(res.Profile))
 	fmt.Fprintf(w, "\ntop %d of %d (--top; * on the Pareto front; ~ too close to call), %s\n", len(res.Ranked), res.Specs, strings.SplitN(res.Rule, ";", 2)[0])
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

@@ -130,3 +130,32 @@ func (o *ServeOptions) config() error {
 	}
 	return nil
 }
+
+// ResolveProfile is the profile a prediction uses: the one named by the
+// --profile flag, else the spec's emulator.profile, else DefaultProfile.
+// An unknown name is bad input naming where it came from.
+func ResolveProfile(flag, specProfile string) (*Profile, error) {
+	name, from := flag, "--profile"
+	if name == "" {
+		name, from = specProfile, "spec.emulator.profile"
+	}
+	if name == "" {
+		name = DefaultProfile
+	}
+	p, err := LookupProfile(name)
+	if err != nil {
+		return nil, usage.Errorf("%s: %v", from, err)
+	}
+	return p, nil
+}
+
+// ProfileLabel is a profile's name and how it was made (its source kind:
+// fitted to measured steps, derived, calibrated, hand-made), so that every
+// predicted figure says what its cost model rests on.
+func ProfileLabel(name string) string {
+	p, err := LookupProfile(name)
+	if err != nil {
+		return name
+	}
+	return fmt.Sprintf("%s (%s)", name, p.SourceKind())
+}
