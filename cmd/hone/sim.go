@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -13,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/hone-llm/hone/internal/jsonout"
 	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim"
@@ -221,11 +221,8 @@ func newSimCmd() *cobra.Command {
 	return c
 }
 
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
+// writeJSON is jsonout.Write: the one way hone prints -o json.
+func writeJSON(w io.Writer, v any) error { return jsonout.Write(w, v) }
 
 func writeSimTable(w io.Writer, res sim.Result) error {
 	fmt.Fprintf(w, "kind: %s  mode: %s  prefix_cache: %t  SLO: p99 TTFT <= %g ms, p99 TPOT <= %g ms\n",
