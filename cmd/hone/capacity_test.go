@@ -152,7 +152,7 @@ func TestWriteCapacityUnfinished(t *testing.T) {
 	var b strings.Builder
 	res := &capacity.Result{Mode: capacity.Open, Unit: capacity.UnitRate, Outcome: capacity.OutcomeUnfinished,
 		Probes: []capacity.Probe{{Load: 1, Note: "invalid: [client_bound: late]"}}}
-	if err := writeCapacity(&b, "table", "", &capacity.Record{Kind: schema.KindEmulated, Capacity: res}); err != nil {
+	if err := capacity.Write(&b, "table", "", &capacity.Record{Kind: schema.KindEmulated, Capacity: res}); err != nil {
 		t.Fatal(err)
 	}
 	if want := "capacity: not found: the search ended before its rule did (1 probes; the last: 1 req/s: invalid: [client_bound: late])"; !strings.Contains(b.String(), want) {

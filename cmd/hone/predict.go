@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
+	"github.com/hone-llm/hone/capacity"
 	"github.com/hone-llm/hone/deploy"
 	"github.com/hone-llm/hone/internal/atomicfile"
 	"github.com/hone-llm/hone/predict"
@@ -154,7 +155,7 @@ func (o *predictFlags) run(c *cobra.Command, args []string) error {
 			}
 			return badInput("%s: cannot predict: %v", args[0], err)
 		}
-		return writeCapacity(c.OutOrStdout(), o.output.value, o.out, res)
+		return capacity.Write(c.OutOrStdout(), o.output.value, o.out, res)
 	}
 	var rec *schema.Record
 	if o.trace.path != "" {
@@ -183,7 +184,7 @@ func (o *predictFlags) run(c *cobra.Command, args []string) error {
 		return writeJSON(w, withoutRequests(rec))
 	}
 	writePredictTable(w, spec, prof.Name, rec)
-	writeTraceHitRates(w, rec)
+	replay.WriteTraceHitRates(w, rec)
 	if o.out != "" {
 		fmt.Fprintf(w, "record (%s, profile %s) written to %s\n", rec.Kind, prof.Name, o.out)
 	}

@@ -297,7 +297,7 @@ func (o *replayFlags) record(ctx context.Context, c *cobra.Command, opts replay.
 		return err
 	}
 	if o.output.value == "table" {
-		writeTraceHitRates(w, rec)
+		replay.WriteTraceHitRates(w, rec)
 	}
 	if sh := opts.Shard; sh != nil {
 		fmt.Fprintf(c.ErrOrStderr(), "shard %d/%d: merge every shard's record with 'hone replay merge'\n", sh.Index, sh.Count)
@@ -332,7 +332,7 @@ func replayCapacity(ctx context.Context, c *cobra.Command, opts replay.Options, 
 	if kind == "" {
 		kind = schema.KindUnverified
 	}
-	if werr := writeCapacity(c.OutOrStdout(), format, out, &capacity.Record{Kind: kind, Source: "endpoint " + opts.Endpoint, Header: header, Capacity: res}); werr != nil {
+	if werr := capacity.Write(c.OutOrStdout(), format, out, &capacity.Record{Kind: kind, Source: "endpoint " + opts.Endpoint, Header: header, Capacity: res}); werr != nil {
 		return werr
 	}
 	switch {
