@@ -280,7 +280,7 @@ func parseSpec(b []byte, dir string) (*Spec, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, errors.New("spec: empty document")
 		}
-		return nil, fmt.Errorf("spec: %w", err)
+		return nil, fmt.Errorf("spec: %w", specYAMLError(err))
 	}
 	if p := s.Model.Path; p != "" && dir != "" && !filepath.IsAbs(p) {
 		s.Model.Path = filepath.Join(dir, p)

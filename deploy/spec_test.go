@@ -51,7 +51,7 @@ func TestSpecErrors(t *testing.T) {
 	cases := []struct {
 		name, base, old, new, want string
 	}{
-		{"unknown field", validColocated, "gpus:", "gpu_count: 3\ngpus:", "field gpu_count not found"},
+		{"unknown field", validColocated, "gpus:", "gpu_count: 3\ngpus:", `unknown field "gpu_count" in the spec's top level`},
 		{"engine", validColocated, "engine: vllm", "engine: sglang", "spec.engine: want vllm or emulator"},
 		{"unpinned hub model", validColocated, "revision: 0123456789abcdef0123456789abcdef01234567", "revision: main", "spec.model.revision: a hub model must be pinned"},
 		{"no model", validColocated, "model: {id: org/m, revision: 0123456789abcdef0123456789abcdef01234567}", "", "spec.model: want id"},
@@ -96,7 +96,7 @@ func TestSpecErrors(t *testing.T) {
 		{"engine_env name with =", validColocated, "gpus:", "engine_env: {\"A=B\": a}\ngpus:", `spec.engine_env: "A=B" is not an environment variable name`},
 		{"engine_env hone's", validColocated, "gpus:", "engine_env: {CUDA_VISIBLE_DEVICES: \"0\"}\ngpus:", "spec.engine_env.CUDA_VISIBLE_DEVICES: hone sets it from spec.gpus.ids"},
 		{"engine_env dev mode", validColocated, "gpus:", "engine_env: {VLLM_SERVER_DEV_MODE: \"1\"}\ngpus:", "spec.engine_env.VLLM_SERVER_DEV_MODE: hone sets it from spec.cold_start: reset_prefix_cache"},
-		{"engine_env not a map", validColocated, "gpus:", "engine_env: [A]\ngpus:", "cannot unmarshal"},
+		{"engine_env not a map", validColocated, "gpus:", "engine_env: [A]\ngpus:", "want a mapping, got a list"},
 		{"cold_start", validColocated, "gpus:", "cold_start: flush\ngpus:", `spec.cold_start: want reset_prefix_cache or fresh_prefixes, got "flush"`},
 		{"dev mode on every interface", validColocated, "gpus:", "cold_start: reset_prefix_cache\nnetwork: {host: 0.0.0.0}\ngpus:", "spec.cold_start: reset_prefix_cache renders VLLM_SERVER_DEV_MODE=1"},
 		{"kv port range", validDisagg, "emulator:", "kv_connector: {name: P2pNcclConnector, kv_port: 65535}\nemulator:", "spec.kv_connector.kv_port: want 1..65534 (2 ports, one per tensor-parallel rank), got 65535"},
