@@ -96,4 +96,15 @@
 // by the same code, shard 0's counters, and every shard's verdict reasons.
 // A shard's own record leaves the checks that need every shard's requests
 // (counter_contamination's query count, emulator_bound) to the merge.
+//
+// The command: Command is hone replay and Merge is hone replay merge
+// (cli.go; CommandOptions and MergeOptions name their flags). cmd/hone
+// checks the flags and calls one of them. Command resolves the model,
+// states the replay, runs it, writes the record and prints its summary (a
+// table, JSON or vllm bench serve's results); Merge writes and prints the
+// merged record the same way; the verdict is the error (internal/usage's
+// kinds). What lives in packages that import this one
+// comes in as functions: diagnose's client-bound rule (Judge), the host's
+// hardware (Hardware) and hone replay --capacity's search
+// (capacity.ReplaySearch, as Capacity).
 package replay
