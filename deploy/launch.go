@@ -14,8 +14,10 @@ func (o RenderOptions) bin(e engine.Engine) string {
 	return cmp.Or(o.Bins[e.Name()], named[e.Name()], e.Facts().Binary)
 }
 
-// launch is what the engine needs to render worker w of a valid spec.
-func (s *Spec) launch(bin string, w Worker, adapt vllmAdapt) engine.Launch {
+// launch is what the engine needs to render worker w of a valid spec,
+// with the features of the installed release (engine.Adaptation); with
+// no worker, what an engine.Adapter checks the spec by.
+func (s *Spec) launch(bin string, w Worker, features engine.Features) engine.Launch {
 	k := s.Knobs
 	l := engine.Launch{
 		Bin: bin,
@@ -30,7 +32,7 @@ func (s *Spec) launch(bin string, w Worker, adapt vllmAdapt) engine.Launch {
 			CUDAGraphMode: k.CUDAGraphMode, ExtraArgs: k.ExtraArgs},
 		Emulation:      engine.Emulation{Profile: s.Emulator.Profile, TimeScale: s.Emulator.TimeScale},
 		ColdStartReset: s.ColdStart == ColdStartReset,
-		Features:       engine.Features{PerRequestMetrics: adapt.perRequestMetrics, StableRequestIDs: adapt.disableRandomIDs},
+		Features:       features,
 	}
 	if n := k.SpeculativeNgram; n != nil {
 		l.Knobs.SpeculativeNgram = &engine.Ngram{NumSpeculativeTokens: n.NumSpeculativeTokens,

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -47,11 +48,12 @@ type Plan struct {
 	Spec      *Spec    `json:"spec"`
 	Workers   []Worker `json:"workers"`
 	ProxyAddr string   `json:"proxy_addr"`
-	// VLLMVersion is the vLLM version the commands were adapted to; empty
-	// when unknown (or the engine is the emulator).
+	// VLLMVersion is the engine release the commands were adapted to
+	// (engine.Adaptation); empty when unknown or the engine adapts to none
+	// (not engine.Adapter). The name and JSON key predate other engines.
 	VLLMVersion string `json:"vllm_version,omitempty"`
 	// Warnings say what the render could not check or adapt, e.g. that
-	// the vLLM version was unknown.
+	// the engine's version was unknown.
 	Warnings []string `json:"warnings,omitempty"`
 }
 
@@ -64,11 +66,12 @@ type RenderOptions struct {
 	// Bins are argv[0] by engine name, before VLLM and Hone; an engine
 	// named in none gets its engine.Facts Binary.
 	Bins map[string]string
-	// VLLMVersion is the installed vLLM's version as `vllm --version`
-	// prints it (see VLLMVersion); empty when unknown. Render omits what
-	// that version lacks and refuses what the spec needs but it cannot do
-	// (vllmversions.go); unknown renders for the newest vLLM and says so
-	// in Plan.Warnings.
+	// VLLMVersion is the installed release of the spec's engine as the
+	// engine prints it (engine.InstalledVersion); empty when unknown. For
+	// an engine.Adapter, Render omits what that release lacks and refuses
+	// what the spec needs but it cannot do (engine.Adapter.Adapt); unknown
+	// renders for the newest release and says so in Plan.Warnings. Other
+	// engines ignore it. The name predates other engines.
 	VLLMVersion string
 }
 
@@ -98,16 +101,16 @@ func Render(s *Spec, o RenderOptions) (*Plan, error) {
 	}
 	p := &Plan{Spec: s, ProxyAddr: hostPort(s.Network.Host, s.Network.ProxyPort)}
 	eng, _ := engine.Lookup(s.Engine) // Validate: registered
-	var adapt vllmAdapt
-	if eng.Facts().Versioned {
+	var adapt engine.Adaptation
+	if a, ok := eng.(engine.Adapter); ok {
 		var err error
-		adapt, p.Warnings, err = s.adaptToVLLM(o.VLLMVersion)
-		if err != nil {
+		adapt, p.Warnings, err = a.Adapt(o.VLLMVersion, s.launch("", Worker{}, engine.Features{}))
+		if fe := (*engine.FieldError)(nil); errors.As(err, &fe) {
+			return nil, badField(fe.Field, "%s", fe.Msg)
+		} else if err != nil {
 			return nil, err
 		}
-		if adapt.known {
-			p.VLLMVersion = adapt.version.Raw
-		}
+		p.VLLMVersion = adapt.Version
 	}
 	// next is both the first GPU and the first KV port offset of the next
 	// worker: a worker of TP n binds n KV ports, one per rank, because
@@ -133,7 +136,7 @@ func Render(s *Spec, o RenderOptions) (*Plan, error) {
 		if s.Topology.Kind == Disaggregated && s.KV.Name == P2pNcclConnector {
 			w.KVAddr = hostPort(p2pHost(s.Network.Host), w.KVPorts[0])
 		}
-		cmd, err := eng.Render(s.launch(o.bin(eng), w, adapt))
+		cmd, err := eng.Render(s.launch(o.bin(eng), w, adapt.Features))
 		if err != nil {
 			return nil, err
 		}
@@ -224,7 +227,7 @@ func (p *Plan) Script(proxyArgv []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# hone deploy render: %s (%s, %s)\n", p.Spec.Name, p.Spec.Engine, p.Spec.Topology.Kind)
 	if p.VLLMVersion != "" {
-		fmt.Fprintf(&b, "# for vLLM %s\n", p.VLLMVersion)
+		fmt.Fprintf(&b, "# for %s %s\n", engine.FactsOf(p.Spec.Engine).Title, p.VLLMVersion)
 	}
 	for _, w := range p.Warnings {
 		fmt.Fprintf(&b, "# warning: %s\n", w)

@@ -101,7 +101,7 @@ const (
 // EnvServerDevMode is vLLM's development mode switch (vllm/envs.py): with
 // it set to 1 the API server also serves POST /reset_prefix_cache, and
 // with it /sleep, /wake_up, /collective_rpc and other admin routes, none
-// of them authenticated (VLLMFeatures, FeatureServerDevMode).
+// of them authenticated (engine.FeatureServerDevMode).
 const EnvServerDevMode = engine.EnvServerDevMode
 
 // reservedEngineEnv are the variables Render sets itself, from other
@@ -421,6 +421,11 @@ func (s *Spec) validateModel() error {
 	return nil
 }
 
+// KVCacheDTypes are the precision.kv_cache_dtype values a spec may name,
+// whatever its engine: vLLM's release table's (engine/vllm_versions.go),
+// the vocabulary the emulator speaks too.
+var KVCacheDTypes = engine.FactsOf(EngineVLLM).Versions.KVCacheDTypes
+
 func (s *Spec) validatePrecision() error {
 	switch s.Precision.DType {
 	case "", "auto", "bfloat16", "float16", "float32", "half", "float":
@@ -430,7 +435,7 @@ func (s *Spec) validatePrecision() error {
 	// vLLM takes exactly the values of its CacheDType literal
 	// (vllm/config/cache.py); which of them a given release takes is
 	// checked at render time against the installed version
-	// (vllmversions.go: bfloat16 from 0.11.0, float16 from 0.18.0).
+	// (engine.Adapter: bfloat16 from 0.11.0, float16 from 0.18.0).
 	if d := s.Precision.KVCacheDType; d != "" && !slices.Contains(KVCacheDTypes, d) {
 		return badField("precision.kv_cache_dtype", "want one of %s (vLLM's --kv-cache-dtype values hone renders), got %q",
 			strings.Join(KVCacheDTypes, ", "), d)

@@ -7,12 +7,14 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/hone-llm/hone/engine"
 )
 
 // fuzzVLLMVersions are the vLLM versions FuzzParseSpec renders a parsed
 // spec for: unknown, the table's floor, and releases on either side of the
-// features vllmversions.go adapts to.
-var fuzzVLLMVersions = []string{"", VLLMTableFloor, "0.14.0", "0.17.0", "0.27.1"}
+// features the engine adapts to (engine.Adapter).
+var fuzzVLLMVersions = []string{"", engine.FactsOf(EngineVLLM).Versions.Floor, "0.14.0", "0.17.0", "0.27.1"}
 
 // FuzzParseSpec feeds deployment spec YAML to ParseSpec. Seeds: the specs
 // in examples/ and deploy/testdata/specs/ and the test suite's own.

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hone-llm/hone/deploy/proxy"
+	"github.com/hone-llm/hone/engine"
 	"github.com/hone-llm/hone/internal/atomicfile"
 )
 
@@ -132,11 +133,11 @@ func Up(ctx context.Context, s *Spec, o UpOptions) (*Deployment, error) {
 		return nil, err
 	}
 	// The installed vLLM's version adapts the flags that changed across
-	// versions (vllmversions.go); unknown ("" when vllm --version fails):
+	// versions (engine.Adapter); unknown ("" when vllm --version fails):
 	// rendered as for current vLLM, with a warning.
 	var vv string
 	if s.facts().Versioned {
-		vv, _ = VLLMVersion(ctx, o.VLLM)
+		vv, _ = engine.InstalledVersion(ctx, s.Engine, o.VLLM)
 	}
 	plan, err := Render(s, RenderOptions{VLLM: o.VLLM, Hone: o.Hone, VLLMVersion: vv})
 	if err != nil {

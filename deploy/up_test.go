@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/hone-llm/hone/deploy/proxy"
+	"github.com/hone-llm/hone/engine"
 	"github.com/hone-llm/hone/internal/honetest"
 	"github.com/hone-llm/hone/internal/procstat"
 )
@@ -633,8 +634,8 @@ network: {proxy_port: %d, worker_port: %d}
 	}
 	ln.Close()
 	d := up(t, s, t.TempDir())
-	if v, err := VLLMVersion(context.Background(), os.Args[0]); err != nil || v != fakeVLLMVersion {
-		t.Errorf("VLLMVersion of the fake: %q %v", v, err)
+	if v, err := engine.InstalledVersion(context.Background(), EngineVLLM, os.Args[0]); err != nil || v != fakeVLLMVersion {
+		t.Errorf("InstalledVersion of the fake: %q %v", v, err)
 	}
 	_ = d
 }

@@ -8,7 +8,10 @@
 // and environment are spelled (Render), how its GET /version answer is
 // recognised (Recognise), which processes are its own (MatchProcess), and
 // the static facts of Facts (counter names, per-request metric keys, the
-// cache-reset route, KV ports, the HTTP head convention). Code outside
+// cache-reset route, KV ports, the HTTP head convention). A versioned
+// engine also owns its releases (Adapter, adapt.go): the installed
+// version, its release table and what a deployment may use on a given
+// release (vllm_adapt.go, vllm_args.go). Code outside
 // this package asks the registry (Lookup) and the interface; it never
 // compares an engine's name. docs/engines.md says how to add one.
 //
@@ -70,8 +73,9 @@ type Facts struct {
 	LoadsWeights bool
 	// ExtraArgs says whether knobs.extra_args are passed through.
 	ExtraArgs bool
-	// Versioned engines adapt their commands to the installed release;
-	// Versions is their release table (deploy checks a spec against it).
+	// Versioned engines adapt their commands to the installed release
+	// and implement Adapter; Versions is their release table, which
+	// their Adapter checks a spec against.
 	Versioned bool
 	Versions  *VersionTable
 	// StartTimeout is how long a deployment waits for a worker's health;
@@ -159,7 +163,7 @@ type Feature struct {
 
 // VersionTable is a versioned engine's release table (Facts.Versions):
 // what hone renders whose presence changed across the engine's releases.
-// The engine owns the data; deploy checks a spec against it.
+// The engine owns the data and, through its Adapter, the checks.
 type VersionTable struct {
 	// Floor is the oldest release the table was checked against.
 	Floor string

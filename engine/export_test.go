@@ -6,3 +6,6 @@ func Unregister(name string) {
 	defer mu.Unlock()
 	delete(registry, name)
 }
+
+// ParseVLLMVersionOutput finds the version in `vllm --version` output.
+var ParseVLLMVersionOutput = parseVLLMVersionOutput

@@ -37,7 +37,7 @@ type Launch struct {
 	// worker must serve Facts().Cache.ResetRoute.
 	ColdStartReset bool
 	// Features are what the installed release has (Facts.Versioned
-	// engines; deploy decides them from Facts.Versions).
+	// engines: Adapter.Adapt decides them).
 	Features Features
 }
 

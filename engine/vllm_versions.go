@@ -3,8 +3,8 @@ package engine
 // This file is vLLM's release table (Facts.Versions): every flag,
 // environment variable, --kv-transfer-config field and --kv-cache-dtype
 // value hone renders whose presence changed across vLLM releases, with the
-// first release that has it and where that was checked. deploy
-// (vllmversions.go) checks a spec against it and adapts the command;
+// first release that has it and where that was checked. vLLM's Adapter
+// (vllm_adapt.go) checks a spec against it and adapts the command;
 // nothing else should compare vLLM versions.
 
 // Feature IDs.

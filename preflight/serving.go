@@ -18,8 +18,8 @@ type Serving struct {
 	Python string `json:"python,omitempty"`
 	VLLM   string `json:"vllm_version,omitempty"`
 	Freeze string `json:"freeze_file,omitempty"`
-	// VLLMFeatures says, per hone capability of deploy's vLLM version
-	// table, whether the installed vLLM (vllm --version) has it.
+	// VLLMFeatures says, per hone capability of the engine's vLLM
+	// version table, whether the installed vLLM (vllm --version) has it.
 	VLLMFeatures map[string]bool   `json:"vllm_features,omitempty"`
 	ModelDir     string            `json:"model_dir,omitempty"`
 	ModelFiles   map[string]string `json:"model_files_sha256,omitempty"`
@@ -84,17 +84,19 @@ func servingChecks(ctx context.Context, o Options) (*Serving, []Check) {
 }
 
 // vllmVersionChecks reads the installed vLLM's version the way hone deploy
-// does (deploy.VLLMVersion: `vllm --version`) and reports, per hone
-// capability of deploy's version table (deploy/vllmversions.go), whether
-// that version has it: pass, or warn with what hone deploy will omit or
-// refuse. When the executable cannot be run, the version the import check
-// found stands in.
+// does (engine.Adapter InstalledVersion: `vllm --version`) and reports,
+// per hone capability of the engine's version table
+// (engine/vllm_versions.go), whether that version has it: pass, or warn
+// with what hone deploy will omit or refuse. When the executable cannot
+// be run, the version the import check found stands in.
 func vllmVersionChecks(ctx context.Context, vllm string, sv *Serving) []Check {
 	var cs []Check
 	add := func(name string, st Status, detail, fix string) {
 		cs = append(cs, Check{Section: "serving", Name: name, Status: st, Detail: detail, Fix: fix})
 	}
-	raw, err := deploy.VLLMVersion(ctx, vllm)
+	e, _ := engine.Lookup(engine.VLLM)
+	a := e.(engine.Adapter)
+	raw, err := a.InstalledVersion(ctx, vllm)
 	from := vllm + " --version"
 	if err != nil && sv.VLLM != "" {
 		raw, from = sv.VLLM, fmt.Sprintf("import vllm (%v)", err)
@@ -104,14 +106,14 @@ func vllmVersionChecks(ctx context.Context, vllm string, sv *Serving) []Check {
 			"install vLLM and pass --python of its environment (its vllm executable is looked for beside it)")
 		return cs
 	}
-	v, perr := deploy.ParseVersion(raw)
+	v, perr := a.ParseVersion(raw)
 	if perr != nil {
 		add("vllm-version", Warn, fmt.Sprintf("%v (from %s): hone deploy renders for the newest vLLM, unchecked", perr, from), "")
 		return cs
 	}
 	add("vllm-version", Pass, fmt.Sprintf("vLLM %s (from %s)", v, from), "")
 	sv.VLLMFeatures = map[string]bool{}
-	for _, c := range deploy.VLLMCapabilities(v) {
+	for _, c := range a.Capabilities(v) {
 		sv.VLLMFeatures[c.ID] = c.OK
 		if c.OK {
 			add("vllm-"+c.ID, Pass, c.Detail, "")

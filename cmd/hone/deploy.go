@@ -104,7 +104,7 @@ func (o *deployRenderFlags) run(c *cobra.Command, args []string) error {
 	if o.vllmVersion == "auto" {
 		if !engine.FactsOf(s.Engine).Versioned {
 			o.vllmVersion = ""
-		} else if o.vllmVersion, err = deploy.VLLMVersion(c.Context(), o.vllm); err != nil {
+		} else if o.vllmVersion, err = engine.InstalledVersion(c.Context(), s.Engine, o.vllm); err != nil {
 			fmt.Fprintf(c.ErrOrStderr(), "hone deploy render: %v; rendering for an unknown vLLM version\n", err)
 		}
 	}

@@ -104,20 +104,21 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// DefaultVLLMVersion is the newest vLLM release deploy's version table
-// (deploy.VLLMFeatures) names: deploy names no single target release, and
+// DefaultVLLMVersion is the newest vLLM release the engine's version table
+// (engine.VersionTable) names: deploy names no single target release, and
 // this is the newest one whose flags it has checked.
 func DefaultVLLMVersion() string {
-	best := deploy.MustVersion(deploy.VLLMTableFloor)
-	for _, f := range deploy.VLLMFeatures {
-		if v := deploy.MustVersion(f.Since); newer(v, best) {
+	t := engine.FactsOf(engine.VLLM).Versions
+	best := engine.MustVersion(t.Floor)
+	for _, f := range t.Features {
+		if v := engine.MustVersion(f.Since); newer(v, best) {
 			best = v
 		}
 	}
 	return best.Raw
 }
 
-func newer(a, b deploy.Version) bool {
+func newer(a, b engine.Version) bool {
 	x := []int{a.Major, a.Minor, a.Patch, a.Micro}
 	y := []int{b.Major, b.Minor, b.Patch, b.Micro}
 	return slices.Compare(x, y) > 0
@@ -136,7 +137,7 @@ func ImageVLLMVersion(image string) string {
 	if i < 0 || strings.Contains(image[i:], "/") {
 		return ""
 	}
-	v, err := deploy.ParseVersion(image[i+1:])
+	v, err := engine.ParseVLLMVersion(image[i+1:])
 	if err != nil {
 		return ""
 	}

@@ -8,7 +8,7 @@
 //
 //	vllm --version        prints FAKE_VLLM_VERSION
 //	vllm serve MODEL ...  checks the arguments as that vLLM would
-//	                      (deploy.CheckVLLMServeArgs: hone's version table)
+//	                      (engine.CheckVLLMServeArgs: hone's version table)
 //	                      and exits 2 on one it would refuse; else serves
 //	                      hone sim serve with the same settings
 //
@@ -20,7 +20,7 @@
 // Environment:
 //
 //	FAKE_VLLM_VERSION     the vLLM version to be (default: the newest
-//	                      release deploy's version table names)
+//	                      release vLLM's version table names)
 //	FAKE_VLLM_HONE        the hone binary (default: hone on PATH)
 //	FAKE_VLLM_TIME_SCALE  the emulator's --time-scale (default 1)
 //	FAKE_VLLM_PROFILE     the emulator's --profile (default: its own)
@@ -51,7 +51,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/engine"
 )
 
 func main() {
@@ -68,23 +68,17 @@ func main() {
 // usage is an error vLLM's argument parser would report.
 type usage struct{ error }
 
-func version() (deploy.Version, error) {
+func version() (engine.Version, error) {
 	raw := os.Getenv("FAKE_VLLM_VERSION")
 	if raw == "" {
 		raw = newestVersion()
 	}
-	return deploy.ParseVersion(raw)
+	return engine.ParseVLLMVersion(raw)
 }
 
-// newestVersion is the newest release deploy's version table names.
+// newestVersion is the newest release vLLM's version table names.
 func newestVersion() string {
-	best := deploy.MustVersion(deploy.VLLMTableFloor)
-	for _, f := range deploy.VLLMFeatures {
-		if v := deploy.MustVersion(f.Since); v.AtLeast(best) {
-			best = v
-		}
-	}
-	return best.Raw
+	return engine.FactsOf(engine.VLLM).Versions.Newest().Raw
 }
 
 func run(args []string) error {
@@ -100,7 +94,7 @@ func run(args []string) error {
 	default:
 		return usage{fmt.Errorf("usage: vllm --version | vllm serve MODEL [flags]; got %q", args)}
 	}
-	sa, err := deploy.CheckVLLMServeArgs(v, args[1:])
+	sa, err := engine.CheckVLLMServeArgs(v, args[1:])
 	logInvocation(v, args, err)
 	if err != nil {
 		return usage{err}
@@ -120,7 +114,7 @@ func run(args []string) error {
 	if hone, err = exec.LookPath(hone); err != nil {
 		return fmt.Errorf("FAKE_VLLM_HONE: %w", err)
 	}
-	if os.Getenv(deploy.EnvServerDevMode) == "1" {
+	if os.Getenv(engine.EnvServerDevMode) == "1" {
 		// vLLM in development mode serves /reset_prefix_cache, as the
 		// emulator always does: the emulator can take this process's place.
 		return syscall.Exec(hone, append([]string{hone}, argv...), os.Environ())
@@ -128,9 +122,9 @@ func run(args []string) error {
 	return serveWithoutReset(hone, argv, sa.Flags["--host"], sa.Flags["--port"])
 }
 
-// emulatorArgs spells `hone sim serve` for a checked `vllm serve`, as
-// deploy's renderEmulator spells a spec for both engines.
-func emulatorArgs(sa deploy.ServeArgs) ([]string, error) {
+// emulatorArgs spells `hone sim serve` for a checked `vllm serve`, the
+// way the emulator engine (engine/emulator.go Render) spells the same spec.
+func emulatorArgs(sa engine.ServeArgs) ([]string, error) {
 	f := sa.Flags
 	argv := []string{"sim", "serve", "--model", sa.Model, "--host", cmpOr(f["--host"], "127.0.0.1"), "--port", cmpOr(f["--port"], "8000")}
 	if n, ok := f["--served-model-name"]; ok {
@@ -171,7 +165,7 @@ func emulatorArgs(sa deploy.ServeArgs) ([]string, error) {
 	if err := json.Unmarshal([]byte(kv), &tc); err != nil {
 		return nil, err
 	}
-	if tc.Connector != deploy.NixlConnector {
+	if tc.Connector != engine.NixlConnector {
 		return nil, fmt.Errorf("--kv-transfer-config: the fake serves hone's emulator, which speaks NixlConnector only, not %q", tc.Connector)
 	}
 	role, err := roleOf(tc.Role)
@@ -179,7 +173,7 @@ func emulatorArgs(sa deploy.ServeArgs) ([]string, error) {
 		return nil, err
 	}
 	argv = append(argv, "--role", role)
-	if role == deploy.RoleDecode && tc.Policy != "" {
+	if role == engine.RoleDecode && tc.Policy != "" {
 		argv = append(argv, "--kv-load-failure-policy", tc.Policy)
 	}
 	return argv, nil
@@ -193,9 +187,9 @@ var workerLogRE = regexp.MustCompile(`^(prefill|decode)-[0-9]+\.log$`)
 func roleOf(kvRole string) (string, error) {
 	switch kvRole {
 	case "kv_producer":
-		return deploy.RolePrefill, nil
+		return engine.RolePrefill, nil
 	case "kv_consumer":
-		return deploy.RoleDecode, nil
+		return engine.RoleDecode, nil
 	}
 	if r := os.Getenv("FAKE_VLLM_ROLE"); r != "" {
 		return r, nil
@@ -286,12 +280,12 @@ func serveWithoutReset(hone string, argv []string, host, port string) error {
 
 // logInvocation appends what this invocation was asked and answered to
 // FAKE_VLLM_LOG, for the runbook test to read.
-func logInvocation(v deploy.Version, args []string, checkErr error) {
+func logInvocation(v engine.Version, args []string, checkErr error) {
 	path := os.Getenv("FAKE_VLLM_LOG")
 	if path == "" {
 		return
 	}
-	rec := map[string]any{"version": v.Raw, "args": args, deploy.EnvServerDevMode: os.Getenv(deploy.EnvServerDevMode)}
+	rec := map[string]any{"version": v.Raw, "args": args, engine.EnvServerDevMode: os.Getenv(engine.EnvServerDevMode)}
 	if checkErr != nil {
 		rec["refused"] = checkErr.Error()
 	}

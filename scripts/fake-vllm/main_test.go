@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/engine"
 )
 
 // TestEmulatorArgs: a checked vllm serve becomes hone sim serve with the
@@ -20,7 +20,7 @@ func TestEmulatorArgs(t *testing.T) {
 	args := strings.Fields(`Qwen/Q --revision abc --served-model-name q --host 127.0.0.1 --port 18410 --tensor-parallel-size 2 ` +
 		`--dtype bfloat16 --no-enable-prefix-caching --enable-prompt-tokens-details --enable-per-request-metrics --max-model-len 8192 ` +
 		`--compilation-config {"cudagraph_mode":"NONE"} --kv-transfer-config {"kv_connector":"NixlConnector","kv_role":"kv_both","kv_load_failure_policy":"recompute"}`)
-	sa, err := deploy.CheckVLLMServeArgs(deploy.MustVersion("0.26.0"), args)
+	sa, err := engine.CheckVLLMServeArgs(engine.MustVersion("0.26.0"), args)
 	if err != nil {
 		t.Fatal(err)
 	}

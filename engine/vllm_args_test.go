@@ -1,9 +1,12 @@
-package deploy
+package engine_test
 
 import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/engine"
 )
 
 func TestCheckVLLMServeArgs(t *testing.T) {
@@ -30,7 +33,7 @@ func TestCheckVLLMServeArgs(t *testing.T) {
 		{"0.26.0", "--port 8100", "required: model_tag"},
 		{"0.26.0", "Qwen/Q --port 1 --port 2", "given twice"},
 	} {
-		sa, err := CheckVLLMServeArgs(MustVersion(c.version), strings.Fields(c.args))
+		sa, err := engine.CheckVLLMServeArgs(engine.MustVersion(c.version), strings.Fields(c.args))
 		switch {
 		case c.want == "" && err != nil:
 			t.Errorf("%s %q: %v", c.version, c.args, err)
@@ -44,14 +47,14 @@ func TestCheckVLLMServeArgs(t *testing.T) {
 
 // TestRenderedFlagsAreKnown renders every spec hone ships for every vLLM
 // the table distinguishes and checks the command with CheckVLLMServeArgs:
-// Render spells only flags of VLLMServeFlags and VLLMFeatures, and only
+// Render spells only flags of VLLMServeFlags and the table's, and only
 // what that version accepts (what it cannot run it refuses, naming the
 // field).
 func TestRenderedFlagsAreKnown(t *testing.T) {
-	specs, _ := filepath.Glob("testdata/specs/*.yaml")
+	specs, _ := filepath.Glob("../deploy/testdata/specs/*.yaml")
 	examples, _ := filepath.Glob("../examples/vllm-*.yaml")
-	versions := []string{VLLMTableFloor}
-	for _, f := range VLLMFeatures {
+	versions := []string{vllmTable.Floor}
+	for _, f := range vllmTable.Features {
 		versions = append(versions, f.Since)
 		if f.Removed != "" {
 			versions = append(versions, f.Removed)
@@ -59,15 +62,15 @@ func TestRenderedFlagsAreKnown(t *testing.T) {
 	}
 	rendered := 0
 	for _, file := range append(specs, examples...) {
-		s, err := LoadSpec(file)
+		s, err := deploy.LoadSpec(file)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.Engine != EngineVLLM {
+		if s.Engine != engine.VLLM {
 			continue
 		}
 		for _, ver := range versions {
-			p, err := Render(s, RenderOptions{VLLMVersion: ver})
+			p, err := deploy.Render(s, deploy.RenderOptions{VLLMVersion: ver})
 			if err != nil {
 				if !strings.HasPrefix(err.Error(), "spec.") {
 					t.Errorf("%s on %s: refused without naming a field: %v", file, ver, err)
@@ -78,7 +81,7 @@ func TestRenderedFlagsAreKnown(t *testing.T) {
 				if w.Argv[1] != "serve" {
 					t.Fatalf("%s: argv %q", file, w.Argv)
 				}
-				if _, err := CheckVLLMServeArgs(MustVersion(ver), w.Argv[2:]); err != nil {
+				if _, err := engine.CheckVLLMServeArgs(engine.MustVersion(ver), w.Argv[2:]); err != nil {
 					t.Errorf("%s rendered for %s, worker %s: %v", file, ver, w.Name, err)
 				}
 				rendered++

@@ -1,4 +1,4 @@
-package deploy
+package engine_test
 
 import (
 	"context"
@@ -8,48 +8,30 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hone-llm/hone/deploy"
+	"github.com/hone-llm/hone/engine"
 )
 
-func TestParseVersion(t *testing.T) {
-	for _, c := range []struct {
-		in                  string
-		maj, min, pat, micr int
-		pre                 bool
-	}{
-		{"0.11.1", 0, 11, 1, 0, false},
-		{"0.10.1.1", 0, 10, 1, 1, false},
-		{"0.8.5.post1", 0, 8, 5, 0, false},
-		{"0.17.0rc1", 0, 17, 0, 0, true},
-		{"0.16.1.dev42+g1a2b3c4", 0, 16, 1, 0, true},
-		{"0.11.0+cu128", 0, 11, 0, 0, false},
-		{"v0.26.0", 0, 26, 0, 0, false},
-		{"vllm 0.12.0", 0, 12, 0, 0, false},
-		{" 1.0 ", 1, 0, 0, 0, false},
-	} {
-		v, err := ParseVersion(c.in)
-		if err != nil {
-			t.Errorf("%q: %v", c.in, err)
-			continue
-		}
-		if v.Major != c.maj || v.Minor != c.min || v.Patch != c.pat || v.Micro != c.micr || v.Pre != c.pre {
-			t.Errorf("%q = %+v", c.in, v)
-		}
+var vllmTable = engine.FactsOf(engine.VLLM).Versions
+
+func vllmAdapter(t *testing.T) engine.Adapter {
+	t.Helper()
+	e, _ := engine.Lookup(engine.VLLM)
+	a, ok := e.(engine.Adapter)
+	if !ok {
+		t.Fatal("vllm is not an engine.Adapter")
 	}
-	for _, bad := range []string{"", "vllm", "0", "0.11.x", "INFO 08-09 starting", "0.11.0garbage"} {
-		if _, err := ParseVersion(bad); err == nil {
-			t.Errorf("%q parsed", bad)
-		}
-	}
+	return a
 }
 
-func TestVersionOrder(t *testing.T) {
-	order := []string{"0.9.2", "0.10.1", "0.10.1.1", "0.11.0rc1", "0.11.0", "0.11.0.post1", "0.11.1.dev3", "0.11.1", "0.16.1.dev9+gabc", "0.17.0", "1.0.0"}
-	for i := range order {
-		for j := range order {
-			a, b := MustVersion(order[i]), MustVersion(order[j])
-			if got := a.AtLeast(b); got != (i >= j) {
-				t.Errorf("%s.AtLeast(%s) = %v", a, b, got)
-			}
+// Facts.Versioned engines, and only they, adapt to the installed release.
+func TestVersionedEnginesAdapt(t *testing.T) {
+	for _, n := range engine.Names() {
+		e, _ := engine.Lookup(n)
+		_, ok := e.(engine.Adapter)
+		if f := e.Facts(); ok != f.Versioned || ok != (f.Versions != nil) {
+			t.Errorf("%s: Adapter %v, Versioned %v, Versions %v", n, ok, f.Versioned, f.Versions != nil)
 		}
 	}
 }
@@ -58,40 +40,40 @@ func TestVersionOrder(t *testing.T) {
 // cited, and is not older than the floor.
 func TestVLLMFeatureTable(t *testing.T) {
 	seen := map[string]bool{}
-	floor := MustVersion(VLLMTableFloor)
-	for _, f := range VLLMFeatures {
+	floor := engine.MustVersion(vllmTable.Floor)
+	for _, f := range vllmTable.Features {
 		if seen[f.ID] {
 			t.Errorf("%s listed twice", f.ID)
 		}
 		seen[f.ID] = true
-		v, err := ParseVersion(f.Since)
+		v, err := engine.ParseVersion(f.Since)
 		if err != nil || !v.AtLeast(floor) || f.Name == "" || !strings.Contains(f.Source, "vllm") {
 			t.Errorf("bad row %+v (%v)", f, err)
 		}
 		if f.Removed != "" {
-			if r, err := ParseVersion(f.Removed); err != nil || r.cmp(v) <= 0 || f.Removal == "" {
+			if r, err := engine.ParseVersion(f.Removed); err != nil || r.Compare(v) <= 0 || f.Removal == "" {
 				t.Errorf("%s: removed in %q, since %s, removal note %q: want a release after Since, said where", f.ID, f.Removed, f.Since, f.Removal)
 			}
 		}
 	}
 	// What vLLM has announced, as read in its source (see the rows).
-	if f, _ := lookupFeature(FeatureDisableRequestIDRandom); f.Removed != "" || !strings.HasPrefix(f.Removal, "planned, no release named") {
+	if f, _ := vllmTable.Feature(engine.FeatureDisableRequestIDRandom); f.Removed != "" || !strings.HasPrefix(f.Removal, "planned, no release named") {
 		t.Errorf("%s: removed %q, removal %q", f.ID, f.Removed, f.Removal)
 	}
-	if f, _ := lookupFeature(FeaturePerRequestMetrics); !strings.HasPrefix(f.Source, "vllm/entrypoints/launchers/cli_args.py") {
+	if f, _ := vllmTable.Feature(engine.FeaturePerRequestMetrics); !strings.HasPrefix(f.Source, "vllm/entrypoints/launchers/cli_args.py") {
 		t.Errorf("%s: source %q: the frontend's arguments live in vllm/entrypoints/launchers/cli_args.py", f.ID, f.Source)
 	}
-	for _, d := range KVCacheDTypes {
-		MustVersion("0.1.0").acceptsKVCacheDType(d) // panics on a gated value with no row
+	for _, d := range vllmTable.KVCacheDTypes {
+		vllmTable.AcceptsKVCacheDType(engine.MustVersion("0.1.0"), d) // panics on a gated value with no row
 	}
 }
 
 func TestParseVLLMVersionOutput(t *testing.T) {
 	out := "INFO 08-09 21:13:56 [__init__.py:216] Automatically detected platform cuda.\n0.11.1\n"
-	if v, err := ParseVLLMVersionOutput(out); err != nil || v.Raw != "0.11.1" {
+	if v, err := engine.ParseVLLMVersionOutput(out); err != nil || v.Raw != "0.11.1" {
 		t.Errorf("got %v, %v", v, err)
 	}
-	if _, err := ParseVLLMVersionOutput("usage: vllm [-h]\n"); err == nil {
+	if _, err := engine.ParseVLLMVersionOutput("usage: vllm [-h]\n"); err == nil {
 		t.Error("usage text parsed as a version")
 	}
 }
@@ -106,8 +88,9 @@ func fakeVLLM(t *testing.T, body string) string {
 	return p
 }
 
-func TestVLLMVersionRunsTheExecutable(t *testing.T) {
+func TestVLLMInstalledVersionRunsTheExecutable(t *testing.T) {
 	ctx := context.Background()
+	VLLMVersion := vllmAdapter(t).InstalledVersion
 	ok := fakeVLLM(t, `[ "$1" = --version ] || exit 3
 echo "INFO 01-01 00:00:00 [__init__.py:216] Automatically detected platform cuda." >&2
 echo "WARNING a plugin printed this" 
@@ -138,17 +121,17 @@ echo 0.17.0`)
 func TestVLLMCapabilities(t *testing.T) {
 	status := func(v string) map[string]bool {
 		m := map[string]bool{}
-		for _, c := range VLLMCapabilities(MustVersion(v)) {
+		for _, c := range vllmAdapter(t).Capabilities(engine.MustVersion(v)) {
 			m[c.ID] = c.OK
 		}
 		return m
 	}
 	old := status("0.10.2")
-	if old["table"] || old[FeaturePerRequestMetrics] || old[FeatureKVLoadFailurePolicy] || !old["p2p-request-ids"] || old[FeatureKVCacheDTypeBFloat16] {
+	if old["table"] || old[engine.FeaturePerRequestMetrics] || old[engine.FeatureKVLoadFailurePolicy] || !old["p2p-request-ids"] || old[engine.FeatureKVCacheDTypeBFloat16] {
 		t.Errorf("0.10.2: %v", old)
 	}
 	mid := status("0.15.1")
-	if !mid["table"] || mid["p2p-request-ids"] || !mid[FeatureKVLoadFailurePolicy] || !mid[FeatureKVCacheDTypeBFloat16] || mid[FeatureKVCacheDTypeFloat16] {
+	if !mid["table"] || mid["p2p-request-ids"] || !mid[engine.FeatureKVLoadFailurePolicy] || !mid[engine.FeatureKVCacheDTypeBFloat16] || mid[engine.FeatureKVCacheDTypeFloat16] {
 		t.Errorf("0.15.1: %v", mid)
 	}
 	for id, ok := range status("0.27.1") {
@@ -162,27 +145,27 @@ func TestVLLMCapabilities(t *testing.T) {
 // feature, and what hone needed it for is refused there, naming the field
 // and the release that removed it.
 func TestVLLMFeatureRemoved(t *testing.T) {
-	i := slices.IndexFunc(VLLMFeatures, func(f VLLMFeature) bool { return f.ID == FeatureDisableRequestIDRandom })
-	saved := VLLMFeatures[i]
-	t.Cleanup(func() { VLLMFeatures[i] = saved })
-	VLLMFeatures[i].Removed = "0.40.0"
-	if !MustVersion("0.39.9").Has(FeatureDisableRequestIDRandom) || MustVersion("0.40.0").Has(FeatureDisableRequestIDRandom) ||
-		!MustVersion("0.40.0rc1").Has(FeatureDisableRequestIDRandom) {
+	i := slices.IndexFunc(vllmTable.Features, func(f engine.Feature) bool { return f.ID == engine.FeatureDisableRequestIDRandom })
+	saved := vllmTable.Features[i]
+	t.Cleanup(func() { vllmTable.Features[i] = saved })
+	vllmTable.Features[i].Removed = "0.40.0"
+	has := func(v string) bool { return vllmTable.Has(engine.MustVersion(v), engine.FeatureDisableRequestIDRandom) }
+	if !has("0.39.9") || has("0.40.0") || !has("0.40.0rc1") {
 		t.Error("Has ignores Removed")
 	}
-	s, err := LoadSpec("testdata/specs/disagg-p2pnccl-1p1d.yaml")
+	s, err := deploy.LoadSpec("../deploy/testdata/specs/disagg-p2pnccl-1p1d.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Render(s, RenderOptions{VLLMVersion: "0.39.0"}); err != nil {
+	if _, err := deploy.Render(s, deploy.RenderOptions{VLLMVersion: "0.39.0"}); err != nil {
 		t.Errorf("0.39.0: %v", err)
 	}
-	_, err = Render(s, RenderOptions{VLLMVersion: "0.40.0"})
+	_, err = deploy.Render(s, deploy.RenderOptions{VLLMVersion: "0.40.0"})
 	if err == nil || !strings.Contains(err.Error(), "spec.kv_connector.name: P2pNcclConnector cannot run on vLLM 0.40.0") ||
 		!strings.Contains(err.Error(), "first in 0.17.0, removed in 0.40.0") {
 		t.Errorf("0.40.0: %v", err)
 	}
-	for _, c := range VLLMCapabilities(MustVersion("0.40.0")) {
+	for _, c := range vllmAdapter(t).Capabilities(engine.MustVersion("0.40.0")) {
 		if c.ID == "p2p-request-ids" && (c.OK || !strings.Contains(c.Detail, "removed in 0.40.0")) {
 			t.Errorf("capability: %+v", c)
 		}

@@ -1,4 +1,4 @@
-package deploy
+package engine
 
 import (
 	"encoding/json"
@@ -9,10 +9,15 @@ import (
 	"strings"
 )
 
+// This file reads a `vllm serve` command line as a given vLLM's argument
+// parser would, as far as vLLM's release table (vllm_versions.go) knows
+// it: hone's fake vllm (scripts/fake-vllm) answers with it, and the tests
+// check every command Render spells with it.
+
 // VLLMServeFlags are the `vllm serve` flags Render spells whatever the
-// version (engine/vllm.go Render), each with whether it takes a value. vLLM has had
-// every one of them since VLLMTableFloor; the flags that came or went
-// later are rows of VLLMFeatures (kind flag, all of them switches).
+// version (vllm.go Render), each with whether it takes a value. vLLM has
+// had every one of them since the table's floor; the flags that came or
+// went later are rows of the table (kind flag, all of them switches).
 // TestRenderedFlagsAreKnown keeps Render to these two lists.
 var VLLMServeFlags = map[string]bool{
 	"--revision":                     true,
@@ -43,7 +48,7 @@ var (
 	// vllmDTypes are --dtype's choices (vllm/config/model.py ModelDType).
 	vllmDTypes = []string{"auto", "half", "float16", "bfloat16", "float", "float32"}
 	// kvTransferFields are the --kv-transfer-config fields Render writes;
-	// kv_load_failure_policy is version-gated (VLLMFeatures).
+	// kv_load_failure_policy is version-gated (a row of the table).
 	kvTransferFields = []string{"kv_connector", "kv_role", "kv_ip", "kv_port", "kv_buffer_size", "kv_connector_extra_config", "kv_load_failure_policy"}
 )
 
@@ -56,11 +61,11 @@ type ServeArgs struct {
 
 // CheckVLLMServeArgs reads the arguments after `vllm serve` as vLLM v's
 // argument parser would, as far as hone's version table knows it (the
-// flags of VLLMServeFlags and VLLMFeatures, the --kv-cache-dtype values
-// and --kv-transfer-config fields the table gates), and returns the first
-// one vLLM v would refuse. A flag hone does not know is refused too: the
-// table cannot say whether that version has it. Versions older than
-// VLLMTableFloor are taken to have VLLMServeFlags, unchecked.
+// flags of VLLMServeFlags and the table's rows, the --kv-cache-dtype
+// values and --kv-transfer-config fields the table gates), and returns the
+// first one vLLM v would refuse. A flag hone does not know is refused too:
+// the table cannot say whether that version has it. Versions older than
+// the table's floor are taken to have VLLMServeFlags, unchecked.
 //
 // hone's fake vllm (scripts/fake-vllm) answers with it, so that the
 // runbook test fails on what a real vLLM of that version would reject.
@@ -85,8 +90,8 @@ func CheckVLLMServeArgs(v Version, args []string) (ServeArgs, error) {
 			if !ok {
 				return fail("unrecognized arguments: %s (not a flag hone's version table knows)", name)
 			}
-			if !featureIn(f, v) {
-				return fail("unrecognized arguments: %s (%s; %s)", name, spanOf(f.ID), f.Source)
+			if !f.In(v) {
+				return fail("unrecognized arguments: %s (%s; %s)", name, vllmVersions.Span(f.ID), f.Source)
 			}
 		}
 		if takes && !inline {
@@ -114,13 +119,13 @@ func CheckVLLMServeArgs(v Version, args []string) (ServeArgs, error) {
 }
 
 // flagFeature is the table's row for a flag, if it has one.
-func flagFeature(name string) (VLLMFeature, bool) {
-	for _, f := range VLLMFeatures {
+func flagFeature(name string) (Feature, bool) {
+	for _, f := range vllmVersions.Features {
 		if f.Kind == KindFlag && f.Name == name {
 			return f, true
 		}
 	}
-	return VLLMFeature{}, false
+	return Feature{}, false
 }
 
 // checkServeValue checks one flag's value as vLLM v's parser would.
@@ -139,8 +144,8 @@ func checkServeValue(v Version, name, value string) error {
 			return fmt.Errorf("invalid choice: %q (choose from %s)", value, strings.Join(vllmDTypes, ", "))
 		}
 	case name == "--kv-cache-dtype":
-		if !slices.Contains(KVCacheDTypes, value) || !v.acceptsKVCacheDType(value) {
-			return fmt.Errorf("invalid choice: %q (%s)", value, vllmFileCache)
+		if !slices.Contains(vllmVersions.KVCacheDTypes, value) || !vllmVersions.AcceptsKVCacheDType(v, value) {
+			return fmt.Errorf("invalid choice: %q (%s)", value, VLLMSourceCache)
 		}
 	case slices.Contains(vllmJSONFlags, name):
 		var obj map[string]any
@@ -162,10 +167,10 @@ func checkKVTransferConfig(v Version, obj map[string]any) error {
 	sort.Strings(keys)
 	for _, k := range keys {
 		if !slices.Contains(kvTransferFields, k) {
-			return fmt.Errorf("KVTransferConfig has no field %q (%s)", k, vllmFileKVTransfer)
+			return fmt.Errorf("KVTransferConfig has no field %q (%s)", k, VLLMSourceKVTransfer)
 		}
-		if k == "kv_load_failure_policy" && !v.Has(FeatureKVLoadFailurePolicy) {
-			return fmt.Errorf("KVTransferConfig has no field %q (%s; %s)", k, spanOf(FeatureKVLoadFailurePolicy), vllmFileKVTransfer)
+		if k == "kv_load_failure_policy" && !vllmVersions.Has(v, FeatureKVLoadFailurePolicy) {
+			return fmt.Errorf("KVTransferConfig has no field %q (%s; %s)", k, vllmVersions.Span(FeatureKVLoadFailurePolicy), VLLMSourceKVTransfer)
 		}
 	}
 	return nil
