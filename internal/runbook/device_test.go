@@ -78,7 +78,7 @@ func loopbackUp() error {
 // verbatim, in one bash shell, in a scratch copy of the checkout (bin/hone
 // and examples/), on this host without a GPU: fakes for python3 (the
 // virtual environment and pip), vllm (scripts/fake-vllm: hone's emulator
-// behind vLLM's argument checks, per deploy's version table), hf and sudo
+// behind vLLM's argument checks, per the engine's version table (engine/vllm_versions.go)), hf and sudo
 // (scripts/fake-gpu-host) come first on PATH, and HONE_SMOKE=1 chooses the
 // document's small sizes. Every block not marked runbook=skip must run and
 // exit 0 (runbook=no-gpu-exit-1: 0 or 1; runbook=measures: 0, or what this
