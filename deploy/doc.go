@@ -16,4 +16,8 @@
 // deploy/kubernetes renders the same plan as Kubernetes objects (one
 // StatefulSet per pool, hone's proxy listing the pods by DNS name) and
 // applies them with server-side apply (docs/kubernetes.md).
+//
+// RenderCommand, UpCommand and DownCommand (cli.go) carry out hone deploy
+// render, up and down for local processes; deploy/kubernetes has the same
+// for --target kubernetes.
 package deploy

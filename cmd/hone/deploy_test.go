@@ -54,12 +54,3 @@ func TestDeployCLIErrors(t *testing.T) {
 		}
 	}
 }
-
-func TestDownCommand(t *testing.T) {
-	if got := downCommand("emu", "/x", false); got != "hone deploy down emu" {
-		t.Errorf("default state dir: %q", got)
-	}
-	if got := downCommand("emu", "/tmp/my state", true); got != "hone deploy down emu --state-dir '/tmp/my state'" {
-		t.Errorf("--state-dir given: %q", got)
-	}
-}

@@ -11,4 +11,7 @@
 //
 // It does not build images, create namespaces or secrets, or manage
 // clusters; specs it cannot express in pods are refused, naming the field.
+//
+// RenderCommand, UpCommand and DownCommand (cli.go) carry out hone deploy
+// render, up and down --target kubernetes.
 package kubernetes

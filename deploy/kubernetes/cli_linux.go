@@ -1,10 +1,9 @@
-package main
+package kubernetes
 
 import (
 	"strings"
 
 	"github.com/hone-llm/hone/daemon"
-	"github.com/hone-llm/hone/deploy/kubernetes"
 )
 
 // daemonStartCapabilities are what the DaemonSet adds: the daemon's start
@@ -12,7 +11,7 @@ import (
 // nodes running kernel release nodeKernel ("": Linux >= 6.6, with
 // uprobe_multi links: CAP_BPF + CAP_PERFMON; before 6.6, CAP_SYS_ADMIN).
 func daemonStartCapabilities(nodeKernel string) ([]string, error) {
-	multi, err := kubernetes.NodeUprobeMulti(nodeKernel)
+	multi, err := NodeUprobeMulti(nodeKernel)
 	if err != nil {
 		return nil, err
 	}
