@@ -5,6 +5,10 @@
 // pprof profiles. It does not optimize, gate or attribute latency: package
 // diagnose joins its snapshots with per-request timelines.
 //
+// Command (cli.go) is `hone daemon`: it checks the flags, has the pods
+// --pod-selector selects watched by a PodSource (cmd/hone's uses package
+// deploy/kubernetes; the tracer links no Kubernetes client) and calls Run.
+//
 // # Targets
 //
 // Processes are selected by --pid (with their existing descendants),

@@ -110,4 +110,8 @@
 // Its fingerprint is the first probe's record's with load "capacity/MODE"
 // and a workload without the probes' rates and request counts, so a
 // capacity is never compared with a level scan.
+//
+// The commands: CreateBaseline and UpdateBaseline (cli.go) carry out `hone
+// gate baseline create` and `update`; ReadRunFiles reads the record files
+// those and `hone gate check` are given.
 package gate

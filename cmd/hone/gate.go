@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -11,21 +10,6 @@ import (
 )
 
 func init() { subcommands = append(subcommands, newGateCmd) }
-
-func readRuns(paths []string) ([]gate.Run, error) {
-	if len(paths) == 0 {
-		return nil, badInput("no run records given: pass one or more RECORD files")
-	}
-	var all []gate.Run
-	for _, p := range paths {
-		runs, err := gate.ReadRuns(p)
-		if err != nil {
-			return nil, usageError{Err: err}
-		}
-		all = append(all, runs...)
-	}
-	return all, nil
-}
 
 func newGateCmd() *cobra.Command {
 	c := &cobra.Command{
@@ -50,7 +34,7 @@ func newGateBaselineCmd() *cobra.Command {
 }
 
 func newGateBaselineCreateCmd() *cobra.Command {
-	var out, name string
+	var o gate.CreateOptions
 	create := &cobra.Command{
 		Use:   "create RECORD... --out baselines/NAME.json",
 		Short: "Build a baseline from run records (hone replay, hone sim --output json, or capacity results)",
@@ -58,79 +42,30 @@ func newGateBaselineCreateCmd() *cobra.Command {
   hone gate baseline create cap1.json cap2.json cap3.json --out baselines/capacity.json   # hone replay --capacity --out capN.json`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(c *cobra.Command, args []string) error {
-			return createBaseline(c, args, out, name)
+			o.Records, o.Log = args, c.ErrOrStderr()
+			return gate.CreateBaseline(c.Context(), o)
 		},
 	}
-	create.Flags().StringVar(&out, "out", "", "baseline file to write")
-	create.Flags().StringVar(&name, "name", "", "baseline name (default: the file name)")
+	create.Flags().StringVar(&o.Out, "out", "", "baseline file to write")
+	create.Flags().StringVar(&o.Name, "name", "", "baseline name (default: the file name)")
 	return create
 }
 
-// createBaseline is hone gate baseline create.
-func createBaseline(c *cobra.Command, args []string, out, name string) error {
-	if out == "" {
-		return badInput("--out: required (where to write the baseline)")
-	}
-	runs, err := readRuns(args)
-	if err != nil {
-		return err
-	}
-	n := name
-	if n == "" {
-		n = strings.TrimSuffix(filepath.Base(out), filepath.Ext(out))
-	}
-	bl, err := gate.NewBaseline(n, runs, gate.DefaultCompared)
-	if err != nil {
-		return usageError{Err: err}
-	}
-	if err := bl.Write(out); err != nil {
-		return fmt.Errorf("write baseline %s: %w", out, err)
-	}
-	fmt.Fprintf(c.ErrOrStderr(), "baseline %q: %d runs, %d series (%s) → %s\n", bl.Name, bl.Runs, len(bl.Series), bl.Kind, out)
-	return nil
-}
-
 func newGateBaselineUpdateCmd() *cobra.Command {
-	var path string
-	var keep int
+	var o gate.UpdateOptions
 	update := &cobra.Command{
 		Use:     "update --baseline B RECORD...",
 		Short:   "Add runs to a baseline, keeping the newest --keep runs",
 		Example: `  hone gate baseline update --baseline baselines/disagg.json run4.json`,
 		Args:    cobra.ArbitraryArgs,
 		RunE: func(c *cobra.Command, args []string) error {
-			return updateBaseline(c, args, path, keep)
+			o.Records, o.Log = args, c.ErrOrStderr()
+			return gate.UpdateBaseline(c.Context(), o)
 		},
 	}
-	update.Flags().StringVar(&path, "baseline", "", "baseline file to update in place (atomically)")
-	update.Flags().IntVar(&keep, "keep", 10, "runs to keep per series (the newest)")
+	update.Flags().StringVar(&o.Baseline, "baseline", "", "baseline file to update in place (atomically)")
+	update.Flags().IntVar(&o.Keep, "keep", 10, "runs to keep per series (the newest)")
 	return update
-}
-
-// updateBaseline is hone gate baseline update.
-func updateBaseline(c *cobra.Command, args []string, path string, keep int) error {
-	if path == "" {
-		return badInput("--baseline: required")
-	}
-	if keep < 1 {
-		return badInput("--keep: %d: want at least 1", keep)
-	}
-	bl, err := gate.ReadBaseline(path)
-	if err != nil {
-		return usageError{Err: err}
-	}
-	runs, err := readRuns(args)
-	if err != nil {
-		return err
-	}
-	if err := bl.Update(runs, gate.DefaultCompared, keep); err != nil {
-		return usageError{Err: err}
-	}
-	if err := bl.Write(path); err != nil {
-		return fmt.Errorf("write baseline %s: %w", path, err)
-	}
-	fmt.Fprintf(c.ErrOrStderr(), "baseline %q: now %d runs → %s\n", bl.Name, bl.Runs, path)
-	return nil
 }
 
 func newGateCheckCmd() *cobra.Command {
@@ -165,7 +100,7 @@ func newGateCheckCmd() *cobra.Command {
 			if err != nil {
 				return usageError{Err: err}
 			}
-			runs, err := readRuns(candidates)
+			runs, err := gate.ReadRunFiles(candidates)
 			if err != nil {
 				return err
 			}

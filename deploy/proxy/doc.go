@@ -40,5 +40,9 @@
 // each string in them (the client's X-Request-Id, errors) cut to
 // MaxTimelineValue (256) bytes and marked "…(truncated N bytes)".
 //
+// Run (cli.go) is `hone proxy`: it states the config from a --config file,
+// a --spec's plan or the worker flags, the flags given over the file's
+// settings, and serves until its context ends.
+//
 // The proxy does not launch engines (package deploy does) nor judge configs.
 package proxy
