@@ -47,8 +47,9 @@ type CommandOptions struct {
 
 // Command is hone predict: it predicts o.Spec (a level scan, a trace or
 // a capacity search) or with o.Grid every spec of its grid, and prints
-// the result. Bad input is a usage.Error; a grid cut short or with no spec
-// predicted is a usage.Failed.
+// the result. Bad input is a usage.Error. A grid catches SIGINT and
+// SIGTERM while its specs are predicted and prints what it has; cut short,
+// or with no spec predicted, it is a usage.Failed.
 func Command(ctx context.Context, o CommandOptions) error {
 	o.Options.KeepRequests = o.OutPath != ""
 	if o.Grid {
