@@ -7,6 +7,10 @@
 // are, so every consumer of records (optimizer, report, calibrate) reads a
 // prediction and a measurement alike, and never confuses them: the kind
 // and the profile travel with every figure.
+//
+// Command carries out hone predict (one spec, a trace, a capacity search
+// or a --grid of specs ranked) and prints its table or JSON; cmd/hone
+// only turns the flags into CommandOptions.
 package predict
 
 import (

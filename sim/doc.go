@@ -6,5 +6,8 @@
 // colocated and disaggregated modes have different resource models, so their
 // speed ratio says nothing about performance at equal GPU cost.
 //
+// Command carries out hone sim (a Scan, printed as a table or JSON);
+// cmd/hone only turns the flags into CommandOptions.
+//
 // sim must not import optimizer or gate.
 package sim

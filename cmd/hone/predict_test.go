@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hone-llm/hone/predict"
 	"github.com/hone-llm/hone/schema"
 )
 
@@ -79,7 +80,7 @@ func TestPredictTable(t *testing.T) {
 			t.Errorf("level %s: %q", q, lines[2+i])
 		}
 	}
-	if !strings.HasPrefix(lines[4], "objective: ") || lines[5] != predictNote {
+	if !strings.HasPrefix(lines[4], "objective: ") || lines[5] != predict.Note {
 		t.Errorf("footer:\n%s\n%s", lines[4], lines[5])
 	}
 
@@ -146,7 +147,7 @@ func TestPredictGrid(t *testing.T) {
 		t.Fatalf("exit %d: %s\n%s", code, errs, out)
 	}
 	for _, want := range []string{"kind: predicted  profile: qwen2.5-coder-0.5b-l4 (hand-made)  base: p-colocated  grid: 10 specs within 2 GPUs",
-		"top 3 of 10 (--top;", "ranked by objective (largest effective QPS", "Pareto front", predictNote} {
+		"top 3 of 10 (--top;", "ranked by objective (largest effective QPS", "Pareto front", predict.Note} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in\n%s", want, out)
 		}
@@ -160,7 +161,7 @@ func TestPredictGrid(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	var res gridResult
+	var res predict.GridResult
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("%v:\n%s", err, out)
 	}
@@ -184,7 +185,7 @@ func TestPredictGrid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var all gridResult
+	var all predict.GridResult
 	if err := json.Unmarshal(b, &all); err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ emulator: {profile: qwen2.5-coder-0.5b-l4, time_scale: 1}
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	var res gridResult
+	var res predict.GridResult
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("%v:\n%s", err, out)
 	}

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -195,20 +194,7 @@ func newSimCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := sim.Scan(sc)
-			if err != nil {
-				return paramErr(err)
-			}
-			if err := output.check(); err != nil {
-				return err
-			}
-			switch output.value {
-			case "json":
-				return writeJSON(c.OutOrStdout(), res)
-			case "table":
-				return writeSimTable(c.OutOrStdout(), res)
-			}
-			return nil
+			return sim.Command(sim.CommandOptions{Scan: sc, Format: output.value, Out: c.OutOrStdout()})
 		},
 	}, "sim", nil)
 	wf.register(c, false)
@@ -223,19 +209,3 @@ func newSimCmd() *cobra.Command {
 
 // writeJSON is jsonout.Write: the one way hone prints -o json.
 func writeJSON(w io.Writer, v any) error { return jsonout.Write(w, v) }
-
-func writeSimTable(w io.Writer, res sim.Result) error {
-	fmt.Fprintf(w, "kind: %s  mode: %s  prefix_cache: %t  SLO: p99 TTFT <= %g ms, p99 TPOT <= %g ms\n",
-		res.Kind, res.Config.Mode, res.Config.PrefixCache, res.Config.TTFTMillis, res.Config.TPOTMillis)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "offered_qps\tp99_ttft_ms\tp99_tpot_ms\teffective_qps\tpassed\t")
-	for _, l := range res.Levels {
-		fmt.Fprintf(tw, "%g\t%.3f\t%.3f\t%.4f\t%t\t\n", l.OfferedQPS, l.P99TTFTMs, l.P99TPOTMs, l.EffectiveQPS, l.Passed)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	_, err := fmt.Fprintf(w, "objective: %s req/s (largest effective QPS among passing levels)\n",
-		strconv.FormatFloat(res.Objective, 'g', -1, 64))
-	return err
-}
