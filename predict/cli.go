@@ -100,7 +100,7 @@ func Command(ctx context.Context, o CommandOptions) error {
 func (o CommandOptions) predictErr(err error) error {
 	var pe *replay.ParamError
 	if errors.As(err, &pe) {
-		return usage.Errorf("--%s: %v is invalid: want %s", pe.Field, pe.Value, pe.Want)
+		return replay.ParamUsage(pe)
 	}
 	return usage.Errorf("%s: cannot predict: %v", o.SpecArg, err)
 }

@@ -80,7 +80,7 @@ func (o CommandOptions) grid(ctx context.Context) error {
 	if err != nil {
 		var ae *replay.ParamError
 		if errors.As(err, &ae) {
-			return usage.Errorf("--grid-%s: %q is invalid: want %s", ae.Field, ae.Value, ae.Want)
+			return AxisUsage(ae)
 		}
 		return usage.Errorf("--grid: %v", err)
 	}
@@ -222,4 +222,10 @@ func (p *gridProgress) close(total int) {
 		fmt.Fprint(p.w, "\r\x1b[K")
 	}
 	fmt.Fprintf(p.w, "predict: %d specs in %s\n", total, time.Since(p.start).Round(time.Millisecond))
+}
+
+// AxisUsage is a rejected grid axis as hone's commands report it: a
+// usage.Error naming its --grid-* flag, the value and what it wants.
+func AxisUsage(ae *replay.ParamError) error {
+	return usage.Errorf("--grid-%s: %q is invalid: want %s", ae.Field, ae.Value, ae.Want)
 }

@@ -277,12 +277,6 @@ func Merge(ctx context.Context, o MergeOptions) error {
 	return verdict(rec, bad)
 }
 
-// ParamUsage is a rejected workload parameter as hone's commands report
-// it: a usage.Error naming the flag, the value and what it wants.
-func ParamUsage(pe *ParamError) error {
-	return usage.Errorf("--%s: %v is invalid: want %s", pe.Field, pe.Value, pe.Want)
-}
-
 // judge applies j (diagnose's client-bound rule) to rec before it is
 // printed or written, so that hone diagnose report finds the verdicts it
 // would reach itself (one verdict per level, judged once), and notes the

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/hone-llm/hone/internal/usage"
 	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/slo"
 )
@@ -198,4 +199,10 @@ func drawLengths(p Params, id, cached int) (in, out int) {
 	in = draw(p.InputTokens, cached+1)
 	out = draw(p.OutputTokens, 1)
 	return in, out
+}
+
+// ParamUsage is a rejected workload parameter as hone's commands report
+// it: a usage.Error naming the flag, the value and what it wants.
+func ParamUsage(pe *ParamError) error {
+	return usage.Errorf("--%s: %v is invalid: want %s", pe.Field, pe.Value, pe.Want)
 }

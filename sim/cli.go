@@ -28,7 +28,7 @@ func Command(o CommandOptions) error {
 	res, err := Scan(o.Scan)
 	if err != nil {
 		if pe, ok := err.(*replay.ParamError); ok {
-			return usage.Errorf("--%s: %v is invalid: want %s", pe.Field, pe.Value, pe.Want)
+			return replay.ParamUsage(pe)
 		}
 		return usage.Wrap(err)
 	}

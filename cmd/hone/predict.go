@@ -168,7 +168,7 @@ func joinList[T any](vs []T) string {
 func axisErr(err error) error {
 	var ae *replay.ParamError
 	if errors.As(err, &ae) {
-		return badInput("--grid-%s: %q is invalid: want %s", ae.Field, ae.Value, ae.Want)
+		return predict.AxisUsage(ae)
 	}
 	return usageError{Err: err}
 }

@@ -169,7 +169,7 @@ func (w *workloadFlags) checkSLO() error {
 // paramErr turns a replay.ParamError into a usage error naming the flag.
 func paramErr(err error) error {
 	if pe, ok := err.(*replay.ParamError); ok {
-		return badInput("--%s: %v is invalid: want %s", pe.Field, pe.Value, pe.Want)
+		return replay.ParamUsage(pe)
 	}
 	return usageError{Err: err}
 }
