@@ -104,15 +104,15 @@ const (
 // of them authenticated (engine.FeatureServerDevMode).
 const EnvServerDevMode = engine.EnvServerDevMode
 
-// reservedEngineEnv are the variables Render sets itself, from other
-// fields: spec.engine_env may not set them.
-var reservedEngineEnv = map[string]string{
-	"CUDA_VISIBLE_DEVICES":                  "gpus.ids",
-	"VLLM_NIXL_SIDE_CHANNEL_HOST":           "network.host",
-	"VLLM_NIXL_SIDE_CHANNEL_PORT":           "kv_connector.side_channel_port",
-	"VLLM_HOST_IP":                          "network.host (P2pNcclConnector)",
-	"VLLM_DISABLE_REQUEST_ID_RANDOMIZATION": "kv_connector.name (P2pNcclConnector, by vLLM version)",
-	EnvServerDevMode:                        "cold_start: " + ColdStartReset,
+// reservedEngineEnv is the variable Render sets itself, from spec.%s, for
+// every engine, where spec.engine_env may not set it; the engine's own
+// are its Facts.ReservedEnv.
+func (s *Spec) reservedEngineEnv(k string) (string, bool) {
+	if k == "CUDA_VISIBLE_DEVICES" {
+		return "gpus.ids", true
+	}
+	from, ok := s.facts().ReservedEnv[k]
+	return from, ok
 }
 
 // Model names the weights. Exactly one of ID (a hub id, with a pinned
@@ -421,11 +421,6 @@ func (s *Spec) validateModel() error {
 	return nil
 }
 
-// KVCacheDTypes are the precision.kv_cache_dtype values a spec may name,
-// whatever its engine: vLLM's release table's (engine/vllm_versions.go),
-// the vocabulary the emulator speaks too.
-var KVCacheDTypes = engine.FactsOf(EngineVLLM).Versions.KVCacheDTypes
-
 func (s *Spec) validatePrecision() error {
 	switch s.Precision.DType {
 	case "", "auto", "bfloat16", "float16", "float32", "half", "float":
@@ -436,9 +431,9 @@ func (s *Spec) validatePrecision() error {
 	// (vllm/config/cache.py); which of them a given release takes is
 	// checked at render time against the installed version
 	// (engine.Adapter: bfloat16 from 0.11.0, float16 from 0.18.0).
-	if d := s.Precision.KVCacheDType; d != "" && !slices.Contains(KVCacheDTypes, d) {
-		return badField("precision.kv_cache_dtype", "want one of %s (vLLM's --kv-cache-dtype values hone renders), got %q",
-			strings.Join(KVCacheDTypes, ", "), d)
+	if d, f := s.Precision.KVCacheDType, s.facts(); d != "" && !slices.Contains(f.KVCacheDTypes, d) {
+		return badField("precision.kv_cache_dtype", "want one of %s (%s's --kv-cache-dtype values hone renders), got %q",
+			strings.Join(f.KVCacheDTypes, ", "), f.Title, d)
 	}
 	return nil
 }
@@ -738,7 +733,7 @@ func (s *Spec) validateEngineEnv() error {
 		if !envNameRE.MatchString(k) {
 			return badField("engine_env", "%q is not an environment variable name: want letters, digits and '_', not starting with a digit", k)
 		}
-		if from, ok := reservedEngineEnv[k]; ok {
+		if from, ok := s.reservedEngineEnv(k); ok {
 			return badField("engine_env."+k, "hone sets it from spec.%s; remove it here", from)
 		}
 		if strings.ContainsRune(s.EngineEnv[k], 0) {
@@ -778,11 +773,11 @@ func (s *Spec) validateColdStart() error {
 	default:
 		return badField("cold_start", "want %s or %s, got %q", ColdStartReset, ColdStartFresh, s.ColdStart)
 	}
-	if s.facts().Cache.ResetEnv != "" && (s.Network.Host == "0.0.0.0" || s.Network.Host == "::") {
-		return badField("cold_start", "%s renders %s=1 into every vLLM worker, which then also serves unauthenticated "+
-			"admin routes (/reset_prefix_cache, /sleep, /collective_rpc, ...) on its port: with network.host %s "+
+	if f := s.facts(); f.Cache.ResetEnv != "" && (s.Network.Host == "0.0.0.0" || s.Network.Host == "::") {
+		return badField("cold_start", "%s renders %s into every %s worker, which then also serves unauthenticated "+
+			"%s on its port: with network.host %s "+
 			"every network this host is on could reach them; give network.host a loopback or private address, or use %s",
-			ColdStartReset, EnvServerDevMode, s.Network.Host, ColdStartFresh)
+			ColdStartReset, f.Cache.ResetEnv, f.Title, f.Cache.ResetExposes, s.Network.Host, ColdStartFresh)
 	}
 	return nil
 }

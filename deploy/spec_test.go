@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hone-llm/hone/engine"
 )
 
 const validColocated = `
@@ -118,7 +120,7 @@ func TestSpecErrors(t *testing.T) {
 // bfloat16 (0.11.0 on) and float16 (0.18.0 on); the spec takes both and
 // Render checks them against the installed version.
 func TestKVCacheDTypes(t *testing.T) {
-	for _, d := range KVCacheDTypes {
+	for _, d := range engine.FactsOf(engine.VLLM).KVCacheDTypes {
 		if _, err := ParseSpec([]byte(strings.Replace(validColocated, "gpus:", "precision: {kv_cache_dtype: "+d+"}\ngpus:", 1))); err != nil {
 			t.Errorf("%s: %v", d, err)
 		}

@@ -40,6 +40,9 @@ func (emulator) Facts() Facts {
 		// The range of its prefill-to-decode KV stream.
 		KVPorts:        "5700-5763",
 		ProcessPattern: emulatorProcesses,
+		// It takes vLLM's --kv-cache-dtype values (sim/emulator's
+		// KVCacheDTypes: their bytes per element).
+		KVCacheDTypes: v.KVCacheDTypes,
 	}
 }
 

@@ -93,6 +93,12 @@ type Facts struct {
 	// line (argv joined by spaces) that matches its serving processes:
 	// MatchProcess's, and the daemon's --match-cmdline default.
 	ProcessPattern string
+	// KVCacheDTypes are the KV cache data types a spec may name for it
+	// (precision.kv_cache_dtype); nil: the spec may name none.
+	KVCacheDTypes []string
+	// ReservedEnv are the variables Render sets itself, each with the
+	// spec field it comes from: a spec's engine_env may not set them.
+	ReservedEnv map[string]string
 }
 
 // Metrics are the engine's metric names.
@@ -119,8 +125,10 @@ type Cache struct {
 	ResetRoute string
 	// ResetEnv is the variable (KEY=VALUE) a worker needs for
 	// ResetRoute to be served; "": always served. Where it is set the
-	// route comes with other unauthenticated admin routes.
-	ResetEnv string
+	// route comes with other unauthenticated admin routes: ResetExposes
+	// names them.
+	ResetEnv     string
+	ResetExposes string
 }
 
 // HTTP is the engine's HTTP head convention.

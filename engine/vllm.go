@@ -51,11 +51,22 @@ func (vllm) Facts() Facts {
 			},
 			RequestKeys: vllmRequestKeys,
 		},
-		Cache: Cache{ResetRoute: "POST /reset_prefix_cache", ResetEnv: EnvServerDevMode + "=1"},
-		HTTP:  HTTP{RequestIDHeader: "X-Request-Id", ResponseHeads: []string{"Content-Type", "Cache-Control"}},
+		Cache: Cache{ResetRoute: "POST /reset_prefix_cache", ResetEnv: EnvServerDevMode + "=1",
+			ResetExposes: "admin routes (/reset_prefix_cache, /sleep, /collective_rpc, ...)"},
+		HTTP: HTTP{RequestIDHeader: "X-Request-Id", ResponseHeads: []string{"Content-Type", "Cache-Control"}},
 		// NIXL's side channel (5600 plus one per rank) and P2pNccl's default.
 		KVPorts:        "5600-5663,14579-14580",
 		ProcessPattern: vllmProcesses,
+		KVCacheDTypes:  vllmVersions.KVCacheDTypes,
+		// Set from the spec's fields (the spec's field names, for its
+		// error message).
+		ReservedEnv: map[string]string{
+			"VLLM_NIXL_SIDE_CHANNEL_HOST":           "network.host",
+			"VLLM_NIXL_SIDE_CHANNEL_PORT":           "kv_connector.side_channel_port",
+			"VLLM_HOST_IP":                          "network.host (P2pNcclConnector)",
+			"VLLM_DISABLE_REQUEST_ID_RANDOMIZATION": "kv_connector.name (P2pNcclConnector, by vLLM version)",
+			EnvServerDevMode:                        "cold_start: reset_prefix_cache",
+		},
 	}
 }
 
