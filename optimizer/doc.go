@@ -7,6 +7,10 @@
 // kind simulation_only) and DeployEvaluator (deploy + replay on the
 // emulator, kind emulated, or on vLLM, kind device).
 //
+// Run carries out hone optimize (cli.go): it claims the output directory
+// (outdir.go: one run at a time, an earlier run's leftovers stopped and its
+// files kept aside), measures the host's floor, and runs Live.
+//
 // The CPU exercise's four-call policy over opaque configs is package
 // exercise.
 package optimizer
