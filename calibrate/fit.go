@@ -1,6 +1,11 @@
 // Package calibrate fits model parameters to measurements by nonlinear least
 // squares.
 //
+// It also carries out the commands that fit or judge a cost profile (the
+// cli*.go and derivecli.go files): hone calibrate (Run), hone profile derive
+// (DeriveProfile), check (ProfileCheck) and steps (ProfileSteps), and hone
+// validate silicon (ValidateSilicon).
+//
 // It is meant for calibrating a cost profile's coefficients against measured
 // latency records, where the "model" is a simulator run: every evaluation is
 // comparatively expensive, the model may be piecewise (a discrete-event

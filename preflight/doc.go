@@ -8,4 +8,7 @@
 // only reads and probes: it never changes GPU settings or kernel knobs.
 // Run records embed the Host section so every result carries the
 // environment it was measured on.
+//
+// Command carries out hone preflight: the checks, or with --prove the GPU
+// proof of package proof, printed and written to a file.
 package preflight
