@@ -20,9 +20,3 @@ func bindCalibrateStepsFlags(f *pflag.FlagSet, s *calibrate.StepsOptions) {
 
 // gpuNames are the GPUs --gpu takes (profile derive uses it too).
 func gpuNames() []string { return calibrate.GPUNames() }
-
-// loadStepDirs reads step-data directories; errors are bad input (hone
-// profile check uses it too).
-func loadStepDirs(flag string, dirs []string) ([]*calibrate.StepData, error) {
-	return calibrate.ReadStepDirs(flag, dirs)
-}

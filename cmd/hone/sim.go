@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"maps"
 	"slices"
 	"strconv"
@@ -11,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/hone-llm/hone/internal/jsonout"
 	"github.com/hone-llm/hone/replay"
 	"github.com/hone-llm/hone/schema"
 	"github.com/hone-llm/hone/sim"
@@ -206,6 +204,3 @@ func newSimCmd() *cobra.Command {
 	}
 	return c
 }
-
-// writeJSON is jsonout.Write: the one way hone prints -o json.
-func writeJSON(w io.Writer, v any) error { return jsonout.Write(w, v) }
