@@ -432,7 +432,7 @@ func (s *Spec) validatePrecision() error {
 	// checked at render time against the installed version
 	// (engine.Adapter: bfloat16 from 0.11.0, float16 from 0.18.0).
 	if d, f := s.Precision.KVCacheDType, s.facts(); d != "" && !slices.Contains(f.KVCacheDTypes, d) {
-		return badField("precision.kv_cache_dtype", "want one of %s (%s's --kv-cache-dtype values hone renders), got %q",
+		return badField("precision.kv_cache_dtype", "want one of %s (the --kv-cache-dtype values hone renders for %s), got %q",
 			strings.Join(f.KVCacheDTypes, ", "), f.Title, d)
 	}
 	return nil

@@ -86,7 +86,7 @@ func TestSpecErrors(t *testing.T) {
 		{"name", validColocated, "name: t", "name: Bad Name", "spec.name: want lowercase"},
 		{"host", validColocated, "gpus:", "network: {host: example.com}\ngpus:", "spec.network.host: want an IP address"},
 		{"kv cache dtype", validColocated, "gpus:", "precision: {kv_cache_dtype: bf16}\ngpus:",
-			`spec.precision.kv_cache_dtype: want one of auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2 (vLLM's --kv-cache-dtype values hone renders), got "bf16"`},
+			`spec.precision.kv_cache_dtype: want one of auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2 (the --kv-cache-dtype values hone renders for vLLM), got "bf16"`},
 		// A TP-2 worker binds two side-channel ports: three ranks from 8098
 		// reach the first worker's 8100.
 		{"side channel per rank", strings.Replace(validDisagg, "budget: 2", "budget: 3", 1), "decode: {replicas: 1, tp: 1}\nemulator:",
