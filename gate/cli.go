@@ -101,3 +101,50 @@ func ReadRunFiles(paths []string) ([]Run, error) {
 	}
 	return all, nil
 }
+
+// CheckOptions is what hone gate check takes: the flags, by name.
+type CheckOptions struct {
+	Baseline   string   // --baseline: the baseline file (required)
+	Candidates []string // --candidate and the arguments: run records
+	Config     string   // --config: a gate config file ("": defaults)
+	Format     string   // -o: one of Formats
+	// Out gets the report.
+	Out io.Writer
+}
+
+// CheckCommand is hone gate check: it compares o.Candidates' runs with
+// the baseline, writes the report in o.Format, and says how it ended: a
+// usage.Failed for a regression or a suspect measurement (exit 1), a
+// usage.Error for bad input, unusable or incomparable data (exit 2).
+func CheckCommand(o CheckOptions) error {
+	var cfg Config
+	if o.Config != "" {
+		var err error
+		if cfg, err = ReadConfig(o.Config); err != nil {
+			return usage.Wrap(err)
+		}
+	}
+	bl, err := ReadBaseline(o.Baseline)
+	if err != nil {
+		return usage.Wrap(err)
+	}
+	runs, err := ReadRunFiles(o.Candidates)
+	if err != nil {
+		return err
+	}
+	rep := Check(bl, runs, cfg)
+	if err := rep.Write(o.Out, o.Format); err != nil {
+		return err
+	}
+	switch {
+	case rep.Verdict == Suspect:
+		return usage.Failed{Msg: fmt.Sprintf("gate: suspect measurement against baseline %q: implausible figures (see the suspect rows); check the records' cache procedure and time scale", bl.Name)}
+	case rep.Verdict == Unusable:
+		return usage.Errorf("gate: no level is valid in both the candidate and baseline %q (unusable data): %s", bl.Name, strings.Join(rep.InvalidLevels, "; "))
+	case rep.ExitCode() == 1:
+		return usage.Failed{Msg: fmt.Sprintf("gate: regression against baseline %q", bl.Name)}
+	case rep.ExitCode() == 2:
+		return usage.Errorf("gate: candidate is not comparable with baseline %q: %s", bl.Name, strings.Join(rep.Incomparable, "; "))
+	}
+	return nil
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,5 +50,14 @@ func TestCreateAndUpdateBaseline(t *testing.T) {
 		if !errors.As(err, new(usage.Error)) {
 			t.Errorf("%s: err %v, want a usage.Error", name, err)
 		}
+	}
+}
+
+// hone gate check's unreadable baseline is bad input (exit 2), named.
+func TestCheckCommandBadBaseline(t *testing.T) {
+	err := CheckCommand(CheckOptions{Baseline: filepath.Join(t.TempDir(), "none.json"), Candidates: []string{"x.json"}, Format: "table", Out: io.Discard})
+	var ue usage.Error
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "none.json") {
+		t.Fatalf("got %v, want a usage error naming none.json", err)
 	}
 }

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"strings"
-
 	"github.com/spf13/cobra"
 
 	"github.com/hone-llm/hone/gate"
@@ -89,36 +86,8 @@ func newGateCheckCmd() *cobra.Command {
 			if err := format.check(); err != nil {
 				return err
 			}
-			var cfg gate.Config
-			if config != "" {
-				var err error
-				if cfg, err = gate.ReadConfig(config); err != nil {
-					return usageError{Err: err}
-				}
-			}
-			bl, err := gate.ReadBaseline(baseline)
-			if err != nil {
-				return usageError{Err: err}
-			}
-			runs, err := gate.ReadRunFiles(candidates)
-			if err != nil {
-				return err
-			}
-			rep := gate.Check(bl, runs, cfg)
-			if err := rep.Write(c.OutOrStdout(), format.value); err != nil {
-				return err
-			}
-			switch {
-			case rep.Verdict == gate.Suspect:
-				return checkFailed{Msg: fmt.Sprintf("gate: suspect measurement against baseline %q: implausible figures (see the suspect rows); check the records' cache procedure and time scale", bl.Name)}
-			case rep.Verdict == gate.Unusable:
-				return usageError{Err: fmt.Errorf("gate: no level is valid in both the candidate and baseline %q (unusable data): %s", bl.Name, strings.Join(rep.InvalidLevels, "; "))}
-			case rep.ExitCode() == 1:
-				return checkFailed{Msg: fmt.Sprintf("gate: regression against baseline %q", bl.Name)}
-			case rep.ExitCode() == 2:
-				return usageError{Err: fmt.Errorf("gate: candidate is not comparable with baseline %q: %s", bl.Name, strings.Join(rep.Incomparable, "; "))}
-			}
-			return nil
+			return gate.CheckCommand(gate.CheckOptions{Baseline: baseline, Candidates: candidates, Config: config,
+				Format: format.value, Out: c.OutOrStdout()})
 		},
 	}, "gate-check", gateCheckHelp())
 	c.Flags().StringVar(&baseline, "baseline", "", "baseline file")
