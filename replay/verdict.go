@@ -107,8 +107,49 @@ func judgeLevel(lr *schema.LevelRecord, target slo.SLO, timeScale float64) {
 			"%.3g model ms added per measured request, > %g%% of the median TTFT %.3g ms (slow the engine, not the client: a larger emulator.time_scale in the deployment spec, or hone sim serve --time-scale, or hone optimize --time-scale; or a host that keeps the modelled link)",
 			pulls, perReq, 100*schema.EmulatorBoundTTFTFraction, lr.P50TTFTMs)
 	}
+	judgeDelivery(lr)
 	if v.Reasons == nil {
 		v.Reasons = []schema.Reason{}
+	}
+}
+
+// judgeDelivery finds an emulated level whose tokens the host delivered
+// late: over the measured requests that carry the emulator's own timing
+// (its time_scale key: an emulation's ground truth), the client's median
+// or p99 TPOT exceeds the engine's by more than
+// schema.EmulatorBoundTPOTFraction. The engine's TPOT of a request is its
+// decode time (first to last token, model ms) over the tokens after the
+// first, as the client's is; what differs is host time, on the emulator's
+// writes or the client's reads.
+func judgeDelivery(lr *schema.LevelRecord) {
+	var client, eng []float64
+	for _, q := range lr.Requests {
+		if q.ID < Sessions || q.Outcome != schema.OutcomeOK || q.TPOTMs == nil || q.OutputTokens < 2 {
+			continue
+		}
+		m, ok := schema.DecodeEngineMetrics(q.EngineMetrics)
+		if !ok || m.TimeScale == nil || m.DecodeTimeMs == nil {
+			continue
+		}
+		client = append(client, *q.TPOTMs)
+		eng = append(eng, *m.DecodeTimeMs/float64(q.OutputTokens-1))
+	}
+	if len(client) == 0 {
+		return
+	}
+	f := schema.EmulatorBoundTPOTFraction
+	for _, p := range []struct {
+		name string
+		q    float64
+	}{{"median", 50}, {"p99", 99}} {
+		c, e := slo.NearestRank(client, p.q), slo.NearestRank(eng, p.q)
+		if h := c - e; e > 0 && h > f*e {
+			lr.Verdict.AddScaled(schema.ReasonEmulatorBound, ScaleToShare(h, h, e, f),
+				"the client's %s TPOT %.3g ms is %.1f%% over the emulated engine's own %.3g ms (model time) for the same %d requests, > %g%%: "+
+					"the host delivered tokens late (a starved client or emulator); a larger time scale, or a quieter host",
+				p.name, c, 100*h/e, e, len(client), 100*f)
+			return
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
 	"strings"
@@ -305,6 +306,19 @@ func TestJudgeThresholds(t *testing.T) {
 		"pulls late, one scrape lacks them": {func(l *schema.LevelRecord) {
 			l.Counters.After = schema.Counters{schema.EmulatorKVPullsLate: 7, schema.EmulatorKVPullLateSeconds: 1}
 		}, ""},
+		// 100 measured requests of 11 tokens; the engine's decode time 100
+		// model ms (TPOT 10): 5% over it (10.5 ms) is the bound, at the
+		// median or p99 (the 99th of 100 requests).
+		"delivery on time":      {func(l *schema.LevelRecord) { l.Requests = delivered(100, 10.5, 10.5) }, ""},
+		"median delivered late": {func(l *schema.LevelRecord) { l.Requests = delivered(100, 10.51, 10.51) }, schema.ReasonEmulatorBound},
+		"p99 delivered late":    {func(l *schema.LevelRecord) { l.Requests = delivered(98, 10, 10.6) }, schema.ReasonEmulatorBound},
+		"only the max late":     {func(l *schema.LevelRecord) { l.Requests = delivered(99, 10, 30) }, ""},
+		"late, a real engine (no time_scale key)": {func(l *schema.LevelRecord) {
+			l.Requests = delivered(100, 20, 20)
+			for i := range l.Requests {
+				l.Requests[i].EngineMetrics = json.RawMessage(`{"decode_time_ms": 100}`)
+			}
+		}, ""},
 		"queries went back": {func(l *schema.LevelRecord) {
 			l.Counters.Before = schema.Counters{"vllm:prefix_cache_hits_total": 10, "vllm:prefix_cache_queries_total": 1000}
 			l.Counters.After = schema.Counters{"vllm:prefix_cache_hits_total": 0, "vllm:prefix_cache_queries_total": 100}
@@ -430,4 +444,21 @@ func TestHostReasonScale(t *testing.T) {
 	if v.Reasons[0].Scale != 0 {
 		t.Errorf("merged with an unknown: %+v, want no scale", v.Reasons)
 	}
+}
+
+// delivered is 100 measured requests (after the warm-ups) of 11 output
+// tokens each, whose emulated engine took 100 model ms from first to last
+// token (TPOT 10 ms): the first n measured by the client at TPOT on, the
+// rest at late.
+func delivered(n int, on, late float64) []schema.RequestRecord {
+	var out []schema.RequestRecord
+	for i := range 100 {
+		tpot := late
+		if i < n {
+			tpot = on
+		}
+		out = append(out, schema.RequestRecord{ID: Sessions + i, Outcome: schema.OutcomeOK, OutputTokens: 11, TPOTMs: &tpot,
+			EngineMetrics: json.RawMessage(`{"decode_time_ms": 100, "time_scale": 1}`)})
+	}
+	return out
 }

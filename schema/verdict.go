@@ -68,6 +68,14 @@ const (
 	// emulated figure then differs from the model's by more than the
 	// margin a prediction is checked to (5%), by host time alone.
 	EmulatorBoundTTFTFraction = 0.05
+	// EmulatorBoundTPOTFraction: a level is emulator-bound too when the
+	// TPOT the client measured exceeds the emulated engine's own (its
+	// per-request decode time over the tokens after the first, model
+	// time: the ground truth of an emulation) by more than this fraction
+	// at the median or at p99, over the same measured requests: the host
+	// delivered the tokens late (a starved client or emulator), and a
+	// TPOT figure or tail judged on them would judge the host.
+	EmulatorBoundTPOTFraction = 0.05
 )
 
 // Decider says who made a level invalid: the measuring host, or the
@@ -136,12 +144,15 @@ var Rules = []Rule{
 			"or above %g× the prompt tokens sent", CounterQueryFactor),
 		Remedies: []string{"keep other traffic off the engines while a level runs"}},
 	{Code: ReasonEmulatorBound, DecidedBy: ByHost,
-		Thresholds: []Threshold{{"late KV-pull model time per measured request / median TTFT", EmulatorBoundTTFTFraction}},
+		Thresholds: []Threshold{{"late KV-pull model time per measured request / median TTFT", EmulatorBoundTTFTFraction},
+			{"client TPOT over the engine's own, at the median or p99 / the engine's", EmulatorBoundTPOTFraction}},
 		Text: fmt.Sprintf("an emulated engine's host added KV-transfer time to the model's clock, after the warm-ups: "+
-			"more than %g%% of the median TTFT per measured request", 100*EmulatorBoundTTFTFraction),
+			"more than %g%% of the median TTFT per measured request; or the host delivered tokens late: "+
+			"the client's median or p99 TPOT more than %g%% over the engine's own", 100*EmulatorBoundTTFTFraction, 100*EmulatorBoundTPOTFraction),
 		Remedies: []string{
 			remedyTimeScale + "the host's late KV pulls shrink in model time",
-			"emulate on a host whose side channel keeps the modelled KV link (fewer emulated engines per host, or a faster link between them)"}},
+			"emulate on a host whose side channel keeps the modelled KV link (fewer emulated engines per host, or a faster link between them)",
+			"measure with no other load on the host, so that the client reads and the emulator writes each token when the model says"}},
 }
 
 // RuleOf is code's rule; ok is false for a code no rule states.

@@ -5,8 +5,9 @@ import (
 	"testing"
 )
 
-// The rule text records carry is the one records have always carried:
-// stated from the table, byte for byte the text stated by hand before it.
+// The rule text records carry: stated from the table, byte for byte the
+// text stated by hand (which records carried before the table), with the
+// TPOT bound of emulator_bound added since.
 func TestVerdictRuleUnchanged(t *testing.T) {
 	want := fmt.Sprintf("A level is invalid when: client_bound (p99 dispatch lag > %g%% of the TTFT SLO, "+
 		"or median dispatch lag > %g%% of the median TTFT; diagnose adds the client/proxy residual against the same bounds); "+
@@ -14,8 +15,9 @@ func TestVerdictRuleUnchanged(t *testing.T) {
 		"time_scale_mismatch (the engine reports another time scale than the record's); incomplete (not every request was sent and answered); "+
 		"counter_contamination (a hit rate outside [0, 1], or prefix-cache queries below the prompt tokens that reached the engine "+
 		"or above %g× the prompt tokens sent); emulator_bound (an emulated engine's host added KV-transfer time to the model's clock, after the warm-ups: "+
-		"more than %g%% of the median TTFT per measured request). Invalid levels never decide an objective, a selection, a bottleneck or a gate verdict.",
-		100*ClientBoundSLOFraction, 100*ClientBoundTTFTFraction, 100*WarmStartHitRate, CounterQueryFactor, 100*EmulatorBoundTTFTFraction)
+		"more than %g%% of the median TTFT per measured request; or the host delivered tokens late: "+
+		"the client's median or p99 TPOT more than %g%% over the engine's own). Invalid levels never decide an objective, a selection, a bottleneck or a gate verdict.",
+		100*ClientBoundSLOFraction, 100*ClientBoundTTFTFraction, 100*WarmStartHitRate, CounterQueryFactor, 100*EmulatorBoundTTFTFraction, 100*EmulatorBoundTPOTFraction)
 	if VerdictRule != want {
 		t.Errorf("VerdictRule\n got %s\nwant %s", VerdictRule, want)
 	}
