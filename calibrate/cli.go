@@ -203,30 +203,24 @@ func writePredictionErrors(w io.Writer, res *Result) {
 	tw.Flush()
 }
 
-func fmtMs(v float64) string {
+// fmtMs and fmtQPS print a figure (n/a for NaN); fmtPred and fmtPredQPS
+// add its relative error (none for NaN).
+func fmtMs(v float64) string  { return fmtNum("%.2f", v) }
+func fmtQPS(v float64) string { return fmtNum("%.3f", v) }
+
+func fmtPred(v, rel float64) string    { return fmtWithErr("%.2f", v, rel) }
+func fmtPredQPS(v, rel float64) string { return fmtWithErr("%.3f", v, rel) }
+
+func fmtNum(format string, v float64) string {
 	if math.IsNaN(v) {
 		return "n/a"
 	}
-	return fmt.Sprintf("%.2f", v)
+	return fmt.Sprintf(format, v)
 }
 
-func fmtPred(v, rel float64) string {
+func fmtWithErr(format string, v, rel float64) string {
 	if math.IsNaN(rel) {
-		return fmtMs(v)
+		return fmtNum(format, v)
 	}
-	return fmt.Sprintf("%.2f (%+.1f%%)", v, 100*rel)
-}
-
-func fmtQPS(v float64) string {
-	if math.IsNaN(v) {
-		return "n/a"
-	}
-	return fmt.Sprintf("%.3f", v)
-}
-
-func fmtPredQPS(v, rel float64) string {
-	if math.IsNaN(rel) {
-		return fmtQPS(v)
-	}
-	return fmt.Sprintf("%.3f (%+.1f%%)", v, 100*rel)
+	return fmt.Sprintf(format+" (%+.1f%%)", v, 100*rel)
 }
