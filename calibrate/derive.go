@@ -138,8 +138,9 @@ func deriveShapes(maxLen int) []emulator.StepSummary {
 	return out
 }
 
-// stepMs costs one step at tp from the tables or the roofline.
-func (cfg *DeriveConfig) stepMs(s emulator.StepSummary, tp int) (float64, error) {
+// stepMs costs one step at tp from the tables or the roofline; fp8KV:
+// its decode attention from the tables' fp8-KV rows.
+func (cfg *DeriveConfig) stepMs(s emulator.StepSummary, tp int, fp8KV bool) (float64, error) {
 	m := cfg.Model
 	t := float64(tp)
 	layers := float64(m.Layers)
@@ -192,7 +193,11 @@ func (cfg *DeriveConfig) stepMs(s emulator.StepSummary, tp int) (float64, error)
 		}
 	}
 	if s.DecodeRequests > 0 {
-		a, err := cfg.Tables.GenAttnMs(float64(s.DecodeRequests), float64(s.DecodeKV)/float64(s.DecodeRequests), heads, kvh, hd)
+		gen := cfg.Tables.GenAttnMs
+		if fp8KV {
+			gen = cfg.Tables.GenAttnMsFP8
+		}
+		a, err := gen(float64(s.DecodeRequests), float64(s.DecodeKV)/float64(s.DecodeRequests), heads, kvh, hd)
 		if err != nil {
 			return 0, err
 		}
@@ -222,24 +227,26 @@ func Derive(cfg DeriveConfig) (*emulator.Profile, error) {
 	if len(tps) == 0 {
 		return nil, fmt.Errorf("the weights of %s (%s) leave no room for a %d-token KV cache on %s at TP %v", cfg.Model.Name, cfg.Dtype, cfg.Model.MaxModelLen, cfg.GPU.Name, cfg.TPs)
 	}
-	var data []*StepData
 	for _, tp := range tps {
 		if tp > 1 && !(&emulator.StepCosts{AllReduces: 1, AllReduce: cfg.AllReduce}).CanAllReduce(tp) {
 			return nil, fmt.Errorf("TP %d: no all-reduce figures", tp)
 		}
-		d := &StepData{Dir: fmt.Sprintf("derived TP %d", tp), TP: tp}
-		for i, s := range deriveShapes(cfg.Model.MaxModelLen) {
-			ms, err := cfg.stepMs(s, tp)
-			if err != nil {
-				return nil, err
-			}
-			d.Steps = append(d.Steps, MeasuredStep{Line: i + 2, Counter: int64(2 * i), Phase: s.Phase(), Summary: s, Ms: ms})
-		}
-		data = append(data, d)
 	}
-	fit, err := FitSteps(data, StepFitConfig{Model: cfg.Model, AllReduces: 2 * cfg.Model.Layers, AllReduce: cfg.AllReduce, Bootstrap: 2})
+	fit, err := cfg.fitDerived(tps, false)
 	if err != nil {
-		return nil, fmt.Errorf("fit the step form to the derived steps: %w", err)
+		return nil, err
+	}
+	costs := fit.Costs
+	fp8 := cfg.Tables != nil && cfg.Tables.HasFP8KV()
+	if fp8 {
+		// The same grid with fp8-KV decode attention, the same form
+		// fitted: its decode KV coefficient is the fp8 cache's (the other
+		// coefficients move by a few percent at most and are not kept).
+		f8, err := cfg.fitDerived(tps, true)
+		if err != nil {
+			return nil, err
+		}
+		costs.DecodeKVMsPerKFP8 = f8.Costs.DecodeKVMsPerK
 	}
 	m := cfg.Model
 	if cfg.Dtype == "fp8" {
@@ -248,7 +255,6 @@ func Derive(cfg DeriveConfig) (*emulator.Profile, error) {
 	p := &emulator.Profile{Name: cfg.Name, Model: m, GPU: cfg.GPU,
 		ActivationReserveBytes: fittedReserveBytes, TransferFixedMs: fittedTransferFixedMs, FrontendMs: fittedFrontendMs}
 	p.MaxNumSeqs, p.MaxNumBatchedTokens = emulator.ServingDefaults(cfg.GPU)
-	costs := fit.Costs
 	p.Steps = &costs
 	src := &emulator.ProfileSource{Kind: emulator.SourceDerivedTable, Data: cfg.Data}
 	how := fmt.Sprintf("per-operation tables of %s (vLLM %s)", cfg.GPU.Name, tablesVersion(cfg.Tables))
@@ -265,7 +271,10 @@ func Derive(cfg DeriveConfig) (*emulator.Profile, error) {
 		host = fmt.Sprintf("the host part measured in %s (%.4g ms per step, %.4g ms more with prompt chunks, %.4g ms per decode sequence)", h.Source, h.FixedMs, h.PrefillStepMs, h.DecodeSeqMs)
 	}
 	src.Method = fmt.Sprintf("hone profile derive: %d step shapes per TP (%s) costed from %s (per layer QKV, output, gate-up and down GEMMs, attention, two all-reduces; lm_head at the sampled sequences) plus %s; the step-cost form fitted to them",
-		len(data[0].Steps), strings.Join(ts, ", "), how, host)
+		len(deriveShapes(cfg.Model.MaxModelLen)), strings.Join(ts, ", "), how, host)
+	if fp8 {
+		src.Method += "; decode_kv_ms_per_ktoken_fp8 (an fp8 KV cache) from the same form fitted to the same shapes with the tables' fp8-KV decode attention"
+	}
 	src.Residuals = fit.Residuals
 	src.Note = "no standard errors: a derivation, not a measurement; norms, rotary embedding and activations are not costed; the host cost, activation_reserve_bytes, transfer_fixed_ms, frontend_ms and the KV link are hand-made"
 	if cfg.Host != nil {
@@ -276,6 +285,28 @@ func Derive(cfg DeriveConfig) (*emulator.Profile, error) {
 		return nil, fmt.Errorf("derived profile: %w", err)
 	}
 	return p, nil
+}
+
+// fitDerived costs the grid of step shapes at each of tps (fp8KV: decode
+// attention with an fp8 KV cache) and fits the step-cost form to it.
+func (cfg *DeriveConfig) fitDerived(tps []int, fp8KV bool) (*StepFit, error) {
+	var data []*StepData
+	for _, tp := range tps {
+		d := &StepData{Dir: fmt.Sprintf("derived TP %d", tp), TP: tp}
+		for i, s := range deriveShapes(cfg.Model.MaxModelLen) {
+			ms, err := cfg.stepMs(s, tp, fp8KV)
+			if err != nil {
+				return nil, err
+			}
+			d.Steps = append(d.Steps, MeasuredStep{Line: i + 2, Counter: int64(2 * i), Phase: s.Phase(), Summary: s, Ms: ms})
+		}
+		data = append(data, d)
+	}
+	fit, err := FitSteps(data, StepFitConfig{Model: cfg.Model, AllReduces: 2 * cfg.Model.Layers, AllReduce: cfg.AllReduce, Bootstrap: 2})
+	if err != nil {
+		return nil, fmt.Errorf("fit the step form to the derived steps: %w", err)
+	}
+	return fit, nil
 }
 
 func tablesVersion(t *OpTables) string {

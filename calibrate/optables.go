@@ -32,6 +32,7 @@ type OpTables struct {
 	gemm    map[string]map[[2]int64][]mPoint // dtype → (n, k) → points by m
 	ctx     map[[3]int64][]attnPoint         // (heads, kv heads, head dim) → (batch, isl) points
 	gen     map[[3]int64][]attnPoint         // (heads, kv heads, head dim) → (batch, kv length) points
+	genFP8  map[[3]int64][]attnPoint         // the same with an fp8 KV cache (empty where the tables have none)
 }
 
 type mPoint struct{ m, ms float64 }
@@ -87,7 +88,7 @@ func readParquet[T any](path string) ([]T, error) {
 // systems/data folder).
 func ReadOpTables(dir, version string) (*OpTables, error) {
 	t := &OpTables{Dir: dir, Version: version, gemm: map[string]map[[2]int64][]mPoint{},
-		ctx: map[[3]int64][]attnPoint{}, gen: map[[3]int64][]attnPoint{}}
+		ctx: map[[3]int64][]attnPoint{}, gen: map[[3]int64][]attnPoint{}, genFP8: map[[3]int64][]attnPoint{}}
 	gp := filepath.Join(dir, "gemm", engine.VLLM, version, "gemm_perf.parquet")
 	grows, err := readParquet[gemmRow](gp)
 	if err != nil {
@@ -119,7 +120,13 @@ func ReadOpTables(dir, version string) (*OpTables, error) {
 			return nil, fmt.Errorf("per-operation tables: %w", err)
 		}
 		for i, r := range rows {
-			if r.KVDtype != "bfloat16" || r.Window != 0 {
+			dst := a.dst
+			if a.gen && r.KVDtype == "fp8" {
+				dst = t.genFP8
+			} else if r.KVDtype != "bfloat16" {
+				continue
+			}
+			if r.Window != 0 {
 				continue
 			}
 			if r.Batch <= 0 || !(r.Latency > 0) || math.IsInf(r.Latency, 0) {
@@ -130,7 +137,7 @@ func ReadOpTables(dir, version string) (*OpTables, error) {
 				l = r.Step
 			}
 			key := [3]int64{r.Heads, r.KVHeads, r.HeadDim}
-			a.dst[key] = append(a.dst[key], attnPoint{float64(r.Batch), float64(l), r.Latency})
+			dst[key] = append(dst[key], attnPoint{float64(r.Batch), float64(l), r.Latency})
 		}
 		if len(a.dst) == 0 {
 			return nil, fmt.Errorf("%s: no bfloat16-KV rows without a window", p)
@@ -252,11 +259,25 @@ func (t *OpTables) ContextAttnMs(n, c float64, heads, kv, hd int64) (float64, er
 // GenAttnMs is decode attention of b sequences of kvLen KV tokens each,
 // per layer, at the given per-rank head shape.
 func (t *OpTables) GenAttnMs(b, kvLen float64, heads, kv, hd int64) (float64, error) {
-	key, scale, ok := attnKey(t.gen, heads, kv, hd)
+	return genAttnMs(t.gen, t.Dir, "", b, kvLen, heads, kv, hd)
+}
+
+// HasFP8KV says whether the tables measured decode attention with an fp8
+// KV cache.
+func (t *OpTables) HasFP8KV() bool { return len(t.genFP8) > 0 }
+
+// GenAttnMsFP8 is GenAttnMs with an fp8 KV cache (vLLM's --kv-cache-dtype
+// fp8), from the tables' fp8-KV rows.
+func (t *OpTables) GenAttnMsFP8(b, kvLen float64, heads, kv, hd int64) (float64, error) {
+	return genAttnMs(t.genFP8, t.Dir, "fp8-KV ", b, kvLen, heads, kv, hd)
+}
+
+func genAttnMs(rows map[[3]int64][]attnPoint, dir, what string, b, kvLen float64, heads, kv, hd int64) (float64, error) {
+	key, scale, ok := attnKey(rows, heads, kv, hd)
 	if !ok {
-		return 0, fmt.Errorf("%s: no generation attention rows", t.Dir)
+		return 0, fmt.Errorf("%s: no %sgeneration attention rows", dir, what)
 	}
-	return grid2(t.gen[key], b, kvLen) * scale, nil
+	return grid2(rows[key], b, kvLen) * scale, nil
 }
 
 // groupBy groups xs by key, the keys in the order they first appear.

@@ -7,9 +7,11 @@ import (
 )
 
 // TestKVCacheDType: an fp8 KV cache halves a token's KV bytes (so the
-// cache holds twice the tokens, to the block) and the decode KV read of
-// step costs; the weights, all-reduces and other terms stay; an unknown
-// dtype is refused naming the flag.
+// cache holds twice the tokens, to the block); the decode KV read of the
+// step costs becomes the measured fp8 one where the profile has it
+// (derived from tables with fp8-KV attention rows) and half otherwise;
+// the weights, all-reduces and other terms stay; an unknown dtype is
+// refused naming the flag.
 func TestKVCacheDType(t *testing.T) {
 	base := Config{Profile: "qwen3-32b-h100", TensorParallelSize: 2}
 	p, blocks, err := base.resolveEngine()
@@ -24,8 +26,22 @@ func TestKVCacheDType(t *testing.T) {
 	if p.Model.KVBytesPerToken() != 2*q.Model.KVBytesPerToken() || blocks8 < 2*blocks-1 || blocks8 > 2*blocks+1 {
 		t.Errorf("KV bytes/token %d → %d, blocks %d → %d: want half and double", p.Model.KVBytesPerToken(), q.Model.KVBytesPerToken(), blocks, blocks8)
 	}
-	if q.Steps.DecodeKVMsPerK != p.Steps.DecodeKVMsPerK/2 || q.Steps.WeightsMs != p.Steps.WeightsMs || q.Model.WeightBytes() != p.Model.WeightBytes() {
-		t.Errorf("steps: decode KV %v → %v, weights %v → %v", p.Steps.DecodeKVMsPerK, q.Steps.DecodeKVMsPerK, p.Steps.WeightsMs, q.Steps.WeightsMs)
+	if p.Steps.DecodeKVMsPerKFP8 <= 0 || q.Steps.DecodeKVMsPerK != p.Steps.DecodeKVMsPerKFP8 || q.Steps.WeightsMs != p.Steps.WeightsMs || q.Model.WeightBytes() != p.Model.WeightBytes() {
+		t.Errorf("steps: decode KV %v → %v (the profile's fp8 figure: %v), weights %v → %v", p.Steps.DecodeKVMsPerK, q.Steps.DecodeKVMsPerK, p.Steps.DecodeKVMsPerKFP8, p.Steps.WeightsMs, q.Steps.WeightsMs)
+	}
+	// A profile fitted to measured bf16-KV steps has no fp8 figure: half.
+	fc := Config{Profile: "qwen3-32b-b300", TensorParallelSize: 2}
+	fitted, _, err := fc.resolveEngine()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc.KVCacheDType = "fp8_e4m3"
+	fitted8, _, err := fc.resolveEngine()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fitted.Steps.DecodeKVMsPerKFP8 != 0 || fitted8.Steps.DecodeKVMsPerK != fitted.Steps.DecodeKVMsPerK/2 {
+		t.Errorf("fitted profile: decode KV %v → %v, want half", fitted.Steps.DecodeKVMsPerK, fitted8.Steps.DecodeKVMsPerK)
 	}
 	// The built-in profile itself is not changed.
 	if again, _ := LookupProfile("qwen3-32b-h100"); again.Steps.DecodeKVMsPerK != p.Steps.DecodeKVMsPerK || again.Model.KVBytesPerElem != 0 {

@@ -64,7 +64,9 @@ var KVCacheDTypes = map[string]int{"": 0, "auto": 0, "bfloat16": 2, "float16": 2
 
 // WithKVCacheDType makes p's KV cache dtype d: its element size (so the
 // cache holds more tokens and a transfer moves fewer bytes) and the step
-// costs' decode KV read, which scales with the bytes read; nothing else.
+// costs' decode KV read: measured with an fp8 cache where the step costs
+// have it (DecodeKVMsPerKFP8), else scaled with the bytes read; nothing
+// else.
 func (p *Profile) WithKVCacheDType(d string) error {
 	b, ok := KVCacheDTypes[d]
 	if !ok {
@@ -75,7 +77,11 @@ func (p *Profile) WithKVCacheDType(d string) error {
 	}
 	if p.Steps != nil {
 		st := *p.Steps
-		st.DecodeKVMsPerK *= float64(b) / float64(p.Model.kvElemBytes())
+		if b == 1 && st.DecodeKVMsPerKFP8 > 0 {
+			st.DecodeKVMsPerK = st.DecodeKVMsPerKFP8
+		} else {
+			st.DecodeKVMsPerK *= float64(b) / float64(p.Model.kvElemBytes())
+		}
 		p.Steps = &st
 	}
 	p.Model.KVBytesPerElem = b

@@ -173,6 +173,7 @@ func (p *Profile) Validate() error {
 				v.nonNeg("steps."+StepCostTerms[i], x)
 			}
 			v.nonNeg("steps.eager_step_ms", c.EagerStepMs)
+			v.nonNeg("steps.decode_kv_ms_per_ktoken_fp8", c.DecodeKVMsPerKFP8)
 			if c.AllReduces < 0 {
 				v.fail("steps.all_reduces", "want >= 0, got %d", c.AllReduces)
 			}

@@ -115,6 +115,12 @@ type StepCosts struct {
 	GEMMOffsetMs      float64 `yaml:"gemm_offset_ms"`
 	PrefillAttnMsPerM float64 `yaml:"prefill_attn_ms_per_mpair"`
 	DecodeKVMsPerK    float64 `yaml:"decode_kv_ms_per_ktoken"`
+	// DecodeKVMsPerKFP8, when set, is DecodeKVMsPerK with an fp8 KV
+	// cache (--kv-cache-dtype fp8), from measured fp8-KV attention
+	// kernels; Profile.WithKVCacheDType takes it instead of halving
+	// DecodeKVMsPerK (fp8 decode attention dequantises: it gains less
+	// than the bytes say).
+	DecodeKVMsPerKFP8 float64 `yaml:"decode_kv_ms_per_ktoken_fp8,omitempty"`
 	EagerStepMs       float64 `yaml:"eager_step_ms,omitempty"`
 	// AllReduces is the number of all-reduces in one step (2 per layer for
 	// a dense transformer: after attention and after the MLP).
