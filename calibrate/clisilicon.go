@@ -21,6 +21,7 @@ type SiliconOptions struct {
 	RequestsPerClient int     // --requests-per-client
 	LengthRatio       float64 // --length-ratio
 	KVCacheDType      string  // --kv-cache-dtype
+	By                string  // --by: comma-separated SiliconByKeys
 	Format            string  // -o: table or json (checked by the caller)
 	// Out gets the result.
 	Out io.Writer
@@ -40,6 +41,10 @@ func ValidateSilicon(o SiliconOptions) error {
 	if _, ok := emulator.KVCacheDTypes[o.KVCacheDType]; !ok {
 		return usage.Errorf("--kv-cache-dtype %q: want auto, bfloat16, float16, fp8, fp8_e4m3 or fp8_e5m2", o.KVCacheDType)
 	}
+	by, err := ParseSiliconBy(o.By)
+	if err != nil {
+		return usage.Errorf("%v", err)
+	}
 	rows, err := ReadSilicon(o.File)
 	if err != nil {
 		return usage.Errorf("%v", err)
@@ -50,10 +55,16 @@ func ValidateSilicon(o SiliconOptions) error {
 	}
 	res := PredictSilicon(rows, SiliconConfig{Profiles: profs, RequestsPerClient: o.RequestsPerClient, LengthRatio: o.LengthRatio,
 		KVCacheDType: o.KVCacheDType})
+	if len(by) > 0 {
+		res.Breakdown = GroupSilicon(res.Rows, by)
+	}
 	if o.Format == "json" {
 		return jsonout.Write(o.Out, res)
 	}
 	writeSiliconTable(o.Out, res)
+	if len(by) > 0 {
+		writeSiliconGroups(o.Out, by, res.Breakdown)
+	}
 	return nil
 }
 

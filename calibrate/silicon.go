@@ -301,6 +301,9 @@ type SiliconResult struct {
 	Rows         []SiliconPrediction `json:"rows"`
 	Skipped      []SiliconSkip       `json:"skipped"`
 	Summary      SiliconSummary      `json:"summary"`
+	// Breakdown is the errors by --by's keys (GroupSilicon); absent
+	// without --by.
+	Breakdown []SiliconGroup `json:"breakdown,omitempty"`
 }
 
 // SiliconDefinitions states what is compared with what.

@@ -44,7 +44,8 @@ func newValidateSiliconCmd() *cobra.Command {
 	f := c.Flags()
 	f.StringVar(&o.Profiles, "profiles", "", "a folder of profile .yaml files to choose from besides the built-ins")
 	f.IntVar(&o.RequestsPerClient, "requests-per-client", 10, "measured requests per client of each closed loop (vllm bench serve's num-prompts / max-concurrency)")
-	f.StringVar(&o.KVCacheDType, "kv-cache-dtype", "", "predict every row with this KV cache dtype (vLLM's --kv-cache-dtype: fp8 halves its bytes); default: the model's")
+	f.StringVar(&o.KVCacheDType, "kv-cache-dtype", "", "predict every row with this KV cache dtype (vLLM's --kv-cache-dtype: fp8 halves its bytes; the decode KV read is the profile's measured fp8 one where it has one); default: the model's")
+	f.StringVar(&o.By, "by", "", "also break the errors down by these row fields, comma-separated: model, precision, mode, tp, isl, osl, clients (e.g. model,tp)")
 	f.Float64Var(&o.LengthRatio, "length-ratio", 0, "draw each request's ISL and OSL from [ratio × L, L]; 0: exactly ISL and OSL")
 	output.register(f, "table", "", "table", "json")
 	return c

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,6 +38,29 @@ func TestValidateSiliconCLI(t *testing.T) {
 		len(res.Skipped) != 1 || res.Summary.Rows != 3 || res.Summary.Predicted != 2 || res.Summary.TTFT["median_ape"] != 25 {
 		t.Errorf("JSON: %s", stdout)
 	}
+	// --by: one group per TP, each the one row's errors, signed.
+	stdout, stderr, code = runHone(context.Background(), "validate", "silicon", filepath.Join(fix, "three-rows.csv"), "--profiles", fix, "--by", "tp", "-o", "json")
+	var by struct {
+		Rows []struct {
+			TTFT map[string]float64 `json:"ttft_ms"`
+		} `json:"rows"`
+		Breakdown []struct {
+			By   map[string]string  `json:"by"`
+			Rows int                `json:"rows"`
+			TTFT map[string]float64 `json:"ttft"`
+		} `json:"breakdown"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &by); code != 0 || err != nil || len(by.Rows) != 2 || len(by.Breakdown) != 2 {
+		t.Fatalf("--by tp: exit %d, %v: %s%s", code, err, stdout, stderr)
+	}
+	for i, g := range by.Breakdown {
+		r := by.Rows[i].TTFT
+		signed := 100 * (r["predicted"] - r["measured"]) / r["measured"]
+		if g.By["tp"] != []string{"1", "2"}[i] || g.Rows != 1 || g.TTFT["median_ape"] != r["ape"] || math.Abs(g.TTFT["median_error"]-signed) > 1e-3 {
+			t.Errorf("--by tp group %d: %+v, row %v", i, g, r)
+		}
+	}
+	wantBadInput(t, "bad --by", "", []string{"--by", "gpu"}, "validate", "silicon", filepath.Join(fix, "three-rows.csv"), "--by", "gpu")
 	bad := filepath.Join(t.TempDir(), "bad.csv")
 	body, _ := os.ReadFile(filepath.Join(fix, "three-rows.csv"))
 	os.WriteFile(bad, []byte(strings.Replace(string(body), ",64,5,", ",64,five,", 1)), 0o644)
