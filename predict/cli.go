@@ -87,7 +87,7 @@ func Command(ctx context.Context, o CommandOptions) error {
 	if o.Format == "json" {
 		return jsonout.Write(o.Out, withoutRequests(rec))
 	}
-	writeTable(o.Out, o.Spec, o.Options.Profile.Name, rec)
+	writeTable(o.Out, o.Spec, o.Options.Profile, rec)
 	replay.WriteTraceHitRates(o.Out, rec)
 	if o.OutPath != "" {
 		fmt.Fprintf(o.Out, "record (%s, profile %s) written to %s\n", rec.Kind, o.Options.Profile.Name, o.OutPath)

@@ -14,11 +14,15 @@ import (
 )
 
 // writeTable is hone predict's table of rec, spec's prediction with
-// profile.
-func writeTable(w io.Writer, spec *deploy.Spec, profile string, rec *schema.Record) {
+// prof.
+func writeTable(w io.Writer, spec *deploy.Spec, prof *emulator.Profile, rec *schema.Record) {
+	profile := prof.Name
 	fmt.Fprintf(w, "kind: %s  profile: %s  spec: %s  gpus: %d  SLO: p99 TTFT <= %g ms, p99 TPOT <= %g ms\n",
 		rec.Kind, emulator.ProfileLabel(profile), spec.Name, spec.GPUsNeeded(), rec.SLO.TTFTMillis, rec.SLO.TPOTMillis)
 	fmt.Fprintf(w, "profile %s: %s\n", profile, emulator.ValidationNote(profile))
+	if note := prof.KVCacheNote(spec.Precision.KVCacheDType); note != "" {
+		fmt.Fprintln(w, note)
+	}
 	if len(rec.Runs) == 0 {
 		fmt.Fprintln(w, "no levels")
 		return

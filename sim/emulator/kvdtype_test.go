@@ -52,3 +52,26 @@ func TestKVCacheDType(t *testing.T) {
 		t.Errorf("int4: %v", err)
 	}
 }
+
+// KVCacheNote: what a prediction's decode KV read rests on with another
+// KV cache: measured fp8 attention, bytes-scaled, or no step cost at all;
+// nothing for the model's own cache.
+func TestKVCacheNote(t *testing.T) {
+	for _, c := range []struct{ profile, dtype, want string }{
+		{"qwen3-32b-h100", "fp8", "measured with fp8-KV attention kernels"},
+		{"qwen3-32b-b300", "fp8_e5m2", "scaled with the bytes from the model's own (0.05059 → 0.0253"},
+		{"qwen3-32b-h100", "", ""},
+		{"qwen3-32b-h100", "bfloat16", ""},
+		{"qwen2.5-coder-0.5b-h200", "fp8", "the roofline reads fewer KV bytes"},
+		{"exercise", "fp8", "step costs do not change with it"},
+	} {
+		p, err := LookupProfile(c.profile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := p.KVCacheNote(c.dtype)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("%s, %q: %q; want %q", c.profile, c.dtype, got, c.want)
+		}
+	}
+}

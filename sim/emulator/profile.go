@@ -88,6 +88,26 @@ func (p *Profile) WithKVCacheDType(d string) error {
 	return nil
 }
 
+// KVCacheNote says how p costs the decode KV read with KV cache dtype d
+// ("" where d is the model's own: nothing to say), so that a prediction
+// with another cache says what its figure rests on.
+func (p *Profile) KVCacheNote(d string) string {
+	b, ok := KVCacheDTypes[d]
+	if !ok || b == 0 || b == p.Model.kvElemBytes() {
+		return ""
+	}
+	switch {
+	case p.Steps == nil && (p.Linear != nil || p.Exercise != nil):
+		return fmt.Sprintf("KV cache %s: %d-byte elements, so the cache holds more tokens; this profile's step costs do not change with it", d, b)
+	case p.Steps == nil:
+		return fmt.Sprintf("KV cache %s: %d-byte elements, so the cache holds more tokens and the roofline reads fewer KV bytes", d, b)
+	case b == 1 && p.Steps.DecodeKVMsPerKFP8 > 0:
+		return fmt.Sprintf("KV cache %s: decode KV read %.4g ms per 1k tokens (TP 1), measured with fp8-KV attention kernels, against %.4g with the model's own", d, p.Steps.DecodeKVMsPerKFP8, p.Steps.DecodeKVMsPerK)
+	}
+	return fmt.Sprintf("KV cache %s: decode KV read scaled with the bytes from the model's own (%.4g → %.4g ms per 1k tokens, TP 1): this profile has no measured figure for it",
+		d, p.Steps.DecodeKVMsPerK, p.Steps.DecodeKVMsPerK*float64(b)/float64(p.Model.kvElemBytes()))
+}
+
 // KVBytesPerTokenPerGPU is the part of one token's KV that each of tp
 // tensor-parallel ranks holds: the KV heads are split across the ranks,
 // and where there are fewer KV heads than ranks each rank keeps a
