@@ -139,7 +139,7 @@ func deriveShapes(maxLen int) []emulator.StepSummary {
 }
 
 // stepMs costs one step at tp from the tables or the roofline; fp8KV:
-// its decode attention from the tables' fp8-KV rows.
+// its attention from the tables' fp8-KV rows.
 func (cfg *DeriveConfig) stepMs(s emulator.StepSummary, tp int, fp8KV bool) (float64, error) {
 	m := cfg.Model
 	t := float64(tp)
@@ -185,7 +185,11 @@ func (cfg *DeriveConfig) stepMs(s emulator.StepSummary, tp int, fp8KV bool) (flo
 			if e.Decode {
 				continue
 			}
-			a, err := cfg.Tables.ContextAttnMs(float64(e.Tokens), float64(e.Context), heads, kvh, hd)
+			ctx := cfg.Tables.ContextAttnMs
+			if fp8KV {
+				ctx = cfg.Tables.ContextAttnMsFP8
+			}
+			a, err := ctx(float64(e.Tokens), float64(e.Context), heads, kvh, hd)
 			if err != nil {
 				return 0, err
 			}
@@ -239,14 +243,15 @@ func Derive(cfg DeriveConfig) (*emulator.Profile, error) {
 	costs := fit.Costs
 	fp8 := cfg.Tables != nil && cfg.Tables.HasFP8KV()
 	if fp8 {
-		// The same grid with fp8-KV decode attention, the same form
-		// fitted: its decode KV coefficient is the fp8 cache's (the other
-		// coefficients move by a few percent at most and are not kept).
+		// The same grid with fp8-KV attention, the same form fitted: its
+		// attention coefficients are the fp8 cache's (the others move by
+		// a few percent at most and are not kept).
 		f8, err := cfg.fitDerived(tps, true)
 		if err != nil {
 			return nil, err
 		}
 		costs.DecodeKVMsPerKFP8 = f8.Costs.DecodeKVMsPerK
+		costs.PrefillAttnMsPerMFP8 = f8.Costs.PrefillAttnMsPerM
 	}
 	m := cfg.Model
 	if cfg.Dtype == "fp8" {
@@ -273,7 +278,7 @@ func Derive(cfg DeriveConfig) (*emulator.Profile, error) {
 	src.Method = fmt.Sprintf("hone profile derive: %d step shapes per TP (%s) costed from %s (per layer QKV, output, gate-up and down GEMMs, attention, two all-reduces; lm_head at the sampled sequences) plus %s; the step-cost form fitted to them",
 		len(deriveShapes(cfg.Model.MaxModelLen)), strings.Join(ts, ", "), how, host)
 	if fp8 {
-		src.Method += "; decode_kv_ms_per_ktoken_fp8 (an fp8 KV cache) from the same form fitted to the same shapes with the tables' fp8-KV decode attention"
+		src.Method += "; decode_kv_ms_per_ktoken_fp8 and prefill_attn_ms_per_mpair_fp8 (an fp8 KV cache) from the same form fitted to the same shapes with the tables' fp8-KV attention"
 	}
 	src.Residuals = fit.Residuals
 	src.Note = "no standard errors: a derivation, not a measurement; norms, rotary embedding and activations are not costed; the host cost, activation_reserve_bytes, transfer_fixed_ms, frontend_ms and the KV link are hand-made"

@@ -9,11 +9,11 @@ import (
 	"github.com/hone-llm/hone/sim/emulator"
 )
 
-// TestDeriveFP8KVAttention: the tables' fp8-KV decode attention rows are
-// read as measured (not the bf16 rows halved), and Derive fits the
-// decode KV read of an fp8 cache from them and nothing else: the same
-// derivation without those rows has every other coefficient unchanged
-// and no fp8 figure.
+// TestDeriveFP8KVAttention: the tables' fp8-KV attention rows are read
+// as measured (not the bf16 rows halved), and Derive fits an fp8 cache's
+// decode KV read and prompt attention from them and nothing else: the
+// same derivation without those rows has every other coefficient
+// unchanged and no fp8 figure.
 func TestDeriveFP8KVAttention(t *testing.T) {
 	tabs, err := ReadOpTables(aicSystems+"data/h100_sxm", "0.19.0")
 	if err != nil {
@@ -31,6 +31,17 @@ func TestDeriveFP8KVAttention(t *testing.T) {
 		got, err := c.fn(64, 8191, 8, 1, 128)
 		if err != nil || math.Abs(got-c.want) > 1e-12 {
 			t.Errorf("attention at a measured row: %v, %v; want %v", got, err, c.want)
+		}
+	}
+	// And of context_attention_perf.parquet: one fresh 4,096-token prompt,
+	// 32 query heads and 4 KV heads of 128 (fp8 is the slower here).
+	for _, c := range []struct {
+		fn   func(n, ctx float64, heads, kv, hd int64) (float64, error)
+		want float64
+	}{{tabs.ContextAttnMs, 0.2258239984512329}, {tabs.ContextAttnMsFP8, 0.25253333648045856}} {
+		got, err := c.fn(4096, 0, 32, 4, 128)
+		if err != nil || math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("context attention at a measured row: %v, %v; want %v", got, err, c.want)
 		}
 	}
 	m, err := emulator.ModelFromHFConfig(aicModels+"Qwen--Qwen3-32B_config.json", "Qwen/Qwen3-32B")
@@ -51,16 +62,18 @@ func TestDeriveFP8KVAttention(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := *with.Steps
-	if !(w.DecodeKVMsPerKFP8 > 0 && w.DecodeKVMsPerKFP8 < w.DecodeKVMsPerK) || !strings.Contains(with.Source.Method, "fp8-KV") {
-		t.Errorf("fp8 decode KV %v against bf16 %v; method %q", w.DecodeKVMsPerKFP8, w.DecodeKVMsPerK, with.Source.Method)
+	if !(w.DecodeKVMsPerKFP8 > 0 && w.DecodeKVMsPerKFP8 < w.DecodeKVMsPerK) || !(w.PrefillAttnMsPerMFP8 > w.PrefillAttnMsPerM) ||
+		!strings.Contains(with.Source.Method, "fp8-KV") {
+		t.Errorf("fp8 decode KV %v against bf16 %v, prompt attention %v against %v; method %q", w.DecodeKVMsPerKFP8, w.DecodeKVMsPerK,
+			w.PrefillAttnMsPerMFP8, w.PrefillAttnMsPerM, with.Source.Method)
 	}
 	tabs.genFP8 = nil
 	without, err := Derive(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.DecodeKVMsPerKFP8 = 0
-	if o := *without.Steps; o.DecodeKVMsPerKFP8 != 0 || strings.Contains(without.Source.Method, "fp8-KV") ||
+	w.DecodeKVMsPerKFP8, w.PrefillAttnMsPerMFP8 = 0, 0
+	if o := *without.Steps; o.DecodeKVMsPerKFP8 != 0 || o.PrefillAttnMsPerMFP8 != 0 || strings.Contains(without.Source.Method, "fp8-KV") ||
 		!slices.Equal(o.Coefficients(), w.Coefficients()) {
 		t.Errorf("without fp8 rows: %+v; want %+v", o.Coefficients(), w.Coefficients())
 	}

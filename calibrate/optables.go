@@ -31,6 +31,7 @@ type OpTables struct {
 	Version string
 	gemm    map[string]map[[2]int64][]mPoint // dtype → (n, k) → points by m
 	ctx     map[[3]int64][]attnPoint         // (heads, kv heads, head dim) → (batch, isl) points
+	ctxFP8  map[[3]int64][]attnPoint         // the same with an fp8 KV cache (empty where the tables have none)
 	gen     map[[3]int64][]attnPoint         // (heads, kv heads, head dim) → (batch, kv length) points
 	genFP8  map[[3]int64][]attnPoint         // the same with an fp8 KV cache (empty where the tables have none)
 }
@@ -88,7 +89,8 @@ func readParquet[T any](path string) ([]T, error) {
 // systems/data folder).
 func ReadOpTables(dir, version string) (*OpTables, error) {
 	t := &OpTables{Dir: dir, Version: version, gemm: map[string]map[[2]int64][]mPoint{},
-		ctx: map[[3]int64][]attnPoint{}, gen: map[[3]int64][]attnPoint{}, genFP8: map[[3]int64][]attnPoint{}}
+		ctx: map[[3]int64][]attnPoint{}, gen: map[[3]int64][]attnPoint{},
+		ctxFP8: map[[3]int64][]attnPoint{}, genFP8: map[[3]int64][]attnPoint{}}
 	gp := filepath.Join(dir, "gemm", engine.VLLM, version, "gemm_perf.parquet")
 	grows, err := readParquet[gemmRow](gp)
 	if err != nil {
@@ -110,10 +112,10 @@ func ReadOpTables(dir, version string) (*OpTables, error) {
 		}
 	}
 	for _, a := range []struct {
-		file string
-		dst  map[[3]int64][]attnPoint
-		gen  bool
-	}{{"context_attention_perf.parquet", t.ctx, false}, {"generation_attention_perf.parquet", t.gen, true}} {
+		file     string
+		dst, fp8 map[[3]int64][]attnPoint
+		gen      bool
+	}{{"context_attention_perf.parquet", t.ctx, t.ctxFP8, false}, {"generation_attention_perf.parquet", t.gen, t.genFP8, true}} {
 		p := filepath.Join(dir, "attention", engine.VLLM, version, a.file)
 		rows, err := readParquet[attnRow](p)
 		if err != nil {
@@ -121,8 +123,8 @@ func ReadOpTables(dir, version string) (*OpTables, error) {
 		}
 		for i, r := range rows {
 			dst := a.dst
-			if a.gen && r.KVDtype == "fp8" {
-				dst = t.genFP8
+			if r.KVDtype == "fp8" {
+				dst = a.fp8
 			} else if r.KVDtype != "bfloat16" {
 				continue
 			}
@@ -246,12 +248,22 @@ func grid2(pts []attnPoint, b, l float64) float64 {
 // ContextAttnMs is prefill attention of one prompt chunk of n tokens on c
 // cached, per layer, at the given per-rank head shape.
 func (t *OpTables) ContextAttnMs(n, c float64, heads, kv, hd int64) (float64, error) {
-	key, scale, ok := attnKey(t.ctx, heads, kv, hd)
+	return contextAttnMs(t.ctx, t.Dir, "", n, c, heads, kv, hd)
+}
+
+// ContextAttnMsFP8 is ContextAttnMs with an fp8 KV cache, from the
+// tables' fp8-KV rows.
+func (t *OpTables) ContextAttnMsFP8(n, c float64, heads, kv, hd int64) (float64, error) {
+	return contextAttnMs(t.ctxFP8, t.Dir, "fp8-KV ", n, c, heads, kv, hd)
+}
+
+func contextAttnMs(rows map[[3]int64][]attnPoint, dir, what string, n, c float64, heads, kv, hd int64) (float64, error) {
+	key, scale, ok := attnKey(rows, heads, kv, hd)
 	if !ok {
-		return 0, fmt.Errorf("%s: no context attention rows", t.Dir)
+		return 0, fmt.Errorf("%s: no %scontext attention rows", dir, what)
 	}
 	full := n + c
-	ms := grid2(t.ctx[key], 1, full) * scale
+	ms := grid2(rows[key], 1, full) * scale
 	pairs := func(n, c float64) float64 { return n*c + n*(n+1)/2 }
 	return ms * pairs(n, c) / pairs(full, 0), nil
 }
@@ -262,9 +274,9 @@ func (t *OpTables) GenAttnMs(b, kvLen float64, heads, kv, hd int64) (float64, er
 	return genAttnMs(t.gen, t.Dir, "", b, kvLen, heads, kv, hd)
 }
 
-// HasFP8KV says whether the tables measured decode attention with an fp8
-// KV cache.
-func (t *OpTables) HasFP8KV() bool { return len(t.genFP8) > 0 }
+// HasFP8KV says whether the tables measured attention (context and
+// decode) with an fp8 KV cache.
+func (t *OpTables) HasFP8KV() bool { return len(t.genFP8) > 0 && len(t.ctxFP8) > 0 }
 
 // GenAttnMsFP8 is GenAttnMs with an fp8 KV cache (vLLM's --kv-cache-dtype
 // fp8), from the tables' fp8-KV rows.

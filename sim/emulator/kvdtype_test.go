@@ -26,7 +26,8 @@ func TestKVCacheDType(t *testing.T) {
 	if p.Model.KVBytesPerToken() != 2*q.Model.KVBytesPerToken() || blocks8 < 2*blocks-1 || blocks8 > 2*blocks+1 {
 		t.Errorf("KV bytes/token %d → %d, blocks %d → %d: want half and double", p.Model.KVBytesPerToken(), q.Model.KVBytesPerToken(), blocks, blocks8)
 	}
-	if p.Steps.DecodeKVMsPerKFP8 <= 0 || q.Steps.DecodeKVMsPerK != p.Steps.DecodeKVMsPerKFP8 || q.Steps.WeightsMs != p.Steps.WeightsMs || q.Model.WeightBytes() != p.Model.WeightBytes() {
+	if p.Steps.DecodeKVMsPerKFP8 <= 0 || q.Steps.DecodeKVMsPerK != p.Steps.DecodeKVMsPerKFP8 || p.Steps.PrefillAttnMsPerMFP8 <= 0 ||
+		q.Steps.PrefillAttnMsPerM != p.Steps.PrefillAttnMsPerMFP8 || q.Steps.WeightsMs != p.Steps.WeightsMs || q.Model.WeightBytes() != p.Model.WeightBytes() {
 		t.Errorf("steps: decode KV %v → %v (the profile's fp8 figure: %v), weights %v → %v", p.Steps.DecodeKVMsPerK, q.Steps.DecodeKVMsPerK, p.Steps.DecodeKVMsPerKFP8, p.Steps.WeightsMs, q.Steps.WeightsMs)
 	}
 	// A profile fitted to measured bf16-KV steps has no fp8 figure: half.
@@ -40,7 +41,7 @@ func TestKVCacheDType(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fitted.Steps.DecodeKVMsPerKFP8 != 0 || fitted8.Steps.DecodeKVMsPerK != fitted.Steps.DecodeKVMsPerK/2 {
+	if fitted.Steps.DecodeKVMsPerKFP8 != 0 || fitted8.Steps.DecodeKVMsPerK != fitted.Steps.DecodeKVMsPerK/2 || fitted8.Steps.PrefillAttnMsPerM != fitted.Steps.PrefillAttnMsPerM {
 		t.Errorf("fitted profile: decode KV %v → %v, want half", fitted.Steps.DecodeKVMsPerK, fitted8.Steps.DecodeKVMsPerK)
 	}
 	// The built-in profile itself is not changed.
@@ -58,7 +59,7 @@ func TestKVCacheDType(t *testing.T) {
 // nothing for the model's own cache.
 func TestKVCacheNote(t *testing.T) {
 	for _, c := range []struct{ profile, dtype, want string }{
-		{"qwen3-32b-h100", "fp8", "measured with fp8-KV attention kernels"},
+		{"qwen3-32b-h100", "fp8", "attention measured with fp8-KV kernels"},
 		{"qwen3-32b-b300", "fp8_e5m2", "scaled with the bytes from the model's own (0.05059 → 0.0253"},
 		{"qwen3-32b-h100", "", ""},
 		{"qwen3-32b-h100", "bfloat16", ""},

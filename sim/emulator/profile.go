@@ -64,9 +64,9 @@ var KVCacheDTypes = map[string]int{"": 0, "auto": 0, "bfloat16": 2, "float16": 2
 
 // WithKVCacheDType makes p's KV cache dtype d: its element size (so the
 // cache holds more tokens and a transfer moves fewer bytes) and the step
-// costs' decode KV read: measured with an fp8 cache where the step costs
-// have it (DecodeKVMsPerKFP8), else scaled with the bytes read; nothing
-// else.
+// costs' attention: measured with an fp8 cache where the step costs have
+// it (DecodeKVMsPerKFP8, PrefillAttnMsPerMFP8), else the decode KV read
+// scaled with the bytes read; nothing else.
 func (p *Profile) WithKVCacheDType(d string) error {
 	b, ok := KVCacheDTypes[d]
 	if !ok {
@@ -79,6 +79,9 @@ func (p *Profile) WithKVCacheDType(d string) error {
 		st := *p.Steps
 		if b == 1 && st.DecodeKVMsPerKFP8 > 0 {
 			st.DecodeKVMsPerK = st.DecodeKVMsPerKFP8
+			if st.PrefillAttnMsPerMFP8 > 0 {
+				st.PrefillAttnMsPerM = st.PrefillAttnMsPerMFP8
+			}
 		} else {
 			st.DecodeKVMsPerK *= float64(b) / float64(p.Model.kvElemBytes())
 		}
@@ -102,7 +105,8 @@ func (p *Profile) KVCacheNote(d string) string {
 	case p.Steps == nil:
 		return fmt.Sprintf("KV cache %s: %d-byte elements, so the cache holds more tokens and the roofline reads fewer KV bytes", d, b)
 	case b == 1 && p.Steps.DecodeKVMsPerKFP8 > 0:
-		return fmt.Sprintf("KV cache %s: decode KV read %.4g ms per 1k tokens (TP 1), measured with fp8-KV attention kernels, against %.4g with the model's own", d, p.Steps.DecodeKVMsPerKFP8, p.Steps.DecodeKVMsPerK)
+		return fmt.Sprintf("KV cache %s: attention measured with fp8-KV kernels: decode KV read %.4g ms per 1k tokens (TP 1; %.4g with the model's own), prompt attention %.4g ms per million pairs (%.4g)",
+			d, p.Steps.DecodeKVMsPerKFP8, p.Steps.DecodeKVMsPerK, p.Steps.PrefillAttnMsPerMFP8, p.Steps.PrefillAttnMsPerM)
 	}
 	return fmt.Sprintf("KV cache %s: decode KV read scaled with the bytes from the model's own (%.4g → %.4g ms per 1k tokens, TP 1): this profile has no measured figure for it",
 		d, p.Steps.DecodeKVMsPerK, p.Steps.DecodeKVMsPerK*float64(b)/float64(p.Model.kvElemBytes()))

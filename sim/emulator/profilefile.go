@@ -174,6 +174,7 @@ func (p *Profile) Validate() error {
 			}
 			v.nonNeg("steps.eager_step_ms", c.EagerStepMs)
 			v.nonNeg("steps.decode_kv_ms_per_ktoken_fp8", c.DecodeKVMsPerKFP8)
+			v.nonNeg("steps.prefill_attn_ms_per_mpair_fp8", c.PrefillAttnMsPerMFP8)
 			if c.AllReduces < 0 {
 				v.fail("steps.all_reduces", "want >= 0, got %d", c.AllReduces)
 			}

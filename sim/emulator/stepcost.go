@@ -115,13 +115,15 @@ type StepCosts struct {
 	GEMMOffsetMs      float64 `yaml:"gemm_offset_ms"`
 	PrefillAttnMsPerM float64 `yaml:"prefill_attn_ms_per_mpair"`
 	DecodeKVMsPerK    float64 `yaml:"decode_kv_ms_per_ktoken"`
-	// DecodeKVMsPerKFP8, when set, is DecodeKVMsPerK with an fp8 KV
-	// cache (--kv-cache-dtype fp8), from measured fp8-KV attention
-	// kernels; Profile.WithKVCacheDType takes it instead of halving
-	// DecodeKVMsPerK (fp8 decode attention dequantises: it gains less
-	// than the bytes say).
-	DecodeKVMsPerKFP8 float64 `yaml:"decode_kv_ms_per_ktoken_fp8,omitempty"`
-	EagerStepMs       float64 `yaml:"eager_step_ms,omitempty"`
+	// DecodeKVMsPerKFP8 and PrefillAttnMsPerMFP8, when set, are
+	// DecodeKVMsPerK and PrefillAttnMsPerM with an fp8 KV cache
+	// (--kv-cache-dtype fp8), from measured fp8-KV attention kernels;
+	// Profile.WithKVCacheDType takes them instead of halving
+	// DecodeKVMsPerK and keeping PrefillAttnMsPerM (fp8 attention
+	// dequantises: decode gains less than the bytes say, prefill loses).
+	DecodeKVMsPerKFP8    float64 `yaml:"decode_kv_ms_per_ktoken_fp8,omitempty"`
+	PrefillAttnMsPerMFP8 float64 `yaml:"prefill_attn_ms_per_mpair_fp8,omitempty"`
+	EagerStepMs          float64 `yaml:"eager_step_ms,omitempty"`
 	// AllReduces is the number of all-reduces in one step (2 per layer for
 	// a dense transformer: after attention and after the MLP).
 	AllReduces int            `yaml:"all_reduces"`
