@@ -40,6 +40,21 @@ func TestCommandTableAndJSON(t *testing.T) {
 		!strings.HasSuffix(out.String(), "\n"+Note+"\n") {
 		t.Errorf("table:\n%s", out)
 	}
+	// A profile loaded from a file is labelled by how it was made too,
+	// and an fp8 KV cache says what its decode read rests on.
+	o, out = commandOptions(t, "table")
+	fromFile := *o.Options.Profile
+	fromFile.Name = "mine"
+	fromFile.Source = &emulator.ProfileSource{Kind: emulator.SourceDerivedRoof}
+	o.Options.Profile = &fromFile
+	o.Spec.Precision.KVCacheDType = "fp8"
+	if err := Command(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out.String(), "kind: predicted  profile: mine (derived from roofline)") ||
+		!strings.Contains(out.String(), "\nKV cache fp8: 1-byte elements, so the cache holds more tokens and the roofline reads fewer KV bytes\n") {
+		t.Errorf("table with a file profile and an fp8 KV cache:\n%s", out)
+	}
 	o, out = commandOptions(t, "json")
 	if err := Command(context.Background(), o); err != nil {
 		t.Fatal(err)

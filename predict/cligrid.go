@@ -110,7 +110,7 @@ func (o CommandOptions) grid(ctx context.Context) error {
 			return err
 		}
 	} else {
-		writeGridTable(o.Out, res, failed, o.OutPath)
+		writeGridTable(o.Out, res, o.Options.Profile, failed, o.OutPath)
 	}
 	switch {
 	case ctx.Err() != nil:

@@ -18,7 +18,7 @@ import (
 func writeTable(w io.Writer, spec *deploy.Spec, prof *emulator.Profile, rec *schema.Record) {
 	profile := prof.Name
 	fmt.Fprintf(w, "kind: %s  profile: %s  spec: %s  gpus: %d  SLO: p99 TTFT <= %g ms, p99 TPOT <= %g ms\n",
-		rec.Kind, emulator.ProfileLabel(profile), spec.Name, spec.GPUsNeeded(), rec.SLO.TTFTMillis, rec.SLO.TPOTMillis)
+		rec.Kind, emulator.ProfileLabel(prof), spec.Name, spec.GPUsNeeded(), rec.SLO.TTFTMillis, rec.SLO.TPOTMillis)
 	fmt.Fprintf(w, "profile %s: %s\n", profile, emulator.ValidationNote(profile))
 	if note := prof.KVCacheNote(spec.Precision.KVCacheDType); note != "" {
 		fmt.Fprintln(w, note)
@@ -95,9 +95,9 @@ func levelNumber(l slo.Level) string {
 
 // writeGridTable is hone predict --grid's table: res's ranked rows and
 // Pareto front, then the specs that failed.
-func writeGridTable(w io.Writer, res GridResult, failed []Point, out string) {
+func writeGridTable(w io.Writer, res GridResult, prof *emulator.Profile, failed []Point, out string) {
 	fmt.Fprintf(w, "kind: %s  profile: %s  base: %s  grid: %d specs within %d GPUs  SLO: p99 TTFT <= %g ms, p99 TPOT <= %g ms\n",
-		res.Kind, emulator.ProfileLabel(res.Profile), res.Base, res.Specs, res.Budget, res.SLO.TTFTMillis, res.SLO.TPOTMillis)
+		res.Kind, emulator.ProfileLabel(prof), res.Base, res.Specs, res.Budget, res.SLO.TTFTMillis, res.SLO.TPOTMillis)
 	fmt.Fprintf(w, "profile %s: %s\n", res.Profile, emulator.ValidationNote(res.Profile))
 	fmt.Fprintf(w, "\ntop %d of %d (--top; * on the Pareto front; ~ too close to call), %s\n", len(res.Ranked), res.Specs, strings.SplitN(res.Rule, ";", 2)[0])
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

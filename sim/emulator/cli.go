@@ -152,10 +152,6 @@ func ResolveProfile(flag, specProfile string) (*Profile, error) {
 // ProfileLabel is a profile's name and how it was made (its source kind:
 // fitted to measured steps, derived, calibrated, hand-made), so that every
 // predicted figure says what its cost model rests on.
-func ProfileLabel(name string) string {
-	p, err := LookupProfile(name)
-	if err != nil {
-		return name
-	}
-	return fmt.Sprintf("%s (%s)", name, p.SourceKind())
+func ProfileLabel(p *Profile) string {
+	return fmt.Sprintf("%s (%s)", p.Name, p.SourceKind())
 }
