@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"text/tabwriter"
 
 	"github.com/hone-llm/hone/internal/jsonout"
@@ -100,10 +99,7 @@ func writeSiliconTable(w io.Writer, res *SiliconResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "line\tmodel\tprecision\ttp\tisl\tosl\tclients\tttft_meas\tttft_pred\tttft_ape%\ttpot_meas\ttpot_pred\ttpot_ape%\tprofile\t")
 	for _, r := range res.Rows {
-		tp := strconv.Itoa(r.TP)
-		if r.Prefill != nil && r.Decode != nil {
-			tp = fmt.Sprintf("P%d×%d D%d×%d", r.Prefill.Workers, r.Prefill.TP, r.Decode.Workers, r.Decode.TP)
-		}
+		tp := siliconKey(r, "tp")
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t%.1f\t%s (%s)\t\n", r.Line, r.Model, orDash(r.Precision), tp, r.ISL, r.OSL,
 			r.Concurrency, r.TTFT.Measured, r.TTFT.Predicted, r.TTFT.APE, r.TPOT.Measured, r.TPOT.Predicted, r.TPOT.APE, r.Profile, r.ProfileSource)
 	}
