@@ -169,6 +169,10 @@ func (cfg *DeriveConfig) stepMs(s emulator.StepSummary, tp int, fp8KV bool) (flo
 		ms += float64(s.DecodeKV) * float64(m.KVBytesPerToken()) / (g.MemBandwidth * e.MBU) * 1000 / t
 		return ms, nil
 	}
+	ctxAttn, genAttn := cfg.Tables.ContextAttnMs, cfg.Tables.GenAttnMs
+	if fp8KV {
+		ctxAttn, genAttn = cfg.Tables.ContextAttnMsFP8, cfg.Tables.GenAttnMsFP8
+	}
 	dt := Dtypes[cfg.Dtype]
 	gemm := func(mm, n, k float64) (float64, error) { return cfg.Tables.GEMMMs(dt, mm, n, k) }
 	var layer float64
@@ -185,11 +189,7 @@ func (cfg *DeriveConfig) stepMs(s emulator.StepSummary, tp int, fp8KV bool) (flo
 			if e.Decode {
 				continue
 			}
-			ctx := cfg.Tables.ContextAttnMs
-			if fp8KV {
-				ctx = cfg.Tables.ContextAttnMsFP8
-			}
-			a, err := ctx(float64(e.Tokens), float64(e.Context), heads, kvh, hd)
+			a, err := ctxAttn(float64(e.Tokens), float64(e.Context), heads, kvh, hd)
 			if err != nil {
 				return 0, err
 			}
@@ -197,11 +197,7 @@ func (cfg *DeriveConfig) stepMs(s emulator.StepSummary, tp int, fp8KV bool) (flo
 		}
 	}
 	if s.DecodeRequests > 0 {
-		gen := cfg.Tables.GenAttnMs
-		if fp8KV {
-			gen = cfg.Tables.GenAttnMsFP8
-		}
-		a, err := gen(float64(s.DecodeRequests), float64(s.DecodeKV)/float64(s.DecodeRequests), heads, kvh, hd)
+		a, err := genAttn(float64(s.DecodeRequests), float64(s.DecodeKV)/float64(s.DecodeRequests), heads, kvh, hd)
 		if err != nil {
 			return 0, err
 		}
@@ -292,7 +288,7 @@ func Derive(cfg DeriveConfig) (*emulator.Profile, error) {
 	return p, nil
 }
 
-// fitDerived costs the grid of step shapes at each of tps (fp8KV: decode
+// fitDerived costs the grid of step shapes at each of tps (fp8KV:
 // attention with an fp8 KV cache) and fits the step-cost form to it.
 func (cfg *DeriveConfig) fitDerived(tps []int, fp8KV bool) (*StepFit, error) {
 	var data []*StepData
